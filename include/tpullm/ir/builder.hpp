@@ -1,0 +1,99 @@
+#pragma once
+/// C++ API to build functions: each create<Op>() checks operand counts, infers result types
+/// from the op struct and appends (or inserts) the op. Errors carry the builder's location.
+
+#include <string>
+#include <vector>
+
+#include "tpullm/ir/module.hpp"
+
+namespace tpullm::ir {
+
+/// Checks the operand count of `op` and returns its inferred result types.
+/// Throws std::invalid_argument with the reason (WeightOp needs `module` to look up its type).
+inline std::vector<TensorType> infer_result_types(const OpVariant& op,
+                                                  const std::vector<TensorType>& operands,
+                                                  const Module* module = nullptr) {
+  return visit_op(op, [&](const auto& o) -> std::vector<TensorType> {
+    using T = std::decay_t<decltype(o)>;
+    const int n = static_cast<int>(operands.size());
+    if (n < T::operands.min || (T::operands.max >= 0 && n > T::operands.max)) {
+      const std::string want = T::operands.max < 0 ? "at least " + std::to_string(T::operands.min)
+                               : T::operands.min == T::operands.max
+                                   ? std::to_string(T::operands.min)
+                                   : std::to_string(T::operands.min) + " to " +
+                                         std::to_string(T::operands.max);
+      throw std::invalid_argument("expects " + want + " operands, got " + std::to_string(n));
+    }
+    if constexpr (std::is_same_v<T, WeightOp>) {
+      if (!module)
+        throw std::invalid_argument("weight @" + o.name.name + " needs a module to resolve");
+      const Weight* w = module->find_weight(o.name.name);
+      if (!w)
+        throw std::invalid_argument("unknown weight @" + o.name.name);
+      return {w->type};
+    } else {
+      return o.infer(operands);
+    }
+  });
+}
+
+/// Appends ops to a function of a module.
+class Builder {
+public:
+  Builder(Module& module, Function& function)
+      : module_(module), function_(function), pos_(function.end()) {}
+
+  Module& module() { return module_; }
+  Function& function() { return function_; }
+  /// Subsequent ops are inserted before `pos`.
+  void set_insertion_point(Function::iterator pos) { pos_ = pos; }
+  /// Provenance name given to subsequent ops (e.g. "layer3.attn").
+  void set_loc(Location loc) { loc_ = std::move(loc); }
+  const Location& loc() const { return loc_; }
+
+  /// Creates an op of struct type T over `operands`; returns the op.
+  template <class T>
+  Operation* create_op(T op, std::vector<Value*> operands) {
+    std::vector<TensorType> types;
+    for (auto* v : operands)
+      types.push_back(v->type());
+    std::vector<TensorType> results;
+    try {
+      results = infer_result_types(OpVariant(op), types, &module_);
+    } catch (const std::invalid_argument& e) {
+      throw DiagnosticError(loc_, "'" + std::string(op_name(kind_of<T>())) + "' " + e.what());
+    }
+    return function_.insert(pos_, std::make_unique<Operation>(OpVariant(std::move(op)),
+                                                              std::move(operands), results, loc_));
+  }
+  /// Creates a single-result op and returns its result.
+  template <class T>
+  Value* create(T op, std::vector<Value*> operands) {
+    return create_op(std::move(op), std::move(operands))->result(0);
+  }
+  /// A top.Weight reading module weight @name.
+  Value* weight(const std::string& name) { return create(WeightOp{SymbolRef{name}}, {}); }
+  /// Adds a weight to the module (if new) and returns a top.Weight reading it.
+  Value* weight(Weight w) {
+    const std::string name = w.name;
+    module_.add_weight(std::move(w));
+    return weight(name);
+  }
+  /// Terminates the function with top.Return(values) and records its result types.
+  Operation* ret(std::vector<Value*> values) {
+    std::vector<TensorType> types;
+    for (auto* v : values)
+      types.push_back(v->type());
+    function_.set_result_types(types);
+    return create_op(ReturnOp{}, std::move(values));
+  }
+
+private:
+  Module& module_;
+  Function& function_;
+  Function::iterator pos_;
+  Location loc_;
+};
+
+} // namespace tpullm::ir

@@ -1,0 +1,92 @@
+#pragma once
+/// Op kinds and the op variant, both expanded from ops.def so they cannot drift apart.
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string_view>
+#include <variant>
+
+#include "tpullm/ir/top_ops.hpp"
+
+namespace tpullm::ir {
+
+/// Every op kind, in ops.def order.
+enum class OpKind : std::uint16_t {
+#define TPULLM_OP(S, N) S,
+#include "tpullm/ir/ops.def"
+#undef TPULLM_OP
+};
+
+namespace detail {
+template <class... Ts>
+struct TypeList {};
+struct EndOfOps {};
+template <class Acc, class... Ts>
+struct VariantDropLast;
+template <class... Acc, class Last>
+struct VariantDropLast<TypeList<Acc...>, Last> {
+  using type = std::variant<Acc...>;
+};
+template <class... Acc, class T, class U, class... Rest>
+struct VariantDropLast<TypeList<Acc...>, T, U, Rest...> {
+  using type = typename VariantDropLast<TypeList<Acc..., T>, U, Rest...>::type;
+};
+} // namespace detail
+
+/// One alternative per op kind, in ops.def order (variant index == OpKind value).
+using OpVariant = typename detail::VariantDropLast<detail::TypeList<>,
+#define TPULLM_OP(S, N) S,
+#include "tpullm/ir/ops.def"
+#undef TPULLM_OP
+                                                   detail::EndOfOps>::type;
+
+/// Number of op kinds.
+inline constexpr std::size_t kNumOpKinds = std::variant_size_v<OpVariant>;
+
+/// Text names, indexed by OpKind ("top.MatMul", ...).
+inline constexpr std::array<std::string_view, kNumOpKinds> kOpNames = {
+#define TPULLM_OP(S, N) N,
+#include "tpullm/ir/ops.def"
+#undef TPULLM_OP
+};
+
+/// Text name of an op kind.
+constexpr std::string_view op_name(OpKind k) { return kOpNames[static_cast<std::size_t>(k)]; }
+
+/// Op kind from its text name; nullopt when unknown.
+constexpr std::optional<OpKind> parse_op_name(std::string_view n) {
+  for (std::size_t i = 0; i < kNumOpKinds; ++i)
+    if (kOpNames[i] == n)
+      return static_cast<OpKind>(i);
+  return std::nullopt;
+}
+
+/// The OpKind of op struct T.
+template <class T>
+constexpr OpKind kind_of() {
+  constexpr std::size_t idx = []<std::size_t... I>(std::index_sequence<I...>) {
+    std::size_t r = 0;
+    ((std::is_same_v<T, std::variant_alternative_t<I, OpVariant>> ? (r = I, 0) : 0), ...);
+    return r;
+  }(std::make_index_sequence<kNumOpKinds>{});
+  static_assert(std::is_same_v<T, std::variant_alternative_t<idx, OpVariant>>, "not an op struct");
+  return static_cast<OpKind>(idx);
+}
+
+/// A default-constructed op struct of kind `k` (the parser fills its attributes).
+inline OpVariant make_op(OpKind k) {
+  OpVariant v;
+  [&]<std::size_t... I>(std::index_sequence<I...>) {
+    ((static_cast<std::size_t>(k) == I ? (v.template emplace<I>(), 0) : 0), ...);
+  }(std::make_index_sequence<kNumOpKinds>{});
+  return v;
+}
+
+/// Calls f(op struct) for the alternative held by v.
+template <class V, class F>
+decltype(auto) visit_op(V&& v, F&& f) {
+  return std::visit(std::forward<F>(f), std::forward<V>(v));
+}
+
+} // namespace tpullm::ir

@@ -1,0 +1,108 @@
+#pragma once
+/// Tensor types: a static shape, an element type and, for quantized weights, how the stored
+/// integers map back to real values. Spelled `tensor<1x128x896xf32>` or
+/// `tensor<896x4864xu4, quant<gptq, group = 32, zero_point, act_order>>` in text.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tpullm/ir/dtype.hpp"
+
+namespace tpullm::ir {
+
+/// How a quantized weight's integers are laid out and scaled.
+enum class QuantFormat : std::uint8_t {
+  gptq,   ///< GPTQ checkpoint layout (qweight [K/8, N] i32, qzeros stored zero-1, g_idx)
+  awq,    ///< AWQ GEMM checkpoint layout (qweight [K, N/8], nibble order 0,2,4,6,1,3,5,7)
+  packed, ///< tpullm's own kernel layout (see docs/kernels.md)
+};
+
+/// Text spelling of a QuantFormat.
+constexpr std::string_view name(QuantFormat f) {
+  switch (f) {
+  case QuantFormat::gptq:
+    return "gptq";
+  case QuantFormat::awq:
+    return "awq";
+  case QuantFormat::packed:
+    return "packed";
+  }
+  return "?";
+}
+
+/// Parses "gptq" | "awq" | "packed".
+inline std::optional<QuantFormat> parse_quant_format(std::string_view s) {
+  for (auto f : {QuantFormat::gptq, QuantFormat::awq, QuantFormat::packed})
+    if (name(f) == s)
+      return f;
+  return std::nullopt;
+}
+
+/// Quantization of a weight tensor of logical shape [K, N]: group-wise scales along K
+/// (group_size == 0 means one scale per output channel), optional zero points.
+struct QuantSpec {
+  QuantFormat format = QuantFormat::packed; ///< storage layout of the integers
+  std::int64_t group_size = 0;              ///< rows of K sharing one scale; 0 = per channel
+  bool zero_point = false;                  ///< asymmetric: value = (q - zero) * scale
+  bool act_order = false;                   ///< GPTQ act-order: row k uses group g_idx[k]
+
+  friend bool operator==(const QuantSpec&, const QuantSpec&) = default;
+};
+
+/// A ranked tensor type with a static shape.
+struct TensorType {
+  std::vector<std::int64_t> shape;  ///< dimensions, outermost first; empty = scalar
+  DType dtype = DType::f32;         ///< element type (stored type for quantized weights)
+  std::optional<QuantSpec> quant;   ///< present only on quantized weights
+
+  TensorType() = default;
+  TensorType(std::vector<std::int64_t> s, DType t, std::optional<QuantSpec> q = std::nullopt)
+      : shape(std::move(s)), dtype(t), quant(q) {}
+
+  std::int64_t rank() const { return static_cast<std::int64_t>(shape.size()); }
+  /// Product of the dimensions (1 for a scalar).
+  std::int64_t num_elements() const {
+    std::int64_t n = 1;
+    for (auto d : shape)
+      n *= d;
+    return n;
+  }
+  /// Storage bytes for the elements (sub-byte types packed).
+  std::int64_t byte_size() const { return ir::byte_size(dtype, num_elements()); }
+  /// Dimension `i`, negative counting from the back.
+  std::int64_t dim(std::int64_t i) const { return shape.at(i < 0 ? i + rank() : i); }
+  /// Same type with another shape.
+  TensorType with_shape(std::vector<std::int64_t> s) const { return {std::move(s), dtype, quant}; }
+
+  friend bool operator==(const TensorType&, const TensorType&) = default;
+
+  /// Text spelling, e.g. "tensor<1x128x896xf32>".
+  std::string str() const {
+    std::string s = "tensor<";
+    for (auto d : shape)
+      s += std::to_string(d) + "x";
+    s += std::string(name(dtype));
+    if (quant) {
+      s += ", quant<" + std::string(name(quant->format)) +
+           ", group = " + std::to_string(quant->group_size);
+      if (quant->zero_point)
+        s += ", zero_point";
+      if (quant->act_order)
+        s += ", act_order";
+      s += ">";
+    }
+    return s + ">";
+  }
+};
+
+/// "[1, 128, 896]" for messages.
+inline std::string shape_str(const std::vector<std::int64_t>& shape) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < shape.size(); ++i)
+    s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+} // namespace tpullm::ir

@@ -1,0 +1,106 @@
+#pragma once
+/// Structural and typing checks of a module. Every failure is a DiagnosticError at the op's
+/// location: operand/result counts, per-op dtype and shape rules (the op struct's infer()),
+/// declared result types equal to the inferred ones, operands defined earlier in the same
+/// function (single definition, use after definition), weight symbols declared with the same
+/// type, and exactly one top.Return, last, typed as the function declares.
+
+#include <set>
+#include <string>
+#include <vector>
+
+#include "tpullm/ir/builder.hpp"
+
+namespace tpullm::ir {
+
+/// Checks one function; returns every diagnostic found (empty when valid).
+inline std::vector<DiagnosticError> verify_function(const Module& m, const Function& f) {
+  std::vector<DiagnosticError> errs;
+  std::set<const Value*> defined;
+  for (std::size_t i = 0; i < f.num_arguments(); ++i)
+    defined.insert(f.argument(i));
+  const Location floc{"@" + f.name()};
+  std::size_t index = 0;
+  bool seen_return = false;
+  for (const auto& op : f.ops()) {
+    ++index;
+    const Location loc = op->loc().known() ? op->loc() : floc;
+    const std::string who = "'" + std::string(op->name()) + "' ";
+    if (seen_return)
+      errs.emplace_back(loc, who + "follows top.Return; Return must be the last op");
+    for (std::size_t i = 0; i < op->num_operands(); ++i) {
+      const Value* v = op->operand(i);
+      if (!defined.count(v))
+        errs.emplace_back(loc, who + "operand #" + std::to_string(i) +
+                                   " is not defined before its use in @" + f.name());
+    }
+    try {
+      auto expected = infer_result_types(op->op(), op->operand_types(), &m);
+      const bool check_types = !op->is<ReturnOp>();
+      if (check_types && expected.size() != op->num_results()) {
+        errs.emplace_back(loc, who + "has " + std::to_string(op->num_results()) +
+                                   " results, expected " + std::to_string(expected.size()));
+      } else if (check_types) {
+        for (std::size_t r = 0; r < expected.size(); ++r)
+          if (!(expected[r] == op->result(r)->type()))
+            errs.emplace_back(loc, who + "result #" + std::to_string(r) + " is declared " +
+                                       op->result(r)->type().str() + " but the op produces " +
+                                       expected[r].str());
+      }
+    } catch (const std::invalid_argument& e) {
+      errs.emplace_back(loc, who + e.what());
+    }
+    if (op->is<ReturnOp>()) {
+      seen_return = true;
+      if (op->num_results() != 0)
+        errs.emplace_back(loc, who + "has results");
+      const auto& want = f.result_types();
+      if (want.size() != op->num_operands()) {
+        errs.emplace_back(loc, who + "returns " + std::to_string(op->num_operands()) +
+                                   " values but @" + f.name() + " declares " +
+                                   std::to_string(want.size()) + " results");
+      } else {
+        for (std::size_t i = 0; i < want.size(); ++i)
+          if (!(want[i] == op->operand(i)->type()))
+            errs.emplace_back(loc, who + "value #" + std::to_string(i) + " has type " +
+                                       op->operand(i)->type().str() + " but @" + f.name() +
+                                       " declares " + want[i].str());
+      }
+    }
+    for (std::size_t r = 0; r < op->num_results(); ++r)
+      defined.insert(op->result(r));
+  }
+  if (!seen_return)
+    errs.emplace_back(floc, "function @" + f.name() + " does not end with top.Return");
+  return errs;
+}
+
+/// Checks every function of `m`; returns every diagnostic found.
+inline std::vector<DiagnosticError> verify_module(const Module& m) {
+  std::vector<DiagnosticError> errs;
+  for (const auto& f : m.functions()) {
+    auto e = verify_function(m, *f);
+    errs.insert(errs.end(), e.begin(), e.end());
+  }
+  for (const auto& [name, w] : m.weights()) {
+    if (w.type.quant && !is_integer(w.type.dtype))
+      errs.emplace_back(Location{"@" + name}, "weight @" + name + " is quantized but not integer");
+  }
+  return errs;
+}
+
+/// Verifies `m` and throws the first diagnostic (all of them joined in what()) on failure.
+inline void verify_or_throw(const Module& m) {
+  auto errs = verify_module(m);
+  if (errs.empty())
+    return;
+  std::string all;
+  for (const auto& e : errs)
+    all += std::string(all.empty() ? "" : "\n") + e.what();
+  throw DiagnosticError(errs.front().location(),
+                        errs.size() == 1 ? errs.front().message()
+                                         : errs.front().message() + " (and " +
+                                               std::to_string(errs.size() - 1) + " more:\n" + all + ")");
+}
+
+} // namespace tpullm::ir

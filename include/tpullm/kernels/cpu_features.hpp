@@ -1,0 +1,144 @@
+#pragma once
+/// Run-time CPU feature detection and code-path selection for the kernel library.
+///
+/// Kernels compile every path into the same binary (AVX-512 and AVX2 paths use GCC's
+/// `__attribute__((target(...)))`, no global -march) and pick one per call from `active_isa()`.
+/// `TPULLM_ISA=portable|avx2|avx512` in the environment, or `set_isa_override()`, forces a path
+/// (never one the CPU lacks), so tests can exercise the portable fallback on any machine.
+
+#include <cstdlib>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+
+#include <cpuid.h>
+
+namespace tpullm::kernels {
+
+/// Instruction-set levels the kernels have paths for, ordered from least to most capable.
+enum class Isa { portable = 0, avx2 = 1, avx512 = 2 };
+
+/// Printable name of an Isa ("portable", "avx2", "avx512").
+constexpr std::string_view isa_name(Isa isa) {
+  switch (isa) {
+  case Isa::portable:
+    return "portable";
+  case Isa::avx2:
+    return "avx2";
+  case Isa::avx512:
+    return "avx512";
+  }
+  return "?";
+}
+
+/// What this CPU supports, read once from CPUID (and XGETBV for OS-enabled register state).
+struct CpuFeatures {
+  bool avx2 = false;        ///< AVX2 + FMA + F16C, OS saves YMM state
+  bool avx512 = false;      ///< AVX-512 F/BW/DQ/VL, OS saves ZMM state
+  bool avx512_bf16 = false; ///< VDPBF16PS
+  bool avx512_vnni = false; ///< VPDPBUSD
+  bool avx512_fp16 = false; ///< AVX512-FP16 arithmetic
+
+  /// Reads the running CPU.
+  static CpuFeatures detect() {
+    CpuFeatures f;
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (!__get_cpuid(1, &a, &b, &c, &d))
+      return f;
+    const bool osxsave = (c >> 27) & 1, fma = (c >> 12) & 1, f16c = (c >> 29) & 1;
+    unsigned long long xcr0 = 0;
+    if (osxsave) {
+      unsigned lo = 0, hi = 0;
+      __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+      xcr0 = (static_cast<unsigned long long>(hi) << 32) | lo;
+    }
+    const bool ymm_os = (xcr0 & 0x6) == 0x6;
+    const bool zmm_os = (xcr0 & 0xE6) == 0xE6;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d))
+      return f;
+    const bool avx2 = (b >> 5) & 1;
+    const bool avx512f = (b >> 16) & 1, avx512dq = (b >> 17) & 1, avx512bw = (b >> 30) & 1,
+               avx512vl = (b >> 31) & 1;
+    f.avx2 = avx2 && fma && f16c && ymm_os;
+    f.avx512 = f.avx2 && avx512f && avx512dq && avx512bw && avx512vl && zmm_os;
+    f.avx512_vnni = f.avx512 && ((c >> 11) & 1);
+    f.avx512_fp16 = f.avx512 && ((d >> 23) & 1);
+    unsigned a1 = 0, b1 = 0, c1 = 0, d1 = 0;
+    if (__get_cpuid_count(7, 1, &a1, &b1, &c1, &d1))
+      f.avx512_bf16 = f.avx512 && ((a1 >> 5) & 1);
+    return f;
+  }
+
+  /// The most capable Isa this CPU supports.
+  Isa best() const { return avx512 ? Isa::avx512 : avx2 ? Isa::avx2 : Isa::portable; }
+};
+
+/// The CPU's features, detected once per process.
+inline const CpuFeatures& cpu_features() {
+  static const CpuFeatures f = CpuFeatures::detect();
+  return f;
+}
+
+/// Parses "portable" | "avx2" | "avx512"; nullopt for anything else.
+inline std::optional<Isa> parse_isa(std::string_view s) {
+  if (s == "portable")
+    return Isa::portable;
+  if (s == "avx2")
+    return Isa::avx2;
+  if (s == "avx512")
+    return Isa::avx512;
+  return std::nullopt;
+}
+
+namespace detail {
+inline std::optional<Isa>& isa_override_slot() {
+  static std::optional<Isa> slot = []() -> std::optional<Isa> {
+    const char* env = std::getenv("TPULLM_ISA");
+    if (!env || !*env)
+      return std::nullopt;
+    auto isa = parse_isa(env);
+    if (!isa)
+      throw std::invalid_argument("TPULLM_ISA='" + std::string(env) +
+                                  "' is not one of portable, avx2, avx512");
+    return isa;
+  }();
+  return slot;
+}
+} // namespace detail
+
+/// Forces the kernels onto `isa` (nullopt restores automatic choice). Throws if the CPU lacks it.
+inline void set_isa_override(std::optional<Isa> isa) {
+  if (isa && static_cast<int>(*isa) > static_cast<int>(cpu_features().best()))
+    throw std::invalid_argument("cannot force ISA '" + std::string(isa_name(*isa)) +
+                                "': this CPU supports at most '" +
+                                std::string(isa_name(cpu_features().best())) + "'");
+  detail::isa_override_slot() = isa;
+}
+
+/// The path the kernels take now: the override if one is set, else the best the CPU has.
+inline Isa active_isa() {
+  const auto& o = detail::isa_override_slot();
+  if (o) {
+    if (static_cast<int>(*o) > static_cast<int>(cpu_features().best()))
+      throw std::invalid_argument("TPULLM_ISA asks for '" + std::string(isa_name(*o)) +
+                                  "' but this CPU supports at most '" +
+                                  std::string(isa_name(cpu_features().best())) + "'");
+    return *o;
+  }
+  return cpu_features().best();
+}
+
+/// RAII guard that forces an Isa for a scope (tests use it to run the portable path).
+class ScopedIsa {
+public:
+  explicit ScopedIsa(Isa isa) : saved_(detail::isa_override_slot()) { set_isa_override(isa); }
+  ~ScopedIsa() { detail::isa_override_slot() = saved_; }
+  ScopedIsa(const ScopedIsa&) = delete;
+  ScopedIsa& operator=(const ScopedIsa&) = delete;
+
+private:
+  std::optional<Isa> saved_;
+};
+
+} // namespace tpullm::kernels

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Installs every build and test dependency from Debian 12 packages. Idempotent; run as root.
+set -euo pipefail
+pkgs=(
+  build-essential g++ cmake ninja-build git
+  libeigen3-dev libboost-graph-dev libboost-program-options-dev
+  libxtensor-dev libxsimd-dev libxtl-dev nlohmann-json3-dev
+  catch2 libbenchmark-dev
+  llvm-14-tools clang-format-14
+)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "installing: ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}"
+else
+  echo "all dependencies already installed"
+fi
