@@ -29,7 +29,9 @@ struct EnumNames;
 
 /// True for enums that have an EnumNames table.
 template <class E>
-concept NamedEnum = std::is_enum_v<E> && requires { EnumNames<E>::items; };
+concept NamedEnum = std::is_enum_v<E> && requires {
+  EnumNames<E>::items;
+};
 
 /// Spelling of an enum attribute value.
 template <NamedEnum E>

@@ -18,11 +18,11 @@ inline std::vector<TensorType> infer_result_types(const OpVariant& op,
     using T = std::decay_t<decltype(o)>;
     const int n = static_cast<int>(operands.size());
     if (n < T::operands.min || (T::operands.max >= 0 && n > T::operands.max)) {
-      const std::string want = T::operands.max < 0 ? "at least " + std::to_string(T::operands.min)
-                               : T::operands.min == T::operands.max
-                                   ? std::to_string(T::operands.min)
-                                   : std::to_string(T::operands.min) + " to " +
-                                         std::to_string(T::operands.max);
+      const std::string want =
+          T::operands.max < 0 ? "at least " + std::to_string(T::operands.min)
+          : T::operands.min == T::operands.max
+              ? std::to_string(T::operands.min)
+              : std::to_string(T::operands.min) + " to " + std::to_string(T::operands.max);
       throw std::invalid_argument("expects " + want + " operands, got " + std::to_string(n));
     }
     if constexpr (std::is_same_v<T, WeightOp>) {

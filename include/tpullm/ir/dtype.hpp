@@ -46,13 +46,23 @@ inline constexpr std::array<DTypeInfo, 11> kDTypeInfo = {{
 }};
 
 /// Traits of `t`.
-constexpr const DTypeInfo& info(DType t) { return kDTypeInfo[static_cast<std::size_t>(t)]; }
+constexpr const DTypeInfo& info(DType t) {
+  return kDTypeInfo[static_cast<std::size_t>(t)];
+}
 /// Text spelling of `t`.
-constexpr std::string_view name(DType t) { return info(t).name; }
-constexpr bool is_float(DType t) { return info(t).is_float; }
-constexpr bool is_integer(DType t) { return info(t).is_integer; }
+constexpr std::string_view name(DType t) {
+  return info(t).name;
+}
+constexpr bool is_float(DType t) {
+  return info(t).is_float;
+}
+constexpr bool is_integer(DType t) {
+  return info(t).is_integer;
+}
 /// True for the packed sub-byte types i4 and u4.
-constexpr bool is_packed(DType t) { return info(t).bits < 8 && t != DType::i1; }
+constexpr bool is_packed(DType t) {
+  return info(t).bits < 8 && t != DType::i1;
+}
 
 /// Bytes needed for `count` elements (sub-byte types packed, rounded up; i1 one byte each).
 constexpr std::int64_t byte_size(DType t, std::int64_t count) {

@@ -29,11 +29,14 @@ public:
 
   const std::string& name() const { return name_; }
   void set_name(std::string n) { name_ = std::move(n); }
+  /// Where the function was defined (the `@name` token in text); unknown when built in C++.
+  const Location& loc() const { return loc_; }
+  void set_loc(Location l) { loc_ = std::move(l); }
 
   /// Appends an argument `%name: type` and returns it.
   Value* add_argument(const std::string& name, TensorType type) {
-    args_.push_back(std::make_unique<Value>(std::move(type), nullptr,
-                                            static_cast<unsigned>(args_.size())));
+    args_.push_back(
+        std::make_unique<Value>(std::move(type), nullptr, static_cast<unsigned>(args_.size())));
     arg_names_.push_back(name);
     return args_.back().get();
   }
@@ -67,7 +70,8 @@ public:
   /// Erases `op`, which must have no used results.
   void erase(Operation* op) {
     if (!op->results_unused())
-      throw std::logic_error("erasing " + std::string(op->name()) + " whose results are still used");
+      throw std::logic_error("erasing " + std::string(op->name()) +
+                             " whose results are still used");
     auto it = find(op);
     op->drop_operands();
     ops_.erase(it);
@@ -89,6 +93,7 @@ public:
 
 private:
   std::string name_;
+  Location loc_;
   std::vector<std::unique_ptr<Value>> args_;
   std::vector<std::string> arg_names_;
   std::vector<TensorType> result_types_;

@@ -59,8 +59,8 @@ public:
   /// True when `to` depends (transitively) on `from`.
   bool reaches(const Operation* from, const Operation* to) const {
     std::vector<boost::default_color_type> color(ops_.size(), boost::white_color);
-    auto cmap = boost::make_iterator_property_map(color.begin(),
-                                                  boost::get(boost::vertex_index, graph_));
+    auto cmap =
+        boost::make_iterator_property_map(color.begin(), boost::get(boost::vertex_index, graph_));
     boost::breadth_first_visit(graph_, vertex(from), boost::color_map(cmap));
     return color[vertex(to)] != boost::white_color && from != to;
   }

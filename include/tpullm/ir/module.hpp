@@ -18,11 +18,11 @@ namespace tpullm::ir {
 /// One stored tensor of a weight: a plain weight has one part "data"; a quantized weight has
 /// the parts of its format (gptq/awq: "qweight", "scales", "qzeros", optional "g_idx").
 struct WeightPart {
-  std::string role;                   ///< "data", "qweight", "scales", "qzeros", "g_idx", ...
-  DType dtype = DType::f32;           ///< element type as stored
-  std::vector<std::int64_t> shape;    ///< shape as stored
-  std::span<const std::byte> bytes;   ///< row-major little-endian data
-  std::shared_ptr<const void> owner;  ///< keeps `bytes` alive
+  std::string role;                  ///< "data", "qweight", "scales", "qzeros", "g_idx", ...
+  DType dtype = DType::f32;          ///< element type as stored
+  std::vector<std::int64_t> shape;   ///< shape as stored
+  std::span<const std::byte> bytes;  ///< row-major little-endian data
+  std::shared_ptr<const void> owner; ///< keeps `bytes` alive
 };
 
 /// A module-level weight `@name : type`.

@@ -52,7 +52,9 @@ inline constexpr std::array<std::string_view, kNumOpKinds> kOpNames = {
 };
 
 /// Text name of an op kind.
-constexpr std::string_view op_name(OpKind k) { return kOpNames[static_cast<std::size_t>(k)]; }
+constexpr std::string_view op_name(OpKind k) {
+  return kOpNames[static_cast<std::size_t>(k)];
+}
 
 /// Op kind from its text name; nullopt when unknown.
 constexpr std::optional<OpKind> parse_op_name(std::string_view n) {
@@ -69,7 +71,8 @@ constexpr OpKind kind_of() {
     std::size_t r = 0;
     ((std::is_same_v<T, std::variant_alternative_t<I, OpVariant>> ? (r = I, 0) : 0), ...);
     return r;
-  }(std::make_index_sequence<kNumOpKinds>{});
+  }
+  (std::make_index_sequence<kNumOpKinds>{});
   static_assert(std::is_same_v<T, std::variant_alternative_t<idx, OpVariant>>, "not an op struct");
   return static_cast<OpKind>(idx);
 }
@@ -79,7 +82,8 @@ inline OpVariant make_op(OpKind k) {
   OpVariant v;
   [&]<std::size_t... I>(std::index_sequence<I...>) {
     ((static_cast<std::size_t>(k) == I ? (v.template emplace<I>(), 0) : 0), ...);
-  }(std::make_index_sequence<kNumOpKinds>{});
+  }
+  (std::make_index_sequence<kNumOpKinds>{});
   return v;
 }
 

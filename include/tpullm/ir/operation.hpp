@@ -62,11 +62,17 @@ public:
   std::string_view name() const { return op_name(kind()); }
   /// The op struct if this op is a T, else nullptr.
   template <class T>
-  T* as() { return std::get_if<T>(&op_); }
+  T* as() {
+    return std::get_if<T>(&op_);
+  }
   template <class T>
-  const T* as() const { return std::get_if<T>(&op_); }
+  const T* as() const {
+    return std::get_if<T>(&op_);
+  }
   template <class T>
-  bool is() const { return std::holds_alternative<T>(op_); }
+  bool is() const {
+    return std::holds_alternative<T>(op_);
+  }
   OpVariant& op() { return op_; }
   const OpVariant& op() const { return op_; }
 

@@ -71,7 +71,9 @@ struct WeightOp {
   static constexpr int results = 1;
   SymbolRef name; ///< module weight symbol
   template <class S, class F>
-  static void attrs(S& s, F&& f) { f("name", s.name); }
+  static void attrs(S& s, F&& f) {
+    f("name", s.name);
+  }
   /// No inference: the verifier checks the result against the module's weight table.
   std::vector<TensorType> infer(Types) const { return {}; }
 };
@@ -83,13 +85,16 @@ struct MatMulOp {
   static constexpr int results = 1;
   bool transpose_b = false; ///< b is stored [N, K] (HuggingFace Linear layout)
   template <class S, class F>
-  static void attrs(S& s, F&& f) { f("transpose_b", s.transpose_b); }
+  static void attrs(S& s, F&& f) {
+    f("transpose_b", s.transpose_b);
+  }
   std::vector<TensorType> infer(Types in) const {
     const auto &a = in[0], &b = in[1];
     detail::require_float(a, "lhs");
     detail::require_weight(b, "rhs");
     detail::require(a.rank() >= 1 && b.rank() == 2, "lhs must have rank >= 1 and rhs rank 2");
-    detail::require(!(b.quant && transpose_b), "a quantized rhs is logical [K, N]: transpose_b must be false");
+    detail::require(!(b.quant && transpose_b),
+                    "a quantized rhs is logical [K, N]: transpose_b must be false");
     const std::int64_t k = a.dim(-1);
     const std::int64_t bk = transpose_b ? b.shape[1] : b.shape[0];
     const std::int64_t n = transpose_b ? b.shape[0] : b.shape[1];
@@ -112,7 +117,9 @@ struct RMSNormOp {
   static constexpr int results = 1;
   float eps = 1e-6f; ///< added to mean(x^2)
   template <class S, class F>
-  static void attrs(S& s, F&& f) { f("eps", s.eps); }
+  static void attrs(S& s, F&& f) {
+    f("eps", s.eps);
+  }
   std::vector<TensorType> infer(Types in) const {
     detail::require_float(in[0], "input");
     detail::require_float(in[1], "gamma");
@@ -131,7 +138,9 @@ struct GatherOp {
   static constexpr int results = 1;
   std::int64_t axis = 0; ///< table axis indexed
   template <class S, class F>
-  static void attrs(S& s, F&& f) { f("axis", s.axis); }
+  static void attrs(S& s, F&& f) {
+    f("axis", s.axis);
+  }
   std::vector<TensorType> infer(Types in) const {
     const auto &t = in[0], &idx = in[1];
     detail::require(!t.quant, "gather of a quantized table is not supported");
@@ -144,14 +153,18 @@ struct GatherOp {
   }
 };
 
-/// Rotary embedding: x [B, L, heads, d], cos/sin [B, L, d] (full head width, already gathered
-/// by position) -> [B, L, heads, d]; out = x * cos + rotate(x) * sin with the pairing of `mode`.
+/// Rotary embedding: x [B, L, heads, d], cos/sin [B, L, d/2] (one entry per frequency i, already
+/// gathered by position) -> [B, L, heads, d]. Each pair (x1, x2) of frequency i becomes
+/// (x1 * cos[i] - x2 * sin[i], x2 * cos[i] + x1 * sin[i]); `halves` pairs (x[i], x[i + d/2])
+/// (HF rotate_half), `interleaved` pairs (x[2i], x[2i + 1]).
 struct RopeOp {
   static constexpr Arity operands{3, 3};
   static constexpr int results = 1;
   RopeMode mode = RopeMode::halves;
   template <class S, class F>
-  static void attrs(S& s, F&& f) { f("mode", s.mode); }
+  static void attrs(S& s, F&& f) {
+    f("mode", s.mode);
+  }
   std::vector<TensorType> infer(Types in) const {
     const auto &x = in[0], &c = in[1], &s = in[2];
     detail::require_float(x, "input");
@@ -159,10 +172,10 @@ struct RopeOp {
     detail::require_float(s, "sin");
     detail::require(x.rank() == 4, "input must be [B, L, heads, d], got " + shape_str(x.shape));
     detail::require(x.dim(3) % 2 == 0, "head_dim must be even, got " + std::to_string(x.dim(3)));
-    const std::vector<std::int64_t> cs{x.dim(0), x.dim(1), x.dim(3)};
-    detail::require(c.shape == cs && s.shape == cs,
-                    "cos/sin must be " + shape_str(cs) + ", got " + shape_str(c.shape) + " and " +
-                        shape_str(s.shape));
+    const std::vector<std::int64_t> cs{x.dim(0), x.dim(1), x.dim(3) / 2};
+    detail::require(c.shape == cs && s.shape == cs, "cos/sin must be " + shape_str(cs) + ", got " +
+                                                        shape_str(c.shape) + " and " +
+                                                        shape_str(s.shape));
     return {x};
   }
 };
@@ -173,14 +186,16 @@ struct ReshapeOp {
   static constexpr int results = 1;
   std::vector<std::int64_t> shape; ///< result shape
   template <class S, class F>
-  static void attrs(S& s, F&& f) { f("shape", s.shape); }
+  static void attrs(S& s, F&& f) {
+    f("shape", s.shape);
+  }
   std::vector<TensorType> infer(Types in) const {
     TensorType r = in[0].with_shape(shape);
     for (auto d : shape)
       detail::require(d >= 0, "negative dimension in reshape target " + shape_str(shape));
-    detail::require(r.num_elements() == in[0].num_elements(),
-                    "reshape " + shape_str(in[0].shape) + " -> " + shape_str(shape) +
-                        " changes the element count");
+    detail::require(r.num_elements() == in[0].num_elements(), "reshape " + shape_str(in[0].shape) +
+                                                                  " -> " + shape_str(shape) +
+                                                                  " changes the element count");
     return {r};
   }
 };
@@ -191,15 +206,19 @@ struct PermuteOp {
   static constexpr int results = 1;
   std::vector<std::int64_t> order; ///< a permutation of [0, rank)
   template <class S, class F>
-  static void attrs(S& s, F&& f) { f("order", s.order); }
+  static void attrs(S& s, F&& f) {
+    f("order", s.order);
+  }
   std::vector<TensorType> infer(Types in) const {
     const auto& x = in[0];
     detail::require(static_cast<std::int64_t>(order.size()) == x.rank(),
-                    "order " + shape_str(order) + " does not match rank " + std::to_string(x.rank()));
+                    "order " + shape_str(order) + " does not match rank " +
+                        std::to_string(x.rank()));
     std::vector<bool> seen(order.size(), false);
     std::vector<std::int64_t> shape;
     for (auto o : order) {
-      detail::require(o >= 0 && o < x.rank() && !seen[o], "order " + shape_str(order) + " is not a permutation");
+      detail::require(o >= 0 && o < x.rank() && !seen[o],
+                      "order " + shape_str(order) + " is not a permutation");
       seen[o] = true;
       shape.push_back(x.shape[o]);
     }
@@ -222,7 +241,8 @@ struct SliceOp {
     const auto& x = in[0];
     detail::require(static_cast<std::int64_t>(offsets.size()) == x.rank() &&
                         static_cast<std::int64_t>(sizes.size()) == x.rank(),
-                    "offsets and sizes need one entry per axis (rank " + std::to_string(x.rank()) + ")");
+                    "offsets and sizes need one entry per axis (rank " + std::to_string(x.rank()) +
+                        ")");
     for (std::int64_t i = 0; i < x.rank(); ++i)
       detail::require(offsets[i] >= 0 && sizes[i] >= 0 && offsets[i] + sizes[i] <= x.shape[i],
                       "slice offsets " + shape_str(offsets) + " sizes " + shape_str(sizes) +
@@ -237,14 +257,17 @@ struct ConcatOp {
   static constexpr int results = 1;
   std::int64_t axis = 0;
   template <class S, class F>
-  static void attrs(S& s, F&& f) { f("axis", s.axis); }
+  static void attrs(S& s, F&& f) {
+    f("axis", s.axis);
+  }
   std::vector<TensorType> infer(Types in) const {
     const auto a = detail::norm_axis(axis, in[0].rank());
     auto shape = in[0].shape;
     shape[a] = 0;
     for (const auto& t : in) {
       detail::require(!t.quant && t.dtype == in[0].dtype && t.rank() == in[0].rank(),
-                      "concat operands must share dtype and rank: " + in[0].str() + " vs " + t.str());
+                      "concat operands must share dtype and rank: " + in[0].str() + " vs " +
+                          t.str());
       for (std::int64_t i = 0; i < t.rank(); ++i)
         detail::require(i == a || t.shape[i] == in[0].shape[i],
                         "concat operands differ outside axis " + std::to_string(a) + ": " +
@@ -301,7 +324,9 @@ struct SoftmaxOp {
   static constexpr int results = 1;
   std::int64_t axis = -1;
   template <class S, class F>
-  static void attrs(S& s, F&& f) { f("axis", s.axis); }
+  static void attrs(S& s, F&& f) {
+    f("axis", s.axis);
+  }
   std::vector<TensorType> infer(Types in) const {
     detail::require_float(in[0], "input");
     detail::norm_axis(axis, in[0].rank());
@@ -315,10 +340,13 @@ struct CastOp {
   static constexpr int results = 1;
   DType dtype = DType::f32; ///< result element type
   template <class S, class F>
-  static void attrs(S& s, F&& f) { f("dtype", s.dtype); }
+  static void attrs(S& s, F&& f) {
+    f("dtype", s.dtype);
+  }
   std::vector<TensorType> infer(Types in) const {
     detail::require_float(in[0], "input");
-    detail::require(is_float(dtype), "cast target must be a float type, got " + std::string(name(dtype)));
+    detail::require(is_float(dtype),
+                    "cast target must be a float type, got " + std::string(name(dtype)));
     return {TensorType(in[0].shape, dtype)};
   }
 };
@@ -332,12 +360,12 @@ struct CastOp {
 struct FAttentionOp {
   static constexpr Arity operands{4, 4};
   static constexpr int results = 1;
-  float scale = 1.0f;          ///< multiplies q.k (usually 1/sqrt(d))
-  std::int64_t q_heads = 1;    ///< query heads
-  std::int64_t kv_heads = 1;   ///< key/value heads; divides q_heads
-  std::int64_t head_dim = 1;   ///< d
-  std::int64_t history = 0;    ///< leading key slots that are history (0 in prefill)
-  bool causal = true;          ///< mask keys at later positions
+  float scale = 1.0f;        ///< multiplies q.k (usually 1/sqrt(d))
+  std::int64_t q_heads = 1;  ///< query heads
+  std::int64_t kv_heads = 1; ///< key/value heads; divides q_heads
+  std::int64_t head_dim = 1; ///< d
+  std::int64_t history = 0;  ///< leading key slots that are history (0 in prefill)
+  bool causal = true;        ///< mask keys at later positions
   template <class S, class F>
   static void attrs(S& s, F&& f) {
     f("scale", s.scale);
@@ -357,15 +385,16 @@ struct FAttentionOp {
                     "q_heads must be a positive multiple of kv_heads");
     detail::require(history >= 0, "history must be >= 0");
     detail::require(q.rank() == 4 && q.dim(2) == q_heads && q.dim(3) == head_dim,
-                    "q must be [B, L, " + std::to_string(q_heads) + ", " + std::to_string(head_dim) +
-                        "], got " + shape_str(q.shape));
+                    "q must be [B, L, " + std::to_string(q_heads) + ", " +
+                        std::to_string(head_dim) + "], got " + shape_str(q.shape));
     const std::int64_t b = q.dim(0), l = q.dim(1);
     const std::vector<std::int64_t> kv{b, history + l, kv_heads, head_dim};
     detail::require(k.shape == kv && v.shape == kv,
                     "k and v must be " + shape_str(kv) + " (history + L slots), got " +
                         shape_str(k.shape) + " and " + shape_str(v.shape));
     detail::require(p.shape == std::vector<std::int64_t>{b, l},
-                    "position_ids must be [B, L] = " + shape_str({b, l}) + ", got " + shape_str(p.shape));
+                    "position_ids must be [B, L] = " + shape_str({b, l}) + ", got " +
+                        shape_str(p.shape));
     return {TensorType({b, l, q_heads * head_dim}, q.dtype)};
   }
 };
@@ -410,7 +439,9 @@ struct ArgMaxOp {
   static constexpr int results = 1;
   std::int64_t axis = -1;
   template <class S, class F>
-  static void attrs(S& s, F&& f) { f("axis", s.axis); }
+  static void attrs(S& s, F&& f) {
+    f("axis", s.axis);
+  }
   std::vector<TensorType> infer(Types in) const {
     detail::require_float(in[0], "input");
     auto shape = in[0].shape;

@@ -53,9 +53,9 @@ struct QuantSpec {
 
 /// A ranked tensor type with a static shape.
 struct TensorType {
-  std::vector<std::int64_t> shape;  ///< dimensions, outermost first; empty = scalar
-  DType dtype = DType::f32;         ///< element type (stored type for quantized weights)
-  std::optional<QuantSpec> quant;   ///< present only on quantized weights
+  std::vector<std::int64_t> shape; ///< dimensions, outermost first; empty = scalar
+  DType dtype = DType::f32;        ///< element type (stored type for quantized weights)
+  std::optional<QuantSpec> quant;  ///< present only on quantized weights
 
   TensorType() = default;
   TensorType(std::vector<std::int64_t> s, DType t, std::optional<QuantSpec> q = std::nullopt)

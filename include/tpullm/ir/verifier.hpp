@@ -19,7 +19,7 @@ inline std::vector<DiagnosticError> verify_function(const Module& m, const Funct
   std::set<const Value*> defined;
   for (std::size_t i = 0; i < f.num_arguments(); ++i)
     defined.insert(f.argument(i));
-  const Location floc{"@" + f.name()};
+  const Location floc = f.loc().known() ? f.loc() : Location{"@" + f.name()};
   std::size_t index = 0;
   bool seen_return = false;
   for (const auto& op : f.ops()) {
@@ -97,10 +97,11 @@ inline void verify_or_throw(const Module& m) {
   std::string all;
   for (const auto& e : errs)
     all += std::string(all.empty() ? "" : "\n") + e.what();
-  throw DiagnosticError(errs.front().location(),
-                        errs.size() == 1 ? errs.front().message()
-                                         : errs.front().message() + " (and " +
-                                               std::to_string(errs.size() - 1) + " more:\n" + all + ")");
+  throw DiagnosticError(errs.front().location(), errs.size() == 1
+                                                     ? errs.front().message()
+                                                     : errs.front().message() + " (and " +
+                                                           std::to_string(errs.size() - 1) +
+                                                           " more:\n" + all + ")");
 }
 
 } // namespace tpullm::ir

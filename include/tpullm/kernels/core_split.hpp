@@ -1,7 +1,8 @@
 #pragma once
 /// The core-split decision a kernel executes: which dimension is divided and into how many parts.
 /// The compiler's Tpu ops carry this; the runtime passes it to the kernel unchanged, so what was
-/// planned is what runs. Parallel regions use OpenMP, whose thread pool is created once per process.
+/// planned is what runs. Parallel regions use OpenMP, whose thread pool is created once per
+/// process.
 
 #include <algorithm>
 #include <cstdint>

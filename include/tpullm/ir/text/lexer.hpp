@@ -211,7 +211,8 @@ private:
     }
     if (pos_ < src_.size() && (src_[pos_] == 'e' || src_[pos_] == 'E') &&
         (std::isdigit(static_cast<unsigned char>(peek(1))) ||
-         ((peek(1) == '-' || peek(1) == '+') && std::isdigit(static_cast<unsigned char>(peek(2)))))) {
+         ((peek(1) == '-' || peek(1) == '+') &&
+          std::isdigit(static_cast<unsigned char>(peek(2)))))) {
       t.kind = Tok::floating;
       advance();
       if (src_[pos_] == '-' || src_[pos_] == '+')

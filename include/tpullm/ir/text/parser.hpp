@@ -22,7 +22,9 @@ namespace tpullm::ir::text {
 /// Recursive-descent parser over a Lexer with one token of lookahead.
 class Parser {
 public:
-  Parser(std::string_view src, std::string file) : lex_(src, std::move(file)) { cur_ = lex_.next(); }
+  Parser(std::string_view src, std::string file) : lex_(src, std::move(file)) {
+    cur_ = lex_.next();
+  }
 
   /// module ::= 'module' @name '{' (weight-decl | func)* '}'
   Module parse_module() {
@@ -61,20 +63,23 @@ public:
       std::int64_t d = 0;
       auto r = std::from_chars(s.data(), s.data() + x, d);
       if (r.ec != std::errc())
-        throw DiagnosticError(body.loc, "dimension '" + std::string(s.substr(0, x)) + "' is too large");
+        throw DiagnosticError(body.loc,
+                              "dimension '" + std::string(s.substr(0, x)) + "' is too large");
       t.shape.push_back(d);
       s.remove_prefix(x + 1);
     }
     auto dt = parse_dtype(s);
     if (!dt)
-      throw DiagnosticError(body.loc, "unknown element type '" + std::string(s) + "' in tensor type");
+      throw DiagnosticError(body.loc,
+                            "unknown element type '" + std::string(s) + "' in tensor type");
     t.dtype = *dt;
     if (cur_.kind == Tok::comma) {
       advance();
       t.quant = parse_quant();
     }
     if (cur_.kind != Tok::greater)
-      throw DiagnosticError(cur_.loc, "expected '>' to close the tensor type started at " + at.str());
+      throw DiagnosticError(cur_.loc,
+                            "expected '>' to close the tensor type started at " + at.str());
     advance();
     return t;
   }
@@ -128,6 +133,7 @@ private:
     if (m.find_function(n.text))
       throw DiagnosticError(n.loc, "function @" + n.text + " is defined twice");
     Function& f = m.add_function(n.text);
+    f.set_loc(n.loc);
     std::map<std::string, std::vector<Value*>> values;
     expect(Tok::l_paren, "'('");
     if (cur_.kind != Tok::r_paren) {
@@ -209,7 +215,8 @@ private:
         if (it == values.end())
           throw DiagnosticError(u.loc, "use of undefined value %" + u.text);
         if (idx < 0 || idx >= static_cast<std::int64_t>(it->second.size()))
-          throw DiagnosticError(u.loc, "value %" + u.text + " has no result #" + std::to_string(idx));
+          throw DiagnosticError(u.loc,
+                                "value %" + u.text + " has no result #" + std::to_string(idx));
         operands.push_back(it->second[idx]);
         operand_locs.push_back(u.loc);
         if (cur_.kind != Tok::comma)
@@ -224,14 +231,14 @@ private:
     const Location types_loc = cur_.loc;
     auto in_types = parse_type_list();
     if (in_types.size() != operands.size())
-      throw DiagnosticError(types_loc, "'" + name.text + "' lists " + std::to_string(in_types.size()) +
-                                           " operand types for " + std::to_string(operands.size()) +
-                                           " operands");
+      throw DiagnosticError(types_loc, "'" + name.text + "' lists " +
+                                           std::to_string(in_types.size()) + " operand types for " +
+                                           std::to_string(operands.size()) + " operands");
     for (std::size_t i = 0; i < operands.size(); ++i)
       if (!(in_types[i] == operands[i]->type()))
         throw DiagnosticError(operand_locs[i], "operand #" + std::to_string(i) + " has type " +
-                                                   operands[i]->type().str() + " but the op lists " +
-                                                   in_types[i].str());
+                                                   operands[i]->type().str() +
+                                                   " but the op lists " + in_types[i].str());
     expect(Tok::arrow, "'->'");
     std::vector<TensorType> out_types;
     if (cur_.kind == Tok::l_paren)
@@ -301,7 +308,8 @@ private:
     const Token t = cur_;
     if (t.kind == Tok::integer || t.kind == Tok::floating) {
       advance();
-      auto r = std::from_chars(t.text.data() + (t.text[0] == '+'), t.text.data() + t.text.size(), v);
+      auto r =
+          std::from_chars(t.text.data() + (t.text[0] == '+'), t.text.data() + t.text.size(), v);
       if (r.ec != std::errc())
         throw DiagnosticError(t.loc, "'" + t.text + "' is not a representable f32");
     } else if (t.kind == Tok::bare_id && (t.text == "inf" || t.text == "nan")) {

@@ -76,7 +76,9 @@ struct AttrPrinter {
 } // namespace detail
 
 /// Prints `t` as `tensor<...>`.
-inline std::string print_type(const TensorType& t) { return t.str(); }
+inline std::string print_type(const TensorType& t) {
+  return t.str();
+}
 
 /// Prints one function (as inside a module, indented by two spaces).
 inline std::string print_function(const Function& f) {
