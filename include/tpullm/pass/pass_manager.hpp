@@ -1,0 +1,186 @@
+#pragma once
+/// Runs a pipeline of passes over a module: verify the input, then each pass followed by the
+/// verifier (verify-each, on by default) so a broken invariant is blamed on the pass that broke
+/// it, optional printing of the IR after all or named passes, and per-pass wall-clock timing.
+///
+///   pass::PassManager pm({.print_after = {"cse"}, .print_stream = &std::cerr});
+///   pm.add_pipeline("canonicalize,cse,dce");
+///   pm.run(module);                     // throws pass::PassFailure
+///   pm.print_timing(std::cerr);
+
+#include <chrono>
+#include <algorithm>
+#include <cstdio>
+#include <iostream>
+#include <ostream>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "tpullm/ir/text/printer.hpp"
+#include "tpullm/ir/verifier.hpp"
+#include "tpullm/pass/pipeline.hpp"
+
+namespace tpullm::pass {
+
+/// How a PassManager runs its passes.
+struct PassManagerConfig {
+  bool verify_each = true;              ///< verify the input and the IR after every pass
+  std::vector<std::string> print_after; ///< pass names whose output is printed; "all" = every pass
+  std::ostream* print_stream = nullptr; ///< where print-after goes (nullptr: std::cerr)
+  bool timing = false;                  ///< collect per-pass wall-clock times
+};
+
+/// A pass failed or left the IR invalid. diagnostics() hold located errors; each message names
+/// the pass (e.g. "after pass 'cse': 'top.Add' operand #0 is not defined before its use").
+class PassFailure : public std::runtime_error {
+public:
+  PassFailure(std::string pass, std::vector<DiagnosticError> diagnostics)
+      : std::runtime_error(join(diagnostics)), pass_(std::move(pass)),
+        diagnostics_(std::move(diagnostics)) {}
+  /// The pass to blame ("" when the input already failed to verify).
+  const std::string& pass() const { return pass_; }
+  const std::vector<DiagnosticError>& diagnostics() const { return diagnostics_; }
+
+private:
+  static std::string join(const std::vector<DiagnosticError>& d) {
+    std::string s;
+    for (const auto& e : d)
+      append_item(s, "\n", e.what());
+    return s;
+  }
+  std::string pass_;
+  std::vector<DiagnosticError> diagnostics_;
+};
+
+/// Wall-clock time spent in one pipeline entry (accumulated over runs).
+struct PassTiming {
+  std::string pass;          ///< canonical spelling, e.g. "canonicalize{max-iterations=4}"
+  double seconds = 0;        ///< time inside the pass
+  double verify_seconds = 0; ///< time verifying after it
+};
+
+/// A pipeline of bound passes plus run settings.
+class PassManager {
+public:
+  explicit PassManager(PassManagerConfig config = {}) : config_(std::move(config)) {}
+
+  /// Appends the passes of a pipeline string (throws PipelineError).
+  PassManager& add_pipeline(std::string_view pipeline) {
+    for (auto& e : parse_pipeline(pipeline))
+      add_entry(std::move(e));
+    return *this;
+  }
+  /// Appends registered pass `name` with options (throws PipelineError).
+  PassManager& add(std::string_view name, const std::vector<OptionText>& options = {}) {
+    add_entry(bind_pass(name, options));
+    return *this;
+  }
+  /// Appends an unregistered pass (embedders and tests; tools use the registry).
+  PassManager& add(std::string name, PassFn fn) {
+    PipelineEntry e;
+    e.text = std::move(name);
+    e.run = std::move(fn);
+    add_entry(std::move(e));
+    return *this;
+  }
+
+  /// The pipeline as text (canonical spelling).
+  std::string pipeline() const {
+    std::string s;
+    for (const auto& e : entries_)
+      append_item(s, ",", e.text);
+    return s;
+  }
+  std::size_t size() const { return entries_.size(); }
+
+  /// Runs every pass over `m`. Throws PassFailure when the input does not verify, a pass throws,
+  /// or (verify_each) a pass leaves the IR invalid.
+  void run(ir::Module& m) {
+    using clock = std::chrono::steady_clock;
+    if (config_.verify_each)
+      check(m, "", "input IR does not verify: ");
+    for (std::size_t i = 0; i < entries_.size(); ++i) {
+      PipelineEntry& e = entries_[i];
+      const auto t0 = clock::now();
+      try {
+        e.run(m);
+      } catch (const DiagnosticError& err) {
+        throw PassFailure(name_of(e),
+                          {DiagnosticError(err.location(),
+                                           "pass '" + name_of(e) + "' failed: " + err.message())});
+      } catch (const std::exception& err) {
+        throw PassFailure(name_of(e), {DiagnosticError(Location{}, "pass '" + name_of(e) +
+                                                                       "' failed: " + err.what())});
+      }
+      const auto t1 = clock::now();
+      if (config_.verify_each)
+        check(m, name_of(e), "after pass '" + name_of(e) + "': ");
+      const auto t2 = clock::now();
+      if (config_.timing) {
+        timings_[i].seconds += std::chrono::duration<double>(t1 - t0).count();
+        timings_[i].verify_seconds += std::chrono::duration<double>(t2 - t1).count();
+      }
+      if (prints_after(e)) {
+        std::ostream& os = config_.print_stream ? *config_.print_stream : std::cerr;
+        os << "// ----- IR after pass '" << e.text << "' -----\n" << ir::text::print_module(m);
+      }
+    }
+  }
+
+  /// Accumulated timings, one per pipeline entry (zero unless config.timing).
+  const std::vector<PassTiming>& timings() const { return timings_; }
+  void reset_timings() {
+    for (auto& t : timings_)
+      t.seconds = t.verify_seconds = 0;
+  }
+  /// Prints the timing table: one row per pass, then the verifier and the total.
+  void print_timing(std::ostream& os) const {
+    double total = 0, verify = 0;
+    for (const auto& t : timings_) {
+      total += t.seconds + t.verify_seconds;
+      verify += t.verify_seconds;
+    }
+    auto row = [&](double s, const std::string& what) {
+      char buf[64];
+      std::snprintf(buf, sizeof buf, "  %10.6f  %5.1f%%  ", s, total > 0 ? 100.0 * s / total : 0.0);
+      os << buf << what << "\n";
+    };
+    os << "===== pass timing (wall clock) =====\n";
+    os << "    seconds     share  pass\n";
+    for (const auto& t : timings_)
+      row(t.seconds, t.pass);
+    if (config_.verify_each)
+      row(verify, "(verifier, after each pass)");
+    row(total, "total");
+  }
+
+private:
+  static std::string name_of(const PipelineEntry& e) { return e.info ? e.info->name : e.text; }
+  bool prints_after(const PipelineEntry& e) const {
+    const auto& pa = config_.print_after;
+    return std::find(pa.begin(), pa.end(), "all") != pa.end() ||
+           std::find(pa.begin(), pa.end(), name_of(e)) != pa.end() ||
+           std::find(pa.begin(), pa.end(), e.text) != pa.end();
+  }
+  void add_entry(PipelineEntry e) {
+    timings_.push_back({e.text, 0, 0});
+    entries_.push_back(std::move(e));
+  }
+  static void check(const ir::Module& m, const std::string& pass, const std::string& prefix) {
+    auto errs = ir::verify_module(m);
+    if (errs.empty())
+      return;
+    std::vector<DiagnosticError> out;
+    for (const auto& e : errs)
+      out.emplace_back(e.location(), prefix + e.message());
+    throw PassFailure(pass, std::move(out));
+  }
+
+  PassManagerConfig config_;
+  std::vector<PipelineEntry> entries_;
+  std::vector<PassTiming> timings_;
+};
+
+} // namespace tpullm::pass

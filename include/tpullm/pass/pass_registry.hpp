@@ -1,0 +1,38 @@
+#pragma once
+/// THE pass table: every pass the pipeline syntax, tpullm-opt and the compiler know, in one
+/// place. Adding a pass = its function and options struct in pass/passes/<name>.hpp, one row
+/// here, a `.tir` test in tests/ir/passes/, and a line in docs/passes.md.
+
+#include <string_view>
+#include <vector>
+
+#include "tpullm/pass/pass.hpp"
+#include "tpullm/pass/passes/canonicalize.hpp"
+#include "tpullm/pass/passes/cse.hpp"
+#include "tpullm/pass/passes/dce.hpp"
+
+namespace tpullm::pass {
+
+/// Every registered pass, sorted by name.
+inline const std::vector<PassInfo>& pass_registry() {
+  static const std::vector<PassInfo> table = {
+      make_pass<CanonicalizeOptions>(
+          "canonicalize",
+          "fold no-op Reshape/Permute/Slice/Concat/Cast and chains of them; erase dead ops",
+          run_canonicalize),
+      make_pass<NoOptions>("cse", "merge structurally identical side-effect-free ops", run_cse),
+      make_pass<DceOptions>("dce", "erase ops whose results are unused, then unread weights",
+                            run_dce),
+  };
+  return table;
+}
+
+/// The row of pass `name`, or nullptr.
+inline const PassInfo* find_pass(std::string_view name) {
+  for (const auto& p : pass_registry())
+    if (p.name == name)
+      return &p;
+  return nullptr;
+}
+
+} // namespace tpullm::pass

@@ -1,0 +1,20 @@
+#pragma once
+/// Canonicalization of top.Cast:
+///   cast(x) to x's own dtype               -> x
+
+#include "tpullm/rewrite/pattern.hpp"
+
+namespace tpullm::rewrite::patterns {
+
+/// top.Cast to the dtype its input already has folds to its input.
+struct CastToSameType : OpPattern<ir::CastOp> {
+  CastToSameType() : OpPattern("cast-to-same-type") {}
+  bool rewrite_op(ir::Operation* op, const ir::CastOp& c, Rewriter& rw) const override {
+    if (c.dtype != op->operand(0)->type().dtype)
+      return false;
+    rw.replace_op(op, op->operand(0));
+    return true;
+  }
+};
+
+} // namespace tpullm::rewrite::patterns

@@ -1,0 +1,34 @@
+#pragma once
+/// Canonicalization of top.Reshape:
+///   reshape(x) to x's own shape            -> x
+///   reshape(reshape(x, s1), s2)            -> reshape(x, s2)
+
+#include "tpullm/rewrite/pattern.hpp"
+
+namespace tpullm::rewrite::patterns {
+
+/// top.Reshape whose target shape equals its input shape folds to its input.
+struct ReshapeToSameShape : OpPattern<ir::ReshapeOp> {
+  ReshapeToSameShape() : OpPattern("reshape-to-same-shape") {}
+  bool rewrite_op(ir::Operation* op, const ir::ReshapeOp&, Rewriter& rw) const override {
+    ir::Value* x = op->operand(0);
+    if (!(x->type() == op->result(0)->type()))
+      return false;
+    rw.replace_op(op, x);
+    return true;
+  }
+};
+
+/// top.Reshape of a top.Reshape reads the inner reshape's input directly.
+struct ReshapeOfReshape : OpPattern<ir::ReshapeOp> {
+  ReshapeOfReshape() : OpPattern("reshape-of-reshape") {}
+  bool rewrite_op(ir::Operation* op, const ir::ReshapeOp&, Rewriter& rw) const override {
+    ir::Operation* inner = op->operand(0)->defining_op();
+    if (!inner || !inner->is<ir::ReshapeOp>())
+      return false;
+    rw.set_operand(op, 0, inner->operand(0));
+    return true;
+  }
+};
+
+} // namespace tpullm::rewrite::patterns

@@ -1,0 +1,24 @@
+#pragma once
+/// Canonicalization of top.Slice:
+///   slice(x, offsets = 0..., sizes = shape(x)) -> x
+
+#include "tpullm/rewrite/pattern.hpp"
+
+namespace tpullm::rewrite::patterns {
+
+/// top.Slice covering the whole input folds to its input.
+struct SliceWhole : OpPattern<ir::SliceOp> {
+  SliceWhole() : OpPattern("slice-whole") {}
+  bool rewrite_op(ir::Operation* op, const ir::SliceOp& s, Rewriter& rw) const override {
+    ir::Value* x = op->operand(0);
+    if (s.sizes != x->type().shape)
+      return false;
+    for (auto o : s.offsets)
+      if (o != 0)
+        return false;
+    rw.replace_op(op, x);
+    return true;
+  }
+};
+
+} // namespace tpullm::rewrite::patterns
