@@ -1,0 +1,430 @@
+#pragma once
+/// A framework-agnostic description of a llama-shaped decoder: dims, RoPE, norms, quantization,
+/// and for every weight a WeightRef (a zero-copy view into the checkpoint), validated against the
+/// config (presence, dtype, shape) by load_model(). Downstream code (Top builders, interpreter)
+/// sees only slots (layer.q, layer.mlp_norm, ...), never HuggingFace names.
+///
+/// Decoder layer (x: [L, hidden]):
+///   h  = x + o( attn( rope(qk_norm(q(attn_norm(x)) + q_bias)), rope(qk_norm(k(..) + k_bias)),
+///                     v(..) + v_bias ) ) + o_bias
+///   y  = h + down( silu(gate(mlp_norm(h))) * up(mlp_norm(h)) )
+/// logits = lm_head(final_norm(x_last)).
+
+#include "tpullm/frontend/families.hpp"
+#include "tpullm/frontend/hf_config.hpp"
+#include "tpullm/frontend/safetensors.hpp"
+#include "tpullm/support/error.hpp"
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <variant>
+#include <vector>
+
+namespace tpullm::frontend {
+
+/// How a plain tensor is laid out.
+///   vector: [n] (norm gamma, bias);
+///   out_in: [out_features, in_features] row-major, the HF nn.Linear orientation (y = x W^T);
+///   table:  [vocab, hidden] row-major, rows gathered by token id (embedding).
+enum class WeightLayout { vector, out_in, table };
+
+/// Packed-integer weight formats (both pack 32/bits values per int32, low bits first).
+///   gptq: qweight [K/pack, N] (packed along K), qzeros [groups, N/pack] (packed along N),
+///         sequential order; stored zero = real zero - zero_offset.
+///   awq:  qweight [K, N/pack], qzeros [groups, N/pack], both packed along N with the
+///         interleaved order of kAwqPackOrder (4-bit only); no zero offset.
+enum class QuantFormat { gptq, awq };
+
+/// AWQ GEMM packing: column (8c + kAwqPackOrder[s]) of a row is stored in nibble s of word c.
+inline constexpr int kAwqPackOrder[8] = {0, 2, 4, 6, 1, 3, 5, 7};
+
+/// A plain (unquantized) float tensor (F32, F16 or BF16) and its layout.
+struct PlainWeight {
+  /// The stored tensor; shape [n], [out, in] or [vocab, hidden] according to `layout`.
+  TensorView tensor;
+  /// Orientation of the stored data.
+  WeightLayout layout = WeightLayout::vector;
+};
+
+/// A GPTQ/AWQ quantized linear y = x W^T, W: [N=out_features, K=in_features] logically.
+/// Dequantization of logical W^T[k][n]: g = g_idx ? g_idx[k] : k / group_size;
+///   w = (q[k][n] - (z[g][n] + zero_offset)) * scales[g][n]
+/// with q, z the unpacked unsigned `bits`-bit values (z = 2^(bits-1) - zero_offset when qzeros
+/// is absent, i.e. AWQ without zero points).
+struct QuantizedWeight {
+  QuantFormat format = QuantFormat::gptq;
+  /// 4 or 8.
+  int bits = 4;
+  /// K rows per group (config group_size, or K when the config says -1).
+  std::int64_t group_size = 0;
+  /// ceil(K / group_size): rows of scales / qzeros.
+  std::int64_t groups = 0;
+  /// K: input features.
+  std::int64_t in_features = 0;
+  /// N: output features.
+  std::int64_t out_features = 0;
+  /// Added to the unpacked stored zero (1 for GPTQ v1 checkpoints, else 0).
+  int zero_offset = 0;
+  /// Symmetric quantization (informational; the stored zeros are authoritative).
+  bool sym = true;
+  /// GPTQ act-order (desc_act): g_idx is not k / group_size.
+  bool act_order = false;
+  /// int32; gptq [K/pack, N], awq [K, N/pack], pack = 32 / bits.
+  TensorView qweight;
+  /// float (F16 usually) [groups, N].
+  TensorView scales;
+  /// int32 [groups, N/pack]; absent only for AWQ with zero_point=false.
+  std::optional<TensorView> qzeros;
+  /// int32 [K], values in [0, groups); GPTQ only, optional unless act_order.
+  std::optional<TensorView> g_idx;
+  /// True when g_idx is absent or equals k / group_size for every k.
+  bool g_idx_trivial = true;
+};
+
+/// One weight slot: absent, a plain tensor, or a quantized linear.
+struct WeightRef {
+  std::variant<std::monostate, PlainWeight, QuantizedWeight> storage;
+
+  /// False for an absent optional slot (e.g. q_bias of llama).
+  bool present() const noexcept { return !std::holds_alternative<std::monostate>(storage); }
+  /// True for a quantized linear.
+  bool is_quantized() const noexcept { return std::holds_alternative<QuantizedWeight>(storage); }
+  /// The plain tensor; throws Error(internal) if absent or quantized.
+  const PlainWeight& plain() const {
+    const auto* p = std::get_if<PlainWeight>(&storage);
+    check(p != nullptr, ErrorKind::internal, "WeightRef", "not a plain weight");
+    return *p;
+  }
+  /// The quantized linear; throws Error(internal) if absent or plain.
+  const QuantizedWeight& quantized() const {
+    const auto* p = std::get_if<QuantizedWeight>(&storage);
+    check(p != nullptr, ErrorKind::internal, "WeightRef", "not a quantized weight");
+    return *p;
+  }
+  /// Shortcut for plain().tensor.
+  const TensorView& tensor() const { return plain().tensor; }
+  /// Stored name (plain: tensor name; quantized: the qweight tensor name); "" when absent.
+  std::string name() const {
+    if (const auto* p = std::get_if<PlainWeight>(&storage))
+      return p->tensor.name;
+    if (const auto* q = std::get_if<QuantizedWeight>(&storage))
+      return q->qweight.name;
+    return {};
+  }
+};
+
+/// The weights of one decoder layer. Linears are [out, in] (plain) or QuantizedWeight.
+struct LayerWeights {
+  /// [hidden] RMSNorm gamma before attention.
+  WeightRef attn_norm;
+  /// q: [heads*head_dim, hidden]; k, v: [kv_heads*head_dim, hidden]; o: [hidden, heads*head_dim].
+  WeightRef q, k, v, o;
+  /// Optional biases: q [heads*head_dim], k/v [kv_heads*head_dim], o [hidden].
+  WeightRef q_bias, k_bias, v_bias, o_bias;
+  /// Optional per-head RMSNorm gammas [head_dim] applied to q / k before RoPE (qwen3).
+  WeightRef q_norm, k_norm;
+  /// [hidden] RMSNorm gamma before the MLP.
+  WeightRef mlp_norm;
+  /// gate, up: [intermediate, hidden]; down: [hidden, intermediate].
+  WeightRef gate, up, down;
+};
+
+/// Model dimensions.
+struct ModelDims {
+  std::int64_t hidden = 0;
+  std::int64_t intermediate = 0;
+  std::int64_t layers = 0;
+  std::int64_t heads = 0;
+  std::int64_t kv_heads = 0;
+  std::int64_t head_dim = 0;
+  std::int64_t vocab = 0;
+  std::int64_t max_position = 0;
+  /// heads * head_dim (may differ from hidden).
+  std::int64_t q_dim() const noexcept { return heads * head_dim; }
+  /// kv_heads * head_dim.
+  std::int64_t kv_dim() const noexcept { return kv_heads * head_dim; }
+};
+
+/// A validated model: config-derived parameters plus views of every weight.
+struct ModelDesc {
+  ModelFamily family = ModelFamily::llama;
+  /// Checkpoint directory.
+  std::filesystem::path dir;
+  ModelDims dims;
+  RopeConfig rope;
+  /// RMSNorm epsilon (all norms).
+  double norm_eps = 1e-6;
+  /// lm_head shares the embedding table (lm_head refers to the same tensor as embedding).
+  bool tie_word_embeddings = false;
+  /// q/k/v have biases; o has a bias.
+  bool qkv_bias = false, o_bias = false;
+  /// Per-head q/k RMSNorm before RoPE.
+  bool qk_norm = false;
+  /// Quantization of the layer linears (method none: all plain).
+  QuantConfig quant;
+  /// Beginning-of-sequence token id, when the config gives one.
+  std::optional<std::int64_t> bos_token_id;
+  /// End-of-sequence token ids (possibly several).
+  std::vector<std::int64_t> eos_token_ids;
+  /// torch_dtype from the config, when given.
+  std::optional<DType> torch_dtype;
+  /// [vocab, hidden], layout table.
+  WeightRef embedding;
+  /// One entry per decoder layer.
+  std::vector<LayerWeights> layers;
+  /// [hidden].
+  WeightRef final_norm;
+  /// [vocab, hidden] out_in (equal to the embedding tensor when tied).
+  WeightRef lm_head;
+  /// Tensors in the checkpoint not used by the model (only with allow_unused_tensors).
+  std::vector<std::string> unused_tensors;
+  /// The parsed config.json.
+  HfConfig config;
+  /// The checkpoint the views point into (views also keep their files mapped on their own).
+  std::shared_ptr<const Checkpoint> checkpoint;
+};
+
+/// Options for load_model / describe_model.
+struct LoadOptions {
+  /// Accept checkpoint tensors the model does not use (listed in ModelDesc::unused_tensors)
+  /// instead of failing; "*.rotary_emb.inv_freq" and a tied "lm_head.weight" are always ignored.
+  bool allow_unused_tensors = false;
+  /// Check every g_idx entry is in [0, groups) and compute g_idx_trivial (reads K ints/linear).
+  bool check_g_idx_values = true;
+};
+
+namespace detail {
+
+class DescBuilder {
+public:
+  DescBuilder(const HfConfig& c, const Checkpoint& ck, const LoadOptions& o)
+      : cfg(c), ckpt(ck), opts(o) {}
+
+  const TensorView& need(const std::string& name, std::string_view why) {
+    const TensorView* v = ckpt.find(name);
+    if (!v)
+      throw_error(ErrorKind::invalid_input, ckpt.dir().string(), "missing tensor '", name, "' (",
+                  why, ")");
+    used.insert(name);
+    return *v;
+  }
+  const TensorView* maybe(const std::string& name) {
+    const TensorView* v = ckpt.find(name);
+    if (v)
+      used.insert(name);
+    return v;
+  }
+
+  static void expect_shape(const TensorView& v, std::vector<std::int64_t> want,
+                           std::string_view what) {
+    check(v.shape == want, ErrorKind::invalid_input, v.where(), "shape ", shape_str(v.shape),
+          ", expected ", shape_str(want), " (", what, ")");
+  }
+  static void expect_float(const TensorView& v) {
+    check(v.dtype == DType::f32 || v.dtype == DType::f16 || v.dtype == DType::bf16,
+          ErrorKind::unsupported, v.where(), "dtype ", dtype_name(v.dtype),
+          " is not supported for a float weight (F32, F16, BF16)");
+  }
+  static void expect_i32(const TensorView& v) {
+    check(v.dtype == DType::i32, ErrorKind::invalid_input, v.where(), "dtype ", dtype_name(v.dtype),
+          ", expected I32 (packed quantized data)");
+  }
+
+  WeightRef plain(const std::string& name, std::vector<std::int64_t> shape, WeightLayout layout,
+                  std::string_view what) {
+    const TensorView& v = need(name, what);
+    expect_float(v);
+    expect_shape(v, std::move(shape), what);
+    return WeightRef{PlainWeight{v, layout}};
+  }
+  WeightRef optional_plain(const std::string& name, bool expected, std::int64_t n,
+                           std::string_view what) {
+    if (!expected)
+      return {};
+    return plain(name, {n}, WeightLayout::vector, what);
+  }
+
+  /// A linear with K inputs, N outputs at `prefix`.
+  WeightRef linear(const std::string& prefix, std::int64_t k, std::int64_t n,
+                   std::string_view what) {
+    if (cfg.quant.method == QuantMethod::none)
+      return plain(prefix + ".weight", {n, k}, WeightLayout::out_in, what);
+    const QuantConfig& qc = cfg.quant;
+    QuantizedWeight q;
+    q.bits = qc.bits;
+    q.in_features = k;
+    q.out_features = n;
+    q.zero_offset = qc.zero_offset;
+    q.sym = qc.sym;
+    q.act_order = qc.desc_act;
+    q.group_size = qc.group_size == -1 ? k : qc.group_size;
+    q.groups = (k + q.group_size - 1) / q.group_size;
+    const std::int64_t pack = 32 / qc.bits;
+    const std::string where = str_cat(ckpt.dir().string(), ": ", prefix);
+    check(n % pack == 0, ErrorKind::unsupported, where, what, ": out_features ", n,
+          " is not a multiple of ", pack, " (", qc.bits, "-bit packing)");
+    const std::string qw_what = str_cat(what, " ", quant_method_name(qc.method), " qweight");
+    switch (qc.method) {
+    case QuantMethod::gptq: {
+      q.format = QuantFormat::gptq;
+      check(k % pack == 0, ErrorKind::unsupported, where, what, ": in_features ", k,
+            " is not a multiple of ", pack, " (", qc.bits, "-bit packing)");
+      q.qweight = need(prefix + ".qweight", qw_what);
+      expect_i32(q.qweight);
+      expect_shape(q.qweight, {k / pack, n}, str_cat(qw_what, " [K/", pack, ", N]"));
+      break;
+    }
+    case QuantMethod::awq: {
+      q.format = QuantFormat::awq;
+      q.qweight = need(prefix + ".qweight", qw_what);
+      expect_i32(q.qweight);
+      expect_shape(q.qweight, {k, n / pack}, str_cat(qw_what, " [K, N/", pack, "]"));
+      break;
+    }
+    case QuantMethod::none:
+      break;
+    }
+    q.scales = need(prefix + ".scales", str_cat(what, " scales"));
+    expect_float(q.scales);
+    expect_shape(q.scales, {q.groups, n}, str_cat(what, " scales [K/group, N]"));
+    const bool zeros_expected = q.format == QuantFormat::gptq || qc.zero_point;
+    if (zeros_expected) {
+      q.qzeros = need(prefix + ".qzeros", str_cat(what, " qzeros"));
+      expect_i32(*q.qzeros);
+      expect_shape(*q.qzeros, {q.groups, n / pack},
+                   str_cat(what, " qzeros [K/group, N/", pack, "]"));
+    }
+    if (q.format == QuantFormat::gptq) {
+      if (const TensorView* g = maybe(prefix + ".g_idx")) {
+        expect_i32(*g);
+        expect_shape(*g, {k}, str_cat(what, " g_idx [K]"));
+        q.g_idx = *g;
+        if (opts.check_g_idx_values) {
+          const auto idx = g->to_i32();
+          for (std::int64_t i = 0; i < k; ++i) {
+            const std::int32_t gi = idx[static_cast<std::size_t>(i)];
+            check(gi >= 0 && gi < q.groups, ErrorKind::invalid_input, g->where(), "g_idx[", i,
+                  "] = ", gi, " is outside [0, ", q.groups, ")");
+            if (gi != i / q.group_size)
+              q.g_idx_trivial = false;
+          }
+        } else {
+          q.g_idx_trivial = false;
+        }
+      } else {
+        check(!qc.desc_act, ErrorKind::invalid_input, where, what,
+              ": desc_act (act-order) checkpoint has no g_idx tensor '", prefix, ".g_idx'");
+      }
+    }
+    return WeightRef{std::move(q)};
+  }
+
+  const HfConfig& cfg;
+  const Checkpoint& ckpt;
+  const LoadOptions& opts;
+  std::set<std::string, std::less<>> used;
+};
+
+} // namespace detail
+
+/// Builds the ModelDesc of `ckpt` under `cfg`, checking every expected tensor's presence, dtype
+/// and shape (errors name the file, the tensor, and expected vs actual shape), and that no tensor
+/// is left unused (unless opts.allow_unused_tensors).
+inline ModelDesc describe_model(const HfConfig& cfg, std::shared_ptr<const Checkpoint> ckpt,
+                                const LoadOptions& opts = {}) {
+  check(ckpt != nullptr, ErrorKind::internal, "describe_model", "null checkpoint");
+  ModelDesc d;
+  d.family = cfg.family;
+  d.dir = ckpt->dir();
+  d.dims = ModelDims{cfg.hidden_size,         cfg.intermediate_size,      cfg.num_hidden_layers,
+                     cfg.num_attention_heads, cfg.num_key_value_heads,    cfg.head_dim,
+                     cfg.vocab_size,          cfg.max_position_embeddings};
+  d.rope = cfg.rope;
+  d.norm_eps = cfg.rms_norm_eps;
+  d.tie_word_embeddings = cfg.tie_word_embeddings;
+  d.qkv_bias = cfg.qkv_bias;
+  d.o_bias = cfg.o_bias;
+  d.qk_norm = cfg.qk_norm;
+  d.quant = cfg.quant;
+  d.bos_token_id = cfg.bos_token_id;
+  d.eos_token_ids = cfg.eos_token_ids;
+  d.torch_dtype = cfg.torch_dtype;
+  d.config = cfg;
+  d.checkpoint = ckpt;
+
+  detail::DescBuilder b(cfg, *ckpt, opts);
+  const ModelFamily f = cfg.family;
+  const ModelDims& m = d.dims;
+  const std::int64_t q_dim = m.q_dim(), kv_dim = m.kv_dim();
+
+  d.embedding = b.plain(hf_embedding_name(f), {m.vocab, m.hidden}, WeightLayout::table,
+                        "embedding [vocab, hidden]");
+  d.final_norm =
+      b.plain(hf_final_norm_name(f), {m.hidden}, WeightLayout::vector, "final norm [hidden]");
+  if (cfg.tie_word_embeddings) {
+    d.lm_head = WeightRef{PlainWeight{d.embedding.tensor(), WeightLayout::out_in}};
+    if (ckpt->contains(hf_lm_head_name(f)))
+      b.used.insert(hf_lm_head_name(f)); // a saved copy of a tied head is ignored, as in HF
+  } else {
+    d.lm_head = b.plain(hf_lm_head_name(f), {m.vocab, m.hidden}, WeightLayout::out_in,
+                        "lm_head [vocab, hidden] (tie_word_embeddings is false)");
+  }
+
+  d.layers.resize(static_cast<std::size_t>(m.layers));
+  for (std::int64_t i = 0; i < m.layers; ++i) {
+    LayerWeights& L = d.layers[static_cast<std::size_t>(i)];
+    const auto lp = [&](LinearSlot s) { return hf_linear_prefix(f, i, s); };
+    L.attn_norm = b.plain(hf_norm_name(f, i, NormSlot::attn), {m.hidden}, WeightLayout::vector,
+                          "attention norm [hidden]");
+    L.mlp_norm = b.plain(hf_norm_name(f, i, NormSlot::mlp), {m.hidden}, WeightLayout::vector,
+                         "mlp norm [hidden]");
+    L.q = b.linear(lp(LinearSlot::q), m.hidden, q_dim, "q_proj [heads*head_dim, hidden]");
+    L.k = b.linear(lp(LinearSlot::k), m.hidden, kv_dim, "k_proj [kv_heads*head_dim, hidden]");
+    L.v = b.linear(lp(LinearSlot::v), m.hidden, kv_dim, "v_proj [kv_heads*head_dim, hidden]");
+    L.o = b.linear(lp(LinearSlot::o), q_dim, m.hidden, "o_proj [hidden, heads*head_dim]");
+    L.gate = b.linear(lp(LinearSlot::gate), m.hidden, m.intermediate,
+                      "gate_proj [intermediate, hidden]");
+    L.up = b.linear(lp(LinearSlot::up), m.hidden, m.intermediate, "up_proj [intermediate, hidden]");
+    L.down = b.linear(lp(LinearSlot::down), m.intermediate, m.hidden,
+                      "down_proj [hidden, intermediate]");
+    L.q_bias = b.optional_plain(lp(LinearSlot::q) + ".bias", cfg.qkv_bias, q_dim,
+                                "q_proj bias [heads*head_dim]");
+    L.k_bias = b.optional_plain(lp(LinearSlot::k) + ".bias", cfg.qkv_bias, kv_dim,
+                                "k_proj bias [kv_heads*head_dim]");
+    L.v_bias = b.optional_plain(lp(LinearSlot::v) + ".bias", cfg.qkv_bias, kv_dim,
+                                "v_proj bias [kv_heads*head_dim]");
+    L.o_bias =
+        b.optional_plain(lp(LinearSlot::o) + ".bias", cfg.o_bias, m.hidden, "o_proj bias [hidden]");
+    L.q_norm = b.optional_plain(hf_norm_name(f, i, NormSlot::q), cfg.qk_norm, m.head_dim,
+                                "q_norm [head_dim]");
+    L.k_norm = b.optional_plain(hf_norm_name(f, i, NormSlot::k), cfg.qk_norm, m.head_dim,
+                                "k_norm [head_dim]");
+  }
+
+  for (const std::string& name : ckpt->names()) {
+    if (b.used.count(name) || hf_is_ignorable_tensor(f, name))
+      continue;
+    if (opts.allow_unused_tensors) {
+      d.unused_tensors.push_back(name);
+      continue;
+    }
+    throw_error(ErrorKind::invalid_input, ckpt->at(name).where(),
+                "unexpected tensor: not used by a ", family_name(f),
+                " model with this config (e.g. a bias while attention_bias is false, or a "
+                "layer index >= num_hidden_layers)");
+  }
+  return d;
+}
+
+/// Reads `dir`/config.json and the checkpoint in `dir` and returns the validated ModelDesc.
+inline ModelDesc load_model(const std::filesystem::path& dir, const LoadOptions& opts = {}) {
+  const HfConfig cfg = load_hf_config(dir / "config.json");
+  auto ckpt = std::make_shared<const Checkpoint>(Checkpoint::open(dir));
+  return describe_model(cfg, std::move(ckpt), opts);
+}
+
+} // namespace tpullm::frontend
