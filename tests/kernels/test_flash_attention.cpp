@@ -1,0 +1,240 @@
+// Flash attention against a naive double-precision reference.
+//
+// Error bound (documented in docs/kernels-attention.md): for every computed element,
+//   |out - ref| <= tol * max|v|   (max over the valid keys of that kv head)
+// tol = 2e-5 for f32/bf16/f16 caches (the reference reads the same widened 16-bit values, so the
+// bound measures the kernel, not the storage rounding). Sources of error: the exp2 polynomial
+// (~2e-7 relative), f32 accumulation over d and over the keys.
+// Poisoning: k/v slots past S_valid and q rows past L_valid are NaN; out is NaN-filled before the
+// call, rows past L_valid must still be NaN after it (untouched) and every other element finite.
+
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "tpullm/kernels/flash_attention.hpp"
+
+namespace {
+
+using namespace tpullm;
+using namespace tpullm::kernels;
+
+std::vector<Isa> isas_to_test() {
+  std::vector<Isa> v{cpu_features().best()};
+  if (cpu_features().best() != Isa::portable)
+    v.push_back(Isa::portable);
+  if (cpu_features().best() == Isa::avx512)
+    v.push_back(Isa::avx2);
+  return v;
+}
+
+struct FaCase {
+  std::string name;
+  std::int64_t L, L_valid, S, S_valid, q_heads, kv_heads, d;
+  std::int64_t pos0 = 0; ///< position of query row 0 (history length); row i is at pos0 + i
+  bool causal = true;
+  bool reversed_positions = false; ///< positions pos0 + L_valid - 1 - i (order independence)
+  std::size_t budget = 0;          ///< local memory bytes (0 = default)
+  CoreSplit split = {};
+  double tol = 2e-5;
+};
+
+template <class KV>
+KV make_kv(float x) {
+  if constexpr (std::is_same_v<KV, float>)
+    return x;
+  else if constexpr (std::is_same_v<KV, bf16_t>)
+    return bf16_t{f32_to_bf16(x)};
+  else
+    return f16_t{f32_to_f16(x)};
+}
+
+template <class KV>
+float kv_f32(KV x) {
+  return detail::to_f32(x);
+}
+
+template <class KV>
+void run_case(const FaCase& c) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  std::mt19937 rng(1234u + static_cast<unsigned>(c.L * 31 + c.S * 7 + c.d));
+  std::normal_distribution<float> nd(0.f, 1.f);
+  const std::int64_t d = c.d, G = c.q_heads / c.kv_heads;
+  std::vector<float> q(static_cast<std::size_t>(c.L * c.q_heads * d));
+  for (std::int64_t l = 0; l < c.L; ++l)
+    for (std::int64_t e = 0; e < c.q_heads * d; ++e)
+      q[static_cast<std::size_t>(l * c.q_heads * d + e)] = l < c.L_valid ? nd(rng) : nan;
+  std::vector<KV> k(static_cast<std::size_t>(c.S * c.kv_heads * d)), v(k.size());
+  for (std::int64_t j = 0; j < c.S; ++j)
+    for (std::int64_t e = 0; e < c.kv_heads * d; ++e) {
+      const auto i = static_cast<std::size_t>(j * c.kv_heads * d + e);
+      // a larger spread of k makes the softmax peaky, exercising the running-max rescale
+      k[i] = make_kv<KV>(j < c.S_valid ? 2.0f * nd(rng) : nan);
+      v[i] = make_kv<KV>(j < c.S_valid ? nd(rng) : nan);
+    }
+  std::vector<std::int32_t> pos(static_cast<std::size_t>(c.L));
+  for (std::int64_t i = 0; i < c.L; ++i)
+    pos[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(
+        c.reversed_positions ? (i < c.L_valid ? c.pos0 + c.L_valid - 1 - i : 0) : c.pos0 + i);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+
+  // reference in double
+  std::vector<double> ref(q.size(), 0.0);
+  std::vector<double> maxv(static_cast<std::size_t>(c.kv_heads), 0.0);
+  for (std::int64_t h = 0; h < c.kv_heads; ++h)
+    for (std::int64_t j = 0; j < c.S_valid; ++j)
+      for (std::int64_t x = 0; x < d; ++x)
+        maxv[static_cast<std::size_t>(h)] =
+            std::max(maxv[static_cast<std::size_t>(h)],
+                     std::abs(static_cast<double>(
+                         kv_f32(v[static_cast<std::size_t>((j * c.kv_heads + h) * d + x)]))));
+  for (std::int64_t i = 0; i < c.L_valid; ++i)
+    for (std::int64_t h = 0; h < c.q_heads; ++h) {
+      const std::int64_t kvh = h / G;
+      const std::int64_t kend =
+          c.causal ? std::min<std::int64_t>(c.S_valid, pos[static_cast<std::size_t>(i)] + 1)
+                   : c.S_valid;
+      std::vector<double> sc(static_cast<std::size_t>(kend));
+      double mx = -1e300;
+      for (std::int64_t j = 0; j < kend; ++j) {
+        double acc = 0;
+        for (std::int64_t x = 0; x < d; ++x)
+          acc += static_cast<double>(q[static_cast<std::size_t>((i * c.q_heads + h) * d + x)]) *
+                 kv_f32(k[static_cast<std::size_t>((j * c.kv_heads + kvh) * d + x)]);
+        sc[static_cast<std::size_t>(j)] = acc * scale;
+        mx = std::max(mx, acc * scale);
+      }
+      double den = 0;
+      for (auto& s : sc)
+        den += (s = std::exp(s - mx));
+      for (std::int64_t x = 0; x < d; ++x) {
+        double acc = 0;
+        for (std::int64_t j = 0; j < kend; ++j)
+          acc += sc[static_cast<std::size_t>(j)] *
+                 kv_f32(v[static_cast<std::size_t>((j * c.kv_heads + kvh) * d + x)]);
+        ref[static_cast<std::size_t>((i * c.q_heads + h) * d + x)] = acc / den;
+      }
+    }
+
+  AttentionShape shape{c.L, c.L_valid, c.S, c.S_valid, c.q_heads, c.kv_heads, d, scale, c.causal};
+  for (Isa isa : isas_to_test()) {
+    ScopedIsa guard(isa);
+    std::vector<float> out(q.size(), nan);
+    flash_attention<KV>(q, k, v, pos, out, shape, c.split, c.budget);
+    double worst = 0;
+    std::int64_t bad_untouched = 0, non_finite = 0;
+    for (std::int64_t i = 0; i < c.L; ++i)
+      for (std::int64_t h = 0; h < c.q_heads; ++h)
+        for (std::int64_t x = 0; x < d; ++x) {
+          const auto e = static_cast<std::size_t>((i * c.q_heads + h) * d + x);
+          if (i >= c.L_valid) {
+            bad_untouched += !std::isnan(out[e]);
+            continue;
+          }
+          if (!std::isfinite(out[e])) {
+            ++non_finite;
+            continue;
+          }
+          const double err =
+              std::abs(out[e] - ref[e]) / std::max(1e-30, maxv[static_cast<std::size_t>(h / G)]);
+          worst = std::max(worst, err);
+        }
+    INFO(c.name << " kv=" << storage_name<KV>() << " isa=" << isa_name(isa) << " worst=" << worst);
+    CHECK(non_finite == 0);
+    CHECK(bad_untouched == 0);
+    CHECK(worst <= c.tol);
+  }
+}
+
+std::vector<FaCase> numerics_cases() {
+  std::vector<FaCase> cs;
+  const CoreSplit heads2{SplitDim::heads, 2}, rows2{SplitDim::rows, 2};
+  // prefill (S = L, positions from 0)
+  for (std::int64_t d : {32, 64, 80, 128})
+    cs.push_back({"prefill d" + std::to_string(d), 37, 37, 37, 37, 4, 2, d});
+  cs.push_back({"prefill L1", 1, 1, 1, 1, 2, 2, 64});
+  cs.push_back({"prefill gqa7 big", 100, 100, 100, 100, 14, 2, 64, 0, true, false, 0, rows2});
+  cs.push_back({"prefill mha", 70, 70, 70, 70, 3, 3, 64, 0, true, false, 0, heads2});
+  cs.push_back({"prefill mqa", 45, 45, 45, 45, 8, 1, 128});
+  // prefill with history crossing key-tile boundaries, positions not starting at 0
+  cs.push_back({"history 130", 20, 20, 150, 150, 7, 1, 64, 130});
+  cs.push_back({"history 37 gqa2", 64, 64, 101, 101, 4, 2, 80, 37, true, false, 0, rows2});
+  cs.push_back({"history 250 d128", 33, 33, 283, 283, 8, 2, 128, 250});
+  // valid counts below the allocated sizes (pads are NaN-poisoned)
+  cs.push_back({"L_valid<L S_valid<S", 40, 29, 300, 29 + 100, 6, 2, 64, 100});
+  cs.push_back({"prefill padded", 64, 50, 64, 50, 14, 2, 64, 0, true, false, 0, heads2});
+  // decode: L = 1 at the last valid slot of a larger cache
+  for (std::int64_t sv : {1, 2, 17, 128, 129, 300})
+    cs.push_back({"decode S_valid " + std::to_string(sv), 1, 1, 512, sv, 14, 2, 64, sv - 1});
+  cs.push_back({"decode d128 gqa4", 1, 1, 1024, 700, 32, 8, 128, 699, true, false, 0, heads2});
+  cs.push_back({"decode d80 gqa1", 1, 1, 64, 33, 2, 2, 80, 32});
+  cs.push_back({"decode S=1", 1, 1, 1, 1, 7, 1, 32, 0});
+  // position beyond S_valid: every valid key is visible
+  cs.push_back({"pos beyond S_valid", 3, 3, 64, 20, 2, 1, 64, 40});
+  // small budget forces 16x16 tiles; order-independent masking; non-causal
+  cs.push_back({"tiny tiles", 50, 50, 90, 90, 4, 2, 64, 40, true, false, 20 * 1024});
+  cs.push_back({"reversed positions", 30, 30, 60, 60, 4, 2, 64, 30, true, true});
+  cs.push_back({"non-causal", 20, 20, 77, 70, 4, 2, 64, 0, false});
+  return cs;
+}
+
+} // namespace
+
+TEST_CASE("flash_attention f32 matches double reference", "[kernels][attention]") {
+  for (const FaCase& c : numerics_cases()) {
+    SECTION(c.name) {
+      run_case<float>(c);
+    }
+  }
+}
+
+TEST_CASE("flash_attention 16-bit caches", "[kernels][attention]") {
+  FaCase c{"bf16 history", 24, 24, 200, 200, 4, 2, 64, 176};
+  run_case<bf16_t>(c);
+  FaCase c2{"f16 decode", 1, 1, 300, 201, 14, 2, 64, 200};
+  run_case<f16_t>(c2);
+  FaCase c3{"f16 prefill d80", 40, 33, 40, 33, 2, 1, 80};
+  run_case<f16_t>(c3);
+}
+
+TEST_CASE("flash_attention tile choice respects the budget", "[kernels][attention]") {
+  const auto t = choose_attention_tiles(1000, 64, 1 << 20);
+  CHECK(t.q_rows == 64);
+  CHECK(t.k_cols == 128);
+  CHECK(AttentionTiles::bytes(t.q_rows, t.k_cols, 64, false) <= (1u << 20));
+  const auto small = choose_attention_tiles(7, 128, 1 << 20);
+  CHECK(small.q_rows == 16);
+  const auto tight = choose_attention_tiles(1000, 128, 64 * 1024);
+  CHECK(AttentionTiles::bytes(tight.q_rows, tight.k_cols, 128, false) <= 64u * 1024u);
+  CHECK_THROWS_AS(choose_attention_tiles(100, 128, 1024), std::invalid_argument);
+}
+
+TEST_CASE("flash_attention rejects bad arguments", "[kernels][attention]") {
+  std::vector<float> q(2 * 4 * 16, 0.f), kv(8 * 2 * 16, 0.f), out(q.size());
+  std::vector<std::int32_t> pos{0, 1};
+  AttentionShape s{2, 2, 8, 8, 4, 2, 16, 0.25f, true};
+  CHECK_NOTHROW(flash_attention<float>(q, kv, kv, pos, out, s));
+  auto bad = s;
+  bad.q_heads = 3;
+  CHECK_THROWS_AS(flash_attention<float>(q, kv, kv, pos, out, bad), std::invalid_argument);
+  bad = s;
+  bad.S_valid = 9;
+  CHECK_THROWS_AS(flash_attention<float>(q, kv, kv, pos, out, bad), std::invalid_argument);
+  bad = s;
+  bad.L_valid = 3;
+  CHECK_THROWS_AS(flash_attention<float>(q, kv, kv, pos, out, bad), std::invalid_argument);
+  bad = s;
+  bad.S_valid = 0;
+  CHECK_THROWS_AS(flash_attention<float>(q, kv, kv, pos, out, bad), std::invalid_argument);
+  std::vector<std::int32_t> neg{0, -1};
+  CHECK_THROWS_AS(flash_attention<float>(q, kv, kv, neg, out, s), std::invalid_argument);
+  std::vector<float> small_kv(10);
+  CHECK_THROWS_AS(flash_attention<float>(q, small_kv, kv, pos, out, s), std::invalid_argument);
+  CHECK_THROWS_AS(flash_attention<float>(q, kv, kv, pos, out, s, CoreSplit{SplitDim::cols, 2}),
+                  std::invalid_argument);
+}
