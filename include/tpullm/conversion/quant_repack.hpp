@@ -1,0 +1,209 @@
+#pragma once
+/// Unpacking of 4-bit checkpoint formats (GPTQ, AWQ-GEMM) into plain (value, scale, zero) form
+/// and repacking into the kernel library's packed layout (kernels/packed_weights.hpp).
+///
+/// Checkpoint layouts (all int32 words little-endian, nibble i = bits [4i, 4i+4)):
+///   GPTQ  qweight [K/8, N]  : word (r, n) nibble i = q[8r + i][n]               (along K)
+///         qzeros  [G, N/8]  : word (g, c) nibble i = zero[g][8c + i] - 1        ("v1" format)
+///         scales  [G, N] f16, g_idx [K] int32: row k uses group g_idx[k] (act-order = any map)
+///   AWQ   qweight [K, N/8]  : word (k, c) nibble i = q[k][8c + kAwqOrder[i]]    (along N)
+///         qzeros  [G, N/8]  : word (g, c) nibble i = zero[g][8c + kAwqOrder[i]] (no offset)
+///         scales  [G, N] f16, rows in natural order (row k uses group k / group_size)
+/// with kAwqOrder = {0, 2, 4, 6, 1, 3, 5, 7} (AutoAWQ shifts column order_map[i] by 4*i).
+/// Dequantization is w[k][n] = (q[k][n] - zero[g][n]) * scale[g][n] in both.
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <numeric>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "tpullm/kernels/packed_weights.hpp"
+#include "tpullm/support/float16.hpp"
+
+namespace tpullm::conversion {
+
+/// AWQ nibble order: nibble i of a packed word holds column 8c + kAwqOrder[i].
+inline constexpr std::array<int, 8> kAwqOrder = {0, 2, 4, 6, 1, 3, 5, 7};
+
+/// A 4-bit quantized W: [K, N] in plain form: w[k][n] = (q[k][n] - zeros[g][n]) * scales[g][n]
+/// with g = g_idx[k].
+struct Int4Plain {
+  std::int64_t K = 0, N = 0;       ///< logical shape of W
+  std::int64_t group_size = 0;     ///< rows per group (checkpoint's group_size)
+  std::vector<std::uint8_t> q;     ///< [K, N] row-major, values in [0, 15]
+  std::vector<float> scales;       ///< [G, N] row-major, G = K / group_size
+  std::vector<std::uint8_t> zeros; ///< [G, N] row-major, real zero points in [0, 15]
+  std::vector<std::int32_t> g_idx; ///< [K] group of each row
+
+  /// W: [K, N] row-major f32 (reference dequantization).
+  std::vector<float> dequantize() const {
+    std::vector<float> w(static_cast<std::size_t>(K * N));
+    for (std::int64_t k = 0; k < K; ++k) {
+      const std::int64_t g = g_idx[static_cast<std::size_t>(k)];
+      for (std::int64_t n = 0; n < N; ++n)
+        w[k * N + n] = (static_cast<float>(q[k * N + n]) - static_cast<float>(zeros[g * N + n])) *
+                       scales[g * N + n];
+    }
+    return w;
+  }
+};
+
+namespace detail {
+inline void expect_size(const char* what, std::size_t have, std::int64_t want) {
+  if (static_cast<std::int64_t>(have) != want)
+    throw std::invalid_argument(std::string(what) + ": expected " + std::to_string(want) +
+                                " elements, got " + std::to_string(have));
+}
+inline std::uint8_t nib(std::int32_t word, int i) {
+  return static_cast<std::uint8_t>((static_cast<std::uint32_t>(word) >> (4 * i)) & 0xF);
+}
+inline std::int64_t groups_of(const char* what, std::int64_t K, std::int64_t N,
+                              std::int64_t group_size) {
+  if (K <= 0 || N <= 0 || K % 8 != 0 || N % 8 != 0)
+    throw std::invalid_argument(std::string(what) + ": K and N must be positive multiples of 8, " +
+                                "got K=" + std::to_string(K) + " N=" + std::to_string(N));
+  if (group_size <= 0 || K % group_size != 0)
+    throw std::invalid_argument(std::string(what) + ": K=" + std::to_string(K) +
+                                " is not a multiple of group_size=" + std::to_string(group_size));
+  return K / group_size;
+}
+} // namespace detail
+
+/// Unpacks GPTQ 4-bit tensors of a W: [K, N] linear (HF in_features = K, out_features = N).
+/// qweight: [K/8, N], qzeros: [G, N/8], scales: [G, N] f16 bits, g_idx: [K] (empty = k /
+/// group_size). `zero_offset` is added to stored zeros: 1 for "v1" checkpoints (stored zero-1),
+/// 0 for "v2". Throws std::invalid_argument on size mismatch or g_idx out of [0, G).
+inline Int4Plain unpack_gptq(std::span<const std::int32_t> qweight,
+                             std::span<const std::int32_t> qzeros,
+                             std::span<const std::uint16_t> scales,
+                             std::span<const std::int32_t> g_idx, std::int64_t K, std::int64_t N,
+                             std::int64_t group_size, int zero_offset = 1) {
+  const std::int64_t G = detail::groups_of("unpack_gptq", K, N, group_size);
+  detail::expect_size("unpack_gptq qweight [K/8, N]", qweight.size(), K / 8 * N);
+  detail::expect_size("unpack_gptq qzeros [G, N/8]", qzeros.size(), G * N / 8);
+  detail::expect_size("unpack_gptq scales [G, N]", scales.size(), G * N);
+  if (!g_idx.empty())
+    detail::expect_size("unpack_gptq g_idx [K]", g_idx.size(), K);
+  Int4Plain p;
+  p.K = K;
+  p.N = N;
+  p.group_size = group_size;
+  p.q.resize(static_cast<std::size_t>(K * N));
+  for (std::int64_t r = 0; r < K / 8; ++r)
+    for (std::int64_t n = 0; n < N; ++n)
+      for (int i = 0; i < 8; ++i)
+        p.q[(8 * r + i) * N + n] = detail::nib(qweight[r * N + n], i);
+  p.zeros.resize(static_cast<std::size_t>(G * N));
+  for (std::int64_t g = 0; g < G; ++g)
+    for (std::int64_t c = 0; c < N / 8; ++c)
+      for (int i = 0; i < 8; ++i) {
+        const int z = detail::nib(qzeros[g * (N / 8) + c], i) + zero_offset;
+        if (z < 0 || z > 15)
+          throw std::invalid_argument("unpack_gptq: zero point " + std::to_string(z) + " (group " +
+                                      std::to_string(g) + ") is outside [0, 15]");
+        p.zeros[g * N + 8 * c + i] = static_cast<std::uint8_t>(z);
+      }
+  p.scales.resize(static_cast<std::size_t>(G * N));
+  for (std::size_t i = 0; i < p.scales.size(); ++i)
+    p.scales[i] = f16_to_f32(scales[i]);
+  p.g_idx.resize(static_cast<std::size_t>(K));
+  for (std::int64_t k = 0; k < K; ++k) {
+    const std::int64_t g = g_idx.empty() ? k / group_size : g_idx[static_cast<std::size_t>(k)];
+    if (g < 0 || g >= G)
+      throw std::invalid_argument("unpack_gptq: g_idx[" + std::to_string(k) + "]=" +
+                                  std::to_string(g) + " is outside [0, " + std::to_string(G) + ")");
+    p.g_idx[static_cast<std::size_t>(k)] = static_cast<std::int32_t>(g);
+  }
+  return p;
+}
+
+/// Unpacks AWQ (GEMM layout) 4-bit tensors of W: [K, N]: qweight: [K, N/8], qzeros: [G, N/8],
+/// scales: [G, N] f16 bits. Throws std::invalid_argument on size mismatch.
+inline Int4Plain unpack_awq(std::span<const std::int32_t> qweight,
+                            std::span<const std::int32_t> qzeros,
+                            std::span<const std::uint16_t> scales, std::int64_t K, std::int64_t N,
+                            std::int64_t group_size) {
+  const std::int64_t G = detail::groups_of("unpack_awq", K, N, group_size);
+  detail::expect_size("unpack_awq qweight [K, N/8]", qweight.size(), K * N / 8);
+  detail::expect_size("unpack_awq qzeros [G, N/8]", qzeros.size(), G * N / 8);
+  detail::expect_size("unpack_awq scales [G, N]", scales.size(), G * N);
+  Int4Plain p;
+  p.K = K;
+  p.N = N;
+  p.group_size = group_size;
+  p.q.resize(static_cast<std::size_t>(K * N));
+  for (std::int64_t k = 0; k < K; ++k)
+    for (std::int64_t c = 0; c < N / 8; ++c)
+      for (int i = 0; i < 8; ++i)
+        p.q[k * N + 8 * c + kAwqOrder[i]] = detail::nib(qweight[k * (N / 8) + c], i);
+  p.zeros.resize(static_cast<std::size_t>(G * N));
+  for (std::int64_t g = 0; g < G; ++g)
+    for (std::int64_t c = 0; c < N / 8; ++c)
+      for (int i = 0; i < 8; ++i)
+        p.zeros[g * N + 8 * c + kAwqOrder[i]] = detail::nib(qzeros[g * (N / 8) + c], i);
+  p.scales.resize(static_cast<std::size_t>(G * N));
+  for (std::size_t i = 0; i < p.scales.size(); ++i)
+    p.scales[i] = f16_to_f32(scales[i]);
+  p.g_idx.resize(static_cast<std::size_t>(K));
+  for (std::int64_t k = 0; k < K; ++k)
+    p.g_idx[static_cast<std::size_t>(k)] = static_cast<std::int32_t>(k / group_size);
+  return p;
+}
+
+/// Row order that makes groups contiguous: perm[j] = original row stored at packed row j
+/// (stable sort of rows by g_idx). Throws unless every group has exactly group_size rows.
+inline std::vector<std::int32_t> group_sorted_rows(const Int4Plain& p) {
+  const std::int64_t G = p.K / p.group_size;
+  std::vector<std::int64_t> count(static_cast<std::size_t>(G), 0);
+  for (std::int32_t g : p.g_idx)
+    ++count[static_cast<std::size_t>(g)];
+  for (std::int64_t g = 0; g < G; ++g)
+    if (count[static_cast<std::size_t>(g)] != p.group_size)
+      throw std::invalid_argument("repack: group " + std::to_string(g) + " has " +
+                                  std::to_string(count[static_cast<std::size_t>(g)]) +
+                                  " rows in g_idx, the packed layout needs exactly group_size=" +
+                                  std::to_string(p.group_size));
+  std::vector<std::int32_t> perm(static_cast<std::size_t>(p.K));
+  std::iota(perm.begin(), perm.end(), 0);
+  std::stable_sort(perm.begin(), perm.end(), [&](std::int32_t a, std::int32_t b) {
+    return p.g_idx[static_cast<std::size_t>(a)] < p.g_idx[static_cast<std::size_t>(b)];
+  });
+  return perm;
+}
+
+/// Packs plain int4 into the kernel layout. All zero points == 8 gives int4_sym (no zeros
+/// stored), otherwise int4_asym. Rows are group-sorted with k_perm set when g_idx is not
+/// k / group_size (act-order).
+inline kernels::PackedWeights repack_int4(const Int4Plain& p, bool allow_sym = true) {
+  const std::int64_t K = p.K, N = p.N, G = K / p.group_size;
+  bool natural = true;
+  for (std::int64_t k = 0; k < K; ++k)
+    natural = natural && p.g_idx[static_cast<std::size_t>(k)] == k / p.group_size;
+  std::vector<std::int32_t> perm;
+  if (!natural)
+    perm = group_sorted_rows(p);
+  const bool sym = allow_sym && std::all_of(p.zeros.begin(), p.zeros.end(),
+                                            [](std::uint8_t z) { return z == 8; });
+  auto src_row = [&](std::int64_t j) {
+    return perm.empty() ? j : perm[static_cast<std::size_t>(j)];
+  };
+  if (sym) {
+    std::vector<std::int8_t> q(static_cast<std::size_t>(K * N));
+    for (std::int64_t j = 0; j < K; ++j)
+      for (std::int64_t n = 0; n < N; ++n)
+        q[j * N + n] = static_cast<std::int8_t>(static_cast<int>(p.q[src_row(j) * N + n]) - 8);
+    return kernels::pack_int4_sym(q, p.scales, K, N, p.group_size, perm);
+  }
+  std::vector<std::uint8_t> q(static_cast<std::size_t>(K * N));
+  for (std::int64_t j = 0; j < K; ++j)
+    for (std::int64_t n = 0; n < N; ++n)
+      q[j * N + n] = p.q[src_row(j) * N + n];
+  (void)G;
+  return kernels::pack_int4_asym(q, p.scales, p.zeros, K, N, p.group_size, perm);
+}
+
+} // namespace tpullm::conversion

@@ -1,0 +1,464 @@
+#pragma once
+/// Packed weight layouts the compiler repacks linear-layer weights into, for kernels/matmul.hpp
+/// and kernels/mlp.hpp.
+///
+/// A logical weight is W: [K, N] (y[M, N] = x[M, K] · W). Every format uses the same outer
+/// layout: N is cut into *panels* of `kPanelCols` = 32 columns (the last panel is zero-padded),
+/// and each panel stores its K rows one after the other ("N-blocked panels, K-contiguous"):
+///
+///   data    = panel 0 | panel 1 | ... | panel P-1        P = ceil(N / 32)
+///   panel p = row 0 | row 1 | ... | row Kp-1             row = the 32 columns [32p, 32p+32) at k
+///
+/// A row occupies `row_bytes(format)` bytes on average:
+///   - f32  : 128 B, 32 little-endian IEEE f32, column order 0..31.
+///   - f16  :  64 B, 32 IEEE binary16, column order 0..31.
+///   - bf16 :  64 B, 32 bfloat16 in column order 0,16,1,17,...,15,31: the 32-bit word j (bytes
+///             4j..4j+3) holds column j in its low half and column j+16 in its high half, so a
+///             shift / mask of 16 dwords yields columns 0..15 / 16..31 as f32.
+///   - int8 :  32 B. Rows are stored in *quads* of 4 (K is padded with zero rows to Kp, a
+///             multiple of 4): quad t (rows 4t..4t+3) is 128 B whose 32-bit word c (bytes
+///             4c..4c+3) holds column c, byte j = q[4t + j][c] (two's complement). This is the
+///             operand layout of VPDPBUSD (4 consecutive k per dword lane).
+///   - int4_sym / int4_asym: 16 B. Rows are stored in *octets* of 8 (K padded to Kp, a multiple
+///             of 8): octet t (rows 8t..8t+7) is 128 B whose word c holds column c, byte j =
+///             u[8t + j][c] | u[8t + 4 + j][c] << 4 (unsigned nibbles u in [0, 15]), so
+///             `word & 0x0F0F0F0F` gives rows 8t..8t+3 and `(word >> 4) & 0x0F0F0F0F` rows
+///             8t+4..8t+7 as VPDPBUSD operands.
+/// Padded rows are zero; kernels pad x with zeros to match (stored rows = Kp = `stored_rows()`).
+///
+/// Quantized formats carry per-group parameters. Groups are `group_size` consecutive rows along
+/// K (group g = rows [g*group_size, (g+1)*group_size)); group_size == K is per-output-channel
+/// (its single group also covers the padding rows). Otherwise group_size must be a multiple of the
+/// row group (4 for int8, 8 for int4) so groups start on quad / octet boundaries.
+///   scales = [P][G][32] f32          (G = K / group_size; padded columns hold 0)
+///   zeros  = [P][G][32] uint8 in [0,15] (int4_asym only; empty otherwise)
+/// and dequantize as
+///   int8      : w[k][n] = q * scale[g][n]
+///   int4_sym  : w[k][n] = (u - 8) * scale[g][n]
+///   int4_asym : w[k][n] = (u - zero[g][n]) * scale[g][n]
+/// with g = k / group_size. Per panel, weights, scales and zeros are each one contiguous run, so
+/// a GEMV streams three arrays front to back; the GEMM path decodes a [kc, 32] block of one panel
+/// into an f32 tile in L1 and reuses it for every row of x.
+///
+/// Act-order checkpoints (GPTQ desc_act: row k uses group g_idx[k]) are packed with their rows
+/// sorted by group; `k_perm[j]` is then the original row stored at packed row j, and the kernels
+/// read x[:, k_perm[j]] for it. `k_perm` is empty when rows are in natural order.
+
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <new>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "tpullm/support/float16.hpp"
+
+namespace tpullm::kernels {
+
+/// Columns per panel of every packed format.
+inline constexpr std::int64_t kPanelCols = 32;
+
+/// Storage format of a packed weight matrix (see the file comment for the byte layouts).
+enum class WeightFormat : std::uint8_t { f32, bf16, f16, int8, int4_sym, int4_asym };
+
+/// Printable name ("f32", "bf16", "f16", "int8", "int4_sym", "int4_asym").
+constexpr std::string_view format_name(WeightFormat f) {
+  switch (f) {
+  case WeightFormat::f32:
+    return "f32";
+  case WeightFormat::bf16:
+    return "bf16";
+  case WeightFormat::f16:
+    return "f16";
+  case WeightFormat::int8:
+    return "int8";
+  case WeightFormat::int4_sym:
+    return "int4_sym";
+  case WeightFormat::int4_asym:
+    return "int4_asym";
+  }
+  return "?";
+}
+
+/// Bytes of one packed row (32 columns at one k) of format `f`.
+constexpr std::int64_t row_bytes(WeightFormat f) {
+  switch (f) {
+  case WeightFormat::f32:
+    return 128;
+  case WeightFormat::bf16:
+  case WeightFormat::f16:
+    return 64;
+  case WeightFormat::int8:
+    return 32;
+  case WeightFormat::int4_sym:
+  case WeightFormat::int4_asym:
+    return 16;
+  }
+  return 0;
+}
+
+/// Rows stored together (1 for float formats, 4 for int8 quads, 8 for int4 octets).
+constexpr std::int64_t row_group(WeightFormat f) {
+  switch (f) {
+  case WeightFormat::f32:
+  case WeightFormat::bf16:
+  case WeightFormat::f16:
+    return 1;
+  case WeightFormat::int8:
+    return 4;
+  case WeightFormat::int4_sym:
+  case WeightFormat::int4_asym:
+    return 8;
+  }
+  return 1;
+}
+
+/// True for the formats that carry scales (int8, int4_sym, int4_asym).
+constexpr bool is_quantized(WeightFormat f) {
+  switch (f) {
+  case WeightFormat::f32:
+  case WeightFormat::bf16:
+  case WeightFormat::f16:
+    return false;
+  case WeightFormat::int8:
+  case WeightFormat::int4_sym:
+  case WeightFormat::int4_asym:
+    return true;
+  }
+  return false;
+}
+
+/// 64-byte aligned, zero-initialised, move-only array of trivially copyable T.
+template <class T>
+class AlignedArray {
+public:
+  AlignedArray() = default;
+  /// n zero-initialised elements.
+  explicit AlignedArray(std::size_t n) : n_(n) {
+    if (n) {
+      const std::size_t bytes = (n * sizeof(T) + 63) / 64 * 64;
+      p_.reset(static_cast<T*>(std::aligned_alloc(64, bytes)));
+      if (!p_)
+        throw std::bad_alloc();
+      std::memset(static_cast<void*>(p_.get()), 0, bytes);
+    }
+  }
+  T* data() { return p_.get(); }
+  const T* data() const { return p_.get(); }
+  std::size_t size() const { return n_; }
+  bool empty() const { return n_ == 0; }
+  T& operator[](std::size_t i) { return p_.get()[i]; }
+  const T& operator[](std::size_t i) const { return p_.get()[i]; }
+  std::span<T> span() { return {data(), n_}; }
+  std::span<const T> span() const { return {data(), n_}; }
+
+private:
+  struct Free {
+    void operator()(T* p) const { std::free(p); }
+  };
+  std::unique_ptr<T, Free> p_;
+  std::size_t n_ = 0;
+};
+
+/// A weight W: [K, N] in one of the packed formats above.
+struct PackedWeights {
+  WeightFormat format = WeightFormat::f32; ///< storage format
+  std::int64_t K = 0;                      ///< rows (input features)
+  std::int64_t N = 0;                      ///< columns (output features)
+  std::int64_t group_size = 0;             ///< rows per scale group; K for per-channel / floats
+  AlignedArray<std::uint8_t> data;         ///< [P][Kp][row_bytes] panels (see file comment)
+  AlignedArray<float> scales;              ///< [P][G][32] (quantized formats), else empty
+  AlignedArray<std::uint8_t> zeros;        ///< [P][G][32] (int4_asym), else empty
+  std::vector<std::int32_t> k_perm;        ///< [K] original row of packed row j, or empty
+
+  /// Rows actually stored per panel: K rounded up to the format's row group.
+  std::int64_t stored_rows() const {
+    return (K + row_group(format) - 1) / row_group(format) * row_group(format);
+  }
+  /// Rows covered by one scale group in storage (group_size, or stored_rows() if per-channel).
+  std::int64_t group_rows() const { return group_size == K ? stored_rows() : group_size; }
+  /// Number of 32-column panels, ceil(N / 32).
+  std::int64_t panels() const { return (N + kPanelCols - 1) / kPanelCols; }
+  /// Number of groups along K (1 for float formats).
+  std::int64_t groups() const { return group_size > 0 ? K / group_size : 1; }
+  /// Bytes of one panel's weight rows.
+  std::int64_t panel_bytes() const { return stored_rows() * row_bytes(format); }
+  /// Bytes a kernel reads for the whole matrix: weights + scales + zeros.
+  std::int64_t total_bytes() const {
+    return static_cast<std::int64_t>(data.size() + scales.size() * sizeof(float) + zeros.size());
+  }
+};
+
+namespace detail {
+
+inline void check_pack_shape(std::string_view what, std::int64_t K, std::int64_t N,
+                             std::size_t have, std::size_t want_elems) {
+  if (K <= 0 || N <= 0)
+    throw std::invalid_argument(std::string(what) + ": K and N must be positive, got K=" +
+                                std::to_string(K) + " N=" + std::to_string(N));
+  if (have != want_elems)
+    throw std::invalid_argument(std::string(what) + ": expected " + std::to_string(want_elems) +
+                                " elements for [K=" + std::to_string(K) +
+                                ", N=" + std::to_string(N) + "], got " + std::to_string(have));
+}
+
+inline std::int64_t check_group(std::string_view what, std::int64_t K, std::int64_t group,
+                                std::int64_t rg) {
+  if (group <= 0 || K % group != 0)
+    throw std::invalid_argument(std::string(what) + ": K=" + std::to_string(K) +
+                                " is not a multiple of group_size=" + std::to_string(group));
+  if (group != K && group % rg != 0)
+    throw std::invalid_argument(std::string(what) + ": group_size=" + std::to_string(group) +
+                                " must be a multiple of " + std::to_string(rg) +
+                                " (or equal K for per-channel scales)");
+  return K / group;
+}
+
+inline PackedWeights make_packed(WeightFormat f, std::int64_t K, std::int64_t N,
+                                 std::int64_t group) {
+  PackedWeights w;
+  w.format = f;
+  w.K = K;
+  w.N = N;
+  w.group_size = group;
+  w.data = AlignedArray<std::uint8_t>(static_cast<std::size_t>(w.panels() * w.panel_bytes()));
+  if (is_quantized(f))
+    w.scales = AlignedArray<float>(static_cast<std::size_t>(w.panels() * w.groups() * kPanelCols));
+  if (f == WeightFormat::int4_asym)
+    w.zeros =
+        AlignedArray<std::uint8_t>(static_cast<std::size_t>(w.panels() * w.groups() * kPanelCols));
+  return w;
+}
+
+/// Byte offset of (k, n) inside `data` (for int4: the byte holding the nibble, see nibble_high).
+inline std::int64_t elem_offset(WeightFormat f, std::int64_t Kp, std::int64_t k, std::int64_t n) {
+  const std::int64_t p = n / kPanelCols, c = n % kPanelCols;
+  const std::int64_t rg = row_group(f);
+  const std::int64_t base = (p * Kp + k / rg * rg) * row_bytes(f); // start of the row group
+  switch (f) {
+  case WeightFormat::f32:
+    return base + 4 * c;
+  case WeightFormat::f16:
+    return base + 2 * c;
+  case WeightFormat::bf16:
+    return base + (c < 16 ? 4 * c : 4 * (c - 16) + 2);
+  case WeightFormat::int8:
+    return base + 4 * c + k % 4;
+  case WeightFormat::int4_sym:
+  case WeightFormat::int4_asym:
+    return base + 4 * c + (k % 8) % 4;
+  }
+  return 0;
+}
+
+/// For int4: whether row k's nibble is the high one of its byte.
+inline bool nibble_high(std::int64_t k) {
+  return k % 8 >= 4;
+}
+
+inline void pack_group_params(PackedWeights& w, std::span<const float> scales,
+                              std::span<const std::uint8_t> zeros) {
+  const std::int64_t G = w.groups(), N = w.N;
+  for (std::int64_t g = 0; g < G; ++g)
+    for (std::int64_t n = 0; n < N; ++n) {
+      const std::int64_t dst = ((n / kPanelCols) * G + g) * kPanelCols + n % kPanelCols;
+      w.scales[dst] = scales[g * N + n];
+      if (!zeros.empty())
+        w.zeros[dst] = zeros[g * N + n];
+    }
+}
+
+inline void set_nibble(PackedWeights& w, std::int64_t k, std::int64_t n, std::uint8_t u) {
+  const std::int64_t off = elem_offset(w.format, w.stored_rows(), k, n);
+  if (!nibble_high(k))
+    w.data[off] = static_cast<std::uint8_t>((w.data[off] & 0xF0) | u);
+  else
+    w.data[off] = static_cast<std::uint8_t>((w.data[off] & 0x0F) | (u << 4));
+}
+
+inline std::uint8_t get_nibble(const PackedWeights& w, std::int64_t k, std::int64_t n) {
+  const std::uint8_t b = w.data[elem_offset(w.format, w.stored_rows(), k, n)];
+  return nibble_high(k) ? (b >> 4) : (b & 0x0F);
+}
+
+inline void check_perm(std::string_view what, std::span<const std::int32_t> perm, std::int64_t K) {
+  if (perm.empty())
+    return;
+  if (static_cast<std::int64_t>(perm.size()) != K)
+    throw std::invalid_argument(std::string(what) + ": k_perm has " + std::to_string(perm.size()) +
+                                " entries, K=" + std::to_string(K));
+  std::vector<char> seen(static_cast<std::size_t>(K), 0);
+  for (std::int32_t v : perm) {
+    if (v < 0 || v >= K || seen[static_cast<std::size_t>(v)])
+      throw std::invalid_argument(std::string(what) + ": k_perm is not a permutation of [0, K)");
+    seen[static_cast<std::size_t>(v)] = 1;
+  }
+}
+
+} // namespace detail
+
+/// Packs f32 W: [K, N] row-major into WeightFormat::f32 panels.
+inline PackedWeights pack_f32(std::span<const float> w, std::int64_t K, std::int64_t N) {
+  detail::check_pack_shape("pack_f32", K, N, w.size(), static_cast<std::size_t>(K * N));
+  PackedWeights p = detail::make_packed(WeightFormat::f32, K, N, K);
+  for (std::int64_t k = 0; k < K; ++k)
+    for (std::int64_t n = 0; n < N; ++n)
+      std::memcpy(p.data.data() + detail::elem_offset(p.format, p.stored_rows(), k, n),
+                  &w[k * N + n], 4);
+  return p;
+}
+
+/// Packs bf16 bits W: [K, N] row-major into WeightFormat::bf16 panels (interleaved 0,16,1,17..).
+inline PackedWeights pack_bf16(std::span<const std::uint16_t> w, std::int64_t K, std::int64_t N) {
+  detail::check_pack_shape("pack_bf16", K, N, w.size(), static_cast<std::size_t>(K * N));
+  PackedWeights p = detail::make_packed(WeightFormat::bf16, K, N, K);
+  for (std::int64_t k = 0; k < K; ++k)
+    for (std::int64_t n = 0; n < N; ++n)
+      std::memcpy(p.data.data() + detail::elem_offset(p.format, p.stored_rows(), k, n),
+                  &w[k * N + n], 2);
+  return p;
+}
+
+/// Packs f16 bits W: [K, N] row-major into WeightFormat::f16 panels.
+inline PackedWeights pack_f16(std::span<const std::uint16_t> w, std::int64_t K, std::int64_t N) {
+  detail::check_pack_shape("pack_f16", K, N, w.size(), static_cast<std::size_t>(K * N));
+  PackedWeights p = detail::make_packed(WeightFormat::f16, K, N, K);
+  for (std::int64_t k = 0; k < K; ++k)
+    for (std::int64_t n = 0; n < N; ++n)
+      std::memcpy(p.data.data() + detail::elem_offset(p.format, p.stored_rows(), k, n),
+                  &w[k * N + n], 2);
+  return p;
+}
+
+/// Packs int8 q: [K, N] row-major with scales: [K/group_size, N] row-major (w = q * scale).
+/// group_size == K gives per-output-channel scales. Throws if K % group_size != 0.
+inline PackedWeights pack_int8(std::span<const std::int8_t> q, std::span<const float> scales,
+                               std::int64_t K, std::int64_t N, std::int64_t group_size) {
+  detail::check_pack_shape("pack_int8", K, N, q.size(), static_cast<std::size_t>(K * N));
+  const std::int64_t G = detail::check_group("pack_int8", K, group_size, 4);
+  detail::check_pack_shape("pack_int8 scales", G, N, scales.size(),
+                           static_cast<std::size_t>(G * N));
+  PackedWeights p = detail::make_packed(WeightFormat::int8, K, N, group_size);
+  for (std::int64_t k = 0; k < K; ++k)
+    for (std::int64_t n = 0; n < N; ++n)
+      p.data[detail::elem_offset(p.format, p.stored_rows(), k, n)] =
+          static_cast<std::uint8_t>(q[k * N + n]);
+  detail::pack_group_params(p, scales, {});
+  return p;
+}
+
+/// Packs int8 with per-output-channel scales: q: [K, N], scales: [N] (w = q * scale[n]).
+inline PackedWeights pack_int8_per_channel(std::span<const std::int8_t> q,
+                                           std::span<const float> scales, std::int64_t K,
+                                           std::int64_t N) {
+  return pack_int8(q, scales, K, N, K);
+}
+
+/// Packs symmetric int4: q: [K, N] row-major int8 values in [-8, 7], scales: [K/group_size, N]
+/// (w = q * scale). `k_perm` (optional, [K]) names the original row of each packed row.
+inline PackedWeights pack_int4_sym(std::span<const std::int8_t> q, std::span<const float> scales,
+                                   std::int64_t K, std::int64_t N, std::int64_t group_size,
+                                   std::span<const std::int32_t> k_perm = {}) {
+  detail::check_pack_shape("pack_int4_sym", K, N, q.size(), static_cast<std::size_t>(K * N));
+  const std::int64_t G = detail::check_group("pack_int4_sym", K, group_size, 8);
+  detail::check_pack_shape("pack_int4_sym scales", G, N, scales.size(),
+                           static_cast<std::size_t>(G * N));
+  detail::check_perm("pack_int4_sym", k_perm, K);
+  PackedWeights p = detail::make_packed(WeightFormat::int4_sym, K, N, group_size);
+  for (std::int64_t k = 0; k < K; ++k)
+    for (std::int64_t n = 0; n < N; ++n) {
+      const int v = q[k * N + n];
+      if (v < -8 || v > 7)
+        throw std::invalid_argument("pack_int4_sym: value " + std::to_string(v) +
+                                    " at (k=" + std::to_string(k) + ", n=" + std::to_string(n) +
+                                    ") is outside [-8, 7]");
+      detail::set_nibble(p, k, n, static_cast<std::uint8_t>(v + 8));
+    }
+  detail::pack_group_params(p, scales, {});
+  p.k_perm.assign(k_perm.begin(), k_perm.end());
+  return p;
+}
+
+/// Packs asymmetric int4: q: [K, N] row-major in [0, 15], scales and zeros: [K/group_size, N]
+/// (zeros in [0, 15]; w = (q - zero) * scale). `k_perm` as in pack_int4_sym.
+inline PackedWeights pack_int4_asym(std::span<const std::uint8_t> q, std::span<const float> scales,
+                                    std::span<const std::uint8_t> zeros, std::int64_t K,
+                                    std::int64_t N, std::int64_t group_size,
+                                    std::span<const std::int32_t> k_perm = {}) {
+  detail::check_pack_shape("pack_int4_asym", K, N, q.size(), static_cast<std::size_t>(K * N));
+  const std::int64_t G = detail::check_group("pack_int4_asym", K, group_size, 8);
+  detail::check_pack_shape("pack_int4_asym scales", G, N, scales.size(),
+                           static_cast<std::size_t>(G * N));
+  detail::check_pack_shape("pack_int4_asym zeros", G, N, zeros.size(),
+                           static_cast<std::size_t>(G * N));
+  detail::check_perm("pack_int4_asym", k_perm, K);
+  PackedWeights p = detail::make_packed(WeightFormat::int4_asym, K, N, group_size);
+  for (std::int64_t k = 0; k < K; ++k)
+    for (std::int64_t n = 0; n < N; ++n) {
+      const unsigned v = q[k * N + n];
+      if (v > 15)
+        throw std::invalid_argument("pack_int4_asym: value " + std::to_string(v) +
+                                    " at (k=" + std::to_string(k) + ", n=" + std::to_string(n) +
+                                    ") is outside [0, 15]");
+      detail::set_nibble(p, k, n, static_cast<std::uint8_t>(v));
+    }
+  for (std::uint8_t z : zeros)
+    if (z > 15)
+      throw std::invalid_argument("pack_int4_asym: zero point " + std::to_string(z) +
+                                  " is outside [0, 15]");
+  detail::pack_group_params(p, scales, zeros);
+  p.k_perm.assign(k_perm.begin(), k_perm.end());
+  return p;
+}
+
+/// Reference dequantization: W: [K, N] row-major f32 in the ORIGINAL row order (k_perm undone).
+inline std::vector<float> dequantize(const PackedWeights& w) {
+  const std::int64_t K = w.K, N = w.N, G = w.groups();
+  std::vector<float> out(static_cast<std::size_t>(K * N));
+  for (std::int64_t j = 0; j < K; ++j) {
+    const std::int64_t k = w.k_perm.empty() ? j : w.k_perm[static_cast<std::size_t>(j)];
+    const std::int64_t g = j / w.group_size;
+    for (std::int64_t n = 0; n < N; ++n) {
+      const std::uint8_t* b = w.data.data() + detail::elem_offset(w.format, w.stored_rows(), j, n);
+      const std::int64_t sp = ((n / kPanelCols) * G + g) * kPanelCols + n % kPanelCols;
+      float v = 0;
+      switch (w.format) {
+      case WeightFormat::f32:
+        std::memcpy(&v, b, 4);
+        break;
+      case WeightFormat::bf16: {
+        std::uint16_t h;
+        std::memcpy(&h, b, 2);
+        v = bf16_to_f32(h);
+        break;
+      }
+      case WeightFormat::f16: {
+        std::uint16_t h;
+        std::memcpy(&h, b, 2);
+        v = f16_to_f32(h);
+        break;
+      }
+      case WeightFormat::int8:
+        v = static_cast<float>(static_cast<std::int8_t>(*b)) * w.scales[sp];
+        break;
+      case WeightFormat::int4_sym:
+        v = static_cast<float>(static_cast<int>(detail::get_nibble(w, j, n)) - 8) * w.scales[sp];
+        break;
+      case WeightFormat::int4_asym:
+        v = static_cast<float>(static_cast<int>(detail::get_nibble(w, j, n)) -
+                               static_cast<int>(w.zeros[sp])) *
+            w.scales[sp];
+        break;
+      }
+      out[k * N + n] = v;
+    }
+  }
+  return out;
+}
+
+} // namespace tpullm::kernels
