@@ -1,0 +1,187 @@
+#pragma once
+/// Builds the Top modules of a model, one per layer and stage (the paper's Listings 1-3):
+///   embedding        (input_ids [1, L] i32) -> hidden [1, L, H] f32, L = max_input_length
+///   embedding_cache  the same with L = 1
+///   block_i          (input_states [1, L, H], position_ids [1, L]) -> (hidden, k, v)
+///   block_kv_i       + (history_k, history_v [1, seq_length - L, kv_heads, d]) -> (hidden, k, v)
+///   block_cache_i_S  L = 1, history [1, S, kv_heads, d] for each decode length S
+///   lm_head          (hidden [1, 1, H]) -> logits [1, 1, V] f32
+///   lm_head_greedy   (hidden [1, 1, H]) -> token [1, 1, 1] i32 (ArgMax inside)
+/// k and v are the new tokens' post-RoPE keys and values [1, L, kv_heads, d]. Every block
+/// module comes from one parameterized template (block_template), never three copies.
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "tpullm/frontend/stage_params.hpp"
+#include "tpullm/frontend/top_weights.hpp"
+#include "tpullm/ir/builder.hpp"
+
+namespace tpullm::frontend {
+
+/// Which variant of the block template to build.
+struct BlockShape {
+  std::int64_t layer = 0;   ///< decoder layer index
+  std::int64_t tokens = 1;  ///< L: new tokens per call
+  std::int64_t history = 0; ///< static history slots (0: prefill without history)
+};
+
+namespace detail {
+
+/// Emits y = x W (+ bias) for a linear slot: plain weights are [out, in] (transpose_b),
+/// quantized ones logical [in, out].
+inline ir::Value* linear(ir::Builder& b, ir::Value* x, const std::string& name, const WeightRef& w,
+                         const WeightRef& bias) {
+  ir::Value* wv = b.weight(slot_weight(name, w));
+  std::vector<ir::Value*> operands{x, wv};
+  if (bias.present())
+    operands.push_back(b.weight(slot_weight(name + "_bias", bias)));
+  return b.create(ir::MatMulOp{!w.is_quantized()}, operands);
+}
+
+inline ir::Value* rms_norm(ir::Builder& b, ir::Value* x, const std::string& name,
+                           const WeightRef& gamma, double eps) {
+  return b.create(ir::RMSNormOp{static_cast<float>(eps)}, {x, b.weight(slot_weight(name, gamma))});
+}
+
+/// The gated MLP: fused top.MLP when the three weights share one orientation, else the same
+/// computation spelled with MatMul, SiLU and Mul.
+inline ir::Value* mlp(ir::Builder& b, ir::Value* x, const std::string& prefix,
+                      const LayerWeights& w) {
+  const bool q = w.gate.is_quantized();
+  if (w.up.is_quantized() == q && w.down.is_quantized() == q)
+    return b.create(ir::MLPOp{ir::Activation::silu, !q},
+                    {x, b.weight(slot_weight(prefix + "gate", w.gate)),
+                     b.weight(slot_weight(prefix + "up", w.up)),
+                     b.weight(slot_weight(prefix + "down", w.down))});
+  const WeightRef none;
+  ir::Value* g = b.create(ir::SiLUOp{}, {linear(b, x, prefix + "gate", w.gate, none)});
+  ir::Value* u = linear(b, x, prefix + "up", w.up, none);
+  return linear(b, b.create(ir::MulOp{}, {g, u}), prefix + "down", w.down, none);
+}
+
+} // namespace detail
+
+/// The block template: prefill (history = 0), prefill_kv (history > 0, L > 1) and decode
+/// (L = 1) all come from here; `name` is the function's name.
+inline ir::Module build_block(const ModelDesc& d, const BlockShape& s, std::int64_t seq_length,
+                              const std::string& name) {
+  const auto& dims = d.dims;
+  check(s.layer >= 0 && s.layer < dims.layers, ErrorKind::invalid_input, name, "layer ", s.layer,
+        " out of range [0, ", dims.layers, ")");
+  check(s.tokens >= 1 && s.history >= 0 && s.history + s.tokens <= seq_length + s.tokens,
+        ErrorKind::invalid_input, name, "bad block shape");
+  const LayerWeights& w = d.layers[static_cast<std::size_t>(s.layer)];
+  const std::string p = "layers." + std::to_string(s.layer) + ".";
+  const std::int64_t L = s.tokens, H = dims.hidden, D = dims.head_dim;
+
+  ir::Module m(name);
+  ir::Function& f = m.add_function(name);
+  ir::Builder b(m, f);
+  b.set_loc(Location{name});
+  ir::Value* input = f.add_argument("input_states", ir::TensorType({1, L, H}, ir::DType::f32));
+  ir::Value* pos = f.add_argument("position_ids", ir::TensorType({1, L}, ir::DType::i32));
+  ir::Value *hist_k = nullptr, *hist_v = nullptr;
+  if (s.history > 0) {
+    const ir::TensorType ht({1, s.history, dims.kv_heads, D}, ir::DType::f32);
+    hist_k = f.add_argument("history_k", ht);
+    hist_v = f.add_argument("history_v", ht);
+  }
+
+  ir::Value* x = detail::rms_norm(b, input, p + "attn_norm", w.attn_norm, d.norm_eps);
+  ir::Value* q = detail::linear(b, x, p + "q", w.q, w.q_bias);
+  ir::Value* k = detail::linear(b, x, p + "k", w.k, w.k_bias);
+  ir::Value* v = detail::linear(b, x, p + "v", w.v, w.v_bias);
+  q = b.create(ir::ReshapeOp{{1, L, dims.heads, D}}, {q});
+  k = b.create(ir::ReshapeOp{{1, L, dims.kv_heads, D}}, {k});
+  v = b.create(ir::ReshapeOp{{1, L, dims.kv_heads, D}}, {v});
+  if (d.qk_norm) {
+    q = detail::rms_norm(b, q, p + "q_norm", w.q_norm, d.norm_eps);
+    k = detail::rms_norm(b, k, p + "k_norm", w.k_norm, d.norm_eps);
+  }
+  auto [cos_w, sin_w] = rope_weights(d, seq_length);
+  ir::Value* cos = b.create(ir::GatherOp{0}, {b.weight(std::move(cos_w)), pos});
+  ir::Value* sin = b.create(ir::GatherOp{0}, {b.weight(std::move(sin_w)), pos});
+  q = b.create(ir::RopeOp{ir::RopeMode::halves}, {q, cos, sin});
+  k = b.create(ir::RopeOp{ir::RopeMode::halves}, {k, cos, sin});
+  ir::Value *k_all = k, *v_all = v;
+  if (s.history > 0) {
+    k_all = b.create(ir::ConcatOp{1}, {hist_k, k});
+    v_all = b.create(ir::ConcatOp{1}, {hist_v, v});
+  }
+  ir::FAttentionOp fa;
+  fa.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
+  fa.q_heads = dims.heads;
+  fa.kv_heads = dims.kv_heads;
+  fa.head_dim = D;
+  fa.history = s.history;
+  fa.causal = true;
+  ir::Value* attn = b.create(fa, {q, k_all, v_all, pos});
+  ir::Value* o = detail::linear(b, attn, p + "o", w.o, w.o_bias);
+  ir::Value* h = b.create(ir::AddOp{}, {input, o});
+  ir::Value* n2 = detail::rms_norm(b, h, p + "mlp_norm", w.mlp_norm, d.norm_eps);
+  ir::Value* out = b.create(ir::AddOp{}, {h, detail::mlp(b, n2, p, w)});
+  b.ret({out, k, v});
+  return m;
+}
+
+/// `embedding` (L = tokens): input_ids [1, L] i32 -> hidden [1, L, H] f32.
+inline ir::Module build_embedding(const ModelDesc& d, std::int64_t tokens,
+                                  const std::string& name) {
+  ir::Module m(name);
+  ir::Function& f = m.add_function(name);
+  ir::Builder b(m, f);
+  b.set_loc(Location{name});
+  ir::Value* ids = f.add_argument("input_ids", ir::TensorType({1, tokens}, ir::DType::i32));
+  ir::Value* h = b.create(ir::GatherOp{0}, {b.weight(slot_weight("embedding", d.embedding)), ids});
+  if (h->type().dtype != ir::DType::f32)
+    h = b.create(ir::CastOp{ir::DType::f32}, {h});
+  b.ret({h});
+  return m;
+}
+
+/// `lm_head`: hidden [1, 1, H] -> logits [1, 1, V] f32 (final RMSNorm, then the head or the
+/// tied embedding); with `greedy`, returns only the argmax token [1, 1, 1] i32.
+inline ir::Module build_lm_head(const ModelDesc& d, bool greedy, const std::string& name) {
+  ir::Module m(name);
+  ir::Function& f = m.add_function(name);
+  ir::Builder b(m, f);
+  b.set_loc(Location{name});
+  ir::Value* h = f.add_argument("hidden", ir::TensorType({1, 1, d.dims.hidden}, ir::DType::f32));
+  ir::Value* n = detail::rms_norm(b, h, "final_norm", d.final_norm, d.norm_eps);
+  const bool tied = d.tie_word_embeddings;
+  ir::Value* head =
+      b.weight(slot_weight(tied ? "embedding" : "lm_head", tied ? d.embedding : d.lm_head));
+  ir::Value* logits = b.create(ir::MatMulOp{true}, {n, head});
+  if (greedy)
+    b.ret({b.create(ir::ArgMaxOp{-1}, {logits})});
+  else
+    b.ret({logits});
+  return m;
+}
+
+/// Every stage module of the model for `params`, in a deterministic order: embedding,
+/// embedding_cache, then per layer block_i, block_kv_i (with_history), block_cache_i_S for each
+/// decode length, then lm_head and lm_head_greedy.
+inline std::vector<ir::Module> build_top_modules(const ModelDesc& d, const StageParams& params) {
+  params.validate(d.dims.max_position);
+  std::vector<ir::Module> out;
+  out.push_back(build_embedding(d, params.max_input_length, "embedding"));
+  out.push_back(build_embedding(d, 1, "embedding_cache"));
+  for (std::int64_t i = 0; i < d.dims.layers; ++i) {
+    out.push_back(
+        build_block(d, {i, params.max_input_length, 0}, params.seq_length, StageNames::block(i)));
+    if (params.with_history)
+      out.push_back(build_block(d, {i, params.max_input_length, params.prefill_kv_history()},
+                                params.seq_length, StageNames::block_kv(i)));
+    for (std::int64_t len : params.decode_lengths())
+      out.push_back(
+          build_block(d, {i, 1, len}, params.seq_length, StageNames::block_cache(i, len)));
+  }
+  out.push_back(build_lm_head(d, false, "lm_head"));
+  out.push_back(build_lm_head(d, true, "lm_head_greedy"));
+  return out;
+}
+
+} // namespace tpullm::frontend

@@ -1,0 +1,59 @@
+#pragma once
+/// Compile-time parameters of the stage modules (the paper's section 4): sequence capacity,
+/// prompt segment length, decode chunk list, and whether prefill_kv modules are generated.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "tpullm/support/error.hpp"
+
+namespace tpullm::frontend {
+
+/// Static shapes every stage module is compiled for.
+struct StageParams {
+  std::int64_t seq_length = 512;      ///< KV-cache capacity and RoPE table rows (positions)
+  std::int64_t max_input_length = 64; ///< tokens per prefill / prefill_kv call (L)
+  std::int64_t decode_chunk = 0;      ///< smallest decode variant; 0 = one variant (seq_length)
+  bool with_history = true;           ///< also build block_kv_i (prefill with history)
+
+  /// Static history slots of block_kv_i: the cache capacity left beside one segment.
+  std::int64_t prefill_kv_history() const { return seq_length - max_input_length; }
+
+  /// Decode KV lengths, largest first: seq_length, seq_length/2, ... down to decode_chunk
+  /// (e.g. 2048 with chunk 256 -> 2048, 1024, 512, 256). The runtime picks the smallest that
+  /// holds the current length.
+  std::vector<std::int64_t> decode_lengths() const {
+    std::vector<std::int64_t> out{seq_length};
+    if (decode_chunk > 0)
+      for (std::int64_t n = seq_length / 2; n >= decode_chunk && n * 2 == out.back(); n /= 2)
+        out.push_back(n);
+    return out;
+  }
+
+  /// Throws Error(invalid_input) naming the bad parameter; `max_position` is the model's limit.
+  void validate(std::int64_t max_position) const {
+    check(seq_length > 0, ErrorKind::invalid_input, "seq_length", "must be > 0, got ", seq_length);
+    check(max_input_length > 0 && max_input_length <= seq_length, ErrorKind::invalid_input,
+          "max_input_length", "must be in [1, seq_length = ", seq_length, "], got ",
+          max_input_length);
+    check(max_position <= 0 || seq_length <= max_position, ErrorKind::invalid_input, "seq_length",
+          seq_length, " exceeds the model's max_position_embeddings ", max_position);
+    check(decode_chunk >= 0 && decode_chunk <= seq_length, ErrorKind::invalid_input, "decode_chunk",
+          "must be in [0, seq_length = ", seq_length, "], got ", decode_chunk);
+    check(!with_history || max_input_length < seq_length, ErrorKind::invalid_input,
+          "max_input_length", "prefill_kv needs history room: max_input_length (", max_input_length,
+          ") must be < seq_length (", seq_length, ")");
+  }
+};
+
+/// Function names of the stage modules.
+struct StageNames {
+  static std::string block(std::int64_t layer) { return "block_" + std::to_string(layer); }
+  static std::string block_kv(std::int64_t layer) { return "block_kv_" + std::to_string(layer); }
+  static std::string block_cache(std::int64_t layer, std::int64_t kv_length) {
+    return "block_cache_" + std::to_string(layer) + "_" + std::to_string(kv_length);
+  }
+};
+
+} // namespace tpullm::frontend

@@ -1,0 +1,122 @@
+#pragma once
+/// Turns ModelDesc weight slots into module weights with framework-agnostic names
+/// ("layers.3.q", "embedding", "rope.cos", ...). Data stays in the mapped checkpoint: each
+/// ir::WeightPart is a zero-copy view that keeps its file mapped.
+
+#include <cmath>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tpullm/frontend/model_desc.hpp"
+#include "tpullm/ir/module.hpp"
+#include "tpullm/kernels/rope_gather.hpp"
+
+namespace tpullm::frontend {
+
+/// The IR element type of a checkpoint dtype.
+inline ir::DType to_ir_dtype(DType t) {
+  switch (t) {
+  case DType::f64:
+    return ir::DType::f64;
+  case DType::f32:
+    return ir::DType::f32;
+  case DType::f16:
+    return ir::DType::f16;
+  case DType::bf16:
+    return ir::DType::bf16;
+  case DType::i64:
+    return ir::DType::i64;
+  case DType::i32:
+    return ir::DType::i32;
+  case DType::i8:
+    return ir::DType::i8;
+  case DType::u8:
+    return ir::DType::u8;
+  case DType::i16:
+  case DType::boolean:
+    break;
+  }
+  throw_error(ErrorKind::unsupported, "", "checkpoint dtype ", dtype_name(t),
+              " has no IR element type");
+}
+
+/// A weight part viewing a checkpoint tensor.
+inline ir::WeightPart part_of(const std::string& role, const TensorView& t) {
+  return ir::WeightPart{role, to_ir_dtype(t.dtype), t.shape, t.bytes, t.keepalive};
+}
+
+/// A plain slot as `@name`: type = the stored shape and dtype.
+inline ir::Weight plain_weight(const std::string& name, const WeightRef& ref) {
+  const TensorView& t = ref.tensor();
+  return ir::Weight{name, ir::TensorType(t.shape, to_ir_dtype(t.dtype)), {part_of("data", t)}};
+}
+
+/// A quantized linear as `@name`: logical [K, N] u4/u8 with its QuantSpec; parts qweight,
+/// scales, qzeros (when stored) and g_idx (when stored), exactly as in the checkpoint.
+inline ir::Weight quantized_weight(const std::string& name, const QuantizedWeight& q) {
+  ir::QuantSpec spec;
+  spec.format = q.format == QuantFormat::gptq ? ir::QuantFormat::gptq : ir::QuantFormat::awq;
+  spec.group_size = q.group_size;
+  spec.zero_point = q.qzeros.has_value();
+  spec.act_order = !q.g_idx_trivial;
+  const int expected_offset = q.format == QuantFormat::gptq ? 1 : 0;
+  check(q.zero_offset == expected_offset, ErrorKind::unsupported, q.qweight.where(), "zero offset ",
+        q.zero_offset,
+        " (e.g. a gptq_v2 checkpoint) is not supported; tpullm "
+        "reads GPTQ v1 (stored zero = zero - 1) and AWQ GEMM");
+  check(q.bits == 4, ErrorKind::unsupported, q.qweight.where(), q.bits,
+        "-bit GPTQ/AWQ weights are not supported yet (only 4-bit)");
+  check(q.qzeros.has_value(), ErrorKind::unsupported, q.qweight.where(),
+        "quantized weights without stored zero points are not supported yet");
+  ir::Weight w{name, ir::TensorType({q.in_features, q.out_features}, ir::DType::u4, spec), {}};
+  w.parts.push_back(part_of("qweight", q.qweight));
+  w.parts.push_back(part_of("scales", q.scales));
+  w.parts.push_back(part_of("qzeros", *q.qzeros));
+  if (q.g_idx)
+    w.parts.push_back(part_of("g_idx", *q.g_idx));
+  return w;
+}
+
+/// Any present slot as `@name`.
+inline ir::Weight slot_weight(const std::string& name, const WeightRef& ref) {
+  check(ref.present(), ErrorKind::internal, name, "weight slot is absent");
+  return ref.is_quantized() ? quantized_weight(name, ref.quantized()) : plain_weight(name, ref);
+}
+
+/// An owned f32 weight built at compile time (RoPE tables).
+inline ir::Weight owned_f32_weight(const std::string& name, std::vector<std::int64_t> shape,
+                                   std::vector<float> values) {
+  auto data = std::make_shared<std::vector<float>>(std::move(values));
+  std::span<const std::byte> bytes(reinterpret_cast<const std::byte*>(data->data()),
+                                   data->size() * sizeof(float));
+  ir::TensorType type(shape, ir::DType::f32);
+  return ir::Weight{name, type, {ir::WeightPart{"data", ir::DType::f32, shape, bytes, data}}};
+}
+
+/// RoPE cos and sin tables for positions [0, seq_length): each [seq_length, head_dim / 2] f32,
+/// computed with HF's float32 arithmetic for the model's rope type.
+inline std::pair<ir::Weight, ir::Weight> rope_weights(const ModelDesc& d, std::int64_t seq_length) {
+  kernels::RopeScaling s;
+  switch (d.rope.type) {
+  case RopeType::default_:
+    s.kind = kernels::RopeScaling::Kind::none;
+    break;
+  case RopeType::linear:
+    s.kind = kernels::RopeScaling::Kind::linear;
+    break;
+  case RopeType::llama3:
+    s.kind = kernels::RopeScaling::Kind::llama3;
+    break;
+  }
+  s.factor = d.rope.factor;
+  s.low_freq_factor = d.rope.low_freq_factor;
+  s.high_freq_factor = d.rope.high_freq_factor;
+  s.original_max_position_embeddings = d.rope.original_max_position_embeddings;
+  auto t = kernels::build_rope_tables(seq_length, d.dims.head_dim, d.rope.theta, s);
+  const std::vector<std::int64_t> shape{seq_length, d.dims.head_dim / 2};
+  return {owned_f32_weight("rope.cos", shape, std::move(t.cos)),
+          owned_f32_weight("rope.sin", shape, std::move(t.sin))};
+}
+
+} // namespace tpullm::frontend

@@ -1,0 +1,80 @@
+#pragma once
+/// Runs the three golden scenarios of a test checkpoint through a Session exactly as
+/// generation does, and measures the logits against transformers' goldens:
+///   a: fresh prompt (prefill) + teacher-forced decode,
+///   b: second turn on a's KV cache (prefill_kv) + decode,
+///   c: a long prompt segmented into 1 prefill + N prefill_kv, + decode.
+/// The bound is |ours - golden| <= rel_tol * max|golden| per logits tensor.
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "tpullm/frontend/goldens.hpp"
+#include "tpullm/runtime/session.hpp"
+
+namespace tpullm::verify {
+
+/// Figures of one scenario.
+struct ScenarioReport {
+  std::string name;              ///< "a", "b" or "c"
+  float max_abs_err = 0;         ///< max |ours - golden| over every compared logit
+  float max_rel_err = 0;         ///< max over tensors of max|err| / max|golden of that tensor|
+  std::int64_t rows = 0;         ///< logits rows compared
+  std::int64_t argmax_agree = 0; ///< rows whose argmax equals the golden argmax
+  bool ok = false;               ///< max_rel_err <= the bound
+};
+
+namespace detail {
+inline std::int64_t argmax(std::span<const float> row) {
+  return std::max_element(row.begin(), row.end()) - row.begin();
+}
+
+/// Adds the comparison of `ours` ([rows, V]) against `golden` to `r`.
+inline void accumulate(ScenarioReport& r, const std::vector<float>& ours,
+                       const frontend::GoldenLogits& golden, float rel_tol) {
+  auto m = frontend::compare_logits(ours, golden, rel_tol);
+  const float scale = golden.max_abs();
+  r.max_abs_err = std::max(r.max_abs_err, m.max_abs_err);
+  r.max_rel_err = std::max(r.max_rel_err, scale > 0 ? m.max_abs_err / scale : m.max_abs_err);
+  for (std::int64_t row = 0; row < golden.rows; ++row) {
+    std::span<const float> o(ours.data() + row * golden.vocab,
+                             static_cast<std::size_t>(golden.vocab));
+    r.argmax_agree += argmax(o) == argmax(golden.row(row)) ? 1 : 0;
+  }
+  r.rows += golden.rows;
+}
+
+/// Prefill (optionally all rows) then teacher-forced decode of one scenario.
+inline ScenarioReport run_scenario(runtime::Session& s, const std::string& name,
+                                   const frontend::GoldenScenario& g, float rel_tol) {
+  ScenarioReport r;
+  r.name = name;
+  check(s.length() == g.start_position, ErrorKind::internal, "scenario " + name, "starts at ",
+        g.start_position, " but the session holds ", s.length(), " tokens");
+  accumulate(r, s.prefill(g.prompt, !g.last_only), g.prefill_logits, rel_tol);
+  std::vector<float> decoded;
+  for (auto tok : g.decode_tokens) {
+    auto l = s.decode(tok);
+    decoded.insert(decoded.end(), l.begin(), l.end());
+  }
+  accumulate(r, decoded, g.decode_logits, rel_tol);
+  r.ok = r.max_rel_err <= rel_tol;
+  return r;
+}
+} // namespace detail
+
+/// Runs scenarios a, b (continuing a's cache) and c (fresh) on `session`.
+inline std::vector<ScenarioReport>
+check_goldens(runtime::Session& session, const frontend::Goldens& g, float rel_tol = 1e-4f) {
+  std::vector<ScenarioReport> out;
+  session.reset();
+  out.push_back(detail::run_scenario(session, "a", g.a, rel_tol));
+  out.push_back(detail::run_scenario(session, "b", g.b, rel_tol));
+  session.reset();
+  out.push_back(detail::run_scenario(session, "c", g.c, rel_tol));
+  return out;
+}
+
+} // namespace tpullm::verify

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Quick start, step 2: the whole test suite.
+#   1. Release build: every CTest test (unit, IR FileCheck, kernels on the best and the portable
+#      ISA path, frontend, install + consumer, formatting).
+#   2. ASan+UBSan build (build-asan/): the same tests except the install check.
+# Exits non-zero on any failure. TPULLM_TEST_SKIP_SANITIZE=1 skips step 2 (local iteration only).
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+jobs=$(nproc)
+"$root/scripts/install-deps.sh" >/dev/null
+
+echo "== Release build and tests =="
+"$root/scripts/build.sh" "$root/build"
+ctest --test-dir "$root/build" -j "$jobs" --output-on-failure
+
+if [ "${TPULLM_TEST_SKIP_SANITIZE:-0}" != 1 ]; then
+  echo "== ASan+UBSan build and tests =="
+  "$root/scripts/build.sh" "$root/build-asan" -DTPULLM_SANITIZE=ON -DTPULLM_BUILD_BENCH=OFF \
+    -DCMAKE_BUILD_TYPE=RelWithDebInfo
+  ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+    ctest --test-dir "$root/build-asan" -j "$jobs" --output-on-failure -E '^install:|^format:'
+fi
+echo "== all tests passed =="
