@@ -4,7 +4,7 @@ set -euo pipefail
 pkgs=(
   build-essential g++ cmake ninja-build git
   libeigen3-dev libboost-graph-dev libboost-program-options-dev
-  libxtensor-dev libxsimd-dev libxtl-dev nlohmann-json3-dev
+  libxtensor-dev libxsimd-dev xtl-dev nlohmann-json3-dev
   catch2 libbenchmark-dev
   llvm-14-tools clang-format-14
 )
