@@ -1,0 +1,88 @@
+// kernels::flash_attention at the attention shapes of Qwen2.5-0.5B (14 q / 2 kv heads, d 64)
+// and Llama-3-8B (32 / 8, d 128), f32 cache.
+//   decode  (L = 1 at position S-1 of an S-slot cache, S = 512/2048/8192): bandwidth-bound,
+//           reported against read bandwidth with bytes = K and V actually read (2*S*kv*d*4).
+//   prefill (L = 128/512, S = L, positions 0..L-1): compute-bound, reported against the f32 FMA
+//           peak with flops = 4 * d * q_heads * (visible pairs) = 4*d*qh*L(L+1)/2 (the causal
+//           half is not counted as work).
+// Names: attention/<model>/<decode|prefill>/L:<L>/S:<S>/threads:<T>.
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <benchmark/benchmark.h>
+
+#include "roofline.hpp"
+#include "tpullm/kernels/flash_attention.hpp"
+
+namespace tpullm::bench {
+namespace {
+
+struct AttnModel {
+  const char* name;
+  std::int64_t q_heads, kv_heads, head_dim;
+};
+
+void bm_attention(benchmark::State& state, AttnModel m, std::int64_t L, std::int64_t S,
+                  int threads) {
+  const std::int64_t d = m.head_dim;
+  std::vector<float> q(static_cast<std::size_t>(L * m.q_heads * d));
+  std::vector<float> k(static_cast<std::size_t>(S * m.kv_heads * d)), v(k.size());
+  for (std::size_t i = 0; i < q.size(); ++i)
+    q[i] = static_cast<float>(i % 17) * 0.01f;
+  for (std::size_t i = 0; i < k.size(); ++i) {
+    k[i] = static_cast<float>(i % 13) * 0.01f;
+    v[i] = static_cast<float>(i % 11) * 0.01f;
+  }
+  std::vector<float> out(q.size());
+  std::vector<std::int32_t> pos(static_cast<std::size_t>(L));
+  for (std::int64_t i = 0; i < L; ++i)
+    pos[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(S - L + i);
+  const kernels::AttentionShape shape{
+      L, L, S, S, m.q_heads, m.kv_heads, d, 1.0f / std::sqrt(static_cast<float>(d)), true};
+  const kernels::CoreSplit split{L == 1 ? kernels::SplitDim::heads : kernels::SplitDim::rows,
+                                 threads};
+  for (auto _ : state) {
+    kernels::flash_attention<float>(q, k, v, pos, out, shape, split);
+    benchmark::DoNotOptimize(out.data());
+    benchmark::ClobberMemory();
+  }
+  if (L == 1) {
+    report_bandwidth(state, 2.0 * double(S * m.kv_heads * d) * sizeof(float), threads);
+  } else {
+    double pairs = 0;
+    for (std::int64_t i = 0; i < L; ++i)
+      pairs += double(std::min<std::int64_t>(S, pos[static_cast<std::size_t>(i)] + 1));
+    report_compute(state, 4.0 * double(d * m.q_heads) * pairs, threads);
+  }
+}
+
+const bool registered = [] {
+  const AttnModel models[] = {{"qwen2.5-0.5b", 14, 2, 64}, {"llama3-8b", 32, 8, 128}};
+  for (const AttnModel& m : models)
+    for (int threads : {1, 2}) {
+      for (std::int64_t S : {512, 2048, 8192}) {
+        const std::string name = std::string("attention/") + m.name +
+                                 "/decode/L:1/S:" + std::to_string(S) +
+                                 "/threads:" + std::to_string(threads);
+        benchmark::RegisterBenchmark(name.c_str(), bm_attention, m, 1, S, threads)
+            ->UseRealTime()
+            ->Unit(benchmark::kMicrosecond)
+            ->MinTime(0.2);
+      }
+      for (std::int64_t L : {128, 512}) {
+        const std::string name = std::string("attention/") + m.name +
+                                 "/prefill/L:" + std::to_string(L) + "/S:" + std::to_string(L) +
+                                 "/threads:" + std::to_string(threads);
+        benchmark::RegisterBenchmark(name.c_str(), bm_attention, m, L, L, threads)
+            ->UseRealTime()
+            ->Unit(benchmark::kMillisecond)
+            ->MinTime(0.2);
+      }
+    }
+  return true;
+}();
+
+} // namespace
+} // namespace tpullm::bench

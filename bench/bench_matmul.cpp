@@ -1,0 +1,227 @@
+// kernels::linear on the projections of Qwen2.5-0.5B and Llama-3-8B, every weight format,
+// M = 1 (decode, memory-bound: bytes_per_second and roofline_frac vs read bandwidth) and
+// M = 128 / 512 (prefill, compute-bound: flops and roofline_frac vs the f32 FMA peak).
+//
+// Names: linear/<model>/<proj>/<format>/M:<M>/threads:<T>. Quantized formats use group 128
+// (int4) and per-channel scales (int8). M = 1 benchmarks rotate over enough copies of the weight
+// (>= 1 GiB in total) that every iteration reads it from DRAM, not from the 260 MiB L3.
+// Default set: every projection except lm_head at M = 1 for every format and 1 / 2 threads;
+// M = 128 / 512 for f32, bf16 and int4_sym (2 threads; f32 also 1 thread) on Qwen, M = 128 on
+// Llama q / gate / down. --tpullm_full adds the rest (all formats at every M, lm_head, Llama at
+// M = 512), which takes tens of minutes and ~6 GB of memory.
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <benchmark/benchmark.h>
+
+#include "roofline.hpp"
+#include "tpullm/kernels/matmul.hpp"
+
+namespace tpullm::bench {
+
+using kernels::PackedWeights;
+using kernels::WeightFormat;
+
+/// One linear projection of a model: W [K, N].
+struct Proj {
+  const char* model;
+  const char* name;
+  std::int64_t K, N;
+};
+
+inline const std::vector<Proj>& projections() {
+  static const std::vector<Proj> p = {
+      // Qwen2.5-0.5B: hidden 896, 14 q / 2 kv heads of 64, intermediate 4864, vocab 151936
+      {"qwen2.5-0.5b", "q_proj", 896, 896},
+      {"qwen2.5-0.5b", "k_proj", 896, 128},
+      {"qwen2.5-0.5b", "v_proj", 896, 128},
+      {"qwen2.5-0.5b", "o_proj", 896, 896},
+      {"qwen2.5-0.5b", "gate_proj", 896, 4864},
+      {"qwen2.5-0.5b", "up_proj", 896, 4864},
+      {"qwen2.5-0.5b", "down_proj", 4864, 896},
+      {"qwen2.5-0.5b", "lm_head", 896, 151936},
+      // Llama-3-8B: hidden 4096, 32 q / 8 kv heads of 128, intermediate 14336, vocab 128256
+      {"llama3-8b", "q_proj", 4096, 4096},
+      {"llama3-8b", "k_proj", 4096, 1024},
+      {"llama3-8b", "v_proj", 4096, 1024},
+      {"llama3-8b", "o_proj", 4096, 4096},
+      {"llama3-8b", "gate_proj", 4096, 14336},
+      {"llama3-8b", "up_proj", 4096, 14336},
+      {"llama3-8b", "down_proj", 14336, 4096},
+      {"llama3-8b", "lm_head", 4096, 128256},
+  };
+  return p;
+}
+
+/// Group size the benchmarks use for a format (K = per-channel).
+inline std::int64_t bench_group(WeightFormat f, std::int64_t K) {
+  switch (f) {
+  case WeightFormat::f32:
+  case WeightFormat::bf16:
+  case WeightFormat::f16:
+  case WeightFormat::int8:
+    return K;
+  case WeightFormat::int4_sym:
+  case WeightFormat::int4_asym:
+    return K % 128 == 0 ? 128 : K;
+  }
+  return K;
+}
+
+/// Random packed weights, written straight into the packed buffers (the layout does not matter
+/// for speed; values are finite and small).
+inline PackedWeights random_packed(WeightFormat f, std::int64_t K, std::int64_t N,
+                                   std::uint32_t seed) {
+  PackedWeights w = kernels::detail::make_packed(f, K, N, bench_group(f, K));
+  std::mt19937 rng(seed);
+  std::uint8_t* d = w.data.data();
+  const std::size_t n = w.data.size();
+  switch (f) {
+  case WeightFormat::f32:
+    for (std::size_t i = 0; i + 4 <= n; i += 4) {
+      const float v = static_cast<float>(static_cast<int>(rng() % 2001) - 1000) * 1e-3f;
+      std::memcpy(d + i, &v, 4);
+    }
+    break;
+  case WeightFormat::bf16:
+  case WeightFormat::f16:
+    for (std::size_t i = 0; i + 2 <= n; i += 2) {
+      // exponent well inside the normal range of both formats, random mantissa and sign
+      const std::uint16_t v = static_cast<std::uint16_t>(
+          f == WeightFormat::bf16 ? (0x3c00u | (rng() & 0x80ffu)) : (0x3000u | (rng() & 0x83ffu)));
+      std::memcpy(d + i, &v, 2);
+    }
+    break;
+  case WeightFormat::int8:
+  case WeightFormat::int4_sym:
+  case WeightFormat::int4_asym:
+    for (std::size_t i = 0; i < n; i += 4) {
+      const std::uint32_t r = rng();
+      std::memcpy(d + i, &r, std::min<std::size_t>(4, n - i));
+    }
+    break;
+  }
+  for (std::size_t i = 0; i < w.scales.size(); ++i)
+    w.scales[i] = 0.01f + 1e-5f * static_cast<float>(rng() % 1000);
+  for (std::size_t i = 0; i < w.zeros.size(); ++i)
+    w.zeros[i] = static_cast<std::uint8_t>(rng() % 16);
+  return w;
+}
+
+/// The weights of the benchmark that is running: `copies` independent copies, kept until a
+/// benchmark asks for a different (K, N, format) so consecutive thread counts share them.
+inline const std::vector<PackedWeights>& bench_weights(WeightFormat f, std::int64_t K,
+                                                       std::int64_t N, int copies) {
+  struct Cache {
+    WeightFormat f = WeightFormat::f32;
+    std::int64_t K = 0, N = 0;
+    std::vector<PackedWeights> w;
+  };
+  static Cache c;
+  if (c.f != f || c.K != K || c.N != N || static_cast<int>(c.w.size()) < copies) {
+    c.w.clear(); // free the previous set first
+    c.f = f;
+    c.K = K;
+    c.N = N;
+    c.w.push_back(random_packed(f, K, N, 1234u));
+    for (int i = 1; i < copies; ++i) { // same values at other addresses: only DRAM can serve them
+      const PackedWeights& w0 = c.w.front();
+      PackedWeights w = kernels::detail::make_packed(f, K, N, w0.group_size);
+      std::memcpy(w.data.data(), w0.data.data(), w0.data.size());
+      if (!w0.scales.empty())
+        std::memcpy(w.scales.data(), w0.scales.data(), w0.scales.size() * sizeof(float));
+      if (!w0.zeros.empty())
+        std::memcpy(w.zeros.data(), w0.zeros.data(), w0.zeros.size());
+      c.w.push_back(std::move(w));
+    }
+  }
+  return c.w;
+}
+
+/// Copies of a weight needed so a rotation over them is >= 1 GiB (4x the 260 MiB L3).
+inline int rotation_copies(std::int64_t bytes) {
+  const std::int64_t target = std::int64_t{1} << 30;
+  return static_cast<int>(std::clamp<std::int64_t>((target + bytes - 1) / bytes, 1, 8192));
+}
+
+inline std::int64_t packed_bytes(WeightFormat f, std::int64_t K, std::int64_t N) {
+  const std::int64_t P = (N + 31) / 32, G = K / bench_group(f, K);
+  const std::int64_t rg = kernels::row_group(f), Kp = (K + rg - 1) / rg * rg;
+  std::int64_t b = P * Kp * kernels::row_bytes(f);
+  if (kernels::is_quantized(f))
+    b += P * G * 32 * 4;
+  if (f == WeightFormat::int4_asym)
+    b += P * G * 32;
+  return b;
+}
+
+/// Split used by the benchmarks: panels (cols) unless there are too few of them for M > 4.
+inline kernels::CoreSplit bench_split(std::int64_t M, std::int64_t N, int threads) {
+  const std::int64_t P = (N + 31) / 32;
+  if (M > 4 && P < 4 * threads)
+    return {kernels::SplitDim::rows, threads};
+  return {kernels::SplitDim::cols, threads};
+}
+
+void bm_linear(benchmark::State& state, Proj p, WeightFormat f, std::int64_t M, int threads) {
+  const int copies = M == 1 ? rotation_copies(packed_bytes(f, p.K, p.N)) : 1;
+  const auto& ws = bench_weights(f, p.K, p.N, copies);
+  std::vector<float> x(static_cast<std::size_t>(M * p.K), 0.5f);
+  std::vector<float> y(static_cast<std::size_t>(M * p.N));
+  const kernels::CoreSplit split = bench_split(M, p.N, threads);
+  std::size_t i = 0;
+  for (auto _ : state) {
+    kernels::linear(x, ws[i], {}, y, {M, p.K, p.N}, split);
+    benchmark::DoNotOptimize(y.data());
+    benchmark::ClobberMemory();
+    i = (i + 1) % ws.size();
+  }
+  if (M <= 4)
+    report_bandwidth(state, static_cast<double>(ws[0].total_bytes()), threads);
+  else
+    report_compute(state, 2.0 * static_cast<double>(M * p.K * p.N), threads);
+  state.counters["copies"] = static_cast<double>(ws.size());
+}
+
+void register_matmul_benchmarks(bool full) {
+  const WeightFormat all[] = {WeightFormat::f32,  WeightFormat::bf16,     WeightFormat::f16,
+                              WeightFormat::int8, WeightFormat::int4_sym, WeightFormat::int4_asym};
+  for (const Proj& p : projections()) {
+    const bool llama = std::string(p.model) == "llama3-8b";
+    const bool lm_head = std::string(p.name) == "lm_head";
+    if (lm_head && !full)
+      continue;
+    for (WeightFormat f : all) // format outermost: M and threads reuse the cached weights
+      for (std::int64_t M : {1, 128, 512})
+        for (int threads : {1, 2}) {
+          bool on = full;
+          if (!on && M == 1)
+            on = true;
+          if (!on &&
+              (f == WeightFormat::f32 || f == WeightFormat::bf16 || f == WeightFormat::int4_sym)) {
+            const bool proj_ok = !llama || (M == 128 && (std::string(p.name) == "q_proj" ||
+                                                         std::string(p.name) == "gate_proj" ||
+                                                         std::string(p.name) == "down_proj"));
+            const bool thr_ok = threads == 2 || (f == WeightFormat::f32 && !llama);
+            on = proj_ok && thr_ok;
+          }
+          if (!on)
+            continue;
+          const std::string name = std::string("linear/") + p.model + "/" + p.name + "/" +
+                                   std::string(kernels::format_name(f)) +
+                                   "/M:" + std::to_string(M) +
+                                   "/threads:" + std::to_string(threads);
+          benchmark::RegisterBenchmark(name.c_str(), bm_linear, p, f, M, threads)
+              ->UseRealTime()
+              ->Unit(benchmark::kMicrosecond)
+              ->MinTime(M == 1 ? 0.2 : 0.3);
+        }
+  }
+}
+
+} // namespace tpullm::bench

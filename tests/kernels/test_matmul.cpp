@@ -1,0 +1,260 @@
+// Numerics of kernels::linear against a naive double-precision reference, for every weight format,
+// many shapes (odd K and N, GEMV and GEMM row counts), every ISA path and every core split.
+//
+// Error bound (documented in docs/kernels-matmul.md): for every output element
+//   |y - y_ref| <= tol * (sum_k |x[k]| * A[k][n] + |bias[n]|)
+// with A = |w| for float formats and |scale| * (|q| + |zero|) for quantized ones (the GEMV path
+// applies the zero point after accumulating x * q, so its rounding scales with |q| + |zero|), and
+// tol = 3e-6 * sqrt(K) + 1e-6 (f32 accumulation: a few ulps times sqrt(K) with margin).
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "tpullm/kernels/matmul.hpp"
+
+using namespace tpullm;
+using namespace tpullm::kernels;
+
+namespace tpullm_test {
+
+/// A random weight in one format plus what the reference needs.
+struct TestWeights {
+  PackedWeights packed;
+  std::vector<float> deq;  ///< [K, N] dequantized, original row order
+  std::vector<float> absw; ///< [K, N] the A[k][n] of the error bound
+};
+
+/// Random W: [K, N] in `f` with `group` rows per group (ignored by float formats). When
+/// `act_order` is set (int4 only) rows are stored in a random group-sorted permutation.
+TestWeights make_weights(WeightFormat f, std::int64_t K, std::int64_t N, std::int64_t group,
+                         std::uint32_t seed, bool act_order = false) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> uf(-1.0f, 1.0f);
+  std::uniform_real_distribution<float> us(0.005f, 0.05f);
+  TestWeights t;
+  const std::size_t kn = static_cast<std::size_t>(K * N);
+  t.absw.resize(kn);
+  const std::int64_t G = is_quantized(f) ? K / group : 1;
+  std::vector<float> scales(static_cast<std::size_t>(G * N));
+  for (auto& s : scales)
+    s = us(rng) * (rng() % 2 ? 1.0f : -1.0f);
+  switch (f) {
+  case WeightFormat::f32: {
+    std::vector<float> w(kn);
+    for (auto& v : w)
+      v = uf(rng);
+    t.packed = pack_f32(w, K, N);
+    break;
+  }
+  case WeightFormat::bf16:
+  case WeightFormat::f16: {
+    std::vector<std::uint16_t> w(kn);
+    for (auto& v : w)
+      v = f == WeightFormat::bf16 ? f32_to_bf16(uf(rng)) : f32_to_f16(uf(rng));
+    t.packed = f == WeightFormat::bf16 ? pack_bf16(w, K, N) : pack_f16(w, K, N);
+    break;
+  }
+  case WeightFormat::int8: {
+    std::vector<std::int8_t> q(kn);
+    for (auto& v : q)
+      v = static_cast<std::int8_t>(static_cast<int>(rng() % 256) - 128);
+    t.packed = pack_int8(q, scales, K, N, group);
+    for (std::int64_t k = 0; k < K; ++k)
+      for (std::int64_t n = 0; n < N; ++n)
+        t.absw[k * N + n] = std::abs(scales[(k / group) * N + n]) * std::abs(float(q[k * N + n]));
+    break;
+  }
+  case WeightFormat::int4_sym:
+  case WeightFormat::int4_asym: {
+    std::vector<std::int32_t> perm;
+    if (act_order) {
+      perm.resize(static_cast<std::size_t>(K));
+      for (std::int64_t k = 0; k < K; ++k)
+        perm[k] = static_cast<std::int32_t>(k);
+      std::shuffle(perm.begin(), perm.end(), rng);
+    }
+    std::vector<std::uint8_t> u(kn), z(static_cast<std::size_t>(G * N), 8);
+    for (auto& v : u)
+      v = static_cast<std::uint8_t>(rng() % 16);
+    if (f == WeightFormat::int4_asym)
+      for (auto& v : z)
+        v = static_cast<std::uint8_t>(rng() % 16);
+    if (f == WeightFormat::int4_sym) {
+      std::vector<std::int8_t> q(kn);
+      for (std::size_t i = 0; i < kn; ++i)
+        q[i] = static_cast<std::int8_t>(u[i] - 8);
+      t.packed = pack_int4_sym(q, scales, K, N, group, perm);
+    } else {
+      t.packed = pack_int4_asym(u, scales, z, K, N, group, perm);
+    }
+    for (std::int64_t j = 0; j < K; ++j) {
+      const std::int64_t k = perm.empty() ? j : perm[j];
+      for (std::int64_t n = 0; n < N; ++n)
+        t.absw[k * N + n] = std::abs(scales[(j / group) * N + n]) *
+                            (float(u[j * N + n]) + float(z[(j / group) * N + n]));
+    }
+    break;
+  }
+  }
+  t.deq = dequantize(t.packed);
+  if (!is_quantized(f))
+    for (std::size_t i = 0; i < kn; ++i)
+      t.absw[i] = std::abs(t.deq[i]);
+  return t;
+}
+
+/// Random activations in [-1, 1].
+std::vector<float> random_vec(std::size_t n, std::uint32_t seed, float lo = -1.0f,
+                              float hi = 1.0f) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(lo, hi);
+  std::vector<float> v(n);
+  for (auto& e : v)
+    e = u(rng);
+  return v;
+}
+
+/// ISA paths to run on this machine: the best, portable, and avx2 when it is not the best.
+std::vector<Isa> test_isas() {
+  std::vector<Isa> v{cpu_features().best(), Isa::portable};
+  if (cpu_features().best() == Isa::avx512)
+    v.push_back(Isa::avx2);
+  return v;
+}
+
+double matmul_tol(std::int64_t K) {
+  return 3e-6 * std::sqrt(double(K)) + 1e-6;
+}
+
+} // namespace tpullm_test
+
+using namespace tpullm_test;
+
+namespace {
+
+struct MatmulCase {
+  std::int64_t M, K, N, group; // group: rows per scale group for quantized formats
+  WeightFormat format;
+  bool bias;
+  bool act_order;
+};
+
+std::string describe(const MatmulCase& c) {
+  return "M=" + std::to_string(c.M) + " K=" + std::to_string(c.K) + " N=" + std::to_string(c.N) +
+         " " + std::string(format_name(c.format)) + " g=" + std::to_string(c.group) +
+         (c.bias ? " bias" : "") + (c.act_order ? " act-order" : "");
+}
+
+std::vector<MatmulCase> matmul_cases() {
+  struct KN {
+    std::int64_t K, N, group;
+  };
+  // group: rows per scale group; int8 needs a multiple of 4, int4 of 8 (else per-channel, g = K)
+  const KN kns[] = {{1, 1, 1},      {7, 5, 7},     {33, 31, 33},   {64, 33, 32},
+                    {897, 31, 897}, {300, 70, 60}, {256, 64, 128}, {896, 40, 64}};
+  const std::int64_t Ms[] = {1, 2, 3, 4, 5, 17, 128};
+  const WeightFormat fs[] = {WeightFormat::f32,  WeightFormat::bf16,     WeightFormat::f16,
+                             WeightFormat::int8, WeightFormat::int4_sym, WeightFormat::int4_asym};
+  std::vector<MatmulCase> cases;
+  int i = 0;
+  for (auto kn : kns)
+    for (auto M : Ms)
+      for (auto f : fs) {
+        const bool big = kn.K * kn.N * M > 2'000'000;
+        if (big && f != WeightFormat::f32 && f != WeightFormat::int4_asym)
+          continue; // keep the run short: the largest shape only for two formats
+        std::int64_t g = kn.group;
+        if ((f == WeightFormat::int4_sym || f == WeightFormat::int4_asym) && g % 8 != 0)
+          g = kn.K;
+        cases.push_back({M, kn.K, kn.N, g, f, (i++ % 2) == 0, false});
+      }
+  // int8 per-channel (group = K), act-order int4, and M above the mc block (336 rows)
+  cases.push_back({1, 64, 40, 64, WeightFormat::int8, true, false});
+  cases.push_back({20, 897, 33, 897, WeightFormat::int8, false, false});
+  cases.push_back({1, 128, 40, 32, WeightFormat::int4_sym, false, true});
+  cases.push_back({9, 128, 40, 32, WeightFormat::int4_asym, true, true});
+  cases.push_back({350, 64, 40, 64, WeightFormat::bf16, true, false});
+  cases.push_back({350, 64, 40, 16, WeightFormat::int4_sym, false, false});
+  cases.push_back({2, 35, 40, 35, WeightFormat::int4_asym, true, false}); // per-channel, K % 8 != 0
+  cases.push_back({6, 35, 40, 35, WeightFormat::int8, false, false});     // K % 4 != 0
+  return cases;
+}
+
+} // namespace
+
+TEST_CASE("linear matches a double reference for every format, shape and ISA", "[matmul]") {
+  const auto cases = matmul_cases();
+  int runs = 0;
+  for (std::size_t ci = 0; ci < cases.size(); ++ci) {
+    const MatmulCase& c = cases[ci];
+    const auto tw = make_weights(c.format, c.K, c.N, c.group, 1000 + static_cast<std::uint32_t>(ci),
+                                 c.act_order);
+    const auto x =
+        random_vec(static_cast<std::size_t>(c.M * c.K), 7 + static_cast<std::uint32_t>(ci));
+    const auto bias = c.bias ? random_vec(static_cast<std::size_t>(c.N), 99) : std::vector<float>{};
+    std::vector<double> ref(static_cast<std::size_t>(c.M * c.N)), bound(ref.size());
+    const double tol = matmul_tol(c.K);
+    for (std::int64_t m = 0; m < c.M; ++m)
+      for (std::int64_t n = 0; n < c.N; ++n) {
+        double s = c.bias ? bias[n] : 0.0, a = c.bias ? std::abs(bias[n]) : 0.0;
+        for (std::int64_t k = 0; k < c.K; ++k) {
+          s += double(x[m * c.K + k]) * double(tw.deq[k * c.N + n]);
+          a += std::abs(double(x[m * c.K + k])) * double(tw.absw[k * c.N + n]);
+        }
+        ref[m * c.N + n] = s;
+        bound[m * c.N + n] = tol * a + 1e-30;
+      }
+    const CoreSplit splits[] = {{SplitDim::none, 1}, {SplitDim::cols, 2}, {SplitDim::rows, 2}};
+    std::vector<std::pair<Isa, bool>> paths; // (isa, VNNI disabled)
+    for (Isa isa : test_isas())
+      paths.push_back({isa, false});
+    if (cpu_features().avx512_vnni && is_quantized(c.format) && c.M <= 4)
+      paths.push_back({Isa::avx512, true}); // the f32-FMA int GEMV of AVX-512 CPUs without VNNI
+    for (auto [isa, no_vnni] : paths) {
+      ScopedIsa scoped(isa);
+      for (const CoreSplit& split : splits) {
+        std::vector<float> y(static_cast<std::size_t>(c.M * c.N),
+                             std::numeric_limits<float>::quiet_NaN());
+        detail::vnni_disabled() = no_vnni;
+        linear(x, tw.packed, bias, y, {c.M, c.K, c.N}, split);
+        ++runs;
+        std::int64_t bad = 0;
+        double worst = 0;
+        for (std::size_t i = 0; i < y.size(); ++i) {
+          const double err = std::abs(double(y[i]) - ref[i]);
+          if (!(err <= bound[i]))
+            ++bad;
+          worst = std::max(worst, std::isfinite(err) ? err / bound[i] * tol : 1e9);
+        }
+        detail::vnni_disabled() = false;
+        INFO(describe(c) << " isa=" << isa_name(isa) << (no_vnni ? " (no vnni)" : "") << " split="
+                         << int(split.dim) << " worst normalized err=" << worst << " tol=" << tol);
+        REQUIRE(bad == 0);
+      }
+    }
+  }
+  INFO("runs " << runs);
+  CHECK(runs > 600);
+}
+
+TEST_CASE("linear rejects bad shapes and splits", "[matmul]") {
+  const auto tw = make_weights(WeightFormat::f32, 8, 4, 8, 1);
+  std::vector<float> x(16), y(8);
+  CHECK_THROWS_AS(linear(x, tw.packed, {}, y, {2, 7, 4}), std::invalid_argument);
+  CHECK_THROWS_AS(linear(x, tw.packed, {}, y, {2, 8, 5}), std::invalid_argument);
+  CHECK_THROWS_AS(linear(x, tw.packed, {}, y, {0, 8, 4}), std::invalid_argument);
+  std::vector<float> small(3);
+  CHECK_THROWS_AS(linear(x, tw.packed, {}, small, {2, 8, 4}), std::invalid_argument);
+  std::vector<float> bias(3);
+  CHECK_THROWS_AS(linear(x, tw.packed, bias, y, {2, 8, 4}), std::invalid_argument);
+  CHECK_THROWS_AS(linear(x, tw.packed, {}, y, {2, 8, 4}, {SplitDim::heads, 2}),
+                  std::invalid_argument);
+  std::vector<float> xb(8 * 8), yb(8 * 4);
+  CHECK_THROWS_AS(linear(xb, tw.packed, {}, yb, {8, 8, 4}, {SplitDim::heads, 2}),
+                  std::invalid_argument);
+}

@@ -1,0 +1,156 @@
+// Fused SwiGLU MLP against a double reference, for every weight format, several local-memory
+// budgets (no tiling, intermediate tiling, row tiling) and every ISA path.
+//
+// Error bound: with g, u the exact gate/up products, h = silu(g) * u, and S_g[i], S_u[i] the
+// matmul normalizers of test_matmul.cpp (sum_k |x[k]| * A[k][i]):
+//   |out - ref| <= tol * sum_i ( A_down[i][n] * |h[i]| + |W_down[i][n]| * e[i] ),
+//   e[i] = 1.1 * |u[i]| * S_g[i] + |silu(g[i])| * S_u[i],      tol = 2 * matmul_tol(max(H, I))
+// (1.1 bounds |silu'|; exp_poly's 2e-7 relative error is far below tol).
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "tpullm/kernels/mlp.hpp"
+
+using namespace tpullm;
+using namespace tpullm::kernels;
+
+namespace tpullm_test { // defined in test_matmul.cpp
+struct TestWeights {
+  PackedWeights packed;
+  std::vector<float> deq;
+  std::vector<float> absw;
+};
+TestWeights make_weights(WeightFormat f, std::int64_t K, std::int64_t N, std::int64_t group,
+                         std::uint32_t seed, bool act_order);
+std::vector<float> random_vec(std::size_t n, std::uint32_t seed, float lo, float hi);
+std::vector<Isa> test_isas();
+double matmul_tol(std::int64_t K);
+} // namespace tpullm_test
+
+using namespace tpullm_test;
+
+namespace {
+
+struct MlpCase {
+  std::int64_t M, H, I, group;
+  WeightFormat format;
+  std::size_t budget; // bytes of local memory
+  bool act_order_gate_up;
+};
+
+double silu(double v) {
+  return v / (1.0 + std::exp(-v));
+}
+
+} // namespace
+
+TEST_CASE("swiglu_mlp matches a double reference for every format, tiling and ISA", "[mlp]") {
+  const WeightFormat fs[] = {WeightFormat::f32,  WeightFormat::bf16,     WeightFormat::f16,
+                             WeightFormat::int8, WeightFormat::int4_sym, WeightFormat::int4_asym};
+  std::vector<MlpCase> cases;
+  for (WeightFormat f : fs) {
+    cases.push_back({1, 64, 96, 32, f, 1 << 20, false});       // one tile
+    cases.push_back({3, 33, 72, 0, f, 3 * 8 * 32, false});     // 32-column tiles, odd shapes
+    cases.push_back({17, 64, 160, 32, f, 17 * 8 * 64, false}); // two-panel tiles
+    cases.push_back({40, 96, 200, 40, f, 8 * 160 * 7, false}); // row tiles (7 rows x 160 cols)
+    cases.push_back({2, 96, 200, 40, f, 2 * 8 * 160, false});  // GEMV over several tiles
+    cases.push_back({128, 64, 96, 32, f, 1 << 20, false});
+  }
+  cases.push_back({5, 64, 96, 32, WeightFormat::int4_asym, 5 * 8 * 32, true});
+  cases.push_back({1, 64, 96, 32, WeightFormat::int4_sym, 1 << 20, true});
+  int runs = 0;
+  for (std::size_t ci = 0; ci < cases.size(); ++ci) {
+    const MlpCase& c = cases[ci];
+    const std::uint32_t seed = 500 + static_cast<std::uint32_t>(ci) * 3;
+    // quantized formats need group | K: pick group = K when the case's group does not divide
+    const std::int64_t rg = row_group(c.format);
+    auto grp = [&](std::int64_t K) {
+      return c.group > 0 && K % c.group == 0 && c.group % rg == 0 ? c.group : K;
+    };
+    const auto g = make_weights(c.format, c.H, c.I, grp(c.H), seed, c.act_order_gate_up);
+    const auto u = make_weights(c.format, c.H, c.I, grp(c.H), seed + 1, c.act_order_gate_up);
+    const auto d = make_weights(c.format, c.I, c.H, grp(c.I), seed + 2, false);
+    const auto x = random_vec(static_cast<std::size_t>(c.M * c.H), seed, -1.0f, 1.0f);
+    const double tol = 2 * matmul_tol(std::max(c.H, c.I));
+    std::vector<double> ref(static_cast<std::size_t>(c.M * c.H)), bound(ref.size());
+    std::vector<double> h(static_cast<std::size_t>(c.I)), e(h.size());
+    for (std::int64_t m = 0; m < c.M; ++m) {
+      for (std::int64_t i = 0; i < c.I; ++i) {
+        double gs = 0, us = 0, sg = 0, su = 0;
+        for (std::int64_t k = 0; k < c.H; ++k) {
+          const double xv = x[m * c.H + k];
+          gs += xv * g.deq[k * c.I + i];
+          us += xv * u.deq[k * c.I + i];
+          sg += std::abs(xv) * g.absw[k * c.I + i];
+          su += std::abs(xv) * u.absw[k * c.I + i];
+        }
+        h[i] = silu(gs) * us;
+        e[i] = 1.1 * std::abs(us) * sg + std::abs(silu(gs)) * su;
+      }
+      for (std::int64_t n = 0; n < c.H; ++n) {
+        double s = 0, b = 0;
+        for (std::int64_t i = 0; i < c.I; ++i) {
+          s += h[i] * d.deq[i * c.H + n];
+          b += d.absw[i * c.H + n] * std::abs(h[i]) + std::abs(d.deq[i * c.H + n]) * e[i];
+        }
+        ref[m * c.H + n] = s;
+        bound[m * c.H + n] = tol * b + 1e-30;
+      }
+    }
+    const MlpShape shape{c.M, c.H, c.I};
+    const MlpTiling t = plan_mlp_tiling(shape, g.packed, u.packed, d.packed, c.budget);
+    REQUIRE(t.buffer_bytes <= static_cast<std::int64_t>(c.budget));
+    for (Isa isa : test_isas()) {
+      ScopedIsa scoped(isa);
+      for (CoreSplit split : {CoreSplit{SplitDim::none, 1}, CoreSplit{SplitDim::cols, 2},
+                              CoreSplit{SplitDim::rows, 2}}) {
+        std::vector<float> out(ref.size(), std::numeric_limits<float>::quiet_NaN());
+        swiglu_mlp(x, g.packed, u.packed, d.packed, out, shape, c.budget, split);
+        ++runs;
+        std::int64_t bad = 0;
+        for (std::size_t i = 0; i < out.size(); ++i)
+          if (!(std::abs(double(out[i]) - ref[i]) <= bound[i]))
+            ++bad;
+        INFO("M=" << c.M << " H=" << c.H << " I=" << c.I << " " << format_name(c.format)
+                  << " budget=" << c.budget << " tiles rows=" << t.row_tile << " inter="
+                  << t.inter_tile << " isa=" << isa_name(isa) << " split=" << int(split.dim));
+        REQUIRE(bad == 0);
+      }
+    }
+  }
+  CHECK(runs == static_cast<int>(cases.size() * test_isas().size() * 3));
+}
+
+TEST_CASE("plan_mlp_tiling respects the budget and rejects impossible ones", "[mlp]") {
+  const auto g = make_weights(WeightFormat::int4_sym, 64, 256, 32, 1, false);
+  const auto u = make_weights(WeightFormat::int4_sym, 64, 256, 32, 2, false);
+  const auto d = make_weights(WeightFormat::int4_sym, 256, 64, 64, 3, false);
+  const MlpShape s{10, 64, 256};
+  const auto full = plan_mlp_tiling(s, g.packed, u.packed, d.packed, 1 << 20);
+  CHECK(full.row_tile == 10);
+  CHECK(full.inter_tile == 256);
+  const auto tiled = plan_mlp_tiling(s, g.packed, u.packed, d.packed, 10 * 8 * 130);
+  CHECK(tiled.row_tile == 10);
+  CHECK(tiled.inter_tile == 128); // largest multiple of lcm(32, down group 64) that fits
+  CHECK(tiled.buffer_bytes <= 10 * 8 * 130);
+  const auto rows = plan_mlp_tiling(s, g.packed, u.packed, d.packed, 8 * 64 * 3);
+  CHECK(rows.row_tile == 3);
+  CHECK(rows.inter_tile == 64);
+  CHECK_THROWS_AS(plan_mlp_tiling(s, g.packed, u.packed, d.packed, 8 * 63), std::invalid_argument);
+  CHECK_THROWS_AS(plan_mlp_tiling({10, 64, 255}, g.packed, u.packed, d.packed, 1 << 20),
+                  std::invalid_argument);
+  const auto g7 = make_weights(WeightFormat::f32, 64, 252, 64, 3, false);
+  const auto d8 = make_weights(WeightFormat::int8, 252, 64, 252, 3, false); // 252 % 4 == 0
+  CHECK_NOTHROW(plan_mlp_tiling({10, 64, 252}, g7.packed, g7.packed, d8.packed, 1 << 20));
+  const auto d4 = make_weights(WeightFormat::int4_sym, 252, 64, 252, 3, false); // 252 % 8 != 0
+  CHECK_THROWS_AS(plan_mlp_tiling({10, 64, 252}, g7.packed, g7.packed, d4.packed, 1 << 20),
+                  std::invalid_argument);
+  const auto dp = make_weights(WeightFormat::int4_sym, 256, 64, 64, 3, true);
+  CHECK_THROWS_AS(plan_mlp_tiling(s, g.packed, u.packed, dp.packed, 1 << 20),
+                  std::invalid_argument);
+}

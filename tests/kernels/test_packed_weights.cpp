@@ -1,0 +1,159 @@
+// Packed weight layouts: exact byte positions, pack -> dequantize round trips, argument checks.
+#include <catch2/catch.hpp>
+
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "tpullm/kernels/packed_weights.hpp"
+
+using namespace tpullm;
+using namespace tpullm::kernels;
+
+TEST_CASE("packed layouts put every element at its documented byte", "[packed]") {
+  const std::int64_t K = 3, N = 37; // two panels, the second one padded
+  SECTION("f32: [P][K][32] f32") {
+    std::vector<float> w(K * N);
+    for (std::size_t i = 0; i < w.size(); ++i)
+      w[i] = float(i) + 0.5f;
+    const auto p = pack_f32(w, K, N);
+    REQUIRE(p.data.size() == std::size_t(2 * K * 128));
+    float v;
+    std::memcpy(&v, p.data.data() + (1 * K + 2) * 128 + 4 * 4, 4); // k=2, n=36
+    CHECK(v == w[2 * N + 36]);
+    std::memcpy(&v, p.data.data() + (1 * K + 2) * 128 + 4 * 5, 4); // padding
+    CHECK(v == 0.0f);
+    CHECK(dequantize(p) == w);
+  }
+  SECTION("bf16: word j = (col j | col j+16 << 16)") {
+    std::vector<std::uint16_t> w(K * N);
+    for (std::size_t i = 0; i < w.size(); ++i)
+      w[i] = f32_to_bf16(float(i));
+    const auto p = pack_bf16(w, K, N);
+    std::uint32_t word;
+    std::memcpy(&word, p.data.data() + (0 * K + 1) * 64 + 4 * 3, 4); // k=1, words for cols 3, 19
+    CHECK((word & 0xFFFF) == w[1 * N + 3]);
+    CHECK((word >> 16) == w[1 * N + 19]);
+    const auto d = dequantize(p);
+    for (std::size_t i = 0; i < w.size(); ++i)
+      REQUIRE(d[i] == bf16_to_f32(w[i]));
+  }
+  SECTION("f16: natural column order") {
+    std::vector<std::uint16_t> w(K * N);
+    for (std::size_t i = 0; i < w.size(); ++i)
+      w[i] = f32_to_f16(float(i) * 0.25f);
+    const auto p = pack_f16(w, K, N);
+    std::uint16_t h;
+    std::memcpy(&h, p.data.data() + (1 * K + 0) * 64 + 2 * 3, 2); // k=0, n=35
+    CHECK(h == w[35]);
+    const auto d = dequantize(p);
+    for (std::size_t i = 0; i < w.size(); ++i)
+      REQUIRE(d[i] == f16_to_f32(w[i]));
+  }
+  SECTION("int8 group-wise and per-channel") {
+    const std::int64_t K8 = 8; // two quads, two groups of 4
+    std::vector<std::int8_t> q(K8 * N);
+    for (std::size_t i = 0; i < q.size(); ++i)
+      q[i] = static_cast<std::int8_t>(int(i % 255) - 127);
+    std::vector<float> s2(2 * N), s1(N);
+    for (std::int64_t n = 0; n < N; ++n) {
+      s2[n] = 0.5f + n;
+      s2[N + n] = -0.25f - n;
+      s1[n] = 0.125f * (n + 1);
+    }
+    const auto p = pack_int8(q, s2, K8, N, 4);
+    CHECK(p.groups() == 2);
+    // quad layout: word c of the quad holds column c, byte j = row 4t + j (panel 1, quad 1)
+    CHECK(static_cast<std::int8_t>(p.data[(1 * K8 + 4) * 32 + 4 * 4 + 3]) == q[7 * N + 36]);
+    CHECK(p.scales[(1 * 2 + 1) * 32 + 4] == s2[N + 36]); // [P][G][32]
+    const auto d = dequantize(p);
+    for (std::int64_t k = 0; k < K8; ++k)
+      for (std::int64_t n = 0; n < N; ++n)
+        REQUIRE(d[k * N + n] == float(q[k * N + n]) * s2[(k / 4) * N + n]);
+    const auto pc = pack_int8_per_channel(q, s1, K8, N);
+    CHECK(pc.group_size == K8);
+    const auto dc = dequantize(pc);
+    for (std::int64_t k = 0; k < K8; ++k)
+      for (std::int64_t n = 0; n < N; ++n)
+        REQUIRE(dc[k * N + n] == float(q[k * N + n]) * s1[n]);
+  }
+  SECTION("int4: octets; word c byte j = row 8t+j (low nibble) | row 8t+4+j (high nibble)") {
+    const std::int64_t K4 = 16, G4 = 2; // two octets, group 8
+    std::vector<std::uint8_t> u(K4 * N), z(G4 * N);
+    std::vector<float> s(G4 * N);
+    for (std::size_t i = 0; i < u.size(); ++i)
+      u[i] = static_cast<std::uint8_t>((i * 7) % 16);
+    for (std::size_t i = 0; i < z.size(); ++i) {
+      z[i] = static_cast<std::uint8_t>(i % 16);
+      s[i] = 0.01f * float(i + 1);
+    }
+    const auto pa = pack_int4_asym(u, s, z, K4, N, 8);
+    // panel 1, octet 1 (rows 8..15), column 36 = word 4: byte 2 holds rows 10 (low) and 14 (high)
+    const std::uint8_t b = pa.data[(1 * K4 + 8) * 16 + 4 * 4 + 2];
+    CHECK((b & 0xF) == u[10 * N + 36]);
+    CHECK((b >> 4) == u[14 * N + 36]);
+    CHECK(pa.zeros[(1 * G4 + 1) * 32 + 4] == z[1 * N + 36]); // [P][G][32]
+    const auto d = dequantize(pa);
+    for (std::int64_t k = 0; k < K4; ++k)
+      for (std::int64_t n = 0; n < N; ++n)
+        REQUIRE(d[k * N + n] ==
+                (float(u[k * N + n]) - float(z[(k / 8) * N + n])) * s[(k / 8) * N + n]);
+    std::vector<std::int8_t> q(K4 * N);
+    for (std::size_t i = 0; i < q.size(); ++i)
+      q[i] = static_cast<std::int8_t>(int(u[i]) - 8);
+    const auto ps = pack_int4_sym(q, s, K4, N, 8);
+    CHECK(ps.zeros.empty());
+    CHECK(ps.data[(1 * K4 + 8) * 16 + 4 * 4 + 2] == b); // sym stores q + 8
+    const auto ds = dequantize(ps);
+    for (std::int64_t k = 0; k < K4; ++k)
+      for (std::int64_t n = 0; n < N; ++n)
+        REQUIRE(ds[k * N + n] == float(q[k * N + n]) * s[(k / 8) * N + n]);
+    // act-order: packed row j holds original row perm[j]
+    std::vector<std::int32_t> perm(K4);
+    for (std::int64_t j = 0; j < K4; ++j)
+      perm[j] = static_cast<std::int32_t>((j * 5 + 3) % K4);
+    std::vector<std::int8_t> qp(K4 * N);
+    for (std::int64_t j = 0; j < K4; ++j)
+      for (std::int64_t n = 0; n < N; ++n)
+        qp[j * N + n] = q[perm[j] * N + n];
+    const auto pp = pack_int4_sym(qp, s, K4, N, 8, perm);
+    const auto dp = dequantize(pp);
+    for (std::int64_t j = 0; j < K4; ++j)
+      for (std::int64_t n = 0; n < N; ++n)
+        REQUIRE(dp[perm[j] * N + n] == float(qp[j * N + n]) * s[(j / 8) * N + n]);
+  }
+  SECTION("odd K is padded to the row group with zero rows") {
+    std::vector<std::int8_t> q(5 * N, 3);
+    std::vector<float> sc(N, 0.5f);
+    const auto p = pack_int8_per_channel(q, sc, 5, N);
+    CHECK(p.stored_rows() == 8);
+    CHECK(p.data.size() == std::size_t(2 * 8 * 32));
+    CHECK(p.data[128 + 4 * 5 + 0] == 3); // quad 1 (rows 4..7), column 5: row 4 is real
+    CHECK(p.data[128 + 4 * 5 + 1] == 0); // rows 5..7 are padding
+    CHECK(p.data[128 + 4 * 5 + 3] == 0);
+  }
+}
+
+TEST_CASE("pack functions reject bad arguments", "[packed]") {
+  std::vector<std::int8_t> q(6 * 4, 0);
+  std::vector<float> s(4, 1.0f);
+  CHECK_THROWS_AS(pack_int8(q, s, 6, 4, 4), std::invalid_argument); // K % group
+  CHECK_THROWS_AS(pack_int8(q, s, 6, 4, 0), std::invalid_argument); // group 0
+  CHECK_THROWS_AS(pack_int8(q, s, 5, 4, 5), std::invalid_argument); // size mismatch
+  CHECK_THROWS_AS(pack_int4_sym(q, s, 6, 4, 4), std::invalid_argument);
+  std::vector<std::int8_t> q12(12 * 4, 0);
+  std::vector<float> s3(3 * 4, 1.0f);
+  CHECK_THROWS_AS(pack_int4_sym(q12, s3, 12, 4, 4), std::invalid_argument); // group % 8 != 0
+  CHECK_NOTHROW(pack_int8(q12, s3, 12, 4, 4));
+  std::vector<float> s6(6 * 4, 1.0f);
+  CHECK_THROWS_AS(pack_int8(q12, s6, 12, 4, 2), std::invalid_argument); // group % 4 != 0
+  std::vector<std::int8_t> big(6 * 4, 9);
+  CHECK_THROWS_AS(pack_int4_sym(big, s, 6, 4, 6), std::invalid_argument); // value > 7
+  std::vector<std::uint8_t> u(6 * 4, 3), z(4, 16);
+  CHECK_THROWS_AS(pack_int4_asym(u, s, z, 6, 4, 6), std::invalid_argument); // zero > 15
+  std::vector<std::uint8_t> z_ok(4, 1);
+  const std::vector<std::int32_t> bad_perm = {0, 1, 2, 3, 4, 4};
+  CHECK_THROWS_AS(pack_int4_asym(u, s, z_ok, 6, 4, 6, bad_perm), std::invalid_argument);
+  std::vector<float> w(3);
+  CHECK_THROWS_AS(pack_f32(w, 0, 3), std::invalid_argument);
+}

@@ -1,0 +1,195 @@
+// GPTQ / AWQ unpacking and repacking, on synthetic checkpoints made by reference packers written
+// from the format descriptions (GPTQ: nibbles along K, v1 zeros; AWQ: nibbles along N in the order
+// 0,2,4,6,1,3,5,7), including act-order g_idx.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "tpullm/conversion/quant_repack.hpp"
+#include "tpullm/kernels/matmul.hpp"
+
+using namespace tpullm;
+using namespace tpullm::conversion;
+using namespace tpullm::kernels;
+
+namespace {
+
+struct Synthetic {
+  std::int64_t K, N, group;
+  std::vector<std::uint8_t> q;     // [K, N]
+  std::vector<std::uint8_t> zeros; // [G, N]
+  std::vector<std::uint16_t> scales_f16;
+  std::vector<std::int32_t> g_idx;
+};
+
+// zmin = 1 for GPTQ v1 (a real zero of 0 would be stored as -1, which v1 cannot hold).
+Synthetic make_synthetic(std::int64_t K, std::int64_t N, std::int64_t group, bool sym,
+                         bool act_order, std::uint32_t seed, int zmin = 1) {
+  std::mt19937 rng(seed);
+  Synthetic s{K, N, group, {}, {}, {}, {}};
+  const std::int64_t G = K / group;
+  s.q.resize(K * N);
+  for (auto& v : s.q)
+    v = static_cast<std::uint8_t>(rng() % 16);
+  s.zeros.assign(G * N, 8);
+  if (!sym)
+    for (auto& v : s.zeros)
+      v = static_cast<std::uint8_t>(zmin + rng() % (16 - zmin));
+  std::uniform_real_distribution<float> us(0.001f, 0.05f);
+  s.scales_f16.resize(G * N);
+  for (auto& v : s.scales_f16)
+    v = f32_to_f16(us(rng));
+  s.g_idx.resize(K);
+  for (std::int64_t k = 0; k < K; ++k)
+    s.g_idx[k] = static_cast<std::int32_t>(k / group);
+  if (act_order) // GPTQ desc_act: g_idx[perm[i]] = i / group for a random permutation
+  {
+    std::vector<std::int32_t> perm(K);
+    for (std::int64_t k = 0; k < K; ++k)
+      perm[k] = static_cast<std::int32_t>(k);
+    std::shuffle(perm.begin(), perm.end(), rng);
+    for (std::int64_t i = 0; i < K; ++i)
+      s.g_idx[perm[i]] = static_cast<std::int32_t>(i / group);
+  }
+  return s;
+}
+
+// Reference GPTQ packer: qweight [K/8, N] (nibble i = row 8r+i), qzeros [G, N/8] holding zero-1.
+void gptq_pack(const Synthetic& s, std::vector<std::int32_t>& qweight,
+               std::vector<std::int32_t>& qzeros) {
+  const std::int64_t K = s.K, N = s.N, G = K / s.group;
+  qweight.assign(K / 8 * N, 0);
+  for (std::int64_t k = 0; k < K; ++k)
+    for (std::int64_t n = 0; n < N; ++n) {
+      std::uint32_t& w = reinterpret_cast<std::uint32_t&>(qweight[(k / 8) * N + n]);
+      w |= static_cast<std::uint32_t>(s.q[k * N + n]) << (4 * (k % 8));
+    }
+  qzeros.assign(G * N / 8, 0);
+  for (std::int64_t g = 0; g < G; ++g)
+    for (std::int64_t n = 0; n < N; ++n) {
+      std::uint32_t& w = reinterpret_cast<std::uint32_t&>(qzeros[g * (N / 8) + n / 8]);
+      w |= static_cast<std::uint32_t>((s.zeros[g * N + n] - 1) & 0xF) << (4 * (n % 8));
+    }
+}
+
+// Reference AWQ packer (AutoAWQ): for i in 0..7, column order_map[i] of each 8-column pack is
+// shifted by 4*i, order_map = {0, 2, 4, 6, 1, 3, 5, 7}.
+void awq_pack(const Synthetic& s, std::vector<std::int32_t>& qweight,
+              std::vector<std::int32_t>& qzeros) {
+  const int order_map[8] = {0, 2, 4, 6, 1, 3, 5, 7};
+  const std::int64_t K = s.K, N = s.N, G = K / s.group;
+  qweight.assign(K * N / 8, 0);
+  for (std::int64_t k = 0; k < K; ++k)
+    for (std::int64_t c = 0; c < N / 8; ++c)
+      for (int i = 0; i < 8; ++i) {
+        std::uint32_t& w = reinterpret_cast<std::uint32_t&>(qweight[k * (N / 8) + c]);
+        w |= static_cast<std::uint32_t>(s.q[k * N + 8 * c + order_map[i]]) << (4 * i);
+      }
+  qzeros.assign(G * N / 8, 0);
+  for (std::int64_t g = 0; g < G; ++g)
+    for (std::int64_t c = 0; c < N / 8; ++c)
+      for (int i = 0; i < 8; ++i) {
+        std::uint32_t& w = reinterpret_cast<std::uint32_t&>(qzeros[g * (N / 8) + c]);
+        w |= static_cast<std::uint32_t>(s.zeros[g * N + 8 * c + order_map[i]]) << (4 * i);
+      }
+}
+
+void expect_plain_equal(const Int4Plain& p, const Synthetic& s) {
+  REQUIRE(p.K == s.K);
+  REQUIRE(p.N == s.N);
+  REQUIRE(p.q == s.q);
+  REQUIRE(p.zeros == s.zeros);
+  REQUIRE(p.g_idx == s.g_idx);
+  for (std::size_t i = 0; i < s.scales_f16.size(); ++i)
+    REQUIRE(p.scales[i] == f16_to_f32(s.scales_f16[i]));
+}
+
+// y = x · W through the repacked weights vs the plain dequantization, best ISA.
+void check_linear(const Int4Plain& p, const PackedWeights& w, std::int64_t M) {
+  const auto deq = p.dequantize();
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> u(-1, 1);
+  std::vector<float> x(M * p.K);
+  for (auto& v : x)
+    v = u(rng);
+  std::vector<float> y(M * p.N, std::numeric_limits<float>::quiet_NaN());
+  linear(x, w, {}, y, {M, p.K, p.N}, {SplitDim::cols, 2});
+  for (std::int64_t m = 0; m < M; ++m)
+    for (std::int64_t n = 0; n < p.N; ++n) {
+      double r = 0, a = 0;
+      for (std::int64_t k = 0; k < p.K; ++k) {
+        r += double(x[m * p.K + k]) * deq[k * p.N + n];
+        a += std::abs(x[m * p.K + k]) * 0.05 * 30;
+      }
+      REQUIRE(std::abs(y[m * p.N + n] - r) <= 1e-5 * a);
+    }
+}
+
+} // namespace
+
+TEST_CASE("GPTQ unpack recovers ints, v1 zeros and scales, with and without act-order",
+          "[quant_repack]") {
+  for (bool act : {false, true})
+    for (bool sym : {true, false}) {
+      const auto s = make_synthetic(128, 48, 32, sym, act, act ? 11u : 12u);
+      std::vector<std::int32_t> qw, qz;
+      gptq_pack(s, qw, qz);
+      const auto p = unpack_gptq(qw, qz, s.scales_f16, s.g_idx, s.K, s.N, s.group);
+      expect_plain_equal(p, s);
+      const auto w = repack_int4(p);
+      CHECK(w.format == (sym ? WeightFormat::int4_sym : WeightFormat::int4_asym));
+      CHECK(w.k_perm.empty() == !act);
+      REQUIRE(dequantize(w) == p.dequantize()); // element for element, original row order
+      check_linear(p, w, 1);
+      check_linear(p, w, 9);
+    }
+}
+
+TEST_CASE("GPTQ with empty g_idx uses k / group_size", "[quant_repack]") {
+  const auto s = make_synthetic(64, 16, 32, false, false, 5);
+  std::vector<std::int32_t> qw, qz;
+  gptq_pack(s, qw, qz);
+  const auto p = unpack_gptq(qw, qz, s.scales_f16, {}, s.K, s.N, s.group);
+  expect_plain_equal(p, s);
+}
+
+TEST_CASE("AWQ unpack recovers the 0,2,4,6,1,3,5,7 nibble order", "[quant_repack]") {
+  const auto s = make_synthetic(96, 40, 32, false, false, 21, 0);
+  std::vector<std::int32_t> qw, qz;
+  awq_pack(s, qw, qz);
+  // nibble 1 of word (k=0, c=0) is column 2 (AutoAWQ order_map)
+  CHECK(((static_cast<std::uint32_t>(qw[0]) >> 4) & 0xF) == s.q[2]);
+  const auto p = unpack_awq(qw, qz, s.scales_f16, s.K, s.N, s.group);
+  expect_plain_equal(p, s);
+  const auto w = repack_int4(p);
+  CHECK(w.format == WeightFormat::int4_asym);
+  REQUIRE(dequantize(w) == p.dequantize());
+  check_linear(p, w, 1);
+  check_linear(p, w, 7);
+}
+
+TEST_CASE("unpack and repack reject malformed inputs", "[quant_repack]") {
+  const auto s = make_synthetic(64, 16, 32, false, false, 5);
+  std::vector<std::int32_t> qw, qz;
+  gptq_pack(s, qw, qz);
+  CHECK_THROWS_AS(unpack_gptq(qw, qz, s.scales_f16, s.g_idx, 64, 16, 24), std::invalid_argument);
+  CHECK_THROWS_AS(unpack_gptq(qw, qz, s.scales_f16, s.g_idx, 64, 24, 32), std::invalid_argument);
+  auto bad_g = s.g_idx;
+  bad_g[3] = 2; // G = 2
+  CHECK_THROWS_AS(unpack_gptq(qw, qz, s.scales_f16, bad_g, 64, 16, 32), std::invalid_argument);
+  bad_g[3] = 1; // group 1 gets 33 rows: not representable in the packed layout
+  const auto p = unpack_gptq(qw, qz, s.scales_f16, bad_g, 64, 16, 32);
+  CHECK_THROWS_AS(repack_int4(p), std::invalid_argument);
+  CHECK_THROWS_AS(
+      unpack_awq(std::span<const std::int32_t>(qw).first(100), qz, s.scales_f16, 64, 16, 32),
+      std::invalid_argument);
+  // v1 zero 0 stored as 0xF would give 16
+  auto qz_bad = qz;
+  qz_bad[0] = -1;
+  CHECK_THROWS_AS(unpack_gptq(qw, qz_bad, s.scales_f16, s.g_idx, 64, 16, 32),
+                  std::invalid_argument);
+}
