@@ -1,6 +1,6 @@
 // Flash attention against a naive double-precision reference.
 //
-// Error bound (documented in docs/kernels-attention.md): for every computed element,
+// Error bound (documented in docs/kernels.md): for every computed element,
 //   |out - ref| <= tol * max|v|   (max over the valid keys of that kv head)
 // tol = 2e-5 for f32/bf16/f16 caches (the reference reads the same widened 16-bit values, so the
 // bound measures the kernel, not the storage rounding). Sources of error: the exp2 polynomial

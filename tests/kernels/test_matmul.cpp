@@ -1,7 +1,7 @@
 // Numerics of kernels::linear against a naive double-precision reference, for every weight format,
 // many shapes (odd K and N, GEMV and GEMM row counts), every ISA path and every core split.
 //
-// Error bound (documented in docs/kernels-matmul.md): for every output element
+// Error bound (documented in docs/kernels.md): for every output element
 //   |y - y_ref| <= tol * (sum_k |x[k]| * A[k][n] + |bias[n]|)
 // with A = |w| for float formats and |scale| * (|q| + |zero|) for quantized ones (the GEMV path
 // applies the zero point after accumulating x * q, so its rounding scales with |q| + |zero|), and

@@ -14,7 +14,7 @@
 ///    tile in L1 (all other formats), and a register-blocked micro-kernel (14 x 32 on AVX-512:
 ///    28 zmm accumulators; 6 x 16 on AVX2) multiplies them.
 /// No activation quantization happens anywhere: results match an f32 dequantize-then-multiply up
-/// to f32 rounding (see docs/kernels-matmul.md for the bounds the tests enforce).
+/// to f32 rounding (see docs/kernels.md for the bounds the tests enforce).
 
 #include <algorithm>
 #include <array>
