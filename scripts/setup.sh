@@ -8,3 +8,6 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 echo
 echo "== main job: tpullm-opt on the bundled Transformer block (examples/block.tir) =="
 "$root/build/tools/tpullm-opt" "$root/examples/block.tir" --pass-pipeline=canonicalize,cse,dce --timing
+echo
+echo "== main job: import a bundled checkpoint and check its Top modules against transformers =="
+"$root/build/tools/tpullm" verify "$root/tests/data/models/qwen2-tied-bias" --level top
