@@ -125,6 +125,24 @@ TEST_CASE("interpreted Top modules reproduce the transformers logits", "[fronten
   }
 }
 
+TEST_CASE("a prompt tail too close to the cache end goes through decode, with the same logits",
+          "[frontend][session]") {
+  // seq_length 308 with 64-token segments: the 300-token prompt's last segment would start at
+  // 256 and need 64 slots where only 52 remain, so its 44 tokens run through decode; the last
+  // logits must still match the goldens of scenario c.
+  const auto d = frontend::load_model(fe_test::model_dir("llama-gqa"));
+  const auto goldens = frontend::load_goldens(fe_test::model_dir("llama-gqa"));
+  auto p = test_params();
+  p.seq_length = 308;
+  p.decode_chunk = 0;
+  runtime::InterpreterExecutor exec(frontend::build_top_modules(d, p));
+  runtime::Session session(exec, dims_of(d), p);
+  const auto logits = session.prefill(goldens.c.prompt, false);
+  const auto m = frontend::compare_logits(logits, goldens.c.prefill_logits);
+  INFO("max|err| " << m.max_abs_err << " tolerance " << m.tolerance);
+  CHECK(m.ok);
+}
+
 TEST_CASE("the golden check fails when the model is wrong", "[frontend][golden]") {
   // Same checkpoint, wrong RoPE base: the comparison must notice.
   auto d = frontend::load_model(fe_test::model_dir("llama-gqa"));
@@ -148,10 +166,13 @@ TEST_CASE("a prompt longer than the compiled sequence is refused", "[frontend][s
   std::vector<std::int32_t> prompt(129, 1);
   REQUIRE_THROWS_WITH(session.prefill(prompt, false),
                       Catch::Contains("exceeds the compiled sequence length 128"));
-  prompt.resize(100);
-  session.prefill(prompt, false);
-  // 100 cached: a second segment of max_input_length 64 would run past the cache.
-  REQUIRE_THROWS_WITH(session.prefill({1, 2}, false), Catch::Contains("cache slots"));
+  prompt.resize(128);
+  // The last 64-token segment would start at 64: fits. Then the cache is full.
+  CHECK(session.prefill(prompt, false).size() == static_cast<std::size_t>(d.dims.vocab));
+  CHECK(session.length() == 128);
+  REQUIRE_THROWS_WITH(session.prefill({1}, false), Catch::Contains("exceeds the compiled"));
+  REQUIRE_THROWS_WITH(session.decode(1), Catch::Contains("the KV cache is full"));
+  session.reset();
   REQUIRE_THROWS_WITH(session.decode(static_cast<std::int32_t>(d.dims.vocab)),
                       Catch::Contains("outside the vocabulary"));
 }

@@ -44,8 +44,9 @@ public:
 
   /// Feeds `tokens` at positions length().. in segments of max_input_length (1 prefill or
   /// prefill_kv per segment) and returns the logits [rows, vocab] of every prompt position
-  /// when `all_rows`, else of the last one only. Throws Error(invalid_input) when the prompt
-  /// does not fit the compiled sequence length or the history room of prefill_kv.
+  /// when `all_rows`, else of the last one only. A tail too close to the end of the cache for a
+  /// padded segment goes through the decode stage token by token. Throws Error(invalid_input)
+  /// when the prompt does not fit the compiled sequence length.
   std::vector<float> prefill(const std::vector<std::int32_t>& tokens, bool all_rows,
                              const std::function<void(std::int64_t, std::int64_t)>& progress = {}) {
     const std::int64_t n = static_cast<std::int64_t>(tokens.size());
@@ -62,10 +63,18 @@ public:
       const std::int64_t pos0 = length_;
       check(pos0 == 0 || params_.with_history, ErrorKind::unsupported, "prompt",
             "continuing a conversation needs prefill_kv modules (compiled without history)");
-      check(pos0 + L <= params_.seq_length, ErrorKind::invalid_input, "prompt",
-            "a segment at position ", pos0, " needs ", L, " cache slots but only ",
-            params_.seq_length - pos0, " remain (seq_length ", params_.seq_length,
-            ", max_input_length ", L, ")");
+      if (pos0 + L > params_.seq_length) {
+        // A padded segment would run past the cache: feed the tail token by token through the
+        // decode stage instead (same results, no padding).
+        for (std::int64_t r = start; r < n; ++r) {
+          auto row = decode(tokens[static_cast<std::size_t>(r)]);
+          if (all_rows || r == n - 1)
+            logits.insert(logits.end(), row.begin(), row.end());
+        }
+        if (progress)
+          progress(n, n);
+        break;
+      }
       std::vector<std::int32_t> ids(static_cast<std::size_t>(L), 0), pos(ids.size());
       for (std::int64_t r = 0; r < L; ++r) {
         ids[r] = r < valid ? tokens[static_cast<std::size_t>(start + r)] : 0;
