@@ -53,19 +53,22 @@ po::options_description stage_options(frontend::StageParams& p) {
   return o;
 }
 
-struct Parsed {
+/// Parses a `<command> MODEL_DIR [options]` line: adds the stage options to `o` and MODEL_DIR
+/// as the first positional argument. Returns false after printing help (nothing else to do).
+bool parse_model_command(const std::vector<std::string>& args, po::options_description& o,
+                         frontend::StageParams& params) {
+  o.add(stage_options(params));
+  po::positional_options_description pos;
+  pos.add("model", 1);
   po::variables_map vm;
-  bool help = false;
-};
-
-Parsed parse(const std::vector<std::string>& args, const po::options_description& visible,
-             const po::positional_options_description& pos) {
-  Parsed p;
-  po::store(po::command_line_parser(args).options(visible).positional(pos).run(), p.vm);
-  p.help = p.vm.count("help") > 0;
-  if (!p.help)
-    po::notify(p.vm);
-  return p;
+  po::store(po::command_line_parser(args).options(o).positional(pos).run(), vm);
+  if (vm.count("help")) {
+    std::cout << o;
+    return false;
+  }
+  po::notify(vm);
+  params.with_history = !vm.count("no-history");
+  return true;
 }
 
 /// Progress on stderr: an updating line on a terminal, nothing when redirected.
@@ -86,15 +89,8 @@ int cmd_import(const std::vector<std::string>& args) {
                                               "checkpoint directory (config.json + safetensors)")(
       "emit", po::value(&emit)->default_value("top"), "IR level to write: top")(
       "output,o", po::value(&out_dir)->required(), "directory to write <module>.tir files into");
-  o.add(stage_options(params));
-  po::positional_options_description pos;
-  pos.add("model", 1);
-  auto p = parse(args, o, pos);
-  if (p.help) {
-    std::cout << o;
+  if (!parse_model_command(args, o, params))
     return kOk;
-  }
-  params.with_history = !p.vm.count("no-history");
   if (emit != "top")
     throw Error(ErrorKind::unsupported, "--emit",
                 "only 'top' can be emitted so far (got '" + emit + "')");
@@ -128,15 +124,8 @@ int cmd_verify(const std::vector<std::string>& args) {
       "goldens.safetensors (default: MODEL_DIR/goldens.safetensors)")(
       "rel-tol", po::value(&rel_tol)->default_value(1e-4f, "1e-4"),
       "bound: |ours - golden| <= rel-tol * max|golden| per logits tensor");
-  o.add(stage_options(params));
-  po::positional_options_description pos;
-  pos.add("model", 1);
-  auto p = parse(args, o, pos);
-  if (p.help) {
-    std::cout << o;
+  if (!parse_model_command(args, o, params))
     return kOk;
-  }
-  params.with_history = !p.vm.count("no-history");
   if (level != "top")
     throw Error(ErrorKind::unsupported, "--level",
                 "only 'top' is implemented so far (got '" + level +
