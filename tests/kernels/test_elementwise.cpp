@@ -11,37 +11,19 @@
 
 #include "tpullm/kernels/elementwise.hpp"
 
+#include "kernel_test_util.hpp"
+
 namespace {
 
 using namespace tpullm::kernels;
-
-std::vector<Isa> isas_to_test() {
-  std::vector<Isa> v{cpu_features().best()};
-  if (cpu_features().best() != Isa::portable)
-    v.push_back(Isa::portable);
-  if (cpu_features().best() == Isa::avx512)
-    v.push_back(Isa::avx2);
-  return v;
-}
-
-std::vector<float> randv(std::size_t n, float sd, unsigned seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> nd(0.f, sd);
-  std::vector<float> v(n);
-  for (auto& e : v)
-    e = nd(rng);
-  return v;
-}
-
-double rel(double got, double ref) {
-  return std::abs(got - ref) / std::max(1.0, std::abs(ref));
-}
+using namespace tpullm_test;
 
 } // namespace
 
 TEST_CASE("softmax_rows matches double reference", "[kernels][elementwise]") {
   for (RowsShape s : {RowsShape{1, 1}, RowsShape{3, 17}, RowsShape{4, 151}, RowsShape{2, 1000}}) {
-    const auto x = randv(static_cast<std::size_t>(s.size()), 5.f, static_cast<unsigned>(s.cols));
+    const auto x =
+        normal_vec(static_cast<std::size_t>(s.size()), 5.f, static_cast<unsigned>(s.cols));
     std::vector<double> ref(x.size());
     for (std::int64_t m = 0; m < s.rows; ++m) {
       double mx = -1e300, sum = 0;
@@ -55,12 +37,12 @@ TEST_CASE("softmax_rows matches double reference", "[kernels][elementwise]") {
     }
     for (Isa isa : isas_to_test()) {
       ScopedIsa guard(isa);
-      std::vector<float> y(x.size(), std::numeric_limits<float>::quiet_NaN()), z = x;
+      std::vector<float> y = nan_vec(x.size()), z = x;
       softmax_rows(x, y, s, {SplitDim::rows, 2});
       softmax_rows(std::span<float>(z), s);
       double worst = 0;
       for (std::size_t e = 0; e < x.size(); ++e)
-        worst = std::max(worst, std::isnan(y[e]) ? 1e9 : rel(y[e], ref[e]));
+        worst = std::max(worst, std::isnan(y[e]) ? 1e9 : rel_err(y[e], ref[e]));
       INFO("shape " << s.rows << "x" << s.cols << " isa=" << isa_name(isa) << " worst=" << worst);
       CHECK(worst <= 1e-6);
       CHECK(z == y);
@@ -74,8 +56,8 @@ TEST_CASE("softmax_rows matches double reference", "[kernels][elementwise]") {
 
 TEST_CASE("silu and silu_mul", "[kernels][elementwise]") {
   for (std::size_t n : {1u, 15u, 16u, 100u, 4864u}) {
-    const auto x = randv(n, 6.f, static_cast<unsigned>(n));
-    const auto u = randv(n, 1.f, static_cast<unsigned>(n + 1));
+    const auto x = normal_vec(n, 6.f, static_cast<unsigned>(n));
+    const auto u = normal_vec(n, 1.f, static_cast<unsigned>(n + 1));
     for (Isa isa : isas_to_test()) {
       ScopedIsa guard(isa);
       std::vector<float> y(n), g(n), inplace = x;
@@ -85,7 +67,7 @@ TEST_CASE("silu and silu_mul", "[kernels][elementwise]") {
       double worst = 0;
       for (std::size_t i = 0; i < n; ++i) {
         const double s = x[i] / (1.0 + std::exp(-static_cast<double>(x[i])));
-        worst = std::max({worst, rel(y[i], s), rel(g[i], s * u[i])});
+        worst = std::max({worst, rel_err(y[i], s), rel_err(g[i], s * u[i])});
       }
       INFO("n=" << n << " isa=" << isa_name(isa) << " worst=" << worst);
       CHECK(worst <= 1e-6);
@@ -99,9 +81,9 @@ TEST_CASE("silu and silu_mul", "[kernels][elementwise]") {
 
 TEST_CASE("add and mul with broadcasting", "[kernels][elementwise]") {
   const RowsShape s{5, 37};
-  const auto a = randv(static_cast<std::size_t>(s.size()), 1.f, 1);
-  const auto b = randv(static_cast<std::size_t>(s.size()), 1.f, 2);
-  const auto vec = randv(37, 1.f, 3);
+  const auto a = normal_vec(static_cast<std::size_t>(s.size()), 1.f, 1);
+  const auto b = normal_vec(static_cast<std::size_t>(s.size()), 1.f, 2);
+  const auto vec = normal_vec(37, 1.f, 3);
   for (Isa isa : isas_to_test()) {
     ScopedIsa guard(isa);
     std::vector<float> y(a.size()), yb(a.size()), m(a.size()), mb(a.size()), inpl = a;

@@ -10,38 +10,24 @@
 
 #include "tpullm/kernels/embedding_gather.hpp"
 
+#include "kernel_test_util.hpp"
+
 namespace {
 
 using namespace tpullm;
 using namespace tpullm::kernels;
-
-std::vector<Isa> isas_to_test() {
-  std::vector<Isa> v{cpu_features().best()};
-  if (cpu_features().best() != Isa::portable)
-    v.push_back(Isa::portable);
-  if (cpu_features().best() == Isa::avx512)
-    v.push_back(Isa::avx2);
-  return v;
-}
+using namespace tpullm_test;
 
 template <class T>
 void run(std::int64_t V, std::int64_t H, const std::vector<std::int32_t>& ids, CoreSplit split) {
   std::mt19937 rng(static_cast<unsigned>(V + H));
   std::normal_distribution<float> nd(0.f, 2.f);
   std::vector<T> table(static_cast<std::size_t>(V * H));
-  for (auto& e : table) {
-    const float x = nd(rng);
-    if constexpr (std::is_same_v<T, float>)
-      e = x;
-    else if constexpr (std::is_same_v<T, bf16_t>)
-      e = bf16_t{f32_to_bf16(x)};
-    else
-      e = f16_t{f32_to_f16(x)};
-  }
+  for (auto& e : table)
+    e = from_f32<T>(nd(rng));
   for (Isa isa : isas_to_test()) {
     ScopedIsa guard(isa);
-    std::vector<float> out(ids.size() * static_cast<std::size_t>(H),
-                           std::numeric_limits<float>::quiet_NaN());
+    std::vector<float> out = nan_vec(ids.size() * static_cast<std::size_t>(H));
     embedding_gather<T>(ids, table, out, {V, H}, split);
     std::size_t bad = 0;
     for (std::size_t l = 0; l < ids.size(); ++l)

@@ -19,19 +19,13 @@
 
 #include "tpullm/kernels/flash_attention.hpp"
 
+#include "kernel_test_util.hpp"
+
 namespace {
 
 using namespace tpullm;
 using namespace tpullm::kernels;
-
-std::vector<Isa> isas_to_test() {
-  std::vector<Isa> v{cpu_features().best()};
-  if (cpu_features().best() != Isa::portable)
-    v.push_back(Isa::portable);
-  if (cpu_features().best() == Isa::avx512)
-    v.push_back(Isa::avx2);
-  return v;
-}
+using namespace tpullm_test;
 
 struct FaCase {
   std::string name;
@@ -45,23 +39,13 @@ struct FaCase {
 };
 
 template <class KV>
-KV make_kv(float x) {
-  if constexpr (std::is_same_v<KV, float>)
-    return x;
-  else if constexpr (std::is_same_v<KV, bf16_t>)
-    return bf16_t{f32_to_bf16(x)};
-  else
-    return f16_t{f32_to_f16(x)};
-}
-
-template <class KV>
 float kv_f32(KV x) {
   return detail::to_f32(x);
 }
 
 template <class KV>
 void run_case(const FaCase& c) {
-  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float nan = kNaN;
   std::mt19937 rng(1234u + static_cast<unsigned>(c.L * 31 + c.S * 7 + c.d));
   std::normal_distribution<float> nd(0.f, 1.f);
   const std::int64_t d = c.d, G = c.q_heads / c.kv_heads;
@@ -74,8 +58,8 @@ void run_case(const FaCase& c) {
     for (std::int64_t e = 0; e < c.kv_heads * d; ++e) {
       const auto i = static_cast<std::size_t>(j * c.kv_heads * d + e);
       // a larger spread of k makes the softmax peaky, exercising the running-max rescale
-      k[i] = make_kv<KV>(j < c.S_valid ? 2.0f * nd(rng) : nan);
-      v[i] = make_kv<KV>(j < c.S_valid ? nd(rng) : nan);
+      k[i] = from_f32<KV>(j < c.S_valid ? 2.0f * nd(rng) : nan);
+      v[i] = from_f32<KV>(j < c.S_valid ? nd(rng) : nan);
     }
   std::vector<std::int32_t> pos(static_cast<std::size_t>(c.L));
   for (std::int64_t i = 0; i < c.L; ++i)

@@ -17,22 +17,15 @@
 
 #include "tpullm/kernels/matmul.hpp"
 
+#include "kernel_test_util.hpp"
+
 using namespace tpullm;
 using namespace tpullm::kernels;
 
 namespace tpullm_test {
 
-/// A random weight in one format plus what the reference needs.
-struct TestWeights {
-  PackedWeights packed;
-  std::vector<float> deq;  ///< [K, N] dequantized, original row order
-  std::vector<float> absw; ///< [K, N] the A[k][n] of the error bound
-};
-
-/// Random W: [K, N] in `f` with `group` rows per group (ignored by float formats). When
-/// `act_order` is set (int4 only) rows are stored in a random group-sorted permutation.
 TestWeights make_weights(WeightFormat f, std::int64_t K, std::int64_t N, std::int64_t group,
-                         std::uint32_t seed, bool act_order = false) {
+                         std::uint32_t seed, bool act_order) {
   std::mt19937 rng(seed);
   std::uniform_real_distribution<float> uf(-1.0f, 1.0f);
   std::uniform_real_distribution<float> us(0.005f, 0.05f);
@@ -106,29 +99,6 @@ TestWeights make_weights(WeightFormat f, std::int64_t K, std::int64_t N, std::in
     for (std::size_t i = 0; i < kn; ++i)
       t.absw[i] = std::abs(t.deq[i]);
   return t;
-}
-
-/// Random activations in [-1, 1].
-std::vector<float> random_vec(std::size_t n, std::uint32_t seed, float lo = -1.0f,
-                              float hi = 1.0f) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> u(lo, hi);
-  std::vector<float> v(n);
-  for (auto& e : v)
-    e = u(rng);
-  return v;
-}
-
-/// ISA paths to run on this machine: the best, portable, and avx2 when it is not the best.
-std::vector<Isa> test_isas() {
-  std::vector<Isa> v{cpu_features().best(), Isa::portable};
-  if (cpu_features().best() == Isa::avx512)
-    v.push_back(Isa::avx2);
-  return v;
-}
-
-double matmul_tol(std::int64_t K) {
-  return 3e-6 * std::sqrt(double(K)) + 1e-6;
 }
 
 } // namespace tpullm_test
@@ -218,8 +188,7 @@ TEST_CASE("linear matches a double reference for every format, shape and ISA", "
     for (auto [isa, no_vnni] : paths) {
       ScopedIsa scoped(isa);
       for (const CoreSplit& split : splits) {
-        std::vector<float> y(static_cast<std::size_t>(c.M * c.N),
-                             std::numeric_limits<float>::quiet_NaN());
+        std::vector<float> y = nan_vec(static_cast<std::size_t>(c.M * c.N));
         detail::vnni_disabled() = no_vnni;
         linear(x, tw.packed, bias, y, {c.M, c.K, c.N}, split);
         ++runs;

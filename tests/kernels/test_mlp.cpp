@@ -16,21 +16,10 @@
 
 #include "tpullm/kernels/mlp.hpp"
 
+#include "kernel_test_util.hpp"
+
 using namespace tpullm;
 using namespace tpullm::kernels;
-
-namespace tpullm_test { // defined in test_matmul.cpp
-struct TestWeights {
-  PackedWeights packed;
-  std::vector<float> deq;
-  std::vector<float> absw;
-};
-TestWeights make_weights(WeightFormat f, std::int64_t K, std::int64_t N, std::int64_t group,
-                         std::uint32_t seed, bool act_order);
-std::vector<float> random_vec(std::size_t n, std::uint32_t seed, float lo, float hi);
-std::vector<Isa> test_isas();
-double matmul_tol(std::int64_t K);
-} // namespace tpullm_test
 
 using namespace tpullm_test;
 
@@ -109,7 +98,7 @@ TEST_CASE("swiglu_mlp matches a double reference for every format, tiling and IS
       ScopedIsa scoped(isa);
       for (CoreSplit split : {CoreSplit{SplitDim::none, 1}, CoreSplit{SplitDim::cols, 2},
                               CoreSplit{SplitDim::rows, 2}}) {
-        std::vector<float> out(ref.size(), std::numeric_limits<float>::quiet_NaN());
+        std::vector<float> out = nan_vec(ref.size());
         swiglu_mlp(x, g.packed, u.packed, d.packed, out, shape, c.budget, split);
         ++runs;
         std::int64_t bad = 0;

@@ -12,9 +12,12 @@
 #include "tpullm/conversion/quant_repack.hpp"
 #include "tpullm/kernels/matmul.hpp"
 
+#include "kernel_test_util.hpp"
+
 using namespace tpullm;
 using namespace tpullm::conversion;
 using namespace tpullm::kernels;
+using namespace tpullm_test;
 
 namespace {
 
@@ -111,12 +114,8 @@ void expect_plain_equal(const Int4Plain& p, const Synthetic& s) {
 // y = x · W through the repacked weights vs the plain dequantization, best ISA.
 void check_linear(const Int4Plain& p, const PackedWeights& w, std::int64_t M) {
   const auto deq = p.dequantize();
-  std::mt19937 rng(3);
-  std::uniform_real_distribution<float> u(-1, 1);
-  std::vector<float> x(M * p.K);
-  for (auto& v : x)
-    v = u(rng);
-  std::vector<float> y(M * p.N, std::numeric_limits<float>::quiet_NaN());
+  const std::vector<float> x = random_vec(static_cast<std::size_t>(M * p.K), 3);
+  std::vector<float> y = nan_vec(static_cast<std::size_t>(M * p.N));
   linear(x, w, {}, y, {M, p.K, p.N}, {SplitDim::cols, 2});
   for (std::int64_t m = 0; m < M; ++m)
     for (std::int64_t n = 0; n < p.N; ++n) {

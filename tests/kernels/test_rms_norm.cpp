@@ -12,19 +12,13 @@
 
 #include "tpullm/kernels/rms_norm.hpp"
 
+#include "kernel_test_util.hpp"
+
 namespace {
 
 using namespace tpullm;
 using namespace tpullm::kernels;
-
-std::vector<Isa> isas_to_test() {
-  std::vector<Isa> v{cpu_features().best()};
-  if (cpu_features().best() != Isa::portable)
-    v.push_back(Isa::portable);
-  if (cpu_features().best() == Isa::avx512)
-    v.push_back(Isa::avx2);
-  return v;
-}
+using namespace tpullm_test;
 
 struct RmsCase {
   std::int64_t M, H;
@@ -33,18 +27,8 @@ struct RmsCase {
 };
 
 template <class G>
-G make_g(float x) {
-  if constexpr (std::is_same_v<G, float>)
-    return x;
-  else if constexpr (std::is_same_v<G, bf16_t>)
-    return bf16_t{f32_to_bf16(x)};
-  else
-    return f16_t{f32_to_f16(x)};
-}
-
-template <class G>
 void run(const RmsCase& c) {
-  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float nan = kNaN;
   std::mt19937 rng(static_cast<unsigned>(c.M * 1000 + c.H));
   std::normal_distribution<float> nd(0.f, 3.f);
   const auto n = static_cast<std::size_t>(c.M * c.H);
@@ -55,7 +39,7 @@ void run(const RmsCase& c) {
   for (auto& e : r)
     e = nd(rng);
   for (auto& e : g)
-    e = make_g<G>(1.0f + 0.3f * nd(rng));
+    e = from_f32<G>(1.0f + 0.3f * nd(rng));
   const float eps = 1e-6f;
   std::vector<double> ref(n);
   for (std::int64_t m = 0; m < c.M; ++m) {
@@ -83,7 +67,7 @@ void run(const RmsCase& c) {
     double worst = 0;
     std::size_t bad_h = 0;
     for (std::size_t e = 0; e < n; ++e) {
-      worst = std::max(worst, std::abs(y[e] - ref[e]) / std::max(1.0, std::abs(ref[e])));
+      worst = std::max(worst, rel_err(y[e], ref[e]));
       if (c.fused)
         bad_h += h[e] != x[e] + r[e];
       if (std::isnan(y[e]))

@@ -13,18 +13,12 @@
 
 #include "tpullm/kernels/rope_gather.hpp"
 
+#include "kernel_test_util.hpp"
+
 namespace {
 
 using namespace tpullm::kernels;
-
-std::vector<Isa> isas_to_test() {
-  std::vector<Isa> v{cpu_features().best()};
-  if (cpu_features().best() != Isa::portable)
-    v.push_back(Isa::portable);
-  if (cpu_features().best() == Isa::avx512)
-    v.push_back(Isa::avx2);
-  return v;
-}
+using namespace tpullm_test;
 
 std::vector<double> ref_inv_freq(std::int64_t d, double theta, const RopeScaling& sc) {
   std::vector<double> inv(static_cast<std::size_t>(d / 2));
@@ -86,7 +80,7 @@ TEST_CASE("rope tables follow the HF formulas", "[kernels][rope]") {
 }
 
 TEST_CASE("rope_apply rotates halves and interleaved pairs", "[kernels][rope]") {
-  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float nan = kNaN;
   for (std::int64_t d : {2, 32, 64, 80, 128})
     for (RopeMode mode : {RopeMode::halves, RopeMode::interleaved}) {
       const std::int64_t L = 5, heads = 3, seq = 40;
@@ -118,7 +112,7 @@ TEST_CASE("rope_apply rotates halves and interleaved pairs", "[kernels][rope]") 
         rope_apply(std::span<float>(z), pos, t, {L, heads, d}, mode);
         double worst = 0;
         for (std::size_t e = 0; e < x.size(); ++e) {
-          worst = std::max(worst, std::abs(y[e] - ref[e]) / std::max(1.0, std::abs(ref[e])));
+          worst = std::max(worst, rel_err(y[e], ref[e]));
           if (std::isnan(y[e]))
             worst = 1e9;
         }
@@ -147,7 +141,7 @@ TEST_CASE("rope position errors are thrown, not clamped", "[kernels][rope]") {
 }
 
 TEST_CASE("rope_to_kv_cache writes rotated keys into their slots", "[kernels][rope]") {
-  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float nan = kNaN;
   const std::int64_t L = 3, kvh = 2, d = 64, cap = 20;
   const RopeTables t = build_rope_tables(32, d, 10000.0);
   std::vector<float> k(static_cast<std::size_t>(L * kvh * d));

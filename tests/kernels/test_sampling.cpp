@@ -13,18 +13,12 @@
 
 #include "tpullm/kernels/sampling.hpp"
 
+#include "kernel_test_util.hpp"
+
 namespace {
 
 using namespace tpullm::kernels;
-
-std::vector<Isa> isas_to_test() {
-  std::vector<Isa> v{cpu_features().best()};
-  if (cpu_features().best() != Isa::portable)
-    v.push_back(Isa::portable);
-  if (cpu_features().best() == Isa::avx512)
-    v.push_back(Isa::avx2);
-  return v;
-}
+using namespace tpullm_test;
 
 std::int64_t naive_argmax(const std::vector<float>& x) {
   std::int64_t b = 0;

@@ -1,0 +1,86 @@
+#pragma once
+/// Shared pieces of the linear kernels (kernels/matmul.hpp): the AVX2 / AVX-512 target
+/// attributes, the weight view and argument struct every path takes, the GEMV / GEMM blocking
+/// constants and the packed-panel accessors.
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <immintrin.h>
+
+#include "tpullm/kernels/core_split.hpp"
+#include "tpullm/kernels/cpu_features.hpp"
+#include "tpullm/kernels/packed_weights.hpp"
+
+#ifndef TPULLM_TARGET_AVX512
+#define TPULLM_TARGET_AVX512                                                                       \
+  __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma,f16c,bmi2,"                   \
+                        "prefer-vector-width=512")))
+#endif
+#ifndef TPULLM_TARGET_AVX2
+#define TPULLM_TARGET_AVX2 __attribute__((target("avx2,fma,f16c,bmi2")))
+#endif
+
+namespace tpullm::kernels::detail {
+
+/// A sub-matrix of packed weights: packed rows [k0, k1) (group-aligned) of panels [p0, p1).
+struct WeightView {
+  const PackedWeights* w = nullptr;
+  std::int64_t k0 = 0, k1 = 0, p0 = 0, p1 = 0;
+  std::int64_t cols() const { return std::min(w->N, p1 * kPanelCols) - p0 * kPanelCols; }
+};
+
+/// Arguments shared by every path. x rows have stride ldx and x column 0 is packed row k0; y rows
+/// have stride ldy and y column 0 is weight column p0 * 32. y = (accumulate ? y : 0) + x · W[k0:k1,
+/// cols] + bias.
+struct XDigits;
+
+struct LinearArgs {
+  const float* x = nullptr;
+  std::int64_t ldx = 0;
+  WeightView v;
+  const float* bias = nullptr; ///< [cols] or null
+  float* y = nullptr;
+  std::int64_t ldy = 0;
+  std::int64_t M = 0;
+  bool accumulate = false;
+  const float* xsum = nullptr; ///< [M][G_view]: per-row, per-group sums of x (quantized only)
+  std::int64_t xsum_ld = 0;
+  const XDigits* xd = nullptr; ///< digit-decomposed x for the VNNI GEMV (int8 / int4), or null
+};
+
+inline constexpr std::int64_t kGemvMaxRows = 4;
+#ifndef TPULLM_GEMV_PREFETCH
+#define TPULLM_GEMV_PREFETCH 4096
+#endif
+/// Software prefetch distance (bytes) of the GEMV weight stream, every cache line.
+inline constexpr std::int64_t kGemvPf = TPULLM_GEMV_PREFETCH;
+inline constexpr std::int64_t kKc = 256;
+inline constexpr std::int64_t kMcMax = 336;
+inline constexpr std::int64_t kNb = 8; ///< panels per L2-resident C block in the GEMM
+
+/// Rows per accumulation segment of a view: the group size for quantized formats, the whole
+/// view otherwise. Segment gi covers packed rows [k0 + gi * step, min(k1, k0 + (gi + 1) * step)).
+inline std::int64_t segment_rows(const WeightView& v) {
+  return is_quantized(v.w->format) ? v.w->group_rows() : std::max<std::int64_t>(1, v.k1 - v.k0);
+}
+
+inline const float* panel_scales(const PackedWeights& w, std::int64_t p, std::int64_t g) {
+  return w.scales.data() + (p * w.groups() + g) * kPanelCols;
+}
+inline const std::uint8_t* panel_zeros(const PackedWeights& w, std::int64_t p, std::int64_t g) {
+  return w.zeros.data() + (p * w.groups() + g) * kPanelCols;
+}
+inline const std::uint8_t* panel_row(const PackedWeights& w, std::int64_t p, std::int64_t k) {
+  return w.data.data() + (p * w.stored_rows() + k) * row_bytes(w.format);
+}
+
+} // namespace tpullm::kernels::detail

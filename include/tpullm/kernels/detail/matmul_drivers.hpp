@@ -1,0 +1,191 @@
+#pragma once
+/// Drivers of the linear: micro-kernel tables, the cache-blocked GEMM and the GEMV over a
+/// range of panels on one thread, and the OpenMP split of one call (run_linear).
+
+#include "tpullm/kernels/detail/matmul_portable.hpp"
+#include "tpullm/kernels/detail/matmul_gemv_avx512.hpp"
+#include "tpullm/kernels/detail/matmul_gemv_vnni.hpp"
+#include "tpullm/kernels/detail/matmul_gemm_avx512.hpp"
+#include "tpullm/kernels/detail/matmul_gemv_avx2.hpp"
+#include "tpullm/kernels/detail/matmul_gemm_avx2.hpp"
+
+namespace tpullm::kernels::detail {
+
+using MicroFn = void (*)(const float*, const float*, std::int64_t, float*, std::int64_t, int,
+                         TileInit, const float*);
+
+template <std::size_t... I>
+constexpr std::array<MicroFn, sizeof...(I)> avx512_micro_table(std::index_sequence<I...>) {
+  return {{&micro_avx512<static_cast<int>(I) + 1>...}};
+}
+template <std::size_t... I>
+constexpr std::array<MicroFn, sizeof...(I)> avx2_micro_table(std::index_sequence<I...>) {
+  return {{&micro_avx2<static_cast<int>(I) + 1>...}};
+}
+
+inline int micro_rows(Isa isa) {
+  switch (isa) {
+  case Isa::portable:
+    return 4;
+  case Isa::avx2:
+    return 6;
+  case Isa::avx512:
+    return 14;
+  }
+  return 4;
+}
+
+/// GEMM for rows [ma, mb) and panels [pa, pb) on the calling thread.
+template <WeightFormat F>
+void gemm_range(const LinearArgs& a, Isa isa, std::int64_t ma, std::int64_t mb, std::int64_t pa,
+                std::int64_t pb) {
+  const PackedWeights& w = *a.v.w;
+  const int MR = micro_rows(isa);
+  static constexpr auto t512 = avx512_micro_table(std::make_index_sequence<14>{});
+  static constexpr auto t2 = avx2_micro_table(std::make_index_sequence<6>{});
+  const std::int64_t kv = a.v.k1 - a.v.k0;
+  const std::int64_t kc_max = std::min<std::int64_t>(kKc, kv);
+  const std::int64_t mc_max = std::min<std::int64_t>(kMcMax, mb - ma);
+  const std::int64_t mc_round = (mc_max + MR - 1) / MR * MR;
+  // x rows [m0, m0 + mc) packed once for the whole K range: block kb at ap + (kb - k0) * mc_round
+  AlignedArray<float> ap(static_cast<std::size_t>(mc_round * kv));
+  AlignedArray<float> bt(static_cast<std::size_t>(kc_max * kPanelCols));
+  float bias_pad[32];
+  for (std::int64_t m0 = ma; m0 < mb; m0 += mc_max) {
+    const std::int64_t mc = std::min(mc_max, mb - m0);
+    for (std::int64_t kb = a.v.k0; kb < a.v.k1; kb += kc_max)
+      pack_a(a.x, a.ldx, m0, mc, kb - a.v.k0, std::min(kc_max, a.v.k1 - kb), MR,
+             ap.data() + (kb - a.v.k0) * mc_round);
+    // kNb panels at a time so their [mc, kNb * 32] C block stays in L2 across the K blocks
+    for (std::int64_t pn = pa; pn < pb; pn += kNb) {
+      const std::int64_t pe = std::min(pb, pn + kNb);
+      for (std::int64_t kb = a.v.k0; kb < a.v.k1; kb += kc_max) {
+        const std::int64_t kc = std::min(kc_max, a.v.k1 - kb);
+        const float* apk = ap.data() + (kb - a.v.k0) * mc_round;
+        for (std::int64_t p = pn; p < pe; ++p) {
+          const float* b = nullptr;
+          if constexpr (F == WeightFormat::f32) {
+            b = reinterpret_cast<const float*>(panel_row(w, p, kb));
+          } else {
+            switch (isa) {
+            case Isa::portable:
+              decode_block_portable<F>(w, p, kb, kc, bt.data());
+              break;
+            case Isa::avx2:
+              decode_block_avx2<F>(w, p, kb, kc, bt.data());
+              break;
+            case Isa::avx512:
+              decode_block_avx512<F>(w, p, kb, kc, bt.data());
+              break;
+            }
+            b = bt.data();
+          }
+          // the next weight block this thread will touch, prefetched into L2 strip by strip
+          const std::uint8_t* next = nullptr;
+          std::int64_t next_bytes = 0;
+          if (p + 1 < pe) {
+            next = panel_row(w, p + 1, kb);
+            next_bytes = kc * row_bytes(F);
+          } else if (kb + kc_max < a.v.k1) {
+            next = panel_row(w, pn, kb + kc_max);
+            next_bytes = std::min(kc_max, a.v.k1 - kb - kc_max) * row_bytes(F);
+          }
+          const std::int64_t strips = (mc + MR - 1) / MR;
+          const std::int64_t pf_step = (next_bytes / 64 + strips - 1) / strips * 64;
+          const std::int64_t c0 = (p - a.v.p0) * kPanelCols;
+          const int nc = static_cast<int>(std::min<std::int64_t>(kPanelCols, w.N - p * kPanelCols));
+          TileInit init = TileInit::load;
+          if (kb == a.v.k0 && !a.accumulate) {
+            init = a.bias ? TileInit::bias : TileInit::zero;
+            if (a.bias) {
+              std::fill(bias_pad, bias_pad + 32, 0.0f);
+              std::copy(a.bias + c0, a.bias + c0 + nc, bias_pad);
+            }
+          }
+          std::int64_t pf = 0;
+          for (std::int64_t s = 0; s < mc; s += MR) {
+            for (std::int64_t e = pf + pf_step; next && pf < std::min(e, next_bytes); pf += 64)
+              _mm_prefetch(reinterpret_cast<const char*>(next + pf), _MM_HINT_T1);
+            const int rows = static_cast<int>(std::min<std::int64_t>(MR, mc - s));
+            float* c = a.y + (m0 + s) * a.ldy + c0;
+            const float* as = apk + s * kc;
+            switch (isa) {
+            case Isa::portable:
+              micro_portable(as, b, kc, rows, c, a.ldy, nc, init, bias_pad, rows);
+              break;
+            case Isa::avx2:
+              t2[static_cast<std::size_t>(rows - 1)](as, b, kc, c, a.ldy, nc, init, bias_pad);
+              break;
+            case Isa::avx512:
+              t512[static_cast<std::size_t>(rows - 1)](as, b, kc, c, a.ldy, nc, init, bias_pad);
+              break;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+template <WeightFormat F>
+void gemv_range(const LinearArgs& a, Isa isa, std::int64_t pa, std::int64_t pb) {
+  switch (isa) {
+  case Isa::portable:
+    gemv_portable<F>(a, pa, pb);
+    break;
+  case Isa::avx2:
+    gemv_avx2<F>(a, pa, pb);
+    break;
+  case Isa::avx512:
+    if constexpr (is_quantized(F)) {
+      if (a.xd) {
+        gemv_vnni<F>(a, *a.xd, pa, pb);
+        break;
+      }
+    }
+    gemv_avx512<F>(a, pa, pb);
+    break;
+  }
+}
+
+template <WeightFormat F>
+void run_linear(const LinearArgs& a, const CoreSplit& split) {
+  const Isa isa = active_isa();
+  const std::int64_t P = a.v.p1 - a.v.p0;
+  if (a.M <= kGemvMaxRows) {
+    switch (split.dim) {
+    case SplitDim::none:
+    case SplitDim::rows: // M <= 4 rows are not worth splitting: run on the calling thread
+      gemv_range<F>(a, isa, a.v.p0, a.v.p1);
+      return;
+    case SplitDim::cols:
+      parallel_for(split, P, 1, [&](std::int64_t b, std::int64_t e) {
+        gemv_range<F>(a, isa, a.v.p0 + b, a.v.p0 + e);
+      });
+      return;
+    case SplitDim::heads:
+      break;
+    }
+    throw std::invalid_argument("linear: CoreSplit over heads is not meaningful for a matmul");
+  }
+  switch (split.dim) {
+  case SplitDim::none:
+    gemm_range<F>(a, isa, 0, a.M, a.v.p0, a.v.p1);
+    return;
+  case SplitDim::rows:
+    parallel_for(split, a.M, micro_rows(isa), [&](std::int64_t b, std::int64_t e) {
+      gemm_range<F>(a, isa, b, e, a.v.p0, a.v.p1);
+    });
+    return;
+  case SplitDim::cols:
+    parallel_for(split, P, 1, [&](std::int64_t b, std::int64_t e) {
+      gemm_range<F>(a, isa, 0, a.M, a.v.p0 + b, a.v.p0 + e);
+    });
+    return;
+  case SplitDim::heads:
+    break;
+  }
+  throw std::invalid_argument("linear: CoreSplit over heads is not meaningful for a matmul");
+}
+
+} // namespace tpullm::kernels::detail

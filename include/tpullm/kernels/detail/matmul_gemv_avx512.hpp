@@ -1,0 +1,119 @@
+#pragma once
+/// AVX-512 GEMV of the linear (M <= 4, all formats): f32 FMAs on weights dequantized in registers.
+
+#include "tpullm/kernels/detail/matmul_avx512_common.hpp"
+
+namespace tpullm::kernels::detail {
+
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wpsabi"
+
+/// GEMV over R rows of x (R <= 4) for one panel with f32 FMAs (all formats). NA independent
+/// accumulator sets along K hide the FMA latency.
+template <WeightFormat F, int R>
+TPULLM_TARGET_AVX512 void gemv_panel_avx512(const LinearArgs& a, std::int64_t m0, std::int64_t p) {
+  constexpr int RG = static_cast<int>(row_group(F));
+  constexpr int NA = R == 1 ? 4 : R == 2 ? 2 : 1;
+  constexpr int STEP = RG == 1 ? NA : RG; // rows per loop iteration
+  const PackedWeights& w = *a.v.w;
+  const std::int64_t rb = row_bytes(F);
+  const float* xr[R];
+  for (int r = 0; r < R; ++r)
+    xr[r] = a.x + (m0 + r) * a.ldx - a.v.k0;
+  __m512 t[R][2];
+  for (int r = 0; r < R; ++r)
+    t[r][0] = t[r][1] = _mm512_setzero_ps();
+  const std::int64_t seg = segment_rows(a.v);
+  std::int64_t gi = 0;
+  for (std::int64_t ks = a.v.k0; ks < a.v.k1; ks += seg, ++gi) {
+    const std::int64_t ke = std::min(a.v.k1, ks + seg);
+    __m512 acc[NA][R][2];
+#pragma GCC unroll 4
+    for (int u = 0; u < NA; ++u)
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r)
+        acc[u][r][0] = acc[u][r][1] = _mm512_setzero_ps();
+    const std::uint8_t* row = panel_row(w, p, ks);
+    std::int64_t k = ks;
+    for (; k + STEP <= ke; k += STEP, row += STEP * rb) {
+      for (std::int64_t b = 0; b < STEP * rb; b += 64) // every line of this step, kGemvPf ahead
+        _mm_prefetch(reinterpret_cast<const char*>(row) + kGemvPf + b, _MM_HINT_T0);
+      __m512 wv[STEP][2];
+#pragma GCC unroll 8
+      for (int u = 0; u < STEP; u += RG)
+        decode_rows_avx512<F>(row + u * rb, wv + u);
+#pragma GCC unroll 8
+      for (int u = 0; u < STEP; ++u)
+#pragma GCC unroll 4
+        for (int r = 0; r < R; ++r) {
+          const __m512 xb = _mm512_set1_ps(xr[r][k + u]);
+          acc[u % NA][r][0] = _mm512_fmadd_ps(xb, wv[u][0], acc[u % NA][r][0]);
+          acc[u % NA][r][1] = _mm512_fmadd_ps(xb, wv[u][1], acc[u % NA][r][1]);
+        }
+    }
+    if constexpr (RG == 1) {
+      for (; k < ke; ++k, row += rb) {
+        __m512 wv[1][2];
+        decode_rows_avx512<F>(row, wv);
+#pragma GCC unroll 4
+        for (int r = 0; r < R; ++r) {
+          const __m512 xb = _mm512_set1_ps(xr[r][k]);
+          acc[0][r][0] = _mm512_fmadd_ps(xb, wv[0][0], acc[0][r][0]);
+          acc[0][r][1] = _mm512_fmadd_ps(xb, wv[0][1], acc[0][r][1]);
+        }
+      }
+    }
+#pragma GCC unroll 4
+    for (int u = 1; u < NA; ++u)
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) {
+        acc[0][r][0] = _mm512_add_ps(acc[0][r][0], acc[u][r][0]);
+        acc[0][r][1] = _mm512_add_ps(acc[0][r][1], acc[u][r][1]);
+      }
+    if constexpr (is_quantized(F)) {
+      const std::int64_t g = ks / w.group_rows();
+      const float* s = panel_scales(w, p, g);
+      const __m512 s0 = _mm512_load_ps(s), s1 = _mm512_load_ps(s + 16);
+      __m512 z0, z1;
+      group_zero_avx512<F>(w, p, g, z0, z1);
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) {
+        const __m512 xs = _mm512_set1_ps(a.xsum[(m0 + r) * a.xsum_ld + gi]);
+        t[r][0] = _mm512_fmadd_ps(s0, _mm512_fnmadd_ps(z0, xs, acc[0][r][0]), t[r][0]);
+        t[r][1] = _mm512_fmadd_ps(s1, _mm512_fnmadd_ps(z1, xs, acc[0][r][1]), t[r][1]);
+      }
+    } else {
+      for (int r = 0; r < R; ++r) {
+        t[r][0] = _mm512_add_ps(t[r][0], acc[0][r][0]);
+        t[r][1] = _mm512_add_ps(t[r][1], acc[0][r][1]);
+      }
+    }
+  }
+  store_rows_avx512(a, m0, R, p, t);
+}
+
+template <WeightFormat F>
+TPULLM_TARGET_AVX512 void gemv_avx512(const LinearArgs& a, std::int64_t pa, std::int64_t pb) {
+  for (std::int64_t p = pa; p < pb; ++p) {
+    std::int64_t m = 0;
+    for (; m + 4 <= a.M; m += 4)
+      gemv_panel_avx512<F, 4>(a, m, p);
+    switch (a.M - m) {
+    case 3:
+      gemv_panel_avx512<F, 3>(a, m, p);
+      break;
+    case 2:
+      gemv_panel_avx512<F, 2>(a, m, p);
+      break;
+    case 1:
+      gemv_panel_avx512<F, 1>(a, m, p);
+      break;
+    }
+  }
+}
+
+#pragma GCC diagnostic pop
+
+} // namespace tpullm::kernels::detail

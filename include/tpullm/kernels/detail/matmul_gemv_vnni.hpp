@@ -1,0 +1,273 @@
+#pragma once
+/// AVX-512 VNNI GEMV of the linear (int8 / int4 weights): VPDPBUSD over the digits of x.
+
+#include "tpullm/kernels/detail/matmul_avx512_common.hpp"
+#include "tpullm/kernels/detail/matmul_x_digits.hpp"
+
+namespace tpullm::kernels::detail {
+
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wpsabi"
+
+#define TPULLM_TARGET_AVX512_VNNI                                                                  \
+  __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma,f16c,bmi2,"        \
+                        "prefer-vector-width=512")))
+
+/// acc += VPDPBUSD(u8 a, s8 b), in place (with the intrinsic GCC 12 copies the accumulator
+/// before every instruction).
+TPULLM_TARGET_AVX512_VNNI inline __attribute__((always_inline)) void dpbusd(__m512i& acc, __m512i a,
+                                                                            __m512i b) {
+  __asm__("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(a), "v"(b));
+}
+
+/// Sum over the 16 columns of one half after a group: s1 * sum_d 256^-d (A_d - z * S_d).
+TPULLM_TARGET_AVX512_VNNI inline __m512 vnni_group_sum(__m512i a0, __m512i a1, __m512i a2, __m512 z,
+                                                       const std::int32_t* S) {
+  const __m512 f0 =
+      _mm512_fnmadd_ps(z, _mm512_set1_ps(static_cast<float>(S[0])), _mm512_cvtepi32_ps(a0));
+  const __m512 f1 =
+      _mm512_fnmadd_ps(z, _mm512_set1_ps(static_cast<float>(S[1])), _mm512_cvtepi32_ps(a1));
+  const __m512 f2 =
+      _mm512_fnmadd_ps(z, _mm512_set1_ps(static_cast<float>(S[2])), _mm512_cvtepi32_ps(a2));
+  return _mm512_fmadd_ps(f2, _mm512_set1_ps(1.0f / 65536.0f),
+                         _mm512_fmadd_ps(f1, _mm512_set1_ps(1.0f / 256.0f), f0));
+}
+
+TPULLM_TARGET_AVX512_VNNI inline __m512i bcast4(const std::int8_t* p) {
+  std::int32_t v;
+  std::memcpy(&v, p, 4);
+  return _mm512_set1_epi32(v);
+}
+
+/// Single-row VNNI GEMV for one panel with every accumulator a named register: int4 uses 12
+/// (3 digits x 2 column halves x low/high nibble rows), int8 12 (3 digits x 2 halves x 2 quads).
+template <WeightFormat F>
+TPULLM_TARGET_AVX512_VNNI void gemv_panel_vnni_r1(const LinearArgs& a, const XDigits& xd,
+                                                  std::int64_t m0, std::int64_t p) {
+  const PackedWeights& w = *a.v.w;
+  __m512 t0 = _mm512_setzero_ps(), t1 = _mm512_setzero_ps();
+  const std::int64_t seg = segment_rows(a.v);
+  const __m512i m4 = _mm512_set1_epi8(0x0F), flip = _mm512_set1_epi8(static_cast<char>(0x80));
+  const std::int8_t* xh = xd.d.data() + (m0 * 3 + 0) * xd.Kv - a.v.k0;
+  const std::int8_t* xl = xd.d.data() + (m0 * 3 + 1) * xd.Kv - a.v.k0;
+  const std::int8_t* xt = xd.d.data() + (m0 * 3 + 2) * xd.Kv - a.v.k0;
+  std::int64_t gi = 0;
+  for (std::int64_t ks = a.v.k0; ks < a.v.k1; ks += seg, ++gi) {
+    const std::int64_t ke = std::min(a.v.k1, ks + seg);
+    const __m512i zero = _mm512_setzero_si512();
+    __m512i h0a = zero, h0b = zero, h1a = zero, h1b = zero; // digit h, half 0/1, set a/b
+    __m512i l0a = zero, l0b = zero, l1a = zero, l1b = zero;
+    __m512i u0a = zero, u0b = zero, u1a = zero, u1b = zero; // digit t
+    const std::uint8_t* row = panel_row(w, p, ks);
+    std::int64_t k = ks;
+    if constexpr (F == WeightFormat::int8) {
+      for (; k + 8 <= ke; k += 8, row += 256) {
+        for (int b = 0; b < 256; b += 64)
+          _mm_prefetch(reinterpret_cast<const char*>(row) + kGemvPf + b, _MM_HINT_T0);
+        const __m512i w0a = _mm512_xor_si512(_mm512_load_si512(row), flip);
+        const __m512i w1a = _mm512_xor_si512(_mm512_load_si512(row + 64), flip);
+        const __m512i w0b = _mm512_xor_si512(_mm512_load_si512(row + 128), flip);
+        const __m512i w1b = _mm512_xor_si512(_mm512_load_si512(row + 192), flip);
+        __m512i b = bcast4(xh + k);
+        dpbusd(h0a, w0a, b);
+        dpbusd(h1a, w1a, b);
+        b = bcast4(xl + k);
+        dpbusd(l0a, w0a, b);
+        dpbusd(l1a, w1a, b);
+        b = bcast4(xt + k);
+        dpbusd(u0a, w0a, b);
+        dpbusd(u1a, w1a, b);
+        b = bcast4(xh + k + 4);
+        dpbusd(h0b, w0b, b);
+        dpbusd(h1b, w1b, b);
+        b = bcast4(xl + k + 4);
+        dpbusd(l0b, w0b, b);
+        dpbusd(l1b, w1b, b);
+        b = bcast4(xt + k + 4);
+        dpbusd(u0b, w0b, b);
+        dpbusd(u1b, w1b, b);
+      }
+      for (; k < ke; k += 4, row += 128) {
+        const __m512i w0 = _mm512_xor_si512(_mm512_load_si512(row), flip);
+        const __m512i w1 = _mm512_xor_si512(_mm512_load_si512(row + 64), flip);
+        __m512i b = bcast4(xh + k);
+        dpbusd(h0a, w0, b);
+        dpbusd(h1a, w1, b);
+        b = bcast4(xl + k);
+        dpbusd(l0a, w0, b);
+        dpbusd(l1a, w1, b);
+        b = bcast4(xt + k);
+        dpbusd(u0a, w0, b);
+        dpbusd(u1a, w1, b);
+      }
+    } else {
+      for (; k < ke; k += 8, row += 128) {
+        _mm_prefetch(reinterpret_cast<const char*>(row) + kGemvPf, _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(row) + kGemvPf + 64, _MM_HINT_T0);
+        const __m512i v0 = _mm512_load_si512(row), v1 = _mm512_load_si512(row + 64);
+        const __m512i lo0 = _mm512_and_si512(v0, m4), lo1 = _mm512_and_si512(v1, m4);
+        const __m512i hi0 = _mm512_and_si512(_mm512_srli_epi32(v0, 4), m4);
+        const __m512i hi1 = _mm512_and_si512(_mm512_srli_epi32(v1, 4), m4);
+        __m512i bl = bcast4(xh + k), bh = bcast4(xh + k + 4);
+        dpbusd(h0a, lo0, bl);
+        dpbusd(h1a, lo1, bl);
+        dpbusd(h0b, hi0, bh);
+        dpbusd(h1b, hi1, bh);
+        bl = bcast4(xl + k);
+        bh = bcast4(xl + k + 4);
+        dpbusd(l0a, lo0, bl);
+        dpbusd(l1a, lo1, bl);
+        dpbusd(l0b, hi0, bh);
+        dpbusd(l1b, hi1, bh);
+        bl = bcast4(xt + k);
+        bh = bcast4(xt + k + 4);
+        dpbusd(u0a, lo0, bl);
+        dpbusd(u1a, lo1, bl);
+        dpbusd(u0b, hi0, bh);
+        dpbusd(u1b, hi1, bh);
+      }
+    }
+    const std::int64_t g = ks / w.group_rows();
+    const float* s = panel_scales(w, p, g);
+    __m512 z0, z1;
+    if constexpr (F == WeightFormat::int8)
+      z0 = z1 = _mm512_set1_ps(128.0f);
+    else
+      group_zero_avx512<F>(w, p, g, z0, z1);
+    const std::int32_t* S = xd.S.data() + (m0 * xd.Gv + gi) * 3;
+    const __m512 s1 = _mm512_set1_ps(xd.s1[static_cast<std::size_t>(m0 * xd.Gv + gi)]);
+    const __m512 r0 = vnni_group_sum(_mm512_add_epi32(h0a, h0b), _mm512_add_epi32(l0a, l0b),
+                                     _mm512_add_epi32(u0a, u0b), z0, S);
+    const __m512 r1 = vnni_group_sum(_mm512_add_epi32(h1a, h1b), _mm512_add_epi32(l1a, l1b),
+                                     _mm512_add_epi32(u1a, u1b), z1, S);
+    t0 = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_load_ps(s), s1), r0, t0);
+    t1 = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_load_ps(s + 16), s1), r1, t1);
+  }
+  __m512 t[1][2] = {{t0, t1}};
+  store_rows_avx512(a, m0, 1, p, t);
+}
+
+/// VNNI GEMV (int8 / int4 only) over R rows for one panel: per weight group, three VPDPBUSD
+/// accumulations (one per activation digit) of unsigned weights u (int8: q + 128) by the signed
+/// digits; the group's result is s1 * sum_d 256^-d (A_d - z * S_d) * scale.
+template <WeightFormat F, int R>
+TPULLM_TARGET_AVX512_VNNI void gemv_panel_vnni(const LinearArgs& a, const XDigits& xd,
+                                               std::int64_t m0, std::int64_t p) {
+  constexpr int RG = static_cast<int>(row_group(F));
+  constexpr bool kSplit = R <= 2; // separate lo/hi accumulators to shorten dependency chains
+  constexpr int NH = (F == WeightFormat::int8 || !kSplit) ? 1 : 2;
+  const PackedWeights& w = *a.v.w;
+  __m512 t[R][2];
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r)
+    t[r][0] = t[r][1] = _mm512_setzero_ps();
+  const std::int64_t seg = segment_rows(a.v);
+  const __m512i m4 = _mm512_set1_epi8(0x0F), flip = _mm512_set1_epi8(static_cast<char>(0x80));
+  std::int64_t gi = 0;
+  for (std::int64_t ks = a.v.k0; ks < a.v.k1; ks += seg, ++gi) {
+    const std::int64_t ke = std::min(a.v.k1, ks + seg);
+    __m512i acc[R][3][2][NH];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r)
+#pragma GCC unroll 3
+      for (int d = 0; d < 3; ++d)
+#pragma GCC unroll 4
+        for (int h = 0; h < 2; ++h)
+#pragma GCC unroll 4
+          for (int n = 0; n < NH; ++n)
+            acc[r][d][h][n] = _mm512_setzero_si512();
+    const std::uint8_t* row = panel_row(w, p, ks);
+    const std::int8_t* xdr[R][3];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+      for (int d = 0; d < 3; ++d)
+        xdr[r][d] = xd.d.data() + ((m0 + r) * 3 + d) * xd.Kv - a.v.k0;
+    for (std::int64_t k = ks; k < ke; k += RG, row += 128) {
+      _mm_prefetch(reinterpret_cast<const char*>(row) + kGemvPf, _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(row) + kGemvPf + 64, _MM_HINT_T0);
+      __m512i wl[2], wh[2];
+#pragma GCC unroll 4
+      for (int h = 0; h < 2; ++h) {
+        const __m512i v = _mm512_load_si512(row + 64 * h);
+        if constexpr (F == WeightFormat::int8) {
+          wl[h] = _mm512_xor_si512(v, flip);
+          wh[h] = wl[h];
+        } else {
+          wl[h] = _mm512_and_si512(v, m4);
+          wh[h] = _mm512_and_si512(_mm512_srli_epi32(v, 4), m4);
+        }
+      }
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r)
+#pragma GCC unroll 3
+        for (int d = 0; d < 3; ++d) {
+          std::int32_t xl;
+          std::memcpy(&xl, xdr[r][d] + k, 4);
+          const __m512i bl = _mm512_set1_epi32(xl);
+          if constexpr (F == WeightFormat::int8) {
+#pragma GCC unroll 4
+            for (int h = 0; h < 2; ++h)
+              dpbusd(acc[r][d][h][0], wl[h], bl);
+          } else {
+            std::int32_t xh;
+            std::memcpy(&xh, xdr[r][d] + k + 4, 4);
+            const __m512i bh = _mm512_set1_epi32(xh);
+#pragma GCC unroll 4
+            for (int h = 0; h < 2; ++h) {
+              dpbusd(acc[r][d][h][0], wl[h], bl);
+              dpbusd(acc[r][d][h][NH - 1], wh[h], bh);
+            }
+          }
+        }
+    }
+    const std::int64_t g = ks / w.group_rows();
+    const float* s = panel_scales(w, p, g);
+    __m512 z[2];
+    if constexpr (F == WeightFormat::int8)
+      z[0] = z[1] = _mm512_set1_ps(128.0f);
+    else
+      group_zero_avx512<F>(w, p, g, z[0], z[1]);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      const std::int32_t* S = xd.S.data() + ((m0 + r) * xd.Gv + gi) * 3;
+      const float s1 = xd.s1[static_cast<std::size_t>((m0 + r) * xd.Gv + gi)];
+#pragma GCC unroll 4
+      for (int h = 0; h < 2; ++h) {
+        __m512 f[3];
+#pragma GCC unroll 4
+        for (int d = 0; d < 3; ++d) {
+          __m512i ai = acc[r][d][h][0];
+          if constexpr (NH == 2)
+            ai = _mm512_add_epi32(ai, acc[r][d][h][1]);
+          f[d] = _mm512_fnmadd_ps(z[h], _mm512_set1_ps(static_cast<float>(S[d])),
+                                  _mm512_cvtepi32_ps(ai));
+        }
+        const __m512 sum =
+            _mm512_fmadd_ps(f[2], _mm512_set1_ps(1.0f / 65536.0f),
+                            _mm512_fmadd_ps(f[1], _mm512_set1_ps(1.0f / 256.0f), f[0]));
+        t[r][h] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_load_ps(s + 16 * h), _mm512_set1_ps(s1)),
+                                  sum, t[r][h]);
+      }
+    }
+  }
+  store_rows_avx512(a, m0, R, p, t);
+}
+
+template <WeightFormat F>
+TPULLM_TARGET_AVX512_VNNI void gemv_vnni(const LinearArgs& a, const XDigits& xd, std::int64_t pa,
+                                         std::int64_t pb) {
+  for (std::int64_t p = pa; p < pb; ++p) {
+    std::int64_t m = 0;
+    for (; m + 2 <= a.M; m += 2)
+      gemv_panel_vnni<F, 2>(a, xd, m, p);
+    if (m < a.M)
+      gemv_panel_vnni_r1<F>(a, xd, m, p);
+  }
+}
+
+#pragma GCC diagnostic pop
+
+} // namespace tpullm::kernels::detail
