@@ -18,18 +18,9 @@
 #include <unistd.h>
 
 #include "tpullm/kernels/cpu_features.hpp"
+#include "tpullm/kernels/isa_target.hpp"
 #include "tpullm/support/float16.hpp"
 
-#ifndef TPULLM_TARGET_AVX512
-/// Function attribute: compile for the AVX-512 level `Isa::avx512` checks (F/BW/DQ/VL + FMA/F16C).
-#define TPULLM_TARGET_AVX512                                                                       \
-  __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma,f16c,bmi2,"                   \
-                        "prefer-vector-width=512")))
-#endif
-#ifndef TPULLM_TARGET_AVX2
-/// Function attribute: compile for the AVX2 level `Isa::avx2` checks (AVX2 + FMA + F16C).
-#define TPULLM_TARGET_AVX2 __attribute__((target("avx2,fma,f16c,bmi2")))
-#endif
 #ifndef TPULLM_ALWAYS_INLINE
 /// Forces a generic body into its per-ISA caller so it is compiled for that caller's target.
 #define TPULLM_ALWAYS_INLINE inline __attribute__((always_inline))

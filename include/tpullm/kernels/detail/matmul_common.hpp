@@ -18,16 +18,8 @@
 
 #include "tpullm/kernels/core_split.hpp"
 #include "tpullm/kernels/cpu_features.hpp"
+#include "tpullm/kernels/isa_target.hpp"
 #include "tpullm/kernels/packed_weights.hpp"
-
-#ifndef TPULLM_TARGET_AVX512
-#define TPULLM_TARGET_AVX512                                                                       \
-  __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma,f16c,bmi2,"                   \
-                        "prefer-vector-width=512")))
-#endif
-#ifndef TPULLM_TARGET_AVX2
-#define TPULLM_TARGET_AVX2 __attribute__((target("avx2,fma,f16c,bmi2")))
-#endif
 
 namespace tpullm::kernels::detail {
 
