@@ -36,11 +36,8 @@ enum class WeightLayout { vector, out_in, table };
 ///   gptq: qweight [K/pack, N] (packed along K), qzeros [groups, N/pack] (packed along N),
 ///         sequential order; stored zero = real zero - zero_offset.
 ///   awq:  qweight [K, N/pack], qzeros [groups, N/pack], both packed along N with the
-///         interleaved order of kAwqPackOrder (4-bit only); no zero offset.
+///         interleaved order 0,2,4,6,1,3,5,7 (conversion::kAwqOrder; 4-bit only); no zero offset.
 enum class QuantFormat { gptq, awq };
-
-/// AWQ GEMM packing: column (8c + kAwqPackOrder[s]) of a row is stored in nibble s of word c.
-inline constexpr int kAwqPackOrder[8] = {0, 2, 4, 6, 1, 3, 5, 7};
 
 /// A plain (unquantized) float tensor (F32, F16 or BF16) and its layout.
 struct PlainWeight {

@@ -64,14 +64,15 @@ inline ir::Value* mlp(ir::Builder& b, ir::Value* x, const std::string& prefix,
 } // namespace detail
 
 /// The block template: prefill (history = 0), prefill_kv (history > 0, L > 1) and decode
-/// (L = 1) all come from here; `name` is the function's name.
-inline ir::Module build_block(const ModelDesc& d, const BlockShape& s, std::int64_t seq_length,
+/// (L = 1) all come from here; `rope` are the model's tables (rope_weights), `name` is the
+/// function's name.
+inline ir::Module build_block(const ModelDesc& d, const BlockShape& s, const RopeWeights& rope,
                               const std::string& name) {
   const auto& dims = d.dims;
   check(s.layer >= 0 && s.layer < dims.layers, ErrorKind::invalid_input, name, "layer ", s.layer,
         " out of range [0, ", dims.layers, ")");
-  check(s.tokens >= 1 && s.history >= 0 && s.history + s.tokens <= seq_length + s.tokens,
-        ErrorKind::invalid_input, name, "bad block shape");
+  check(s.tokens >= 1 && s.history >= 0, ErrorKind::invalid_input, name,
+        "bad block shape: ", s.tokens, " tokens, ", s.history, " history slots");
   const LayerWeights& w = d.layers[static_cast<std::size_t>(s.layer)];
   const std::string p = "layers." + std::to_string(s.layer) + ".";
   const std::int64_t L = s.tokens, H = dims.hidden, D = dims.head_dim;
@@ -100,9 +101,8 @@ inline ir::Module build_block(const ModelDesc& d, const BlockShape& s, std::int6
     q = detail::rms_norm(b, q, p + "q_norm", w.q_norm, d.norm_eps);
     k = detail::rms_norm(b, k, p + "k_norm", w.k_norm, d.norm_eps);
   }
-  auto [cos_w, sin_w] = rope_weights(d, seq_length);
-  ir::Value* cos = b.create(ir::GatherOp{0}, {b.weight(std::move(cos_w)), pos});
-  ir::Value* sin = b.create(ir::GatherOp{0}, {b.weight(std::move(sin_w)), pos});
+  ir::Value* cos = b.create(ir::GatherOp{0}, {b.weight(rope.cos), pos});
+  ir::Value* sin = b.create(ir::GatherOp{0}, {b.weight(rope.sin), pos});
   q = b.create(ir::RopeOp{ir::RopeMode::halves}, {q, cos, sin});
   k = b.create(ir::RopeOp{ir::RopeMode::halves}, {k, cos, sin});
   ir::Value *k_all = k, *v_all = v;
@@ -166,18 +166,17 @@ inline ir::Module build_lm_head(const ModelDesc& d, bool greedy, const std::stri
 /// decode length, then lm_head and lm_head_greedy.
 inline std::vector<ir::Module> build_top_modules(const ModelDesc& d, const StageParams& params) {
   params.validate(d.dims.max_position);
+  const RopeWeights rope = rope_weights(d, params.seq_length); // one table for every block
   std::vector<ir::Module> out;
   out.push_back(build_embedding(d, params.max_input_length, "embedding"));
   out.push_back(build_embedding(d, 1, "embedding_cache"));
   for (std::int64_t i = 0; i < d.dims.layers; ++i) {
-    out.push_back(
-        build_block(d, {i, params.max_input_length, 0}, params.seq_length, StageNames::block(i)));
+    out.push_back(build_block(d, {i, params.max_input_length, 0}, rope, StageNames::block(i)));
     if (params.with_history)
-      out.push_back(build_block(d, {i, params.max_input_length, params.prefill_kv_history()},
-                                params.seq_length, StageNames::block_kv(i)));
+      out.push_back(build_block(d, {i, params.max_input_length, params.prefill_kv_history()}, rope,
+                                StageNames::block_kv(i)));
     for (std::int64_t len : params.decode_lengths())
-      out.push_back(
-          build_block(d, {i, 1, len}, params.seq_length, StageNames::block_cache(i, len)));
+      out.push_back(build_block(d, {i, 1, len}, rope, StageNames::block_cache(i, len)));
   }
   out.push_back(build_lm_head(d, false, "lm_head"));
   out.push_back(build_lm_head(d, true, "lm_head_greedy"));

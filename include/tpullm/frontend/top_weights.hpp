@@ -96,7 +96,14 @@ inline ir::Weight owned_f32_weight(const std::string& name, std::vector<std::int
 
 /// RoPE cos and sin tables for positions [0, seq_length): each [seq_length, head_dim / 2] f32,
 /// computed with HF's float32 arithmetic for the model's rope type.
-inline std::pair<ir::Weight, ir::Weight> rope_weights(const ModelDesc& d, std::int64_t seq_length) {
+/// Built once per model; copies of the Weights share the same table memory.
+struct RopeWeights {
+  ir::Weight cos; ///< @rope.cos [seq_length, head_dim / 2]
+  ir::Weight sin; ///< @rope.sin [seq_length, head_dim / 2]
+};
+
+/// The tables of `d` for positions [0, seq_length).
+inline RopeWeights rope_weights(const ModelDesc& d, std::int64_t seq_length) {
   kernels::RopeScaling s;
   switch (d.rope.type) {
   case RopeType::default_:

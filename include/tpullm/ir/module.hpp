@@ -80,7 +80,7 @@ public:
     throw std::out_of_range("module @" + name_ + " has no weight @" + name);
   }
   const std::map<std::string, Weight>& weights() const { return weights_; }
-  /// Removes weights no function references.
+  /// Removes weight @name from the table (callers make sure no top.Weight still reads it).
   void erase_weight(const std::string& name) { weights_.erase(name); }
 
   /// Adds a function and returns it; names must be unique.

@@ -20,10 +20,8 @@ inline std::vector<DiagnosticError> verify_function(const Module& m, const Funct
   for (std::size_t i = 0; i < f.num_arguments(); ++i)
     defined.insert(f.argument(i));
   const Location floc = f.loc().known() ? f.loc() : Location{"@" + f.name()};
-  std::size_t index = 0;
   bool seen_return = false;
   for (const auto& op : f.ops()) {
-    ++index;
     const Location loc = op->loc().known() ? op->loc() : floc;
     const std::string who = "'" + std::string(op->name()) + "' ";
     if (seen_return)

@@ -302,37 +302,34 @@ inline void check_perm(std::string_view what, std::span<const std::int32_t> perm
 
 } // namespace detail
 
-/// Packs f32 W: [K, N] row-major into WeightFormat::f32 panels.
-inline PackedWeights pack_f32(std::span<const float> w, std::int64_t K, std::int64_t N) {
-  detail::check_pack_shape("pack_f32", K, N, w.size(), static_cast<std::size_t>(K * N));
-  PackedWeights p = detail::make_packed(WeightFormat::f32, K, N, K);
+namespace detail {
+/// Copies a float W: [K, N] row-major (elements of type T, stored bit for bit) into panels.
+template <class T>
+PackedWeights pack_float(const char* what, WeightFormat format, std::span<const T> w,
+                         std::int64_t K, std::int64_t N) {
+  check_pack_shape(what, K, N, w.size(), static_cast<std::size_t>(K * N));
+  PackedWeights p = make_packed(format, K, N, K);
   for (std::int64_t k = 0; k < K; ++k)
     for (std::int64_t n = 0; n < N; ++n)
-      std::memcpy(p.data.data() + detail::elem_offset(p.format, p.stored_rows(), k, n),
-                  &w[k * N + n], 4);
+      std::memcpy(p.data.data() + elem_offset(p.format, p.stored_rows(), k, n), &w[k * N + n],
+                  sizeof(T));
   return p;
+}
+} // namespace detail
+
+/// Packs f32 W: [K, N] row-major into WeightFormat::f32 panels.
+inline PackedWeights pack_f32(std::span<const float> w, std::int64_t K, std::int64_t N) {
+  return detail::pack_float("pack_f32", WeightFormat::f32, w, K, N);
 }
 
 /// Packs bf16 bits W: [K, N] row-major into WeightFormat::bf16 panels (interleaved 0,16,1,17..).
 inline PackedWeights pack_bf16(std::span<const std::uint16_t> w, std::int64_t K, std::int64_t N) {
-  detail::check_pack_shape("pack_bf16", K, N, w.size(), static_cast<std::size_t>(K * N));
-  PackedWeights p = detail::make_packed(WeightFormat::bf16, K, N, K);
-  for (std::int64_t k = 0; k < K; ++k)
-    for (std::int64_t n = 0; n < N; ++n)
-      std::memcpy(p.data.data() + detail::elem_offset(p.format, p.stored_rows(), k, n),
-                  &w[k * N + n], 2);
-  return p;
+  return detail::pack_float("pack_bf16", WeightFormat::bf16, w, K, N);
 }
 
 /// Packs f16 bits W: [K, N] row-major into WeightFormat::f16 panels.
 inline PackedWeights pack_f16(std::span<const std::uint16_t> w, std::int64_t K, std::int64_t N) {
-  detail::check_pack_shape("pack_f16", K, N, w.size(), static_cast<std::size_t>(K * N));
-  PackedWeights p = detail::make_packed(WeightFormat::f16, K, N, K);
-  for (std::int64_t k = 0; k < K; ++k)
-    for (std::int64_t n = 0; n < N; ++n)
-      std::memcpy(p.data.data() + detail::elem_offset(p.format, p.stored_rows(), k, n),
-                  &w[k * N + n], 2);
-  return p;
+  return detail::pack_float("pack_f16", WeightFormat::f16, w, K, N);
 }
 
 /// Packs int8 q: [K, N] row-major with scales: [K/group_size, N] row-major (w = q * scale).

@@ -18,12 +18,6 @@ struct HostTensor {
   std::vector<float> f;        ///< elements when dtype == f32
   std::vector<std::int32_t> i; ///< elements when dtype == i32
 
-  /// Zero-filled f32 tensor.
-  static HostTensor zeros_f32(std::vector<std::int64_t> shape) {
-    HostTensor t{ir::DType::f32, std::move(shape), {}, {}};
-    t.f.assign(static_cast<std::size_t>(t.numel()), 0.0f);
-    return t;
-  }
   /// i32 tensor with the given values.
   static HostTensor ids(std::vector<std::int64_t> shape, std::vector<std::int32_t> values) {
     HostTensor t{ir::DType::i32, std::move(shape), {}, std::move(values)};

@@ -19,10 +19,7 @@ namespace detail {
 inline std::string print_float(float v) {
   char buf[64];
   auto r = std::to_chars(buf, buf + sizeof buf, v, std::chars_format::scientific);
-  std::string s(buf, r.ptr);
-  if (s.find_first_of("ni") != std::string::npos) // inf / nan
-    return s;
-  return s;
+  return std::string(buf, r.ptr);
 }
 
 inline std::string quote(const std::string& s) {
