@@ -7,6 +7,8 @@ dir=${1:-$root/build}
 shift || true
 gen=()
 command -v ninja >/dev/null && gen=(-G Ninja)
+# ccache, when installed, makes rebuilds of unchanged translation units free (not required).
+command -v ccache >/dev/null && gen+=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
 if [ ! -f "$dir/CMakeCache.txt" ]; then
   cmake -S "$root" -B "$dir" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release "$@"
 else

@@ -1,0 +1,47 @@
+// Shared option parsing and progress output of the `tpullm` subcommands.
+#include "command.hpp"
+
+#include <iostream>
+
+#include <unistd.h>
+
+namespace tpullm::cli {
+
+po::options_description stage_options(frontend::StageParams& p) {
+  po::options_description o("stage shapes");
+  o.add_options()("seq-length", po::value(&p.seq_length)->default_value(p.seq_length),
+                  "KV-cache capacity and RoPE table length (positions)")(
+      "max-input-length", po::value(&p.max_input_length)->default_value(p.max_input_length),
+      "tokens per prefill / prefill_kv call; longer prompts are segmented")(
+      "decode-chunk", po::value(&p.decode_chunk)->default_value(128),
+      "smallest decode variant: decode modules for seq_length, seq_length/2, ... down to this "
+      "(0: only seq_length)")("no-history", "do not build prefill_kv (block_kv_i) modules");
+  return o;
+}
+
+bool parse_model_command(const std::vector<std::string>& args, po::options_description& o,
+                         frontend::StageParams& params) {
+  o.add(stage_options(params));
+  po::positional_options_description pos;
+  pos.add("model", 1);
+  po::variables_map vm;
+  po::store(po::command_line_parser(args).options(o).positional(pos).run(), vm);
+  if (vm.count("help")) {
+    std::cout << o;
+    return false;
+  }
+  po::notify(vm);
+  params.with_history = !vm.count("no-history");
+  return true;
+}
+
+void print_progress(const std::string& what, std::size_t done, std::size_t total) {
+  static const bool tty = isatty(STDERR_FILENO) != 0;
+  if (!tty)
+    return;
+  std::cerr << "\r[" << done << "/" << total << "] " << what << "\033[K" << std::flush;
+  if (done == total)
+    std::cerr << "\n";
+}
+
+} // namespace tpullm::cli

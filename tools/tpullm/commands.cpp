@@ -1,0 +1,28 @@
+// The table of `tpullm` subcommands: adding one = its cmd_<name>.cpp, a declaration and a row
+// here, a section in docs/cli.md and CLI tests in tests/cli/.
+#include "command.hpp"
+
+namespace tpullm::cli {
+
+int cmd_import(const std::vector<std::string>& args);
+int cmd_verify(const std::vector<std::string>& args);
+
+const std::vector<Command>& commands() {
+  static const std::vector<Command> table = {
+      {"import",
+       "import MODEL_DIR --emit top -o DIR   build the Top stage modules of a "
+       "HuggingFace checkpoint\n"
+       "                                       and write one .tir file per module into "
+       "DIR",
+       cmd_import},
+      {"verify",
+       "verify MODEL_DIR --level top         run the golden scenarios "
+       "(goldens.safetensors) through\n"
+       "                                       the interpreted Top modules and compare "
+       "logits",
+       cmd_verify},
+  };
+  return table;
+}
+
+} // namespace tpullm::cli
