@@ -11,8 +11,8 @@ int main() {
   Builder b(m, f);
   Value* x = f.add_argument("x", TensorType({1, 4, 8}, DType::f32));
   Value* gamma = b.weight(Weight{"gamma", TensorType({8}, DType::f32), {}});
-  Value* n = b.create(RMSNormOp{1e-5f}, {x, gamma});
-  b.ret({b.create(SiLUOp{}, {n})});
+  Value* n = b.create(top::RMSNormOp{1e-5f}, {x, gamma});
+  b.ret({b.create(top::SiLUOp{}, {n})});
   if (!verify_module(m).empty())
     return 1;
   const std::string text = text::print_module(m);

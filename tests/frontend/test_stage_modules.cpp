@@ -102,10 +102,10 @@ TEST_CASE("every stage module verifies and has the paper's signatures", "[fronte
     return std::count_if(f.ops().begin(), f.ops().end(),
                          [&](const auto& op) { return op->kind() == k; });
   };
-  CHECK(count(block, ir::OpKind::ConcatOp) == 0);
-  CHECK(count(kv, ir::OpKind::ConcatOp) == 2);
-  CHECK(count(kv, ir::OpKind::FAttentionOp) == 1);
-  CHECK(count(block, ir::OpKind::RMSNormOp) == (d.qk_norm ? 4 : 2));
+  CHECK(count(block, ir::OpKind::top_Concat) == 0);
+  CHECK(count(kv, ir::OpKind::top_Concat) == 2);
+  CHECK(count(kv, ir::OpKind::top_FAttention) == 1);
+  CHECK(count(block, ir::OpKind::top_RMSNorm) == (d.qk_norm ? 4 : 2));
 }
 
 TEST_CASE("interpreted Top modules reproduce the transformers logits", "[frontend][golden]") {

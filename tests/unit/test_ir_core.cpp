@@ -4,6 +4,8 @@
 #include "tpullm/ir/ir.hpp"
 
 using namespace tpullm::ir;
+using namespace tpullm::ir::top;     // NOLINT: the tests build Top functions
+using namespace tpullm::ir::builtin; // NOLINT
 using tpullm::DiagnosticError;
 
 namespace {
@@ -79,7 +81,7 @@ TEST_CASE("verifier reports a result type that disagrees with inference", "[ir][
   const char* src = R"(module @m {
   func @f(%x: tensor<2x8xf32>) -> (tensor<2x8xf32>) {
     %0 = "top.SiLU"(%x) : (tensor<2x8xf32>) -> tensor<2x9xf32>
-    "top.Return"(%0) : (tensor<2x9xf32>) -> ()
+    "builtin.Return"(%0) : (tensor<2x9xf32>) -> ()
   }
 }
 )";
@@ -105,8 +107,8 @@ TEST_CASE("parser errors carry file:line:col", "[ir][text]") {
         "bad.tir:2:22: unknown element type 'q32' in tensor type");
   CHECK(err("module @m {\n  func @f() -> () {\n    \"top.Nope\"() : () -> ()\n  }\n}") ==
         "bad.tir:3:5: unknown op 'top.Nope'");
-  CHECK(err("module @m {\n  func @f() -> () {\n    \"top.Return\"(%y) : () -> ()\n  }\n}") ==
-        "bad.tir:3:18: use of undefined value %y");
+  CHECK(err("module @m {\n  func @f() -> () {\n    \"builtin.Return\"(%y) : () -> ()\n  }\n}") ==
+        "bad.tir:3:22: use of undefined value %y");
   CHECK(err("module @m {") == "bad.tir:1:12: expected 'weight', 'func' or '}', got end of input");
   CHECK(err("module @m { func @f(%x: tensor<2xf32>) -> () { \"top.Softmax\"(%x) {axis = 1.5 : f32} "
             ": (tensor<2xf32>) -> tensor<2xf32> } }")

@@ -12,6 +12,8 @@
 #include "tpullm/ir/ir.hpp"
 
 using namespace tpullm::ir;
+using namespace tpullm::ir::top;     // NOLINT: the tests build Top functions
+using namespace tpullm::ir::builtin; // NOLINT
 using tpullm::interp::Shape;
 using tpullm::interp::Tensor;
 using tpullm::interp::TopInterpreter;
@@ -644,9 +646,9 @@ TEST_CASE("interp errors: inputs, weights without data, gather out of range", "[
   Module parsed = text::parse_module(R"(module @p {
   weight @w : tensor<2x2xf32>
   func @f(%x: tensor<1x2xf32>) -> (tensor<1x2xf32>) {
-    %0 = "top.Weight"() {name = @w} : () -> tensor<2x2xf32>
+    %0 = "builtin.Weight"() {name = @w} : () -> tensor<2x2xf32>
     %1 = "top.MatMul"(%x, %0) {transpose_b = false} : (tensor<1x2xf32>, tensor<2x2xf32>) -> tensor<1x2xf32>
-    "top.Return"(%1) : (tensor<1x2xf32>) -> ()
+    "builtin.Return"(%1) : (tensor<1x2xf32>) -> ()
   }
 }
 )",

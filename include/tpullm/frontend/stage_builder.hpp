@@ -37,12 +37,13 @@ inline ir::Value* linear(ir::Builder& b, ir::Value* x, const std::string& name, 
   std::vector<ir::Value*> operands{x, wv};
   if (bias.present())
     operands.push_back(b.weight(slot_weight(name + "_bias", bias)));
-  return b.create(ir::MatMulOp{!w.is_quantized()}, operands);
+  return b.create(ir::top::MatMulOp{!w.is_quantized()}, operands);
 }
 
 inline ir::Value* rms_norm(ir::Builder& b, ir::Value* x, const std::string& name,
                            const WeightRef& gamma, double eps) {
-  return b.create(ir::RMSNormOp{static_cast<float>(eps)}, {x, b.weight(slot_weight(name, gamma))});
+  return b.create(ir::top::RMSNormOp{static_cast<float>(eps)},
+                  {x, b.weight(slot_weight(name, gamma))});
 }
 
 /// The gated MLP: fused top.MLP when the three weights share one orientation, else the same
@@ -51,14 +52,14 @@ inline ir::Value* mlp(ir::Builder& b, ir::Value* x, const std::string& prefix,
                       const LayerWeights& w) {
   const bool q = w.gate.is_quantized();
   if (w.up.is_quantized() == q && w.down.is_quantized() == q)
-    return b.create(ir::MLPOp{ir::Activation::silu, !q},
+    return b.create(ir::top::MLPOp{ir::Activation::silu, !q},
                     {x, b.weight(slot_weight(prefix + "gate", w.gate)),
                      b.weight(slot_weight(prefix + "up", w.up)),
                      b.weight(slot_weight(prefix + "down", w.down))});
   const WeightRef none;
-  ir::Value* g = b.create(ir::SiLUOp{}, {linear(b, x, prefix + "gate", w.gate, none)});
+  ir::Value* g = b.create(ir::top::SiLUOp{}, {linear(b, x, prefix + "gate", w.gate, none)});
   ir::Value* u = linear(b, x, prefix + "up", w.up, none);
-  return linear(b, b.create(ir::MulOp{}, {g, u}), prefix + "down", w.down, none);
+  return linear(b, b.create(ir::top::MulOp{}, {g, u}), prefix + "down", w.down, none);
 }
 
 } // namespace detail
@@ -94,23 +95,23 @@ inline ir::Module build_block(const ModelDesc& d, const BlockShape& s, const Rop
   ir::Value* q = detail::linear(b, x, p + "q", w.q, w.q_bias);
   ir::Value* k = detail::linear(b, x, p + "k", w.k, w.k_bias);
   ir::Value* v = detail::linear(b, x, p + "v", w.v, w.v_bias);
-  q = b.create(ir::ReshapeOp{{1, L, dims.heads, D}}, {q});
-  k = b.create(ir::ReshapeOp{{1, L, dims.kv_heads, D}}, {k});
-  v = b.create(ir::ReshapeOp{{1, L, dims.kv_heads, D}}, {v});
+  q = b.create(ir::top::ReshapeOp{{1, L, dims.heads, D}}, {q});
+  k = b.create(ir::top::ReshapeOp{{1, L, dims.kv_heads, D}}, {k});
+  v = b.create(ir::top::ReshapeOp{{1, L, dims.kv_heads, D}}, {v});
   if (d.qk_norm) {
     q = detail::rms_norm(b, q, p + "q_norm", w.q_norm, d.norm_eps);
     k = detail::rms_norm(b, k, p + "k_norm", w.k_norm, d.norm_eps);
   }
-  ir::Value* cos = b.create(ir::GatherOp{0}, {b.weight(rope.cos), pos});
-  ir::Value* sin = b.create(ir::GatherOp{0}, {b.weight(rope.sin), pos});
-  q = b.create(ir::RopeOp{ir::RopeMode::halves}, {q, cos, sin});
-  k = b.create(ir::RopeOp{ir::RopeMode::halves}, {k, cos, sin});
+  ir::Value* cos = b.create(ir::top::GatherOp{0}, {b.weight(rope.cos), pos});
+  ir::Value* sin = b.create(ir::top::GatherOp{0}, {b.weight(rope.sin), pos});
+  q = b.create(ir::top::RopeOp{ir::RopeMode::halves}, {q, cos, sin});
+  k = b.create(ir::top::RopeOp{ir::RopeMode::halves}, {k, cos, sin});
   ir::Value *k_all = k, *v_all = v;
   if (s.history > 0) {
-    k_all = b.create(ir::ConcatOp{1}, {hist_k, k});
-    v_all = b.create(ir::ConcatOp{1}, {hist_v, v});
+    k_all = b.create(ir::top::ConcatOp{1}, {hist_k, k});
+    v_all = b.create(ir::top::ConcatOp{1}, {hist_v, v});
   }
-  ir::FAttentionOp fa;
+  ir::top::FAttentionOp fa;
   fa.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
   fa.q_heads = dims.heads;
   fa.kv_heads = dims.kv_heads;
@@ -119,9 +120,9 @@ inline ir::Module build_block(const ModelDesc& d, const BlockShape& s, const Rop
   fa.causal = true;
   ir::Value* attn = b.create(fa, {q, k_all, v_all, pos});
   ir::Value* o = detail::linear(b, attn, p + "o", w.o, w.o_bias);
-  ir::Value* h = b.create(ir::AddOp{}, {input, o});
+  ir::Value* h = b.create(ir::top::AddOp{}, {input, o});
   ir::Value* n2 = detail::rms_norm(b, h, p + "mlp_norm", w.mlp_norm, d.norm_eps);
-  ir::Value* out = b.create(ir::AddOp{}, {h, detail::mlp(b, n2, p, w)});
+  ir::Value* out = b.create(ir::top::AddOp{}, {h, detail::mlp(b, n2, p, w)});
   b.ret({out, k, v});
   return m;
 }
@@ -134,9 +135,10 @@ inline ir::Module build_embedding(const ModelDesc& d, std::int64_t tokens,
   ir::Builder b(m, f);
   b.set_loc(Location{name});
   ir::Value* ids = f.add_argument("input_ids", ir::TensorType({1, tokens}, ir::DType::i32));
-  ir::Value* h = b.create(ir::GatherOp{0}, {b.weight(slot_weight("embedding", d.embedding)), ids});
+  ir::Value* h =
+      b.create(ir::top::GatherOp{0}, {b.weight(slot_weight("embedding", d.embedding)), ids});
   if (h->type().dtype != ir::DType::f32)
-    h = b.create(ir::CastOp{ir::DType::f32}, {h});
+    h = b.create(ir::top::CastOp{ir::DType::f32}, {h});
   b.ret({h});
   return m;
 }
@@ -153,9 +155,9 @@ inline ir::Module build_lm_head(const ModelDesc& d, bool greedy, const std::stri
   const bool tied = d.tie_word_embeddings;
   ir::Value* head =
       b.weight(slot_weight(tied ? "embedding" : "lm_head", tied ? d.embedding : d.lm_head));
-  ir::Value* logits = b.create(ir::MatMulOp{true}, {n, head});
+  ir::Value* logits = b.create(ir::top::MatMulOp{true}, {n, head});
   if (greedy)
-    b.ret({b.create(ir::ArgMaxOp{-1}, {logits})});
+    b.ret({b.create(ir::top::ArgMaxOp{-1}, {logits})});
   else
     b.ret({logits});
   return m;

@@ -548,7 +548,7 @@ public:
               " uses a value that is not defined before it");
         args.push_back(it->second);
       }
-      if (op->is<ir::ReturnOp>()) {
+      if (op->is<ir::builtin::ReturnOp>()) {
         std::vector<Tensor> out;
         for (const auto& a : args)
           out.push_back(*a);
@@ -575,7 +575,7 @@ public:
         env[op->result(r)] = results[r];
       }
     }
-    throw_error(ErrorKind::invalid_input, where, "has no top.Return");
+    throw_error(ErrorKind::invalid_input, where, "has no builtin.Return");
   }
 
   /// The materialized weights (dequantized / widened), cached by name.
@@ -590,58 +590,71 @@ private:
 
   // One evaluation per op kind; ops.def gaining a kind without an overload here fails to
   // compile in run()'s visit.
-  Results eval(const ir::WeightOp& o, const Args&) { return {weights_.get(o.name.name)}; }
-  Results eval(const ir::MatMulOp& o, const Args& a) {
+  Results eval(const ir::builtin::WeightOp& o, const Args&) { return {weights_.get(o.name.name)}; }
+  Results eval(const ir::top::MatMulOp& o, const Args& a) {
     return one(ref::matmul(*a[0], *a[1], o.transpose_b, a.size() == 3 ? a[2].get() : nullptr));
   }
-  Results eval(const ir::RMSNormOp& o, const Args& a) {
+  Results eval(const ir::top::RMSNormOp& o, const Args& a) {
     return one(ref::rms_norm(*a[0], *a[1], static_cast<double>(o.eps)));
   }
-  Results eval(const ir::GatherOp& o, const Args& a) {
+  Results eval(const ir::top::GatherOp& o, const Args& a) {
     return one(ref::gather(*a[0], *a[1], o.axis));
   }
-  Results eval(const ir::RopeOp& o, const Args& a) {
+  Results eval(const ir::top::RopeOp& o, const Args& a) {
     return one(ref::rope(*a[0], *a[1], *a[2], o.mode));
   }
-  Results eval(const ir::ReshapeOp& o, const Args& a) { return one(a[0]->reshaped(o.shape)); }
-  Results eval(const ir::PermuteOp& o, const Args& a) { return one(ref::permute(*a[0], o.order)); }
-  Results eval(const ir::SliceOp& o, const Args& a) {
+  Results eval(const ir::top::ReshapeOp& o, const Args& a) { return one(a[0]->reshaped(o.shape)); }
+  Results eval(const ir::top::PermuteOp& o, const Args& a) {
+    return one(ref::permute(*a[0], o.order));
+  }
+  Results eval(const ir::top::SliceOp& o, const Args& a) {
     return one(ref::slice(*a[0], o.offsets, o.sizes));
   }
-  Results eval(const ir::ConcatOp& o, const Args& a) {
+  Results eval(const ir::top::ConcatOp& o, const Args& a) {
     std::vector<const Tensor*> parts;
     for (const auto& p : a)
       parts.push_back(p.get());
     return one(ref::concat(parts, o.axis));
   }
-  Results eval(const ir::AddOp&, const Args& a) {
+  Results eval(const ir::top::AddOp&, const Args& a) {
     return one(ref::broadcast_binary(*a[0], *a[1], [](double x, double y) { return x + y; }));
   }
-  Results eval(const ir::MulOp&, const Args& a) {
+  Results eval(const ir::top::MulOp&, const Args& a) {
     return one(ref::broadcast_binary(*a[0], *a[1], [](double x, double y) { return x * y; }));
   }
-  Results eval(const ir::SiLUOp&, const Args& a) { return one(ref::silu(*a[0])); }
-  Results eval(const ir::SoftmaxOp& o, const Args& a) { return one(ref::softmax(*a[0], o.axis)); }
-  Results eval(const ir::CastOp& o, const Args& a) { return one(a[0]->cast(o.dtype)); }
-  Results eval(const ir::FAttentionOp& o, const Args& a) {
+  Results eval(const ir::top::SiLUOp&, const Args& a) { return one(ref::silu(*a[0])); }
+  Results eval(const ir::top::SoftmaxOp& o, const Args& a) {
+    return one(ref::softmax(*a[0], o.axis));
+  }
+  Results eval(const ir::top::CastOp& o, const Args& a) { return one(a[0]->cast(o.dtype)); }
+  Results eval(const ir::top::FAttentionOp& o, const Args& a) {
     const ref::AttentionParams p{
         static_cast<double>(o.scale), o.q_heads, o.kv_heads, o.head_dim, o.history, o.causal};
     return one(ref::attention(*a[0], *a[1], *a[2], *a[3], p));
   }
-  Results eval(const ir::MLPOp& o, const Args& a) {
+  Results eval(const ir::top::MLPOp& o, const Args& a) {
     switch (o.activation) {
     case ir::Activation::silu:
       break;
     }
     return one(ref::mlp(*a[0], *a[1], *a[2], *a[3], o.transpose_b));
   }
-  Results eval(const ir::ArgMaxOp& o, const Args& a) { return one(ref::argmax(*a[0], o.axis)); }
-  Results eval(const ir::TopKOp& o, const Args& a) {
+  Results eval(const ir::top::ArgMaxOp& o, const Args& a) {
+    return one(ref::argmax(*a[0], o.axis));
+  }
+  Results eval(const ir::top::TopKOp& o, const Args& a) {
     auto r = ref::topk(*a[0], o.k, o.axis);
     return {std::make_shared<const Tensor>(std::move(r[0])),
             std::make_shared<const Tensor>(std::move(r[1]))};
   }
-  Results eval(const ir::ReturnOp&, const Args&) { return {}; } // handled by run()
+  Results eval(const ir::builtin::ReturnOp&, const Args&) { return {}; } // handled by run()
+  /// Tpu ops carry target decisions the reference path does not model: refused, by dialect.
+  template <class T>
+  requires(ir::dialect_of<T>() == ir::Dialect::tpu) Results eval(const T&, const Args&) {
+    throw_error(ErrorKind::unsupported, "", "the Top interpreter does not run ",
+                ir::op_name(ir::kind_of<T>()),
+                " (a Tpu op); run lowered functions on the executor (runtime/executor.hpp)");
+  }
 
   const ir::Module& module_;
   WeightCache weights_;

@@ -1,9 +1,14 @@
 #pragma once
 /// Typed attribute values that op structs hold as members, and the enums they use.
-/// The printer and parser handle exactly these member types:
+/// The printer, the parser, equality and hashing handle exactly these member types:
 ///   bool -> `true`, std::int64_t -> `5 : i64`, float -> `1e-06 : f32`,
 ///   std::vector<std::int64_t> -> `[0, 2, 1]`, std::string -> `"text"`, SymbolRef -> `@name`,
-///   DType -> `bf16`, and any enum with EnumNames -> its bare name (`halves`).
+///   DType -> `bf16`, any enum with EnumNames -> its bare name (`halves`),
+///   a struct with `fields()` (AttrStruct) -> `{key = value, ...}`,
+///   std::optional<T> -> the value when present, nothing (the key is left out) when absent,
+///   std::vector<T> of any other member type -> `[v, v, ...]`.
+/// Inside a struct, integers and floats print without their `: i64` / `: f32` suffix (the
+/// parser accepts both spellings everywhere).
 
 #include <array>
 #include <cstdint>
@@ -50,6 +55,26 @@ constexpr std::optional<E> parse_enum(std::string_view s) {
       return v;
   return std::nullopt;
 }
+
+/// A structured attribute: a plain struct listing its members through
+/// `template <class S, class F> static void fields(S& self, F&& f)` calling f("key", self.m)
+/// for each (the pattern op structs use for `attrs`).
+template <class T>
+concept AttrStruct = requires(T& t) {
+  T::fields(t, [](const char*, auto&) {});
+};
+
+/// True for std::optional<T>.
+template <class T>
+inline constexpr bool is_optional_v = false;
+template <class T>
+inline constexpr bool is_optional_v<std::optional<T>> = true;
+
+/// True for std::vector<T>.
+template <class T>
+inline constexpr bool is_vector_v = false;
+template <class T>
+inline constexpr bool is_vector_v<std::vector<T>> = true;
 
 /// How Rope pairs the elements of a head: `halves` rotates (x[i], x[i + d/2]) as HF
 /// rotate_half does; `interleaved` rotates (x[2i], x[2i + 1]) as Meta / GPT-J do.

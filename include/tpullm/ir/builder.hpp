@@ -10,7 +10,8 @@
 namespace tpullm::ir {
 
 /// Checks the operand count of `op` and returns its inferred result types.
-/// Throws std::invalid_argument with the reason (WeightOp needs `module` to look up its type).
+/// Throws Error(invalid_input) with the reason (builtin::WeightOp needs `module` to look up its
+/// type).
 inline std::vector<TensorType> infer_result_types(const OpVariant& op,
                                                   const std::vector<TensorType>& operands,
                                                   const Module* module = nullptr) {
@@ -23,14 +24,16 @@ inline std::vector<TensorType> infer_result_types(const OpVariant& op,
           : T::operands.min == T::operands.max
               ? std::to_string(T::operands.min)
               : std::to_string(T::operands.min) + " to " + std::to_string(T::operands.max);
-      throw std::invalid_argument("expects " + want + " operands, got " + std::to_string(n));
+      throw Error(ErrorKind::invalid_input, "",
+                  "expects " + want + " operands, got " + std::to_string(n));
     }
-    if constexpr (std::is_same_v<T, WeightOp>) {
+    if constexpr (std::is_same_v<T, builtin::WeightOp>) {
       if (!module)
-        throw std::invalid_argument("weight @" + o.name.name + " needs a module to resolve");
+        throw Error(ErrorKind::invalid_input, "",
+                    "weight @" + o.name.name + " needs a module to resolve");
       const Weight* w = module->find_weight(o.name.name);
       if (!w)
-        throw std::invalid_argument("unknown weight @" + o.name.name);
+        throw Error(ErrorKind::invalid_input, "", "unknown weight @" + o.name.name);
       return {w->type};
     } else {
       return o.infer(operands);
@@ -61,8 +64,8 @@ public:
     std::vector<TensorType> results;
     try {
       results = infer_result_types(OpVariant(op), types, &module_);
-    } catch (const std::invalid_argument& e) {
-      throw DiagnosticError(loc_, "'" + std::string(op_name(kind_of<T>())) + "' " + e.what());
+    } catch (const Error& e) {
+      throw DiagnosticError(loc_, "'" + std::string(op_name(kind_of<T>())) + "' " + e.message());
     }
     return function_.insert(pos_, std::make_unique<Operation>(OpVariant(std::move(op)),
                                                               std::move(operands), results, loc_));
@@ -72,21 +75,21 @@ public:
   Value* create(T op, std::vector<Value*> operands) {
     return create_op(std::move(op), std::move(operands))->result(0);
   }
-  /// A top.Weight reading module weight @name.
-  Value* weight(const std::string& name) { return create(WeightOp{SymbolRef{name}}, {}); }
-  /// Adds a weight to the module (if new) and returns a top.Weight reading it.
+  /// A builtin.Weight reading module weight @name.
+  Value* weight(const std::string& name) { return create(builtin::WeightOp{SymbolRef{name}}, {}); }
+  /// Adds a weight to the module (if new) and returns a builtin.Weight reading it.
   Value* weight(Weight w) {
     const std::string name = w.name;
     module_.add_weight(std::move(w));
     return weight(name);
   }
-  /// Terminates the function with top.Return(values) and records its result types.
+  /// Terminates the function with builtin.Return(values) and records its result types.
   Operation* ret(std::vector<Value*> values) {
     std::vector<TensorType> types;
     for (auto* v : values)
       types.push_back(v->type());
     function_.set_result_types(types);
-    return create_op(ReturnOp{}, std::move(values));
+    return create_op(builtin::ReturnOp{}, std::move(values));
   }
 
 private:

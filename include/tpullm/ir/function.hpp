@@ -1,16 +1,47 @@
 #pragma once
-/// A function: named arguments, an ordered list of ops ending in top.Return, declared result
-/// types. Ops live in a std::list so pointers stay valid while passes insert and erase.
+/// A function: named arguments, an ordered list of ops ending in builtin.Return, declared
+/// result types, and what stage of the model it is. Ops live in a std::list so pointers stay
+/// valid while passes insert and erase; each op remembers its list position, so finding and
+/// erasing an op is O(1).
 
+#include <array>
 #include <list>
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <string_view>
+#include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "tpullm/ir/operation.hpp"
 
 namespace tpullm::ir {
+
+/// What a function computes in the model's generation loop (paper section 4).
+enum class StageKind : std::uint8_t { none, embedding, prefill, prefill_kv, decode, lm_head };
+template <>
+struct EnumNames<StageKind> {
+  static constexpr std::array<std::pair<StageKind, std::string_view>, 6> items = {
+      {{StageKind::none, "none"},
+       {StageKind::embedding, "embedding"},
+       {StageKind::prefill, "prefill"},
+       {StageKind::prefill_kv, "prefill_kv"},
+       {StageKind::decode, "decode"},
+       {StageKind::lm_head, "lm_head"}}};
+};
+
+/// Function-level facts, spelled `attributes {stage = decode, layer = 3}` after the signature.
+struct FunctionInfo {
+  StageKind stage = StageKind::none; ///< role in the generation loop
+  std::int64_t layer = -1;           ///< decoder layer of a block function, else -1
+  template <class S, class F>
+  static void fields(S& s, F&& f) {
+    f("stage", s.stage);
+    f("layer", s.layer);
+  }
+  friend bool operator==(const FunctionInfo&, const FunctionInfo&) = default;
+};
 
 /// A function of the IR (one stage module's body, e.g. `block_3` or `embedding`).
 class Function {
@@ -32,6 +63,9 @@ public:
   /// Where the function was defined (the `@name` token in text); unknown when built in C++.
   const Location& loc() const { return loc_; }
   void set_loc(Location l) { loc_ = std::move(l); }
+  /// Stage kind and layer (default: none / -1).
+  const FunctionInfo& info() const { return info_; }
+  void set_info(FunctionInfo i) { info_ = i; }
 
   /// Appends an argument `%name: type` and returns it.
   Value* add_argument(const std::string& name, TensorType type) {
@@ -56,25 +90,32 @@ public:
   /// Inserts `op` before `pos` and returns it.
   Operation* insert(iterator pos, std::unique_ptr<Operation> op) {
     op->parent_ = this;
-    return ops_.insert(pos, std::move(op))->get();
+    Operation* raw = op.get();
+    raw->self_ = ops_.insert(pos, std::move(op));
+    return raw;
   }
   /// Appends `op`.
   Operation* append(std::unique_ptr<Operation> op) { return insert(ops_.end(), std::move(op)); }
-  /// Position of `op` in this function.
+  /// Position of `op` in this function, O(1). Throws Error(internal) if `op` is not ours.
   iterator find(const Operation* op) {
-    for (auto it = ops_.begin(); it != ops_.end(); ++it)
-      if (it->get() == op)
-        return it;
-    throw std::logic_error("op " + std::string(op->name()) + " is not in function @" + name_);
+    check(op->parent_ == this, ErrorKind::internal, "@" + name_, "op ", op->name(),
+          " is not in this function");
+    return op->self_;
   }
-  /// Erases `op`, which must have no used results.
+  /// Erases `op`, which must have no used results. O(1) plus its operands' use lists.
   void erase(Operation* op) {
-    if (!op->results_unused())
-      throw std::logic_error("erasing " + std::string(op->name()) +
-                             " whose results are still used");
+    check(op->results_unused(), ErrorKind::internal, "@" + name_, "erasing ", op->name(),
+          " whose results are still used");
     auto it = find(op);
     op->drop_operands();
     ops_.erase(it);
+  }
+  /// Numbers the ops 0, 1, ... in program order (Operation::number()) and returns the count.
+  std::int64_t number_ops() {
+    std::int64_t n = 0;
+    for (auto& op : ops_)
+      op->number_ = n++;
+    return n;
   }
   /// Replaces every use of `from` with `to`.
   static void replace_all_uses(Value* from, Value* to) {
@@ -86,18 +127,53 @@ public:
         if (user->operand(i) == from)
           user->set_operand(i, to);
   }
-  /// The terminating top.Return, or nullptr when missing.
+  /// The terminating builtin.Return, or nullptr when missing.
   Operation* return_op() const {
-    return !ops_.empty() && ops_.back()->is<ReturnOp>() ? ops_.back().get() : nullptr;
+    return !ops_.empty() && ops_.back()->is<builtin::ReturnOp>() ? ops_.back().get() : nullptr;
   }
 
 private:
   std::string name_;
   Location loc_;
+  FunctionInfo info_;
   std::vector<std::unique_ptr<Value>> args_;
   std::vector<std::string> arg_names_;
   std::vector<TensorType> result_types_;
   OpList ops_;
 };
+
+/// Maps values of one function to values of another (clone, lowering).
+using ValueMap = std::unordered_map<const Value*, Value*>;
+
+/// Copies `src` into the empty function `dst` (arguments, ops with their plans, buffers and
+/// locations, result types, info), recording src value -> dst value in `map`.
+inline void clone_function(const Function& src, Function& dst, ValueMap& map) {
+  check(dst.num_arguments() == 0 && dst.ops().empty(), ErrorKind::internal, "@" + dst.name(),
+        "clone target must be empty");
+  dst.set_loc(src.loc());
+  dst.set_info(src.info());
+  dst.set_result_types(src.result_types());
+  for (std::size_t i = 0; i < src.num_arguments(); ++i) {
+    Value* a = dst.add_argument(src.argument_name(i), src.argument(i)->type());
+    a->set_buffer(src.argument(i)->buffer());
+    map[src.argument(i)] = a;
+  }
+  for (const auto& op : src.ops()) {
+    std::vector<Value*> operands;
+    for (auto* v : op->operands()) {
+      auto it = map.find(v);
+      check(it != map.end(), ErrorKind::internal, "@" + src.name(), op->name(),
+            " uses a value defined outside the function");
+      operands.push_back(it->second);
+    }
+    auto* c = dst.append(
+        std::make_unique<Operation>(op->op(), std::move(operands), op->result_types(), op->loc()));
+    c->set_plan(op->plan());
+    for (std::size_t r = 0; r < op->num_results(); ++r) {
+      c->result(r)->set_buffer(op->result(r)->buffer());
+      map[op->result(r)] = c->result(r);
+    }
+  }
+}
 
 } // namespace tpullm::ir

@@ -32,7 +32,7 @@ public:
         if (auto* d = v->defining_op()) {
           auto it = index_.find(d);
           if (it == index_.end())
-            throw std::logic_error("operand defined outside the function");
+            throw Error(ErrorKind::internal, "", "operand defined outside the function");
           boost::add_edge(it->second, i, graph_);
         }
   }
@@ -48,7 +48,7 @@ public:
     try {
       boost::topological_sort(graph_, std::back_inserter(rev));
     } catch (const boost::not_a_dag&) {
-      throw std::logic_error("the function's dependency graph has a cycle");
+      throw Error(ErrorKind::internal, "", "the function's dependency graph has a cycle");
     }
     std::vector<Operation*> order;
     for (auto it = rev.rbegin(); it != rev.rend(); ++it)

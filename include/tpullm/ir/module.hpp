@@ -28,7 +28,7 @@ struct WeightPart {
 /// A module-level weight `@name : type`.
 struct Weight {
   std::string name;
-  TensorType type;               ///< logical type seen by top.Weight
+  TensorType type;               ///< logical type seen by builtin.Weight
   std::vector<WeightPart> parts; ///< stored data; empty when the module came from text
 
   bool has_data() const { return !parts.empty(); }
@@ -64,8 +64,9 @@ public:
     auto it = weights_.find(w.name);
     if (it != weights_.end()) {
       if (!(it->second.type == w.type))
-        throw std::invalid_argument("weight @" + w.name + " redeclared as " + w.type.str() +
-                                    ", was " + it->second.type.str());
+        throw Error(ErrorKind::invalid_input, "",
+                    "weight @" + w.name + " redeclared as " + w.type.str() + ", was " +
+                        it->second.type.str());
       return it->second;
     }
     return weights_.emplace(w.name, std::move(w)).first->second;
@@ -80,13 +81,14 @@ public:
     throw std::out_of_range("module @" + name_ + " has no weight @" + name);
   }
   const std::map<std::string, Weight>& weights() const { return weights_; }
-  /// Removes weight @name from the table (callers make sure no top.Weight still reads it).
+  /// Removes weight @name from the table (callers make sure no builtin.Weight still reads it).
   void erase_weight(const std::string& name) { weights_.erase(name); }
 
   /// Adds a function and returns it; names must be unique.
   Function& add_function(std::string name) {
     if (find_function(name))
-      throw std::invalid_argument("function @" + name + " already exists in module @" + name_);
+      throw Error(ErrorKind::invalid_input, "",
+                  "function @" + name + " already exists in module @" + name_);
     functions_.push_back(std::make_unique<Function>(std::move(name)));
     return *functions_.back();
   }

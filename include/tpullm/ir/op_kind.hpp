@@ -7,16 +7,34 @@
 #include <string_view>
 #include <variant>
 
+#include "tpullm/ir/builtin_ops.hpp"
 #include "tpullm/ir/top_ops.hpp"
+#include "tpullm/ir/tpu_ops.hpp"
 
 namespace tpullm::ir {
 
-/// Every op kind, in ops.def order.
+/// Every op kind, in ops.def order (OpKind::top_MatMul, OpKind::tpu_MatMul, ...).
 enum class OpKind : std::uint16_t {
-#define TPULLM_OP(S, N) S,
+#define TPULLM_OP(D, N) D##_##N,
 #include "tpullm/ir/ops.def"
 #undef TPULLM_OP
 };
+
+/// The op sets: neutral builtins, Top (model semantics) and Tpu (target decisions).
+enum class Dialect : std::uint8_t { builtin, top, tpu };
+
+/// Text prefix of a dialect ("builtin", "top", "tpu").
+constexpr std::string_view dialect_name(Dialect d) {
+  switch (d) {
+  case Dialect::builtin:
+    return "builtin";
+  case Dialect::top:
+    return "top";
+  case Dialect::tpu:
+    return "tpu";
+  }
+  return "?";
+}
 
 namespace detail {
 template <class... Ts>
@@ -36,7 +54,7 @@ struct VariantDropLast<TypeList<Acc...>, T, U, Rest...> {
 
 /// One alternative per op kind, in ops.def order (variant index == OpKind value).
 using OpVariant = typename detail::VariantDropLast<detail::TypeList<>,
-#define TPULLM_OP(S, N) S,
+#define TPULLM_OP(D, N) D::N##Op,
 #include "tpullm/ir/ops.def"
 #undef TPULLM_OP
                                                    detail::EndOfOps>::type;
@@ -46,10 +64,22 @@ inline constexpr std::size_t kNumOpKinds = std::variant_size_v<OpVariant>;
 
 /// Text names, indexed by OpKind ("top.MatMul", ...).
 inline constexpr std::array<std::string_view, kNumOpKinds> kOpNames = {
-#define TPULLM_OP(S, N) N,
+#define TPULLM_OP(D, N) #D "." #N,
 #include "tpullm/ir/ops.def"
 #undef TPULLM_OP
 };
+
+/// Dialects, indexed by OpKind.
+inline constexpr std::array<Dialect, kNumOpKinds> kOpDialects = {
+#define TPULLM_OP(D, N) Dialect::D,
+#include "tpullm/ir/ops.def"
+#undef TPULLM_OP
+};
+
+/// The dialect op kind `k` belongs to.
+constexpr Dialect dialect_of(OpKind k) {
+  return kOpDialects[static_cast<std::size_t>(k)];
+}
 
 /// Text name of an op kind.
 constexpr std::string_view op_name(OpKind k) {
@@ -85,6 +115,12 @@ inline OpVariant make_op(OpKind k) {
   }
   (std::make_index_sequence<kNumOpKinds>{});
   return v;
+}
+
+/// The dialect of op struct T.
+template <class T>
+constexpr Dialect dialect_of() {
+  return dialect_of(kind_of<T>());
 }
 
 /// Calls f(op struct) for the alternative held by v.

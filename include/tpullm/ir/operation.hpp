@@ -4,11 +4,15 @@
 /// results and location. Mutation goes through Function / Rewriter, which keep use lists exact.
 
 #include <algorithm>
+#include <list>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "tpullm/ir/buffer.hpp"
 #include "tpullm/ir/op_kind.hpp"
+#include "tpullm/ir/plan.hpp"
 #include "tpullm/support/diagnostic.hpp"
 
 namespace tpullm::ir {
@@ -34,6 +38,10 @@ public:
   const std::vector<Operation*>& users() const { return users_; }
   bool has_uses() const { return !users_.empty(); }
 
+  /// Where the value's bytes live once memory is planned (nullopt before planning).
+  const std::optional<Buffer>& buffer() const { return buffer_; }
+  void set_buffer(std::optional<Buffer> b) { buffer_ = std::move(b); }
+
 private:
   friend class Operation;
   friend class Function;
@@ -41,6 +49,7 @@ private:
   Operation* def_;
   unsigned index_;
   std::vector<Operation*> users_;
+  std::optional<Buffer> buffer_;
 };
 
 /// One operation: an op struct from ops.def, operands, results, location.
@@ -114,6 +123,16 @@ public:
   const Location& loc() const { return loc_; }
   void set_loc(Location l) { loc_ = std::move(l); }
   Function* parent() const { return parent_; }
+  /// The op's dialect.
+  Dialect dialect() const { return dialect_of(kind()); }
+
+  /// How the op runs (layer group, tiles, core split); nullopt before tiling (Top ops never
+  /// have one).
+  const std::optional<OpPlan>& plan() const { return plan_; }
+  void set_plan(std::optional<OpPlan> p) { plan_ = std::move(p); }
+
+  /// Position in program order as last numbered by Function::number_ops() (-1 before).
+  std::int64_t number() const { return number_; }
 
 private:
   friend class Function;
@@ -133,6 +152,9 @@ private:
   std::vector<std::unique_ptr<Value>> results_;
   Location loc_;
   Function* parent_ = nullptr;
+  std::list<std::unique_ptr<Operation>>::iterator self_; ///< position in the parent's list
+  std::optional<OpPlan> plan_;
+  std::int64_t number_ = -1;
 };
 
 } // namespace tpullm::ir

@@ -1,7 +1,8 @@
 #pragma once
-/// Top ops: framework-agnostic model semantics. One struct per op: typed attributes as members,
-/// `attrs(self, f)` listing them for the printer/parser, and `infer(operand types)` that checks
-/// operand rules and returns the result types (throwing std::invalid_argument with the reason).
+/// Top ops (namespace ir::top): framework-agnostic model semantics. One struct per op: typed
+/// attributes as members, `attrs(self, f)` listing them for the printer/parser, and
+/// `infer(operand types)` that checks operand rules and returns the result types (throwing
+/// tpullm::Error(invalid_input) with the reason).
 /// Shapes below use B = batch (1 here), L = query tokens, S = key slots, H = hidden size.
 
 #include <algorithm>
@@ -14,6 +15,7 @@
 
 #include "tpullm/ir/attributes.hpp"
 #include "tpullm/ir/type.hpp"
+#include "tpullm/support/error.hpp"
 
 namespace tpullm::ir {
 
@@ -26,21 +28,24 @@ struct Arity {
 using Types = std::span<const TensorType>;
 
 namespace detail {
+/// Throws Error(invalid_input) with `why` unless ok (infer()'s way of refusing operands).
 inline void require(bool ok, const std::string& why) {
   if (!ok)
-    throw std::invalid_argument(why);
+    throw Error(ErrorKind::invalid_input, "", why);
 }
 inline void require_float(const TensorType& t, const char* what) {
-  require(is_float(t.dtype) && !t.quant,
+  require(is_float(t.dtype) && !t.quant && t.layout == Layout::row_major,
           std::string(what) + " must be a float tensor, got " + t.str());
 }
 inline void require_int_index(const TensorType& t, const char* what) {
-  require((t.dtype == DType::i32 || t.dtype == DType::i64) && !t.quant,
+  require((t.dtype == DType::i32 || t.dtype == DType::i64) && !t.quant &&
+              t.layout == Layout::row_major,
           std::string(what) + " must be i32 or i64, got " + t.str());
 }
 /// A weight operand: float, or integers carrying a QuantSpec.
 inline void require_weight(const TensorType& t, const char* what) {
-  require((is_float(t.dtype) && !t.quant) || (is_integer(t.dtype) && t.quant),
+  require(t.layout == Layout::row_major &&
+              ((is_float(t.dtype) && !t.quant) || (is_integer(t.dtype) && t.quant)),
           std::string(what) + " must be float or quantized, got " + t.str());
 }
 inline std::int64_t norm_axis(std::int64_t axis, std::int64_t rank) {
@@ -63,20 +68,16 @@ inline std::vector<std::int64_t> broadcast(const std::vector<std::int64_t>& a,
   }
   return out;
 }
+inline std::vector<TensorType> infer_binary(Types in) {
+  require_float(in[0], "lhs");
+  require_float(in[1], "rhs");
+  require(in[0].dtype == in[1].dtype,
+          "operand dtypes differ: " + in[0].str() + " vs " + in[1].str());
+  return {TensorType(broadcast(in[0].shape, in[1].shape), in[0].dtype)};
+}
 } // namespace detail
 
-/// A module weight by reference: () -> the type the module's weight table declares for @name.
-struct WeightOp {
-  static constexpr Arity operands{0, 0};
-  static constexpr int results = 1;
-  SymbolRef name; ///< module weight symbol
-  template <class S, class F>
-  static void attrs(S& s, F&& f) {
-    f("name", s.name);
-  }
-  /// No inference: the verifier checks the result against the module's weight table.
-  std::vector<TensorType> infer(Types) const { return {}; }
-};
+namespace top {
 
 /// a [..., K] x b [K, N] (or b [N, K] when transpose_b) + bias [N] -> [..., N] in a's dtype.
 /// b may be float (any width) or quantized integers (logical [K, N], transpose_b = false).
@@ -278,16 +279,6 @@ struct ConcatOp {
   }
 };
 
-namespace detail {
-inline std::vector<TensorType> infer_binary(Types in) {
-  require_float(in[0], "lhs");
-  require_float(in[1], "rhs");
-  require(in[0].dtype == in[1].dtype,
-          "operand dtypes differ: " + in[0].str() + " vs " + in[1].str());
-  return {TensorType(broadcast(in[0].shape, in[1].shape), in[0].dtype)};
-}
-} // namespace detail
-
 /// Elementwise a + b with NumPy broadcasting; same float dtype.
 struct AddOp {
   static constexpr Arity operands{2, 2};
@@ -473,13 +464,6 @@ struct TopKOp {
   }
 };
 
-/// Terminator: its operands are the function's results.
-struct ReturnOp {
-  static constexpr Arity operands{0, -1};
-  static constexpr int results = 0;
-  template <class S, class F>
-  static void attrs(S&, F&&) {}
-  std::vector<TensorType> infer(Types) const { return {}; }
-};
+} // namespace top
 
 } // namespace tpullm::ir

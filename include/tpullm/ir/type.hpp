@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "tpullm/ir/dtype.hpp"
+#include "tpullm/support/error.hpp"
 
 namespace tpullm::ir {
 
@@ -51,15 +52,23 @@ struct QuantSpec {
   friend bool operator==(const QuantSpec&, const QuantSpec&) = default;
 };
 
+/// How a tensor's elements are arranged in memory.
+enum class Layout : std::uint8_t {
+  row_major, ///< dense, outermost dimension first (every activation, every Top value)
+  panels,    ///< a Tpu weight [K, N] in the kernel library's 32-column panels (docs/kernels.md)
+};
+
 /// A ranked tensor type with a static shape.
 struct TensorType {
-  std::vector<std::int64_t> shape; ///< dimensions, outermost first; empty = scalar
-  DType dtype = DType::f32;        ///< element type (stored type for quantized weights)
-  std::optional<QuantSpec> quant;  ///< present only on quantized weights
+  std::vector<std::int64_t> shape;   ///< dimensions, outermost first; empty = scalar
+  DType dtype = DType::f32;          ///< element type (stored type for quantized weights)
+  std::optional<QuantSpec> quant;    ///< present only on quantized weights
+  Layout layout = Layout::row_major; ///< panels only on packed Tpu weights
 
   TensorType() = default;
-  TensorType(std::vector<std::int64_t> s, DType t, std::optional<QuantSpec> q = std::nullopt)
-      : shape(std::move(s)), dtype(t), quant(q) {}
+  TensorType(std::vector<std::int64_t> s, DType t, std::optional<QuantSpec> q = std::nullopt,
+             Layout l = Layout::row_major)
+      : shape(std::move(s)), dtype(t), quant(q), layout(l) {}
 
   std::int64_t rank() const { return static_cast<std::int64_t>(shape.size()); }
   /// Product of the dimensions (1 for a scalar).
@@ -71,10 +80,19 @@ struct TensorType {
   }
   /// Storage bytes for the elements (sub-byte types packed).
   std::int64_t byte_size() const { return ir::byte_size(dtype, num_elements()); }
-  /// Dimension `i`, negative counting from the back.
-  std::int64_t dim(std::int64_t i) const { return shape.at(i < 0 ? i + rank() : i); }
+  /// Dimension `i`, negative counting from the back. Throws Error(invalid_input) when the
+  /// tensor has no such axis (e.g. dim(-1) of a scalar).
+  std::int64_t dim(std::int64_t i) const {
+    const std::int64_t a = i < 0 ? i + rank() : i;
+    if (a < 0 || a >= rank())
+      throw Error(ErrorKind::invalid_input, "",
+                  "axis " + std::to_string(i) + " does not exist in " + str());
+    return shape[static_cast<std::size_t>(a)];
+  }
   /// Same type with another shape.
-  TensorType with_shape(std::vector<std::int64_t> s) const { return {std::move(s), dtype, quant}; }
+  TensorType with_shape(std::vector<std::int64_t> s) const {
+    return {std::move(s), dtype, quant, layout};
+  }
 
   friend bool operator==(const TensorType&, const TensorType&) = default;
 
@@ -84,6 +102,8 @@ struct TensorType {
     for (auto d : shape)
       s += std::to_string(d) + "x";
     s += std::string(name(dtype));
+    if (layout == Layout::panels)
+      s += ", panels";
     if (quant) {
       s += ", quant<" + std::string(name(quant->format)) +
            ", group = " + std::to_string(quant->group_size);

@@ -3,7 +3,7 @@
 /// location: operand/result counts, per-op dtype and shape rules (the op struct's infer()),
 /// declared result types equal to the inferred ones, operands defined earlier in the same
 /// function (single definition, use after definition), weight symbols declared with the same
-/// type, and exactly one top.Return, last, typed as the function declares.
+/// type, and exactly one builtin.Return, last, typed as the function declares.
 
 #include <set>
 #include <string>
@@ -25,7 +25,7 @@ inline std::vector<DiagnosticError> verify_function(const Module& m, const Funct
     const Location loc = op->loc().known() ? op->loc() : floc;
     const std::string who = "'" + std::string(op->name()) + "' ";
     if (seen_return)
-      errs.emplace_back(loc, who + "follows top.Return; Return must be the last op");
+      errs.emplace_back(loc, who + "follows builtin.Return; Return must be the last op");
     for (std::size_t i = 0; i < op->num_operands(); ++i) {
       const Value* v = op->operand(i);
       if (!defined.count(v))
@@ -34,7 +34,7 @@ inline std::vector<DiagnosticError> verify_function(const Module& m, const Funct
     }
     try {
       auto expected = infer_result_types(op->op(), op->operand_types(), &m);
-      const bool check_types = !op->is<ReturnOp>();
+      const bool check_types = !op->is<builtin::ReturnOp>();
       if (check_types && expected.size() != op->num_results()) {
         errs.emplace_back(loc, who + "has " + std::to_string(op->num_results()) +
                                    " results, expected " + std::to_string(expected.size()));
@@ -45,10 +45,10 @@ inline std::vector<DiagnosticError> verify_function(const Module& m, const Funct
                                        op->result(r)->type().str() + " but the op produces " +
                                        expected[r].str());
       }
-    } catch (const std::invalid_argument& e) {
-      errs.emplace_back(loc, who + e.what());
+    } catch (const Error& e) {
+      errs.emplace_back(loc, who + e.message());
     }
-    if (op->is<ReturnOp>()) {
+    if (op->is<builtin::ReturnOp>()) {
       seen_return = true;
       if (op->num_results() != 0)
         errs.emplace_back(loc, who + "has results");
@@ -69,7 +69,7 @@ inline std::vector<DiagnosticError> verify_function(const Module& m, const Funct
       defined.insert(op->result(r));
   }
   if (!seen_return)
-    errs.emplace_back(floc, "function @" + f.name() + " does not end with top.Return");
+    errs.emplace_back(floc, "function @" + f.name() + " does not end with builtin.Return");
   return errs;
 }
 

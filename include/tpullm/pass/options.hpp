@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "tpullm/ir/attributes.hpp"
+#include "tpullm/support/error.hpp"
 
 namespace tpullm::pass {
 
@@ -28,10 +29,10 @@ struct OptionText {
 };
 
 /// A malformed option: message plus the pipeline column it refers to (0 = none).
-class OptionError : public std::invalid_argument {
+class OptionError : public Error {
 public:
   OptionError(const std::string& message, int column)
-      : std::invalid_argument(message), column_(column) {}
+      : Error(ErrorKind::invalid_input, "", message, message), column_(column) {}
   int column() const { return column_; }
 
 private:

@@ -34,11 +34,11 @@ struct PassManagerConfig {
 
 /// A pass failed or left the IR invalid. diagnostics() hold located errors; each message names
 /// the pass (e.g. "after pass 'cse': 'top.Add' operand #0 is not defined before its use").
-class PassFailure : public std::runtime_error {
+class PassFailure : public Error {
 public:
   PassFailure(std::string pass, std::vector<DiagnosticError> diagnostics)
-      : std::runtime_error(join(diagnostics)), pass_(std::move(pass)),
-        diagnostics_(std::move(diagnostics)) {}
+      : Error(ErrorKind::invalid_input, pass, join(diagnostics), join(diagnostics)),
+        pass_(std::move(pass)), diagnostics_(std::move(diagnostics)) {}
   /// The pass to blame ("" when the input already failed to verify).
   const std::string& pass() const { return pass_; }
   const std::vector<DiagnosticError>& diagnostics() const { return diagnostics_; }

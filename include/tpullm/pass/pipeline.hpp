@@ -17,16 +17,15 @@
 namespace tpullm::pass {
 
 /// A malformed pipeline: message and the 1-based column in the pipeline text.
-class PipelineError : public std::invalid_argument {
+class PipelineError : public Error {
 public:
   PipelineError(const std::string& message, int column)
-      : std::invalid_argument("column " + std::to_string(column) + ": " + message),
-        message_(message), column_(column) {}
-  const std::string& message() const { return message_; }
+      : Error(ErrorKind::invalid_input, "", message,
+              "column " + std::to_string(column) + ": " + message),
+        column_(column) {}
   int column() const { return column_; }
 
 private:
-  std::string message_;
   int column_;
 };
 

@@ -42,7 +42,7 @@ public:
   GreedyDriver(ir::Module& module, const PatternSet& patterns, GreedyConfig config = {})
       : module_(module), config_(config) {
     if (config_.max_iterations < 1)
-      throw std::invalid_argument("greedy driver: max_iterations must be >= 1");
+      throw Error(ErrorKind::invalid_input, "", "greedy driver: max_iterations must be >= 1");
     for (std::size_t k = 0; k < ir::kNumOpKinds; ++k)
       by_kind_[k] = patterns.for_kind(static_cast<ir::OpKind>(k));
   }
@@ -72,9 +72,10 @@ public:
           const bool applied = p->match_and_rewrite(op, rw);
           const bool changed = rw.num_changes() != before;
           if (applied != changed)
-            throw std::logic_error("pattern '" + p->name() + "' " +
-                                   (applied ? "reported success without changing the IR"
-                                            : "changed the IR but reported failure"));
+            throw Error(ErrorKind::internal, "",
+                        "pattern '" + p->name() + "' " +
+                            (applied ? "reported success without changing the IR"
+                                     : "changed the IR but reported failure"));
           if (!applied)
             continue;
           ++result.rewrites;

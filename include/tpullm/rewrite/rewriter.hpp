@@ -63,7 +63,7 @@ public:
   template <class T>
   ir::Operation* create_op(T op, std::vector<ir::Value*> operands) {
     if (!function_)
-      throw std::logic_error("Rewriter::create_op without an insertion point");
+      throw Error(ErrorKind::internal, "", "Rewriter::create_op without an insertion point");
     ir::Builder b(module_, *function_);
     b.set_insertion_point(before_ ? function_->find(before_) : function_->end());
     b.set_loc(loc_);
@@ -84,8 +84,9 @@ public:
     if (from == to)
       return;
     if (!(from->type() == to->type()))
-      throw std::logic_error("replacing a value of type " + from->type().str() +
-                             " with one of type " + to->type().str());
+      throw Error(ErrorKind::internal, "",
+                  "replacing a value of type " + from->type().str() + " with one of type " +
+                      to->type().str());
     auto users = from->users();
     users.erase(std::unique(users.begin(), users.end()), users.end());
     if (users.empty())
@@ -103,9 +104,10 @@ public:
   /// Replaces each result of `op` by the matching value of `values`, then erases `op`.
   void replace_op(ir::Operation* op, const std::vector<ir::Value*>& values) {
     if (values.size() != op->num_results())
-      throw std::logic_error("replacing " + std::string(op->name()) + " (" +
-                             std::to_string(op->num_results()) + " results) with " +
-                             std::to_string(values.size()) + " values");
+      throw Error(ErrorKind::internal, "",
+                  "replacing " + std::string(op->name()) + " (" +
+                      std::to_string(op->num_results()) + " results) with " +
+                      std::to_string(values.size()) + " values");
     for (std::size_t i = 0; i < values.size(); ++i)
       replace_all_uses_with(op->result(i), values[i]);
     erase_op(op);
@@ -126,14 +128,15 @@ public:
     return created;
   }
 
-  /// Erases `op`, whose results must be unused (throws std::logic_error otherwise).
+  /// Erases `op`, whose results must be unused (throws Error(internal) otherwise).
   void erase_op(ir::Operation* op) {
     if (!op->results_unused())
-      throw std::logic_error("erasing " + std::string(op->name()) +
-                             " whose results are still used");
+      throw Error(ErrorKind::internal, "",
+                  "erasing " + std::string(op->name()) + " whose results are still used");
     ir::Function* f = op->parent();
     if (!f)
-      throw std::logic_error("erasing " + std::string(op->name()) + " that is in no function");
+      throw Error(ErrorKind::internal, "",
+                  "erasing " + std::string(op->name()) + " that is in no function");
     if (before_ == op)
       before_ = next_op(*f, op);
     std::vector<ir::Operation*> defs = operand_defs(op);
@@ -148,7 +151,7 @@ public:
 
   /// Runs `change()`, which may edit `op`'s attributes (through op->as<T>()) and operands
   /// (through op->set_operand), then re-infers `op`'s result types: they must not change
-  /// (results are immutable; create a new op instead). Throws std::logic_error otherwise.
+  /// (results are immutable; create a new op instead). Throws Error(internal) otherwise.
   template <class F>
   void modify_op_in_place(ir::Operation* op, F&& change) {
     std::vector<ir::Operation*> defs = operand_defs(op);
@@ -156,13 +159,14 @@ public:
     std::vector<ir::TensorType> inferred;
     try {
       inferred = ir::infer_result_types(op->op(), op->operand_types(), &module_);
-    } catch (const std::invalid_argument& e) {
-      throw std::logic_error("in-place change made '" + std::string(op->name()) +
-                             "' ill-typed: " + e.what());
+    } catch (const Error& e) {
+      throw Error(ErrorKind::internal, "",
+                  "in-place change made '" + std::string(op->name()) +
+                      "' ill-typed: " + e.message());
     }
-    if (!op->is<ir::ReturnOp>() && inferred != op->result_types())
-      throw std::logic_error("in-place change of '" + std::string(op->name()) +
-                             "' changed its result types");
+    if (!op->is<ir::builtin::ReturnOp>() && inferred != op->result_types())
+      throw Error(ErrorKind::internal, "",
+                  "in-place change of '" + std::string(op->name()) + "' changed its result types");
     record();
     if (listener_) {
       listener_->notify_modified(op);
@@ -175,8 +179,9 @@ public:
   void modify_attrs(ir::Operation* op, F&& change) {
     T* s = op->as<T>();
     if (!s)
-      throw std::logic_error("modify_attrs: " + std::string(op->name()) + " is not a " +
-                             std::string(ir::op_name(ir::kind_of<T>())));
+      throw Error(ErrorKind::internal, "",
+                  "modify_attrs: " + std::string(op->name()) + " is not a " +
+                      std::string(ir::op_name(ir::kind_of<T>())));
     modify_op_in_place(op, [&] { change(*s); });
   }
   /// Points operand `i` of `op` at `v` (the result types of `op` must not change).
@@ -184,14 +189,15 @@ public:
     modify_op_in_place(op, [&] { op->set_operand(i, v); });
   }
 
-  /// Removes weight @name from the module table; no top.Weight may reference it.
+  /// Removes weight @name from the module table; no builtin.Weight may reference it.
   void erase_weight(const std::string& name) {
     for (const auto& f : module_.functions())
       for (const auto& op : f->ops())
-        if (const auto* w = op->as<ir::WeightOp>(); w && w->name.name == name)
-          throw std::logic_error("erasing weight @" + name + " still read in @" + f->name());
+        if (const auto* w = op->as<ir::builtin::WeightOp>(); w && w->name.name == name)
+          throw Error(ErrorKind::internal, "",
+                      "erasing weight @" + name + " still read in @" + f->name());
     if (!module_.find_weight(name))
-      throw std::logic_error("erasing unknown weight @" + name);
+      throw Error(ErrorKind::internal, "", "erasing unknown weight @" + name);
     module_.erase_weight(name);
     record();
   }

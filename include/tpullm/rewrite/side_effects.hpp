@@ -2,7 +2,7 @@
 /// Side-effect facts the rewriter, the greedy driver, DCE and CSE rely on.
 /// An op struct opts in with `static constexpr bool has_side_effects = true;` when it does more
 /// than compute its results (e.g. a future in-place KV-cache store); such ops are never erased as
-/// dead nor merged by CSE. top.Return is the terminator and always counts as side-effecting.
+/// dead nor merged by CSE. builtin.Return is the terminator and always counts as side-effecting.
 
 #include <concepts>
 #include <type_traits>
@@ -23,17 +23,17 @@ constexpr bool op_has_side_effects() {
   if constexpr (DeclaresSideEffects<T>)
     return T::has_side_effects;
   else
-    return std::is_same_v<T, ir::ReturnOp>;
+    return std::is_same_v<T, ir::builtin::ReturnOp>;
 }
 
-/// Whether `op` has effects beyond its results (top.Return, or a struct that declares them).
+/// Whether `op` has effects beyond its results (builtin.Return, or a struct that declares them).
 inline bool has_side_effects(const ir::Operation& op) {
   return ir::visit_op(
       op.op(), [](const auto& o) { return op_has_side_effects<std::decay_t<decltype(o)>>(); });
 }
 
 /// True when erasing `op` cannot change the program: it has results, none is used, and it has no
-/// side effects. top.Return (no results) is never dead.
+/// side effects. builtin.Return (no results) is never dead.
 inline bool is_trivially_dead(const ir::Operation& op) {
   return op.num_results() > 0 && op.results_unused() && !has_side_effects(op);
 }

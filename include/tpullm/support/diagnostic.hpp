@@ -6,6 +6,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "tpullm/support/error.hpp"
+
 namespace tpullm {
 
 /// Where an op or token came from: a text position (line >= 1) or a provenance name.
@@ -24,18 +26,16 @@ struct Location {
   bool known() const { return line > 0 || !file.empty(); }
 };
 
-/// An error attached to a location; what() is "location: message".
-class DiagnosticError : public std::runtime_error {
+/// An error attached to a location (invalid input); what() is "location: message".
+class DiagnosticError : public Error {
 public:
   DiagnosticError(Location loc, const std::string& message)
-      : std::runtime_error(loc.str() + ": " + message), loc_(std::move(loc)), message_(message) {}
+      : Error(ErrorKind::invalid_input, loc.str(), message, loc.str() + ": " + message),
+        loc_(std::move(loc)) {}
   const Location& location() const { return loc_; }
-  /// The message without the location prefix.
-  const std::string& message() const { return message_; }
 
 private:
   Location loc_;
-  std::string message_;
 };
 
 } // namespace tpullm

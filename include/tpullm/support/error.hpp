@@ -1,8 +1,11 @@
 #pragma once
-/// The project's error vocabulary: one exception type, `tpullm::Error`, carrying a kind and an
-/// optional "where" (a file path, a tensor name, an op) that is part of what().
+/// The project's error vocabulary: one exception hierarchy rooted at `tpullm::Error`, carrying a
+/// kind and an optional "where" (a file path, a tensor name, an op) that is part of what().
 ///   what() == "<kind>: <where>: <message>"   (or "<kind>: <message>" when where is empty)
 /// Throw with `throw_error(kind, where, pieces...)`; the pieces are streamed together.
+/// Every library error derives from Error: DiagnosticError (IR text and verifier, with a source
+/// location), pass::PassFailure, pass::PipelineError and pass::OptionError. The tools catch
+/// Error once; anything else reaching them is a bug reported as an internal error.
 
 #include <sstream>
 #include <stdexcept>
@@ -61,6 +64,12 @@ public:
     return Error(kind_, where_.empty() ? std::string(outer) : str_cat(outer, ": ", where_),
                  message_);
   }
+
+protected:
+  /// For subclasses that format what() themselves (e.g. "file:line:col: message").
+  Error(ErrorKind kind, std::string where, std::string message, const std::string& what)
+      : std::runtime_error(what), kind_(kind), where_(std::move(where)),
+        message_(std::move(message)) {}
 
 private:
   static std::string compose(ErrorKind kind, const std::string& where, const std::string& msg) {

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <limits>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -45,7 +46,7 @@ public:
     return m;
   }
 
-  /// type ::= 'tensor' '<' (dim 'x')* dtype (',' quant)? '>'
+  /// type ::= 'tensor' '<' (dim 'x')* dtype (',' 'panels')? (',' quant)? '>'
   TensorType parse_type() {
     const Location at = cur_.loc;
     expect_keyword("tensor");
@@ -75,7 +76,16 @@ public:
     t.dtype = *dt;
     if (cur_.kind == Tok::comma) {
       advance();
-      t.quant = parse_quant();
+      if (is_keyword("panels")) {
+        advance();
+        t.layout = Layout::panels;
+        if (cur_.kind == Tok::comma) {
+          advance();
+          t.quant = parse_quant();
+        }
+      } else {
+        t.quant = parse_quant();
+      }
     }
     if (cur_.kind != Tok::greater)
       throw DiagnosticError(cur_.loc,
@@ -126,7 +136,8 @@ private:
     m.add_weight(std::move(w));
   }
 
-  // func ::= 'func' @name '(' (%arg ':' type),* ')' '->' '(' type,* ')' '{' op* '}'
+  // func ::= 'func' @name '(' (%arg ':' type ('buffer' struct)?),* ')' '->' '(' type,* ')'
+  //          ('attributes' struct)? '{' op* '}'
   void parse_function(Module& m) {
     advance();
     const Token n = expect(Tok::at_id, "a function name (@name)");
@@ -143,7 +154,14 @@ private:
         auto t = parse_type();
         if (values.count(a.text))
           throw DiagnosticError(a.loc, "value %" + a.text + " is defined twice");
-        values[a.text] = {f.add_argument(a.text, std::move(t))};
+        Value* arg = f.add_argument(a.text, std::move(t));
+        values[a.text] = {arg};
+        if (is_keyword("buffer")) {
+          advance();
+          Buffer b;
+          parse_attr_value(b);
+          arg->set_buffer(b);
+        }
         if (cur_.kind != Tok::comma)
           break;
         advance();
@@ -152,6 +170,12 @@ private:
     expect(Tok::r_paren, "')'");
     expect(Tok::arrow, "'->'");
     f.set_result_types(parse_type_list());
+    if (is_keyword("attributes")) {
+      advance();
+      FunctionInfo info;
+      parse_attr_value(info);
+      f.set_info(info);
+    }
     expect(Tok::l_brace, "'{'");
     while (cur_.kind != Tok::r_brace) {
       if (cur_.kind == Tok::eof)
@@ -178,6 +202,7 @@ private:
   }
 
   // op ::= (%res (':' N)? '=')? "name" '(' uses ')' attr-dict? ':' '(' types ')' '->' results
+  //        ('plan' struct)? ('buffers' '[' (struct | 'none'),* ']')?
   void parse_op(Module&, Function& f, std::map<std::string, std::vector<Value*>>& values) {
     Token res;
     std::int64_t declared_results = -1;
@@ -252,7 +277,41 @@ private:
     if (declared_results >= 0 && have != declared_results)
       throw DiagnosticError(res.loc, "%" + res.text + " names " + std::to_string(declared_results) +
                                          " results but the op lists " + std::to_string(have));
+    std::optional<OpPlan> plan;
+    if (is_keyword("plan")) {
+      advance();
+      plan.emplace();
+      parse_attr_value(*plan);
+    }
+    std::vector<std::optional<Buffer>> buffers;
+    Location buffers_loc;
+    if (is_keyword("buffers")) {
+      buffers_loc = cur_.loc;
+      advance();
+      expect(Tok::l_square, "'['");
+      while (cur_.kind != Tok::r_square) {
+        if (is_keyword("none")) {
+          advance();
+          buffers.emplace_back();
+        } else {
+          Buffer b;
+          parse_attr_value(b);
+          buffers.emplace_back(b);
+        }
+        if (cur_.kind != Tok::comma)
+          break;
+        advance();
+      }
+      expect(Tok::r_square, "']'");
+      if (buffers.size() != out_types.size())
+        throw DiagnosticError(buffers_loc, "'" + name.text + "' lists " +
+                                               std::to_string(buffers.size()) + " buffers for " +
+                                               std::to_string(out_types.size()) + " results");
+    }
     auto* o = f.append(std::make_unique<Operation>(std::move(op), operands, out_types, name.loc));
+    o->set_plan(std::move(plan));
+    for (std::size_t r = 0; r < buffers.size(); ++r)
+      o->result(r)->set_buffer(buffers[r]);
     if (declared_results > 0) {
       if (values.count(res.text))
         throw DiagnosticError(res.loc, "value %" + res.text + " is defined twice");
@@ -301,8 +360,10 @@ private:
   }
   void parse_attr_value(std::int64_t& v) {
     v = parse_int();
-    expect(Tok::colon, "':' and the attribute type");
-    expect_keyword("i64");
+    if (cur_.kind == Tok::colon) { // the `: i64` suffix is optional
+      advance();
+      expect_keyword("i64");
+    }
   }
   void parse_attr_value(float& v) {
     const Token t = cur_;
@@ -319,8 +380,10 @@ private:
     } else {
       error("expected a floating-point number");
     }
-    expect(Tok::colon, "':' and the attribute type");
-    expect_keyword("f32");
+    if (cur_.kind == Tok::colon) { // the `: f32` suffix is optional
+      advance();
+      expect_keyword("f32");
+    }
   }
   void parse_attr_value(std::vector<std::int64_t>& v) {
     expect(Tok::l_square, "'['");
@@ -343,6 +406,60 @@ private:
     if (!d)
       throw DiagnosticError(t.loc, "unknown element type '" + t.text + "'");
     v = *d;
+  }
+  /// struct ::= '{' (key '=' value),* '}' (members not given keep their defaults).
+  template <AttrStruct T>
+  void parse_attr_value(T& v) {
+    expect(Tok::l_brace, "'{'");
+    std::vector<std::string> seen;
+    if (cur_.kind != Tok::r_brace) {
+      while (true) {
+        const Token key = expect(Tok::bare_id, "a field name");
+        expect(Tok::equal, "'='");
+        if (std::find(seen.begin(), seen.end(), key.text) != seen.end())
+          throw DiagnosticError(key.loc, "field '" + key.text + "' given twice");
+        seen.push_back(key.text);
+        bool found = false;
+        T::fields(v, [&](const char* n, auto& member) {
+          if (!found && key.text == n) {
+            found = true;
+            parse_attr_value(member);
+          }
+        });
+        if (!found) {
+          std::string known;
+          T::fields(v, [&](const char* n, auto&) {
+            known += (known.empty() ? "" : ", ") + std::string(n);
+          });
+          throw DiagnosticError(key.loc,
+                                "unknown field '" + key.text + "' (fields: " + known + ")");
+        }
+        if (cur_.kind != Tok::comma)
+          break;
+        advance();
+      }
+    }
+    expect(Tok::r_brace, "'}'");
+  }
+  template <class T>
+  void parse_attr_value(std::optional<T>& v) {
+    v.emplace();
+    parse_attr_value(*v);
+  }
+  template <class T>
+  void parse_attr_value(std::vector<T>& v) {
+    expect(Tok::l_square, "'['");
+    v.clear();
+    if (cur_.kind != Tok::r_square) {
+      while (true) {
+        v.emplace_back();
+        parse_attr_value(v.back());
+        if (cur_.kind != Tok::comma)
+          break;
+        advance();
+      }
+    }
+    expect(Tok::r_square, "']'");
   }
   template <NamedEnum E>
   void parse_attr_value(E& v) {

@@ -10,6 +10,7 @@
 #include <sstream>
 #include <string>
 
+#include "tpullm/ir/attr_compare.hpp"
 #include "tpullm/ir/module.hpp"
 
 namespace tpullm::ir::text {
@@ -36,39 +37,103 @@ inline std::string quote(const std::string& s) {
   return out + "\"";
 }
 
-/// Prints one attribute value of any supported member type.
+template <class V>
+void print_attr_value(std::string& out, const V& v, bool in_struct);
+
+/// Prints `{key = value, ...}` for a structured attribute; members equal to their default
+/// (and absent optionals) are left out, so `{}` is the default value.
+template <AttrStruct V>
+void print_attr_struct(std::string& out, const V& v) {
+  out += "{";
+  bool first = true;
+  const V defaults{};
+  std::vector<bool> is_default;
+  V::fields(defaults, [&](const char*, const auto& d) {
+    std::size_t i = 0;
+    const std::size_t want = is_default.size();
+    V::fields(v, [&](const char*, const auto& m) {
+      if constexpr (std::is_same_v<std::decay_t<decltype(m)>, std::decay_t<decltype(d)>>)
+        if (i == want)
+          is_default.push_back(attr_equal(m, d));
+      ++i;
+    });
+  });
+  std::size_t index = 0;
+  V::fields(v, [&](const char* name, const auto& m) {
+    if (is_default[index++])
+      return;
+    out += first ? "" : ", ";
+    first = false;
+    out += name;
+    out += " = ";
+    print_attr_value(out, m, true);
+  });
+  out += "}";
+}
+
+/// Prints one attribute value of any supported member type (attributes.hpp); inside a struct,
+/// integers and floats go without their type suffix.
+template <class V>
+void print_attr_value(std::string& out, const V& v, bool in_struct) {
+  if constexpr (std::is_same_v<V, bool>) {
+    out += v ? "true" : "false";
+  } else if constexpr (std::is_same_v<V, std::int64_t>) {
+    out += std::to_string(v) + (in_struct ? "" : " : i64");
+  } else if constexpr (std::is_same_v<V, float>) {
+    out += print_float(v) + (in_struct ? "" : " : f32");
+  } else if constexpr (std::is_same_v<V, std::vector<std::int64_t>>) {
+    out += "[";
+    for (std::size_t i = 0; i < v.size(); ++i)
+      out += (i ? ", " : "") + std::to_string(v[i]);
+    out += "]";
+  } else if constexpr (std::is_same_v<V, std::string>) {
+    out += quote(v);
+  } else if constexpr (std::is_same_v<V, SymbolRef>) {
+    out += "@" + v.name;
+  } else if constexpr (std::is_same_v<V, DType>) {
+    out += std::string(ir::name(v));
+  } else if constexpr (AttrStruct<V>) {
+    print_attr_struct(out, v);
+  } else if constexpr (is_optional_v<V>) {
+    if (v)
+      print_attr_value(out, *v, in_struct);
+  } else if constexpr (is_vector_v<V>) {
+    out += "[";
+    for (std::size_t i = 0; i < v.size(); ++i) {
+      out += i ? ", " : "";
+      print_attr_value(out, v[i], true);
+    }
+    out += "]";
+  } else {
+    static_assert(NamedEnum<V>, "attribute member type has no printer");
+    out += std::string(enum_name(v));
+  }
+}
+
+/// Prints one `name = value` of an op's attribute dictionary (absent optionals left out).
 struct AttrPrinter {
   std::string& out;
   bool first = true;
   template <class V>
   void operator()(const char* name, const V& v) {
+    if constexpr (is_optional_v<V>)
+      if (!v)
+        return;
     out += first ? "" : ", ";
     first = false;
     out += name;
     out += " = ";
-    if constexpr (std::is_same_v<V, bool>) {
-      out += v ? "true" : "false";
-    } else if constexpr (std::is_same_v<V, std::int64_t>) {
-      out += std::to_string(v) + " : i64";
-    } else if constexpr (std::is_same_v<V, float>) {
-      out += print_float(v) + " : f32";
-    } else if constexpr (std::is_same_v<V, std::vector<std::int64_t>>) {
-      out += "[";
-      for (std::size_t i = 0; i < v.size(); ++i)
-        out += (i ? ", " : "") + std::to_string(v[i]);
-      out += "]";
-    } else if constexpr (std::is_same_v<V, std::string>) {
-      out += quote(v);
-    } else if constexpr (std::is_same_v<V, SymbolRef>) {
-      out += "@" + v.name;
-    } else if constexpr (std::is_same_v<V, DType>) {
-      out += std::string(ir::name(v));
-    } else {
-      static_assert(NamedEnum<V>, "attribute member type has no printer");
-      out += std::string(enum_name(v));
-    }
+    print_attr_value(out, v, false);
   }
 };
+
+/// Prints a structured attribute as text ("{group = 0, ...}").
+template <AttrStruct V>
+std::string attr_struct_str(const V& v) {
+  std::string out;
+  print_attr_struct(out, v);
+  return out;
+}
 
 } // namespace detail
 
@@ -85,11 +150,16 @@ inline std::string print_function(const Function& f) {
     const std::string n = "%" + f.argument_name(i);
     names[f.argument(i)] = n;
     out += (i ? ", " : "") + n + ": " + f.argument(i)->type().str();
+    if (const auto& b = f.argument(i)->buffer())
+      out += " buffer " + detail::attr_struct_str(*b);
   }
   out += ") -> (";
   for (std::size_t i = 0; i < f.result_types().size(); ++i)
     out += (i ? ", " : "") + f.result_types()[i].str();
-  out += ") {\n";
+  out += ")";
+  if (!(f.info() == FunctionInfo{}))
+    out += " attributes " + detail::attr_struct_str(f.info());
+  out += " {\n";
   int counter = 0;
   for (const auto& op : f.ops()) {
     out += "    ";
@@ -128,6 +198,19 @@ inline std::string print_function(const Function& f) {
       for (std::size_t r = 0; r < op->num_results(); ++r)
         out += (r ? ", " : "") + op->result(r)->type().str();
       out += ")";
+    }
+    if (const auto& p = op->plan())
+      out += " plan " + detail::attr_struct_str(*p);
+    bool any_buffer = false;
+    for (std::size_t r = 0; r < op->num_results(); ++r)
+      any_buffer = any_buffer || op->result(r)->buffer().has_value();
+    if (any_buffer) {
+      out += " buffers [";
+      for (std::size_t r = 0; r < op->num_results(); ++r) {
+        const auto& b = op->result(r)->buffer();
+        out += (r ? ", " : "") + (b ? detail::attr_struct_str(*b) : std::string("none"));
+      }
+      out += "]";
     }
     out += "\n";
   }

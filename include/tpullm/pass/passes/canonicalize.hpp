@@ -26,8 +26,9 @@ struct CanonicalizeOptions {
 /// Canonicalizes every function of `m`.
 inline void run_canonicalize(ir::Module& m, const CanonicalizeOptions& opts) {
   if (opts.max_iterations < 1)
-    throw std::invalid_argument("canonicalize: max-iterations must be >= 1, got " +
-                                std::to_string(opts.max_iterations));
+    throw Error(ErrorKind::invalid_input, "",
+                "canonicalize: max-iterations must be >= 1, got " +
+                    std::to_string(opts.max_iterations));
   rewrite::GreedyConfig config;
   config.max_iterations = opts.max_iterations;
   const auto patterns = rewrite::patterns::canonicalization_patterns();

@@ -3,7 +3,7 @@
 /// op dominates every later one), an op that is structurally identical to an earlier one (same
 /// kind, equal attributes compared through the op struct's attrs visitor, the same operand
 /// values, equal result types) and has no side effects is replaced by the earlier op's results.
-/// Two top.Weight reads of the same @symbol therefore merge.
+/// Two builtin.Weight reads of the same @symbol therefore merge.
 
 #include <unordered_map>
 #include <vector>

@@ -1,7 +1,7 @@
 #pragma once
 /// `dce`: dead code elimination. Erases ops whose results are all unused and that have no side
-/// effects (top.Return never is dead), walking each function backwards so whole dead chains go
-/// in one sweep; then drops weights no top.Weight reads from the module table (unless
+/// effects (builtin.Return never is dead), walking each function backwards so whole dead chains go
+/// in one sweep; then drops weights no builtin.Weight reads from the module table (unless
 /// keep-weights=true).
 
 #include <set>
@@ -35,7 +35,7 @@ inline void run_dce(ir::Module& m, const DceOptions& opts) {
     for (auto it = ops.rbegin(); it != ops.rend(); ++it) {
       if (rewrite::is_trivially_dead(**it))
         rw.erase_op(*it);
-      else if (const auto* w = (*it)->as<ir::WeightOp>())
+      else if (const auto* w = (*it)->as<ir::builtin::WeightOp>())
         read.insert(w->name.name);
     }
   }

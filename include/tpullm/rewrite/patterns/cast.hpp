@@ -7,9 +7,9 @@
 namespace tpullm::rewrite::patterns {
 
 /// top.Cast to the dtype its input already has folds to its input.
-struct CastToSameType : OpPattern<ir::CastOp> {
+struct CastToSameType : OpPattern<ir::top::CastOp> {
   CastToSameType() : OpPattern("cast-to-same-type") {}
-  bool rewrite_op(ir::Operation* op, const ir::CastOp& c, Rewriter& rw) const override {
+  bool rewrite_op(ir::Operation* op, const ir::top::CastOp& c, Rewriter& rw) const override {
     if (c.dtype != op->operand(0)->type().dtype)
       return false;
     rw.replace_op(op, op->operand(0));

@@ -7,9 +7,9 @@
 namespace tpullm::rewrite::patterns {
 
 /// top.Concat of a single operand folds to that operand.
-struct ConcatSingle : OpPattern<ir::ConcatOp> {
+struct ConcatSingle : OpPattern<ir::top::ConcatOp> {
   ConcatSingle() : OpPattern("concat-single") {}
-  bool rewrite_op(ir::Operation* op, const ir::ConcatOp&, Rewriter& rw) const override {
+  bool rewrite_op(ir::Operation* op, const ir::top::ConcatOp&, Rewriter& rw) const override {
     if (op->num_operands() != 1)
       return false;
     rw.replace_op(op, op->operand(0));

@@ -8,9 +8,9 @@
 namespace tpullm::rewrite::patterns {
 
 /// top.Reshape whose target shape equals its input shape folds to its input.
-struct ReshapeToSameShape : OpPattern<ir::ReshapeOp> {
+struct ReshapeToSameShape : OpPattern<ir::top::ReshapeOp> {
   ReshapeToSameShape() : OpPattern("reshape-to-same-shape") {}
-  bool rewrite_op(ir::Operation* op, const ir::ReshapeOp&, Rewriter& rw) const override {
+  bool rewrite_op(ir::Operation* op, const ir::top::ReshapeOp&, Rewriter& rw) const override {
     ir::Value* x = op->operand(0);
     if (!(x->type() == op->result(0)->type()))
       return false;
@@ -20,11 +20,11 @@ struct ReshapeToSameShape : OpPattern<ir::ReshapeOp> {
 };
 
 /// top.Reshape of a top.Reshape reads the inner reshape's input directly.
-struct ReshapeOfReshape : OpPattern<ir::ReshapeOp> {
+struct ReshapeOfReshape : OpPattern<ir::top::ReshapeOp> {
   ReshapeOfReshape() : OpPattern("reshape-of-reshape") {}
-  bool rewrite_op(ir::Operation* op, const ir::ReshapeOp&, Rewriter& rw) const override {
+  bool rewrite_op(ir::Operation* op, const ir::top::ReshapeOp&, Rewriter& rw) const override {
     ir::Operation* inner = op->operand(0)->defining_op();
-    if (!inner || !inner->is<ir::ReshapeOp>())
+    if (!inner || !inner->is<ir::top::ReshapeOp>())
       return false;
     rw.set_operand(op, 0, inner->operand(0));
     return true;

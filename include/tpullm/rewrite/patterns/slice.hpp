@@ -7,9 +7,9 @@
 namespace tpullm::rewrite::patterns {
 
 /// top.Slice covering the whole input folds to its input.
-struct SliceWhole : OpPattern<ir::SliceOp> {
+struct SliceWhole : OpPattern<ir::top::SliceOp> {
   SliceWhole() : OpPattern("slice-whole") {}
-  bool rewrite_op(ir::Operation* op, const ir::SliceOp& s, Rewriter& rw) const override {
+  bool rewrite_op(ir::Operation* op, const ir::top::SliceOp& s, Rewriter& rw) const override {
     ir::Value* x = op->operand(0);
     if (s.sizes != x->type().shape)
       return false;

@@ -1,0 +1,528 @@
+#pragma once
+/// Tpu ops (namespace ir::tpu): the Top semantics plus the target's decisions. Activations are
+/// f32 row-major (accumulation in f32 everywhere); a weight operand's *type* carries its storage
+/// decision (dtype, `panels` layout, quantization), so `tpu.MatMul` over
+/// `tensor<896x4864xbf16, panels>` is the BF16 mode and over
+/// `tensor<896x4864xu4, panels, quant<packed, group = 32, zero_point>>` is W4A16.
+/// How and where an op runs (layer group, tiles, core split, buffers) is not part of the op
+/// struct: see ir/plan.hpp and ir/buffer.hpp.
+///
+/// Op struct conventions as in top_ops.hpp, plus optional traits:
+///   `static constexpr bool is_view`        the result shares operand 0's bytes (no compute)
+///   `static constexpr bool in_place`       result 0 may be written over operand 0 when that
+///                                          operand dies at this op (same byte size)
+///   `static constexpr bool has_side_effects` writes persistent state (the KV cache)
+/// Shapes: L = new tokens, S = history slots, H = hidden, d = head_dim, P = positions.
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "tpullm/ir/top_ops.hpp"
+
+namespace tpullm::ir {
+
+/// Which cache of a layer a KV op addresses.
+enum class KvKind : std::uint8_t { key, value };
+template <>
+struct EnumNames<KvKind> {
+  static constexpr std::array<std::pair<KvKind, std::string_view>, 2> items = {
+      {{KvKind::key, "key"}, {KvKind::value, "value"}}};
+};
+
+/// Where tpu.FAttention finds keys and values.
+///   rows  : k/v [B, L, kv_heads, d] hold only the new tokens; key t has position pos[t]
+///   cache : k/v come from tpu.KVAppend: slot j holds position j for j < pos[0] + L
+enum class KvForm : std::uint8_t { rows, cache };
+template <>
+struct EnumNames<KvForm> {
+  static constexpr std::array<std::pair<KvForm, std::string_view>, 2> items = {
+      {{KvForm::rows, "rows"}, {KvForm::cache, "cache"}}};
+};
+
+namespace detail {
+/// An f32 row-major activation.
+inline void require_act(const TensorType& t, const char* what) {
+  require(t.dtype == DType::f32 && !t.quant && t.layout == Layout::row_major,
+          std::string(what) + " must be an f32 activation, got " + t.str());
+}
+/// A small float parameter stored row-major (norm gamma, bias, RoPE table, embedding table).
+inline void require_param(const TensorType& t, const char* what) {
+  require(is_float(t.dtype) && t.dtype != DType::f64 && !t.quant && t.layout == Layout::row_major,
+          std::string(what) + " must be an f32/bf16/f16 row-major tensor, got " + t.str());
+}
+/// A packed linear weight [K, N]: f32/bf16/f16 panels, or i8 / i4 (symmetric) / u4 (with zero
+/// points) panels with a `packed` QuantSpec. Returns {K, N}.
+inline std::pair<std::int64_t, std::int64_t> require_packed(const TensorType& t, const char* what) {
+  require(t.rank() == 2 && t.layout == Layout::panels,
+          std::string(what) + " must be a packed [K, N] weight (layout panels), got " + t.str());
+  if (t.quant) {
+    const QuantSpec& q = *t.quant;
+    require(q.format == QuantFormat::packed,
+            std::string(what) + " must use the packed quantization format, got " + t.str());
+    require((t.dtype == DType::i8 && !q.zero_point) || (t.dtype == DType::i4 && !q.zero_point) ||
+                (t.dtype == DType::u4 && q.zero_point),
+            std::string(what) + " must be i8 or i4 (symmetric) or u4 with zero points, got " +
+                t.str());
+    require(q.group_size > 0 && t.shape[0] % q.group_size == 0,
+            std::string(what) + " group size must divide K = " + std::to_string(t.shape[0]) +
+                ", got " + t.str());
+  } else {
+    require(t.dtype == DType::f32 || t.dtype == DType::bf16 || t.dtype == DType::f16,
+            std::string(what) + " must be f32, bf16 or f16 panels or quantized, got " + t.str());
+  }
+  require(t.shape[0] > 0 && t.shape[1] > 0, std::string(what) + " must not be empty");
+  return {t.shape[0], t.shape[1]};
+}
+inline void require_positions(const TensorType& p, std::int64_t L, const char* what) {
+  require(p.dtype == DType::i32 && !p.quant && p.shape == std::vector<std::int64_t>{1, L},
+          std::string(what) + " must be [1, " + std::to_string(L) + "] i32, got " + p.str());
+}
+} // namespace detail
+
+namespace tpu {
+
+/// Embedding lookup: table [V, H] f32/bf16/f16 row-major, ids [1, L] i32 -> [1, L, H] f32.
+struct EmbeddingOp {
+  static constexpr Arity operands{2, 2};
+  static constexpr int results = 1;
+  template <class S, class F>
+  static void attrs(S&, F&&) {}
+  std::vector<TensorType> infer(Types in) const {
+    detail::require_param(in[0], "table");
+    detail::require(in[0].rank() == 2, "table must be [V, H], got " + in[0].str());
+    detail::require(in[1].dtype == DType::i32 && in[1].rank() == 2 && in[1].shape[0] == 1,
+                    "ids must be [1, L] i32, got " + in[1].str());
+    return {TensorType({1, in[1].shape[1], in[0].shape[1]}, DType::f32)};
+  }
+};
+
+/// RMSNorm over the last axis: x [..., H] f32, gamma [H] -> [..., H] f32.
+struct RMSNormOp {
+  static constexpr Arity operands{2, 2};
+  static constexpr int results = 1;
+  static constexpr bool in_place = true;
+  float eps = 1e-6f;
+  template <class S, class F>
+  static void attrs(S& s, F&& f) {
+    f("eps", s.eps);
+  }
+  std::vector<TensorType> infer(Types in) const {
+    detail::require_act(in[0], "input");
+    detail::require_param(in[1], "gamma");
+    detail::require(in[0].rank() >= 1 && in[1].shape == std::vector<std::int64_t>{in[0].dim(-1)},
+                    "gamma must be [H] with H the input's last dimension, got " + in[1].str() +
+                        " for " + in[0].str());
+    detail::require(eps >= 0, "eps must be >= 0");
+    return {in[0]};
+  }
+};
+
+/// Residual add fused into the next RMSNorm: x, r [..., H] f32, gamma [H] ->
+/// (h = x + r, y = rms_norm(h) * gamma), both [..., H] f32.
+struct AddRMSNormOp {
+  static constexpr Arity operands{3, 3};
+  static constexpr int results = 2;
+  float eps = 1e-6f;
+  template <class S, class F>
+  static void attrs(S& s, F&& f) {
+    f("eps", s.eps);
+  }
+  std::vector<TensorType> infer(Types in) const {
+    detail::require_act(in[0], "input");
+    detail::require_act(in[1], "residual");
+    detail::require(in[0].shape == in[1].shape,
+                    "input and residual differ: " + in[0].str() + " vs " + in[1].str());
+    detail::require_param(in[2], "gamma");
+    detail::require(in[0].rank() >= 1 && in[2].shape == std::vector<std::int64_t>{in[0].dim(-1)},
+                    "gamma must be [H], got " + in[2].str() + " for " + in[0].str());
+    detail::require(eps >= 0, "eps must be >= 0");
+    return {in[0], in[0]};
+  }
+};
+
+/// Linear layer: x [..., K] f32, w packed [K, N], bias [N] f32 (optional) -> [..., N] f32.
+struct MatMulOp {
+  static constexpr Arity operands{2, 3};
+  static constexpr int results = 1;
+  template <class S, class F>
+  static void attrs(S&, F&&) {}
+  std::vector<TensorType> infer(Types in) const {
+    detail::require_act(in[0], "lhs");
+    const auto [K, N] = detail::require_packed(in[1], "rhs");
+    detail::require(in[0].rank() >= 1 && in[0].dim(-1) == K,
+                    "lhs " + in[0].str() + " does not contract with rhs " + in[1].str());
+    if (in.size() == 3)
+      detail::require(in[2].dtype == DType::f32 && in[2].shape == std::vector<std::int64_t>{N},
+                      "bias must be [" + std::to_string(N) + "] f32, got " + in[2].str());
+    auto shape = in[0].shape;
+    shape.back() = N;
+    return {TensorType(shape, DType::f32)};
+  }
+};
+
+/// Greedy lm_head: x [1, 1, H] f32, w packed [H, V] -> [1, 1, 1] i32, the index of the largest
+/// of x · w (first on ties), without materializing the logits.
+struct MatMulArgMaxOp {
+  static constexpr Arity operands{2, 2};
+  static constexpr int results = 1;
+  template <class S, class F>
+  static void attrs(S&, F&&) {}
+  std::vector<TensorType> infer(Types in) const {
+    detail::require_act(in[0], "lhs");
+    const auto [K, N] = detail::require_packed(in[1], "rhs");
+    (void)N;
+    detail::require(in[0].shape == std::vector<std::int64_t>{1, 1, K},
+                    "lhs must be [1, 1, " + std::to_string(K) + "], got " + in[0].str());
+    return {TensorType({1, 1, 1}, DType::i32)};
+  }
+};
+
+/// Gated MLP: x [..., H] f32, gate/up packed [H, I], down packed [I, H] ->
+/// down(act(x · gate) * (x · up)) [..., H] f32, the [rows, I] activation tiled to local memory.
+struct MLPOp {
+  static constexpr Arity operands{4, 4};
+  static constexpr int results = 1;
+  Activation activation = Activation::silu;
+  template <class S, class F>
+  static void attrs(S& s, F&& f) {
+    f("activation", s.activation);
+  }
+  std::vector<TensorType> infer(Types in) const {
+    detail::require_act(in[0], "input");
+    const auto [gk, gn] = detail::require_packed(in[1], "gate");
+    const auto [uk, un] = detail::require_packed(in[2], "up");
+    const auto [dk, dn] = detail::require_packed(in[3], "down");
+    const std::int64_t H = in[0].rank() >= 1 ? in[0].dim(-1) : -1;
+    detail::require(gk == H && uk == H && dn == H && gn == un && dk == gn,
+                    "MLP weights do not match hidden " + std::to_string(H) + ": gate " +
+                        in[1].str() + ", up " + in[2].str() + ", down " + in[3].str());
+    return {in[0]};
+  }
+};
+
+/// Rotary embedding with the table gather inside: x [1, L, heads, d] f32, cos/sin tables
+/// [P, d/2] f32 (row p = position p), position_ids [1, L] i32 -> [1, L, heads, d] f32.
+struct RopeOp {
+  static constexpr Arity operands{4, 4};
+  static constexpr int results = 1;
+  static constexpr bool in_place = true;
+  RopeMode mode = RopeMode::halves;
+  template <class S, class F>
+  static void attrs(S& s, F&& f) {
+    f("mode", s.mode);
+  }
+  std::vector<TensorType> infer(Types in) const {
+    const auto &x = in[0], &c = in[1], &s = in[2];
+    detail::require_act(x, "input");
+    detail::require(x.rank() == 4 && x.shape[0] == 1 && x.shape[3] % 2 == 0,
+                    "input must be [1, L, heads, d] with d even, got " + x.str());
+    for (const auto* t : {&c, &s})
+      detail::require(t->dtype == DType::f32 && t->rank() == 2 && t->shape[1] == x.shape[3] / 2 &&
+                          t->layout == Layout::row_major && !t->quant,
+                      "cos/sin tables must be [P, " + std::to_string(x.shape[3] / 2) +
+                          "] f32, got " + t->str());
+    detail::require(c.shape == s.shape, "cos and sin tables differ: " + c.str() + " vs " + s.str());
+    detail::require_positions(in[3], x.shape[1], "position_ids");
+    return {x};
+  }
+};
+
+/// The new tokens' keys or values stored into layer `layer`'s cache at their positions:
+/// rows [1, L, kv_heads, d] f32, position_ids [1, L] i32 -> the same rows, now living in the
+/// cache (slot = position; positions must be consecutive). Writes persistent state.
+struct KVStoreOp {
+  static constexpr Arity operands{2, 2};
+  static constexpr int results = 1;
+  static constexpr bool has_side_effects = true;
+  std::int64_t layer = 0;
+  KvKind kv = KvKind::key;
+  template <class S, class F>
+  static void attrs(S& s, F&& f) {
+    f("layer", s.layer);
+    f("kv", s.kv);
+  }
+  std::vector<TensorType> infer(Types in) const {
+    detail::require_act(in[0], "rows");
+    detail::require(in[0].rank() == 4 && in[0].shape[0] == 1,
+                    "rows must be [1, L, kv_heads, d], got " + in[0].str());
+    detail::require_positions(in[1], in[0].shape[1], "position_ids");
+    detail::require(layer >= 0, "layer must be >= 0");
+    return {in[0]};
+  }
+};
+
+/// The paper's Concat of history and new keys as an address, not a copy: history
+/// [1, S, kv_heads, d] (the cache), new rows [1, L, kv_heads, d] (a tpu.KVStore result of the
+/// same layer and kind), position_ids [1, L] -> the cache as [1, S + L, kv_heads, d] in which
+/// slot j holds position j for j < position_ids[0] + L (other slots are never read).
+struct KVAppendOp {
+  static constexpr Arity operands{3, 3};
+  static constexpr int results = 1;
+  static constexpr bool is_view = true;
+  std::int64_t layer = 0;
+  KvKind kv = KvKind::key;
+  template <class S, class F>
+  static void attrs(S& s, F&& f) {
+    f("layer", s.layer);
+    f("kv", s.kv);
+  }
+  std::vector<TensorType> infer(Types in) const {
+    const auto &h = in[0], &n = in[1];
+    detail::require_act(h, "history");
+    detail::require_act(n, "new rows");
+    detail::require(h.rank() == 4 && n.rank() == 4 && h.shape[0] == 1 && n.shape[0] == 1 &&
+                        h.shape[2] == n.shape[2] && h.shape[3] == n.shape[3],
+                    "history and new rows must be [1, S, kv_heads, d] and [1, L, kv_heads, d], "
+                    "got " +
+                        h.str() + " and " + n.str());
+    detail::require_positions(in[2], n.shape[1], "position_ids");
+    detail::require(layer >= 0, "layer must be >= 0");
+    return {TensorType({1, h.shape[1] + n.shape[1], h.shape[2], h.shape[3]}, DType::f32)};
+  }
+};
+
+/// Causal attention with GQA, tiled flash attention with an online softmax:
+/// q [1, L, q_heads, d], k/v as `kv_form` says, position_ids [1, L] -> [1, L, q_heads * d].
+/// kv_form = rows: k/v [1, L, kv_heads, d] (history must be 0); kv_form = cache: k/v
+/// [1, history + L, kv_heads, d] from tpu.KVAppend. Query i sees keys at positions <=
+/// position_ids[i]. Positions must be consecutive.
+struct FAttentionOp {
+  static constexpr Arity operands{4, 4};
+  static constexpr int results = 1;
+  float scale = 1.0f;
+  std::int64_t q_heads = 1;
+  std::int64_t kv_heads = 1;
+  std::int64_t head_dim = 1;
+  std::int64_t history = 0;
+  bool causal = true;
+  KvForm kv_form = KvForm::rows;
+  template <class S, class F>
+  static void attrs(S& s, F&& f) {
+    f("scale", s.scale);
+    f("q_heads", s.q_heads);
+    f("kv_heads", s.kv_heads);
+    f("head_dim", s.head_dim);
+    f("history", s.history);
+    f("causal", s.causal);
+    f("kv_form", s.kv_form);
+  }
+  std::vector<TensorType> infer(Types in) const {
+    for (int i = 0; i < 3; ++i)
+      detail::require_act(in[i], i == 0 ? "q" : i == 1 ? "k" : "v");
+    detail::require(kv_form == KvForm::cache || history == 0,
+                    "kv_form = rows holds no history (history must be 0)");
+    top::FAttentionOp t;
+    t.scale = scale;
+    t.q_heads = q_heads;
+    t.kv_heads = kv_heads;
+    t.head_dim = head_dim;
+    t.history = history;
+    t.causal = causal;
+    auto r = t.infer(in);
+    detail::require(in[3].dtype == DType::i32, "position_ids must be i32, got " + in[3].str());
+    detail::require(in[0].shape[0] == 1, "batch must be 1, got " + in[0].str());
+    return r;
+  }
+};
+
+/// Elementwise a + b: a [..., N] f32, b the same shape or [N] (broadcast over rows) -> a's type.
+struct AddOp {
+  static constexpr Arity operands{2, 2};
+  static constexpr int results = 1;
+  static constexpr bool in_place = true;
+  template <class S, class F>
+  static void attrs(S&, F&&) {}
+  std::vector<TensorType> infer(Types in) const {
+    detail::require_act(in[0], "lhs");
+    detail::require_act(in[1], "rhs");
+    detail::require(in[0].shape == in[1].shape ||
+                        (in[1].rank() == 1 && in[0].rank() >= 1 && in[1].shape[0] == in[0].dim(-1)),
+                    "rhs must have lhs's shape or be [N] with N its last dimension, got " +
+                        in[0].str() + " and " + in[1].str());
+    return {in[0]};
+  }
+};
+
+/// Elementwise a * b with the broadcasting rules of tpu.Add.
+struct MulOp {
+  static constexpr Arity operands{2, 2};
+  static constexpr int results = 1;
+  static constexpr bool in_place = true;
+  template <class S, class F>
+  static void attrs(S&, F&&) {}
+  std::vector<TensorType> infer(Types in) const { return AddOp{}.infer(in); }
+};
+
+/// x * sigmoid(x), elementwise, f32.
+struct SiLUOp {
+  static constexpr Arity operands{1, 1};
+  static constexpr int results = 1;
+  static constexpr bool in_place = true;
+  template <class S, class F>
+  static void attrs(S&, F&&) {}
+  std::vector<TensorType> infer(Types in) const {
+    detail::require_act(in[0], "input");
+    return {in[0]};
+  }
+};
+
+/// Softmax along the last axis, f32.
+struct SoftmaxOp {
+  static constexpr Arity operands{1, 1};
+  static constexpr int results = 1;
+  static constexpr bool in_place = true;
+  template <class S, class F>
+  static void attrs(S&, F&&) {}
+  std::vector<TensorType> infer(Types in) const {
+    detail::require_act(in[0], "input");
+    detail::require(in[0].rank() >= 1, "input must have rank >= 1");
+    return {in[0]};
+  }
+};
+
+/// Rounds f32 values to `dtype`'s precision (f32, bf16 or f16; round to nearest even) and keeps
+/// them in f32: the Tpu form of a Top Cast whose activations stay f32.
+struct RoundOp {
+  static constexpr Arity operands{1, 1};
+  static constexpr int results = 1;
+  static constexpr bool in_place = true;
+  DType dtype = DType::bf16;
+  template <class S, class F>
+  static void attrs(S& s, F&& f) {
+    f("dtype", s.dtype);
+  }
+  std::vector<TensorType> infer(Types in) const {
+    detail::require_act(in[0], "input");
+    detail::require(dtype == DType::f32 || dtype == DType::bf16 || dtype == DType::f16,
+                    "round target must be f32, bf16 or f16, got " + std::string(name(dtype)));
+    return {in[0]};
+  }
+};
+
+/// Same bytes, new static shape (a view).
+struct ReshapeOp {
+  static constexpr Arity operands{1, 1};
+  static constexpr int results = 1;
+  static constexpr bool is_view = true;
+  std::vector<std::int64_t> shape;
+  template <class S, class F>
+  static void attrs(S& s, F&& f) {
+    f("shape", s.shape);
+  }
+  std::vector<TensorType> infer(Types in) const {
+    detail::require(in[0].layout == Layout::row_major && !in[0].quant,
+                    "input must be a row-major tensor, got " + in[0].str());
+    return top::ReshapeOp{shape}.infer(in);
+  }
+};
+
+/// Axis permutation (a strided copy): result.shape[i] = x.shape[order[i]].
+struct PermuteOp {
+  static constexpr Arity operands{1, 1};
+  static constexpr int results = 1;
+  std::vector<std::int64_t> order;
+  template <class S, class F>
+  static void attrs(S& s, F&& f) {
+    f("order", s.order);
+  }
+  std::vector<TensorType> infer(Types in) const {
+    detail::require(in[0].dtype == DType::f32 || in[0].dtype == DType::i32,
+                    "input must be f32 or i32, got " + in[0].str());
+    detail::require(in[0].layout == Layout::row_major && !in[0].quant,
+                    "input must be row-major, got " + in[0].str());
+    return top::PermuteOp{order}.infer(in);
+  }
+};
+
+/// Static box copy: result[i...] = x[offsets + i...].
+struct SliceOp {
+  static constexpr Arity operands{1, 1};
+  static constexpr int results = 1;
+  std::vector<std::int64_t> offsets;
+  std::vector<std::int64_t> sizes;
+  template <class S, class F>
+  static void attrs(S& s, F&& f) {
+    f("offsets", s.offsets);
+    f("sizes", s.sizes);
+  }
+  std::vector<TensorType> infer(Types in) const {
+    detail::require(in[0].dtype == DType::f32 || in[0].dtype == DType::i32,
+                    "input must be f32 or i32, got " + in[0].str());
+    detail::require(in[0].layout == Layout::row_major && !in[0].quant,
+                    "input must be row-major, got " + in[0].str());
+    return top::SliceOp{offsets, sizes}.infer(in);
+  }
+};
+
+/// Concatenation along `axis` (a copy).
+struct ConcatOp {
+  static constexpr Arity operands{1, -1};
+  static constexpr int results = 1;
+  std::int64_t axis = 0;
+  template <class S, class F>
+  static void attrs(S& s, F&& f) {
+    f("axis", s.axis);
+  }
+  std::vector<TensorType> infer(Types in) const {
+    for (const auto& t : in)
+      detail::require((t.dtype == DType::f32 || t.dtype == DType::i32) &&
+                          t.layout == Layout::row_major,
+                      "operands must be f32 or i32 row-major, got " + t.str());
+    return top::ConcatOp{axis}.infer(in);
+  }
+};
+
+/// Rows of a row-major table picked along axis 0: table [R, ...] (f32/bf16/f16), indices (i32)
+/// -> indices.shape + table.shape[1:], f32.
+struct GatherOp {
+  static constexpr Arity operands{2, 2};
+  static constexpr int results = 1;
+  template <class S, class F>
+  static void attrs(S&, F&&) {}
+  std::vector<TensorType> infer(Types in) const {
+    detail::require_param(in[0], "table");
+    detail::require(in[0].rank() >= 1, "table must have rank >= 1");
+    detail::require(in[1].dtype == DType::i32 && !in[1].quant,
+                    "indices must be i32, got " + in[1].str());
+    auto r = top::GatherOp{0}.infer(in);
+    r[0].dtype = DType::f32;
+    return r;
+  }
+};
+
+/// Index of the largest element along the last axis (first on ties): [..., N] f32 ->
+/// [..., 1] i32.
+struct ArgMaxOp {
+  static constexpr Arity operands{1, 1};
+  static constexpr int results = 1;
+  template <class S, class F>
+  static void attrs(S&, F&&) {}
+  std::vector<TensorType> infer(Types in) const {
+    detail::require_act(in[0], "input");
+    return top::ArgMaxOp{-1}.infer(in);
+  }
+};
+
+/// The k largest elements along the last axis, descending (lower index first on ties):
+/// values [..., k] f32 and indices [..., k] i32.
+struct TopKOp {
+  static constexpr Arity operands{1, 1};
+  static constexpr int results = 2;
+  std::int64_t k = 1;
+  template <class S, class F>
+  static void attrs(S& s, F&& f) {
+    f("k", s.k);
+  }
+  std::vector<TensorType> infer(Types in) const {
+    detail::require_act(in[0], "input");
+    return top::TopKOp{k, -1}.infer(in);
+  }
+};
+
+} // namespace tpu
+
+} // namespace tpullm::ir
