@@ -111,8 +111,9 @@ TEST_CASE("pipelines parse names and typed options", "[pass][pipeline]") {
 }
 
 TEST_CASE("pipeline errors are clear and point at a column", "[pass][pipeline]") {
-  CHECK(pipeline_error("cse,frobnicate") ==
-        "5: unknown pass 'frobnicate' (passes: canonicalize, cse, dce)");
+  // The list names every registered pass, sorted.
+  CHECK(pipeline_error("cse,frobnicate")
+            .starts_with("5: unknown pass 'frobnicate' (passes: canonicalize, cse, dce, "));
   CHECK(pipeline_error("dce{keep=true}") ==
         "5: pass 'dce' has no option 'keep' (options: keep-weights)");
   CHECK(pipeline_error("cse{x=1}") == "5: pass 'cse' has no option 'x' (it takes none)");

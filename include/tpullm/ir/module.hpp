@@ -99,6 +99,16 @@ public:
     return nullptr;
   }
   const std::vector<std::unique_ptr<Function>>& functions() const { return functions_; }
+  /// Puts `f` in the place of function @name (same position; `f` keeps its own name) and
+  /// returns the old one. Throws Error(internal) when there is no @name.
+  std::unique_ptr<Function> replace_function(const std::string& name, std::unique_ptr<Function> f) {
+    for (auto& slot : functions_)
+      if (slot->name() == name) {
+        std::swap(slot, f);
+        return f;
+      }
+    throw Error(ErrorKind::internal, "module @" + name_, "has no function @" + name);
+  }
 
 private:
   std::string name_;

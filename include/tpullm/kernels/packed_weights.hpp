@@ -133,11 +133,21 @@ constexpr bool is_quantized(WeightFormat f) {
   return false;
 }
 
-/// 64-byte aligned, zero-initialised, move-only array of trivially copyable T.
+/// 64-byte aligned, zero-initialised, move-only array of trivially copyable T; or, made by
+/// borrow(), a non-owning view of memory someone else keeps alive (e.g. an mmap'ed bundle).
 template <class T>
 class AlignedArray {
 public:
   AlignedArray() = default;
+  /// A view of n elements at p, not freed by this array (p must outlive it).
+  static AlignedArray borrow(const T* p, std::size_t n) {
+    AlignedArray a;
+    a.p_ = std::unique_ptr<T, Free>(const_cast<T*>(p), Free{false});
+    a.n_ = n;
+    return a;
+  }
+  /// True when this array owns its memory.
+  bool owns() const { return p_.get_deleter().owned; }
   /// n zero-initialised elements.
   explicit AlignedArray(std::size_t n) : n_(n) {
     if (n) {
@@ -159,7 +169,11 @@ public:
 
 private:
   struct Free {
-    void operator()(T* p) const { std::free(p); }
+    bool owned = true;
+    void operator()(T* p) const {
+      if (owned)
+        std::free(p);
+    }
   };
   std::unique_ptr<T, Free> p_;
   std::size_t n_ = 0;

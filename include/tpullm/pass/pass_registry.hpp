@@ -6,6 +6,7 @@
 #include <string_view>
 #include <vector>
 
+#include "tpullm/conversion/lower_to_tpu.hpp"
 #include "tpullm/pass/pass.hpp"
 #include "tpullm/pass/passes/canonicalize.hpp"
 #include "tpullm/pass/passes/cse.hpp"
@@ -23,6 +24,11 @@ inline const std::vector<PassInfo>& pass_registry() {
       make_pass<NoOptions>("cse", "merge structurally identical side-effect-free ops", run_cse),
       make_pass<DceOptions>("dce", "erase ops whose results are unused, then unread weights",
                             run_dce),
+      make_pass<conversion::LowerOptions>(
+          "lower-to-tpu",
+          "translate Top functions into Tpu functions: packed / quantized weights, RoPE by "
+          "table gather, the KV cache updated in place",
+          conversion::run_lower_to_tpu),
   };
   return table;
 }

@@ -1,0 +1,49 @@
+#pragma once
+/// `lower-to-tpu`: the paper's Top -> Tpu lowering (section 3.2). Each function is translated
+/// into a new function (result types may change, so this is not an in-place rewrite); the
+/// old one is dropped and unread Top weights leave the module. Decisions made here:
+///  - weights of linear layers and of the MLP are packed for the kernels in the mode's dtype
+///    (f32 / bf16 / f16, f32 accumulation); GPTQ / AWQ weights go through direct (int4
+///    repacked, act-order included); the embedding table and the lm_head weight may use their
+///    own dtype (`embedding`, `lm-head` options; empty = the mode's);
+///  - RoPE gathers its cos/sin rows inside tpu.Rope; the embedding gather becomes
+///    tpu.Embedding (producing f32, so a following Cast to f32 disappears);
+///  - in a block function (attributes {stage, layer}), the new keys and values it returns are
+///    stored into the layer's KV cache (tpu.KVStore) and the Concat of history and new rows
+///    becomes tpu.KVAppend, an address (tpu.FAttention reads the cache in place).
+/// Lowering refuses with a located error what the Tpu op set cannot express (e.g. a Top Add
+/// with general broadcasting, a Rope whose cos/sin are not gathered from tables by position).
+/// After it, no `top.` op remains (checked).
+
+#include <string>
+
+#include "tpullm/conversion/weight_convert.hpp"
+#include "tpullm/ir/module.hpp"
+
+namespace tpullm::conversion {
+
+/// Options of `lower-to-tpu`.
+struct LowerOptions {
+  std::string mode = "f32"; ///< dtype of packed linear / MLP weights: f32, bf16 or f16
+  std::string embedding;    ///< dtype of the embedding table (empty: the mode's)
+  std::string lm_head;      ///< dtype of the lm_head weight (empty: the mode's)
+  template <class S, class F>
+  static void fields(S& s, F&& f) {
+    f("mode", s.mode, "weight dtype of linear and MLP layers: f32, bf16 or f16");
+    f("embedding", s.embedding, "dtype of the embedding table (default: the mode's)");
+    f("lm-head", s.lm_head, "dtype of the lm_head weight (default: the mode's)");
+  }
+};
+
+/// Lowers every function of `m` to Tpu ops, converting weights through `converter` (shared by
+/// all modules of one compilation, so a weight is converted once); with nullptr a private
+/// converter is used. Throws DiagnosticError at the op that cannot be lowered.
+void lower_to_tpu(ir::Module& m, const LowerOptions& options, WeightConverter* converter);
+
+/// The pass-table entry point (private converter).
+void run_lower_to_tpu(ir::Module& m, const LowerOptions& options);
+
+/// Throws DiagnosticError at the first op of `m` that is not of `dialect` or builtin.
+void require_dialect(const ir::Module& m, ir::Dialect dialect, const char* after_what);
+
+} // namespace tpullm::conversion

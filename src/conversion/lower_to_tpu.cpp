@@ -1,0 +1,456 @@
+// `lower-to-tpu`: Top functions translated into Tpu functions (conversion/lower_to_tpu.hpp).
+#include "tpullm/conversion/lower_to_tpu.hpp"
+
+#include <set>
+#include <unordered_map>
+
+#include "tpullm/ir/builder.hpp"
+#include "tpullm/ir/verifier.hpp"
+
+namespace tpullm::conversion {
+
+namespace {
+
+using ir::Operation;
+using ir::TensorType;
+using ir::Value;
+
+ir::DType mode_dtype(const std::string& text, const std::string& fallback, const char* option) {
+  const std::string t = text.empty() ? fallback : text;
+  if (t == "f32")
+    return ir::DType::f32;
+  if (t == "bf16")
+    return ir::DType::bf16;
+  if (t == "f16")
+    return ir::DType::f16;
+  throw_error(ErrorKind::invalid_input, std::string("lower-to-tpu option '") + option + "'",
+              "must be f32, bf16 or f16, got '", t, "'");
+}
+
+bool is_block_stage(ir::StageKind k) {
+  return k == ir::StageKind::prefill || k == ir::StageKind::prefill_kv ||
+         k == ir::StageKind::decode;
+}
+
+/// Translates one Top function into a new Tpu function.
+class FunctionLowering {
+public:
+  FunctionLowering(ir::Module& m, const ir::Function& src, WeightConverter& conv,
+                   const LowerOptions& o)
+      : module_(m), src_(src), conv_(conv), dst_(std::make_unique<ir::Function>(src.name())),
+        b_(m, *dst_) {
+    mode_ = mode_dtype(o.mode, "f32", "mode");
+    embedding_ = mode_dtype(o.embedding, o.mode, "embedding");
+    lm_head_ = mode_dtype(o.lm_head, o.mode, "lm-head");
+  }
+
+  std::unique_ptr<ir::Function> run() {
+    dst_->set_loc(src_.loc());
+    dst_->set_info(src_.info());
+    for (std::size_t i = 0; i < src_.num_arguments(); ++i)
+      map_[src_.argument(i)] = dst_->add_argument(src_.argument_name(i), src_.argument(i)->type());
+    prepare_block();
+    for (const auto& op : src_.ops())
+      if (!absorbed(*op))
+        lower_op(*op);
+    return std::move(dst_);
+  }
+
+private:
+  // ---- values ------------------------------------------------------------------------------
+
+  [[noreturn]] void fail(const Operation& op, const std::string& why) const {
+    const Location loc = op.loc().known() ? op.loc() : Location{"@" + src_.name()};
+    throw DiagnosticError(loc, "cannot lower '" + std::string(op.name()) + "': " + why);
+  }
+
+  /// The Top weight a value reads, or nullptr.
+  const ir::Weight* weight_of(const Value* v) const {
+    if (const Operation* d = v->defining_op())
+      if (const auto* w = d->as<ir::builtin::WeightOp>())
+        return &module_.weight(w->name.name);
+    return nullptr;
+  }
+
+  /// A builtin.Weight of the converted weight `w` (one op per weight per function).
+  Value* weight_value(const ir::Weight& w) {
+    auto it = weight_values_.find(w.name);
+    if (it != weight_values_.end())
+      return it->second;
+    if (!module_.find_weight(w.name))
+      module_.add_weight(w);
+    Value* v = b_.weight(w.name);
+    weight_values_[w.name] = v;
+    return v;
+  }
+
+  /// The Tpu value of Top value `v` as an f32 activation (weights read as f32 tensors).
+  Value* get(const Value* v) {
+    auto it = map_.find(v);
+    if (it != map_.end())
+      return it->second;
+    const Operation* d = v->defining_op();
+    check(d != nullptr, ErrorKind::internal, "@" + src_.name(), "unmapped argument");
+    if (const ir::Weight* w = weight_of(v))
+      return weight_value(conv_.row_major(*w, ir::DType::f32));
+    // An op skipped because a fusion could absorb it, needed after all.
+    lower_op(*d);
+    it = map_.find(v);
+    check(it != map_.end(), ErrorKind::internal, "@" + src_.name(), d->name(),
+          " produced no value");
+    return it->second;
+  }
+
+  /// A row-major float parameter (norm gamma, RoPE table): kept as stored when f32/bf16/f16.
+  Value* param(const Value* v) {
+    if (const ir::Weight* w = weight_of(v)) {
+      const ir::DType t = w->type.dtype;
+      const bool keep = t == ir::DType::f32 || t == ir::DType::bf16 || t == ir::DType::f16;
+      return weight_value(conv_.row_major(*w, keep ? t : ir::DType::f32));
+    }
+    return get(v);
+  }
+
+  /// Records the Tpu value of `top`; the block's returned keys / values are stored to the cache.
+  void set(const Value* top, Value* tpu) {
+    if (top == key_out_ || top == value_out_) {
+      ir::tpu::KVStoreOp s;
+      s.layer = src_.info().layer;
+      s.kv = top == key_out_ ? ir::KvKind::key : ir::KvKind::value;
+      tpu = b_.create(s, {tpu, get(positions_)});
+    }
+    map_[top] = tpu;
+  }
+
+  // ---- block structure ---------------------------------------------------------------------
+
+  void prepare_block() {
+    const ir::FunctionInfo& info = src_.info();
+    if (!is_block_stage(info.stage))
+      return;
+    const Location loc = src_.loc().known() ? src_.loc() : Location{"@" + src_.name()};
+    const Operation* ret = src_.return_op();
+    const bool shaped = info.layer >= 0 && ret && ret->num_operands() >= 3 &&
+                        src_.num_arguments() >= 2 &&
+                        src_.argument(1)->type().dtype == ir::DType::i32 &&
+                        src_.argument(1)->type().rank() == 2;
+    if (!shaped)
+      throw DiagnosticError(loc, "a block function (stage " +
+                                     std::string(ir::enum_name(info.stage)) +
+                                     ") must take (input_states, position_ids [1, L] i32, ...), "
+                                     "return (hidden, keys, values) and name its layer");
+    positions_ = src_.argument(1);
+    key_out_ = ret->operand(1);
+    value_out_ = ret->operand(2);
+    for (const Value* kv : {key_out_, value_out_})
+      if (kv->is_argument() || kv->type().rank() != 4)
+        throw DiagnosticError(loc, "a block's keys and values must be computed [1, L, kv_heads, "
+                                   "d] tensors, got " +
+                                       kv->type().str());
+  }
+
+  /// Gathers whose every user is a Rope that reads the table itself are not lowered on their own.
+  bool absorbed(const Operation& op) const {
+    if (op.is<ir::builtin::WeightOp>())
+      return true; // weights are converted per use
+    if (!op.is<ir::top::GatherOp>())
+      return false;
+    for (const Operation* u : op.result(0)->users())
+      if (!u->is<ir::top::RopeOp>() || !rope_tables(*u))
+        return false;
+    return op.result(0)->has_uses();
+  }
+
+  /// For Rope(x, Gather(Tc, p), Gather(Ts, p)) with rank-2 tables gathered on axis 0 by the
+  /// same [1, L] positions: the tables and positions, else nullopt.
+  struct RopeTables {
+    const Value* cos_table;
+    const Value* sin_table;
+    const Value* positions;
+  };
+  std::optional<RopeTables> rope_tables(const Operation& rope) const {
+    const Operation* c = rope.operand(1)->defining_op();
+    const Operation* s = rope.operand(2)->defining_op();
+    if (!c || !s || !c->is<ir::top::GatherOp>() || !s->is<ir::top::GatherOp>())
+      return std::nullopt;
+    if (c->as<ir::top::GatherOp>()->axis != 0 || s->as<ir::top::GatherOp>()->axis != 0)
+      return std::nullopt;
+    if (c->operand(1) != s->operand(1) || !weight_of(c->operand(0)) || !weight_of(s->operand(0)))
+      return std::nullopt;
+    const TensorType& p = c->operand(1)->type();
+    if (p.dtype != ir::DType::i32 || p.rank() != 2 || c->operand(0)->type().rank() != 2)
+      return std::nullopt;
+    return RopeTables{c->operand(0), s->operand(0), c->operand(1)};
+  }
+
+  // ---- ops ---------------------------------------------------------------------------------
+
+  template <class T>
+  Value* create(const Operation& at, T op, std::vector<Value*> operands) {
+    b_.set_loc(at.loc());
+    try {
+      return b_.create(std::move(op), std::move(operands));
+    } catch (const DiagnosticError& e) {
+      fail(at, e.message());
+    }
+  }
+
+  /// A packed weight operand (MatMul / MLP rhs) in `dtype`.
+  Value* packed(const Operation& op, const Value* v, bool transposed, ir::DType dtype) {
+    const ir::Weight* w = weight_of(v);
+    if (!w)
+      fail(op, "the Tpu MatMul / MLP needs a weight operand (a builtin.Weight), got an activation");
+    try {
+      return weight_value(conv_.packed(*w, transposed, dtype));
+    } catch (const Error& e) {
+      fail(op, e.message());
+    }
+  }
+
+  ir::DType linear_dtype() const {
+    return src_.info().stage == ir::StageKind::lm_head ? lm_head_ : mode_;
+  }
+
+  /// Elementwise binary: same shapes, or one side an [N] vector over the other's last axis.
+  template <class T>
+  void binary(const Operation& op) {
+    const TensorType &a = op.operand(0)->type(), &c = op.operand(1)->type();
+    auto vec_of = [](const TensorType& full, const TensorType& v) {
+      return v.rank() == 1 && full.rank() >= 1 && v.shape[0] == full.shape.back();
+    };
+    if (a.shape == c.shape || vec_of(a, c)) {
+      set(op.result(0), create(op, T{}, {get(op.operand(0)), get(op.operand(1))}));
+    } else if (vec_of(c, a)) { // commutative: put the full tensor first
+      set(op.result(0), create(op, T{}, {get(op.operand(1)), get(op.operand(0))}));
+    } else {
+      fail(op, "the Tpu form supports equal shapes or an [N] vector over the last axis, got " +
+                   ir::shape_str(a.shape) + " and " + ir::shape_str(c.shape));
+    }
+  }
+
+  void lower_op(const Operation& op) {
+    if (lowered_.count(&op))
+      return;
+    lowered_.insert(&op);
+    ir::visit_op(op.op(), [&](const auto& o) { lower(op, o); });
+  }
+
+  void lower(const Operation& op, const ir::builtin::WeightOp&) { (void)op; }
+
+  void lower(const Operation& op, const ir::builtin::ReturnOp&) {
+    std::vector<Value*> vals;
+    std::vector<TensorType> types;
+    for (const Value* v : op.operands()) {
+      Value* t = get(v);
+      vals.push_back(t);
+      types.push_back(t->type());
+    }
+    b_.set_loc(op.loc());
+    b_.ret(vals);
+    dst_->set_result_types(types);
+  }
+
+  void lower(const Operation& op, const ir::top::MatMulOp& o) {
+    std::vector<Value*> in{get(op.operand(0)),
+                           packed(op, op.operand(1), o.transpose_b, linear_dtype())};
+    if (op.num_operands() == 3) {
+      const ir::Weight* bw = weight_of(op.operand(2));
+      in.push_back(bw ? weight_value(conv_.row_major(*bw, ir::DType::f32)) : get(op.operand(2)));
+    }
+    set(op.result(0), create(op, ir::tpu::MatMulOp{}, in));
+  }
+
+  void lower(const Operation& op, const ir::top::RMSNormOp& o) {
+    set(op.result(0),
+        create(op, ir::tpu::RMSNormOp{o.eps}, {get(op.operand(0)), param(op.operand(1))}));
+  }
+
+  void lower(const Operation& op, const ir::top::GatherOp& o) {
+    const ir::Weight* table = weight_of(op.operand(0));
+    const TensorType& idx = op.operand(1)->type();
+    if (o.axis != 0 && !(o.axis == -op.operand(0)->type().rank()))
+      fail(op, "the Tpu gather reads rows (axis 0), got axis " + std::to_string(o.axis));
+    if (idx.dtype != ir::DType::i32)
+      fail(op, "indices must be i32, got " + idx.str());
+    if (table && src_.info().stage == ir::StageKind::embedding && table->type.rank() == 2 &&
+        idx.rank() == 2 && idx.shape[0] == 1) {
+      Value* t = weight_value(conv_.row_major(*table, embedding_));
+      set(op.result(0), create(op, ir::tpu::EmbeddingOp{}, {t, get(op.operand(1))}));
+      return;
+    }
+    set(op.result(0), create(op, ir::tpu::GatherOp{}, {param(op.operand(0)), get(op.operand(1))}));
+  }
+
+  void lower(const Operation& op, const ir::top::RopeOp& o) {
+    const auto t = rope_tables(op);
+    if (!t)
+      fail(op, "tpu.Rope gathers cos/sin rows itself: its cos and sin must be top.Gather of "
+               "[positions, d/2] tables on axis 0 by the same [1, L] i32 position_ids");
+    Value* c = weight_value(conv_.row_major(*weight_of(t->cos_table), ir::DType::f32));
+    Value* s = weight_value(conv_.row_major(*weight_of(t->sin_table), ir::DType::f32));
+    set(op.result(0),
+        create(op, ir::tpu::RopeOp{o.mode}, {get(op.operand(0)), c, s, get(t->positions)}));
+  }
+
+  void lower(const Operation& op, const ir::top::ReshapeOp& o) {
+    set(op.result(0), create(op, ir::tpu::ReshapeOp{o.shape}, {get(op.operand(0))}));
+  }
+  void lower(const Operation& op, const ir::top::PermuteOp& o) {
+    set(op.result(0), create(op, ir::tpu::PermuteOp{o.order}, {get(op.operand(0))}));
+  }
+  void lower(const Operation& op, const ir::top::SliceOp& o) {
+    set(op.result(0), create(op, ir::tpu::SliceOp{o.offsets, o.sizes}, {get(op.operand(0))}));
+  }
+
+  void lower(const Operation& op, const ir::top::ConcatOp& o) {
+    // The paper's Concat(history, new) of a block: an address in the KV cache.
+    if (positions_ && op.num_operands() == 2 && (o.axis == 1 || o.axis == -3) &&
+        op.operand(0)->is_argument() && op.operand(0)->index() >= 2 &&
+        (op.operand(1) == key_out_ || op.operand(1) == value_out_)) {
+      ir::tpu::KVAppendOp a;
+      a.layer = src_.info().layer;
+      a.kv = op.operand(1) == key_out_ ? ir::KvKind::key : ir::KvKind::value;
+      set(op.result(0), create(op, a,
+                               {get(op.operand(0)), get(op.operand(1)), get(positions_)}));
+      return;
+    }
+    std::vector<Value*> in;
+    for (const Value* v : op.operands())
+      in.push_back(get(v));
+    set(op.result(0), create(op, ir::tpu::ConcatOp{o.axis}, in));
+  }
+
+  void lower(const Operation& op, const ir::top::AddOp&) { binary<ir::tpu::AddOp>(op); }
+  void lower(const Operation& op, const ir::top::MulOp&) { binary<ir::tpu::MulOp>(op); }
+  void lower(const Operation& op, const ir::top::SiLUOp&) {
+    set(op.result(0), create(op, ir::tpu::SiLUOp{}, {get(op.operand(0))}));
+  }
+  void lower(const Operation& op, const ir::top::SoftmaxOp& o) {
+    const auto r = op.operand(0)->type().rank();
+    if (o.axis != -1 && o.axis != r - 1)
+      fail(op, "the Tpu softmax runs along the last axis, got axis " + std::to_string(o.axis));
+    set(op.result(0), create(op, ir::tpu::SoftmaxOp{}, {get(op.operand(0))}));
+  }
+  void lower(const Operation& op, const ir::top::CastOp& o) {
+    Value* x = get(op.operand(0));
+    if (o.dtype == ir::DType::f32 || o.dtype == ir::DType::f64)
+      set(op.result(0), x); // activations are f32 already
+    else
+      set(op.result(0), create(op, ir::tpu::RoundOp{o.dtype}, {x}));
+  }
+
+  void lower(const Operation& op, const ir::top::FAttentionOp& o) {
+    Value* k = get(op.operand(1));
+    Value* v = get(op.operand(2));
+    const bool cache = k->defining_op() && k->defining_op()->is<ir::tpu::KVAppendOp>() &&
+                       v->defining_op() && v->defining_op()->is<ir::tpu::KVAppendOp>();
+    if (o.history > 0 && !cache)
+      fail(op, "attention over history needs the history in the KV cache: a block function "
+               "(attributes {stage, layer}) whose keys / values are Concat(history argument, "
+               "returned new rows)");
+    ir::tpu::FAttentionOp t;
+    t.scale = o.scale;
+    t.q_heads = o.q_heads;
+    t.kv_heads = o.kv_heads;
+    t.head_dim = o.head_dim;
+    t.history = o.history;
+    t.causal = o.causal;
+    t.kv_form = cache ? ir::KvForm::cache : ir::KvForm::rows;
+    set(op.result(0), create(op, t, {get(op.operand(0)), k, v, get(op.operand(3))}));
+  }
+
+  void lower(const Operation& op, const ir::top::MLPOp& o) {
+    const ir::DType dt = linear_dtype();
+    set(op.result(0), create(op, ir::tpu::MLPOp{o.activation},
+                             {get(op.operand(0)), packed(op, op.operand(1), o.transpose_b, dt),
+                              packed(op, op.operand(2), o.transpose_b, dt),
+                              packed(op, op.operand(3), o.transpose_b, dt)}));
+  }
+
+  void lower(const Operation& op, const ir::top::ArgMaxOp& o) {
+    const auto r = op.operand(0)->type().rank();
+    if (o.axis != -1 && o.axis != r - 1)
+      fail(op, "the Tpu argmax runs along the last axis, got axis " + std::to_string(o.axis));
+    set(op.result(0), create(op, ir::tpu::ArgMaxOp{}, {get(op.operand(0))}));
+  }
+
+  void lower(const Operation& op, const ir::top::TopKOp& o) {
+    const auto r = op.operand(0)->type().rank();
+    if (o.axis != -1 && o.axis != r - 1)
+      fail(op, "the Tpu top-k runs along the last axis, got axis " + std::to_string(o.axis));
+    b_.set_loc(op.loc());
+    Operation* t = nullptr;
+    try {
+      t = b_.create_op(ir::tpu::TopKOp{o.k}, {get(op.operand(0))});
+    } catch (const DiagnosticError& e) {
+      fail(op, e.message());
+    }
+    set(op.result(0), t->result(0));
+    set(op.result(1), t->result(1));
+  }
+
+  template <class T>
+    requires(ir::dialect_of<T>() == ir::Dialect::tpu)
+  void lower(const Operation& op, const T&) {
+    fail(op, "the function already contains Tpu ops; lower-to-tpu expects Top functions");
+  }
+
+  ir::Module& module_;
+  const ir::Function& src_;
+  WeightConverter& conv_;
+  std::unique_ptr<ir::Function> dst_;
+  ir::Builder b_;
+  ir::DType mode_ = ir::DType::f32, embedding_ = ir::DType::f32, lm_head_ = ir::DType::f32;
+  std::unordered_map<const Value*, Value*> map_;
+  std::unordered_map<std::string, Value*> weight_values_;
+  std::set<const Operation*> lowered_;
+  const Value* positions_ = nullptr;
+  const Value* key_out_ = nullptr;
+  const Value* value_out_ = nullptr;
+};
+
+} // namespace
+
+void require_dialect(const ir::Module& m, ir::Dialect dialect, const char* after_what) {
+  for (const auto& f : m.functions())
+    for (const auto& op : f->ops())
+      if (op->dialect() != dialect && op->dialect() != ir::Dialect::builtin) {
+        const Location loc = op->loc().known() ? op->loc() : Location{"@" + f->name()};
+        throw DiagnosticError(loc, "'" + std::string(op->name()) + "' remains after " +
+                                       after_what + "; only " +
+                                       std::string(ir::dialect_name(dialect)) +
+                                       " and builtin ops are legal here");
+      }
+}
+
+void lower_to_tpu(ir::Module& m, const LowerOptions& options, WeightConverter* converter) {
+  WeightConverter local;
+  WeightConverter& conv = converter ? *converter : local;
+  std::vector<std::string> names;
+  for (const auto& f : m.functions())
+    names.push_back(f->name());
+  std::set<std::string> top_weights;
+  for (const auto& [name, w] : m.weights())
+    top_weights.insert(name);
+  for (const auto& name : names) {
+    ir::Function* f = m.find_function(name);
+    auto lowered = FunctionLowering(m, *f, conv, options).run();
+    m.replace_function(name, std::move(lowered));
+  }
+  // Drop Top weights no Tpu function reads any more.
+  std::set<std::string> read;
+  for (const auto& f : m.functions())
+    for (const auto& op : f->ops())
+      if (const auto* w = op->as<ir::builtin::WeightOp>())
+        read.insert(w->name.name);
+  for (const auto& name : top_weights)
+    if (!read.count(name))
+      m.erase_weight(name);
+  require_dialect(m, ir::Dialect::tpu, "lower-to-tpu");
+}
+
+void run_lower_to_tpu(ir::Module& m, const LowerOptions& options) {
+  lower_to_tpu(m, options, nullptr);
+}
+
+} // namespace tpullm::conversion
