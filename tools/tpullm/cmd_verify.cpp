@@ -1,11 +1,14 @@
-// tpullm verify MODEL_DIR --level top: the golden scenarios through interpreted Top modules.
+// tpullm verify MODEL_DIR --level top|tpu: the golden scenarios through interpreted Top modules
+// or through compiled Tpu programs on the executor.
 #include <chrono>
 #include <filesystem>
 #include <iomanip>
 #include <iostream>
 
 #include "command.hpp"
+#include "tpullm/compiler/compiler.hpp"
 #include "tpullm/frontend/stage_builder.hpp"
+#include "tpullm/runtime/compiled_stages.hpp"
 #include "tpullm/runtime/interpreter_executor.hpp"
 #include "tpullm/verify/golden_check.hpp"
 
@@ -13,38 +16,9 @@ namespace tpullm::cli {
 
 namespace fs = std::filesystem;
 
-int cmd_verify(const std::vector<std::string>& args) {
-  std::string model, level = "top", goldens;
-  float rel_tol = 1e-4f;
-  frontend::StageParams params;
-  po::options_description o("tpullm verify MODEL_DIR --level top [--goldens FILE]");
-  o.add_options()("help,h", "show this help")("model", po::value(&model)->required(),
-                                              "checkpoint directory")(
-      "level", po::value(&level)->default_value("top"),
-      "what to check: top (interpreted Top modules)")(
-      "goldens", po::value(&goldens),
-      "goldens.safetensors (default: MODEL_DIR/goldens.safetensors)")(
-      "rel-tol", po::value(&rel_tol)->default_value(1e-4f, "1e-4"),
-      "bound: |ours - golden| <= rel-tol * max|golden| per logits tensor");
-  if (!parse_model_command(args, o, params))
-    return kOk;
-  if (level != "top")
-    throw Error(ErrorKind::unsupported, "--level",
-                "only 'top' is implemented so far (got '" + level +
-                    "'); 'bundle' comes with the back end");
-  const auto t0 = std::chrono::steady_clock::now();
-  const auto desc = frontend::load_model(model);
-  const auto g = frontend::load_goldens(goldens.empty() ? fs::path(model) : fs::path(goldens));
-  check(g.vocab == desc.dims.vocab, ErrorKind::invalid_input, goldens.empty() ? model : goldens,
-        "goldens have vocabulary ", g.vocab, " but the model has ", desc.dims.vocab);
-  runtime::InterpreterExecutor exec(frontend::build_top_modules(desc, params));
-  runtime::Session session(
-      exec,
-      {desc.dims.layers, desc.dims.hidden, desc.dims.kv_heads, desc.dims.head_dim, desc.dims.vocab},
-      params);
-  std::cerr << "verifying " << model << " at level top (seq_length " << params.seq_length
-            << ", max_input_length " << params.max_input_length << ")\n";
-  auto reports = verify::check_goldens(session, g, rel_tol);
+namespace {
+
+bool print_reports(const std::vector<verify::ScenarioReport>& reports) {
   bool ok = true;
   std::cout << "scenario  max|err|      err/max|golden|  argmax agree  result\n";
   for (const auto& r : reports) {
@@ -54,6 +28,62 @@ int cmd_verify(const std::vector<std::string>& args) {
               << (r.ok ? "ok" : "FAILED") << "\n";
     ok = ok && r.ok;
   }
+  return ok;
+}
+
+} // namespace
+
+int cmd_verify(const std::vector<std::string>& args) {
+  std::string model, level = "top", goldens, target_file;
+  float rel_tol = 1e-4f;
+  frontend::StageParams params;
+  compiler::CompileOptions copts;
+  po::options_description o("tpullm verify MODEL_DIR --level top|tpu [--goldens FILE]");
+  o.add_options()("help,h", "show this help")("model", po::value(&model)->required(),
+                                              "checkpoint directory")(
+      "level", po::value(&level)->default_value("top"),
+      "what to check: top (interpreted Top modules) or tpu (compiled Tpu programs run by the "
+      "executor)")("goldens", po::value(&goldens),
+                   "goldens.safetensors (default: MODEL_DIR/goldens.safetensors)")(
+      "rel-tol", po::value(&rel_tol)->default_value(1e-4f, "1e-4"),
+      "bound: |ours - golden| <= rel-tol * max|golden| per logits tensor")(
+      "mode", po::value(&copts.lower.mode)->default_value("f32"),
+      "tpu level: weight dtype of linear and MLP layers (f32, bf16, f16)")(
+      "target", po::value(&target_file), "tpu level: target JSON file (default: this machine)");
+  if (!parse_model_command(args, o, params))
+    return kOk;
+  if (level != "top" && level != "tpu")
+    throw Error(ErrorKind::unsupported, "--level",
+                "must be 'top' or 'tpu' (got '" + level + "'); 'bundle' comes with the bundle");
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto desc = frontend::load_model(model);
+  const auto g = frontend::load_goldens(goldens.empty() ? fs::path(model) : fs::path(goldens));
+  check(g.vocab == desc.dims.vocab, ErrorKind::invalid_input, goldens.empty() ? model : goldens,
+        "goldens have vocabulary ", g.vocab, " but the model has ", desc.dims.vocab);
+  const runtime::SessionDims dims{desc.dims.layers, desc.dims.hidden, desc.dims.kv_heads,
+                                  desc.dims.head_dim, desc.dims.vocab};
+  std::cerr << "verifying " << model << " at level " << level << " (seq_length "
+            << params.seq_length << ", max_input_length " << params.max_input_length << ")\n";
+  std::vector<verify::ScenarioReport> reports;
+  if (level == "top") {
+    runtime::InterpreterExecutor exec(frontend::build_top_modules(desc, params));
+    runtime::Session session(exec, dims, params);
+    reports = verify::check_goldens(session, g, rel_tol);
+  } else {
+    if (!target_file.empty())
+      copts.target = target::load_target(target_file);
+    const auto cm = compiler::compile(frontend::build_top_modules(desc, params), copts);
+    std::cerr << "compiled " << cm.programs.size() << " functions in " << std::fixed
+              << std::setprecision(2) << cm.seconds << " s (mode " << copts.lower.mode
+              << "): weights " << cm.weight_bytes << " B, arena " << cm.max_arena
+              << " B (lower bound " << cm.arena_lower_bound << " B), KV cache " << cm.kv.bytes()
+              << " B\n";
+    auto exec = compiler::make_executor(cm);
+    runtime::CompiledStages stages(*exec);
+    runtime::Session session(stages, dims, params);
+    reports = verify::check_goldens(session, g, rel_tol);
+  }
+  const bool ok = print_reports(reports);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::cout << std::defaultfloat << (ok ? "all scenarios within " : "bound exceeded: ") << rel_tol
             << " * max|golden| (" << std::setprecision(3) << secs << " s)\n";

@@ -83,7 +83,7 @@ inline ir::Module build_block(const ModelDesc& d, const BlockShape& s, const Rop
   f.set_info({s.history == 0  ? ir::StageKind::prefill
               : s.tokens == 1 ? ir::StageKind::decode
                               : ir::StageKind::prefill_kv,
-              s.layer});
+              s.layer, std::nullopt});
   ir::Builder b(m, f);
   b.set_loc(Location{name});
   ir::Value* input = f.add_argument("input_states", ir::TensorType({1, L, H}, ir::DType::f32));
@@ -136,7 +136,7 @@ inline ir::Module build_embedding(const ModelDesc& d, std::int64_t tokens,
                                   const std::string& name) {
   ir::Module m(name);
   ir::Function& f = m.add_function(name);
-  f.set_info({ir::StageKind::embedding, -1});
+  f.set_info({ir::StageKind::embedding, -1, std::nullopt});
   ir::Builder b(m, f);
   b.set_loc(Location{name});
   ir::Value* ids = f.add_argument("input_ids", ir::TensorType({1, tokens}, ir::DType::i32));
@@ -153,7 +153,7 @@ inline ir::Module build_embedding(const ModelDesc& d, std::int64_t tokens,
 inline ir::Module build_lm_head(const ModelDesc& d, bool greedy, const std::string& name) {
   ir::Module m(name);
   ir::Function& f = m.add_function(name);
-  f.set_info({ir::StageKind::lm_head, -1});
+  f.set_info({ir::StageKind::lm_head, -1, std::nullopt});
   ir::Builder b(m, f);
   b.set_loc(Location{name});
   ir::Value* h = f.add_argument("hidden", ir::TensorType({1, 1, d.dims.hidden}, ir::DType::f32));

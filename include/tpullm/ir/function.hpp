@@ -7,6 +7,7 @@
 #include <array>
 #include <list>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -31,14 +32,36 @@ struct EnumNames<StageKind> {
        {StageKind::lm_head, "lm_head"}}};
 };
 
+/// What the memory planner decided for a function (ir/buffer.hpp regions), in bytes.
+struct MemoryInfo {
+  std::int64_t arena = 0;       ///< activation arena the function needs (peak of its placement)
+  std::int64_t lower_bound = 0; ///< max over time of the bytes live in the arena
+  std::int64_t local = 0;       ///< per-core local memory of its largest layer group
+  std::int64_t kv_capacity = 0; ///< slots per layer cache its kv buffers were placed for
+  std::int64_t kv_row = 0;      ///< bytes of one cache slot (kv_heads * head_dim * 4); 0 = none
+  std::string strategy;         ///< the placement strategy that won
+  template <class S, class F>
+  static void fields(S& s, F&& f) {
+    f("arena", s.arena);
+    f("lower_bound", s.lower_bound);
+    f("local", s.local);
+    f("kv_capacity", s.kv_capacity);
+    f("kv_row", s.kv_row);
+    f("strategy", s.strategy);
+  }
+  friend bool operator==(const MemoryInfo&, const MemoryInfo&) = default;
+};
+
 /// Function-level facts, spelled `attributes {stage = decode, layer = 3}` after the signature.
 struct FunctionInfo {
   StageKind stage = StageKind::none; ///< role in the generation loop
   std::int64_t layer = -1;           ///< decoder layer of a block function, else -1
+  std::optional<MemoryInfo> memory;  ///< set by plan-memory
   template <class S, class F>
   static void fields(S& s, F&& f) {
     f("stage", s.stage);
     f("layer", s.layer);
+    f("memory", s.memory);
   }
   friend bool operator==(const FunctionInfo&, const FunctionInfo&) = default;
 };

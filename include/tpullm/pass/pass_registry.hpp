@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "tpullm/conversion/lower_to_tpu.hpp"
+#include "tpullm/memory/plan_memory.hpp"
 #include "tpullm/pass/pass.hpp"
 #include "tpullm/pass/passes/canonicalize.hpp"
 #include "tpullm/pass/passes/cse.hpp"
@@ -29,6 +30,11 @@ inline const std::vector<PassInfo>& pass_registry() {
           "translate Top functions into Tpu functions: packed / quantized weights, RoPE by "
           "table gather, the KV cache updated in place",
           conversion::run_lower_to_tpu),
+      make_pass<memory::PlanMemoryOptions>(
+          "plan-memory",
+          "give every value of Tpu functions a buffer: caller spans for inputs and outputs, the "
+          "KV cache in place, one activation arena by liveness, local memory per tile",
+          memory::plan_memory),
   };
   return table;
 }

@@ -1,14 +1,16 @@
 #pragma once
 /// A StageExecutor over Top modules run by the reference interpreter: what
-/// `tpullm verify --level top` and the frontend's golden tests drive the Session with.
+/// `tpullm verify --level top` and the frontend's golden tests drive the Session with. It does
+/// not own a KV cache: the Session passes history and receives new keys / values.
 
+#include <cstring>
 #include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "tpullm/interp/top_interpreter.hpp"
-#include "tpullm/runtime/host_tensor.hpp"
+#include "tpullm/runtime/stage_executor.hpp"
 
 namespace tpullm::runtime {
 
@@ -22,46 +24,66 @@ public:
       for (const auto& f : m.functions()) {
         check(!by_function_.count(f->name()), ErrorKind::invalid_input, "@" + f->name(),
               "function defined by two modules");
-        by_function_[f->name()] = interp;
+        by_function_[f->name()] = {interp, f.get()};
       }
     }
   }
 
   bool has_function(const std::string& name) const override { return by_function_.count(name) > 0; }
 
-  std::vector<HostTensor> run(const std::string& name,
-                              const std::vector<HostTensor>& inputs) override {
+  void run(const std::string& name, std::span<const ConstBytes> inputs,
+           std::span<const MutBytes> outputs) override {
     auto it = by_function_.find(name);
     check(it != by_function_.end(), ErrorKind::invalid_input, "@" + name,
           "no stage module defines this function");
+    const ir::Function& f = *it->second.function;
+    check(inputs.size() == f.num_arguments(), ErrorKind::invalid_input, "@" + name, "expects ",
+          f.num_arguments(), " inputs, got ", inputs.size());
     std::vector<interp::Tensor> in;
-    for (const auto& t : inputs) {
-      if (t.dtype == ir::DType::i32)
-        in.push_back(interp::Tensor::from_ints(t.shape, {t.i.begin(), t.i.end()}, ir::DType::i32));
-      else
-        in.push_back(interp::Tensor::from_f32(t.shape, t.f, ir::DType::f32));
-    }
-    std::vector<HostTensor> out;
-    for (const auto& r : it->second->run(name, in)) {
-      HostTensor h;
-      h.shape = r.shape();
-      if (r.is_float()) {
-        h.dtype = ir::DType::f32;
-        h.f = r.to_f32();
+    for (std::size_t i = 0; i < inputs.size(); ++i) {
+      const ir::TensorType& t = f.argument(i)->type();
+      const std::int64_t n = t.num_elements();
+      check(static_cast<std::int64_t>(inputs[i].size()) == n * 4 &&
+                (t.dtype == ir::DType::f32 || t.dtype == ir::DType::i32),
+            ErrorKind::invalid_input, "@" + name, "argument #", i, " ", t.str(), " needs ", n * 4,
+            " bytes of f32 / i32, got ", inputs[i].size());
+      if (t.dtype == ir::DType::i32) {
+        std::vector<std::int32_t> v(static_cast<std::size_t>(n));
+        std::memcpy(v.data(), inputs[i].data(), inputs[i].size());
+        in.push_back(interp::Tensor::from_ints(t.shape, {v.begin(), v.end()}, ir::DType::i32));
       } else {
-        h.dtype = ir::DType::i32;
-        h.i.assign(r.ints().begin(), r.ints().end());
+        std::vector<float> v(static_cast<std::size_t>(n));
+        std::memcpy(v.data(), inputs[i].data(), inputs[i].size());
+        in.push_back(interp::Tensor::from_f32(t.shape, v, ir::DType::f32));
       }
-      out.push_back(std::move(h));
     }
-    return out;
+    const auto results = it->second.interp->run(name, in);
+    for (std::size_t j = 0; j < outputs.size() && j < results.size(); ++j) {
+      if (outputs[j].empty())
+        continue;
+      const interp::Tensor& r = results[j];
+      const std::int64_t n = r.numel();
+      check(static_cast<std::int64_t>(outputs[j].size()) == n * 4, ErrorKind::invalid_input,
+            "@" + name, "output #", j, " needs ", n * 4, " bytes, got ", outputs[j].size());
+      if (r.is_float()) {
+        const std::vector<float> v = r.to_f32();
+        std::memcpy(outputs[j].data(), v.data(), outputs[j].size());
+      } else {
+        std::vector<std::int32_t> v(r.ints().begin(), r.ints().end());
+        std::memcpy(outputs[j].data(), v.data(), outputs[j].size());
+      }
+    }
   }
 
   const std::vector<ir::Module>& modules() const { return modules_; }
 
 private:
+  struct Entry {
+    std::shared_ptr<interp::TopInterpreter> interp;
+    const ir::Function* function = nullptr;
+  };
   std::vector<ir::Module> modules_;
-  std::map<std::string, std::shared_ptr<interp::TopInterpreter>> by_function_;
+  std::map<std::string, Entry> by_function_;
 };
 
 } // namespace tpullm::runtime

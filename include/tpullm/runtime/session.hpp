@@ -2,9 +2,13 @@
 /// The three-stage generation loop of the paper (section 4.5) over any StageExecutor:
 /// prompts go through `embedding` + block_i (first segment) or block_kv_i (later segments,
 /// with the cached history) + lm_head; single tokens go through `embedding_cache` + the
-/// smallest block_cache_i_S whose S holds the history + lm_head. The KV cache is one
-/// [seq_length, kv_heads, head_dim] f32 buffer per layer and stage outputs are written into
-/// it at the tokens' slots (slot = position).
+/// smallest block_cache_i_S whose S holds the history + lm_head.
+///
+/// The KV cache is one [seq_length, kv_heads, head_dim] f32 buffer per layer (slot = position).
+/// A back end that owns it (the compiled executor) updates it in place and the loop passes it
+/// nothing; otherwise (the interpreter) the loop keeps it: history inputs are spans over the
+/// cache's first S slots and new keys / values are written straight into their slots. Hidden
+/// states live in two session buffers used in turn, so nothing is copied between stages.
 
 #include <algorithm>
 #include <cstdint>
@@ -13,7 +17,8 @@
 #include <vector>
 
 #include "tpullm/frontend/stage_params.hpp"
-#include "tpullm/runtime/host_tensor.hpp"
+#include "tpullm/runtime/stage_executor.hpp"
+#include "tpullm/support/error.hpp"
 
 namespace tpullm::runtime {
 
@@ -26,19 +31,28 @@ struct SessionDims {
   std::int64_t vocab = 0;
 };
 
-/// One conversation's state: KV cache and its length, over an executor.
+/// One conversation's state: KV cache length (and the cache itself when the executor does not
+/// own it), over an executor.
 class Session {
 public:
   Session(StageExecutor& exec, SessionDims dims, frontend::StageParams params)
       : exec_(exec), dims_(dims), params_(std::move(params)) {
-    const auto n = static_cast<std::size_t>(params_.seq_length * dims_.kv_heads * dims_.head_dim);
-    k_cache_.assign(static_cast<std::size_t>(dims_.layers), std::vector<float>(n, 0.0f));
-    v_cache_ = k_cache_;
+    const std::size_t L = static_cast<std::size_t>(params_.max_input_length);
+    hidden_[0].resize(L * static_cast<std::size_t>(dims_.hidden));
+    hidden_[1].resize(hidden_[0].size());
+    ids_.resize(L);
+    pos_.resize(L);
+    if (!exec_.owns_kv_cache()) {
+      const auto n = static_cast<std::size_t>(params_.seq_length * row());
+      k_cache_.assign(static_cast<std::size_t>(dims_.layers), std::vector<float>(n, 0.0f));
+      v_cache_ = k_cache_;
+    }
   }
 
   /// Tokens held in the KV cache (= position of the next token).
   std::int64_t length() const { return length_; }
   const frontend::StageParams& params() const { return params_; }
+  const SessionDims& dims() const { return dims_; }
   /// Forgets the conversation (the cache contents become don't-care).
   void reset() { length_ = 0; }
 
@@ -46,17 +60,17 @@ public:
   /// prefill_kv per segment) and returns the logits [rows, vocab] of every prompt position
   /// when `all_rows`, else of the last one only. A tail too close to the end of the cache for a
   /// padded segment goes through the decode stage token by token. Throws Error(invalid_input)
-  /// when the prompt does not fit the compiled sequence length.
+  /// when the prompt does not fit the compiled sequence length or names an id outside the
+  /// vocabulary.
   std::vector<float> prefill(const std::vector<std::int32_t>& tokens, bool all_rows,
                              const std::function<void(std::int64_t, std::int64_t)>& progress = {}) {
     const std::int64_t n = static_cast<std::int64_t>(tokens.size());
     check(n > 0, ErrorKind::invalid_input, "prompt", "is empty");
     const std::int64_t L = params_.max_input_length;
     check(length_ + n <= params_.seq_length, ErrorKind::invalid_input, "prompt", "prompt of ", n,
-          " tokens after ", length_,
-          " cached tokens exceeds the compiled "
-          "sequence length ",
+          " tokens after ", length_, " cached tokens exceeds the compiled sequence length ",
           params_.seq_length);
+    check_ids(tokens);
     std::vector<float> logits;
     for (std::int64_t start = 0; start < n; start += L) {
       const std::int64_t valid = std::min(L, n - start);
@@ -75,30 +89,22 @@ public:
           progress(n, n);
         break;
       }
-      std::vector<std::int32_t> ids(static_cast<std::size_t>(L), 0), pos(ids.size());
       for (std::int64_t r = 0; r < L; ++r) {
-        ids[r] = r < valid ? tokens[static_cast<std::size_t>(start + r)] : 0;
-        pos[r] = static_cast<std::int32_t>(pos0 + r); // padded rows keep later positions
+        ids_[r] = r < valid ? tokens[static_cast<std::size_t>(start + r)] : 0;
+        pos_[r] = static_cast<std::int32_t>(pos0 + r); // padded rows keep later positions
       }
-      HostTensor hidden = embed("embedding", ids, L);
-      const HostTensor position = HostTensor::ids({1, L}, pos);
+      int cur = embed("embedding", L);
       for (std::int64_t layer = 0; layer < dims_.layers; ++layer) {
-        std::vector<HostTensor> in{std::move(hidden), position};
-        std::string fn = frontend::StageNames::block(layer);
-        if (pos0 > 0) {
-          const std::int64_t hist = params_.prefill_kv_history();
-          in.push_back(history(k_cache_[layer], hist));
-          in.push_back(history(v_cache_[layer], hist));
-          fn = frontend::StageNames::block_kv(layer);
-        }
-        auto out = call(fn, in, 3);
-        store_kv(layer, out[1], out[2], pos0, valid);
-        hidden = std::move(out[0]);
+        const bool hist = pos0 > 0;
+        const std::string fn =
+            hist ? frontend::StageNames::block_kv(layer) : frontend::StageNames::block(layer);
+        block(fn, layer, L, pos0, hist ? params_.prefill_kv_history() : 0, cur);
+        cur ^= 1;
       }
       length_ += valid;
       for (std::int64_t r = 0; r < valid; ++r)
         if (all_rows || start + r == n - 1)
-          append_logits(logits, hidden, r);
+          append_logits(logits, cur, r);
       if (progress)
         progress(start + valid, n);
     }
@@ -110,20 +116,18 @@ public:
     const std::int64_t p = length_;
     check(p < params_.seq_length, ErrorKind::invalid_input, "decode", "the KV cache is full (",
           params_.seq_length, " tokens = the compiled sequence length)");
+    check_ids({token});
     const std::int64_t S = decode_length_for(p);
-    HostTensor hidden = embed("embedding_cache", {token}, 1);
-    const HostTensor position = HostTensor::ids({1, 1}, {static_cast<std::int32_t>(p)});
+    ids_[0] = token;
+    pos_[0] = static_cast<std::int32_t>(p);
+    int cur = embed("embedding_cache", 1);
     for (std::int64_t layer = 0; layer < dims_.layers; ++layer) {
-      auto out = call(
-          frontend::StageNames::block_cache(layer, S),
-          {std::move(hidden), position, history(k_cache_[layer], S), history(v_cache_[layer], S)},
-          3);
-      store_kv(layer, out[1], out[2], p, 1);
-      hidden = std::move(out[0]);
+      block(frontend::StageNames::block_cache(layer, S), layer, 1, p, S, cur);
+      cur ^= 1;
     }
     length_ += 1;
     std::vector<float> logits;
-    append_logits(logits, hidden, 0);
+    append_logits(logits, cur, 0);
     return logits;
   }
 
@@ -139,51 +143,69 @@ public:
   }
 
 private:
-  std::vector<HostTensor> call(const std::string& fn, const std::vector<HostTensor>& in,
-                               std::size_t n_out) {
-    auto out = exec_.run(fn, in);
-    check(out.size() == n_out, ErrorKind::internal, fn, "returned ", out.size(),
-          " results, expected ", n_out);
-    return out;
-  }
+  std::int64_t row() const { return dims_.kv_heads * dims_.head_dim; }
 
-  HostTensor embed(const std::string& fn, const std::vector<std::int32_t>& ids, std::int64_t L) {
+  void check_ids(const std::vector<std::int32_t>& ids) const {
     for (auto id : ids)
       check(id >= 0 && id < dims_.vocab, ErrorKind::invalid_input, "prompt", "token id ", id,
             " is outside the vocabulary [0, ", dims_.vocab, ")");
-    return call(fn, {HostTensor::ids({1, L}, ids)}, 1)[0];
   }
 
-  /// The first `slots` rows of a layer cache as a [1, slots, kv_heads, d] input.
-  HostTensor history(const std::vector<float>& cache, std::int64_t slots) const {
-    HostTensor t{ir::DType::f32, {1, slots, dims_.kv_heads, dims_.head_dim}, {}, {}};
-    t.f.assign(cache.begin(), cache.begin() + slots * dims_.kv_heads * dims_.head_dim);
-    return t;
+  template <class T>
+  static ConstBytes cbytes(const T* p, std::int64_t n) {
+    return as_bytes(std::span<const T>(p, static_cast<std::size_t>(n)));
+  }
+  template <class T>
+  static MutBytes mbytes(T* p, std::int64_t n) {
+    return as_writable_bytes(std::span<T>(p, static_cast<std::size_t>(n)));
   }
 
-  /// Writes rows [0, count) of k/v [1, L, kv_heads, d] to cache slots [slot0, slot0 + count).
-  void store_kv(std::int64_t layer, const HostTensor& k, const HostTensor& v, std::int64_t slot0,
-                std::int64_t count) {
-    const std::int64_t row = dims_.kv_heads * dims_.head_dim;
-    check(k.f.size() >= static_cast<std::size_t>(count * row) && k.f.size() == v.f.size(),
-          ErrorKind::internal, "store_kv", "k/v outputs are too small");
-    check(slot0 + count <= params_.seq_length, ErrorKind::internal, "store_kv",
-          "slot out of the cache");
-    std::copy_n(k.f.begin(), count * row, k_cache_[layer].begin() + slot0 * row);
-    std::copy_n(v.f.begin(), count * row, v_cache_[layer].begin() + slot0 * row);
+  /// ids_[0, L) -> hidden buffer 0; returns the buffer index.
+  int embed(const std::string& fn, std::int64_t L) {
+    const ConstBytes in[] = {cbytes(ids_.data(), L)};
+    const MutBytes out[] = {mbytes(hidden_[0].data(), L * dims_.hidden)};
+    exec_.run(fn, in, out);
+    return 0;
   }
 
-  /// Runs lm_head on row r of hidden [1, L, H] and appends the logits.
-  void append_logits(std::vector<float>& logits, const HostTensor& hidden, std::int64_t r) {
-    HostTensor row{ir::DType::f32, {1, 1, dims_.hidden}, {}, {}};
-    row.f.assign(hidden.f.begin() + r * dims_.hidden, hidden.f.begin() + (r + 1) * dims_.hidden);
-    auto out = call("lm_head", {row}, 1);
-    logits.insert(logits.end(), out[0].f.begin(), out[0].f.end());
+  /// One block function: hidden buffer `cur` -> the other one, history of `S` slots (0: none),
+  /// new keys / values at slots [pos0, pos0 + L).
+  void block(const std::string& fn, std::int64_t layer, std::int64_t L, std::int64_t pos0,
+             std::int64_t S, int cur) {
+    const std::int64_t H = dims_.hidden;
+    std::vector<ConstBytes> in{cbytes(hidden_[cur].data(), L * H), cbytes(pos_.data(), L)};
+    std::vector<MutBytes> out{mbytes(hidden_[cur ^ 1].data(), L * H), {}, {}};
+    if (!exec_.owns_kv_cache()) {
+      check(pos0 + L <= params_.seq_length, ErrorKind::internal, fn, "slots beyond the cache");
+      auto& kc = k_cache_[static_cast<std::size_t>(layer)];
+      auto& vc = v_cache_[static_cast<std::size_t>(layer)];
+      if (S > 0) {
+        in.push_back(cbytes(kc.data(), S * row()));
+        in.push_back(cbytes(vc.data(), S * row()));
+      }
+      out[1] = mbytes(kc.data() + pos0 * row(), L * row());
+      out[2] = mbytes(vc.data() + pos0 * row(), L * row());
+    } else if (S > 0) {
+      in.emplace_back();
+      in.emplace_back();
+    }
+    exec_.run(fn, in, out);
+  }
+
+  /// Runs lm_head on row r of hidden buffer `cur` and appends the logits.
+  void append_logits(std::vector<float>& logits, int cur, std::int64_t r) {
+    const std::size_t at = logits.size();
+    logits.resize(at + static_cast<std::size_t>(dims_.vocab));
+    const ConstBytes in[] = {cbytes(hidden_[cur].data() + r * dims_.hidden, dims_.hidden)};
+    const MutBytes out[] = {mbytes(logits.data() + at, dims_.vocab)};
+    exec_.run("lm_head", in, out);
   }
 
   StageExecutor& exec_;
   SessionDims dims_;
   frontend::StageParams params_;
+  std::vector<float> hidden_[2];
+  std::vector<std::int32_t> ids_, pos_;
   std::vector<std::vector<float>> k_cache_, v_cache_;
   std::int64_t length_ = 0;
 };

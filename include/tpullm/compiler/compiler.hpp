@@ -1,0 +1,58 @@
+#pragma once
+/// The compiler: stage modules (Top) -> Tpu modules, lowered, fused, grouped into layer groups
+/// and memory-planned -> Programs the executor runs. Modules compile independently (in
+/// parallel) and share one WeightConverter, so each weight is converted once whatever number of
+/// stage functions read it. The pipeline, as tpullm-opt would spell it:
+///   lower-to-tpu{mode=...}, <fusions>, layer-group{...}, plan-memory{kv-capacity=seq+1}
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "tpullm/codegen/program.hpp"
+#include "tpullm/conversion/lower_to_tpu.hpp"
+#include "tpullm/ir/module.hpp"
+#include "tpullm/runtime/executor.hpp"
+#include "tpullm/target/target.hpp"
+
+namespace tpullm::compiler {
+
+/// How to compile.
+struct CompileOptions {
+  conversion::LowerOptions lower;                ///< mode, embedding and lm_head dtypes
+  target::Target target = target::host_target(); ///< cores and local memory to plan for
+  std::string fusions;                           ///< passes after lowering (a pipeline)
+  bool layer_groups = false;                     ///< run the layer-group tiler
+  bool kv_in_place = true;                       ///< produce keys / values in the cache slot
+  std::int64_t kv_capacity = 0;                  ///< KV slots per layer (0: what views need)
+  std::int64_t threads = 0;                      ///< modules compiled at once (0: target cores)
+  /// Called after each module: (done, total, module name).
+  std::function<void(std::size_t, std::size_t, const std::string&)> progress;
+};
+
+/// A compiled model in memory.
+struct CompiledModel {
+  std::vector<ir::Module> modules;        ///< planned Tpu modules (weights with data)
+  std::vector<codegen::Program> programs; ///< one per function, in module order
+  runtime::KvGeometry kv;                 ///< the cache every program was planned for
+  target::Target target;                  ///< what the plans assume
+  double seconds = 0;                     ///< wall-clock compile time
+  std::int64_t weight_bytes = 0;          ///< bytes of distinct weights the programs read
+  std::int64_t conversions = 0;           ///< weights converted (each once)
+  std::int64_t max_arena = 0;             ///< largest activation arena of any function
+  std::int64_t max_local = 0;             ///< largest per-core local memory of any group
+  std::int64_t arena_lower_bound = 0;     ///< largest max-live lower bound of any function
+};
+
+/// Compiles `modules` (Top stage modules of one model; block functions tagged with their stage
+/// and layer). Throws Error / DiagnosticError naming the module and op that failed.
+CompiledModel compile(std::vector<ir::Module> modules, const CompileOptions& options);
+
+/// The pass pipeline `compile` runs after lowering, as text (for docs and tpullm-opt).
+std::string pipeline_text(const CompileOptions& options);
+
+/// An executor loaded with every program and weight of `model` (its own KV cache).
+std::unique_ptr<runtime::Executor> make_executor(const CompiledModel& model);
+
+} // namespace tpullm::compiler

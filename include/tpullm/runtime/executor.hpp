@@ -1,0 +1,102 @@
+#pragma once
+/// Runs Programs (planned Tpu functions, codegen/program.hpp) on the reference kernel library.
+/// The executor owns the memory regions a plan addresses: the KV cache (a key and a value cache
+/// per layer, [capacity, kv_heads, d] f32, written in place at the tokens' positions), one
+/// activation arena shared by every program (one runs at a time), and a local-memory scratch
+/// per core for the tiles of layer groups. Inputs and outputs are the caller's spans: arguments
+/// are read where they are and results are produced straight into the output spans, so nothing
+/// is copied on the way in or out, and history is never copied (it is the cache).
+///
+/// A layer group runs tile by tile as planned: its tiles are dealt to cores (split {tiles, p}),
+/// each core with its own local scratch holding the group's intermediate rows; ungrouped ops
+/// run whole with their planned core split.
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "tpullm/codegen/program.hpp"
+#include "tpullm/ir/module.hpp"
+#include "tpullm/kernels/packed_weights.hpp"
+
+namespace tpullm::runtime {
+
+/// Geometry of the KV cache region: per layer a key then a value cache of `capacity` slots.
+struct KvGeometry {
+  std::int64_t layers = 0;    ///< decoder layers
+  std::int64_t capacity = 0;  ///< slots per cache (positions it holds)
+  std::int64_t row_bytes = 0; ///< bytes of one slot: kv_heads * head_dim * 4
+  /// Bytes of the whole region.
+  std::int64_t bytes() const { return 2 * layers * capacity * row_bytes; }
+};
+
+/// Time spent by the executor, for the "share of time inside kernels" figure.
+struct ExecStats {
+  double total_seconds = 0;  ///< inside run()
+  double kernel_seconds = 0; ///< inside kernel calls (and view / copy steps of instructions)
+  std::int64_t runs = 0;     ///< run() calls
+  std::int64_t instrs = 0;   ///< instructions executed (tiles count once per tile)
+};
+
+/// Executes Programs; see the file comment.
+class Executor {
+public:
+  /// `cores`: threads the plans may use; `local_memory`: bytes of scratch per core (at least the
+  /// largest layer group's `local`).
+  Executor(KvGeometry kv, std::int64_t cores, std::int64_t local_memory);
+  ~Executor();
+  Executor(const Executor&) = delete;
+  Executor& operator=(const Executor&) = delete;
+
+  /// Makes every weight of `m` available by name; shares their bytes (no copy). A weight name
+  /// already known must have the same type.
+  void add_weights(const ir::Module& m);
+  /// Makes one weight available by name (shares its bytes).
+  void add_weight(const ir::Weight& w);
+  /// Adds a program; its weights must be known (add_weights first). Throws Error naming what
+  /// does not fit (a KV geometry other than the executor's, a missing weight).
+  void add_program(codegen::Program p);
+  /// True when a program of that name was added.
+  bool has_program(const std::string& name) const;
+  /// The program `name` (throws Error when unknown).
+  const codegen::Program& program(const std::string& name) const;
+
+  /// Runs program `name`. inputs[i]: the bytes of argument i (its type's exact size); an
+  /// argument that lives in the KV cache (history) takes an empty span, its data is the cache
+  /// (a non-empty one is copied into the cache first, for tests). outputs: empty, or one span
+  /// per result, each empty (the result is returned as a view) or exactly the result's size
+  /// (the result is produced there). Returns a view of every result: the output span, or the
+  /// executor's storage (valid until the next run; keys and values point into the cache).
+  /// Throws Error(invalid_input) for bad inputs (sizes, positions not consecutive or beyond the
+  /// cache, ids outside the vocabulary).
+  std::vector<std::span<const std::byte>> run(const std::string& name,
+                                              std::span<const std::span<const std::byte>> inputs,
+                                              std::span<const std::span<std::byte>> outputs = {});
+
+  /// The cache of layer `layer`: kind 0 = keys, 1 = values; [capacity, kv_heads, d] f32.
+  std::span<float> cache(std::int64_t layer, int kind);
+  /// KV geometry of the owned cache.
+  const KvGeometry& kv_geometry() const { return kv_; }
+  /// Bytes of the activation arena and of all cores' local scratch currently allocated.
+  std::int64_t arena_bytes() const;
+  std::int64_t local_bytes() const;
+
+  /// Accumulated timings (kernel timing only while profiling is on).
+  const ExecStats& stats() const { return stats_; }
+  void reset_stats() { stats_ = {}; }
+  /// Times every instruction (a little overhead) to fill ExecStats::kernel_seconds.
+  void set_profiling(bool on) { profiling_ = on; }
+
+private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+  KvGeometry kv_;
+  ExecStats stats_;
+  bool profiling_ = false;
+};
+
+} // namespace tpullm::runtime

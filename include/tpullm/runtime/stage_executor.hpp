@@ -1,0 +1,45 @@
+#pragma once
+/// What the generation loop needs from a back end: run a stage function by name over byte
+/// spans. Inputs are read where the caller keeps them and outputs written into the caller's
+/// spans, so the loop never copies activations, token ids, positions or KV history.
+
+#include <cstddef>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace tpullm::runtime {
+
+/// Read-only bytes of one argument (row-major; f32 activations, i32 ids / positions).
+using ConstBytes = std::span<const std::byte>;
+/// Writable bytes of one result.
+using MutBytes = std::span<std::byte>;
+
+/// Bytes of a typed span.
+template <class T>
+ConstBytes as_bytes(std::span<const T> s) {
+  return std::as_bytes(s);
+}
+/// Writable bytes of a typed span.
+template <class T>
+MutBytes as_writable_bytes(std::span<T> s) {
+  return std::as_writable_bytes(s);
+}
+
+/// Runs compiled or interpreted stage functions by name.
+class StageExecutor {
+public:
+  virtual ~StageExecutor() = default;
+  /// Runs function `name`. inputs[i]: the bytes of argument i (exactly its size; a history
+  /// argument is empty when owns_kv_cache()). outputs[j]: where result j goes (exactly its
+  /// size), or empty when the caller does not need it.
+  virtual void run(const std::string& name, std::span<const ConstBytes> inputs,
+                   std::span<const MutBytes> outputs) = 0;
+  /// True when function `name` exists.
+  virtual bool has_function(const std::string& name) const = 0;
+  /// True when the back end keeps the KV cache itself: the loop then passes no history and
+  /// asks for no keys / values (the stage functions update the cache in place).
+  virtual bool owns_kv_cache() const { return false; }
+};
+
+} // namespace tpullm::runtime

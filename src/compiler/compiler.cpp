@@ -1,0 +1,164 @@
+// The in-memory compiler: Top stage modules -> planned Programs (compiler/compiler.hpp).
+#include "tpullm/compiler/compiler.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <exception>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include "tpullm/memory/plan_memory.hpp"
+#include "tpullm/pass/pass_manager.hpp"
+
+namespace tpullm::compiler {
+
+namespace {
+
+std::string tail_pipeline(const CompileOptions& o) {
+  std::string p = o.fusions;
+  if (o.layer_groups)
+    p += std::string(p.empty() ? "" : ",") + "layer-group{local-memory=" +
+         std::to_string(o.target.local_memory) + ",cores=" + std::to_string(o.target.cores) + "}";
+  return p;
+}
+
+/// One module: lower (shared converter), the tail passes, then memory planning.
+void compile_module(ir::Module& m, const CompileOptions& o, conversion::WeightConverter& conv,
+                    std::int64_t capacity) {
+  conversion::lower_to_tpu(m, o.lower, &conv);
+  const std::string tail = tail_pipeline(o);
+  pass::PassManager pm{pass::PassManagerConfig{}};
+  if (!tail.empty())
+    pm.add_pipeline(tail);
+  pm.run(m);
+  memory::PlanMemoryOptions mo;
+  mo.kv_capacity = capacity;
+  mo.kv_in_place = o.kv_in_place;
+  mo.alignment = o.target.alignment;
+  memory::plan_memory(m, mo);
+}
+
+/// The largest KV view any module needs and the slot size they agree on.
+std::pair<std::int64_t, std::int64_t> kv_needs(const std::vector<ir::Module>& modules,
+                                               std::int64_t* layers) {
+  std::int64_t cap = 0, row = 0;
+  for (const auto& m : modules)
+    for (const auto& f : m.functions()) {
+      if (f->info().layer >= 0)
+        *layers = std::max(*layers, f->info().layer + 1);
+      for (const auto& op : f->ops()) {
+        // Top blocks: the history argument plus new rows is the largest view.
+        if (const auto* c = op->as<ir::top::ConcatOp>(); c && op->num_operands() == 2 &&
+                                                        op->result(0)->type().rank() == 4) {
+          const auto& t = op->result(0)->type();
+          cap = std::max(cap, t.shape[1]);
+          row = t.shape[2] * t.shape[3] * 4;
+        }
+        if (op->is<ir::top::FAttentionOp>()) {
+          const auto& t = op->operand(1)->type();
+          cap = std::max(cap, t.shape[1]);
+          row = t.shape[2] * t.shape[3] * 4;
+        }
+      }
+    }
+  return {cap, row};
+}
+
+} // namespace
+
+std::string pipeline_text(const CompileOptions& o) {
+  std::string p = "lower-to-tpu{mode=" + o.lower.mode +
+                  (o.lower.embedding.empty() ? "" : ",embedding=" + o.lower.embedding) +
+                  (o.lower.lm_head.empty() ? "" : ",lm-head=" + o.lower.lm_head) + "}";
+  const std::string tail = tail_pipeline(o);
+  if (!tail.empty())
+    p += "," + tail;
+  return p + ",plan-memory{kv-in-place=" + (o.kv_in_place ? "true" : "false") + "}";
+}
+
+CompiledModel compile(std::vector<ir::Module> modules, const CompileOptions& o) {
+  const auto t0 = std::chrono::steady_clock::now();
+  o.target.validate();
+  CompiledModel out;
+  out.target = o.target;
+  std::int64_t layers = 0;
+  const auto [need, row] = kv_needs(modules, &layers);
+  const std::int64_t capacity = std::max(need, o.kv_capacity);
+  out.kv = {layers, row > 0 ? capacity : 0, row};
+  conversion::WeightConverter conv;
+  // Modules compile independently: a small pool takes the next module until none is left.
+  const std::size_t n = modules.size();
+  const std::size_t threads = static_cast<std::size_t>(
+      std::clamp<std::int64_t>(o.threads > 0 ? o.threads : o.target.cores, 1,
+                               static_cast<std::int64_t>(std::max<std::size_t>(n, 1))));
+  std::atomic<std::size_t> next{0}, done{0};
+  std::mutex mu;
+  std::exception_ptr failure;
+  auto worker = [&] {
+    for (std::size_t i = next++; i < n; i = next++) {
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        if (failure)
+          return;
+      }
+      try {
+        compile_module(modules[i], o, conv, capacity);
+      } catch (const Error& e) {
+        std::lock_guard<std::mutex> lock(mu);
+        if (!failure)
+          failure = std::make_exception_ptr(e.within("module @" + modules[i].name()));
+        return;
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(mu);
+        if (!failure)
+          failure = std::current_exception();
+        return;
+      }
+      const std::size_t d = ++done;
+      if (o.progress) {
+        std::lock_guard<std::mutex> lock(mu);
+        o.progress(d, n, modules[i].name());
+      }
+    }
+  };
+  std::vector<std::thread> pool;
+  for (std::size_t t = 1; t < threads; ++t)
+    pool.emplace_back(worker);
+  worker();
+  for (auto& t : pool)
+    t.join();
+  if (failure)
+    std::rethrow_exception(failure);
+  std::set<std::string> seen;
+  for (const auto& m : modules) {
+    for (const auto& f : m.functions()) {
+      out.programs.push_back(codegen::make_program(*f));
+      const auto& mem = *f->info().memory;
+      out.max_arena = std::max(out.max_arena, mem.arena);
+      out.max_local = std::max(out.max_local, mem.local);
+      out.arena_lower_bound = std::max(out.arena_lower_bound, mem.lower_bound);
+    }
+    for (const auto& [name, w] : m.weights())
+      if (seen.insert(name).second)
+        for (const auto& p : w.parts)
+          out.weight_bytes += static_cast<std::int64_t>(p.bytes.size());
+  }
+  out.conversions = conv.conversions();
+  out.modules = std::move(modules);
+  out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return out;
+}
+
+std::unique_ptr<runtime::Executor> make_executor(const CompiledModel& model) {
+  auto ex = std::make_unique<runtime::Executor>(
+      model.kv, model.target.cores, std::max(model.target.local_memory, model.max_local));
+  for (const auto& m : model.modules)
+    ex->add_weights(m);
+  for (const auto& p : model.programs)
+    ex->add_program(p);
+  return ex;
+}
+
+} // namespace tpullm::compiler

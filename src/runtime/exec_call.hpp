@@ -1,0 +1,88 @@
+#pragma once
+// Internal to the executor: what an instruction handler sees while it runs (its operands'
+// addresses in the regions of this run, the rows of its tile, its core split).
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "tpullm/codegen/program.hpp"
+#include "tpullm/kernels/core_split.hpp"
+#include "tpullm/kernels/packed_weights.hpp"
+
+namespace tpullm::runtime::detail {
+
+/// Base addresses of one run.
+struct Regions {
+  std::span<const std::span<const std::byte>> inputs;
+  std::vector<std::span<std::byte>> outputs; ///< caller's spans or the executor's staging
+  std::byte* kv = nullptr;
+  std::byte* arena = nullptr;
+  std::int64_t pos0 = 0;                     ///< position_ids[0] of this run
+  std::int64_t kv_capacity = 0;
+  std::int64_t local_stride = 0; ///< bytes of one core's local scratch
+  std::byte* local = nullptr;    ///< core 0's local scratch (core c at + c * local_stride)
+};
+
+/// A weight as the handlers need it.
+struct WeightRef {
+  std::span<const std::byte> bytes;          ///< "data" part (row-major weights)
+  const kernels::PackedWeights* packed = nullptr; ///< packed weights, else null
+};
+
+/// One instruction being executed, over rows [r0, r1) of its group's tile (or whole).
+struct Call {
+  const codegen::Instr& in;
+  const Regions& reg;
+  std::function<const WeightRef&(const std::string&)> weight;
+  kernels::CoreSplit split;
+  int core = 0;             ///< which core's local scratch
+  bool tiled = false;       ///< rows [r0, r1) of a row-tiled group
+  std::int64_t r0 = 0, r1 = 0, rows_total = 0;
+  std::int64_t local_memory = 0; ///< bytes a kernel may use as its own working set budget
+
+  /// Rows of a [1, L, ...] ref, else 0.
+  static std::int64_t rows_of(const ir::TensorType& t) {
+    return t.rank() >= 2 && t.shape[0] == 1 ? t.shape[1] : 0;
+  }
+  /// Whether ref r is cut to this call's rows.
+  bool sliced(const codegen::TensorRef& r) const {
+    return tiled && r.buffer.region != ir::Region::local &&
+           r.buffer.region != ir::Region::weight && rows_of(r.type) == rows_total;
+  }
+  /// Address of ref r for this call (row-sliced when `slice` and the ref is row-shaped).
+  std::byte* addr(const codegen::TensorRef& r, bool slice = true) const;
+  std::byte* operand(std::size_t i, bool slice = true) const {
+    return addr(in.operands.at(i), slice);
+  }
+  std::byte* result(std::size_t i, bool slice = true) const { return addr(in.results.at(i), slice); }
+  const float* f32_in(std::size_t i, bool slice = true) const {
+    return reinterpret_cast<const float*>(operand(i, slice));
+  }
+  float* f32_out(std::size_t i = 0, bool slice = true) const {
+    return reinterpret_cast<float*>(result(i, slice));
+  }
+  const std::int32_t* i32_in(std::size_t i, bool slice = true) const {
+    return reinterpret_cast<const std::int32_t*>(operand(i, slice));
+  }
+  /// Rows this call processes of ref r: the tile's rows when sliced, else all of r's rows.
+  std::int64_t rows(const codegen::TensorRef& r) const {
+    return sliced(r) ? r1 - r0 : rows_of(r.type);
+  }
+  /// Elements of ref r covered by this call.
+  std::int64_t elems(const codegen::TensorRef& r) const {
+    const std::int64_t n = r.type.num_elements();
+    return sliced(r) ? n / rows_total * (r1 - r0) : n;
+  }
+};
+
+/// Runs one instruction (exec_ops.cpp). Throws what the kernels throw.
+void execute(Call& c);
+
+/// The default core split of an instruction that has no plan: every core on the dimension
+/// the op parallelizes best for its shape.
+kernels::CoreSplit default_split(const codegen::Instr& in, std::int64_t cores);
+
+} // namespace tpullm::runtime::detail

@@ -1,0 +1,445 @@
+// One handler per Tpu op: maps an instruction onto a kernel call of the reference library.
+#include <algorithm>
+#include <cstring>
+#include <numeric>
+
+#include "exec_call.hpp"
+#include "tpullm/kernels/elementwise.hpp"
+#include "tpullm/kernels/embedding_gather.hpp"
+#include "tpullm/kernels/flash_attention.hpp"
+#include "tpullm/kernels/matmul.hpp"
+#include "tpullm/kernels/mlp.hpp"
+#include "tpullm/kernels/rms_norm.hpp"
+#include "tpullm/kernels/rope_gather.hpp"
+#include "tpullm/kernels/sampling.hpp"
+#include "tpullm/support/float16.hpp"
+
+namespace tpullm::runtime::detail {
+
+namespace {
+
+using codegen::TensorRef;
+namespace k = tpullm::kernels;
+
+template <class T>
+std::span<const T> span_of(const void* p, std::int64_t n) {
+  return {static_cast<const T*>(p), static_cast<std::size_t>(n)};
+}
+template <class T>
+std::span<T> mspan_of(void* p, std::int64_t n) {
+  return {static_cast<T*>(p), static_cast<std::size_t>(n)};
+}
+
+/// Calls f with a typed span over a float parameter (f32 / bf16 / f16 storage).
+template <class F>
+void with_param(const TensorRef& r, const void* p, std::int64_t n, F&& f) {
+  switch (r.type.dtype) {
+  case ir::DType::f32:
+    return f(span_of<float>(p, n));
+  case ir::DType::bf16:
+    return f(span_of<bf16_t>(p, n));
+  case ir::DType::f16:
+    return f(span_of<f16_t>(p, n));
+  default:
+    break;
+  }
+  throw_error(ErrorKind::unsupported, "", "parameter type ", r.type.str(), " has no kernel");
+}
+
+/// [rows, last] view of a row-major activation ref for this call.
+struct Rows {
+  std::int64_t rows, cols;
+};
+Rows rows_cols(const Call& c, const TensorRef& r) {
+  const std::int64_t cols = r.type.rank() ? r.type.shape.back() : 1;
+  return {c.elems(r) / std::max<std::int64_t>(cols, 1), cols};
+}
+
+void exec(const ir::tpu::EmbeddingOp&, Call& c) {
+  const TensorRef& table = c.in.operands[0];
+  const std::int64_t V = table.type.shape[0], H = table.type.shape[1];
+  const std::int64_t L = c.elems(c.in.operands[1]);
+  auto ids = span_of<std::int32_t>(c.operand(1), L);
+  auto out = mspan_of<float>(c.result(0), L * H);
+  const k::EmbeddingShape shape{V, H};
+  with_param(table, c.weight(table.weight).bytes.data(), V * H,
+             [&](auto t) { k::embedding_gather(ids, t, out, shape, c.split); });
+}
+
+void exec(const ir::tpu::RMSNormOp& o, Call& c) {
+  const auto [rows, H] = rows_cols(c, c.in.operands[0]);
+  const TensorRef& g = c.in.operands[1];
+  const void* gp = g.buffer.region == ir::Region::weight ? c.weight(g.weight).bytes.data()
+                                                         : c.operand(1, false);
+  with_param(g, gp, H, [&](auto gamma) {
+    k::rms_norm(span_of<float>(c.operand(0), rows * H), gamma,
+                mspan_of<float>(c.result(0), rows * H), {rows, H}, o.eps, c.split);
+  });
+}
+
+void exec(const ir::tpu::AddRMSNormOp& o, Call& c) {
+  const auto [rows, H] = rows_cols(c, c.in.operands[0]);
+  const TensorRef& g = c.in.operands[2];
+  const void* gp = g.buffer.region == ir::Region::weight ? c.weight(g.weight).bytes.data()
+                                                         : c.operand(2, false);
+  with_param(g, gp, H, [&](auto gamma) {
+    k::add_rms_norm(span_of<float>(c.operand(0), rows * H), span_of<float>(c.operand(1), rows * H),
+                    mspan_of<float>(c.result(0), rows * H), gamma,
+                    mspan_of<float>(c.result(1), rows * H), {rows, H}, o.eps, c.split);
+  });
+}
+
+const k::PackedWeights& packed(const Call& c, std::size_t i) {
+  const TensorRef& w = c.in.operands.at(i);
+  const WeightRef& ref = c.weight(w.weight);
+  check(ref.packed != nullptr, ErrorKind::internal, c.in.where, "operand ", i,
+        " is not a packed weight");
+  return *ref.packed;
+}
+
+void exec(const ir::tpu::MatMulOp&, Call& c) {
+  const k::PackedWeights& w = packed(c, 1);
+  const std::int64_t M = c.elems(c.in.operands[0]) / w.K;
+  std::span<const float> bias;
+  if (c.in.operands.size() == 3) {
+    const TensorRef& b = c.in.operands[2];
+    const void* bp = b.buffer.region == ir::Region::weight ? c.weight(b.weight).bytes.data()
+                                                           : c.operand(2, false);
+    bias = span_of<float>(bp, w.N);
+  }
+  k::linear(span_of<float>(c.operand(0), M * w.K), w, bias,
+            mspan_of<float>(c.result(0), M * w.N), {M, w.K, w.N}, c.split);
+}
+
+void exec(const ir::tpu::MatMulArgMaxOp&, Call& c) {
+  const k::PackedWeights& w = packed(c, 1);
+  // Logits in column chunks through the linear machinery; only the running best survives.
+  constexpr std::int64_t kChunk = 8192; // columns per chunk (a multiple of the 32-col panel)
+  std::vector<float> y(static_cast<std::size_t>(std::min(kChunk, w.N)));
+  const float* x = c.f32_in(0);
+  std::vector<float> xp;
+  const float* xk = k::detail::prepare_x(x, 1, w, xp);
+  float best = 0;
+  std::int64_t best_i = -1;
+  for (std::int64_t n0 = 0; n0 < w.N; n0 += kChunk) {
+    const std::int64_t n1 = std::min(w.N, n0 + kChunk);
+    k::detail::LinearArgs a;
+    a.x = xk;
+    a.ldx = w.stored_rows();
+    a.v = {&w, 0, w.stored_rows(), n0 / k::kPanelCols, (n1 + k::kPanelCols - 1) / k::kPanelCols};
+    a.y = y.data();
+    a.ldy = n1 - n0;
+    a.M = 1;
+    k::detail::linear_view(a, c.split);
+    const std::int64_t i = k::argmax(std::span<const float>(y.data(), static_cast<std::size_t>(n1 - n0)));
+    if (best_i < 0 || y[static_cast<std::size_t>(i)] > best) {
+      best = y[static_cast<std::size_t>(i)];
+      best_i = n0 + i;
+    }
+  }
+  *reinterpret_cast<std::int32_t*>(c.result(0)) = static_cast<std::int32_t>(best_i);
+}
+
+void exec(const ir::tpu::MLPOp&, Call& c) {
+  const k::PackedWeights& g = packed(c, 1);
+  const k::PackedWeights& u = packed(c, 2);
+  const k::PackedWeights& d = packed(c, 3);
+  const std::int64_t H = g.K, I = g.N;
+  const std::int64_t M = c.elems(c.in.operands[0]) / H;
+  k::swiglu_mlp(span_of<float>(c.operand(0), M * H), g, u, d,
+                mspan_of<float>(c.result(0), M * H), {M, H, I},
+                static_cast<std::size_t>(c.local_memory), c.split);
+}
+
+void exec(const ir::tpu::RopeOp& o, Call& c) {
+  const TensorRef& x = c.in.operands[0];
+  const std::int64_t L = c.rows(x), heads = x.type.shape[2], d = x.type.shape[3];
+  const TensorRef& ct = c.in.operands[1];
+  const std::int64_t P = ct.type.shape[0], half = ct.type.shape[1];
+  auto table = [&](std::size_t i) -> const float* {
+    const TensorRef& t = c.in.operands[i];
+    return reinterpret_cast<const float*>(
+        t.buffer.region == ir::Region::weight ? c.weight(t.weight).bytes.data() : c.operand(i, false));
+  };
+  const k::RopeTablesView tables(span_of<float>(table(1), P * half), span_of<float>(table(2), P * half),
+                                 P, half);
+  k::rope_apply(span_of<float>(c.operand(0), L * heads * d),
+                mspan_of<float>(c.result(0), L * heads * d), span_of<std::int32_t>(c.operand(3), L),
+                tables, {L, heads, d},
+                o.mode == ir::RopeMode::halves ? k::RopeMode::halves : k::RopeMode::interleaved,
+                c.split);
+}
+
+void exec(const ir::tpu::KVStoreOp&, Call& c) {
+  if (c.in.results[0].buffer.view)
+    return; // its operand was produced in the cache slot already
+  const TensorRef& rows = c.in.operands[0];
+  const std::int64_t bytes = c.elems(rows) * 4;
+  const std::int64_t cap = c.reg.kv_capacity;
+  const std::int64_t row_bytes = rows.type.shape[2] * rows.type.shape[3] * 4;
+  const std::int64_t first = c.reg.pos0 + (c.sliced(rows) ? c.r0 : 0);
+  check(first + bytes / row_bytes <= cap, ErrorKind::invalid_input, c.in.where, "positions ",
+        first, "..", first + bytes / row_bytes - 1, " are beyond the KV cache of ", cap, " slots");
+  std::memmove(c.result(0), c.operand(0), static_cast<std::size_t>(bytes));
+}
+
+void exec(const ir::tpu::FAttentionOp& o, Call& c) {
+  const TensorRef& q = c.in.operands[0];
+  const std::int64_t L = c.rows(q), L_all = Call::rows_of(q.type);
+  const std::int64_t r0 = c.sliced(q) ? c.r0 : 0;
+  const std::int32_t* pos = c.i32_in(3, false) + r0;
+  const std::int64_t d = o.head_dim;
+  k::AttentionShape s;
+  s.L = L;
+  s.L_valid = L;
+  s.q_heads = o.q_heads;
+  s.kv_heads = o.kv_heads;
+  s.head_dim = d;
+  s.scale = o.scale;
+  s.causal = o.causal;
+  const TensorRef& kr = c.in.operands[1];
+  const float* kp = c.f32_in(1, false);
+  const float* vp = c.f32_in(2, false);
+  std::vector<std::int32_t> rel;
+  std::span<const std::int32_t> positions(pos, static_cast<std::size_t>(L));
+  if (o.kv_form == ir::KvForm::cache) {
+    // Slot j holds position j: keys up to this tile's last position exist.
+    s.S = Call::rows_of(kr.type);
+    s.S_valid = std::min<std::int64_t>(s.S, pos[L - 1] + 1);
+  } else {
+    // Only the new rows: slot t holds position pos0 + t; positions relative to pos0.
+    const std::int32_t base = c.i32_in(3, false)[0];
+    rel.resize(static_cast<std::size_t>(L));
+    for (std::int64_t i = 0; i < L; ++i)
+      rel[static_cast<std::size_t>(i)] = pos[i] - base;
+    positions = rel;
+    s.S = L_all;
+    s.S_valid = r0 + L;
+  }
+  const std::int64_t kv_elems = s.S * o.kv_heads * d;
+  k::flash_attention<float>(span_of<float>(c.operand(0), L * o.q_heads * d),
+                            span_of<float>(kp, kv_elems), span_of<float>(vp, kv_elems), positions,
+                            mspan_of<float>(c.result(0), L * o.q_heads * d), s, c.split,
+                            static_cast<std::size_t>(c.local_memory));
+}
+
+template <k::BinaryOp Op>
+void binary(Call& c) {
+  const auto [rows, cols] = rows_cols(c, c.in.operands[0]);
+  const TensorRef& b = c.in.operands[1];
+  const bool bcast = b.type.rank() == 1 && b.type.num_elements() != c.in.operands[0].type.num_elements();
+  const void* bp = b.buffer.region == ir::Region::weight ? c.weight(b.weight).bytes.data()
+                                                         : c.operand(1, !bcast);
+  k::binary(Op, span_of<float>(c.operand(0), rows * cols),
+            span_of<float>(bp, bcast ? cols : rows * cols), mspan_of<float>(c.result(0), rows * cols),
+            {rows, cols}, c.split);
+}
+void exec(const ir::tpu::AddOp&, Call& c) {
+  binary<k::BinaryOp::add>(c);
+}
+void exec(const ir::tpu::MulOp&, Call& c) {
+  binary<k::BinaryOp::mul>(c);
+}
+
+void exec(const ir::tpu::SiLUOp&, Call& c) {
+  const std::int64_t n = c.elems(c.in.operands[0]);
+  k::silu(span_of<float>(c.operand(0), n), mspan_of<float>(c.result(0), n), c.split);
+}
+
+void exec(const ir::tpu::SoftmaxOp&, Call& c) {
+  const auto [rows, cols] = rows_cols(c, c.in.operands[0]);
+  k::softmax_rows(span_of<float>(c.operand(0), rows * cols),
+                  mspan_of<float>(c.result(0), rows * cols), {rows, cols}, c.split);
+}
+
+void exec(const ir::tpu::RoundOp& o, Call& c) {
+  const std::int64_t n = c.elems(c.in.operands[0]);
+  const float* x = c.f32_in(0);
+  float* y = c.f32_out(0);
+  for (std::int64_t i = 0; i < n; ++i)
+    y[i] = o.dtype == ir::DType::bf16   ? bf16_to_f32(f32_to_bf16(x[i]))
+           : o.dtype == ir::DType::f16 ? f16_to_f32(f32_to_f16(x[i]))
+                                        : x[i];
+}
+
+void exec(const ir::tpu::ReshapeOp&, Call&) {} // a view
+void exec(const ir::tpu::KVAppendOp&, Call&) {} // an address
+
+/// Strided copy: out[i...] = in[offsets + perm(i)...]; shared by Slice and Permute.
+void strided_copy(const std::byte* in, const std::vector<std::int64_t>& in_strides,
+                  std::byte* out, const std::vector<std::int64_t>& shape, std::int64_t esz) {
+  const std::int64_t n = std::accumulate(shape.begin(), shape.end(), std::int64_t{1},
+                                         std::multiplies<>());
+  std::vector<std::int64_t> idx(shape.size(), 0);
+  for (std::int64_t i = 0; i < n; ++i) {
+    std::int64_t off = 0;
+    for (std::size_t a = 0; a < shape.size(); ++a)
+      off += idx[a] * in_strides[a];
+    std::memcpy(out + i * esz, in + off * esz, static_cast<std::size_t>(esz));
+    for (std::size_t a = shape.size(); a-- > 0;)
+      if (++idx[a] < shape[a])
+        break;
+      else
+        idx[a] = 0;
+  }
+}
+
+std::vector<std::int64_t> strides_of(const std::vector<std::int64_t>& shape) {
+  std::vector<std::int64_t> s(shape.size(), 1);
+  for (std::size_t a = shape.size(); a-- > 1;)
+    s[a - 1] = s[a] * shape[a];
+  return s;
+}
+
+void exec(const ir::tpu::SliceOp& o, Call& c) {
+  if (c.in.results[0].buffer.view)
+    return; // a contiguous slice is an address
+  const TensorRef& x = c.in.operands[0];
+  const auto st = strides_of(x.type.shape);
+  std::int64_t base = 0;
+  for (std::size_t a = 0; a < st.size(); ++a)
+    base += o.offsets[a] * st[a];
+  const std::int64_t esz = ir::byte_size(x.type.dtype, 1);
+  strided_copy(c.operand(0, false) + base * esz, st, c.result(0, false), o.sizes, esz);
+}
+
+void exec(const ir::tpu::PermuteOp& o, Call& c) {
+  const TensorRef& x = c.in.operands[0];
+  const auto st = strides_of(x.type.shape);
+  std::vector<std::int64_t> ps;
+  for (auto a : o.order)
+    ps.push_back(st[static_cast<std::size_t>(a)]);
+  strided_copy(c.operand(0, false), ps, c.result(0, false), c.in.results[0].type.shape,
+               ir::byte_size(x.type.dtype, 1));
+}
+
+void exec(const ir::tpu::ConcatOp& o, Call& c) {
+  const TensorRef& out = c.in.results[0];
+  const std::int64_t r = out.type.rank();
+  const std::int64_t axis = o.axis < 0 ? o.axis + r : o.axis;
+  const std::int64_t esz = ir::byte_size(out.type.dtype, 1);
+  std::int64_t outer = 1, inner = 1;
+  for (std::int64_t a = 0; a < axis; ++a)
+    outer *= out.type.shape[static_cast<std::size_t>(a)];
+  for (std::int64_t a = axis + 1; a < r; ++a)
+    inner *= out.type.shape[static_cast<std::size_t>(a)];
+  const std::int64_t out_row = out.type.shape[static_cast<std::size_t>(axis)] * inner * esz;
+  std::byte* dst = c.result(0, false);
+  std::int64_t col = 0;
+  for (std::size_t i = 0; i < c.in.operands.size(); ++i) {
+    const TensorRef& in = c.in.operands[i];
+    const std::int64_t row = in.type.shape[static_cast<std::size_t>(axis)] * inner * esz;
+    const std::byte* src = c.operand(i, false);
+    for (std::int64_t o2 = 0; o2 < outer; ++o2)
+      std::memcpy(dst + o2 * out_row + col, src + o2 * row, static_cast<std::size_t>(row));
+    col += row;
+  }
+}
+
+void exec(const ir::tpu::GatherOp&, Call& c) {
+  const TensorRef& t = c.in.operands[0];
+  const std::int64_t R = t.type.shape[0];
+  const std::int64_t row = t.type.num_elements() / std::max<std::int64_t>(R, 1);
+  const std::int64_t n = c.in.operands[1].type.num_elements();
+  const void* tp = t.buffer.region == ir::Region::weight ? c.weight(t.weight).bytes.data()
+                                                         : c.operand(0, false);
+  k::EmbeddingShape shape{R, row};
+  with_param(t, tp, R * row, [&](auto table) {
+    k::embedding_gather(span_of<std::int32_t>(c.operand(1, false), n), table,
+                        mspan_of<float>(c.result(0, false), n * row), shape, c.split);
+  });
+}
+
+void exec(const ir::tpu::ArgMaxOp&, Call& c) {
+  const auto [rows, cols] = rows_cols(c, c.in.operands[0]);
+  const float* x = c.f32_in(0);
+  auto* y = reinterpret_cast<std::int32_t*>(c.result(0));
+  for (std::int64_t r = 0; r < rows; ++r)
+    y[r] = static_cast<std::int32_t>(k::argmax(span_of<float>(x + r * cols, cols)));
+}
+
+void exec(const ir::tpu::TopKOp& o, Call& c) {
+  const auto [rows, cols] = rows_cols(c, c.in.operands[0]);
+  const float* x = c.f32_in(0);
+  float* vals = c.f32_out(0);
+  auto* idx = reinterpret_cast<std::int32_t*>(c.result(1));
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const k::TopK t = k::top_k(span_of<float>(x + r * cols, cols), o.k);
+    for (std::int64_t j = 0; j < o.k; ++j) {
+      vals[r * o.k + j] = t.values[static_cast<std::size_t>(j)];
+      idx[r * o.k + j] = static_cast<std::int32_t>(t.indices[static_cast<std::size_t>(j)]);
+    }
+  }
+}
+
+template <class T>
+  requires(ir::dialect_of<T>() != ir::Dialect::tpu)
+void exec(const T&, Call& c) {
+  throw_error(ErrorKind::internal, c.in.where, "not a Tpu instruction");
+}
+
+} // namespace
+
+std::byte* Call::addr(const codegen::TensorRef& r, bool slice) const {
+  const ir::Buffer& b = r.buffer;
+  std::byte* p = nullptr;
+  switch (b.region) {
+  case ir::Region::input:
+    p = const_cast<std::byte*>(reg.inputs[static_cast<std::size_t>(b.slot)].data()) + b.offset;
+    break;
+  case ir::Region::output:
+    p = reg.outputs[static_cast<std::size_t>(b.slot)].data() + b.offset;
+    break;
+  case ir::Region::kv:
+    p = reg.kv + b.offset + reg.pos0 * b.pos_stride;
+    break;
+  case ir::Region::arena:
+    p = reg.arena + b.offset;
+    break;
+  case ir::Region::local:
+    p = reg.local + core * reg.local_stride + b.offset;
+    break;
+  case ir::Region::weight:
+    return const_cast<std::byte*>(weight(r.weight).bytes.data());
+  }
+  if (slice && sliced(r))
+    p += b.size / rows_total * r0;
+  return p;
+}
+
+void execute(Call& c) {
+  ir::visit_op(c.in.op, [&](const auto& o) { exec(o, c); });
+}
+
+kernels::CoreSplit default_split(const codegen::Instr& in, std::int64_t cores) {
+  using k::SplitDim;
+  const int parts = static_cast<int>(std::max<std::int64_t>(1, cores));
+  const auto rows = [&](const codegen::TensorRef& r) {
+    const std::int64_t n = r.type.num_elements();
+    return r.type.rank() ? n / std::max<std::int64_t>(r.type.shape.back(), 1) : 1;
+  };
+  switch (in.kind()) {
+  case ir::OpKind::tpu_MatMul:
+  case ir::OpKind::tpu_MLP:
+  case ir::OpKind::tpu_MatMulArgMax:
+    return {rows(in.operands[0]) <= k::detail::kGemvMaxRows ? SplitDim::cols : SplitDim::rows,
+            parts};
+  case ir::OpKind::tpu_FAttention:
+    return {SplitDim::rows, parts};
+  case ir::OpKind::tpu_Embedding:
+  case ir::OpKind::tpu_RMSNorm:
+  case ir::OpKind::tpu_AddRMSNorm:
+  case ir::OpKind::tpu_Rope:
+  case ir::OpKind::tpu_Add:
+  case ir::OpKind::tpu_Mul:
+  case ir::OpKind::tpu_Softmax:
+    return rows(in.operands[0]) >= 16 ? k::CoreSplit{SplitDim::rows, parts} : k::CoreSplit{};
+  case ir::OpKind::tpu_SiLU:
+    return in.operands[0].type.num_elements() >= 65536 ? k::CoreSplit{SplitDim::rows, parts}
+                                                        : k::CoreSplit{};
+  default:
+    return {};
+  }
+}
+
+} // namespace tpullm::runtime::detail

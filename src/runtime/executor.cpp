@@ -1,0 +1,331 @@
+// The executor: regions, weights, the run loop and layer-group tiles (runtime/executor.hpp).
+#include "tpullm/runtime/executor.hpp"
+
+#include <chrono>
+#include <cstring>
+#include <stdexcept>
+
+#include <omp.h>
+
+#include "exec_call.hpp"
+#include "tpullm/conversion/weight_convert.hpp"
+
+namespace tpullm::runtime {
+
+using detail::Call;
+using detail::Regions;
+using detail::WeightRef;
+
+struct Executor::Impl {
+  std::int64_t cores = 1, local_memory = 0;
+  kernels::AlignedArray<std::byte> kv, arena, local;
+  std::int64_t local_stride = 0;
+  std::map<std::string, ir::Weight> weights;
+  std::map<std::string, WeightRef> refs;
+  std::map<std::string, std::unique_ptr<kernels::PackedWeights>> packed;
+  struct Prog {
+    codegen::Program p;
+    std::vector<std::vector<std::byte>> staging; ///< per result, when the caller gives no span
+  };
+  std::map<std::string, Prog> programs;
+
+  const WeightRef& weight(const std::string& name) const {
+    auto it = refs.find(name);
+    check(it != refs.end(), ErrorKind::internal, "weight @" + name, "is not loaded");
+    return it->second;
+  }
+
+  void grow(kernels::AlignedArray<std::byte>& a, std::int64_t bytes) {
+    if (static_cast<std::int64_t>(a.size()) < bytes)
+      a = kernels::AlignedArray<std::byte>(static_cast<std::size_t>(bytes));
+  }
+};
+
+Executor::Executor(KvGeometry kv, std::int64_t cores, std::int64_t local_memory)
+    : impl_(std::make_unique<Impl>()), kv_(kv) {
+  check(kv.layers >= 0 && kv.capacity >= 0 && kv.row_bytes >= 0, ErrorKind::invalid_input,
+        "executor", "bad KV geometry");
+  check(cores >= 1, ErrorKind::invalid_input, "executor", "cores must be >= 1, got ", cores);
+  impl_->cores = cores;
+  impl_->local_memory = local_memory;
+  impl_->kv = kernels::AlignedArray<std::byte>(static_cast<std::size_t>(kv.bytes()));
+}
+
+Executor::~Executor() = default;
+
+void Executor::add_weight(const ir::Weight& w) {
+  auto [it, fresh] = impl_->weights.emplace(w.name, w);
+  if (!fresh) {
+    check(it->second.type == w.type, ErrorKind::invalid_input, "weight @" + w.name,
+          "is already loaded as ", it->second.type.str(), ", not ", w.type.str());
+    return;
+  }
+  check(w.has_data(), ErrorKind::invalid_input, "weight @" + w.name,
+        "has no data; the executor needs weight bytes (a module parsed from text has none)");
+  WeightRef ref;
+  if (w.type.layout == ir::Layout::panels) {
+    auto p = std::make_unique<kernels::PackedWeights>(conversion::packed_view(it->second));
+    ref.packed = p.get();
+    ref.bytes = it->second.part("data").bytes;
+    impl_->packed[w.name] = std::move(p);
+  } else {
+    const ir::WeightPart& d = it->second.part("data");
+    check(d.dtype == w.type.dtype &&
+              static_cast<std::int64_t>(d.bytes.size()) == w.type.byte_size(),
+          ErrorKind::invalid_input, "weight @" + w.name, "data is ", d.bytes.size(), " bytes of ",
+          ir::name(d.dtype), ", the type ", w.type.str(), " needs ", w.type.byte_size());
+    check(reinterpret_cast<std::uintptr_t>(d.bytes.data()) % ir::byte_size(d.dtype, 1) == 0 ||
+              ir::byte_size(d.dtype, 1) == 0,
+          ErrorKind::invalid_input, "weight @" + w.name, "data is not aligned to its element");
+    ref.bytes = d.bytes;
+  }
+  impl_->refs[w.name] = ref;
+}
+
+void Executor::add_weights(const ir::Module& m) {
+  for (const auto& [name, w] : m.weights())
+    add_weight(w);
+}
+
+void Executor::add_program(codegen::Program p) {
+  const std::string where = "@" + p.name;
+  check(p.info.memory.has_value(), ErrorKind::invalid_input, where, "has no memory plan");
+  const ir::MemoryInfo& mem = *p.info.memory;
+  if (mem.kv_row > 0) {
+    check(mem.kv_row == kv_.row_bytes && mem.kv_capacity == kv_.capacity,
+          ErrorKind::invalid_input, where, "was planned for KV slots of ", mem.kv_row,
+          " bytes x ", mem.kv_capacity, ", the executor holds ", kv_.row_bytes, " x ",
+          kv_.capacity);
+    check(p.info.layer < kv_.layers, ErrorKind::invalid_input, where, "addresses layer ",
+          p.info.layer, " of a cache with ", kv_.layers, " layers");
+  }
+  check(mem.local <= impl_->local_memory, ErrorKind::invalid_input, where, "needs ", mem.local,
+        " bytes of local memory per core, the executor has ", impl_->local_memory);
+  for (const auto& in : p.instrs)
+    for (const auto& r : in.operands)
+      if (r.buffer.region == ir::Region::weight)
+        impl_->weight(r.weight); // throws when missing
+  impl_->grow(impl_->arena, mem.arena);
+  if (mem.local > 0) {
+    impl_->local_stride = std::max(impl_->local_stride, (mem.local + 63) / 64 * 64);
+    impl_->grow(impl_->local, impl_->local_stride * impl_->cores);
+  }
+  Impl::Prog prog{std::move(p), {}};
+  for (const auto& r : prog.p.results)
+    prog.staging.emplace_back(static_cast<std::size_t>(r.type.byte_size()));
+  const std::string name = prog.p.name;
+  impl_->programs.insert_or_assign(name, std::move(prog));
+}
+
+bool Executor::has_program(const std::string& name) const {
+  return impl_->programs.count(name) > 0;
+}
+
+const codegen::Program& Executor::program(const std::string& name) const {
+  auto it = impl_->programs.find(name);
+  check(it != impl_->programs.end(), ErrorKind::invalid_input, "@" + name, "no such program");
+  return it->second.p;
+}
+
+std::span<float> Executor::cache(std::int64_t layer, int kind) {
+  check(layer >= 0 && layer < kv_.layers && (kind == 0 || kind == 1), ErrorKind::invalid_input,
+        "cache", "layer ", layer, " kind ", kind, " does not exist");
+  const std::int64_t bytes = kv_.capacity * kv_.row_bytes;
+  auto* base = reinterpret_cast<float*>(impl_->kv.data() + (2 * layer + kind) * bytes);
+  return {base, static_cast<std::size_t>(bytes / 4)};
+}
+
+std::int64_t Executor::arena_bytes() const {
+  return static_cast<std::int64_t>(impl_->arena.size());
+}
+std::int64_t Executor::local_bytes() const {
+  return static_cast<std::int64_t>(impl_->local.size());
+}
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+/// Runs one instruction, wrapping what the kernels throw into located errors.
+void run_call(Call& c) {
+  try {
+    detail::execute(c);
+  } catch (const Error& e) {
+    throw e.within(c.in.where);
+  } catch (const std::out_of_range& e) {
+    throw Error(ErrorKind::invalid_input, c.in.where, e.what());
+  } catch (const std::invalid_argument& e) {
+    throw Error(ErrorKind::internal, c.in.where, e.what());
+  }
+}
+
+kernels::CoreSplit split_of(const codegen::Instr& in, std::int64_t cores) {
+  const ir::SplitPlan& s = in.plan.split;
+  kernels::SplitDim d = kernels::SplitDim::none;
+  switch (s.dim) {
+  case ir::SliceDim::none:
+    if (in.plan.group < 0 && s.parts <= 1)
+      return detail::default_split(in, cores);
+    d = kernels::SplitDim::none;
+    break;
+  case ir::SliceDim::rows:
+  case ir::SliceDim::tiles:
+    d = kernels::SplitDim::rows;
+    break;
+  case ir::SliceDim::cols:
+    d = kernels::SplitDim::cols;
+    break;
+  case ir::SliceDim::heads:
+    d = kernels::SplitDim::heads;
+    break;
+  }
+  return {d, static_cast<int>(std::min<std::int64_t>(s.parts, cores))};
+}
+
+} // namespace
+
+std::vector<std::span<const std::byte>>
+Executor::run(const std::string& name, std::span<const std::span<const std::byte>> inputs,
+              std::span<const std::span<std::byte>> outputs) {
+  const auto t0 = clock_type::now();
+  auto it = impl_->programs.find(name);
+  check(it != impl_->programs.end(), ErrorKind::invalid_input, "@" + name,
+        "no such function in the compiled model");
+  Impl::Prog& prog = it->second;
+  const codegen::Program& p = prog.p;
+  const std::string where = "@" + name;
+  check(inputs.size() == p.args.size(), ErrorKind::invalid_input, where, "expects ",
+        p.args.size(), " inputs, got ", inputs.size());
+  check(outputs.empty() || outputs.size() == p.results.size(), ErrorKind::invalid_input, where,
+        "expects ", p.results.size(), " output spans (or none), got ", outputs.size());
+  Regions reg;
+  reg.inputs = inputs;
+  reg.kv = impl_->kv.data();
+  reg.arena = impl_->arena.data();
+  reg.kv_capacity = kv_.capacity;
+  reg.local = impl_->local.data();
+  reg.local_stride = impl_->local_stride;
+  for (std::size_t j = 0; j < p.results.size(); ++j) {
+    const std::int64_t want = p.results[j].type.byte_size();
+    if (!outputs.empty() && !outputs[j].empty()) {
+      check(static_cast<std::int64_t>(outputs[j].size()) == want, ErrorKind::invalid_input, where,
+            "output ", j, " is ", outputs[j].size(), " bytes, the result needs ", want);
+      reg.outputs.push_back(outputs[j]);
+    } else {
+      reg.outputs.emplace_back(prog.staging[j].data(), prog.staging[j].size());
+    }
+  }
+  // Positions: consecutive, inside the cache.
+  if (p.positions_arg >= 0) {
+    const auto& pa = p.args[static_cast<std::size_t>(p.positions_arg)];
+    const auto& in = inputs[static_cast<std::size_t>(p.positions_arg)];
+    const std::int64_t L = pa.type.num_elements();
+    check(static_cast<std::int64_t>(in.size()) == L * 4, ErrorKind::invalid_input, where,
+          "position_ids must be ", L * 4, " bytes");
+    const auto* pos = reinterpret_cast<const std::int32_t*>(in.data());
+    for (std::int64_t i = 0; i < L; ++i)
+      check(pos[i] == pos[0] + i && pos[i] >= 0, ErrorKind::invalid_input, where,
+            "position_ids must be consecutive and non-negative (row ", i, " is ", pos[i],
+            " after ", pos[0], ")");
+    reg.pos0 = pos[0];
+    if (p.info.memory && p.info.memory->kv_row > 0)
+      check(pos[0] + L <= kv_.capacity, ErrorKind::invalid_input, where, "positions ", pos[0],
+            "..", pos[0] + L - 1, " do not fit the KV cache of ", kv_.capacity, " slots");
+  }
+  for (std::size_t i = 0; i < p.args.size(); ++i) {
+    const auto& a = p.args[i];
+    if (a.buffer.region == ir::Region::kv) {
+      if (!inputs[i].empty()) { // tests may hand history in; the runtime never does
+        check(static_cast<std::int64_t>(inputs[i].size()) == a.type.byte_size(),
+              ErrorKind::invalid_input, where, "history input ", i, " must be empty or ",
+              a.type.byte_size(), " bytes");
+        std::memcpy(reg.kv + a.buffer.offset, inputs[i].data(), inputs[i].size());
+      }
+      continue;
+    }
+    check(static_cast<std::int64_t>(inputs[i].size()) == a.type.byte_size(),
+          ErrorKind::invalid_input, where, "input ", i, " is ", inputs[i].size(),
+          " bytes, the argument ", a.type.str(), " needs ", a.type.byte_size());
+  }
+  auto weight = [this](const std::string& n) -> const WeightRef& { return impl_->weight(n); };
+  const std::int64_t cores = impl_->cores;
+  const std::int64_t lm = impl_->local_memory;
+  double kernel_s = 0;
+  const auto& instrs = p.instrs;
+  for (std::size_t i = 0; i < instrs.size();) {
+    const codegen::Instr& in = instrs[i];
+    const ir::OpPlan& plan = in.plan;
+    const bool row_group = plan.group >= 0 && plan.tile.dim == ir::SliceDim::rows &&
+                           plan.tile.count > 1;
+    const auto k0 = profiling_ ? clock_type::now() : clock_type::time_point{};
+    if (!row_group) {
+      Call c{in, reg, weight, split_of(in, cores)};
+      c.local_memory = plan.local > 0 ? plan.local : lm;
+      run_call(c);
+      ++stats_.instrs;
+      ++i;
+    } else {
+      // The group's instructions, run tile by tile; tiles dealt to cores.
+      std::size_t e = i;
+      while (e < instrs.size() && instrs[e].plan.group == plan.group)
+        ++e;
+      const std::int64_t rows = Call::rows_of(in.results.at(0).type);
+      const std::int64_t T = plan.tile.size, n = (rows + T - 1) / T;
+      const int parts = plan.split.dim == ir::SliceDim::tiles
+                            ? static_cast<int>(std::clamp<std::int64_t>(plan.split.parts, 1,
+                                                                        std::min(cores, n)))
+                            : 1;
+      std::exception_ptr failure;
+#pragma omp parallel for num_threads(parts) schedule(static, 1) if (parts > 1)
+      for (std::int64_t t = 0; t < n; ++t) {
+        try {
+          for (std::size_t j = i; j < e; ++j) {
+            const codegen::Instr& gi = instrs[j];
+            Call c{gi, reg, weight, kernels::CoreSplit{}};
+            c.core = parts > 1 ? omp_get_thread_num() : 0;
+            c.tiled = true;
+            c.rows_total = rows;
+            c.r0 = t * T;
+            c.r1 = std::min(rows, (t + 1) * T);
+            c.local_memory = lm;
+            run_call(c);
+          }
+        } catch (...) {
+#pragma omp critical
+          if (!failure)
+            failure = std::current_exception();
+        }
+      }
+      if (failure)
+        std::rethrow_exception(failure);
+      stats_.instrs += static_cast<std::int64_t>((e - i)) * n;
+      i = e;
+    }
+    if (profiling_)
+      kernel_s += std::chrono::duration<double>(clock_type::now() - k0).count();
+  }
+  // Results: produced in place, or copied to the caller's span, or handed out as views.
+  std::vector<std::span<const std::byte>> views;
+  Call at{instrs.empty() ? codegen::Instr{} : instrs.front(), reg, weight, {}};
+  for (std::size_t j = 0; j < p.results.size(); ++j) {
+    const auto& r = p.results[j];
+    const std::int64_t bytes = r.type.byte_size();
+    const bool in_slot = r.buffer.region == ir::Region::output &&
+                         r.buffer.slot == static_cast<std::int64_t>(j) && r.buffer.offset == 0;
+    const std::byte* src = at.addr(r, false);
+    const bool caller = !outputs.empty() && !outputs[j].empty();
+    if (in_slot || !caller) {
+      views.emplace_back(in_slot ? reg.outputs[j].data() : src, static_cast<std::size_t>(bytes));
+    } else {
+      std::memcpy(outputs[j].data(), src, static_cast<std::size_t>(bytes));
+      views.emplace_back(outputs[j].data(), static_cast<std::size_t>(bytes));
+    }
+  }
+  const double total = std::chrono::duration<double>(clock_type::now() - t0).count();
+  stats_.total_seconds += total;
+  stats_.kernel_seconds += kernel_s;
+  ++stats_.runs;
+  return views;
+}
+
+} // namespace tpullm::runtime
