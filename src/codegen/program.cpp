@@ -49,6 +49,7 @@ Program make_program(const ir::Function& f) {
     Instr in;
     in.op = op->op();
     in.plan = op->plan().value_or(ir::OpPlan{});
+    in.planned = op->plan().has_value();
     in.where = "@" + f.name() + ": " + std::string(op->name()) +
                (op->loc().known() ? " at " + op->loc().str() : std::string());
     for (const ir::Value* v : op->operands())

@@ -18,9 +18,10 @@ namespace {
 
 std::string tail_pipeline(const CompileOptions& o) {
   std::string p = o.fusions;
-  if (o.layer_groups)
-    p += std::string(p.empty() ? "" : ",") + "layer-group{local-memory=" +
-         std::to_string(o.target.local_memory) + ",cores=" + std::to_string(o.target.cores) + "}";
+  p += std::string(p.empty() ? "" : ",") + "layer-group{local-memory=" +
+       std::to_string(o.target.local_memory) + ",cores=" + std::to_string(o.target.cores) +
+       (o.tile_rows > 0 ? ",tile-rows=" + std::to_string(o.tile_rows) : std::string()) +
+       (o.layer_groups ? "" : ",groups=false") + "}";
   return p;
 }
 

@@ -47,10 +47,10 @@ struct Call {
   static std::int64_t rows_of(const ir::TensorType& t) {
     return t.rank() >= 2 && t.shape[0] == 1 ? t.shape[1] : 0;
   }
-  /// Whether ref r is cut to this call's rows.
+  /// Whether ref r is cut to this call's rows (a local ref holds just the tile's rows; others
+  /// are addressed at row r0).
   bool sliced(const codegen::TensorRef& r) const {
-    return tiled && r.buffer.region != ir::Region::local &&
-           r.buffer.region != ir::Region::weight && rows_of(r.type) == rows_total;
+    return tiled && r.buffer.region != ir::Region::weight && rows_of(r.type) == rows_total;
   }
   /// Address of ref r for this call (row-sliced when `slice` and the ref is row-shaped).
   std::byte* addr(const codegen::TensorRef& r, bool slice = true) const;

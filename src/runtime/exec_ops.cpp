@@ -402,7 +402,7 @@ std::byte* Call::addr(const codegen::TensorRef& r, bool slice) const {
   case ir::Region::weight:
     return const_cast<std::byte*>(weight(r.weight).bytes.data());
   }
-  if (slice && sliced(r))
+  if (slice && sliced(r) && b.region != ir::Region::local)
     p += b.size / rows_total * r0;
   return p;
 }

@@ -164,7 +164,7 @@ kernels::CoreSplit split_of(const codegen::Instr& in, std::int64_t cores) {
   kernels::SplitDim d = kernels::SplitDim::none;
   switch (s.dim) {
   case ir::SliceDim::none:
-    if (in.plan.group < 0 && s.parts <= 1)
+    if (!in.planned)
       return detail::default_split(in, cores);
     d = kernels::SplitDim::none;
     break;
@@ -287,7 +287,8 @@ Executor::run(const std::string& name, std::span<const std::span<const std::byte
             c.rows_total = rows;
             c.r0 = t * T;
             c.r1 = std::min(rows, (t + 1) * T);
-            c.local_memory = lm;
+            // The kernels' own working set: what the group's intermediates leave free.
+            c.local_memory = std::max(lm - plan.local, lm / 4);
             run_call(c);
           }
         } catch (...) {
@@ -306,7 +307,8 @@ Executor::run(const std::string& name, std::span<const std::span<const std::byte
   }
   // Results: produced in place, or copied to the caller's span, or handed out as views.
   std::vector<std::span<const std::byte>> views;
-  Call at{instrs.empty() ? codegen::Instr{} : instrs.front(), reg, weight, {}};
+  const codegen::Instr none;
+  Call at{none, reg, weight, {}};
   for (std::size_t j = 0; j < p.results.size(); ++j) {
     const auto& r = p.results[j];
     const std::int64_t bytes = r.type.byte_size();

@@ -49,7 +49,11 @@ int cmd_verify(const std::vector<std::string>& args) {
       "bound: |ours - golden| <= rel-tol * max|golden| per logits tensor")(
       "mode", po::value(&copts.lower.mode)->default_value("f32"),
       "tpu level: weight dtype of linear and MLP layers (f32, bf16, f16)")(
-      "target", po::value(&target_file), "tpu level: target JSON file (default: this machine)");
+      "target", po::value(&target_file), "tpu level: target JSON file (default: this machine)")(
+      "tile-rows", po::value(&copts.tile_rows)->default_value(0),
+      "tpu level: force layer-group tiles of this many rows (0: the cost model decides)")(
+      "no-layer-groups", po::bool_switch()->notifier([&](bool v) { copts.layer_groups = !v; }),
+      "tpu level: no layer groups (core splits only)");
   if (!parse_model_command(args, o, params))
     return kOk;
   if (level != "top" && level != "tpu")

@@ -25,6 +25,7 @@ struct Instr {
   std::vector<TensorRef> operands; ///< in op order
   std::vector<TensorRef> results;  ///< in op order
   ir::OpPlan plan;                 ///< layer group, tile, core split (default: ungrouped)
+  bool planned = false;            ///< the op had a plan (else the executor picks a split)
   std::string where;               ///< "@fn: tpu.MatMul at file:line" for messages
 
   ir::OpKind kind() const { return static_cast<ir::OpKind>(op.index()); }

@@ -23,7 +23,8 @@ struct CompileOptions {
   conversion::LowerOptions lower;                ///< mode, embedding and lm_head dtypes
   target::Target target = target::host_target(); ///< cores and local memory to plan for
   std::string fusions;                           ///< passes after lowering (a pipeline)
-  bool layer_groups = false;                     ///< run the layer-group tiler
+  bool layer_groups = true;                      ///< form layer groups (else core splits only)
+  std::int64_t tile_rows = 0;                    ///< force tiles of this many rows (0: cost model)
   bool kv_in_place = true;                       ///< produce keys / values in the cache slot
   std::int64_t kv_capacity = 0;                  ///< KV slots per layer (0: what views need)
   std::int64_t threads = 0;                      ///< modules compiled at once (0: target cores)

@@ -8,6 +8,7 @@
 
 #include "tpullm/conversion/lower_to_tpu.hpp"
 #include "tpullm/memory/plan_memory.hpp"
+#include "tpullm/tiling/layer_group.hpp"
 #include "tpullm/pass/pass.hpp"
 #include "tpullm/pass/passes/canonicalize.hpp"
 #include "tpullm/pass/passes/cse.hpp"
@@ -30,6 +31,11 @@ inline const std::vector<PassInfo>& pass_registry() {
           "translate Top functions into Tpu functions: packed / quantized weights, RoPE by "
           "table gather, the KV cache updated in place",
           conversion::run_lower_to_tpu),
+      make_pass<tiling::LayerGroupOptions>(
+          "layer-group",
+          "group row-local Tpu ops into layer groups tiled over token rows to fit local "
+          "memory (cost model), and give every op a core split",
+          tiling::layer_group),
       make_pass<memory::PlanMemoryOptions>(
           "plan-memory",
           "give every value of Tpu functions a buffer: caller spans for inputs and outputs, the "
