@@ -16,9 +16,15 @@ namespace tpullm::runtime {
 class InterpreterExecutor : public StageExecutor {
 public:
   /// Takes the stage modules (one function each, or more); function names must be unique.
-  explicit InterpreterExecutor(std::vector<ir::Module> modules) : modules_(std::move(modules)) {
+  /// Every module's interpreter materializes weights into `weights`, so a weight referenced by
+  /// several stage modules (a layer's block_i, block_kv_i and decode variants; the embedding
+  /// of embedding, embedding_cache and a tied lm_head) is widened once per model.
+  explicit InterpreterExecutor(
+      std::vector<ir::Module> modules,
+      std::shared_ptr<interp::WeightStore> weights = std::make_shared<interp::WeightStore>())
+      : modules_(std::move(modules)), weights_(std::move(weights)) {
     for (auto& m : modules_) {
-      auto interp = std::make_shared<interp::TopInterpreter>(m);
+      auto interp = std::make_shared<interp::TopInterpreter>(m, weights_);
       for (const auto& f : m.functions()) {
         check(!by_function_.count(f->name()), ErrorKind::invalid_input, "@" + f->name(),
               "function defined by two modules");
@@ -37,7 +43,7 @@ public:
     std::vector<interp::Tensor> in;
     for (const auto& t : inputs) {
       if (t.dtype == ir::DType::i32)
-        in.push_back(interp::Tensor::from_ints(t.shape, {t.i.begin(), t.i.end()}, ir::DType::i32));
+        in.push_back(interp::Tensor::from_i32(t.shape, t.i, ir::DType::i32));
       else
         in.push_back(interp::Tensor::from_f32(t.shape, t.f, ir::DType::f32));
     }
@@ -50,7 +56,7 @@ public:
         h.f = r.to_f32();
       } else {
         h.dtype = ir::DType::i32;
-        h.i.assign(r.ints().begin(), r.ints().end());
+        h.i.assign(r.ints().data(), r.ints().data() + r.ints().size());
       }
       out.push_back(std::move(h));
     }
@@ -58,9 +64,12 @@ public:
   }
 
   const std::vector<ir::Module>& modules() const { return modules_; }
+  /// The weights materialized so far, shared by every module's interpreter.
+  const interp::WeightStore& weights() const { return *weights_; }
 
 private:
   std::vector<ir::Module> modules_;
+  std::shared_ptr<interp::WeightStore> weights_;
   std::map<std::string, std::shared_ptr<interp::TopInterpreter>> by_function_;
 };
 
