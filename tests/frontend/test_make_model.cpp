@@ -1,13 +1,11 @@
 // The streaming safetensors writer against the reader (and the tests' own in-memory writer),
-// and random checkpoints from the model presets through load_model and the interpreter.
+// and random checkpoints from the model presets through load_model (their run through the
+// interpreter is in tests/unit/test_interpreter_vs_old.cpp, which compiles it anyway).
 #include "frontend_test_util.hpp"
 
 #include "tpullm/frontend/make_model.hpp"
 #include "tpullm/frontend/model_desc.hpp"
 #include "tpullm/frontend/safetensors_writer.hpp"
-#include "tpullm/frontend/stage_builder.hpp"
-#include "tpullm/runtime/interpreter_executor.hpp"
-#include "tpullm/runtime/session.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -228,8 +226,7 @@ TEST_CASE("a random tiny checkpoint round-trips through load_model, deterministi
   CHECK(read_file(other / "config.json") == read_file(again / "config.json"));
 }
 
-TEST_CASE("reduced qwen2.5 and llama3.2 checkpoints load, and qwen's activations stay sane",
-          "[make-model]") {
+TEST_CASE("reduced qwen2.5 and llama3.2 checkpoints load", "[make-model]") {
   TempDir t;
   ModelPreset q = find_preset("qwen2.5-0.5b");
   q.layers = 1;
@@ -245,25 +242,6 @@ TEST_CASE("reduced qwen2.5 and llama3.2 checkpoints load, and qwen's activations
   CHECK(d.layers[0].q.tensor().to_f32()[5] ==
         bf16_to_f32(f32_to_bf16(static_cast<float>(
             0.02 * random_normal(tensor_key(7, "model.layers.0.self_attn.q_proj.weight"), 5)))));
-
-  StageParams p;
-  p.seq_length = 16;
-  p.max_input_length = 8;
-  p.decode_chunk = 0;
-  p.with_history = false;
-  runtime::InterpreterExecutor exec(build_top_modules(d, p));
-  runtime::Session s(exec, {1, 896, 2, 64, 256}, p);
-  const auto logits = s.prefill({3, 1, 4, 1, 5, 9, 2, 6}, true);
-  REQUIRE(logits.size() == 8 * 256);
-  double sum2 = 0;
-  for (float x : logits) {
-    REQUIRE(std::isfinite(x));
-    sum2 += static_cast<double>(x) * x;
-  }
-  const double rms = std::sqrt(sum2 / static_cast<double>(logits.size()));
-  INFO("logits rms " << rms);
-  CHECK(rms > 0.05);
-  CHECK(rms < 20);
 
   ModelPreset l = find_preset("llama3.2-1b");
   l.layers = 1;

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <unistd.h>
 #include <map>
 #include <memory>
 #include <random>
@@ -16,8 +17,10 @@
 
 #include "old_top_interpreter.hpp"
 #include "tpullm/frontend/goldens.hpp"
+#include "tpullm/frontend/make_model.hpp"
 #include "tpullm/frontend/stage_builder.hpp"
 #include "tpullm/interp/top_interpreter.hpp"
+#include "tpullm/runtime/interpreter_executor.hpp"
 #include "tpullm/runtime/session.hpp"
 #include "tpullm/verify/golden_check.hpp"
 
@@ -146,4 +149,41 @@ TEST_CASE("the interpreter matches the one it replaced to 1e-12 on every shared 
               exec.worst_where().c_str());
   CHECK(exec.compared() > 100);
   CHECK(exec.worst() <= kBound);
+}
+
+TEST_CASE("a random qwen2.5 layer from make-model keeps activations at a real model's scale",
+          "[interp][make-model]") {
+  // Checked here rather than in tests/frontend so that only one test file compiles the
+  // interpreter for it.
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("tpullm-make-model-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  frontend::ModelPreset q = frontend::find_preset("qwen2.5-0.5b");
+  q.layers = 1;
+  q.vocab = 256;
+  frontend::write_random_model(q, {7, frontend::DType::bf16, 0.02}, dir);
+  const auto d = frontend::load_model(dir);
+  frontend::StageParams p;
+  p.seq_length = 16;
+  p.max_input_length = 8;
+  p.decode_chunk = 0;
+  p.with_history = false;
+  runtime::InterpreterExecutor exec(frontend::build_top_modules(d, p));
+  runtime::Session s(exec, {1, 896, 2, 64, 256}, p);
+  const auto logits = s.prefill({3, 1, 4, 1, 5, 9, 2, 6}, true);
+  REQUIRE(logits.size() == 8 * 256);
+  double sum2 = 0;
+  for (float x : logits) {
+    REQUIRE(std::isfinite(x));
+    sum2 += static_cast<double>(x) * x;
+  }
+  const double rms = std::sqrt(sum2 / static_cast<double>(logits.size()));
+  INFO("logits rms " << rms);
+  CHECK(rms > 0.05);
+  CHECK(rms < 20);
+  // One store for the model: the embedding (read by embedding and the tied lm_head) once, 12
+  // tensors of layer 0, the rope cos / sin tables and the final norm.
+  CHECK(exec.weights().size() == 16);
+  std::filesystem::remove_all(dir);
 }
