@@ -91,7 +91,7 @@ TEST_CASE("tensor bytes round-trip every dtype, widening exactly", "[interp][ten
     INFO(name(dt));
     const Tensor t = Tensor::from_floats({2, 3}, fv, dt).cast(dt);
     const Tensor back = Tensor::from_bytes({2, 3}, dt, t.to_bytes());
-    CHECK(back.floats() == t.floats());
+    CHECK(back.float_values() == t.float_values());
     CHECK(back.dtype() == dt);
   }
   CHECK(Tensor::from_floats({1}, {0.1}).cast(DType::f32).f(0) == static_cast<double>(0.1f));
@@ -104,11 +104,12 @@ TEST_CASE("tensor bytes round-trip every dtype, widening exactly", "[interp][ten
   for (const auto& [dt, v] : ints) {
     INFO(name(dt));
     const Tensor t = Tensor::from_ints({3}, v, dt);
-    CHECK(Tensor::from_bytes({3}, dt, t.to_bytes()).ints() == v);
+    CHECK(Tensor::from_bytes({3}, dt, t.to_bytes()).int_values() == v);
   }
   // u4 packs low nibble first.
   const std::vector<std::byte> packed{std::byte{0x21}, std::byte{0x03}};
-  CHECK(Tensor::from_bytes({3}, DType::u4, packed).ints() == std::vector<std::int64_t>{1, 2, 3});
+  CHECK(Tensor::from_bytes({3}, DType::u4, packed).int_values() ==
+        std::vector<std::int64_t>{1, 2, 3});
   CHECK_THROWS_WITH(Tensor::from_bytes({3}, DType::f32, packed),
                     Catch::Contains("2 bytes for 3 f32"));
   CHECK_THROWS_WITH(Tensor::from_ints({1}, {300}, DType::u8).to_bytes(),
@@ -132,7 +133,7 @@ TEST_CASE("interp MatMul: transpose_b, bias, plain weights of every float width"
         return std::vector<Value*>{bl.create(MatMulOp{tr}, {x[0], w, bias})};
       });
       REQUIRE(out[0].shape() == Shape{1, 2, 2});
-      CHECK(out[0].floats() == want);
+      CHECK(out[0].float_values() == want);
     }
 }
 
@@ -143,7 +144,7 @@ TEST_CASE("interp RMSNorm in f64 with gamma and eps", "[interp]") {
         b.create(RMSNormOp{0.5f}, {a[0], b.weight(data_weight("g", {2}, {1, 2}))})};
   });
   const double r0 = 1 / std::sqrt(12.5 + 0.5), r1 = 1 / std::sqrt(1.0 + 0.5);
-  check_close(out[0].floats(), {3 * r0, 8 * r0, 1 * r1, -2 * r1}, 1e-15);
+  check_close(out[0].float_values(), {3 * r0, 8 * r0, 1 * r1, -2 * r1}, 1e-15);
 }
 
 TEST_CASE("interp Gather along axis 0 and 1, i32 and i64 indices", "[interp]") {
@@ -157,9 +158,9 @@ TEST_CASE("interp Gather along axis 0 and 1, i32 and i64 indices", "[interp]") {
                                                   b.create(GatherOp{1}, {t, a[1]})};
                      });
   REQUIRE(out[0].shape() == Shape{1, 2, 3});
-  CHECK(out[0].floats() == std::vector<double>{12, 13, 14, 3, 4, 5});
+  CHECK(out[0].float_values() == std::vector<double>{12, 13, 14, 3, 4, 5});
   REQUIRE(out[1].shape() == Shape{5, 2});
-  CHECK(out[1].floats() == std::vector<double>{2, 0, 5, 3, 8, 6, 11, 9, 14, 12});
+  CHECK(out[1].float_values() == std::vector<double>{2, 0, 5, 3, 8, 6, 11, 9, 14, 12});
 }
 
 TEST_CASE("interp Rope matches a complex rotation in both pairings", "[interp][rope]") {
@@ -196,7 +197,7 @@ TEST_CASE("interp Rope matches a complex rotation in both pairings", "[interp][r
           want[base + re] = r.real();
           want[base + im] = r.imag();
         }
-    check_close(out[0].floats(), want, 1e-14);
+    check_close(out[0].float_values(), want, 1e-14);
   }
 }
 
@@ -211,15 +212,15 @@ TEST_CASE("interp Reshape, Permute, Slice, Concat move elements", "[interp]") {
     return std::vector<Value*>{r, p, s, b.create(ConcatOp{-1}, {s, s})};
   });
   CHECK(out[0].shape() == Shape{6, 4});
-  CHECK(out[0].floats() == v);
+  CHECK(out[0].float_values() == v);
   REQUIRE(out[1].shape() == Shape{4, 2, 3});
   for (std::int64_t i = 0; i < 4; ++i)
     for (std::int64_t j = 0; j < 2; ++j)
       for (std::int64_t k = 0; k < 3; ++k)
         CHECK(out[1].at({i, j, k}) == x.at({j, k, i}));
-  CHECK(out[2].floats() == std::vector<double>{18, 19, 22, 23});
+  CHECK(out[2].float_values() == std::vector<double>{18, 19, 22, 23});
   CHECK(out[3].shape() == Shape{1, 2, 4});
-  CHECK(out[3].floats() == std::vector<double>{18, 19, 18, 19, 22, 23, 22, 23});
+  CHECK(out[3].float_values() == std::vector<double>{18, 19, 18, 19, 22, 23, 22, 23});
 }
 
 TEST_CASE("interp Concat along the middle axis", "[interp]") {
@@ -229,7 +230,7 @@ TEST_CASE("interp Concat along the middle axis", "[interp]") {
     return std::vector<Value*>{bl.create(ConcatOp{1}, {x[0], x[1]})};
   });
   CHECK(out[0].shape() == Shape{2, 3, 2});
-  CHECK(out[0].floats() == std::vector<double>{1, 2, 5, 6, 7, 8, 3, 4, 9, 10, 11, 12});
+  CHECK(out[0].float_values() == std::vector<double>{1, 2, 5, 6, 7, 8, 3, 4, 9, 10, 11, 12});
 }
 
 TEST_CASE("interp Add/Mul broadcast like NumPy; SiLU; Softmax; Cast", "[interp]") {
@@ -253,21 +254,21 @@ TEST_CASE("interp Add/Mul broadcast like NumPy; SiLU; Softmax; Cast", "[interp]"
         bl.create(SoftmaxOp{0}, {v[0]}),       bl.create(CastOp{DType::bf16}, {v[1]}),
         bl.create(CastOp{DType::f16}, {v[1]}), bl.create(CastOp{DType::f64}, {v[1]})};
   });
-  check_close(o2[0].floats(),
+  check_close(o2[0].float_values(),
               {0, 1 / (1 + std::exp(-1.0)), -2 / (1 + std::exp(2.0)), 1000, 1000, 1001});
   const double e0 = 1 + std::exp(1.0) + std::exp(-2.0), e1 = 2 + std::exp(1.0);
-  check_close(o2[1].floats(), {1 / e0, std::exp(1.0) / e0, std::exp(-2.0) / e0, 1 / e1, 1 / e1,
-                               std::exp(1.0) / e1});
+  check_close(o2[1].float_values(), {1 / e0, std::exp(1.0) / e0, std::exp(-2.0) / e0, 1 / e1,
+                                     1 / e1, std::exp(1.0) / e1});
   CHECK(o2[2].at({0, 0}) == Approx(0.0).margin(1e-300));
   CHECK(o2[2].at({1, 0}) == 1.0);
   CHECK(o2[3].dtype() == DType::bf16);
-  CHECK(o2[3].floats() ==
+  CHECK(o2[3].float_values() ==
         std::vector<double>{1.0, tpullm::bf16_to_f32(tpullm::f32_to_bf16(0.1f)), 70144});
   CHECK(o2[4].dtype() == DType::f16);
   CHECK(o2[4].f(0) == 1.0);
   CHECK(o2[4].f(1) == tpullm::f16_to_f32(tpullm::f32_to_f16(0.1f)));
   CHECK(std::isinf(o2[4].f(2)));
-  CHECK(o2[5].floats() == c.floats());
+  CHECK(o2[5].float_values() == c.float_values());
 }
 
 TEST_CASE("interp ArgMax (first max, i32) and TopK (descending, lower index on ties)", "[interp]") {
@@ -279,10 +280,10 @@ TEST_CASE("interp ArgMax (first max, i32) and TopK (descending, lower index on t
   });
   CHECK(out[0].dtype() == DType::i32);
   CHECK(out[0].shape() == Shape{2, 1});
-  CHECK(out[0].ints() == std::vector<std::int64_t>{1, 4});
-  CHECK(out[1].floats() == std::vector<double>{3, 3, 2, 8, 7, 7});
-  CHECK(out[2].ints() == std::vector<std::int64_t>{1, 2, 4, 4, 0, 1});
-  CHECK(out[3].ints() == std::vector<std::int64_t>{1, 1, 1, 0, 1});
+  CHECK(out[0].int_values() == std::vector<std::int64_t>{1, 4});
+  CHECK(out[1].float_values() == std::vector<double>{3, 3, 2, 8, 7, 7});
+  CHECK(out[2].int_values() == std::vector<std::int64_t>{1, 2, 4, 4, 0, 1});
+  CHECK(out[3].int_values() == std::vector<std::int64_t>{1, 1, 1, 0, 1});
 }
 
 namespace {
@@ -336,7 +337,7 @@ std::vector<double> run_attention(const AttnCase& c, const std::vector<double>& 
                        return std::vector<Value*>{b.create(op, {a[0], a[1], a[2], a[3]})};
                      });
   REQUIRE(out[0].shape() == Shape{1, c.L, c.QH * c.d});
-  return out[0].floats();
+  return out[0].float_values();
 }
 
 } // namespace
@@ -425,7 +426,7 @@ TEST_CASE("interp MLP = down(silu(x gate) * (x up)), both layouts", "[interp]") 
                              : data_weight("d", {I, H}, dv));
       return std::vector<Value*>{b.create(MLPOp{Activation::silu, tr}, {a[0], g, u, d})};
     });
-    check_close(out[0].floats(), want);
+    check_close(out[0].float_values(), want);
   }
 }
 
@@ -557,15 +558,15 @@ TEST_CASE("interp MatMul dequantizes GPTQ (act-order) and AWQ weights exactly", 
     REQUIRE(verify_module(m).empty());
     TopInterpreter interp(m);
     // The materialized weight is the exact dequantization.
-    CHECK(interp.weights().get("w")->floats() == s.dequantized());
-    CHECK(interp.weights().get("w")->shape() == Shape{K, N});
+    CHECK(interp.weight("w")->float_values() == s.dequantized());
+    CHECK(interp.weight("w")->shape() == Shape{K, N});
     auto out = interp.run("f", {x});
     auto want = naive_matmul(xv, s.dequantized(), M, K, N);
-    const Tensor bias_t = *interp.weights().get("bias");
+    const Tensor bias_t = *interp.weight("bias");
     for (std::int64_t r = 0; r < M; ++r)
       for (std::int64_t n = 0; n < N; ++n)
         want[r * N + n] += bias_t.f(n);
-    check_close(out[0].floats(), want);
+    check_close(out[0].float_values(), want);
     CHECK(out[1].shape() == Shape{1, M, N});
     CHECK(interp.weights().size() == 4);
   }
@@ -608,8 +609,8 @@ TEST_CASE("interp runs a whole block and caches its weights", "[interp]") {
   CHECK(out[1].shape() == Shape{1, L, KVH, D});
   CHECK(interp.weights().size() == m.weights().size());
   auto again = interp.run("block_0", {xin, pin});
-  CHECK(again[0].floats() == out[0].floats());
-  for (double e : out[0].floats())
+  CHECK(again[0].float_values() == out[0].float_values());
+  for (double e : out[0].float_values())
     CHECK(std::isfinite(e));
 }
 
@@ -656,4 +657,90 @@ TEST_CASE("interp errors: inputs, weights without data, gather out of range", "[
   TopInterpreter pi(parsed);
   CHECK_THROWS_WITH(pi.run("f", {ftensor({1, 2}, {1, 2})}),
                     Catch::Contains("weight @w: has no data"));
+}
+
+TEST_CASE("interp MatMul split over threads equals a naive product, both layouts",
+          "[interp][matmul]") {
+  // 3 x 300 x 700 = 630k multiply-adds: above the threshold that splits N across threads.
+  const std::int64_t M = 3, K = 300, N = 700;
+  const auto xv = rnd(M * K, 31), wv = rnd(K * N, 32), bv = rnd(N, 33);
+  std::vector<double> wt(N * K);
+  for (std::int64_t k = 0; k < K; ++k)
+    for (std::int64_t n = 0; n < N; ++n)
+      wt[n * K + k] = wv[k * N + n];
+  auto want = naive_matmul(xv, wv, M, K, N);
+  for (std::int64_t m = 0; m < M; ++m)
+    for (std::int64_t n = 0; n < N; ++n)
+      want[m * N + n] += bv[n];
+  const Tensor x = ftensor({1, M, K}, xv);
+  for (bool tr : {false, true}) {
+    INFO("transpose_b=" << tr);
+    auto out = run_one({x.type()}, {x}, [&](Builder& b, std::vector<Value*> a) {
+      Value* w = b.weight(tr ? data_weight("w", {N, K}, wt) : data_weight("w", {K, N}, wv));
+      return std::vector<Value*>{
+          b.create(MatMulOp{tr}, {a[0], w, b.weight(data_weight("bias", {N}, bv))})};
+    });
+    check_close(out[0].float_values(), want);
+  }
+  // An empty contraction is all bias.
+  const Tensor e = ftensor({2, 0}, {});
+  auto out = run_one({e.type()}, {e}, [&](Builder& b, std::vector<Value*> a) {
+    return std::vector<Value*>{
+        b.create(MatMulOp{false}, {a[0], b.weight(data_weight("w", {0, 3}, {})),
+                                   b.weight(data_weight("c", {3}, {1, 2, 3}))})};
+  });
+  CHECK(out[0].float_values() == std::vector<double>{1, 2, 3, 1, 2, 3});
+}
+
+TEST_CASE("one WeightStore shares a weight between modules, never two weights of one name",
+          "[interp][weights]") {
+  // Two modules reference the same stored bytes under the same name, and a third holds other
+  // bytes under that name.
+  const Weight shared = data_weight("w", {2, 2}, {1, 2, 3, 4}, DType::bf16);
+  const Weight other = data_weight("w", {2, 2}, {5, 6, 7, 8}, DType::bf16);
+  auto module = [](const std::string& name, const Weight& w) {
+    Module m(name);
+    Function& f = m.add_function(name);
+    Builder b(m, f);
+    Value* x = f.add_argument("x", TensorType({1, 2}, DType::f32));
+    b.ret({b.create(MatMulOp{false}, {x, b.weight(w)})});
+    return m;
+  };
+  const Module m1 = module("f1", shared), m2 = module("f2", shared), m3 = module("f3", other);
+  auto store = std::make_shared<tpullm::interp::WeightStore>();
+  TopInterpreter i1(m1, store), i2(m2, store), i3(m3, store);
+  const Tensor x = ftensor({1, 2}, {1, 1});
+  CHECK(i1.run("f1", {x})[0].float_values() == std::vector<double>{4, 6});
+  CHECK(i2.run("f2", {x})[0].float_values() == std::vector<double>{4, 6});
+  CHECK(store->size() == 1);
+  CHECK(i1.weight("w") == i2.weight("w")); // one tensor, not two copies
+  CHECK(i3.run("f3", {x})[0].float_values() == std::vector<double>{12, 14});
+  CHECK(store->size() == 2);
+  CHECK(store->bytes() == 2 * 4 * 8);
+  // An interpreter without a store gets its own.
+  TopInterpreter alone(m1);
+  CHECK(alone.weight("w") != i1.weight("w"));
+  CHECK(alone.weight("w")->float_values() == i1.weight("w")->float_values());
+}
+
+TEST_CASE("the interpreter evaluates the top and builtin dialects and refuses others",
+          "[interp][dispatch]") {
+  using tpullm::interp::interprets;
+  static_assert(interprets("top.MatMul") && interprets("top.Return"));
+  static_assert(interprets("builtin.weight") && interprets("return"));
+  static_assert(!interprets("tpu.MatMul") && !interprets("tpu.FAttention"));
+  // Every Top and builtin kind of ops.def is evaluated; every Tpu kind is refused.
+  for (std::size_t k = 0; k < kNumOpKinds; ++k) {
+    INFO(kOpNames[k]);
+    CHECK(interprets(kOpNames[k]) == (kOpDialects[k] != Dialect::tpu));
+  }
+  // A Tpu op met at run time: a clear error, not a crash.
+  Module m("m");
+  Function& f = m.add_function("f");
+  Builder b(m, f);
+  Value* x = f.add_argument("x", TensorType({2, 4}, DType::f32));
+  b.ret({b.create(tpullm::ir::tpu::SiLUOp{}, {x})});
+  TopInterpreter interp(m);
+  const auto in = Tensor::from_f32({2, 4}, std::vector<float>(8, 1.0f));
+  CHECK_THROWS_WITH(interp.run("f", {in}), Catch::Contains("tpu.SiLU is not a Top op"));
 }

@@ -6,6 +6,7 @@ namespace tpullm::cli {
 
 int cmd_import(const std::vector<std::string>& args);
 int cmd_verify(const std::vector<std::string>& args);
+int cmd_make_model(const std::vector<std::string>& args);
 
 const std::vector<Command>& commands() {
   static const std::vector<Command> table = {
@@ -21,6 +22,11 @@ const std::vector<Command>& commands() {
        "                                       the interpreted Top modules and compare "
        "logits",
        cmd_verify},
+      {"make-model",
+       "make-model --preset NAME -o DIR      write a checkpoint with random weights at a real "
+       "model's\n"
+       "                                       shapes (qwen2.5-0.5b, llama3.2-1b, tiny)",
+       cmd_make_model},
   };
   return table;
 }

@@ -1,8 +1,11 @@
 #pragma once
-/// Reference interpreter of Top modules: evaluates a function op by op in f64 with plain loops,
-/// following the semantics documented on each op struct in ir/top_ops.hpp. It is the oracle
-/// that ties the frontend's modules to HuggingFace logits before any lowering exists, and later
-/// the reference for Tpu-vs-Top equivalence checks. See docs/interpreter.md.
+/// Reference interpreter of Top modules: evaluates a function op by op in f64, following the
+/// semantics documented on each op struct in ir/top_ops.hpp. Tensors are xtensor arrays
+/// (interp/tensor.hpp): data movement, broadcasting and elementwise math are xtensor
+/// expressions; MatMul, MLP and the two attention products are Eigen products over the same
+/// storage (interp/linalg.hpp). It is the oracle that ties the frontend's modules to
+/// HuggingFace logits before any lowering exists, and the reference for Tpu-vs-Top checks.
+/// See docs/interpreter.md.
 ///
 /// Conventions: inputs must match the function's argument types exactly (shape and dtype):
 /// token ids and position_ids are i32 (or i64 when the argument says so) integer tensors,
@@ -13,16 +16,21 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <exception>
 #include <limits>
 #include <memory>
 #include <numeric>
 #include <stdexcept>
 #include <string>
+#include <string_view>
+#include <type_traits>
 #include <unordered_map>
 #include <vector>
 
+#include "tpullm/interp/linalg.hpp"
 #include "tpullm/interp/tensor.hpp"
 #include "tpullm/interp/weights.hpp"
+#include "tpullm/interp/xtensor.hpp"
 #include "tpullm/ir/module.hpp"
 
 namespace tpullm::interp {
@@ -44,53 +52,35 @@ inline std::int64_t prod(const Shape& s, std::size_t from, std::size_t to) {
     n *= s[i];
   return n;
 }
-/// out[i] = in[src[i]] for float or integer storage.
-inline Tensor take(const Tensor& in, Shape shape, const std::vector<std::int64_t>& src) {
-  Tensor out(std::move(shape), in.dtype());
-  if (in.is_float())
-    for (std::size_t i = 0; i < src.size(); ++i)
-      out.floats()[i] = in.f(src[i]);
-  else
-    for (std::size_t i = 0; i < src.size(); ++i)
-      out.ints()[i] = in.i(src[i]);
-  return out;
-}
-/// Calls f(flat output index, input offset) over every element of `shape` in row-major order,
-/// with the input offset advancing by `strides` (one per output axis).
-template <class F>
-void for_each_strided(const Shape& shape, const std::vector<std::int64_t>& strides,
-                      std::int64_t base, F&& f) {
-  const std::int64_t n = num_elements(shape);
-  if (n == 0)
-    return;
-  const std::size_t r = shape.size();
-  std::vector<std::int64_t> idx(r, 0);
-  std::int64_t off = base;
-  for (std::int64_t i = 0; i < n; ++i) {
-    f(i, off);
-    for (std::size_t a = r; a-- > 0;) {
-      if (++idx[a] < shape[a]) {
-        off += strides[a];
-        break;
-      }
-      off -= strides[a] * (shape[a] - 1);
-      idx[a] = 0;
-    }
-  }
-}
 inline void require_float(const Tensor& t, const char* what) {
   check(t.is_float(), ErrorKind::invalid_input, "", what, " must be a float tensor, got ",
         t.type().str());
 }
-inline std::int64_t index_value(const Tensor& t, std::int64_t flat) {
-  check(!t.is_float(), ErrorKind::invalid_input, "", "indices must be integers, got ",
+inline const IntArray& require_ints(const Tensor& t, const char* what) {
+  check(!t.is_float(), ErrorKind::invalid_input, "", what, " must be integers, got ",
         t.type().str());
-  return t.i(flat);
+  return t.ints();
+}
+/// f(the tensor's array) for a float or an integer tensor; the result array becomes a tensor
+/// with `t`'s dtype label.
+template <class F>
+Tensor map_array(const Tensor& t, F&& f) {
+  if (t.is_float())
+    return Tensor(FloatArray(f(t.floats())), t.dtype());
+  return Tensor(IntArray(f(t.ints())), t.dtype());
+}
+/// A [outer, D, inner] view of a row-major array, axis `a` in the middle.
+template <class A>
+auto lanes(A&& arr, std::int64_t outer, std::int64_t D, std::int64_t inner) {
+  return xt::reshape_view(std::forward<A>(arr),
+                          std::vector<std::size_t>{static_cast<std::size_t>(outer),
+                                                   static_cast<std::size_t>(D),
+                                                   static_cast<std::size_t>(inner)});
 }
 } // namespace detail
 
-/// a [..., K] x b [K, N] (b [N, K] when transpose_b) + bias [N] -> [..., N], a's dtype label;
-/// f64 dot products with the K loop innermost over contiguous memory.
+/// a [..., K] x b [K, N] (b [N, K] when transpose_b, read in place) + bias [N] -> [..., N],
+/// a's dtype label; f64 Eigen products split over N across OpenMP threads.
 inline Tensor matmul(const Tensor& a, const Tensor& b, bool transpose_b, const Tensor* bias) {
   detail::require_float(a, "lhs");
   detail::require_float(b, "rhs");
@@ -102,37 +92,18 @@ inline Tensor matmul(const Tensor& a, const Tensor& b, bool transpose_b, const T
   check((transpose_b ? b.dim(1) : b.dim(0)) == K, ErrorKind::invalid_input, "",
         "contracting dims differ: ", ir::shape_str(a.shape()), " x ", ir::shape_str(b.shape()),
         transpose_b ? " (transposed)" : "");
-  // bt: [N, K] row-major so both dot operands are contiguous.
-  std::vector<double> bt;
-  const double* bp = b.floats().data();
-  if (!transpose_b) {
-    bt.resize(static_cast<std::size_t>(N * K));
-    for (std::int64_t k = 0; k < K; ++k)
-      for (std::int64_t n = 0; n < N; ++n)
-        bt[static_cast<std::size_t>(n * K + k)] = bp[k * N + n];
-    bp = bt.data();
-  }
   if (bias) {
     detail::require_float(*bias, "bias");
     check(bias->shape() == Shape{N}, ErrorKind::invalid_input, "", "bias must be [", N, "], got ",
           ir::shape_str(bias->shape()));
   }
   Shape shape = a.shape();
+  const std::int64_t M = detail::prod(shape, 0, shape.size() - 1);
   shape.back() = N;
-  Tensor out(shape, a.dtype());
-  const std::int64_t M = detail::prod(a.shape(), 0, a.shape().size() - 1);
-  const double* ap = a.floats().data();
-  double* op = out.floats().data();
-  for (std::int64_t m = 0; m < M; ++m)
-    for (std::int64_t n = 0; n < N; ++n) {
-      double acc = 0.0;
-      const double* x = ap + m * K;
-      const double* w = bp + n * K;
-      for (std::int64_t k = 0; k < K; ++k)
-        acc += x[k] * w[k];
-      op[m * N + n] = acc + (bias ? bias->f(n) : 0.0);
-    }
-  return out;
+  FloatArray out = FloatArray::from_shape(to_xshape(shape));
+  linalg::matmul(a.floats().data(), b.floats().data(), bias ? bias->floats().data() : nullptr,
+                 out.data(), M, K, N, transpose_b);
+  return Tensor(std::move(out), a.dtype());
 }
 
 /// x [..., H] / sqrt(mean(x^2) + eps) * gamma [H], in f64.
@@ -141,17 +112,12 @@ inline Tensor rms_norm(const Tensor& x, const Tensor& gamma, double eps) {
   detail::require_float(gamma, "gamma");
   check(x.rank() >= 1 && gamma.shape() == Shape{x.dim(-1)}, ErrorKind::invalid_input, "", "gamma ",
         ir::shape_str(gamma.shape()), " does not match input ", ir::shape_str(x.shape()));
-  const std::int64_t H = x.dim(-1), rows = H ? x.numel() / H : 0;
-  Tensor out(x.shape(), x.dtype());
-  for (std::int64_t r = 0; r < rows; ++r) {
-    double ss = 0.0;
-    for (std::int64_t h = 0; h < H; ++h)
-      ss += x.f(r * H + h) * x.f(r * H + h);
-    const double inv = 1.0 / std::sqrt(ss / static_cast<double>(H) + eps);
-    for (std::int64_t h = 0; h < H; ++h)
-      out.floats()[static_cast<std::size_t>(r * H + h)] = x.f(r * H + h) * inv * gamma.f(h);
-  }
-  return out;
+  const FloatArray& xa = x.floats();
+  const auto H = static_cast<double>(x.dim(-1));
+  const FloatArray ss =
+      xt::sum(xa * xa, {xa.dimension() - 1}, xt::keep_dims | xt::evaluation_strategy::immediate);
+  const FloatArray inv = 1.0 / xt::sqrt(ss / H + eps);
+  return Tensor(FloatArray(xa * inv * gamma.floats()), x.dtype());
 }
 
 /// table.shape[:axis] + indices.shape + table.shape[axis+1:]; an index outside [0, D) throws
@@ -159,24 +125,30 @@ inline Tensor rms_norm(const Tensor& x, const Tensor& gamma, double eps) {
 inline Tensor gather(const Tensor& table, const Tensor& indices, std::int64_t axis) {
   const std::int64_t a = detail::norm_axis(axis, table.rank());
   const auto au = static_cast<std::size_t>(a);
-  const Shape& ts = table.shape();
+  const Shape ts = table.shape();
   const std::int64_t outer = detail::prod(ts, 0, au), D = ts[au],
-                     inner = detail::prod(ts, au + 1, ts.size()), J = indices.numel();
+                     inner = detail::prod(ts, au + 1, ts.size());
+  const IntArray& idx = detail::require_ints(indices, "indices");
+  const auto J = static_cast<std::int64_t>(idx.size());
+  for (std::int64_t j = 0; j < J; ++j) {
+    const std::int64_t ix = idx.data()[j];
+    check(ix >= 0 && ix < D, ErrorKind::invalid_input, "", "gather index ", ix,
+          " (at flat position ", j, ") is out of range [0, ", D, ") of axis ", a, " of ",
+          ir::shape_str(ts));
+  }
   Shape shape(ts.begin(), ts.begin() + a);
-  shape.insert(shape.end(), indices.shape().begin(), indices.shape().end());
+  const Shape is = indices.shape();
+  shape.insert(shape.end(), is.begin(), is.end());
   shape.insert(shape.end(), ts.begin() + a + 1, ts.end());
-  std::vector<std::int64_t> src;
-  src.reserve(static_cast<std::size_t>(outer * J * inner));
-  for (std::int64_t o = 0; o < outer; ++o)
-    for (std::int64_t j = 0; j < J; ++j) {
-      const std::int64_t ix = detail::index_value(indices, j);
-      check(ix >= 0 && ix < D, ErrorKind::invalid_input, "", "gather index ", ix,
-            " (at flat position ", j, ") is out of range [0, ", D, ") of axis ", a, " of ",
-            ir::shape_str(ts));
-      for (std::int64_t i = 0; i < inner; ++i)
-        src.push_back((o * D + ix) * inner + i);
-    }
-  return detail::take(table, std::move(shape), src);
+  return detail::map_array(table, [&](const auto& t) {
+    auto out = std::decay_t<decltype(t)>::from_shape(to_xshape(shape));
+    auto src = detail::lanes(t, outer, D, inner);
+    auto dst = detail::lanes(out, outer, J, inner);
+    for (std::int64_t o = 0; o < outer; ++o)
+      for (std::int64_t j = 0; j < J; ++j)
+        xt::view(dst, o, j, xt::all()) = xt::view(src, o, idx.data()[j], xt::all());
+    return out;
+  });
 }
 
 /// x [B, L, heads, d] with cos/sin [B, L, d/2] (one entry per frequency i): the pair
@@ -188,176 +160,138 @@ inline Tensor rope(const Tensor& x, const Tensor& cos, const Tensor& sin, ir::Ro
   detail::require_float(sin, "sin");
   check(x.rank() == 4 && x.dim(3) % 2 == 0, ErrorKind::invalid_input, "",
         "rope input must be [B, L, heads, even d], got ", ir::shape_str(x.shape()));
-  const std::int64_t B = x.dim(0), L = x.dim(1), Hh = x.dim(2), d = x.dim(3), h = d / 2;
+  const std::int64_t B = x.dim(0), L = x.dim(1), d = x.dim(3), h = d / 2;
   const Shape cs{B, L, h};
   check(cos.shape() == cs && sin.shape() == cs, ErrorKind::invalid_input, "", "cos/sin must be ",
         ir::shape_str(cs), ", got ", ir::shape_str(cos.shape()), " and ",
         ir::shape_str(sin.shape()));
-  Tensor out(x.shape(), x.dtype());
-  for (std::int64_t bl = 0; bl < B * L; ++bl)
-    for (std::int64_t hd = 0; hd < Hh; ++hd) {
-      const std::int64_t base = (bl * Hh + hd) * d;
-      for (std::int64_t i = 0; i < h; ++i) {
-        std::int64_t i1 = 0, i2 = 0;
-        switch (mode) {
-        case ir::RopeMode::halves:
-          i1 = base + i;
-          i2 = base + i + h;
-          break;
-        case ir::RopeMode::interleaved:
-          i1 = base + 2 * i;
-          i2 = base + 2 * i + 1;
-          break;
-        }
-        const double c = cos.f(bl * h + i), s = sin.f(bl * h + i), x1 = x.f(i1), x2 = x.f(i2);
-        out.floats()[static_cast<std::size_t>(i1)] = x1 * c - x2 * s;
-        out.floats()[static_cast<std::size_t>(i2)] = x2 * c + x1 * s;
-      }
-    }
-  return out;
+  const FloatArray& xa = x.floats();
+  // cos/sin broadcast over the heads axis.
+  const auto c = xt::view(cos.floats(), xt::all(), xt::all(), xt::newaxis(), xt::all());
+  const auto s = xt::view(sin.floats(), xt::all(), xt::all(), xt::newaxis(), xt::all());
+  FloatArray out = FloatArray::from_shape(xa.shape());
+  const auto rotate = [&](auto first, auto second) {
+    const auto x1 = xt::view(xa, xt::all(), xt::all(), xt::all(), first);
+    const auto x2 = xt::view(xa, xt::all(), xt::all(), xt::all(), second);
+    xt::view(out, xt::all(), xt::all(), xt::all(), first) = x1 * c - x2 * s;
+    xt::view(out, xt::all(), xt::all(), xt::all(), second) = x2 * c + x1 * s;
+  };
+  switch (mode) {
+  case ir::RopeMode::halves:
+    rotate(xt::range(0, h), xt::range(h, d));
+    break;
+  case ir::RopeMode::interleaved:
+    rotate(xt::range(0, d, 2), xt::range(1, d, 2));
+    break;
+  }
+  return Tensor(std::move(out), x.dtype());
 }
 
 /// result.shape[i] = x.shape[order[i]], elements moved accordingly.
 inline Tensor permute(const Tensor& x, const std::vector<std::int64_t>& order) {
   check(static_cast<std::int64_t>(order.size()) == x.rank(), ErrorKind::invalid_input, "", "order ",
         ir::shape_str(order), " does not match rank ", x.rank());
-  const auto in_strides = row_major_strides(x.shape());
-  Shape shape;
-  std::vector<std::int64_t> strides;
   std::vector<bool> seen(order.size(), false);
   for (auto o : order) {
     check(o >= 0 && o < x.rank() && !seen[static_cast<std::size_t>(o)], ErrorKind::invalid_input,
           "", "order ", ir::shape_str(order), " is not a permutation");
     seen[static_cast<std::size_t>(o)] = true;
-    shape.push_back(x.shape()[static_cast<std::size_t>(o)]);
-    strides.push_back(in_strides[static_cast<std::size_t>(o)]);
   }
-  std::vector<std::int64_t> src(static_cast<std::size_t>(x.numel()));
-  detail::for_each_strided(shape, strides, 0, [&](std::int64_t i, std::int64_t off) {
-    src[static_cast<std::size_t>(i)] = off;
-  });
-  return detail::take(x, std::move(shape), src);
+  const std::vector<std::size_t> perm(order.begin(), order.end());
+  return detail::map_array(x, [&](const auto& a) { return xt::transpose(a, perm); });
 }
 
 /// result[i...] = x[offsets + i...], shape `sizes`.
 inline Tensor slice(const Tensor& x, const std::vector<std::int64_t>& offsets,
                     const std::vector<std::int64_t>& sizes) {
-  check(static_cast<std::int64_t>(offsets.size()) == x.rank() &&
-            static_cast<std::int64_t>(sizes.size()) == x.rank(),
-        ErrorKind::invalid_input, "", "slice needs one offset and size per axis of ",
-        ir::shape_str(x.shape()));
-  const auto strides = row_major_strides(x.shape());
-  std::int64_t base = 0;
+  const Shape xs = x.shape();
+  check(offsets.size() == xs.size() && sizes.size() == xs.size(), ErrorKind::invalid_input, "",
+        "slice needs one offset and size per axis of ", ir::shape_str(xs));
+  xt::xstrided_slice_vector sv;
   for (std::size_t i = 0; i < sizes.size(); ++i) {
-    check(offsets[i] >= 0 && sizes[i] >= 0 && offsets[i] + sizes[i] <= x.shape()[i],
+    check(offsets[i] >= 0 && sizes[i] >= 0 && offsets[i] + sizes[i] <= xs[i],
           ErrorKind::invalid_input, "", "slice offsets ", ir::shape_str(offsets), " sizes ",
-          ir::shape_str(sizes), " out of bounds of ", ir::shape_str(x.shape()));
-    base += offsets[i] * strides[i];
+          ir::shape_str(sizes), " out of bounds of ", ir::shape_str(xs));
+    sv.push_back(xt::range(offsets[i], offsets[i] + sizes[i]));
   }
-  std::vector<std::int64_t> src(static_cast<std::size_t>(num_elements(sizes)));
-  detail::for_each_strided(sizes, strides, base, [&](std::int64_t i, std::int64_t off) {
-    src[static_cast<std::size_t>(i)] = off;
-  });
-  return detail::take(x, sizes, src);
+  return detail::map_array(x, [&](const auto& a) { return xt::strided_view(a, sv); });
 }
 
 /// Concatenation of `parts` (same dtype, equal outside `axis`) along `axis`.
 inline Tensor concat(const std::vector<const Tensor*>& parts, std::int64_t axis) {
   check(!parts.empty(), ErrorKind::invalid_input, "", "concat of nothing");
   const Tensor& first = *parts.front();
+  const Shape fs = first.shape();
   const auto a = static_cast<std::size_t>(detail::norm_axis(axis, first.rank()));
-  Shape shape = first.shape();
+  Shape shape = fs;
   shape[a] = 0;
   for (const Tensor* p : parts) {
-    check(p->dtype() == first.dtype() && p->rank() == first.rank(), ErrorKind::invalid_input, "",
+    const Shape ps = p->shape();
+    check(p->dtype() == first.dtype() && ps.size() == fs.size(), ErrorKind::invalid_input, "",
           "concat operands differ: ", first.type().str(), " vs ", p->type().str());
     for (std::size_t i = 0; i < shape.size(); ++i)
-      check(i == a || p->shape()[i] == first.shape()[i], ErrorKind::invalid_input, "",
-            "concat operands differ outside axis ", a, ": ", ir::shape_str(first.shape()), " vs ",
-            ir::shape_str(p->shape()));
-    shape[a] += p->shape()[a];
+      check(i == a || ps[i] == fs[i], ErrorKind::invalid_input, "",
+            "concat operands differ outside axis ", a, ": ", ir::shape_str(fs), " vs ",
+            ir::shape_str(ps));
+    shape[a] += ps[a];
   }
-  Tensor out(shape, first.dtype());
-  const std::int64_t outer = detail::prod(shape, 0, a),
-                     inner = detail::prod(shape, a + 1, shape.size());
-  std::int64_t dst = 0;
-  for (std::int64_t o = 0; o < outer; ++o)
+  xt::xstrided_slice_vector sv(shape.size(), xt::all());
+  const auto fill = [&](auto& out, auto get) {
+    std::int64_t at = 0;
     for (const Tensor* p : parts) {
-      const std::int64_t run = p->shape()[a] * inner;
-      for (std::int64_t i = 0; i < run; ++i, ++dst) {
-        const auto d = static_cast<std::size_t>(dst);
-        if (out.is_float())
-          out.floats()[d] = p->f(o * run + i);
-        else
-          out.ints()[d] = p->i(o * run + i);
-      }
+      const std::int64_t n = p->dim(static_cast<std::int64_t>(a));
+      sv[a] = xt::range(at, at + n);
+      xt::strided_view(out, sv) = get(*p);
+      at += n;
     }
-  return out;
+    return out;
+  };
+  if (first.is_float()) {
+    FloatArray out = FloatArray::from_shape(to_xshape(shape));
+    return Tensor(fill(out, [](const Tensor& t) -> const FloatArray& { return t.floats(); }),
+                  first.dtype());
+  }
+  IntArray out = IntArray::from_shape(to_xshape(shape));
+  return Tensor(fill(out, [](const Tensor& t) -> const IntArray& { return t.ints(); }),
+                first.dtype());
 }
 
-/// Elementwise f(a, b) with NumPy broadcasting (float tensors), a's dtype label.
+/// Elementwise f(a, b) (an xtensor expression) with NumPy broadcasting of float tensors, a's
+/// dtype label.
 template <class F>
 Tensor broadcast_binary(const Tensor& a, const Tensor& b, F&& f) {
   detail::require_float(a, "lhs");
   detail::require_float(b, "rhs");
-  const std::size_t r = std::max(a.shape().size(), b.shape().size());
-  Shape shape(r);
-  std::vector<std::int64_t> sa(r, 0), sb(r, 0);
-  const auto ta = row_major_strides(a.shape()), tb = row_major_strides(b.shape());
-  for (std::size_t i = 0; i < r; ++i) {
-    const std::size_t pa = r - a.shape().size(), pb = r - b.shape().size();
-    const std::int64_t da = i < pa ? 1 : a.shape()[i - pa], db = i < pb ? 1 : b.shape()[i - pb];
-    check(da == db || da == 1 || db == 1, ErrorKind::invalid_input, "", "shapes ",
-          ir::shape_str(a.shape()), " and ", ir::shape_str(b.shape()), " do not broadcast");
-    shape[i] = da == 1 ? db : da;
-    sa[i] = (i < pa || da == 1) ? 0 : ta[i - pa];
-    sb[i] = (i < pb || db == 1) ? 0 : tb[i - pb];
+  FloatArray out;
+  try {
+    out = f(a.floats(), b.floats());
+  } catch (const std::exception&) { // xt::broadcast_error
+    throw_error(ErrorKind::invalid_input, "", "shapes ", ir::shape_str(a.shape()), " and ",
+                ir::shape_str(b.shape()), " do not broadcast");
   }
-  Tensor out(shape, a.dtype());
-  std::vector<std::int64_t> ia(static_cast<std::size_t>(out.numel()));
-  detail::for_each_strided(shape, sa, 0, [&](std::int64_t i, std::int64_t off) {
-    ia[static_cast<std::size_t>(i)] = off;
-  });
-  detail::for_each_strided(shape, sb, 0, [&](std::int64_t i, std::int64_t off) {
-    out.floats()[static_cast<std::size_t>(i)] = f(a.f(ia[static_cast<std::size_t>(i)]), b.f(off));
-  });
-  return out;
+  return Tensor(std::move(out), a.dtype());
 }
 
 /// x * sigmoid(x) = x / (1 + exp(-x)), elementwise.
-inline double silu(double x) {
-  return x / (1.0 + std::exp(-x));
+template <class E>
+auto silu(E&& x) {
+  return x / (1.0 + xt::exp(-x));
 }
 
 /// silu over every element.
 inline Tensor silu(const Tensor& x) {
   detail::require_float(x, "input");
-  Tensor out = x;
-  for (auto& v : out.floats())
-    v = silu(v);
-  return out;
+  return Tensor(FloatArray(silu(x.floats())), x.dtype());
 }
 
 /// softmax along `axis` (max subtracted first).
 inline Tensor softmax(const Tensor& x, std::int64_t axis) {
   detail::require_float(x, "input");
   const auto a = static_cast<std::size_t>(detail::norm_axis(axis, x.rank()));
-  const std::int64_t outer = detail::prod(x.shape(), 0, a), D = x.shape()[a],
-                     inner = detail::prod(x.shape(), a + 1, x.shape().size());
-  Tensor out(x.shape(), x.dtype());
-  for (std::int64_t o = 0; o < outer; ++o)
-    for (std::int64_t i = 0; i < inner; ++i) {
-      auto at = [&](std::int64_t j) { return (o * D + j) * inner + i; };
-      double mx = -std::numeric_limits<double>::infinity();
-      for (std::int64_t j = 0; j < D; ++j)
-        mx = std::max(mx, x.f(at(j)));
-      double sum = 0.0;
-      for (std::int64_t j = 0; j < D; ++j)
-        sum += (out.floats()[static_cast<std::size_t>(at(j))] = std::exp(x.f(at(j)) - mx));
-      for (std::int64_t j = 0; j < D; ++j)
-        out.floats()[static_cast<std::size_t>(at(j))] /= sum;
-    }
-  return out;
+  const FloatArray& xa = x.floats();
+  const auto keep = xt::keep_dims | xt::evaluation_strategy::immediate;
+  const FloatArray e = xt::exp(xa - xt::amax(xa, {a}, keep));
+  return Tensor(FloatArray(e / xt::sum(e, {a}, keep)), x.dtype());
 }
 
 /// Attention parameters of ref::attention (the FAttention attributes).
@@ -374,14 +308,15 @@ struct AttentionParams {
 /// -> [B, L, q_heads * d]. Slot j < history holds position j and exists iff j < pos[b, 0];
 /// slot history + t holds pos[b, t]. Query i attends to existing slots with position <=
 /// pos[b, i] (all existing slots when !causal); q head h uses kv head h / (q_heads / kv_heads).
-/// Softmax in f64 with max subtraction.
+/// Per q head: scores = scale * Q K^T over the existing slots and out = P V are Eigen
+/// products (slots that do not exist are never read, so garbage in them cannot leak);
+/// softmax in f64 with max subtraction between them.
 inline Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& pos,
                         const AttentionParams& p) {
   detail::require_float(q, "q");
   detail::require_float(k, "k");
   detail::require_float(v, "v");
-  check(!pos.is_float(), ErrorKind::invalid_input, "", "position_ids must be integers, got ",
-        pos.type().str());
+  const IntArray& pa = detail::require_ints(pos, "position_ids");
   check(p.q_heads > 0 && p.kv_heads > 0 && p.q_heads % p.kv_heads == 0 && p.history >= 0,
         ErrorKind::invalid_input, "", "bad heads q=", p.q_heads, " kv=", p.kv_heads);
   const std::int64_t QH = p.q_heads, KVH = p.kv_heads, d = p.head_dim;
@@ -393,133 +328,161 @@ inline Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const
         ir::shape_str(kvs), ", got ", ir::shape_str(k.shape()), " and ", ir::shape_str(v.shape()));
   check(pos.shape() == Shape{B, L}, ErrorKind::invalid_input, "", "position_ids must be [", B, ", ",
         L, "], got ", ir::shape_str(pos.shape()));
-  Tensor out({B, L, QH * d}, q.dtype());
-  std::vector<std::int64_t> slot_pos(static_cast<std::size_t>(S));
-  std::vector<bool> exists(static_cast<std::size_t>(S));
-  std::vector<double> score(static_cast<std::size_t>(S));
+  constexpr double kNegInf = -std::numeric_limits<double>::infinity();
+  FloatArray out = FloatArray::from_shape(to_xshape({B, L, QH * d}));
+  const std::int64_t* P = pa.data();
   for (std::int64_t b = 0; b < B; ++b) {
-    const std::int64_t first = L > 0 ? pos.i(b * L) : 0;
-    for (std::int64_t j = 0; j < S; ++j) {
-      const auto ju = static_cast<std::size_t>(j);
-      slot_pos[ju] = j < p.history ? j : pos.i(b * L + (j - p.history));
-      exists[ju] = j >= p.history || j < first;
-    }
-    for (std::int64_t i = 0; i < L; ++i) {
-      const std::int64_t qp = pos.i(b * L + i);
-      for (std::int64_t h = 0; h < QH; ++h) {
-        const std::int64_t kh = h / group;
-        const double* qv = q.floats().data() + ((b * L + i) * QH + h) * d;
-        double mx = -std::numeric_limits<double>::infinity();
-        bool any = false;
-        for (std::int64_t j = 0; j < S; ++j) {
-          const auto ju = static_cast<std::size_t>(j);
-          const bool visible = exists[ju] && (!p.causal || slot_pos[ju] <= qp);
-          if (!visible) {
-            score[ju] = -std::numeric_limits<double>::infinity();
-            continue;
-          }
-          const double* kv = k.floats().data() + ((b * S + j) * KVH + kh) * d;
-          double dot = 0.0;
-          for (std::int64_t c = 0; c < d; ++c)
-            dot += qv[c] * kv[c];
-          score[ju] = dot * p.scale;
-          mx = std::max(mx, score[ju]);
-          any = true;
-        }
-        check(any, ErrorKind::invalid_input, "", "query ", i, " (position ", qp, ", batch ", b,
-              ") sees no key slot");
-        double sum = 0.0;
-        for (auto& s : score) {
-          s = std::isinf(s) && s < 0 ? 0.0 : std::exp(s - mx);
-          sum += s;
-        }
-        double* o = out.floats().data() + (b * L + i) * QH * d + h * d;
-        for (std::int64_t j = 0; j < S; ++j) {
-          const double w = score[static_cast<std::size_t>(j)] / sum;
-          if (w == 0.0)
-            continue;
-          const double* vv = v.floats().data() + ((b * S + j) * KVH + kh) * d;
-          for (std::int64_t c = 0; c < d; ++c)
-            o[c] += w * vv[c];
-        }
+    const std::int64_t first = L > 0 ? P[b * L] : 0;
+    // The existing slots, in slot order: history slots [0, min(first, history)), then the
+    // L new ones. Their keys and values are gathered into contiguous [E, KVH, d] blocks.
+    std::vector<std::int64_t> slot, slot_pos;
+    for (std::int64_t j = 0; j < S; ++j)
+      if (j >= p.history || j < first) {
+        slot.push_back(j);
+        slot_pos.push_back(j < p.history ? j : P[b * L + (j - p.history)]);
       }
+    const auto E = static_cast<std::int64_t>(slot.size());
+    const auto kv_rows = [&](const FloatArray& src) {
+      FloatArray rows = FloatArray::from_shape(to_xshape({E, KVH, d}));
+      auto dst = detail::lanes(rows, 1, E, KVH * d);
+      auto from = detail::lanes(src, B, S, KVH * d);
+      for (std::int64_t e = 0; e < E; ++e)
+        xt::view(dst, 0, e, xt::all()) =
+            xt::view(from, b, slot[static_cast<std::size_t>(e)], xt::all());
+      return rows;
+    };
+    const FloatArray kc = kv_rows(k.floats()), vc = kv_rows(v.floats());
+    // visible(i, e): slot e may be attended to by query i.
+    std::vector<char> visible(static_cast<std::size_t>(L * E));
+    for (std::int64_t i = 0; i < L; ++i) {
+      const std::int64_t qp = P[b * L + i];
+      bool any = false;
+      for (std::int64_t e = 0; e < E; ++e) {
+        const bool vis = !p.causal || slot_pos[static_cast<std::size_t>(e)] <= qp;
+        visible[static_cast<std::size_t>(i * E + e)] = vis;
+        any = any || vis;
+      }
+      check(any, ErrorKind::invalid_input, "", "query ", i, " (position ", qp, ", batch ", b,
+            ") sees no key slot");
+    }
+    std::vector<double> score(static_cast<std::size_t>(L * E));
+    for (std::int64_t h = 0; h < QH; ++h) {
+      const std::int64_t kh = h / group;
+      const double* qh = q.floats().data() + (b * L * QH + h) * d;
+      linalg::scaled_scores(qh, QH * d, kc.data() + kh * d, KVH * d, score.data(), L, E, d,
+                            p.scale);
+      for (std::int64_t i = 0; i < L; ++i) {
+        double* s = score.data() + i * E;
+        const char* vis = visible.data() + i * E;
+        double mx = kNegInf;
+        for (std::int64_t e = 0; e < E; ++e)
+          if (vis[e])
+            mx = std::max(mx, s[e]);
+        double sum = 0.0;
+        for (std::int64_t e = 0; e < E; ++e) {
+          s[e] = vis[e] ? std::exp(s[e] - mx) : 0.0;
+          sum += s[e];
+        }
+        for (std::int64_t e = 0; e < E; ++e)
+          s[e] /= sum;
+      }
+      linalg::weighted_values(score.data(), vc.data() + kh * d, KVH * d,
+                              out.data() + b * L * QH * d + h * d, QH * d, L, E, d);
     }
   }
-  return out;
+  return Tensor(std::move(out), q.dtype());
 }
 
 /// Gated MLP: down(silu(x * gate) * (x * up)); weights [H, I], [H, I], [I, H] (transposed
-/// [I, H], [I, H], [H, I] when transpose_b).
+/// [I, H], [I, H], [H, I] when transpose_b, read in place).
 inline Tensor mlp(const Tensor& x, const Tensor& gate, const Tensor& up, const Tensor& down,
                   bool transpose_b) {
-  Tensor g = matmul(x, gate, transpose_b, nullptr);
+  const Tensor g = matmul(x, gate, transpose_b, nullptr);
   const Tensor u = matmul(x, up, transpose_b, nullptr);
   check(g.shape() == u.shape(), ErrorKind::invalid_input, "",
         "gate and up disagree: ", ir::shape_str(g.shape()), " vs ", ir::shape_str(u.shape()));
-  for (std::size_t i = 0; i < g.floats().size(); ++i)
-    g.floats()[i] = silu(g.floats()[i]) * u.floats()[i];
-  return matmul(g, down, transpose_b, nullptr);
+  const Tensor act(FloatArray(silu(g.floats()) * u.floats()), g.dtype());
+  return matmul(act, down, transpose_b, nullptr);
 }
 
-/// Index (i32) of the first largest element along `axis`, which becomes 1.
+/// Index (i32) of the first largest element along `axis`, which becomes 1. (Written out:
+/// xtensor 0.24's xt::argmax returns the argmin of a 1-d input.)
 inline Tensor argmax(const Tensor& x, std::int64_t axis) {
   detail::require_float(x, "input");
   const auto a = static_cast<std::size_t>(detail::norm_axis(axis, x.rank()));
-  const std::int64_t outer = detail::prod(x.shape(), 0, a), D = x.shape()[a],
-                     inner = detail::prod(x.shape(), a + 1, x.shape().size());
   Shape shape = x.shape();
+  const std::int64_t outer = detail::prod(shape, 0, a), D = shape[a],
+                     inner = detail::prod(shape, a + 1, shape.size());
   shape[a] = 1;
-  Tensor out(shape, ir::DType::i32);
+  IntArray out = IntArray::from_shape(to_xshape(shape));
+  const auto in = detail::lanes(x.floats(), outer, D, inner);
   for (std::int64_t o = 0; o < outer; ++o)
     for (std::int64_t i = 0; i < inner; ++i) {
       std::int64_t best = 0;
       for (std::int64_t j = 1; j < D; ++j)
-        if (x.f((o * D + j) * inner + i) > x.f((o * D + best) * inner + i))
+        if (in(o, j, i) > in(o, best, i))
           best = j;
-      out.ints()[static_cast<std::size_t>(o * inner + i)] = best;
+      out.data()[o * inner + i] = best;
     }
-  return out;
+  return Tensor(std::move(out), ir::DType::i32);
 }
 
 /// The k largest along `axis`, descending, lower index first on ties: {values, indices (i32)}.
 inline std::vector<Tensor> topk(const Tensor& x, std::int64_t k, std::int64_t axis) {
   detail::require_float(x, "input");
   const auto a = static_cast<std::size_t>(detail::norm_axis(axis, x.rank()));
-  const std::int64_t outer = detail::prod(x.shape(), 0, a), D = x.shape()[a],
-                     inner = detail::prod(x.shape(), a + 1, x.shape().size());
-  check(k >= 1 && k <= D, ErrorKind::invalid_input, "", "k = ", k, " must be in [1, ", D, "]");
   Shape shape = x.shape();
+  const std::int64_t outer = detail::prod(shape, 0, a), D = shape[a],
+                     inner = detail::prod(shape, a + 1, shape.size());
+  check(k >= 1 && k <= D, ErrorKind::invalid_input, "", "k = ", k, " must be in [1, ", D, "]");
   shape[a] = k;
-  Tensor vals(shape, x.dtype()), idxs(shape, ir::DType::i32);
+  FloatArray vals = FloatArray::from_shape(to_xshape(shape));
+  IntArray idxs = IntArray::from_shape(to_xshape(shape));
+  const auto in = detail::lanes(x.floats(), outer, D, inner);
+  auto vo = detail::lanes(vals, outer, k, inner);
+  auto io = detail::lanes(idxs, outer, k, inner);
   std::vector<std::int64_t> order(static_cast<std::size_t>(D));
   for (std::int64_t o = 0; o < outer; ++o)
     for (std::int64_t i = 0; i < inner; ++i) {
-      auto val = [&](std::int64_t j) { return x.f((o * D + j) * inner + i); };
       std::iota(order.begin(), order.end(), 0);
       std::stable_sort(order.begin(), order.end(),
-                       [&](std::int64_t l, std::int64_t r) { return val(l) > val(r); });
+                       [&](std::int64_t l, std::int64_t r) { return in(o, l, i) > in(o, r, i); });
       for (std::int64_t j = 0; j < k; ++j) {
-        const auto dst = static_cast<std::size_t>((o * k + j) * inner + i);
-        vals.floats()[dst] = val(order[static_cast<std::size_t>(j)]);
-        idxs.ints()[dst] = order[static_cast<std::size_t>(j)];
+        vo(o, j, i) = in(o, order[static_cast<std::size_t>(j)], i);
+        io(o, j, i) = order[static_cast<std::size_t>(j)];
       }
     }
-  return {std::move(vals), std::move(idxs)};
+  return {Tensor(std::move(vals), x.dtype()), Tensor(std::move(idxs), ir::DType::i32)};
 }
 
 } // namespace ref
 
-/// Evaluates functions of one Top module. Weights are materialized on first use and cached for
-/// the interpreter's lifetime (the module must outlive it).
+/// True when the Top interpreter evaluates ops named `op_name` ("dialect.Name"): the top
+/// dialect and builtin ops (no dialect prefix, or "builtin."). Ops of lower dialects (e.g.
+/// "tpu.") carry target decisions the reference does not model; they run on their back end.
+constexpr bool interprets(std::string_view op_name) {
+  const auto dot = op_name.find('.');
+  if (dot == std::string_view::npos)
+    return true;
+  const std::string_view dialect = op_name.substr(0, dot);
+  return dialect == "top" || dialect == "builtin";
+}
+
+/// Evaluates functions of one Top module. Weights come from a WeightStore, shared with the
+/// interpreters of the model's other stage modules when one is given (the module must outlive
+/// the interpreter).
 class TopInterpreter {
 public:
-  /// Interprets functions of `module` (kept by reference).
-  explicit TopInterpreter(const ir::Module& module) : module_(module), weights_(module) {}
+  /// Interprets functions of `module` (kept by reference), materializing weights into
+  /// `weights` (a new store of its own when null).
+  explicit TopInterpreter(const ir::Module& module, std::shared_ptr<WeightStore> weights = nullptr)
+      : module_(module), weights_(weights ? std::move(weights) : std::make_shared<WeightStore>()) {}
 
   /// Runs function @name on `inputs` (one per argument, exact shape and dtype of the argument:
   /// ids / position_ids i32 [B, L] as declared, activations float) and returns the Return
   /// operands in order. Throws tpullm::Error: unknown function, input count / type mismatch,
-  /// a weight without data, or an op that cannot be evaluated (message names function and op).
+  /// a weight without data, an op outside the top / builtin dialects, or an op that cannot be
+  /// evaluated (message names function and op).
   std::vector<Tensor> run(const std::string& function, const std::vector<Tensor>& inputs) {
     const ir::Function* f = module_.find_function(function);
     check(f != nullptr, ErrorKind::invalid_input, "module @" + module_.name(), "has no function @",
@@ -528,11 +491,19 @@ public:
   }
 
   /// Runs `f` (a function of this interpreter's module) on `inputs`; see run(name, inputs).
+  /// Intermediate values are released after their last use.
   std::vector<Tensor> run(const ir::Function& f, const std::vector<Tensor>& inputs) {
     const std::string where = "@" + f.name();
     check(inputs.size() == f.num_arguments(), ErrorKind::invalid_input, where, "expects ",
           f.num_arguments(), " inputs, got ", inputs.size());
     std::unordered_map<const ir::Value*, Ptr> env;
+    std::unordered_map<const ir::Value*, std::size_t> last_use;
+    std::size_t n = 0;
+    for (const auto& op : f.ops()) {
+      for (const ir::Value* v : op->operands())
+        last_use[v] = n;
+      ++n;
+    }
     for (std::size_t i = 0; i < inputs.size(); ++i) {
       const ir::TensorType& want = f.argument(i)->type();
       check(inputs[i].shape() == want.shape && inputs[i].dtype() == want.dtype && !want.quant,
@@ -540,46 +511,59 @@ public:
             want.str(), ", got ", inputs[i].type().str());
       env[f.argument(i)] = std::make_shared<const Tensor>(inputs[i]);
     }
-    for (const auto& op : f.ops()) {
+    n = 0;
+    for (const auto& op_ptr : f.ops()) {
+      const ir::Operation& op = *op_ptr;
       std::vector<Ptr> args;
-      for (const ir::Value* v : op->operands()) {
+      for (const ir::Value* v : op.operands()) {
         auto it = env.find(v);
-        check(it != env.end(), ErrorKind::internal, where, op->name(),
+        check(it != env.end(), ErrorKind::internal, where, op.name(),
               " uses a value that is not defined before it");
         args.push_back(it->second);
       }
-      if (op->is<ir::builtin::ReturnOp>()) {
+      if (op.is<ir::builtin::ReturnOp>()) {
         std::vector<Tensor> out;
         for (const auto& a : args)
           out.push_back(*a);
         return out;
       }
-      std::vector<Ptr> results;
-      const std::string at = where + ": " + std::string(op->name()) +
-                             (op->loc().known() ? " at " + op->loc().str() : std::string());
+      const std::string at = where + ": " + std::string(op.name()) +
+                             (op.loc().known() ? " at " + op.loc().str() : std::string());
+      Results results;
       try {
-        results = ir::visit_op(op->op(), [&](const auto& o) { return eval(o, args); });
+        results = evaluate(op, args);
       } catch (const Error& e) {
         throw e.within(at);
-      } catch (const std::invalid_argument& e) {
+      } catch (const std::exception& e) {
         throw Error(ErrorKind::invalid_input, at, e.what());
       }
-      check(results.size() == op->num_results(), ErrorKind::internal, at, "produced ",
-            results.size(), " results, the op declares ", op->num_results());
+      check(results.size() == op.num_results(), ErrorKind::internal, at, "produced ",
+            results.size(), " results, the op declares ", op.num_results());
       for (std::size_t r = 0; r < results.size(); ++r) {
-        const ir::TensorType& want = op->result(r)->type();
+        const ir::TensorType& want = op.result(r)->type();
         check(results[r]->shape() == want.shape &&
                   (want.quant || results[r]->dtype() == want.dtype),
               ErrorKind::internal, at, "result #", r, " is ", results[r]->type().str(),
               " but the op declares ", want.str());
-        env[op->result(r)] = results[r];
+        env[op.result(r)] = results[r];
       }
+      for (const ir::Value* v : op.operands())
+        if (last_use[v] == n)
+          env.erase(v);
+      ++n;
     }
     throw_error(ErrorKind::invalid_input, where, "has no builtin.Return");
   }
 
-  /// The materialized weights (dequantized / widened), cached by name.
-  WeightCache& weights() { return weights_; }
+  /// The materialized weight @name of this interpreter's module (materialized now if needed).
+  std::shared_ptr<const Tensor> weight(const std::string& name) {
+    const ir::Weight* w = module_.find_weight(name);
+    check(w != nullptr, ErrorKind::invalid_input, "weight @" + name, "is not in module @",
+          module_.name());
+    return weights_->get(*w);
+  }
+  /// The weight store (possibly shared with other interpreters).
+  WeightStore& weights() { return *weights_; }
 
 private:
   using Ptr = std::shared_ptr<const Tensor>;
@@ -588,9 +572,23 @@ private:
 
   static Results one(Tensor t) { return {std::make_shared<const Tensor>(std::move(t))}; }
 
-  // One evaluation per op kind; ops.def gaining a kind without an overload here fails to
-  // compile in run()'s visit.
-  Results eval(const ir::builtin::WeightOp& o, const Args&) { return {weights_.get(o.name.name)}; }
+  /// The ops.def-driven dispatch: one eval() per op kind of the top / builtin dialects (a kind
+  /// of those without an overload fails to compile); any other dialect is refused at run time.
+  Results evaluate(const ir::Operation& op, const Args& args) {
+    return ir::visit_op(op.op(), [&](const auto& o) -> Results {
+      using Op = std::decay_t<decltype(o)>;
+      constexpr std::string_view name = ir::op_name(ir::kind_of<Op>());
+      if constexpr (interprets(name)) {
+        return eval(o, args);
+      } else {
+        throw_error(ErrorKind::unsupported, "", name,
+                    " is not a Top op: the reference interpreter evaluates top.* and builtin "
+                    "ops only (lower-level modules run on their back end)");
+      }
+    });
+  }
+
+  Results eval(const ir::builtin::WeightOp& o, const Args&) { return {weight(o.name.name)}; }
   Results eval(const ir::top::MatMulOp& o, const Args& a) {
     return one(ref::matmul(*a[0], *a[1], o.transpose_b, a.size() == 3 ? a[2].get() : nullptr));
   }
@@ -617,10 +615,12 @@ private:
     return one(ref::concat(parts, o.axis));
   }
   Results eval(const ir::top::AddOp&, const Args& a) {
-    return one(ref::broadcast_binary(*a[0], *a[1], [](double x, double y) { return x + y; }));
+    return one(ref::broadcast_binary(
+        *a[0], *a[1], [](const auto& x, const auto& y) { return FloatArray(x + y); }));
   }
   Results eval(const ir::top::MulOp&, const Args& a) {
-    return one(ref::broadcast_binary(*a[0], *a[1], [](double x, double y) { return x * y; }));
+    return one(ref::broadcast_binary(
+        *a[0], *a[1], [](const auto& x, const auto& y) { return FloatArray(x * y); }));
   }
   Results eval(const ir::top::SiLUOp&, const Args& a) { return one(ref::silu(*a[0])); }
   Results eval(const ir::top::SoftmaxOp& o, const Args& a) {
@@ -648,16 +648,9 @@ private:
             std::make_shared<const Tensor>(std::move(r[1]))};
   }
   Results eval(const ir::builtin::ReturnOp&, const Args&) { return {}; } // handled by run()
-  /// Tpu ops carry target decisions the reference path does not model: refused, by dialect.
-  template <class T>
-  requires(ir::dialect_of<T>() == ir::Dialect::tpu) Results eval(const T&, const Args&) {
-    throw_error(ErrorKind::unsupported, "", "the Top interpreter does not run ",
-                ir::op_name(ir::kind_of<T>()),
-                " (a Tpu op); run lowered functions on the executor (runtime/executor.hpp)");
-  }
 
   const ir::Module& module_;
-  WeightCache weights_;
+  std::shared_ptr<WeightStore> weights_;
 };
 
 } // namespace tpullm::interp

@@ -1,12 +1,17 @@
 #pragma once
-/// Materialization of module weights into interpreter tensors: plain weights are widened
-/// exactly from their stored bytes, GPTQ / AWQ 4-bit weights are dequantized to their logical
-/// [K, N] float values (exact in f32: a 4-bit integer times an f16 scale).
+/// Materialization of module weights into interpreter tensors, once per model: plain weights
+/// are widened exactly from their stored bytes, GPTQ / AWQ 4-bit weights are dequantized to
+/// their logical [K, N] float values (exact in f32: a 4-bit integer times an f16 scale). A
+/// WeightStore shared by the interpreters of every stage module of a model holds each weight
+/// once, however many modules (block_i, block_kv_i, every block_cache_i_S, embedding,
+/// embedding_cache, lm_head, ...) reference it.
 
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -34,7 +39,7 @@ std::vector<T> part_as(const ir::Weight& w, const ir::WeightPart& p, ir::DType w
   return v;
 }
 
-/// Dequantizes a GPTQ / AWQ weight of logical type [K, N] u4 to [K, N] f32.
+/// Dequantizes a GPTQ / AWQ weight of logical type [K, N] u4 to [K, N], labelled f32.
 inline Tensor dequantize_weight(const ir::Weight& w) {
   const std::string where = "weight @" + w.name;
   const ir::QuantSpec& q = *w.type.quant;
@@ -82,7 +87,7 @@ inline Tensor dequantize_weight(const ir::Weight& w) {
     throw_error(ErrorKind::invalid_input, where, e.what());
   }
   const std::vector<float> deq = plain.dequantize();
-  return Tensor::from_floats({K, N}, std::vector<double>(deq.begin(), deq.end()), ir::DType::f32);
+  return Tensor::from_f32({K, N}, deq, ir::DType::f32);
 }
 
 } // namespace detail
@@ -92,7 +97,9 @@ inline Tensor dequantize_weight(const ir::Weight& w) {
 ///    stored dtype differs from the declared one, values are rounded to the declared dtype;
 ///  - quantized weight (u4 + QuantSpec gptq|awq; parts "qweight" i32, "scales" f16, "qzeros" i32,
 ///    optional "g_idx" i32 for gptq): dequantized [K, N], labelled f32.
-/// Throws tpullm::Error naming the weight when it has no data or its parts are malformed.
+/// Both keep the declared layout ([out, in] stays [out, in]): the interpreter's products read
+/// either orientation in place, so nothing is transposed. Throws tpullm::Error naming the
+/// weight when it has no data or its parts are malformed.
 inline Tensor materialize_weight(const ir::Weight& w) {
   const std::string where = "weight @" + w.name;
   check(w.has_data(), ErrorKind::invalid_input, where,
@@ -111,37 +118,71 @@ inline Tensor materialize_weight(const ir::Weight& w) {
     throw e.within(where);
   }
   if (p.dtype != w.type.dtype)
-    t = t.is_float() ? t.cast(w.type.dtype)
-                     : Tensor::from_ints(w.type.shape, t.ints(), w.type.dtype);
+    t = t.is_float() ? t.cast(w.type.dtype) : Tensor(std::move(t.ints()), w.type.dtype);
   return t;
 }
 
-/// Materialized weights of one module, cached by name so each is widened / dequantized once.
-class WeightCache {
+/// The materialized weights of one model, shared by the interpreters of all its stage modules.
+/// A weight is identified by its declared type and the exact bytes it views (part roles,
+/// dtypes, shapes, addresses and sizes), not by its name alone: the same checkpoint tensor
+/// referenced by several modules is widened once, while two different tensors that happen to
+/// share a name never alias. The store keeps the viewed memory alive (it holds the parts'
+/// owners), so an address it has seen cannot be reused for other data while it lives.
+/// Thread-safe.
+class WeightStore {
 public:
-  /// `module` must outlive the cache.
-  explicit WeightCache(const ir::Module& module) : module_(&module) {}
-
-  /// The materialized weight @name (throws naming it when unknown or without data).
-  std::shared_ptr<const Tensor> get(const std::string& name) {
-    auto it = cache_.find(name);
-    if (it != cache_.end())
-      return it->second;
-    const ir::Weight* w = module_->find_weight(name);
-    check(w != nullptr, ErrorKind::invalid_input, "weight @" + name, "is not in module @",
-          module_->name());
-    auto t = std::make_shared<const Tensor>(materialize_weight(*w));
-    cache_.emplace(name, t);
-    return t;
+  /// The materialized `w` (widened / dequantized on first request). Throws tpullm::Error
+  /// naming the weight when it has no data or malformed parts.
+  std::shared_ptr<const Tensor> get(const ir::Weight& w) {
+    const std::string key = key_of(w);
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = entries_.find(key);
+    if (it != entries_.end())
+      return it->second.tensor;
+    Entry e;
+    e.tensor = std::make_shared<const Tensor>(materialize_weight(w));
+    for (const auto& p : w.parts)
+      e.owners.push_back(p.owner);
+    bytes_ += static_cast<std::size_t>(e.tensor->numel()) * 8;
+    return entries_.emplace(key, std::move(e)).first->second.tensor;
   }
-  /// Number of weights materialized so far.
-  std::size_t size() const { return cache_.size(); }
-  /// Drops every cached tensor.
-  void clear() { cache_.clear(); }
+  /// Number of distinct weights materialized so far.
+  std::size_t size() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return entries_.size();
+  }
+  /// Bytes held by the materialized tensors (8 per element: f64 or int64).
+  std::size_t bytes() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return bytes_;
+  }
+  /// Drops every materialized tensor (tensors still referenced elsewhere stay alive there).
+  void clear() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    entries_.clear();
+    bytes_ = 0;
+  }
 
 private:
-  const ir::Module* module_;
-  std::map<std::string, std::shared_ptr<const Tensor>> cache_;
+  struct Entry {
+    std::shared_ptr<const Tensor> tensor;
+    std::vector<std::shared_ptr<const void>> owners;
+  };
+  static std::string key_of(const ir::Weight& w) {
+    std::string k = w.type.str();
+    for (const auto& p : w.parts) {
+      char addr[64];
+      std::snprintf(addr, sizeof addr, "%p+%zu", static_cast<const void*>(p.bytes.data()),
+                    p.bytes.size());
+      k +=
+          "|" + p.role + ":" + std::string(ir::name(p.dtype)) + ir::shape_str(p.shape) + "@" + addr;
+    }
+    return k;
+  }
+
+  mutable std::mutex mutex_;
+  std::map<std::string, Entry> entries_;
+  std::size_t bytes_ = 0;
 };
 
 } // namespace tpullm::interp

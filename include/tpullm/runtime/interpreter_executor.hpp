@@ -18,9 +18,15 @@ namespace tpullm::runtime {
 class InterpreterExecutor : public StageExecutor {
 public:
   /// Takes the stage modules (one function each, or more); function names must be unique.
-  explicit InterpreterExecutor(std::vector<ir::Module> modules) : modules_(std::move(modules)) {
+  /// Every module's interpreter materializes weights into `weights`, so a weight referenced by
+  /// several stage modules (a layer's block_i, block_kv_i and decode variants; the embedding
+  /// of embedding, embedding_cache and a tied lm_head) is widened once per model.
+  explicit InterpreterExecutor(
+      std::vector<ir::Module> modules,
+      std::shared_ptr<interp::WeightStore> weights = std::make_shared<interp::WeightStore>())
+      : modules_(std::move(modules)), weights_(std::move(weights)) {
     for (auto& m : modules_) {
-      auto interp = std::make_shared<interp::TopInterpreter>(m);
+      auto interp = std::make_shared<interp::TopInterpreter>(m, weights_);
       for (const auto& f : m.functions()) {
         check(!by_function_.count(f->name()), ErrorKind::invalid_input, "@" + f->name(),
               "function defined by two modules");
@@ -50,7 +56,7 @@ public:
       if (t.dtype == ir::DType::i32) {
         std::vector<std::int32_t> v(static_cast<std::size_t>(n));
         std::memcpy(v.data(), inputs[i].data(), inputs[i].size());
-        in.push_back(interp::Tensor::from_ints(t.shape, {v.begin(), v.end()}, ir::DType::i32));
+        in.push_back(interp::Tensor::from_i32(t.shape, v, ir::DType::i32));
       } else {
         std::vector<float> v(static_cast<std::size_t>(n));
         std::memcpy(v.data(), inputs[i].data(), inputs[i].size());
@@ -76,6 +82,8 @@ public:
   }
 
   const std::vector<ir::Module>& modules() const { return modules_; }
+  /// The weight store every module's interpreter shares.
+  interp::WeightStore& weights() { return *weights_; }
 
 private:
   struct Entry {
@@ -83,6 +91,7 @@ private:
     const ir::Function* function = nullptr;
   };
   std::vector<ir::Module> modules_;
+  std::shared_ptr<interp::WeightStore> weights_;
   std::map<std::string, Entry> by_function_;
 };
 
