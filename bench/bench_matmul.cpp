@@ -145,7 +145,7 @@ inline const std::vector<PackedWeights>& bench_weights(WeightFormat f, std::int6
 
 /// Copies of a weight needed so a rotation over them is >= 1 GiB (4x the 260 MiB L3).
 inline int rotation_copies(std::int64_t bytes) {
-  const std::int64_t target = std::int64_t{1} << 30;
+  const std::int64_t target = dram_rotation_bytes();
   return static_cast<int>(std::clamp<std::int64_t>((target + bytes - 1) / bytes, 1, 8192));
 }
 

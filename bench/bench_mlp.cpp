@@ -37,7 +37,7 @@ void bm_mlp(benchmark::State& state, MlpModel m, WeightFormat f, std::int64_t M,
     ws.push_back(random_packed(f, m.intermediate, m.hidden, 3 * seed + 3));
     for (std::size_t i = ws.size() - 3; i < ws.size(); ++i)
       bytes += ws[i].total_bytes();
-  } while (M == 1 && bytes < (std::int64_t{1} << 30));
+  } while (M == 1 && bytes < dram_rotation_bytes());
   std::vector<float> x(static_cast<std::size_t>(M * m.hidden), 0.1f);
   std::vector<float> out(x.size());
   const std::size_t budget = std::size_t{2} << 20;

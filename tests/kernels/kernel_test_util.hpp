@@ -22,6 +22,7 @@ using tpullm::bf16_t;
 using tpullm::f16_t;
 using tpullm::kernels::cpu_features;
 using tpullm::kernels::Isa;
+using tpullm::kernels::vector_isa;
 
 /// ISA paths to run on this machine: the best, portable when it is not the best, and avx2 when
 /// the best is avx512 (each path once).
@@ -29,7 +30,7 @@ inline std::vector<Isa> isas_to_test() {
   std::vector<Isa> v{cpu_features().best()};
   if (cpu_features().best() != Isa::portable)
     v.push_back(Isa::portable);
-  if (cpu_features().best() == Isa::avx512)
+  if (vector_isa(cpu_features().best()) == Isa::avx512)
     v.push_back(Isa::avx2);
   return v;
 }
@@ -38,7 +39,7 @@ inline std::vector<Isa> isas_to_test() {
 /// (portable runs twice when it is the best, as those tests always did).
 inline std::vector<Isa> test_isas() {
   std::vector<Isa> v{cpu_features().best(), Isa::portable};
-  if (cpu_features().best() == Isa::avx512)
+  if (vector_isa(cpu_features().best()) == Isa::avx512)
     v.push_back(Isa::avx2);
   return v;
 }

@@ -152,6 +152,10 @@ std::vector<MatmulCase> matmul_cases() {
   cases.push_back({350, 64, 40, 16, WeightFormat::int4_sym, false, false});
   cases.push_back({2, 35, 40, 35, WeightFormat::int4_asym, true, false}); // per-channel, K % 8 != 0
   cases.push_back({6, 35, 40, 35, WeightFormat::int8, false, false});     // K % 4 != 0
+  // >= 4 panels: the single-row GEMV reads several panels at once (and a remainder of 1-3)
+  for (auto f : fs)
+    for (std::int64_t n : {161, 224})
+      cases.push_back({1, 96, n, 32, f, n == 161, false});
   return cases;
 }
 

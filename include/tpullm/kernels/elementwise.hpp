@@ -117,6 +117,7 @@ TPULLM_ALWAYS_INLINE void binary_generic(const float* a, const float* bv, float*
   }                                                                                                \
   inline void name##_isa(Isa isa, auto&&... a) {                                                   \
     switch (isa) {                                                                                 \
+    case Isa::amx:                                                                                 \
     case Isa::avx512:                                                                              \
       name##_avx512(a...);                                                                         \
       return;                                                                                      \
@@ -129,6 +130,7 @@ TPULLM_ALWAYS_INLINE void binary_generic(const float* a, const float* bv, float*
     }                                                                                              \
   }
 
+#if TPULLM_X86
 TPULLM_AVX512_BEGIN
 /// AVX-512 row softmax (GCC does not vectorize the generic exp without -ffast-math).
 TPULLM_TARGET_AVX512 inline void softmax_rows_avx512_v(const float* x, float* y, std::int64_t N,
@@ -183,6 +185,7 @@ TPULLM_TARGET_AVX512 inline void silu_avx512_v(const float* x, const float* g, f
   }
 }
 TPULLM_AVX512_END
+#endif
 
 TPULLM_EW_CLONES(softmax_rows,
                  (const float* x, float* y, std::int64_t N, std::int64_t b, std::int64_t e),
@@ -204,10 +207,13 @@ inline void softmax_rows(std::span<const float> x, std::span<float> y, const Row
   detail::ew_check(shape, y.size(), "softmax_rows", "y");
   const Isa isa = active_isa();
   parallel_for(split, shape.rows, 1, [&](std::int64_t b, std::int64_t e) {
-    if (isa == Isa::avx512)
+#if TPULLM_X86
+    if (vector_isa(isa) == Isa::avx512) {
       detail::softmax_rows_avx512_v(x.data(), y.data(), shape.cols, b, e);
-    else
-      detail::softmax_rows_isa(isa, x.data(), y.data(), shape.cols, b, e);
+      return;
+    }
+#endif
+    detail::softmax_rows_isa(isa, x.data(), y.data(), shape.cols, b, e);
   });
 }
 
@@ -223,10 +229,13 @@ inline void silu(std::span<const float> x, std::span<float> y, const CoreSplit& 
                                 std::to_string(x.size()));
   const Isa isa = active_isa();
   parallel_for(split, static_cast<std::int64_t>(x.size()), 64, [&](std::int64_t b, std::int64_t e) {
-    if (isa == Isa::avx512)
+#if TPULLM_X86
+    if (vector_isa(isa) == Isa::avx512) {
       detail::silu_avx512_v(x.data(), nullptr, y.data(), b, e);
-    else
-      detail::silu_isa(isa, x.data(), static_cast<const float*>(nullptr), y.data(), b, e);
+      return;
+    }
+#endif
+    detail::silu_isa(isa, x.data(), static_cast<const float*>(nullptr), y.data(), b, e);
   });
 }
 
@@ -240,10 +249,13 @@ inline void silu_mul(std::span<const float> gate, std::span<const float> up, std
   const Isa isa = active_isa();
   parallel_for(split, static_cast<std::int64_t>(gate.size()), 64,
                [&](std::int64_t b, std::int64_t e) {
-                 if (isa == Isa::avx512)
+#if TPULLM_X86
+                 if (vector_isa(isa) == Isa::avx512) {
                    detail::silu_avx512_v(gate.data(), up.data(), y.data(), b, e);
-                 else
-                   detail::silu_isa(isa, gate.data(), up.data(), y.data(), b, e);
+                   return;
+                 }
+#endif
+                 detail::silu_isa(isa, gate.data(), up.data(), y.data(), b, e);
                });
 }
 

@@ -58,7 +58,8 @@ inline void linear_view(LinearArgs a, const CoreSplit& split) {
   XDigits xd;
   if (is_quantized(w.format) && a.M <= kGemvMaxRows) {
     const std::int64_t seg = segment_rows(a.v), Kv = a.v.k1 - a.v.k0;
-    if (active_isa() == Isa::avx512 && cpu_features().avx512_vnni && !vnni_disabled()) {
+    if (TPULLM_X86 && vector_isa(active_isa()) == Isa::avx512 && cpu_features().avx512_vnni &&
+        !vnni_disabled()) {
       make_x_digits(a.x, a.ldx, a.M, Kv, seg, xd);
       a.xd = &xd;
     } else {

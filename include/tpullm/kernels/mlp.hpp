@@ -129,6 +129,7 @@ inline void silu_mul(float* g, const float* u, std::int64_t n) {
   case Isa::avx2:
     silu_mul_avx2(g, u, n);
     return;
+  case Isa::amx:
   case Isa::avx512:
     silu_mul_avx512(g, u, n);
     return;

@@ -109,6 +109,7 @@ inline void rms_dispatch(const float* x, const float* r, float* h, const float* 
   const Isa isa = active_isa();
   parallel_for(split, s.rows, 1, [&](std::int64_t b, std::int64_t e) {
     switch (isa) {
+    case Isa::amx:
     case Isa::avx512:
       rms_rows_avx512(x, r, h, g, y, s.hidden, eps, b, e);
       return;

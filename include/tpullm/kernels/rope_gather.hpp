@@ -95,6 +95,7 @@ inline void rope_row_portable(const float* x, float* y, const float* c, const fl
 inline void rope_row(Isa isa, const float* x, float* y, const float* c, const float* s,
                      std::int64_t heads, std::int64_t half, bool inter) {
   switch (isa) {
+  case Isa::amx:
   case Isa::avx512:
     rope_row_avx512(x, y, c, s, heads, half, inter);
     return;

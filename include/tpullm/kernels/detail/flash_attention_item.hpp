@@ -73,6 +73,7 @@ void fa_item(const float* q, const KV* k, const KV* v, const std::int32_t* pos_i
       }
       // Q^T scaled into the log2 domain; pad rows are 0
       switch (isa) {
+      case Isa::amx:
       case Isa::avx512:
         fa_pack_qt_avx512(rows, br, d, qscale, t.qt);
         break;
@@ -120,6 +121,7 @@ void fa_item(const float* q, const KV* k, const KV* v, const std::int32_t* pos_i
         kk.stride = kv_stride;
       }
       switch (isa) {
+      case Isa::amx:
       case Isa::avx512:
         fa_step_avx512(t, kk);
         break;

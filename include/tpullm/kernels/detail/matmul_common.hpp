@@ -14,12 +14,14 @@
 #include <utility>
 #include <vector>
 
-#include <immintrin.h>
-
 #include "tpullm/kernels/core_split.hpp"
 #include "tpullm/kernels/cpu_features.hpp"
 #include "tpullm/kernels/isa_target.hpp"
 #include "tpullm/kernels/packed_weights.hpp"
+
+#if TPULLM_X86
+#include <immintrin.h>
+#endif
 
 namespace tpullm::kernels::detail {
 
@@ -55,6 +57,16 @@ inline constexpr std::int64_t kGemvMaxRows = 4;
 #endif
 /// Software prefetch distance (bytes) of the GEMV weight stream, every cache line.
 inline constexpr std::int64_t kGemvPf = TPULLM_GEMV_PREFETCH;
+#ifndef TPULLM_GEMV_STREAMS
+#define TPULLM_GEMV_STREAMS 4
+#endif
+/// Panels a single-row GEMV reads at once (interleaved DRAM streams per thread).
+inline constexpr int kGemvStreams = TPULLM_GEMV_STREAMS;
+#ifndef TPULLM_GEMV_STREAMS_VNNI
+#define TPULLM_GEMV_STREAMS_VNNI 4
+#endif
+/// Panels the single-row VNNI GEMV (int8 / int4) reads at once.
+inline constexpr int kGemvStreamsVnni = TPULLM_GEMV_STREAMS_VNNI;
 inline constexpr std::int64_t kKc = 256;
 inline constexpr std::int64_t kMcMax = 336;
 inline constexpr std::int64_t kNb = 8; ///< panels per L2-resident C block in the GEMM

@@ -3,17 +3,20 @@
 /// range of panels on one thread, and the OpenMP split of one call (run_linear).
 
 #include "tpullm/kernels/detail/matmul_portable.hpp"
+#if TPULLM_X86
 #include "tpullm/kernels/detail/matmul_gemv_avx512.hpp"
 #include "tpullm/kernels/detail/matmul_gemv_vnni.hpp"
 #include "tpullm/kernels/detail/matmul_gemm_avx512.hpp"
 #include "tpullm/kernels/detail/matmul_gemv_avx2.hpp"
 #include "tpullm/kernels/detail/matmul_gemm_avx2.hpp"
+#endif
 
 namespace tpullm::kernels::detail {
 
 using MicroFn = void (*)(const float*, const float*, std::int64_t, float*, std::int64_t, int,
                          TileInit, const float*);
 
+#if TPULLM_X86
 template <std::size_t... I>
 constexpr std::array<MicroFn, sizeof...(I)> avx512_micro_table(std::index_sequence<I...>) {
   return {{&micro_avx512<static_cast<int>(I) + 1>...}};
@@ -22,6 +25,7 @@ template <std::size_t... I>
 constexpr std::array<MicroFn, sizeof...(I)> avx2_micro_table(std::index_sequence<I...>) {
   return {{&micro_avx2<static_cast<int>(I) + 1>...}};
 }
+#endif
 
 inline int micro_rows(Isa isa) {
   switch (isa) {
@@ -29,6 +33,7 @@ inline int micro_rows(Isa isa) {
     return 4;
   case Isa::avx2:
     return 6;
+  case Isa::amx:
   case Isa::avx512:
     return 14;
   }
@@ -41,8 +46,10 @@ void gemm_range(const LinearArgs& a, Isa isa, std::int64_t ma, std::int64_t mb, 
                 std::int64_t pb) {
   const PackedWeights& w = *a.v.w;
   const int MR = micro_rows(isa);
+#if TPULLM_X86
   static constexpr auto t512 = avx512_micro_table(std::make_index_sequence<14>{});
   static constexpr auto t2 = avx2_micro_table(std::make_index_sequence<6>{});
+#endif
   const std::int64_t kv = a.v.k1 - a.v.k0;
   const std::int64_t kc_max = std::min<std::int64_t>(kKc, kv);
   const std::int64_t mc_max = std::min<std::int64_t>(kMcMax, mb - ma);
@@ -68,14 +75,21 @@ void gemm_range(const LinearArgs& a, Isa isa, std::int64_t ma, std::int64_t mb, 
             b = reinterpret_cast<const float*>(panel_row(w, p, kb));
           } else {
             switch (isa) {
-            case Isa::portable:
-              decode_block_portable<F>(w, p, kb, kc, bt.data());
-              break;
+#if TPULLM_X86
             case Isa::avx2:
               decode_block_avx2<F>(w, p, kb, kc, bt.data());
               break;
+            case Isa::amx:
             case Isa::avx512:
               decode_block_avx512<F>(w, p, kb, kc, bt.data());
+              break;
+#else
+            case Isa::avx2:
+            case Isa::amx:
+            case Isa::avx512:
+#endif
+            case Isa::portable:
+              decode_block_portable<F>(w, p, kb, kc, bt.data());
               break;
             }
             b = bt.data();
@@ -105,19 +119,26 @@ void gemm_range(const LinearArgs& a, Isa isa, std::int64_t ma, std::int64_t mb, 
           std::int64_t pf = 0;
           for (std::int64_t s = 0; s < mc; s += MR) {
             for (std::int64_t e = pf + pf_step; next && pf < std::min(e, next_bytes); pf += 64)
-              _mm_prefetch(reinterpret_cast<const char*>(next + pf), _MM_HINT_T1);
+              __builtin_prefetch(next + pf, 0, 2);
             const int rows = static_cast<int>(std::min<std::int64_t>(MR, mc - s));
             float* c = a.y + (m0 + s) * a.ldy + c0;
             const float* as = apk + s * kc;
             switch (isa) {
-            case Isa::portable:
-              micro_portable(as, b, kc, rows, c, a.ldy, nc, init, bias_pad, rows);
-              break;
+#if TPULLM_X86
             case Isa::avx2:
               t2[static_cast<std::size_t>(rows - 1)](as, b, kc, c, a.ldy, nc, init, bias_pad);
               break;
+            case Isa::amx:
             case Isa::avx512:
               t512[static_cast<std::size_t>(rows - 1)](as, b, kc, c, a.ldy, nc, init, bias_pad);
+              break;
+#else
+            case Isa::avx2:
+            case Isa::amx:
+            case Isa::avx512:
+#endif
+            case Isa::portable:
+              micro_portable(as, b, kc, rows, c, a.ldy, nc, init, bias_pad, rows);
               break;
             }
           }
@@ -130,12 +151,11 @@ void gemm_range(const LinearArgs& a, Isa isa, std::int64_t ma, std::int64_t mb, 
 template <WeightFormat F>
 void gemv_range(const LinearArgs& a, Isa isa, std::int64_t pa, std::int64_t pb) {
   switch (isa) {
-  case Isa::portable:
-    gemv_portable<F>(a, pa, pb);
-    break;
+#if TPULLM_X86
   case Isa::avx2:
     gemv_avx2<F>(a, pa, pb);
     break;
+  case Isa::amx:
   case Isa::avx512:
     if constexpr (is_quantized(F)) {
       if (a.xd) {
@@ -144,6 +164,14 @@ void gemv_range(const LinearArgs& a, Isa isa, std::int64_t pa, std::int64_t pb) 
       }
     }
     gemv_avx512<F>(a, pa, pb);
+    break;
+#else
+  case Isa::avx2:
+  case Isa::amx:
+  case Isa::avx512:
+#endif
+  case Isa::portable:
+    gemv_portable<F>(a, pa, pb);
     break;
   }
 }
