@@ -10,6 +10,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <string>
@@ -230,4 +231,42 @@ TEST_CASE("linear rejects bad shapes and splits", "[matmul]") {
   std::vector<float> xb(8 * 8), yb(8 * 4);
   CHECK_THROWS_AS(linear(xb, tw.packed, {}, yb, {8, 8, 4}, {SplitDim::heads, 2}),
                   std::invalid_argument);
+}
+
+TEST_CASE("linear over a prepared LinearInput matches the span overload bit for bit", "[matmul]") {
+  // q/k/v-like: one x, several weights (formats, group sizes, an act-order one, a padded K)
+  const std::int64_t K = 200;
+  struct W {
+    WeightFormat f;
+    std::int64_t K, N, group;
+    bool act_order;
+  };
+  const W ws[] = {
+      {WeightFormat::int4_sym, K, 160, 40, false}, {WeightFormat::int4_asym, K, 64, 40, false},
+      {WeightFormat::int8, K, 96, K, false},       {WeightFormat::int8, K, 33, 40, false},
+      {WeightFormat::int4_sym, K, 40, 40, true},   {WeightFormat::bf16, K, 70, K, false}};
+  for (std::int64_t M : {1, 3, 6}) {
+    const auto x = random_vec(static_cast<std::size_t>(M * K), 5 + static_cast<std::uint32_t>(M));
+    for (Isa isa : test_isas()) {
+      ScopedIsa scoped(isa);
+      const LinearInput in(x, M, K);
+      for (int rep = 0; rep < 2; ++rep) // the second pass reads the cached digits
+        for (std::size_t i = 0; i < std::size(ws); ++i) {
+          const W& w = ws[i];
+          const auto tw =
+              make_weights(w.f, w.K, w.N, w.group, 40 + static_cast<std::uint32_t>(i), w.act_order);
+          std::vector<float> y1 = nan_vec(static_cast<std::size_t>(M * w.N)), y2 = y1;
+          linear(x, tw.packed, {}, y1, {M, K, w.N}, {SplitDim::cols, 2});
+          linear(in, tw.packed, {}, y2, {M, K, w.N}, {SplitDim::cols, 2});
+          INFO("M=" << M << " weight " << i << " isa " << isa_name(isa) << " rep " << rep);
+          CHECK(std::memcmp(y1.data(), y2.data(), y1.size() * sizeof(float)) == 0);
+        }
+    }
+  }
+  const auto x = random_vec(64, 1);
+  const LinearInput in(x, 2, 32);
+  const auto tw = make_weights(WeightFormat::int8, 16, 8, 16, 1);
+  std::vector<float> y(16);
+  CHECK_THROWS_AS(linear(in, tw.packed, {}, y, {2, 16, 8}), std::invalid_argument);
+  CHECK_THROWS_AS(LinearInput(x, 3, 32), std::invalid_argument);
 }

@@ -158,6 +158,11 @@ inline void swiglu_mlp(std::span<const float> x, const PackedWeights& gate, cons
   const float* xgate = detail::prepare_x(x.data(), s.M, gate, xg);
   const float* xup = detail::prepare_x(x.data(), s.M, up, xu);
   const std::int64_t ldg = gate.stored_rows(), ldu = up.stored_rows();
+  // the VNNI GEMV's digits of x, built once for gate and up (when M <= 4 and no tiling of rows)
+  const LinearInput xin(x, s.M, H);
+  const bool whole = t.row_tile == s.M;
+  const detail::XDigits* pre_g = whole ? xin.digits_for(gate) : nullptr;
+  const detail::XDigits* pre_u = whole ? xin.digits_for(up) : nullptr;
   AlignedArray<float> gbuf(static_cast<std::size_t>(t.row_tile * t.inter_tile));
   AlignedArray<float> ubuf(static_cast<std::size_t>(t.row_tile * t.inter_tile));
   for (std::int64_t m0 = 0; m0 < s.M; m0 += t.row_tile) {
@@ -172,12 +177,12 @@ inline void swiglu_mlp(std::span<const float> x, const PackedWeights& gate, cons
       a.ldx = ldg;
       a.v = {&gate, 0, ldg, pa, pb};
       a.y = gbuf.data();
-      detail::linear_view(a, split);
+      detail::linear_view(a, split, pre_g);
       a.x = xup + m0 * ldu;
       a.ldx = ldu;
       a.v = {&up, 0, ldu, pa, pb};
       a.y = ubuf.data();
-      detail::linear_view(a, split);
+      detail::linear_view(a, split, pre_u);
       for (std::int64_t r = 0; r < mr; ++r)
         detail::silu_mul(gbuf.data() + r * ti, ubuf.data() + r * ti, ti);
       detail::LinearArgs d;

@@ -52,6 +52,12 @@ struct LinearArgs {
 };
 
 inline constexpr std::int64_t kGemvMaxRows = 4;
+#ifndef TPULLM_GEMV_BYTES_PER_THREAD
+#define TPULLM_GEMV_BYTES_PER_THREAD (64 << 10)
+#endif
+/// A GEMV forks one more thread per this many weight bytes (up to the split's parts): below it
+/// the fork / join costs more than the second core's bandwidth saves.
+inline constexpr std::int64_t kGemvBytesPerThread = TPULLM_GEMV_BYTES_PER_THREAD;
 #ifndef TPULLM_GEMV_PREFETCH
 #define TPULLM_GEMV_PREFETCH 4096
 #endif

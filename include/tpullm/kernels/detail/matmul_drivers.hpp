@@ -186,11 +186,19 @@ void run_linear(const LinearArgs& a, const CoreSplit& split) {
     case SplitDim::rows: // M <= 4 rows are not worth splitting: run on the calling thread
       gemv_range<F>(a, isa, a.v.p0, a.v.p1);
       return;
-    case SplitDim::cols:
-      parallel_for(split, P, 1, [&](std::int64_t b, std::int64_t e) {
+    case SplitDim::cols: {
+      // no thread fork when the weights are too small for it to pay; panel ranges in multiples
+      // of the streams a single-row GEMV reads at once when there are enough panels
+      const std::int64_t bytes = P * (a.v.k1 - a.v.k0) * row_bytes(F);
+      CoreSplit s = split;
+      s.parts = static_cast<int>(
+          std::clamp<std::int64_t>(bytes / kGemvBytesPerThread, 1, std::max(1, split.parts)));
+      const std::int64_t align = P >= 2 * kGemvStreams * s.parts ? kGemvStreams : 1;
+      parallel_for(s, P, align, [&](std::int64_t b, std::int64_t e) {
         gemv_range<F>(a, isa, a.v.p0 + b, a.v.p0 + e);
       });
       return;
+    }
     case SplitDim::heads:
       break;
     }
