@@ -158,6 +158,15 @@ std::vector<FaCase> numerics_cases() {
   cs.push_back({"decode d128 gqa4", 1, 1, 1024, 700, 32, 8, 128, 699, true, false, 0, heads2});
   cs.push_back({"decode d80 gqa1", 1, 1, 64, 33, 2, 2, 80, 32});
   cs.push_back({"decode S=1", 1, 1, 1, 1, 7, 1, 32, 0});
+  // flash-decoding: key chunks across cores (>= 256 keys each) and their merge, any split
+  const CoreSplit cols2{SplitDim::cols, 2}, rows3{SplitDim::rows, 3};
+  cs.push_back({"fd mqa 2 chunks", 1, 1, 1100, 1037, 8, 1, 64, 1036, true, false, 0, cols2});
+  cs.push_back({"fd mha 3 chunks d40", 1, 1, 900, 800, 3, 3, 40, 799, true, false, 0, rows3});
+  cs.push_back({"fd gqa7 2 chunks", 1, 1, 600, 530, 14, 2, 64, 529, true, false, 0, heads2});
+  cs.push_back({"fd gqa4 d128 heads", 1, 1, 400, 300, 8, 2, 128, 299, true, false, 0, rows3});
+  cs.push_back({"fd d256 mqa", 1, 1, 700, 620, 4, 1, 256, 619, true, false, 0, cols2});
+  cs.push_back({"fd non-causal", 1, 1, 600, 555, 4, 2, 64, 3, false, false, 0, cols2});
+  cs.push_back({"fd L_valid 1 of 3", 3, 1, 700, 600, 6, 2, 64, 599, true, false, 0, cols2});
   // position beyond S_valid: every valid key is visible
   cs.push_back({"pos beyond S_valid", 3, 3, 64, 20, 2, 1, 64, 40});
   // small budget forces 16x16 tiles; order-independent masking; non-causal
@@ -182,6 +191,12 @@ TEST_CASE("flash_attention 16-bit caches", "[kernels][attention]") {
   run_case<bf16_t>(c);
   FaCase c2{"f16 decode", 1, 1, 300, 201, 14, 2, 64, 200};
   run_case<f16_t>(c2);
+  FaCase c4{"bf16 decode 2 chunks", 1, 1, 800, 777, 4, 1, 80, 776};
+  c4.split = {SplitDim::cols, 2};
+  run_case<bf16_t>(c4);
+  FaCase c5{"f16 decode 3 chunks d128", 1, 1, 900, 899, 8, 2, 128, 898};
+  c5.split = {SplitDim::heads, 3};
+  run_case<f16_t>(c5);
   FaCase c3{"f16 prefill d80", 40, 33, 40, 33, 2, 1, 80};
   run_case<f16_t>(c3);
 }
@@ -221,4 +236,7 @@ TEST_CASE("flash_attention rejects bad arguments", "[kernels][attention]") {
   CHECK_THROWS_AS(flash_attention<float>(q, small_kv, kv, pos, out, s), std::invalid_argument);
   CHECK_THROWS_AS(flash_attention<float>(q, kv, kv, pos, out, s, CoreSplit{SplitDim::cols, 2}),
                   std::invalid_argument);
+  // decode accepts a key split (flash-decoding)
+  AttentionShape dec{1, 1, 8, 8, 4, 2, 16, 0.25f, true};
+  CHECK_NOTHROW(flash_attention<float>(q, kv, kv, pos, out, dec, CoreSplit{SplitDim::cols, 2}));
 }
