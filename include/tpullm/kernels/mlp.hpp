@@ -117,8 +117,17 @@ TPULLM_TARGET_AVX512 inline void silu_mul_avx512(float* g, const float* u, std::
 TPULLM_TARGET_AVX2 inline void silu_mul_avx2(float* g, const float* u, std::int64_t n) {
   silu_mul_body(g, u, n);
 }
+/// silu_mul_body on the portable path's xsimd vectors (exp2 polynomial of portable_simd.hpp).
 inline void silu_mul_portable(float* g, const float* u, std::int64_t n) {
-  silu_mul_body(g, u, n);
+  const PVec nlog2e(-1.4426950408889634f), one(1.f);
+  std::int64_t i = 0;
+  for (; i + kPW <= n; i += kPW) {
+    const PVec v = pv_load(g + i);
+    const PVec e = pv_exp2(pv_min(v * nlog2e, PVec(126.f)));
+    pv_store(g + i, v / (one + e) * pv_load(u + i));
+  }
+  for (; i < n; ++i)
+    g[i] = g[i] / (1.0f + exp_poly(-g[i])) * u[i];
 }
 
 inline void silu_mul(float* g, const float* u, std::int64_t n) {

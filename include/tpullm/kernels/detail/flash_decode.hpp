@@ -18,6 +18,7 @@
 #include "tpullm/kernels/core_split.hpp"
 #include "tpullm/kernels/cpu_features.hpp"
 #include "tpullm/kernels/vec_math.hpp"
+#include "tpullm/kernels/detail/portable_simd.hpp"
 
 namespace tpullm::kernels::detail {
 
@@ -105,9 +106,74 @@ template <class KV>
 TPULLM_TARGET_AVX2 void fd_item_avx2(const FdItem<KV>& it) {
   fd_item_generic(it);
 }
+/// One decode item on the portable path's xsimd vectors: dot products and P V over d (K / V
+/// rows widened to f32 a vector at a time).
 template <class KV>
 void fd_item_portable(const FdItem<KV>& it) {
-  fd_item_generic(it);
+  const std::int64_t d = it.d, H = it.H, G = it.G;
+  const std::int64_t dv = d / kPW * kPW;
+  float s[kFdBlock], p[kFdBlock], wide[kPW];
+  auto load = [&](const KV* src) {
+    if constexpr (std::is_same_v<KV, float>) {
+      return pv_load(src);
+    } else {
+      for (std::int64_t l = 0; l < kPW; ++l)
+        wide[l] = to_f32(src[l]);
+      return pv_load(wide);
+    }
+  };
+  for (std::int64_t h = it.h0; h < it.h1; ++h)
+    for (std::int64_t g = 0; g < G; ++g) {
+      const std::int64_t qh = h * G + g;
+      const float* q = it.qs + qh * d;
+      float m = -__builtin_inff(), l = 0.f;
+      float* o = it.o + qh * d;
+      std::fill(o, o + d, 0.f);
+      for (std::int64_t jb = it.j0; jb < it.j1; jb += kFdBlock) {
+        const std::int64_t n = std::min(kFdBlock, it.j1 - jb);
+        float bmax = -__builtin_inff();
+        for (std::int64_t j = 0; j < n; ++j) {
+          const KV* kr = it.k + ((jb + j) * H + h) * d;
+          PVec a0(0.f), a1(0.f);
+          std::int64_t x = 0;
+          for (; x + 2 * kPW <= dv; x += 2 * kPW) {
+            a0 = pv_fma(pv_load(q + x), load(kr + x), a0);
+            a1 = pv_fma(pv_load(q + x + kPW), load(kr + x + kPW), a1);
+          }
+          for (; x < dv; x += kPW)
+            a0 = pv_fma(pv_load(q + x), load(kr + x), a0);
+          float acc = pv_sum(a0 + a1);
+          for (; x < d; ++x)
+            acc += q[x] * to_f32(kr[x]);
+          s[j] = acc;
+          bmax = acc > bmax ? acc : bmax;
+        }
+        const float mnew = bmax > m ? bmax : m;
+        const float alpha = exp2_approx(m - mnew);
+        float sum = 0.f;
+        for (std::int64_t j = 0; j < n; ++j) {
+          p[j] = exp2_approx(s[j] - mnew);
+          sum += p[j];
+        }
+        l = l * alpha + sum;
+        m = mnew;
+        const PVec av(alpha);
+        for (std::int64_t x = 0; x < dv; x += kPW)
+          pv_store(o + x, pv_load(o + x) * av);
+        for (std::int64_t x = dv; x < d; ++x)
+          o[x] *= alpha;
+        for (std::int64_t j = 0; j < n; ++j) {
+          const KV* vr = it.v + ((jb + j) * H + h) * d;
+          const PVec pj(p[j]);
+          for (std::int64_t x = 0; x < dv; x += kPW)
+            pv_store(o + x, pv_fma(pj, load(vr + x), pv_load(o + x)));
+          for (std::int64_t x = dv; x < d; ++x)
+            o[x] += p[j] * to_f32(vr[x]);
+        }
+      }
+      it.m[qh] = m;
+      it.l[qh] = l;
+    }
 }
 
 // ---- AVX-512 ----------------------------------------------------------------------------
