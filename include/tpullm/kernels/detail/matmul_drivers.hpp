@@ -2,6 +2,7 @@
 /// Drivers of the linear: micro-kernel tables, the cache-blocked GEMM and the GEMV over a
 /// range of panels on one thread, and the OpenMP split of one call (run_linear).
 
+#include "tpullm/kernels/detail/matmul_amx.hpp"
 #include "tpullm/kernels/detail/matmul_portable.hpp"
 #if TPULLM_X86
 #include "tpullm/kernels/detail/matmul_gemv_avx512.hpp"
@@ -203,6 +204,29 @@ void run_linear(const LinearArgs& a, const CoreSplit& split) {
       break;
     }
     throw std::invalid_argument("linear: CoreSplit over heads is not meaningful for a matmul");
+  }
+  bool emulated = false;
+  if constexpr (amx_format(F)) {
+    if (amx_linear_applies<F>(a.M, emulated)) { // bf16 / int8 / int4 on the tile unit
+      switch (split.dim) {
+      case SplitDim::none:
+        amx_linear_range<F>(a, emulated, 0, a.M, a.v.p0, a.v.p1);
+        return;
+      case SplitDim::rows:
+        parallel_for(split, a.M, 32, [&](std::int64_t b, std::int64_t e) {
+          amx_linear_range<F>(a, emulated, b, e, a.v.p0, a.v.p1);
+        });
+        return;
+      case SplitDim::cols:
+        parallel_for(split, P, 1, [&](std::int64_t b, std::int64_t e) {
+          amx_linear_range<F>(a, emulated, 0, a.M, a.v.p0 + b, a.v.p0 + e);
+        });
+        return;
+      case SplitDim::heads:
+        break;
+      }
+      throw std::invalid_argument("linear: CoreSplit over heads is not meaningful for a matmul");
+    }
   }
   switch (split.dim) {
   case SplitDim::none:
