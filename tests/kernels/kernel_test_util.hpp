@@ -106,4 +106,42 @@ inline double matmul_tol(std::int64_t K) {
   return 3e-6 * std::sqrt(double(K)) + 1e-6;
 }
 
+/// Per-output bound of an AMX linear y = x W without bias (docs/kernels.md), x: [M, K] in the
+/// original row order (act-order weights group it in packed order):
+///   bf16: (2^-8 + 1.01 tol(K)) sum_k |x_k| |w_kn|
+///   int:  sum_k (max|x| of k's group / (127 * 256)) |w_kn| + tol(K) sum_k |x_k| A_kn
+inline std::vector<double> amx_linear_bound(const TestWeights& tw, const std::vector<double>& x,
+                                            std::int64_t M, std::int64_t K, std::int64_t N) {
+  const double tol = matmul_tol(K);
+  const bool bf = tw.packed.format == tpullm::kernels::WeightFormat::bf16;
+  const std::int64_t gr = tw.packed.group_rows();
+  auto orig = [&](std::int64_t j) {
+    return tw.packed.k_perm.empty() ? j
+                                    : std::int64_t{tw.packed.k_perm[static_cast<std::size_t>(j)]};
+  };
+  std::vector<double> b(static_cast<std::size_t>(M * N));
+  for (std::int64_t m = 0; m < M; ++m) {
+    std::vector<double> gmax(static_cast<std::size_t>(K / gr + 2), 0.0);
+    for (std::int64_t j = 0; j < K; ++j) {
+      auto& g = gmax[static_cast<std::size_t>(j / gr)];
+      g = std::max(g, std::abs(x[static_cast<std::size_t>(m * K + orig(j))]));
+    }
+    for (std::int64_t n = 0; n < N; ++n) {
+      double sxw = 0, sxa = 0, sdig = 0;
+      for (std::int64_t j = 0; j < K; ++j) {
+        const auto k = static_cast<std::size_t>(orig(j));
+        const double xv = std::abs(x[static_cast<std::size_t>(m * K) + k]);
+        const double wv =
+            std::abs(tw.deq[k * static_cast<std::size_t>(N) + static_cast<std::size_t>(n)]);
+        sxw += xv * wv;
+        sxa += xv * tw.absw[k * static_cast<std::size_t>(N) + static_cast<std::size_t>(n)];
+        sdig += gmax[static_cast<std::size_t>(j / gr)] / (127.0 * 256.0) * wv;
+      }
+      b[static_cast<std::size_t>(m * N + n)] =
+          bf ? (std::ldexp(1.0, -8) + 1.01 * tol) * sxw : sdig + tol * sxa;
+    }
+  }
+  return b;
+}
+
 } // namespace tpullm_test

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "tpullm/kernels/amx_tiles.hpp"
+#include "tpullm/kernels/flash_attention.hpp"
 #include "tpullm/kernels/matmul.hpp"
 #include "tpullm/kernels/mlp.hpp"
 
@@ -350,32 +351,6 @@ TEST_CASE("AMX linear: the path really runs (its rounding is visible, 15 rows st
 
 namespace {
 
-/// Per-output bound of one AMX linear y = x W (docs/kernels.md) for rows of x `xs` ([M, K]).
-std::vector<double> amx_linear_bound(const TestWeights& tw, const std::vector<double>& xs,
-                                     std::int64_t M, std::int64_t K, std::int64_t N) {
-  const double tol = matmul_tol(K);
-  const bool bf = tw.packed.format == WeightFormat::bf16;
-  const std::int64_t gr = tw.packed.group_rows();
-  std::vector<double> b(static_cast<std::size_t>(M * N));
-  for (std::int64_t m = 0; m < M; ++m) {
-    std::vector<double> gmax(static_cast<std::size_t>(K / gr + 2), 0.0);
-    for (std::int64_t k = 0; k < K; ++k)
-      gmax[static_cast<std::size_t>(k / gr)] =
-          std::max(gmax[static_cast<std::size_t>(k / gr)], std::abs(xs[m * K + k]));
-    for (std::int64_t n = 0; n < N; ++n) {
-      double sxw = 0, sxa = 0, sdig = 0;
-      for (std::int64_t k = 0; k < K; ++k) {
-        const double wv = std::abs(tw.deq[k * N + n]);
-        sxw += std::abs(xs[m * K + k]) * wv;
-        sxa += std::abs(xs[m * K + k]) * tw.absw[k * N + n];
-        sdig += gmax[static_cast<std::size_t>(k / gr)] / (127.0 * 256.0) * wv;
-      }
-      b[m * N + n] = bf ? (std::ldexp(1.0, -8) + 1.01 * tol) * sxw : sdig + tol * sxa;
-    }
-  }
-  return b;
-}
-
 double silu_d(double v) {
   return v / (1.0 + std::exp(-v));
 }
@@ -443,4 +418,126 @@ TEST_CASE("AMX SwiGLU MLP on the emulator meets the propagated bound", "[amx]") 
     CHECK(worst <= 1.0);
     CHECK(worst > 0.0);
   }
+}
+
+namespace {
+
+/// Prefill attention on the AMX path against a double reference computed from the values the
+/// kernel sees (q * scale * log2 e, k and v rounded to bf16). Remaining error: P rounded to bf16
+/// before P V (|dp| <= 2^-8 p, the denominator uses the f32 p) and f32 sums / exp2:
+///   |out - ref| <= (2^-8 + 1e-4) max|v| over the head's visible keys.
+/// Also reports the error against the unrounded f32 reference (not bounded by the test).
+template <class KV>
+double run_amx_attention(std::int64_t L, std::int64_t S, std::int64_t pos0, std::int64_t qh,
+                         std::int64_t kh, std::int64_t d, CoreSplit split, bool hw,
+                         double& vs_exact) {
+  std::mt19937 rng(static_cast<unsigned>(L * 131 + S + d));
+  std::normal_distribution<float> nd(0.f, 1.f);
+  const std::int64_t G = qh / kh, Lv = L - 1; // the last row is padding (L_valid < L)
+  std::vector<float> q(static_cast<std::size_t>(L * qh * d));
+  for (auto& e : q)
+    e = nd(rng);
+  std::vector<KV> k(static_cast<std::size_t>(S * kh * d)), v(k.size());
+  const std::int64_t Sv = std::min(S, pos0 + Lv); // keys past the last position are NaN
+  for (std::int64_t j = 0; j < S; ++j)
+    for (std::int64_t e = 0; e < kh * d; ++e) {
+      k[static_cast<std::size_t>(j * kh * d + e)] = from_f32<KV>(j < Sv ? 2.f * nd(rng) : kNaN);
+      v[static_cast<std::size_t>(j * kh * d + e)] = from_f32<KV>(j < Sv ? nd(rng) : kNaN);
+    }
+  std::vector<std::int32_t> pos(static_cast<std::size_t>(L));
+  for (std::int64_t i = 0; i < L; ++i)
+    pos[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(pos0 + i);
+  const float scale = 1.0f / std::sqrt(float(d)), qs = scale * 1.4426950408889634f;
+  std::vector<float> out = nan_vec(q.size());
+  {
+    std::optional<amx::ScopedEmulation> emu;
+    std::optional<ScopedIsa> isa;
+    if (hw)
+      isa.emplace(Isa::amx);
+    else
+      emu.emplace();
+    flash_attention<KV>(q, k, v, pos, out, {L, Lv, S, Sv, qh, kh, d, scale, true}, split);
+  }
+  auto bf = [](double x) { return double(f32_of_bf16(detail::amx_bf16_rne(float(x)))); };
+  double worst = 0;
+  vs_exact = 0;
+  for (std::int64_t i = 0; i < L; ++i)
+    for (std::int64_t h = 0; h < qh; ++h) {
+      const std::int64_t kv = h / G, kend = std::min<std::int64_t>(Sv, pos[i] + 1);
+      if (i >= Lv) { // padding row: untouched
+        CHECK(std::isnan(out[(i * qh + h) * d]));
+        continue;
+      }
+      std::vector<double> sr(static_cast<std::size_t>(kend)), se(sr.size());
+      double mr = -1e300, me = -1e300, vmax = 0;
+      for (std::int64_t j = 0; j < kend; ++j) {
+        double a = 0, e = 0;
+        for (std::int64_t x = 0; x < d; ++x) {
+          const double qv = q[(i * qh + h) * d + x];
+          const double kv_ = detail::to_f32(k[(j * kh + kv) * d + x]);
+          a += bf(qv * qs) * bf(kv_);
+          e += qv * scale * kv_;
+          vmax = std::max(vmax, std::abs(double(detail::to_f32(v[(j * kh + kv) * d + x]))));
+        }
+        sr[j] = a; // log2 domain
+        se[j] = e;
+        mr = std::max(mr, a);
+        me = std::max(me, e);
+      }
+      double dr = 0, de = 0;
+      for (std::int64_t j = 0; j < kend; ++j) {
+        dr += (sr[j] = std::exp2(sr[j] - mr));
+        de += (se[j] = std::exp(se[j] - me));
+      }
+      for (std::int64_t x = 0; x < d; ++x) {
+        double orr = 0, oe = 0;
+        for (std::int64_t j = 0; j < kend; ++j) {
+          const double vv = detail::to_f32(v[(j * kh + kv) * d + x]);
+          orr += sr[j] * bf(vv);
+          oe += se[j] * vv;
+        }
+        const double got = out[(i * qh + h) * d + x];
+        const double err = std::abs(got - orr / dr);
+        worst = std::max(worst,
+                         std::isfinite(err) ? err / ((std::ldexp(1.0, -8) + 1e-4) * vmax) : 1e30);
+        vs_exact = std::max(vs_exact, std::abs(got - oe / de) / vmax);
+      }
+    }
+  return worst;
+}
+
+} // namespace
+
+TEST_CASE("AMX prefill attention on the emulator meets the bound", "[amx][attention]") {
+  struct C {
+    std::int64_t L, S, pos0, qh, kh, d;
+    CoreSplit split;
+  };
+  const C cases[] = {{40, 40, 0, 4, 2, 64, {SplitDim::rows, 2}},      // GQA 2, tails of 32
+                     {33, 100, 60, 7, 1, 80, {}},                     // history, d % 32 != 0
+                     {70, 70, 0, 2, 2, 128, {SplitDim::heads, 2}},    // MHA, several q tiles
+                     {20, 300, 270, 14, 2, 64, {SplitDim::rows, 2}}}; // GQA 7, long history
+  for (const C& c : cases) {
+    double exact = 0;
+    const double worst =
+        run_amx_attention<float>(c.L, c.S, c.pos0, c.qh, c.kh, c.d, c.split, false, exact);
+    INFO("L=" << c.L << " S=" << c.S << " d=" << c.d << " worst err/bound=" << worst
+              << " max err vs f32 reference / max|v| = " << exact);
+    CHECK(worst <= 1.0);
+    CHECK(worst > 0.0);
+  }
+  double exact = 0;
+  CHECK(run_amx_attention<bf16_t>(36, 50, 14, 4, 1, 64, {}, false, exact) <= 1.0);
+  CHECK(run_amx_attention<f16_t>(36, 36, 0, 2, 2, 32, {SplitDim::rows, 2}, false, exact) <= 1.0);
+}
+
+TEST_CASE("AMX prefill attention on the hardware meets the bound", "[amx][amx-hw][attention]") {
+  if (!cpu_features().amx) {
+    WARN("skipped: CPU lacks AMX (or the OS did not grant tile data): no real-hardware check "
+         "ran");
+    return;
+  }
+  double exact = 0;
+  CHECK(run_amx_attention<float>(70, 70, 0, 4, 2, 128, {SplitDim::rows, 2}, true, exact) <= 1.0);
+  CHECK(run_amx_attention<bf16_t>(33, 100, 60, 7, 1, 80, {}, true, exact) <= 1.0);
 }

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -185,13 +186,32 @@ TEST_CASE("linear matches a double reference for every format, shape and ISA", "
         bound[m * c.N + n] = tol * a + 1e-30;
       }
     const CoreSplit splits[] = {{SplitDim::none, 1}, {SplitDim::cols, 2}, {SplitDim::rows, 2}};
-    std::vector<std::pair<Isa, bool>> paths; // (isa, VNNI disabled)
+    struct Path {
+      Isa isa;
+      bool no_vnni, amx_emulated;
+    };
+    std::vector<Path> paths;
     for (Isa isa : test_isas())
-      paths.push_back({isa, false});
+      paths.push_back({isa, false, false});
     if (cpu_features().avx512_vnni && is_quantized(c.format) && c.M <= 4)
-      paths.push_back({Isa::avx512, true}); // the f32-FMA int GEMV of AVX-512 CPUs without VNNI
-    for (auto [isa, no_vnni] : paths) {
+      paths.push_back({Isa::avx512, true, false}); // the f32-FMA int GEMV without VNNI
+    if (detail::amx_format(c.format) && c.M >= detail::kAmxMinRows &&
+        c.M * c.K * c.N <= 600'000) // the scalar emulator is slow: the smaller shapes only
+      paths.push_back({Isa::portable, false, true}); // the AMX path on the tile emulator
+    std::vector<double> amx_bound; // the looser bound of the AMX paths (isa amx, M >= 16)
+    if (detail::amx_format(c.format)) {
+      amx_bound = amx_linear_bound(tw, std::vector<double>(x.begin(), x.end()), c.M, c.K, c.N);
+      for (std::int64_t m = 0; m < c.M; ++m)
+        for (std::int64_t n = 0; n < c.N; ++n)
+          amx_bound[m * c.N + n] += tol * (c.bias ? std::abs(bias[n]) : 0.0) + 1e-30;
+    }
+    for (auto [isa, no_vnni, amx_emulated] : paths) {
       ScopedIsa scoped(isa);
+      std::optional<amx::ScopedEmulation> emu;
+      if (amx_emulated)
+        emu.emplace();
+      const bool on_amx = (isa == Isa::amx || amx_emulated) && !amx_bound.empty();
+      const auto& bnd = on_amx ? amx_bound : bound;
       for (const CoreSplit& split : splits) {
         std::vector<float> y = nan_vec(static_cast<std::size_t>(c.M * c.N));
         detail::vnni_disabled() = no_vnni;
@@ -201,13 +221,14 @@ TEST_CASE("linear matches a double reference for every format, shape and ISA", "
         double worst = 0;
         for (std::size_t i = 0; i < y.size(); ++i) {
           const double err = std::abs(double(y[i]) - ref[i]);
-          if (!(err <= bound[i]))
+          if (!(err <= bnd[i]))
             ++bad;
-          worst = std::max(worst, std::isfinite(err) ? err / bound[i] * tol : 1e9);
+          worst = std::max(worst, std::isfinite(err) ? err / bnd[i] * tol : 1e9);
         }
         detail::vnni_disabled() = false;
-        INFO(describe(c) << " isa=" << isa_name(isa) << (no_vnni ? " (no vnni)" : "") << " split="
-                         << int(split.dim) << " worst normalized err=" << worst << " tol=" << tol);
+        INFO(describe(c) << " isa=" << isa_name(isa) << (no_vnni ? " (no vnni)" : "")
+                         << (amx_emulated ? " (amx emulated)" : "") << " split=" << int(split.dim)
+                         << " worst normalized err=" << worst << " tol=" << tol);
         REQUIRE(bad == 0);
       }
     }
