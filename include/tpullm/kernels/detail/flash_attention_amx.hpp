@@ -237,6 +237,7 @@ void flash_attention_amx(const float* q, const KV* k, const KV* v, const std::in
   const std::int64_t M = s.L_valid * (s.q_heads / s.kv_heads), tiles = (M + 31) / 32;
   const std::int64_t per_head = (tiles + kFaAmxTilesPerItem - 1) / kFaAmxTilesPerItem;
   const std::int64_t items = s.kv_heads * per_head;
+  (void)emulated; // portable-only builds have the emulator only
   auto run = [&](std::int64_t it) {
     const std::int64_t h = it / per_head, c = it % per_head;
     const std::int64_t t0 = c * kFaAmxTilesPerItem, t1 = std::min(tiles, t0 + kFaAmxTilesPerItem);
