@@ -29,6 +29,19 @@ struct AttnModel {
 };
 
 void bm_attention(benchmark::State& state, AttnModel m, std::int64_t L, std::int64_t S,
+                  int threads);
+
+/// Prefill forced onto the AMX path; "AMX: not available on this CPU" where absent.
+void bm_attention_amx(benchmark::State& state, AttnModel m, std::int64_t L, int threads) {
+  if (!kernels::cpu_features().amx) {
+    state.SkipWithError("AMX: not available on this CPU");
+    return;
+  }
+  kernels::ScopedIsa isa(kernels::Isa::amx);
+  bm_attention(state, m, L, L, threads);
+}
+
+void bm_attention(benchmark::State& state, AttnModel m, std::int64_t L, std::int64_t S,
                   int threads) {
   const std::int64_t d = m.head_dim;
   std::vector<float> q(static_cast<std::size_t>(L * m.q_heads * d));
@@ -71,11 +84,23 @@ void bm_attention(benchmark::State& state, AttnModel m, std::int64_t L, std::int
     double pairs = 0;
     for (std::int64_t i = 0; i < L; ++i)
       pairs += double(std::min<std::int64_t>(S, pos[static_cast<std::size_t>(i)] + 1));
-    report_compute(state, 4.0 * double(d * m.q_heads) * pairs, threads);
+    report(state, 4.0 * double(d * m.q_heads) * pairs, threads,
+           kernels::active_isa() == kernels::Isa::amx ? Ceiling::amx_bf16 : Ceiling::f32_fma);
   }
 }
 
 const bool registered = [] {
+  for (const AttnModel& m :
+       {AttnModel{"qwen2.5-0.5b", 14, 2, 64}, AttnModel{"llama3-8b", 32, 8, 128}})
+    for (std::int64_t L : {512, 2048}) {
+      const std::string name = std::string("attention_amx/") + m.name +
+                               "/prefill/L:" + std::to_string(L) + "/S:" + std::to_string(L) +
+                               "/threads:2";
+      benchmark::RegisterBenchmark(name.c_str(), bm_attention_amx, m, L, 2)
+          ->UseRealTime()
+          ->Unit(benchmark::kMillisecond)
+          ->MinTime(0.2);
+    }
   const AttnModel models[] = {{"qwen2.5-0.5b", 14, 2, 64},
                               {"llama3-8b", 32, 8, 128},
                               {"llama2-7b-mha", 32, 32, 128},
