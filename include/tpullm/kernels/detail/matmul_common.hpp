@@ -74,8 +74,30 @@ inline constexpr int kGemvStreams = TPULLM_GEMV_STREAMS;
 /// Panels the single-row VNNI GEMV (int8 / int4) reads at once.
 inline constexpr int kGemvStreamsVnni = TPULLM_GEMV_STREAMS_VNNI;
 inline constexpr std::int64_t kKc = 256;
-inline constexpr std::int64_t kMcMax = 336;
+#ifndef TPULLM_GEMM_MC
+#define TPULLM_GEMM_MC 336
+#endif
+inline constexpr std::int64_t kMcMax = TPULLM_GEMM_MC;
 inline constexpr std::int64_t kNb = 8; ///< panels per L2-resident C block in the GEMM
+
+/// Per-thread GEMM buffers (packed x strips, one dequantized weight block), 64-byte aligned,
+/// grown on demand and reused across calls without clearing.
+struct GemmScratch {
+  AlignedArray<float> ap, bt;
+  float* a(std::size_t n) { return grow(ap, n); }
+  float* b(std::size_t n) { return grow(bt, n); }
+
+private:
+  static float* grow(AlignedArray<float>& v, std::size_t n) {
+    if (v.size() < n)
+      v = AlignedArray<float>(n);
+    return v.data();
+  }
+};
+inline GemmScratch& gemm_scratch() {
+  thread_local GemmScratch s;
+  return s;
+}
 
 /// Rows per accumulation segment of a view: the group size for quantized formats, the whole
 /// view otherwise. Segment gi covers packed rows [k0 + gi * step, min(k1, k0 + (gi + 1) * step)).

@@ -53,23 +53,37 @@ void gemm_range(const LinearArgs& a, Isa isa, std::int64_t ma, std::int64_t mb, 
 #endif
   const std::int64_t kv = a.v.k1 - a.v.k0;
   const std::int64_t kc_max = std::min<std::int64_t>(kKc, kv);
-  const std::int64_t mc_max = std::min<std::int64_t>(kMcMax, mb - ma);
+  // rows per x block: the packed [mc, kc] x block and the [mc, kNb * 32] C block share half the
+  // core's L2 (168 rows with 1 MiB, kMcMax = 336 with 2 MiB)
+  const std::int64_t mc_l2 = std::clamp<std::int64_t>(
+      static_cast<std::int64_t>(default_local_memory_bytes()) / 6144 / MR * MR, MR, kMcMax);
+  const std::int64_t mc_max = std::min<std::int64_t>(mc_l2, mb - ma);
   const std::int64_t mc_round = (mc_max + MR - 1) / MR * MR;
   // x rows [m0, m0 + mc) packed once for the whole K range: block kb at ap + (kb - k0) * mc_round
-  AlignedArray<float> ap(static_cast<std::size_t>(mc_round * kv));
-  AlignedArray<float> bt(static_cast<std::size_t>(kc_max * kPanelCols));
+  // (per-thread buffers, grown on demand and never cleared: every element read is written first)
+  GemmScratch& gs = gemm_scratch();
+  float* ap = gs.a(static_cast<std::size_t>(mc_round * kv));
+  float* btp = gs.b(static_cast<std::size_t>(kc_max * kPanelCols));
   float bias_pad[32];
   for (std::int64_t m0 = ma; m0 < mb; m0 += mc_max) {
     const std::int64_t mc = std::min(mc_max, mb - m0);
-    for (std::int64_t kb = a.v.k0; kb < a.v.k1; kb += kc_max)
-      pack_a(a.x, a.ldx, m0, mc, kb - a.v.k0, std::min(kc_max, a.v.k1 - kb), MR,
-             ap.data() + (kb - a.v.k0) * mc_round);
+    for (std::int64_t kb = a.v.k0; kb < a.v.k1; kb += kc_max) {
+      float* dst = ap + (kb - a.v.k0) * mc_round;
+      const std::int64_t kc = std::min(kc_max, a.v.k1 - kb);
+#if TPULLM_X86
+      if (vector_isa(isa) == Isa::avx512) {
+        pack_a_avx512(a.x, a.ldx, m0, mc, kb - a.v.k0, kc, MR, dst);
+        continue;
+      }
+#endif
+      pack_a(a.x, a.ldx, m0, mc, kb - a.v.k0, kc, MR, dst);
+    }
     // kNb panels at a time so their [mc, kNb * 32] C block stays in L2 across the K blocks
     for (std::int64_t pn = pa; pn < pb; pn += kNb) {
       const std::int64_t pe = std::min(pb, pn + kNb);
       for (std::int64_t kb = a.v.k0; kb < a.v.k1; kb += kc_max) {
         const std::int64_t kc = std::min(kc_max, a.v.k1 - kb);
-        const float* apk = ap.data() + (kb - a.v.k0) * mc_round;
+        const float* apk = ap + (kb - a.v.k0) * mc_round;
         for (std::int64_t p = pn; p < pe; ++p) {
           const float* b = nullptr;
           if constexpr (F == WeightFormat::f32) {
@@ -78,11 +92,11 @@ void gemm_range(const LinearArgs& a, Isa isa, std::int64_t ma, std::int64_t mb, 
             switch (isa) {
 #if TPULLM_X86
             case Isa::avx2:
-              decode_block_avx2<F>(w, p, kb, kc, bt.data());
+              decode_block_avx2<F>(w, p, kb, kc, btp);
               break;
             case Isa::amx:
             case Isa::avx512:
-              decode_block_avx512<F>(w, p, kb, kc, bt.data());
+              decode_block_avx512<F>(w, p, kb, kc, btp);
               break;
 #else
             case Isa::avx2:
@@ -90,10 +104,10 @@ void gemm_range(const LinearArgs& a, Isa isa, std::int64_t ma, std::int64_t mb, 
             case Isa::avx512:
 #endif
             case Isa::portable:
-              decode_block_portable<F>(w, p, kb, kc, bt.data());
+              decode_block_portable<F>(w, p, kb, kc, btp);
               break;
             }
-            b = bt.data();
+            b = btp;
           }
           // the next weight block this thread will touch, prefetched into L2 strip by strip
           const std::uint8_t* next = nullptr;
