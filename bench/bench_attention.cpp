@@ -19,6 +19,7 @@
 
 #include "roofline.hpp"
 #include "tpullm/kernels/flash_attention.hpp"
+#include "tpullm/kernels/packed_weights.hpp"
 
 namespace tpullm::bench {
 namespace {
@@ -51,12 +52,14 @@ void bm_attention(benchmark::State& state, AttnModel m, std::int64_t L, std::int
   const long long set_bytes = 2LL * static_cast<long long>(kv_elems * sizeof(float));
   const int copies =
       L == 1 ? static_cast<int>(std::max<long long>(1, dram_rotation_bytes() / set_bytes + 1)) : 1;
-  std::vector<std::vector<float>> ks(static_cast<std::size_t>(copies)), vs(ks.size());
+  // 64-byte aligned caches, as the runtime allocates them (rows of d floats then never straddle
+  // cache lines for d % 16 == 0)
+  std::vector<kernels::AlignedArray<float>> ks(static_cast<std::size_t>(copies)), vs(ks.size());
   for (int c = 0; c < copies; ++c) {
     auto& k = ks[static_cast<std::size_t>(c)];
     auto& v = vs[static_cast<std::size_t>(c)];
-    k.resize(kv_elems);
-    v.resize(kv_elems);
+    k = kernels::AlignedArray<float>(kv_elems);
+    v = kernels::AlignedArray<float>(kv_elems);
     for (std::size_t i = 0; i < kv_elems; ++i) {
       k[i] = static_cast<float>(i % 13) * 0.01f;
       v[i] = static_cast<float>(i % 11) * 0.01f;
@@ -72,7 +75,7 @@ void bm_attention(benchmark::State& state, AttnModel m, std::int64_t L, std::int
                                  threads};
   std::size_t ci = 0;
   for (auto _ : state) {
-    kernels::flash_attention<float>(q, ks[ci], vs[ci], pos, out, shape, split);
+    kernels::flash_attention<float>(q, ks[ci].span(), vs[ci].span(), pos, out, shape, split);
     benchmark::DoNotOptimize(out.data());
     benchmark::ClobberMemory();
     ci = (ci + 1) % ks.size();
