@@ -26,14 +26,15 @@ namespace tpullm::kernels::detail {
 inline constexpr std::int64_t kFdMinChunkKeys = 256;
 /// Keys per block of the decode loop.
 inline constexpr std::int64_t kFdBlock = 16;
-#ifndef TPULLM_FD_AHEAD
-#define TPULLM_FD_AHEAD 2
+/// Software prefetch distance of the decode loop, in blocks.
+inline constexpr std::int64_t kFdPrefetchBlocks = 4;
+#ifndef TPULLM_FD_PREFETCH
+#define TPULLM_FD_PREFETCH 0
 #endif
-/// Blocks ahead the decode loop prefetches into L2 (0: none).
-inline constexpr std::int64_t kFdAhead = TPULLM_FD_AHEAD;
+inline constexpr bool kFdPrefetch = TPULLM_FD_PREFETCH;
 
-/// One work item's arguments. qs: [q_heads, ldo] scaled by scale * log2(e); k, v: the cache;
-/// m, l: [q_heads]; o: [q_heads, ldo] (this item's chunk slot; only heads of [h0, h1) written).
+/// One work item's arguments. qs: [q_heads, d] scaled by scale * log2(e); k, v: the cache;
+/// m, l: [q_heads]; o: [q_heads, d] (this item's chunk slot; only heads of [h0, h1) written).
 template <class KV>
 struct FdItem {
   const float* qs = nullptr;
@@ -44,7 +45,6 @@ struct FdItem {
   float* m = nullptr;
   float* l = nullptr;
   float* o = nullptr;
-  std::int64_t ldo = 0; ///< row stride of o and qs (d rounded up to 16: 64-byte aligned rows)
 };
 
 // ---- generic body (portable and AVX2 builds): 16-lane arrays GCC vectorizes --------------
@@ -56,9 +56,9 @@ TPULLM_ALWAYS_INLINE void fd_item_generic(const FdItem<KV>& it) {
   for (std::int64_t h = it.h0; h < it.h1; ++h)
     for (std::int64_t g = 0; g < G; ++g) {
       const std::int64_t qh = h * G + g;
-      const float* q = it.qs + qh * it.ldo;
+      const float* q = it.qs + qh * d;
       float m = -__builtin_inff(), l = 0.f;
-      float* o = it.o + qh * it.ldo;
+      float* o = it.o + qh * d;
       for (std::int64_t x = 0; x < d; ++x)
         o[x] = 0.f;
       for (std::int64_t jb = it.j0; jb < it.j1; jb += kFdBlock) {
@@ -125,9 +125,9 @@ void fd_item_portable(const FdItem<KV>& it) {
   for (std::int64_t h = it.h0; h < it.h1; ++h)
     for (std::int64_t g = 0; g < G; ++g) {
       const std::int64_t qh = h * G + g;
-      const float* q = it.qs + qh * it.ldo;
+      const float* q = it.qs + qh * d;
       float m = -__builtin_inff(), l = 0.f;
-      float* o = it.o + qh * it.ldo;
+      float* o = it.o + qh * d;
       std::fill(o, o + d, 0.f);
       for (std::int64_t jb = it.j0; jb < it.j1; jb += kFdBlock) {
         const std::int64_t n = std::min(kFdBlock, it.j1 - jb);
@@ -268,104 +268,88 @@ TPULLM_TARGET_AVX512 inline void fd_pv_avx512(float* o, const KV* v, std::int64_
   }
 }
 
-/// One item on AVX-512. Per block of 16 keys: the block's K and V rows of the item's heads are
-/// first copied (widened to f32, rows padded to dp = d rounded up to 16 with zeros) into
-/// head-major staging buffers, reading the cache in memory order (two sequential streams: a
-/// head-major read order of [keys, heads, d] rows reads DRAM at half the rate); then three passes
-/// over all query rows of the item (scores, softmax update, P V): the rows are independent, so
-/// the long dependency chain of one row's softmax (reduction tree, max, exp2, sum) overlaps other
-/// rows' work.
-template <class KV>
-TPULLM_TARGET_AVX512 void fd_item_avx512(const FdItem<KV>& it) {
-  const std::int64_t d = it.d, H = it.H, G = it.G, dp = it.ldo, nc = dp / 16;
-  const std::int64_t nh = it.h1 - it.h0, r0 = it.h0 * G, r1 = it.h1 * G, R = r1 - r0;
+/// One item on AVX-512. Per block of 16 keys, three passes over all query rows of the item
+/// (scores, softmax update, P V): the rows are independent, so the long dependency chain of one
+/// row's softmax (reduction tree, max, exp2, sum) overlaps other rows' work instead of stalling.
+template <class KV, bool Full>
+TPULLM_TARGET_AVX512 void fd_item_avx512_t(const FdItem<KV>& it) {
+  const std::int64_t d = it.d, H = it.H, G = it.G, stride = H * d;
+  const std::int64_t nc = (d + 15) / 16;
   const __mmask16 tail = static_cast<__mmask16>(d % 16 == 0 ? 0xFFFF : (1u << (d % 16)) - 1u);
   const __m512 ninf = _mm512_set1_ps(-__builtin_inff());
   const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  const std::int64_t r0 = it.h0 * G, r1 = it.h1 * G, R = r1 - r0;
   thread_local std::vector<float> buf;
-  const std::int64_t stage = nh * kFdBlock * dp;
-  buf.resize(static_cast<std::size_t>(R * (kFdBlock + 1) + 2 * stage + 32));
+  buf.resize(static_cast<std::size_t>(R * (kFdBlock + 1) + 16));
   float* p = reinterpret_cast<float*>((reinterpret_cast<std::uintptr_t>(buf.data()) + 63) &
                                       ~std::uintptr_t{63}); // [R][16] scores, then p
-  float* kst = p + (R * kFdBlock + 15) / 16 * 16;           // [nh][16][dp]
-  float* vst = kst + stage;                                 // [nh][16][dp]
-  float* alpha = vst + stage;                               // [R]
+  float* alpha = p + R * kFdBlock;                          // [R]
   for (std::int64_t r = r0; r < r1; ++r) {
     it.m[r] = -__builtin_inff();
     it.l[r] = 0.f;
-    std::fill(it.o + r * dp, it.o + (r + 1) * dp, 0.f);
+    std::fill(it.o + r * d, it.o + (r + 1) * d, 0.f);
   }
+  const std::int64_t row_bytes = d * static_cast<std::int64_t>(sizeof(KV));
   for (std::int64_t jb = it.j0; jb < it.j1; jb += kFdBlock) {
     const std::int64_t n = std::min(kFdBlock, it.j1 - jb);
     const __mmask16 valid = _mm512_cmplt_epi32_mask(lane, _mm512_set1_epi32(static_cast<int>(n)));
-    // stage the block: cache rows in memory order -> [head][key][dp] f32 (zero padding)
-    for (std::int64_t j = 0; j < kFdBlock; ++j)
-      for (std::int64_t h = 0; h < nh; ++h) {
-        float* kd = kst + (h * kFdBlock + j) * dp;
-        float* vd = vst + (h * kFdBlock + j) * dp;
-        if (j >= n) { // past the item's keys: defined zeros (the scores are masked)
-          std::fill(kd, kd + dp, 0.f);
-          std::fill(vd, vd + dp, 0.f);
-          continue;
-        }
-        const KV* ks = it.k + ((jb + j) * H + it.h0 + h) * d;
-        const KV* vs = it.v + ((jb + j) * H + it.h0 + h) * d;
-        if (d % 16 == 0) {
-          for (std::int64_t c = 0; c < nc; ++c) {
-            _mm512_store_ps(kd + 16 * c, fd_load<KV, true>(ks + 16 * c, 0xFFFF));
-            _mm512_store_ps(vd + 16 * c, fd_load<KV, true>(vs + 16 * c, 0xFFFF));
-          }
-        } else {
-          for (std::int64_t c = 0; c < nc; ++c) {
-            const __mmask16 mk = c == nc - 1 ? tail : static_cast<__mmask16>(0xFFFF);
-            _mm512_store_ps(kd + 16 * c, fd_load<KV>(ks + 16 * c, mk));
-            _mm512_store_ps(vd + 16 * c, fd_load<KV>(vs + 16 * c, mk));
-          }
+    // rows of the item's heads kFdPrefetchBlocks blocks ahead (never past the item's keys)
+    const std::int64_t jpf = jb + kFdPrefetchBlocks * kFdBlock;
+    if (kFdPrefetch && jpf < it.j1)
+      for (std::int64_t j = jpf; j < std::min(it.j1, jpf + kFdBlock); ++j) {
+        const char* kp = reinterpret_cast<const char*>(it.k + (j * H + it.h0) * d);
+        const char* vp = reinterpret_cast<const char*>(it.v + (j * H + it.h0) * d);
+        for (std::int64_t b = 0; b < (it.h1 - it.h0) * row_bytes; b += 64) {
+          _mm_prefetch(kp + b, _MM_HINT_T0);
+          _mm_prefetch(vp + b, _MM_HINT_T0);
         }
       }
-    // the block kFdAhead blocks ahead is prefetched into L2 a slice per row of pass 1, so its
-    // DRAM reads overlap this block's compute (the staging copy then hits L2)
-    const std::int64_t jn = jb + kFdAhead * kFdBlock;
-    const std::int64_t nkeys = std::max<std::int64_t>(0, std::min(kFdBlock, it.j1 - jn));
-    const std::int64_t seg_lines = (nh * d * static_cast<std::int64_t>(sizeof(KV)) + 63) / 64;
-    const std::int64_t lines = nkeys * seg_lines, per_row = (lines + R - 1) / R;
-    std::int64_t next_line = 0;
     // pass 1: scores of every row (16 keys, reduced in key order)
     for (std::int64_t r = r0; r < r1; ++r) {
-      for (std::int64_t e = std::min(lines, next_line + per_row); next_line < e; ++next_line) {
-        const std::int64_t key = jn + next_line / seg_lines, off = (next_line % seg_lines) * 64;
-        _mm_prefetch(reinterpret_cast<const char*>(it.k + (key * H + it.h0) * d) + off,
-                     _MM_HINT_T1);
-        _mm_prefetch(reinterpret_cast<const char*>(it.v + (key * H + it.h0) * d) + off,
-                     _MM_HINT_T1);
-      }
-      const float* kh = kst + (r / G - it.h0) * kFdBlock * dp;
-      const float* q = it.qs + r * dp;
+      const KV* kh = it.k + (jb * H + r / G) * d;
+      const float* q = it.qs + r * d;
       __m512 acc[16];
 #pragma GCC unroll 16
       for (int i = 0; i < 16; ++i)
         acc[i] = _mm512_setzero_ps();
-      if (nc <= 8) {
-        // keys in order (one pointer stepping a row), q in registers; key j goes to accumulator
-        // kFdPerm[j] (the permutation is its own inverse)
+      if (n == kFdBlock && nc <= 8) {
+        // keys in order (one pointer stepping by the row stride), q in registers; key j goes to
+        // accumulator kFdPerm[j] (the permutation is its own inverse)
         __m512 qv[8];
 #pragma GCC unroll 8
         for (int c = 0; c < 8; ++c)
-          qv[c] = c < nc ? _mm512_load_ps(q + 16 * c) : _mm512_setzero_ps();
-        const float* kp = kh;
+          qv[c] = c < nc ? _mm512_maskz_loadu_ps(
+                               c == nc - 1 ? tail : static_cast<__mmask16>(0xFFFF), q + 16 * c)
+                         : _mm512_setzero_ps();
+        const KV* kp = kh;
 #pragma GCC unroll 16
-        for (int j = 0; j < 16; ++j, kp += dp)
+        for (int j = 0; j < 16; ++j, kp += stride)
 #pragma GCC unroll 8
           for (int c = 0; c < 8; ++c)
             if (c < nc)
-              acc[kFdPerm[j]] =
-                  _mm512_fmadd_ps(qv[c], _mm512_load_ps(kp + 16 * c), acc[kFdPerm[j]]);
-      } else {
+              acc[kFdPerm[j]] = _mm512_fmadd_ps(
+                  qv[c],
+                  fd_load<KV, Full>(kp + 16 * c,
+                                    c == nc - 1 ? tail : static_cast<__mmask16>(0xFFFF)),
+                  acc[kFdPerm[j]]);
+      } else if (n == kFdBlock) {
         for (std::int64_t c = 0; c < nc; ++c) {
-          const __m512 qc = _mm512_load_ps(q + 16 * c);
+          const __mmask16 mk = c == nc - 1 ? tail : static_cast<__mmask16>(0xFFFF);
+          const __m512 qc = _mm512_maskz_loadu_ps(mk, q + 16 * c);
 #pragma GCC unroll 16
           for (int i = 0; i < 16; ++i)
-            acc[i] = _mm512_fmadd_ps(qc, _mm512_load_ps(kh + kFdPerm[i] * dp + 16 * c), acc[i]);
+            acc[i] = _mm512_fmadd_ps(qc, fd_load<KV, Full>(kh + kFdPerm[i] * stride + 16 * c, mk),
+                                     acc[i]);
+        }
+      } else {
+        for (std::int64_t c = 0; c < nc; ++c) {
+          const __mmask16 mk = c == nc - 1 ? tail : static_cast<__mmask16>(0xFFFF);
+          const __m512 qc = _mm512_maskz_loadu_ps(mk, q + 16 * c);
+#pragma GCC unroll 16
+          for (int i = 0; i < 16; ++i)
+            if (kFdPerm[i] < n)
+              acc[i] = _mm512_fmadd_ps(qc, fd_load<KV, Full>(kh + kFdPerm[i] * stride + 16 * c, mk),
+                                       acc[i]);
         }
       }
       _mm512_store_ps(p + (r - r0) * kFdBlock, _mm512_mask_blend_ps(valid, ninf, fd_reduce16(acc)));
@@ -384,42 +368,50 @@ TPULLM_TARGET_AVX512 void fd_item_avx512(const FdItem<KV>& it) {
       it.l[r] = it.l[r] * a + _mm512_reduce_add_ps(pv);
       it.m[r] = mnew;
     }
-    // pass 3: o = o * alpha + P V for every row (staged V rows, dp columns)
+    // pass 3: o = o * alpha + P V for every row
     for (std::int64_t r = r0; r < r1; ++r) {
-      const float* vh = vst + (r / G - it.h0) * kFdBlock * dp;
+      const KV* vh = it.v + (jb * H + r / G) * d;
       const float* pr = p + (r - r0) * kFdBlock;
       const __m512 av = _mm512_set1_ps(alpha[r - r0]);
-      float* o = it.o + r * dp;
-      for (std::int64_t c0 = 0; c0 < dp; c0 += 128) {
-        switch (std::min<std::int64_t>(8, (dp - c0) / 16)) {
+      float* o = it.o + r * d;
+      for (std::int64_t c0 = 0; c0 < d; c0 += 128) {
+        switch (std::min<std::int64_t>(8, (d - c0 + 15) / 16)) {
         case 8:
-          fd_pv_avx512<float, 8, true>(o, vh, dp, pr, n, av, dp, c0);
+          fd_pv_avx512<KV, 8, Full>(o, vh, stride, pr, n, av, d, c0);
           break;
         case 7:
-          fd_pv_avx512<float, 7, true>(o, vh, dp, pr, n, av, dp, c0);
+          fd_pv_avx512<KV, 7, Full>(o, vh, stride, pr, n, av, d, c0);
           break;
         case 6:
-          fd_pv_avx512<float, 6, true>(o, vh, dp, pr, n, av, dp, c0);
+          fd_pv_avx512<KV, 6, Full>(o, vh, stride, pr, n, av, d, c0);
           break;
         case 5:
-          fd_pv_avx512<float, 5, true>(o, vh, dp, pr, n, av, dp, c0);
+          fd_pv_avx512<KV, 5, Full>(o, vh, stride, pr, n, av, d, c0);
           break;
         case 4:
-          fd_pv_avx512<float, 4, true>(o, vh, dp, pr, n, av, dp, c0);
+          fd_pv_avx512<KV, 4, Full>(o, vh, stride, pr, n, av, d, c0);
           break;
         case 3:
-          fd_pv_avx512<float, 3, true>(o, vh, dp, pr, n, av, dp, c0);
+          fd_pv_avx512<KV, 3, Full>(o, vh, stride, pr, n, av, d, c0);
           break;
         case 2:
-          fd_pv_avx512<float, 2, true>(o, vh, dp, pr, n, av, dp, c0);
+          fd_pv_avx512<KV, 2, Full>(o, vh, stride, pr, n, av, d, c0);
           break;
         default:
-          fd_pv_avx512<float, 1, true>(o, vh, dp, pr, n, av, dp, c0);
+          fd_pv_avx512<KV, 1, Full>(o, vh, stride, pr, n, av, d, c0);
           break;
         }
       }
     }
   }
+}
+
+template <class KV>
+TPULLM_TARGET_AVX512 void fd_item_avx512(const FdItem<KV>& it) {
+  if (it.d % 16 == 0)
+    fd_item_avx512_t<KV, true>(it);
+  else
+    fd_item_avx512_t<KV, false>(it);
 }
 
 TPULLM_AVX512_END
@@ -476,18 +468,15 @@ void flash_decode(const float* q, const KV* k, const KV* v, const std::int32_t* 
   const std::int64_t parts = split.dim == SplitDim::none ? 1 : std::max(1, split.parts);
   const FdPlan plan = fd_plan(keys, H, parts);
   const std::int64_t C = plan.chunks, HB = plan.head_blocks, items = C * HB;
-  // scratch (64-byte aligned rows): scaled q [QH, dp], then per chunk o [QH, dp], m [QH], l [QH]
+  // scratch: scaled q [QH, d], then per chunk m [QH], l [QH], o [QH, d]
   thread_local std::vector<float> scratch;
-  const std::int64_t dp = (d + 15) / 16 * 16, ml = (QH + 15) / 16 * 16;
-  const std::int64_t per_chunk = QH * dp + 2 * ml;
-  scratch.resize(static_cast<std::size_t>(QH * dp + C * per_chunk + 16));
-  float* qs = reinterpret_cast<float*>((reinterpret_cast<std::uintptr_t>(scratch.data()) + 63) &
-                                       ~std::uintptr_t{63});
+  const std::int64_t per_chunk = QH * (d + 2);
+  scratch.resize(static_cast<std::size_t>(QH * d + C * per_chunk));
+  float* qs = scratch.data();
   const float qscale = s.scale * 1.4426950408889634f;
-  for (std::int64_t h = 0; h < QH; ++h)
-    for (std::int64_t x = 0; x < dp; ++x)
-      qs[h * dp + x] = x < d ? q[h * d + x] * qscale : 0.f; // zero padding: staged rows are dp wide
-  float* part = qs + QH * dp;
+  for (std::int64_t i = 0; i < QH * d; ++i)
+    qs[i] = q[i] * qscale;
+  float* part = qs + QH * d;
   const Isa isa = active_isa();
   auto run = [&](std::int64_t item) {
     const std::int64_t c = item / HB, hb = item % HB;
@@ -505,10 +494,9 @@ void flash_decode(const float* q, const KV* k, const KV* v, const std::int32_t* 
     it.j0 = j0;
     it.j1 = j1;
     float* base = part + c * per_chunk;
-    it.o = base;
-    it.ldo = dp;
-    it.m = base + QH * dp;
-    it.l = it.m + ml;
+    it.m = base;
+    it.l = base + QH;
+    it.o = base + 2 * QH;
     if (j0 < j1 && h0 < h1)
       fd_item(it, isa);
   };
@@ -526,7 +514,7 @@ void flash_decode(const float* q, const KV* k, const KV* v, const std::int32_t* 
   for (std::int64_t qh = 0; qh < QH; ++qh) {
     float mx = -__builtin_inff();
     for (std::int64_t c = 0; c < C; ++c) {
-      const float* base = part + c * per_chunk + QH * dp;
+      const float* base = part + c * per_chunk;
       const auto [j0, j1] = split_range(keys, static_cast<int>(c), static_cast<int>(C), kFdBlock);
       if (j0 < j1)
         mx = std::max(mx, base[qh]);
@@ -534,10 +522,10 @@ void flash_decode(const float* q, const KV* k, const KV* v, const std::int32_t* 
     float l = 0.f;
     float w[64];
     for (std::int64_t c = 0; c < C; ++c) {
-      const float* base = part + c * per_chunk + QH * dp;
+      const float* base = part + c * per_chunk;
       const auto [j0, j1] = split_range(keys, static_cast<int>(c), static_cast<int>(C), kFdBlock);
       w[c] = j0 < j1 ? exp2_approx(base[qh] - mx) : 0.f;
-      l += w[c] * base[ml + qh];
+      l += w[c] * base[QH + qh];
     }
     const float inv = 1.0f / l;
     float* dst = out + qh * d;
@@ -545,7 +533,7 @@ void flash_decode(const float* q, const KV* k, const KV* v, const std::int32_t* 
       float acc = 0.f;
       for (std::int64_t c = 0; c < C; ++c)
         if (w[c] != 0.f)
-          acc += w[c] * part[c * per_chunk + qh * dp + x];
+          acc += w[c] * part[c * per_chunk + 2 * QH + qh * d + x];
       dst[x] = acc * inv;
     }
   }
