@@ -1,11 +1,15 @@
-// kernels::flash_attention at the attention shapes of Qwen2.5-0.5B (14 q / 2 kv heads, d 64)
-// and Llama-3-8B (32 / 8, d 128), f32 cache.
-//   decode  (L = 1 at position S-1 of an S-slot cache, S = 512/2048/8192): bandwidth-bound,
-//           reported against read bandwidth with bytes = K and V actually read (2*S*kv*d*4).
+// kernels::flash_attention at the attention shapes of Qwen2.5-0.5B (14 q / 2 kv heads, d 64:
+// GQA 7:1), Llama-3-8B (32 / 8, d 128: GQA 4:1), Llama-2-7B (32 / 32, d 128: MHA) and Gemma-2B
+// (8 / 1, d 256: MQA), f32 cache.
+//   decode  (L = 1 at position S-1 of an S-slot cache, S = 512/4096/8192; flash-decoding):
+//           bandwidth-bound, reported against the read ceiling with bytes = K and V actually read
+//           (2*S*kv*d*4). The caches rotate over >= dram_rotation_bytes() of copies so every
+//           iteration reads DRAM, not the last-level cache.
 //   prefill (L = 128/512, S = L, positions 0..L-1): compute-bound, reported against the f32 FMA
 //           peak with flops = 4 * d * q_heads * (visible pairs) = 4*d*qh*L(L+1)/2 (the causal
 //           half is not counted as work).
 // Names: attention/<model>/<decode|prefill>/L:<L>/S:<S>/threads:<T>.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -15,6 +19,7 @@
 
 #include "roofline.hpp"
 #include "tpullm/kernels/flash_attention.hpp"
+#include "tpullm/kernels/packed_weights.hpp"
 
 namespace tpullm::bench {
 namespace {
@@ -25,15 +30,40 @@ struct AttnModel {
 };
 
 void bm_attention(benchmark::State& state, AttnModel m, std::int64_t L, std::int64_t S,
+                  int threads);
+
+/// Prefill forced onto the AMX path; "AMX: not available on this CPU" where absent.
+void bm_attention_amx(benchmark::State& state, AttnModel m, std::int64_t L, int threads) {
+  if (!kernels::cpu_features().amx) {
+    state.SkipWithError("AMX: not available on this CPU");
+    return;
+  }
+  kernels::ScopedIsa isa(kernels::Isa::amx);
+  bm_attention(state, m, L, L, threads);
+}
+
+void bm_attention(benchmark::State& state, AttnModel m, std::int64_t L, std::int64_t S,
                   int threads) {
   const std::int64_t d = m.head_dim;
   std::vector<float> q(static_cast<std::size_t>(L * m.q_heads * d));
-  std::vector<float> k(static_cast<std::size_t>(S * m.kv_heads * d)), v(k.size());
   for (std::size_t i = 0; i < q.size(); ++i)
     q[i] = static_cast<float>(i % 17) * 0.01f;
-  for (std::size_t i = 0; i < k.size(); ++i) {
-    k[i] = static_cast<float>(i % 13) * 0.01f;
-    v[i] = static_cast<float>(i % 11) * 0.01f;
+  const auto kv_elems = static_cast<std::size_t>(S * m.kv_heads * d);
+  const long long set_bytes = 2LL * static_cast<long long>(kv_elems * sizeof(float));
+  const int copies =
+      L == 1 ? static_cast<int>(std::max<long long>(1, dram_rotation_bytes() / set_bytes + 1)) : 1;
+  // 64-byte aligned caches, as the runtime allocates them (rows of d floats then never straddle
+  // cache lines for d % 16 == 0)
+  std::vector<kernels::AlignedArray<float>> ks(static_cast<std::size_t>(copies)), vs(ks.size());
+  for (int c = 0; c < copies; ++c) {
+    auto& k = ks[static_cast<std::size_t>(c)];
+    auto& v = vs[static_cast<std::size_t>(c)];
+    k = kernels::AlignedArray<float>(kv_elems);
+    v = kernels::AlignedArray<float>(kv_elems);
+    for (std::size_t i = 0; i < kv_elems; ++i) {
+      k[i] = static_cast<float>(i % 13) * 0.01f;
+      v[i] = static_cast<float>(i % 11) * 0.01f;
+    }
   }
   std::vector<float> out(q.size());
   std::vector<std::int32_t> pos(static_cast<std::size_t>(L));
@@ -43,26 +73,44 @@ void bm_attention(benchmark::State& state, AttnModel m, std::int64_t L, std::int
       L, L, S, S, m.q_heads, m.kv_heads, d, 1.0f / std::sqrt(static_cast<float>(d)), true};
   const kernels::CoreSplit split{L == 1 ? kernels::SplitDim::heads : kernels::SplitDim::rows,
                                  threads};
+  std::size_t ci = 0;
   for (auto _ : state) {
-    kernels::flash_attention<float>(q, k, v, pos, out, shape, split);
+    kernels::flash_attention<float>(q, ks[ci].span(), vs[ci].span(), pos, out, shape, split);
     benchmark::DoNotOptimize(out.data());
     benchmark::ClobberMemory();
+    ci = (ci + 1) % ks.size();
   }
+  state.counters["copies"] = copies;
   if (L == 1) {
     report_bandwidth(state, 2.0 * double(S * m.kv_heads * d) * sizeof(float), threads);
   } else {
     double pairs = 0;
     for (std::int64_t i = 0; i < L; ++i)
       pairs += double(std::min<std::int64_t>(S, pos[static_cast<std::size_t>(i)] + 1));
-    report_compute(state, 4.0 * double(d * m.q_heads) * pairs, threads);
+    report(state, 4.0 * double(d * m.q_heads) * pairs, threads,
+           kernels::active_isa() == kernels::Isa::amx ? Ceiling::amx_bf16 : Ceiling::f32_fma);
   }
 }
 
 const bool registered = [] {
-  const AttnModel models[] = {{"qwen2.5-0.5b", 14, 2, 64}, {"llama3-8b", 32, 8, 128}};
+  for (const AttnModel& m :
+       {AttnModel{"qwen2.5-0.5b", 14, 2, 64}, AttnModel{"llama3-8b", 32, 8, 128}})
+    for (std::int64_t L : {512, 2048}) {
+      const std::string name = std::string("attention_amx/") + m.name +
+                               "/prefill/L:" + std::to_string(L) + "/S:" + std::to_string(L) +
+                               "/threads:2";
+      benchmark::RegisterBenchmark(name.c_str(), bm_attention_amx, m, L, 2)
+          ->UseRealTime()
+          ->Unit(benchmark::kMillisecond)
+          ->MinTime(0.2);
+    }
+  const AttnModel models[] = {{"qwen2.5-0.5b", 14, 2, 64},
+                              {"llama3-8b", 32, 8, 128},
+                              {"llama2-7b-mha", 32, 32, 128},
+                              {"gemma-2b-mqa", 8, 1, 256}};
   for (const AttnModel& m : models)
     for (int threads : {1, 2}) {
-      for (std::int64_t S : {512, 2048, 8192}) {
+      for (std::int64_t S : {512, 4096, 8192}) {
         const std::string name = std::string("attention/") + m.name +
                                  "/decode/L:1/S:" + std::to_string(S) +
                                  "/threads:" + std::to_string(threads);
@@ -71,7 +119,10 @@ const bool registered = [] {
             ->Unit(benchmark::kMicrosecond)
             ->MinTime(0.2);
       }
+      const bool base = std::string(m.name) == "qwen2.5-0.5b" || std::string(m.name) == "llama3-8b";
       for (std::int64_t L : {128, 512}) {
+        if (!base)
+          continue;
         const std::string name = std::string("attention/") + m.name +
                                  "/prefill/L:" + std::to_string(L) + "/S:" + std::to_string(L) +
                                  "/threads:" + std::to_string(threads);

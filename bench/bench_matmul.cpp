@@ -14,6 +14,7 @@
 #include <cstring>
 #include <memory>
 #include <random>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -145,7 +146,7 @@ inline const std::vector<PackedWeights>& bench_weights(WeightFormat f, std::int6
 
 /// Copies of a weight needed so a rotation over them is >= 1 GiB (4x the 260 MiB L3).
 inline int rotation_copies(std::int64_t bytes) {
-  const std::int64_t target = std::int64_t{1} << 30;
+  const std::int64_t target = dram_rotation_bytes();
   return static_cast<int>(std::clamp<std::int64_t>((target + bytes - 1) / bytes, 1, 8192));
 }
 
@@ -168,6 +169,8 @@ inline kernels::CoreSplit bench_split(std::int64_t M, std::int64_t N, int thread
   return {kernels::SplitDim::cols, threads};
 }
 
+Ceiling compute_ceiling(WeightFormat f, std::int64_t M);
+
 void bm_linear(benchmark::State& state, Proj p, WeightFormat f, std::int64_t M, int threads) {
   const int copies = M == 1 ? rotation_copies(packed_bytes(f, p.K, p.N)) : 1;
   const auto& ws = bench_weights(f, p.K, p.N, copies);
@@ -184,13 +187,103 @@ void bm_linear(benchmark::State& state, Proj p, WeightFormat f, std::int64_t M, 
   if (M <= 4)
     report_bandwidth(state, static_cast<double>(ws[0].total_bytes()), threads);
   else
-    report_compute(state, 2.0 * static_cast<double>(M * p.K * p.N), threads);
+    report(state, 2.0 * static_cast<double>(M * p.K * p.N), threads, compute_ceiling(f, M));
   state.counters["copies"] = static_cast<double>(ws.size());
+}
+
+/// The ceiling a GEMM of format f with M rows is judged against: the AMX peak when it runs on
+/// the tile unit (bf16: AMX-bf16; int8 / int4: AMX-int8, counting 2 M K N useful ops although
+/// the two-digit scheme issues twice as many), else the f32 FMA peak.
+Ceiling compute_ceiling(WeightFormat f, std::int64_t M) {
+  if (kernels::active_isa() != kernels::Isa::amx || !kernels::detail::amx_format(f) ||
+      M < kernels::detail::kAmxMinRows)
+    return Ceiling::f32_fma;
+  return f == WeightFormat::bf16 ? Ceiling::amx_bf16 : Ceiling::amx_int8;
+}
+
+/// A GEMM forced onto the AMX path (Isa::amx); reports "AMX: not available on this CPU" and
+/// skips where the CPU or OS lacks it.
+void bm_linear_amx(benchmark::State& state, Proj p, WeightFormat f, std::int64_t M, int threads) {
+  if (!kernels::cpu_features().amx) {
+    state.SkipWithError("AMX: not available on this CPU");
+    return;
+  }
+  kernels::ScopedIsa isa(kernels::Isa::amx);
+  bm_linear(state, p, f, M, threads);
+}
+
+/// One layer's q, k and v projections at M = 1 from one prepared x (LinearInput: the digit
+/// decomposition of the int GEMVs is built once for the three), as the executor calls them;
+/// bytes = the three weights, rotated over copies so they come from DRAM.
+void bm_linear_qkv(benchmark::State& state, std::string model, WeightFormat f, int threads) {
+  std::vector<Proj> ps;
+  for (const Proj& p : projections())
+    if (model == p.model && (std::string(p.name) == "q_proj" || std::string(p.name) == "k_proj" ||
+                             std::string(p.name) == "v_proj"))
+      ps.push_back(p);
+  std::int64_t set_bytes = 0;
+  for (const Proj& p : ps)
+    set_bytes += packed_bytes(f, p.K, p.N);
+  const int copies = rotation_copies(set_bytes);
+  std::vector<std::vector<PackedWeights>> ws(static_cast<std::size_t>(copies));
+  for (int c = 0; c < copies; ++c)
+    for (const Proj& p : ps)
+      ws[static_cast<std::size_t>(c)].push_back(
+          random_packed(f, p.K, p.N, 77u + static_cast<std::uint32_t>(p.N)));
+  const std::int64_t K = ps[0].K;
+  std::vector<float> x(static_cast<std::size_t>(K));
+  for (std::size_t i = 0; i < x.size(); ++i)
+    x[i] = static_cast<float>(static_cast<int>(i % 19) - 9) * 0.05f;
+  std::vector<float> y(static_cast<std::size_t>(ps[0].N));
+  const kernels::CoreSplit split{kernels::SplitDim::cols, threads};
+  std::size_t c = 0;
+  for (auto _ : state) {
+    const kernels::LinearInput in(x, 1, K);
+    for (std::size_t j = 0; j < ps.size(); ++j)
+      kernels::linear(in, ws[c][j], {},
+                      std::span<float>(y.data(), static_cast<std::size_t>(ps[j].N)),
+                      {1, K, ps[j].N}, split);
+    benchmark::DoNotOptimize(y.data());
+    benchmark::ClobberMemory();
+    c = (c + 1) % ws.size();
+  }
+  double bytes = 0;
+  for (const auto& w : ws[0])
+    bytes += static_cast<double>(w.total_bytes());
+  report_bandwidth(state, bytes, threads);
+  state.counters["copies"] = copies;
 }
 
 void register_matmul_benchmarks(bool full) {
   const WeightFormat all[] = {WeightFormat::f32,  WeightFormat::bf16,     WeightFormat::f16,
                               WeightFormat::int8, WeightFormat::int4_sym, WeightFormat::int4_asym};
+  // q/k/v of one layer from one prepared x
+  for (const char* model : {"qwen2.5-0.5b", "llama3-8b"})
+    for (WeightFormat f : all)
+      for (int threads : {1, 2}) {
+        const std::string name = std::string("linear_qkv/") + model + "/" +
+                                 std::string(kernels::format_name(f)) +
+                                 "/M:1/threads:" + std::to_string(threads);
+        benchmark::RegisterBenchmark(name.c_str(), bm_linear_qkv, std::string(model), f, threads)
+            ->UseRealTime()
+            ->Unit(benchmark::kMicrosecond)
+            ->MinTime(0.2);
+      }
+  // the AMX GEMMs at M = 512 (skipped with "AMX: not available on this CPU" where absent)
+  for (const Proj& p : projections()) {
+    const std::string pn = p.name;
+    if (std::string(p.model) != "llama3-8b" ||
+        (pn != "q_proj" && pn != "k_proj" && pn != "gate_proj"))
+      continue;
+    for (WeightFormat f : {WeightFormat::bf16, WeightFormat::int8, WeightFormat::int4_sym}) {
+      const std::string name = std::string("linear_amx/") + p.model + "/" + p.name + "/" +
+                               std::string(kernels::format_name(f)) + "/M:512/threads:2";
+      benchmark::RegisterBenchmark(name.c_str(), bm_linear_amx, p, f, std::int64_t{512}, 2)
+          ->UseRealTime()
+          ->Unit(benchmark::kMicrosecond)
+          ->MinTime(0.3);
+    }
+  }
   for (const Proj& p : projections()) {
     const bool llama = std::string(p.model) == "llama3-8b";
     const bool lm_head = std::string(p.name) == "lm_head";

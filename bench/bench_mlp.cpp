@@ -37,7 +37,7 @@ void bm_mlp(benchmark::State& state, MlpModel m, WeightFormat f, std::int64_t M,
     ws.push_back(random_packed(f, m.intermediate, m.hidden, 3 * seed + 3));
     for (std::size_t i = ws.size() - 3; i < ws.size(); ++i)
       bytes += ws[i].total_bytes();
-  } while (M == 1 && bytes < (std::int64_t{1} << 30));
+  } while (M == 1 && bytes < dram_rotation_bytes());
   std::vector<float> x(static_cast<std::size_t>(M * m.hidden), 0.1f);
   std::vector<float> out(x.size());
   const std::size_t budget = std::size_t{2} << 20;
@@ -51,11 +51,27 @@ void bm_mlp(benchmark::State& state, MlpModel m, WeightFormat f, std::int64_t M,
     benchmark::ClobberMemory();
     i = (i + 3) % ws.size();
   }
-  if (M <= 4)
+  if (M <= 4) {
     report_bandwidth(state, double(ws[0].total_bytes() + ws[1].total_bytes() + ws[2].total_bytes()),
                      threads);
-  else
-    report_compute(state, 6.0 * double(M * m.hidden * m.intermediate), threads);
+  } else {
+    const bool amx = kernels::active_isa() == kernels::Isa::amx && kernels::detail::amx_format(f) &&
+                     M >= kernels::detail::kAmxMinRows;
+    report(state, 6.0 * double(M * m.hidden * m.intermediate), threads,
+           !amx                      ? Ceiling::f32_fma
+           : f == WeightFormat::bf16 ? Ceiling::amx_bf16
+                                     : Ceiling::amx_int8);
+  }
+}
+
+/// The MLP forced onto the AMX path; "AMX: not available on this CPU" where absent.
+void bm_mlp_amx(benchmark::State& state, MlpModel m, WeightFormat f, std::int64_t M, int threads) {
+  if (!kernels::cpu_features().amx) {
+    state.SkipWithError("AMX: not available on this CPU");
+    return;
+  }
+  kernels::ScopedIsa isa(kernels::Isa::amx);
+  bm_mlp(state, m, f, M, threads);
 }
 
 } // namespace
@@ -64,6 +80,15 @@ void register_mlp_benchmarks(bool full) {
   const MlpModel models[] = {{"qwen2.5-0.5b", 896, 4864}, {"llama3-8b", 4096, 14336}};
   const WeightFormat fs[] = {WeightFormat::f32,  WeightFormat::bf16,     WeightFormat::f16,
                              WeightFormat::int8, WeightFormat::int4_sym, WeightFormat::int4_asym};
+  for (const MlpModel& m : models)
+    for (WeightFormat f : {WeightFormat::bf16, WeightFormat::int8, WeightFormat::int4_sym}) {
+      const std::string name = std::string("mlp_amx/") + m.name + "/" +
+                               std::string(kernels::format_name(f)) + "/M:512/threads:2";
+      benchmark::RegisterBenchmark(name.c_str(), bm_mlp_amx, m, f, std::int64_t{512}, 2)
+          ->UseRealTime()
+          ->Unit(benchmark::kMillisecond)
+          ->MinTime(0.3);
+    }
   for (const MlpModel& m : models)
     for (WeightFormat f : fs)
       for (std::int64_t M : {1, 128, 512})

@@ -22,6 +22,7 @@ using tpullm::bf16_t;
 using tpullm::f16_t;
 using tpullm::kernels::cpu_features;
 using tpullm::kernels::Isa;
+using tpullm::kernels::vector_isa;
 
 /// ISA paths to run on this machine: the best, portable when it is not the best, and avx2 when
 /// the best is avx512 (each path once).
@@ -29,7 +30,7 @@ inline std::vector<Isa> isas_to_test() {
   std::vector<Isa> v{cpu_features().best()};
   if (cpu_features().best() != Isa::portable)
     v.push_back(Isa::portable);
-  if (cpu_features().best() == Isa::avx512)
+  if (vector_isa(cpu_features().best()) == Isa::avx512)
     v.push_back(Isa::avx2);
   return v;
 }
@@ -38,7 +39,7 @@ inline std::vector<Isa> isas_to_test() {
 /// (portable runs twice when it is the best, as those tests always did).
 inline std::vector<Isa> test_isas() {
   std::vector<Isa> v{cpu_features().best(), Isa::portable};
-  if (cpu_features().best() == Isa::avx512)
+  if (vector_isa(cpu_features().best()) == Isa::avx512)
     v.push_back(Isa::avx2);
   return v;
 }
@@ -103,6 +104,44 @@ TestWeights make_weights(tpullm::kernels::WeightFormat f, std::int64_t K, std::i
 /// Relative tolerance of a linear over K inputs (docs/kernels.md).
 inline double matmul_tol(std::int64_t K) {
   return 3e-6 * std::sqrt(double(K)) + 1e-6;
+}
+
+/// Per-output bound of an AMX linear y = x W without bias (docs/kernels.md), x: [M, K] in the
+/// original row order (act-order weights group it in packed order):
+///   bf16: (2^-8 + 1.01 tol(K)) sum_k |x_k| |w_kn|
+///   int:  sum_k (max|x| of k's group / (127 * 256)) |w_kn| + tol(K) sum_k |x_k| A_kn
+inline std::vector<double> amx_linear_bound(const TestWeights& tw, const std::vector<double>& x,
+                                            std::int64_t M, std::int64_t K, std::int64_t N) {
+  const double tol = matmul_tol(K);
+  const bool bf = tw.packed.format == tpullm::kernels::WeightFormat::bf16;
+  const std::int64_t gr = tw.packed.group_rows();
+  auto orig = [&](std::int64_t j) {
+    return tw.packed.k_perm.empty() ? j
+                                    : std::int64_t{tw.packed.k_perm[static_cast<std::size_t>(j)]};
+  };
+  std::vector<double> b(static_cast<std::size_t>(M * N));
+  for (std::int64_t m = 0; m < M; ++m) {
+    std::vector<double> gmax(static_cast<std::size_t>(K / gr + 2), 0.0);
+    for (std::int64_t j = 0; j < K; ++j) {
+      auto& g = gmax[static_cast<std::size_t>(j / gr)];
+      g = std::max(g, std::abs(x[static_cast<std::size_t>(m * K + orig(j))]));
+    }
+    for (std::int64_t n = 0; n < N; ++n) {
+      double sxw = 0, sxa = 0, sdig = 0;
+      for (std::int64_t j = 0; j < K; ++j) {
+        const auto k = static_cast<std::size_t>(orig(j));
+        const double xv = std::abs(x[static_cast<std::size_t>(m * K) + k]);
+        const double wv =
+            std::abs(tw.deq[k * static_cast<std::size_t>(N) + static_cast<std::size_t>(n)]);
+        sxw += xv * wv;
+        sxa += xv * tw.absw[k * static_cast<std::size_t>(N) + static_cast<std::size_t>(n)];
+        sdig += gmax[static_cast<std::size_t>(j / gr)] / (127.0 * 256.0) * wv;
+      }
+      b[static_cast<std::size_t>(m * N + n)] =
+          bf ? (std::ldexp(1.0, -8) + 1.01 * tol) * sxw : sdig + tol * sxa;
+    }
+  }
+  return b;
 }
 
 } // namespace tpullm_test

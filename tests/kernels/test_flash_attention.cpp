@@ -12,7 +12,9 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -105,9 +107,61 @@ void run_case(const FaCase& c) {
       }
     }
 
+  // the AMX prefill path (tile unit or emulator) computes with q * scale * log2 e, k, v and p
+  // rounded to bf16: it is checked against a reference on the rounded q, k, v with the bound
+  // (2^-8 + 1e-4) max|v| (P's bf16 rounding; docs/kernels.md)
+  std::vector<double> ref_bf16;
+  if (c.L_valid > 1) {
+    auto bf = [](double x) {
+      const std::uint32_t u = std::uint32_t{detail::amx_bf16_rne(float(x))} << 16;
+      float f;
+      std::memcpy(&f, &u, 4);
+      return double(f);
+    };
+    ref_bf16.assign(q.size(), 0.0);
+    const double qs = double(scale) * 1.4426950408889634;
+    for (std::int64_t i = 0; i < c.L_valid; ++i)
+      for (std::int64_t h = 0; h < c.q_heads; ++h) {
+        const std::int64_t kvh = h / G;
+        const std::int64_t kend =
+            c.causal ? std::min<std::int64_t>(c.S_valid, pos[static_cast<std::size_t>(i)] + 1)
+                     : c.S_valid;
+        std::vector<double> sc(static_cast<std::size_t>(kend));
+        double mx = -1e300;
+        for (std::int64_t j = 0; j < kend; ++j) {
+          double acc = 0;
+          for (std::int64_t x = 0; x < d; ++x)
+            acc += bf(float(q[static_cast<std::size_t>((i * c.q_heads + h) * d + x)] * float(qs))) *
+                   bf(kv_f32(k[static_cast<std::size_t>((j * c.kv_heads + kvh) * d + x)]));
+          sc[static_cast<std::size_t>(j)] = acc;
+          mx = std::max(mx, acc);
+        }
+        double den = 0;
+        for (auto& e : sc)
+          den += (e = std::exp2(e - mx));
+        for (std::int64_t x = 0; x < d; ++x) {
+          double acc = 0;
+          for (std::int64_t j = 0; j < kend; ++j)
+            acc += sc[static_cast<std::size_t>(j)] *
+                   bf(kv_f32(v[static_cast<std::size_t>((j * c.kv_heads + kvh) * d + x)]));
+          ref_bf16[static_cast<std::size_t>((i * c.q_heads + h) * d + x)] = acc / den;
+        }
+      }
+  }
   AttentionShape shape{c.L, c.L_valid, c.S, c.S_valid, c.q_heads, c.kv_heads, d, scale, c.causal};
-  for (Isa isa : isas_to_test()) {
+  std::vector<std::pair<Isa, bool>> paths; // (isa, AMX on the tile emulator)
+  for (Isa isa : isas_to_test())
+    paths.push_back({isa, false});
+  if (c.L_valid > 1)
+    paths.push_back({Isa::portable, true});
+  for (auto [isa, amx_emulated] : paths) {
     ScopedIsa guard(isa);
+    std::optional<amx::ScopedEmulation> emu;
+    if (amx_emulated)
+      emu.emplace();
+    const bool on_amx = c.L_valid > 1 && (amx_emulated || isa == Isa::amx);
+    const std::vector<double>& rf = on_amx ? ref_bf16 : ref;
+    const double tol = on_amx ? std::ldexp(1.0, -8) + 1e-4 : c.tol;
     std::vector<float> out(q.size(), nan);
     flash_attention<KV>(q, k, v, pos, out, shape, c.split, c.budget);
     double worst = 0;
@@ -125,13 +179,14 @@ void run_case(const FaCase& c) {
             continue;
           }
           const double err =
-              std::abs(out[e] - ref[e]) / std::max(1e-30, maxv[static_cast<std::size_t>(h / G)]);
+              std::abs(out[e] - rf[e]) / std::max(1e-30, maxv[static_cast<std::size_t>(h / G)]);
           worst = std::max(worst, err);
         }
-    INFO(c.name << " kv=" << storage_name<KV>() << " isa=" << isa_name(isa) << " worst=" << worst);
+    INFO(c.name << " kv=" << storage_name<KV>() << " isa=" << isa_name(isa)
+                << (amx_emulated ? " (amx emulated)" : "") << " worst=" << worst);
     CHECK(non_finite == 0);
     CHECK(bad_untouched == 0);
-    CHECK(worst <= c.tol);
+    CHECK(worst <= tol);
   }
 }
 
@@ -158,6 +213,15 @@ std::vector<FaCase> numerics_cases() {
   cs.push_back({"decode d128 gqa4", 1, 1, 1024, 700, 32, 8, 128, 699, true, false, 0, heads2});
   cs.push_back({"decode d80 gqa1", 1, 1, 64, 33, 2, 2, 80, 32});
   cs.push_back({"decode S=1", 1, 1, 1, 1, 7, 1, 32, 0});
+  // flash-decoding: key chunks across cores (>= 256 keys each) and their merge, any split
+  const CoreSplit cols2{SplitDim::cols, 2}, rows3{SplitDim::rows, 3};
+  cs.push_back({"fd mqa 2 chunks", 1, 1, 1100, 1037, 8, 1, 64, 1036, true, false, 0, cols2});
+  cs.push_back({"fd mha 3 chunks d40", 1, 1, 900, 800, 3, 3, 40, 799, true, false, 0, rows3});
+  cs.push_back({"fd gqa7 2 chunks", 1, 1, 600, 530, 14, 2, 64, 529, true, false, 0, heads2});
+  cs.push_back({"fd gqa4 d128 heads", 1, 1, 400, 300, 8, 2, 128, 299, true, false, 0, rows3});
+  cs.push_back({"fd d256 mqa", 1, 1, 700, 620, 4, 1, 256, 619, true, false, 0, cols2});
+  cs.push_back({"fd non-causal", 1, 1, 600, 555, 4, 2, 64, 3, false, false, 0, cols2});
+  cs.push_back({"fd L_valid 1 of 3", 3, 1, 700, 600, 6, 2, 64, 599, true, false, 0, cols2});
   // position beyond S_valid: every valid key is visible
   cs.push_back({"pos beyond S_valid", 3, 3, 64, 20, 2, 1, 64, 40});
   // small budget forces 16x16 tiles; order-independent masking; non-causal
@@ -182,6 +246,12 @@ TEST_CASE("flash_attention 16-bit caches", "[kernels][attention]") {
   run_case<bf16_t>(c);
   FaCase c2{"f16 decode", 1, 1, 300, 201, 14, 2, 64, 200};
   run_case<f16_t>(c2);
+  FaCase c4{"bf16 decode 2 chunks", 1, 1, 800, 777, 4, 1, 80, 776};
+  c4.split = {SplitDim::cols, 2};
+  run_case<bf16_t>(c4);
+  FaCase c5{"f16 decode 3 chunks d128", 1, 1, 900, 899, 8, 2, 128, 898};
+  c5.split = {SplitDim::heads, 3};
+  run_case<f16_t>(c5);
   FaCase c3{"f16 prefill d80", 40, 33, 40, 33, 2, 1, 80};
   run_case<f16_t>(c3);
 }
@@ -221,4 +291,7 @@ TEST_CASE("flash_attention rejects bad arguments", "[kernels][attention]") {
   CHECK_THROWS_AS(flash_attention<float>(q, small_kv, kv, pos, out, s), std::invalid_argument);
   CHECK_THROWS_AS(flash_attention<float>(q, kv, kv, pos, out, s, CoreSplit{SplitDim::cols, 2}),
                   std::invalid_argument);
+  // decode accepts a key split (flash-decoding)
+  AttentionShape dec{1, 1, 8, 8, 4, 2, 16, 0.25f, true};
+  CHECK_NOTHROW(flash_attention<float>(q, kv, kv, pos, out, dec, CoreSplit{SplitDim::cols, 2}));
 }

@@ -10,7 +10,9 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -152,6 +154,10 @@ std::vector<MatmulCase> matmul_cases() {
   cases.push_back({350, 64, 40, 16, WeightFormat::int4_sym, false, false});
   cases.push_back({2, 35, 40, 35, WeightFormat::int4_asym, true, false}); // per-channel, K % 8 != 0
   cases.push_back({6, 35, 40, 35, WeightFormat::int8, false, false});     // K % 4 != 0
+  // >= 4 panels: the single-row GEMV reads several panels at once (and a remainder of 1-3)
+  for (auto f : fs)
+    for (std::int64_t n : {161, 224})
+      cases.push_back({1, 96, n, 32, f, n == 161, false});
   return cases;
 }
 
@@ -180,13 +186,32 @@ TEST_CASE("linear matches a double reference for every format, shape and ISA", "
         bound[m * c.N + n] = tol * a + 1e-30;
       }
     const CoreSplit splits[] = {{SplitDim::none, 1}, {SplitDim::cols, 2}, {SplitDim::rows, 2}};
-    std::vector<std::pair<Isa, bool>> paths; // (isa, VNNI disabled)
+    struct Path {
+      Isa isa;
+      bool no_vnni, amx_emulated;
+    };
+    std::vector<Path> paths;
     for (Isa isa : test_isas())
-      paths.push_back({isa, false});
+      paths.push_back({isa, false, false});
     if (cpu_features().avx512_vnni && is_quantized(c.format) && c.M <= 4)
-      paths.push_back({Isa::avx512, true}); // the f32-FMA int GEMV of AVX-512 CPUs without VNNI
-    for (auto [isa, no_vnni] : paths) {
+      paths.push_back({Isa::avx512, true, false}); // the f32-FMA int GEMV without VNNI
+    if (detail::amx_format(c.format) && c.M >= detail::kAmxMinRows &&
+        c.M * c.K * c.N <= 600'000) // the scalar emulator is slow: the smaller shapes only
+      paths.push_back({Isa::portable, false, true}); // the AMX path on the tile emulator
+    std::vector<double> amx_bound; // the looser bound of the AMX paths (isa amx, M >= 16)
+    if (detail::amx_format(c.format)) {
+      amx_bound = amx_linear_bound(tw, std::vector<double>(x.begin(), x.end()), c.M, c.K, c.N);
+      for (std::int64_t m = 0; m < c.M; ++m)
+        for (std::int64_t n = 0; n < c.N; ++n)
+          amx_bound[m * c.N + n] += tol * (c.bias ? std::abs(bias[n]) : 0.0) + 1e-30;
+    }
+    for (auto [isa, no_vnni, amx_emulated] : paths) {
       ScopedIsa scoped(isa);
+      std::optional<amx::ScopedEmulation> emu;
+      if (amx_emulated)
+        emu.emplace();
+      const bool on_amx = (isa == Isa::amx || amx_emulated) && !amx_bound.empty();
+      const auto& bnd = on_amx ? amx_bound : bound;
       for (const CoreSplit& split : splits) {
         std::vector<float> y = nan_vec(static_cast<std::size_t>(c.M * c.N));
         detail::vnni_disabled() = no_vnni;
@@ -196,13 +221,14 @@ TEST_CASE("linear matches a double reference for every format, shape and ISA", "
         double worst = 0;
         for (std::size_t i = 0; i < y.size(); ++i) {
           const double err = std::abs(double(y[i]) - ref[i]);
-          if (!(err <= bound[i]))
+          if (!(err <= bnd[i]))
             ++bad;
-          worst = std::max(worst, std::isfinite(err) ? err / bound[i] * tol : 1e9);
+          worst = std::max(worst, std::isfinite(err) ? err / bnd[i] * tol : 1e9);
         }
         detail::vnni_disabled() = false;
-        INFO(describe(c) << " isa=" << isa_name(isa) << (no_vnni ? " (no vnni)" : "") << " split="
-                         << int(split.dim) << " worst normalized err=" << worst << " tol=" << tol);
+        INFO(describe(c) << " isa=" << isa_name(isa) << (no_vnni ? " (no vnni)" : "")
+                         << (amx_emulated ? " (amx emulated)" : "") << " split=" << int(split.dim)
+                         << " worst normalized err=" << worst << " tol=" << tol);
         REQUIRE(bad == 0);
       }
     }
@@ -226,4 +252,42 @@ TEST_CASE("linear rejects bad shapes and splits", "[matmul]") {
   std::vector<float> xb(8 * 8), yb(8 * 4);
   CHECK_THROWS_AS(linear(xb, tw.packed, {}, yb, {8, 8, 4}, {SplitDim::heads, 2}),
                   std::invalid_argument);
+}
+
+TEST_CASE("linear over a prepared LinearInput matches the span overload bit for bit", "[matmul]") {
+  // q/k/v-like: one x, several weights (formats, group sizes, an act-order one, a padded K)
+  const std::int64_t K = 200;
+  struct W {
+    WeightFormat f;
+    std::int64_t K, N, group;
+    bool act_order;
+  };
+  const W ws[] = {
+      {WeightFormat::int4_sym, K, 160, 40, false}, {WeightFormat::int4_asym, K, 64, 40, false},
+      {WeightFormat::int8, K, 96, K, false},       {WeightFormat::int8, K, 33, 40, false},
+      {WeightFormat::int4_sym, K, 40, 40, true},   {WeightFormat::bf16, K, 70, K, false}};
+  for (std::int64_t M : {1, 3, 6}) {
+    const auto x = random_vec(static_cast<std::size_t>(M * K), 5 + static_cast<std::uint32_t>(M));
+    for (Isa isa : test_isas()) {
+      ScopedIsa scoped(isa);
+      const LinearInput in(x, M, K);
+      for (int rep = 0; rep < 2; ++rep) // the second pass reads the cached digits
+        for (std::size_t i = 0; i < std::size(ws); ++i) {
+          const W& w = ws[i];
+          const auto tw =
+              make_weights(w.f, w.K, w.N, w.group, 40 + static_cast<std::uint32_t>(i), w.act_order);
+          std::vector<float> y1 = nan_vec(static_cast<std::size_t>(M * w.N)), y2 = y1;
+          linear(x, tw.packed, {}, y1, {M, K, w.N}, {SplitDim::cols, 2});
+          linear(in, tw.packed, {}, y2, {M, K, w.N}, {SplitDim::cols, 2});
+          INFO("M=" << M << " weight " << i << " isa " << isa_name(isa) << " rep " << rep);
+          CHECK(std::memcmp(y1.data(), y2.data(), y1.size() * sizeof(float)) == 0);
+        }
+    }
+  }
+  const auto x = random_vec(64, 1);
+  const LinearInput in(x, 2, 32);
+  const auto tw = make_weights(WeightFormat::int8, 16, 8, 16, 1);
+  std::vector<float> y(16);
+  CHECK_THROWS_AS(linear(in, tw.packed, {}, y, {2, 16, 8}), std::invalid_argument);
+  CHECK_THROWS_AS(LinearInput(x, 3, 32), std::invalid_argument);
 }

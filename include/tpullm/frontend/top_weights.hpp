@@ -10,7 +10,7 @@
 
 #include "tpullm/frontend/model_desc.hpp"
 #include "tpullm/ir/module.hpp"
-#include "tpullm/kernels/rope_gather.hpp"
+#include "tpullm/support/rope_tables.hpp"
 
 namespace tpullm::frontend {
 

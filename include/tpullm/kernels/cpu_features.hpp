@@ -3,8 +3,12 @@
 ///
 /// Kernels compile every path into the same binary (AVX-512 and AVX2 paths use GCC's
 /// `__attribute__((target(...)))`, no global -march) and pick one per call from `active_isa()`.
-/// `TPULLM_ISA=portable|avx2|avx512` in the environment, or `set_isa_override()`, forces a path
-/// (never one the CPU lacks), so tests can exercise the portable fallback on any machine.
+/// `TPULLM_ISA=portable|avx2|avx512|amx` in the environment, or `set_isa_override()`, forces a
+/// path (never one the CPU lacks), so tests can exercise the portable fallback on any machine.
+/// AMX counts as present only when CPUID reports AMX-TILE/BF16/INT8, the OS enables the tile
+/// state in XCR0 and Linux grants this process the tile data (`arch_prctl(ARCH_REQ_XCOMP_PERM,
+/// XFEATURE_XTILEDATA)`); otherwise the AVX-512 path runs. On non-x86 builds (or with
+/// TPULLM_PORTABLE_ONLY) every feature is false and only `portable` exists.
 
 #include <cstdlib>
 #include <optional>
@@ -12,14 +16,23 @@
 #include <string>
 #include <string_view>
 
+#include "tpullm/kernels/isa_target.hpp"
+
+#if TPULLM_X86
 #include <cpuid.h>
+#if defined(__linux__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+#endif
 
 namespace tpullm::kernels {
 
 /// Instruction-set levels the kernels have paths for, ordered from least to most capable.
-enum class Isa { portable = 0, avx2 = 1, avx512 = 2 };
+/// `amx` is AVX-512 plus the AMX tile unit: kernels without an AMX path run their AVX-512 code.
+enum class Isa { portable = 0, avx2 = 1, avx512 = 2, amx = 3 };
 
-/// Printable name of an Isa ("portable", "avx2", "avx512").
+/// Printable name of an Isa ("portable", "avx2", "avx512", "amx").
 constexpr std::string_view isa_name(Isa isa) {
   switch (isa) {
   case Isa::portable:
@@ -28,8 +41,15 @@ constexpr std::string_view isa_name(Isa isa) {
     return "avx2";
   case Isa::avx512:
     return "avx512";
+  case Isa::amx:
+    return "amx";
   }
   return "?";
+}
+
+/// The vector ISA of a path: `amx` runs the AVX-512 code of kernels without tile code.
+constexpr Isa vector_isa(Isa isa) {
+  return isa == Isa::amx ? Isa::avx512 : isa;
 }
 
 /// What this CPU supports, read once from CPUID (and XGETBV for OS-enabled register state).
@@ -39,10 +59,13 @@ struct CpuFeatures {
   bool avx512_bf16 = false; ///< VDPBF16PS
   bool avx512_vnni = false; ///< VPDPBUSD
   bool avx512_fp16 = false; ///< AVX512-FP16 arithmetic
+  bool amx_cpuid = false;   ///< CPUID reports AMX-TILE + AMX-BF16 + AMX-INT8 (with AVX-512)
+  bool amx = false; ///< amx_cpuid, tile state enabled in XCR0 and tile data granted by Linux
 
-  /// Reads the running CPU.
+  /// Reads the running CPU (and, if it has AMX, asks Linux for the tile-data permission).
   static CpuFeatures detect() {
     CpuFeatures f;
+#if TPULLM_X86
     unsigned a = 0, b = 0, c = 0, d = 0;
     if (!__get_cpuid(1, &a, &b, &c, &d))
       return f;
@@ -67,11 +90,29 @@ struct CpuFeatures {
     unsigned a1 = 0, b1 = 0, c1 = 0, d1 = 0;
     if (__get_cpuid_count(7, 1, &a1, &b1, &c1, &d1))
       f.avx512_bf16 = f.avx512 && ((a1 >> 5) & 1);
+    // leaf 7 EDX: bit 22 AMX-BF16, bit 24 AMX-TILE, bit 25 AMX-INT8; XCR0 bits 17-18 tile state
+    f.amx_cpuid = f.avx512 && ((d >> 22) & 1) && ((d >> 24) & 1) && ((d >> 25) & 1);
+    const bool tile_os = ((xcr0 >> 17) & 3) == 3;
+    f.amx = f.amx_cpuid && tile_os && request_tile_data();
+#endif
     return f;
   }
 
   /// The most capable Isa this CPU supports.
-  Isa best() const { return avx512 ? Isa::avx512 : avx2 ? Isa::avx2 : Isa::portable; }
+  Isa best() const {
+    return amx ? Isa::amx : avx512 ? Isa::avx512 : avx2 ? Isa::avx2 : Isa::portable;
+  }
+
+private:
+  /// Linux keeps AMX tile data off until a process asks: arch_prctl(ARCH_REQ_XCOMP_PERM = 0x1023,
+  /// XFEATURE_XTILEDATA = 18). True when granted.
+  static bool request_tile_data() {
+#if TPULLM_X86 && defined(__linux__) && defined(SYS_arch_prctl)
+    return ::syscall(SYS_arch_prctl, 0x1023, 18) == 0;
+#else
+    return false;
+#endif
+  }
 };
 
 /// The CPU's features, detected once per process.
@@ -80,7 +121,7 @@ inline const CpuFeatures& cpu_features() {
   return f;
 }
 
-/// Parses "portable" | "avx2" | "avx512"; nullopt for anything else.
+/// Parses "portable" | "avx2" | "avx512" | "amx"; nullopt for anything else.
 inline std::optional<Isa> parse_isa(std::string_view s) {
   if (s == "portable")
     return Isa::portable;
@@ -88,6 +129,8 @@ inline std::optional<Isa> parse_isa(std::string_view s) {
     return Isa::avx2;
   if (s == "avx512")
     return Isa::avx512;
+  if (s == "amx")
+    return Isa::amx;
   return std::nullopt;
 }
 
@@ -100,7 +143,7 @@ inline std::optional<Isa>& isa_override_slot() {
     auto isa = parse_isa(env);
     if (!isa)
       throw std::invalid_argument("TPULLM_ISA='" + std::string(env) +
-                                  "' is not one of portable, avx2, avx512");
+                                  "' is not one of portable, avx2, avx512, amx");
     return isa;
   }();
   return slot;

@@ -12,6 +12,7 @@
 #include "tpullm/kernels/core_split.hpp"
 #include "tpullm/kernels/cpu_features.hpp"
 #include "tpullm/kernels/vec_math.hpp"
+#include "tpullm/kernels/detail/portable_simd.hpp"
 
 namespace tpullm::kernels {
 
@@ -105,18 +106,76 @@ TPULLM_ALWAYS_INLINE void binary_generic(const float* a, const float* bv, float*
   }
 }
 
-#define TPULLM_EW_CLONES(name, params, args)                                                       \
+// ---- portable path on xsimd vectors (detail/portable_simd.hpp) --------------------------------
+
+inline void softmax_rows_portable(const float* x, float* y, std::int64_t N, std::int64_t b,
+                                  std::int64_t e) {
+  const std::int64_t nv = N / kPW * kPW;
+  const PVec log2e(1.4426950408889634f);
+  for (std::int64_t m = b; m < e; ++m) {
+    const float* xr = x + m * N;
+    float* yr = y + m * N;
+    PVec mxv(-__builtin_inff());
+    for (std::int64_t i = 0; i < nv; i += kPW)
+      mxv = pv_max(mxv, pv_load(xr + i));
+    float lanes[kPW];
+    pv_store(lanes, mxv);
+    float rmax = -__builtin_inff();
+    for (float v : lanes)
+      rmax = v > rmax ? v : rmax;
+    for (std::int64_t i = nv; i < N; ++i)
+      rmax = xr[i] > rmax ? xr[i] : rmax;
+    if (rmax == -__builtin_inff())
+      rmax = 0.f; // all -inf: exp gives 0 everywhere, the 0/0 below yields NaN like the reference
+    const PVec mb(rmax * 1.4426950408889634f);
+    PVec acc(0.f);
+    for (std::int64_t i = 0; i < nv; i += kPW) {
+      const PVec v = pv_exp2(pv_fma(pv_load(xr + i), log2e, PVec(0.f) - mb));
+      pv_store(yr + i, v);
+      acc = acc + v;
+    }
+    float sum = pv_sum(acc);
+    for (std::int64_t i = nv; i < N; ++i) {
+      yr[i] = exp_approx(xr[i] - rmax);
+      sum += yr[i];
+    }
+    const PVec inv(1.0f / sum);
+    for (std::int64_t i = 0; i < nv; i += kPW)
+      pv_store(yr + i, pv_load(yr + i) * inv);
+    for (std::int64_t i = nv; i < N; ++i)
+      yr[i] *= 1.0f / sum;
+  }
+}
+
+inline void silu_portable(const float* x, const float* g, float* y, std::int64_t b,
+                          std::int64_t e) {
+  const PVec nlog2e(-1.4426950408889634f), one(1.f);
+  std::int64_t i = b;
+  for (; i + kPW <= e; i += kPW) {
+    const PVec v = pv_load(x + i);
+    // exp2 of min(-x*log2e, 126) keeps 1 + e finite; silu -> 0 for very negative x either way
+    PVec s = v / (one + pv_exp2(pv_min(v * nlog2e, PVec(126.f))));
+    if (g)
+      s = s * pv_load(g + i);
+    pv_store(y + i, s);
+  }
+  for (; i < e; ++i) {
+    const float v = x[i];
+    const float s = v / (1.0f + exp_approx(-v));
+    y[i] = g ? s * g[i] : s;
+  }
+}
+
+#define TPULLM_EW_CLONES_X86(name, params, args)                                                   \
   TPULLM_TARGET_AVX512 inline void name##_avx512 params {                                          \
     name##_generic args;                                                                           \
   }                                                                                                \
   TPULLM_TARGET_AVX2 inline void name##_avx2 params {                                              \
     name##_generic args;                                                                           \
   }                                                                                                \
-  inline void name##_portable params {                                                             \
-    name##_generic args;                                                                           \
-  }                                                                                                \
   inline void name##_isa(Isa isa, auto&&... a) {                                                   \
     switch (isa) {                                                                                 \
+    case Isa::amx:                                                                                 \
     case Isa::avx512:                                                                              \
       name##_avx512(a...);                                                                         \
       return;                                                                                      \
@@ -129,6 +188,32 @@ TPULLM_ALWAYS_INLINE void binary_generic(const float* a, const float* bv, float*
     }                                                                                              \
   }
 
+#define TPULLM_EW_CLONES(name, params, args)                                                       \
+  TPULLM_TARGET_AVX512 inline void name##_avx512 params {                                          \
+    name##_generic args;                                                                           \
+  }                                                                                                \
+  TPULLM_TARGET_AVX2 inline void name##_avx2 params {                                              \
+    name##_generic args;                                                                           \
+  }                                                                                                \
+  inline void name##_portable params {                                                             \
+    name##_generic args;                                                                           \
+  }                                                                                                \
+  inline void name##_isa(Isa isa, auto&&... a) {                                                   \
+    switch (isa) {                                                                                 \
+    case Isa::amx:                                                                                 \
+    case Isa::avx512:                                                                              \
+      name##_avx512(a...);                                                                         \
+      return;                                                                                      \
+    case Isa::avx2:                                                                                \
+      name##_avx2(a...);                                                                           \
+      return;                                                                                      \
+    case Isa::portable:                                                                            \
+      name##_portable(a...);                                                                       \
+      return;                                                                                      \
+    }                                                                                              \
+  }
+
+#if TPULLM_X86
 TPULLM_AVX512_BEGIN
 /// AVX-512 row softmax (GCC does not vectorize the generic exp without -ffast-math).
 TPULLM_TARGET_AVX512 inline void softmax_rows_avx512_v(const float* x, float* y, std::int64_t N,
@@ -183,17 +268,20 @@ TPULLM_TARGET_AVX512 inline void silu_avx512_v(const float* x, const float* g, f
   }
 }
 TPULLM_AVX512_END
+#endif
 
-TPULLM_EW_CLONES(softmax_rows,
-                 (const float* x, float* y, std::int64_t N, std::int64_t b, std::int64_t e),
-                 (x, y, N, b, e))
-TPULLM_EW_CLONES(silu, (const float* x, const float* g, float* y, std::int64_t b, std::int64_t e),
-                 (x, g, y, b, e))
+TPULLM_EW_CLONES_X86(softmax_rows,
+                     (const float* x, float* y, std::int64_t N, std::int64_t b, std::int64_t e),
+                     (x, y, N, b, e))
+TPULLM_EW_CLONES_X86(silu,
+                     (const float* x, const float* g, float* y, std::int64_t b, std::int64_t e),
+                     (x, g, y, b, e))
 TPULLM_EW_CLONES(binary,
                  (const float* a, const float* bv, float* y, std::int64_t N, bool broadcast,
                   bool mul, std::int64_t rb, std::int64_t re),
                  (a, bv, y, N, broadcast, mul, rb, re))
 #undef TPULLM_EW_CLONES
+#undef TPULLM_EW_CLONES_X86
 
 } // namespace detail
 
@@ -204,10 +292,13 @@ inline void softmax_rows(std::span<const float> x, std::span<float> y, const Row
   detail::ew_check(shape, y.size(), "softmax_rows", "y");
   const Isa isa = active_isa();
   parallel_for(split, shape.rows, 1, [&](std::int64_t b, std::int64_t e) {
-    if (isa == Isa::avx512)
+#if TPULLM_X86
+    if (vector_isa(isa) == Isa::avx512) {
       detail::softmax_rows_avx512_v(x.data(), y.data(), shape.cols, b, e);
-    else
-      detail::softmax_rows_isa(isa, x.data(), y.data(), shape.cols, b, e);
+      return;
+    }
+#endif
+    detail::softmax_rows_isa(isa, x.data(), y.data(), shape.cols, b, e);
   });
 }
 
@@ -223,10 +314,13 @@ inline void silu(std::span<const float> x, std::span<float> y, const CoreSplit& 
                                 std::to_string(x.size()));
   const Isa isa = active_isa();
   parallel_for(split, static_cast<std::int64_t>(x.size()), 64, [&](std::int64_t b, std::int64_t e) {
-    if (isa == Isa::avx512)
+#if TPULLM_X86
+    if (vector_isa(isa) == Isa::avx512) {
       detail::silu_avx512_v(x.data(), nullptr, y.data(), b, e);
-    else
-      detail::silu_isa(isa, x.data(), static_cast<const float*>(nullptr), y.data(), b, e);
+      return;
+    }
+#endif
+    detail::silu_isa(isa, x.data(), static_cast<const float*>(nullptr), y.data(), b, e);
   });
 }
 
@@ -240,10 +334,13 @@ inline void silu_mul(std::span<const float> gate, std::span<const float> up, std
   const Isa isa = active_isa();
   parallel_for(split, static_cast<std::int64_t>(gate.size()), 64,
                [&](std::int64_t b, std::int64_t e) {
-                 if (isa == Isa::avx512)
+#if TPULLM_X86
+                 if (vector_isa(isa) == Isa::avx512) {
                    detail::silu_avx512_v(gate.data(), up.data(), y.data(), b, e);
-                 else
-                   detail::silu_isa(isa, gate.data(), up.data(), y.data(), b, e);
+                   return;
+                 }
+#endif
+                 detail::silu_isa(isa, gate.data(), up.data(), y.data(), b, e);
                });
 }
 

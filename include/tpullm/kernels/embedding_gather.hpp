@@ -95,6 +95,7 @@ inline void embedding_gather_i8(std::span<const std::int32_t> ids, std::span<con
                    const float s = scales[static_cast<std::size_t>(v)];
                    float* dst = out.data() + l * H;
                    switch (isa) {
+                   case Isa::amx:
                    case Isa::avx512:
                      detail::dequant_i8_avx512(src, s, dst, H);
                      break;

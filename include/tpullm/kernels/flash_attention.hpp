@@ -33,6 +33,8 @@
 #include "tpullm/kernels/detail/flash_attention_item.hpp"
 #include "tpullm/kernels/detail/flash_attention_plan.hpp"
 #include "tpullm/kernels/detail/flash_attention_tile.hpp"
+#include "tpullm/kernels/detail/flash_attention_amx.hpp"
+#include "tpullm/kernels/detail/flash_decode.hpp"
 
 namespace tpullm::kernels {
 
@@ -41,8 +43,13 @@ namespace tpullm::kernels {
 /// position_ids: [L] int32 (>= 0; may be empty when !shape.causal); out: [L, q_heads, d] f32.
 /// Query rows past L_valid are neither read nor written; keys past S_valid are never read.
 /// `split`: heads = kv heads divided across cores; rows = (kv heads, q tile) items dealt
-/// round-robin (balances the causal triangle); none = calling thread. `local_memory_bytes`
-/// bounds a work item's working set (0 = half the core's L2).
+/// round-robin (balances the causal triangle); none = calling thread; cols (keys) is rejected
+/// for L_valid > 1. `local_memory_bytes` bounds a work item's working set (0 = half the core's
+/// L2). On the amx Isa (or under amx::ScopedEmulation) prefill (L_valid > 1) computes Q K^T and
+/// P V on AMX-BF16 (q, k, v and p rounded to bf16; softmax in f32; see docs/kernels.md for the
+/// bound). L_valid == 1 (decode) runs flash-decoding whatever the split's dimension: the keys are
+/// cut into chunks of >= 256 across split.parts cores (then blocks of kv heads) and the partial
+/// softmax results are merged, so MQA and small GQA groups use every core.
 template <class KV>
 void flash_attention(std::span<const float> q, std::span<const KV> k, std::span<const KV> v,
                      std::span<const std::int32_t> position_ids, std::span<float> out,
@@ -58,9 +65,19 @@ void flash_attention(std::span<const float> q, std::span<const KV> k, std::span<
                                     " of row " + std::to_string(i) + " is negative");
   if (shape.L_valid == 0)
     return;
+  if (shape.L_valid == 1) { // decode: flash-decoding over key chunks, every core for any GQA group
+    detail::flash_decode<KV>(q.data(), k.data(), v.data(), position_ids.data(), out.data(), shape,
+                             split);
+    return;
+  }
   if (split.dim == SplitDim::cols)
     throw std::invalid_argument(
         "flash_attention: splitting keys (cols) across cores is not supported; use heads or rows");
+  if (amx::emulation_forced() || active_isa() == Isa::amx) { // Q K^T and P V on AMX-BF16
+    detail::flash_attention_amx<KV>(q.data(), k.data(), v.data(), position_ids.data(), out.data(),
+                                    shape, split, amx::emulation_forced());
+    return;
+  }
   const std::int64_t parts = split.dim == SplitDim::none ? 1 : std::max(1, split.parts);
   const detail::FaPlan plan = detail::fa_plan(
       shape, parts, local_memory_bytes ? local_memory_bytes : default_local_memory_bytes() / 2,

@@ -18,6 +18,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -48,20 +49,46 @@ inline bool& vnni_disabled() {
   return disabled;
 }
 
-/// Runs a linear over a weight view. For quantized GEMVs it prepares the per-group x sums (f32
-/// FMA paths) or the digit-decomposed x (VNNI path, AVX-512 with AVX512_VNNI).
-inline void linear_view(LinearArgs a, const CoreSplit& split) {
+/// True when quantized GEMVs take the VNNI digit path (AVX-512 with AVX512_VNNI, not disabled).
+inline bool use_vnni_gemv() {
+  return TPULLM_X86 && vector_isa(active_isa()) == Isa::avx512 && cpu_features().avx512_vnni &&
+         !vnni_disabled();
+}
+
+/// Digits of x for the VNNI GEMV of one view (null when another path runs): `pre` if it was
+/// prepared for the same rows and grouping, else built into `scratch`.
+inline const XDigits* gemv_digits(const LinearArgs& a, const XDigits* pre, XDigits& scratch) {
+  if (!is_quantized(a.v.w->format) || a.M > kGemvMaxRows || !use_vnni_gemv())
+    return nullptr;
+  const std::int64_t seg = segment_rows(a.v), Kv = a.v.k1 - a.v.k0;
+  if (pre && pre->M == a.M && pre->Kv == Kv && pre->seg == seg)
+    return pre;
+#if TPULLM_X86
+  make_x_digits(a.x, a.ldx, a.M, Kv, seg, scratch);
+  return &scratch;
+#else
+  (void)scratch;
+  return nullptr;
+#endif
+}
+
+/// Per-call scratch of the GEMV preparation, one per thread (no allocation in steady state).
+inline XDigits& tls_digits() {
+  thread_local XDigits xd;
+  return xd;
+}
+
+/// Runs a linear over a weight view. For quantized GEMVs it uses the digit-decomposed x (VNNI
+/// path: `pre` when given and matching, else built here) or the per-group x sums (f32-FMA paths).
+inline void linear_view(LinearArgs a, const CoreSplit& split, const XDigits* pre = nullptr) {
   const PackedWeights& w = *a.v.w;
   if (a.accumulate && a.bias)
     throw std::invalid_argument("linear: accumulate together with bias is not supported");
   std::vector<float> xsum;
-  XDigits xd;
   if (is_quantized(w.format) && a.M <= kGemvMaxRows) {
     const std::int64_t seg = segment_rows(a.v), Kv = a.v.k1 - a.v.k0;
-    if (active_isa() == Isa::avx512 && cpu_features().avx512_vnni && !vnni_disabled()) {
-      make_x_digits(a.x, a.ldx, a.M, Kv, seg, xd);
-      a.xd = &xd;
-    } else {
+    a.xd = gemv_digits(a, pre, tls_digits());
+    if (!a.xd) {
       const std::int64_t G = (Kv + seg - 1) / seg;
       xsum.assign(static_cast<std::size_t>(a.M * G), 0.0f);
       for (std::int64_t m = 0; m < a.M; ++m)
@@ -127,13 +154,53 @@ inline void check_weights(const char* what, const PackedWeights& w) {
 
 } // namespace detail
 
-/// y = x · W + bias. x: [M, K] row-major f32; w: packed W [K, N]; bias: [N] or empty;
-/// y: [M, N] row-major f32 (fully overwritten). `split` divides N (SplitDim::cols, by 32-column
-/// panels) or M (SplitDim::rows, GEMM only; M <= 4 runs on one thread) across OpenMP threads.
-/// Throws std::invalid_argument on shape mismatch or SplitDim::heads.
-inline void linear(std::span<const float> x, const PackedWeights& w, std::span<const float> bias,
-                   std::span<float> y, LinearShape s, CoreSplit split = {}) {
-  detail::check_weights("linear", w);
+/// Activations x: [M, K] row-major f32 prepared once for several linears that read the same x
+/// (q / k / v, or gate / up): the int8 digit decomposition the VNNI GEMV (M <= 4) needs is built
+/// on first use for each weight grouping and reused by later calls. Holds a view of x (x must
+/// outlive it and not change). Not for concurrent use from several threads.
+class LinearInput {
+public:
+  /// x: [M, K] row-major.
+  LinearInput(std::span<const float> x, std::int64_t M, std::int64_t K) : x_(x), M_(M), K_(K) {
+    if (M <= 0 || K <= 0 || static_cast<std::int64_t>(x.size()) < M * K)
+      throw std::invalid_argument("LinearInput: x has " + std::to_string(x.size()) +
+                                  " elements, needs [M=" + std::to_string(M) +
+                                  ", K=" + std::to_string(K) + "] (both > 0)");
+  }
+  std::span<const float> x() const { return x_; } ///< [M, K]
+  std::int64_t M() const { return M_; }
+  std::int64_t K() const { return K_; }
+
+  /// Digits for weights `w` (natural row order) or null when no prepared form applies.
+  const detail::XDigits* digits_for(const PackedWeights& w) const {
+    if (!is_quantized(w.format) || M_ > detail::kGemvMaxRows || !w.k_perm.empty() || w.K != K_ ||
+        !detail::use_vnni_gemv())
+      return nullptr;
+    const std::int64_t seg = w.group_rows(), Kv = w.stored_rows();
+    for (const auto& d : cache_)
+      if (d->seg == seg && d->Kv == Kv)
+        return d.get();
+#if TPULLM_X86
+    auto d = std::make_unique<detail::XDigits>();
+    detail::make_x_digits(x_.data(), K_, M_, Kv, seg, *d, K_);
+    cache_.push_back(std::move(d));
+    return cache_.back().get();
+#else
+    return nullptr;
+#endif
+  }
+
+private:
+  std::span<const float> x_;
+  std::int64_t M_ = 0, K_ = 0;
+  mutable std::vector<std::unique_ptr<detail::XDigits>> cache_;
+};
+
+namespace detail {
+/// Argument checks of `linear` (throws std::invalid_argument with context).
+inline void check_linear(std::span<const float> x, const PackedWeights& w,
+                         std::span<const float> bias, std::span<float> y, LinearShape s) {
+  check_weights("linear", w);
   if (s.M <= 0 || s.K != w.K || s.N != w.N)
     throw std::invalid_argument("linear: shape [M=" + std::to_string(s.M) +
                                 ", K=" + std::to_string(s.K) + ", N=" + std::to_string(s.N) +
@@ -145,9 +212,15 @@ inline void linear(std::span<const float> x, const PackedWeights& w, std::span<c
   if (!bias.empty() && static_cast<std::int64_t>(bias.size()) != s.N)
     throw std::invalid_argument("linear: bias has " + std::to_string(bias.size()) +
                                 " elements, N=" + std::to_string(s.N));
+}
+
+/// A checked linear; `pre`: x's prepared digits or null.
+inline void linear_checked(std::span<const float> x, const PackedWeights& w,
+                           std::span<const float> bias, std::span<float> y, LinearShape s,
+                           CoreSplit split, const XDigits* pre) {
   std::vector<float> xp;
-  const float* xptr = detail::prepare_x(x.data(), s.M, w, xp);
-  detail::LinearArgs a;
+  const float* xptr = prepare_x(x.data(), s.M, w, xp);
+  LinearArgs a;
   a.x = xptr;
   a.ldx = w.stored_rows();
   a.v = {&w, 0, w.stored_rows(), 0, w.panels()};
@@ -155,7 +228,32 @@ inline void linear(std::span<const float> x, const PackedWeights& w, std::span<c
   a.y = y.data();
   a.ldy = s.N;
   a.M = s.M;
-  detail::linear_view(a, split);
+  linear_view(a, split, pre);
+}
+} // namespace detail
+
+/// y = x · W + bias. x: [M, K] row-major f32; w: packed W [K, N]; bias: [N] or empty;
+/// y: [M, N] row-major f32 (fully overwritten). `split` divides N (SplitDim::cols, by 32-column
+/// panels) or M (SplitDim::rows, GEMM only; M <= 4 runs on one thread) across OpenMP threads.
+/// A GEMV (M <= 4) uses fewer threads than `split.parts` when its weights are too small for a
+/// thread fork to pay (detail::kGemvBytesPerThread each). Throws std::invalid_argument on shape
+/// mismatch or SplitDim::heads.
+inline void linear(std::span<const float> x, const PackedWeights& w, std::span<const float> bias,
+                   std::span<float> y, LinearShape s, CoreSplit split = {}) {
+  detail::check_linear(x, w, bias, y, s);
+  detail::linear_checked(x, w, bias, y, s, split, nullptr);
+}
+
+/// y = x · W + bias with x prepared once (LinearInput, [M, K] = [s.M, s.K]): the same contract
+/// as the span overload; quantized GEMVs (M <= 4) reuse x's digit decomposition across calls.
+inline void linear(const LinearInput& x, const PackedWeights& w, std::span<const float> bias,
+                   std::span<float> y, LinearShape s, CoreSplit split = {}) {
+  if (s.M != x.M() || s.K != x.K())
+    throw std::invalid_argument("linear: shape [M=" + std::to_string(s.M) +
+                                ", K=" + std::to_string(s.K) + "] does not match the prepared x [" +
+                                std::to_string(x.M()) + ", " + std::to_string(x.K()) + "]");
+  detail::check_linear(x.x(), w, bias, y, s);
+  detail::linear_checked(x.x(), w, bias, y, s, split, x.digits_for(w));
 }
 
 } // namespace tpullm::kernels

@@ -117,8 +117,17 @@ TPULLM_TARGET_AVX512 inline void silu_mul_avx512(float* g, const float* u, std::
 TPULLM_TARGET_AVX2 inline void silu_mul_avx2(float* g, const float* u, std::int64_t n) {
   silu_mul_body(g, u, n);
 }
+/// silu_mul_body on the portable path's xsimd vectors (exp2 polynomial of portable_simd.hpp).
 inline void silu_mul_portable(float* g, const float* u, std::int64_t n) {
-  silu_mul_body(g, u, n);
+  const PVec nlog2e(-1.4426950408889634f), one(1.f);
+  std::int64_t i = 0;
+  for (; i + kPW <= n; i += kPW) {
+    const PVec v = pv_load(g + i);
+    const PVec e = pv_exp2(pv_min(v * nlog2e, PVec(126.f)));
+    pv_store(g + i, v / (one + e) * pv_load(u + i));
+  }
+  for (; i < n; ++i)
+    g[i] = g[i] / (1.0f + exp_poly(-g[i])) * u[i];
 }
 
 inline void silu_mul(float* g, const float* u, std::int64_t n) {
@@ -129,6 +138,7 @@ inline void silu_mul(float* g, const float* u, std::int64_t n) {
   case Isa::avx2:
     silu_mul_avx2(g, u, n);
     return;
+  case Isa::amx:
   case Isa::avx512:
     silu_mul_avx512(g, u, n);
     return;
@@ -157,6 +167,11 @@ inline void swiglu_mlp(std::span<const float> x, const PackedWeights& gate, cons
   const float* xgate = detail::prepare_x(x.data(), s.M, gate, xg);
   const float* xup = detail::prepare_x(x.data(), s.M, up, xu);
   const std::int64_t ldg = gate.stored_rows(), ldu = up.stored_rows();
+  // the VNNI GEMV's digits of x, built once for gate and up (when M <= 4 and no tiling of rows)
+  const LinearInput xin(x, s.M, H);
+  const bool whole = t.row_tile == s.M;
+  const detail::XDigits* pre_g = whole ? xin.digits_for(gate) : nullptr;
+  const detail::XDigits* pre_u = whole ? xin.digits_for(up) : nullptr;
   AlignedArray<float> gbuf(static_cast<std::size_t>(t.row_tile * t.inter_tile));
   AlignedArray<float> ubuf(static_cast<std::size_t>(t.row_tile * t.inter_tile));
   for (std::int64_t m0 = 0; m0 < s.M; m0 += t.row_tile) {
@@ -171,12 +186,12 @@ inline void swiglu_mlp(std::span<const float> x, const PackedWeights& gate, cons
       a.ldx = ldg;
       a.v = {&gate, 0, ldg, pa, pb};
       a.y = gbuf.data();
-      detail::linear_view(a, split);
+      detail::linear_view(a, split, pre_g);
       a.x = xup + m0 * ldu;
       a.ldx = ldu;
       a.v = {&up, 0, ldu, pa, pb};
       a.y = ubuf.data();
-      detail::linear_view(a, split);
+      detail::linear_view(a, split, pre_u);
       for (std::int64_t r = 0; r < mr; ++r)
         detail::silu_mul(gbuf.data() + r * ti, ubuf.data() + r * ti, ti);
       detail::LinearArgs d;

@@ -18,6 +18,7 @@
 #include "tpullm/kernels/core_split.hpp"
 #include "tpullm/kernels/cpu_features.hpp"
 #include "tpullm/kernels/vec_math.hpp"
+#include "tpullm/kernels/detail/portable_simd.hpp"
 
 namespace tpullm::kernels {
 
@@ -84,9 +85,44 @@ TPULLM_TARGET_AVX2 inline void rms_rows_avx2(const float* x, const float* r, flo
                                              std::int64_t b, std::int64_t e) {
   rms_rows_generic(x, r, h, g, y, H, eps, b, e);
 }
+/// rms_rows_generic on the portable path's xsimd vectors.
 inline void rms_rows_portable(const float* x, const float* r, float* h, const float* g, float* y,
                               std::int64_t H, float eps, std::int64_t b, std::int64_t e) {
-  rms_rows_generic(x, r, h, g, y, H, eps, b, e);
+  const std::int64_t hv = H / kPW * kPW;
+  for (std::int64_t m = b; m < e; ++m) {
+    const float* xr = x + m * H;
+    float* yr = y + m * H;
+    const float* src = xr;
+    if (r) {
+      const float* rr = r + m * H;
+      float* hr = h + m * H;
+      for (std::int64_t i = 0; i < hv; i += kPW)
+        pv_store(hr + i, pv_load(xr + i) + pv_load(rr + i));
+      for (std::int64_t i = hv; i < H; ++i)
+        hr[i] = xr[i] + rr[i];
+      src = hr;
+    }
+    PVec a0(0.f), a1(0.f);
+    std::int64_t i = 0;
+    for (; i + 2 * kPW <= hv; i += 2 * kPW) {
+      const PVec v0 = pv_load(src + i), v1 = pv_load(src + i + kPW);
+      a0 = pv_fma(v0, v0, a0);
+      a1 = pv_fma(v1, v1, a1);
+    }
+    for (; i < hv; i += kPW) {
+      const PVec v0 = pv_load(src + i);
+      a0 = pv_fma(v0, v0, a0);
+    }
+    float ss = pv_sum(a0 + a1);
+    for (; i < H; ++i)
+      ss += src[i] * src[i];
+    const float inv = 1.0f / std::sqrt(ss / static_cast<float>(H) + eps);
+    const PVec iv(inv);
+    for (std::int64_t j = 0; j < hv; j += kPW)
+      pv_store(yr + j, pv_load(src + j) * iv * pv_load(g + j));
+    for (std::int64_t j = hv; j < H; ++j)
+      yr[j] = src[j] * inv * g[j];
+  }
 }
 
 /// Gamma widened to f32 (no copy for f32).
@@ -109,6 +145,7 @@ inline void rms_dispatch(const float* x, const float* r, float* h, const float* 
   const Isa isa = active_isa();
   parallel_for(split, s.rows, 1, [&](std::int64_t b, std::int64_t e) {
     switch (isa) {
+    case Isa::amx:
     case Isa::avx512:
       rms_rows_avx512(x, r, h, g, y, s.hidden, eps, b, e);
       return;

@@ -23,29 +23,12 @@
 #include "tpullm/kernels/core_split.hpp"
 #include "tpullm/kernels/cpu_features.hpp"
 #include "tpullm/kernels/vec_math.hpp"
+#include "tpullm/support/rope_tables.hpp"
 
 namespace tpullm::kernels {
 
-/// RoPE frequency scaling (HF `rope_scaling`): none, linear, or llama3.
-struct RopeScaling {
-  enum class Kind { none, linear, llama3 };
-  Kind kind = Kind::none;
-  double factor = 1.0;                                  ///< linear and llama3
-  double low_freq_factor = 1.0;                         ///< llama3
-  double high_freq_factor = 4.0;                        ///< llama3
-  std::int64_t original_max_position_embeddings = 8192; ///< llama3
-};
-
 /// Which element pairs rotate together.
 enum class RopeMode { halves, interleaved };
-
-/// Owning cos/sin tables: cos, sin: [seq_length, half_dim] f32 row-major, half_dim = d/2.
-struct RopeTables {
-  std::int64_t seq_length = 0;
-  std::int64_t half_dim = 0;
-  std::vector<float> cos;
-  std::vector<float> sin;
-};
 
 /// Non-owning view of the tables (what the runtime passes from mapped weights).
 struct RopeTablesView {
@@ -62,79 +45,6 @@ struct RopeTablesView {
   RopeTablesView(const RopeTables& t) // NOLINT: implicit on purpose
       : cos(t.cos), sin(t.sin), seq_length(t.seq_length), half_dim(t.half_dim) {}
 };
-
-/// inv_freq[i], i in [0, d/2), for rope_theta and scaling, in HF's f32 arithmetic.
-inline std::vector<float> rope_inv_freq(std::int64_t head_dim, double theta,
-                                        const RopeScaling& scaling = {}) {
-  if (head_dim <= 0 || head_dim % 2 != 0)
-    throw std::invalid_argument("rope: head_dim " + std::to_string(head_dim) +
-                                " must be positive and even");
-  if (!(theta > 0.0))
-    throw std::invalid_argument("rope: rope_theta " + std::to_string(theta) + " must be > 0");
-  const std::int64_t half = head_dim / 2;
-  std::vector<float> inv(static_cast<std::size_t>(half));
-  for (std::int64_t i = 0; i < half; ++i) {
-    const float e = static_cast<float>(2 * i) / static_cast<float>(head_dim);
-    const float p = static_cast<float>(std::pow(theta, static_cast<double>(e)));
-    inv[static_cast<std::size_t>(i)] = 1.0f / p;
-  }
-  switch (scaling.kind) {
-  case RopeScaling::Kind::none:
-    break;
-  case RopeScaling::Kind::linear:
-    if (!(scaling.factor > 0.0))
-      throw std::invalid_argument("rope: linear scaling factor must be > 0");
-    for (float& f : inv)
-      f = static_cast<float>(f / scaling.factor);
-    break;
-  case RopeScaling::Kind::llama3: {
-    const double factor = scaling.factor, lo = scaling.low_freq_factor,
-                 hi = scaling.high_freq_factor;
-    const double old_len = static_cast<double>(scaling.original_max_position_embeddings);
-    if (!(factor > 0.0) || !(lo > 0.0) || !(hi > lo) || !(old_len > 0.0))
-      throw std::invalid_argument(
-          "rope: llama3 scaling needs factor > 0, 0 < low_freq_factor < high_freq_factor, "
-          "original_max_position_embeddings > 0");
-    const double low_wavelen = old_len / lo, high_wavelen = old_len / hi;
-    const double two_pi = 6.283185307179586;
-    for (float& f : inv) {
-      const double fr = f;
-      const double wavelen = two_pi / fr;
-      double out = fr;
-      if (wavelen > low_wavelen) {
-        out = fr / factor;
-      } else if (wavelen >= high_wavelen) {
-        const double smooth = (old_len / wavelen - lo) / (hi - lo);
-        out = (1.0 - smooth) * fr / factor + smooth * fr;
-      }
-      f = static_cast<float>(out);
-    }
-    break;
-  }
-  }
-  return inv;
-}
-
-/// Builds cos/sin tables [seq_length, d/2] for positions [0, seq_length).
-inline RopeTables build_rope_tables(std::int64_t seq_length, std::int64_t head_dim, double theta,
-                                    const RopeScaling& scaling = {}) {
-  if (seq_length <= 0)
-    throw std::invalid_argument("rope: seq_length " + std::to_string(seq_length) + " must be > 0");
-  const std::vector<float> inv = rope_inv_freq(head_dim, theta, scaling);
-  RopeTables t;
-  t.seq_length = seq_length;
-  t.half_dim = head_dim / 2;
-  t.cos.resize(static_cast<std::size_t>(seq_length * t.half_dim));
-  t.sin.resize(t.cos.size());
-  for (std::int64_t p = 0; p < seq_length; ++p)
-    for (std::int64_t i = 0; i < t.half_dim; ++i) {
-      const float angle = static_cast<float>(p) * inv[static_cast<std::size_t>(i)];
-      const auto k = static_cast<std::size_t>(p * t.half_dim + i);
-      t.cos[k] = static_cast<float>(std::cos(static_cast<double>(angle)));
-      t.sin[k] = static_cast<float>(std::sin(static_cast<double>(angle)));
-    }
-  return t;
-}
 
 /// Shape of a rotation: x is [rows, heads, head_dim] row-major, one position per row.
 struct RopeShape {
@@ -185,6 +95,7 @@ inline void rope_row_portable(const float* x, float* y, const float* c, const fl
 inline void rope_row(Isa isa, const float* x, float* y, const float* c, const float* s,
                      std::int64_t heads, std::int64_t half, bool inter) {
   switch (isa) {
+  case Isa::amx:
   case Isa::avx512:
     rope_row_avx512(x, y, c, s, heads, half, inter);
     return;

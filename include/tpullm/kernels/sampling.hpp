@@ -35,6 +35,7 @@ inline std::int64_t argmax_portable(const float* x, std::int64_t n) {
   return best;
 }
 
+#if TPULLM_X86
 TPULLM_AVX512_BEGIN
 TPULLM_TARGET_AVX512 inline std::int64_t argmax_avx512(const float* x, std::int64_t n) {
   if (n < 64 || n > std::numeric_limits<std::int32_t>::max())
@@ -72,6 +73,7 @@ TPULLM_TARGET_AVX512 inline std::int64_t argmax_avx512(const float* x, std::int6
   return best < 0 ? argmax_portable(x, n) : best;
 }
 TPULLM_AVX512_END
+#endif
 
 inline void require_nonempty(std::span<const float> x, const char* what) {
   if (x.empty())
@@ -85,8 +87,14 @@ inline std::int64_t argmax(std::span<const float> logits) {
   detail::require_nonempty(logits, "argmax");
   const auto n = static_cast<std::int64_t>(logits.size());
   switch (active_isa()) {
+#if TPULLM_X86
+  case Isa::amx:
   case Isa::avx512:
     return detail::argmax_avx512(logits.data(), n);
+#else
+  case Isa::amx:
+  case Isa::avx512:
+#endif
   case Isa::avx2:
   case Isa::portable:
     return detail::argmax_portable(logits.data(), n);

@@ -14,11 +14,14 @@
 #include <cstring>
 #include <type_traits>
 
-#include <immintrin.h>
 #include <unistd.h>
 
 #include "tpullm/kernels/cpu_features.hpp"
 #include "tpullm/kernels/isa_target.hpp"
+
+#if TPULLM_X86
+#include <immintrin.h>
+#endif
 #include "tpullm/support/float16.hpp"
 
 #ifndef TPULLM_ALWAYS_INLINE
@@ -101,6 +104,7 @@ TPULLM_ALWAYS_INLINE float exp_approx(float x) {
   return exp2_approx(x * 1.4426950408889634f);
 }
 
+#if TPULLM_X86
 /// AVX-512 exp2 for x <= 0 (scores minus running max): 2^x with rel err ~2e-7, -inf -> 0.
 TPULLM_TARGET_AVX512 inline __m512 exp2_avx512(__m512 x) {
   x = _mm512_max_ps(x, _mm512_set1_ps(-200.f));
@@ -116,6 +120,7 @@ TPULLM_TARGET_AVX512 inline __m512 exp2_avx512(__m512 x) {
   p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
   return _mm512_scalef_ps(p, fl);
 }
+#endif
 
 /// Converts n storage elements to f32 (generic body, vectorizes for f32/bf16).
 template <class T>
@@ -124,6 +129,7 @@ TPULLM_ALWAYS_INLINE void convert_generic(const T* src, float* dst, std::int64_t
     dst[i] = to_f32(src[i]);
 }
 
+#if TPULLM_X86
 /// f16 -> f32 with F16C (AVX2 level).
 TPULLM_TARGET_AVX2 inline void convert_f16_avx2(const f16_t* src, float* dst, std::int64_t n) {
   std::int64_t i = 0;
@@ -143,6 +149,7 @@ TPULLM_TARGET_AVX512 inline void convert_f16_avx512(const f16_t* src, float* dst
   for (; i < n; ++i)
     dst[i] = f16_to_f32(src[i].bits);
 }
+#endif
 
 template <class T>
 TPULLM_TARGET_AVX512 void convert_avx512(const T* src, float* dst, std::int64_t n) {
@@ -161,18 +168,26 @@ void convert_row(const T* src, float* dst, std::int64_t n, Isa isa) {
     std::memcpy(dst, src, static_cast<std::size_t>(n) * sizeof(float));
   } else if constexpr (std::is_same_v<T, f16_t>) {
     switch (isa) {
+#if TPULLM_X86
+    case Isa::amx:
     case Isa::avx512:
       convert_f16_avx512(src, dst, n);
       return;
     case Isa::avx2:
       convert_f16_avx2(src, dst, n);
       return;
+#else
+    case Isa::amx:
+    case Isa::avx512:
+    case Isa::avx2:
+#endif
     case Isa::portable:
       convert_generic(src, dst, n);
       return;
     }
   } else {
     switch (isa) {
+    case Isa::amx:
     case Isa::avx512:
       convert_avx512(src, dst, n);
       return;

@@ -3,7 +3,9 @@
 
 #include "tpullm/kernels/detail/flash_attention_tile.hpp"
 #include "tpullm/kernels/detail/flash_attention_step_generic.hpp"
+#if TPULLM_X86
 #include "tpullm/kernels/detail/flash_attention_step_avx512.hpp"
+#endif
 #include "tpullm/kernels/detail/flash_attention_pack_q.hpp"
 #include "tpullm/kernels/detail/flash_attention_plan.hpp"
 
@@ -73,9 +75,15 @@ void fa_item(const float* q, const KV* k, const KV* v, const std::int32_t* pos_i
       }
       // Q^T scaled into the log2 domain; pad rows are 0
       switch (isa) {
+#if TPULLM_X86
+      case Isa::amx:
       case Isa::avx512:
         fa_pack_qt_avx512(rows, br, d, qscale, t.qt);
         break;
+#else
+      case Isa::amx:
+      case Isa::avx512:
+#endif
       case Isa::avx2:
       case Isa::portable:
         fa_pack_qt_generic(rows, br, d, qscale, t.qt);
@@ -120,12 +128,19 @@ void fa_item(const float* q, const KV* k, const KV* v, const std::int32_t* pos_i
         kk.stride = kv_stride;
       }
       switch (isa) {
+#if TPULLM_X86
+      case Isa::amx:
       case Isa::avx512:
         fa_step_avx512(t, kk);
         break;
       case Isa::avx2:
         fa_step_avx2(t, kk);
         break;
+#else
+      case Isa::amx:
+      case Isa::avx512:
+      case Isa::avx2:
+#endif
       case Isa::portable:
         fa_step_portable(t, kk);
         break;

@@ -13,6 +13,7 @@ inline void fa_pack_qt_generic(const float* const* rows, std::int64_t br, std::i
       qt[x * br + i] = rows[i] ? rows[i][x] * scale : 0.f;
 }
 
+#if TPULLM_X86
 TPULLM_AVX512_BEGIN
 /// Same as fa_pack_qt_generic, 16 x 16 blocks transposed in registers.
 TPULLM_TARGET_AVX512 inline void fa_pack_qt_avx512(const float* const* rows, std::int64_t br,
@@ -58,5 +59,6 @@ TPULLM_TARGET_AVX512 inline void fa_pack_qt_avx512(const float* const* rows, std
     }
 }
 TPULLM_AVX512_END
+#endif
 
 } // namespace tpullm::kernels::detail

@@ -14,12 +14,14 @@
 #include <utility>
 #include <vector>
 
-#include <immintrin.h>
-
 #include "tpullm/kernels/core_split.hpp"
 #include "tpullm/kernels/cpu_features.hpp"
 #include "tpullm/kernels/isa_target.hpp"
 #include "tpullm/kernels/packed_weights.hpp"
+
+#if TPULLM_X86
+#include <immintrin.h>
+#endif
 
 namespace tpullm::kernels::detail {
 
@@ -50,14 +52,52 @@ struct LinearArgs {
 };
 
 inline constexpr std::int64_t kGemvMaxRows = 4;
+#ifndef TPULLM_GEMV_BYTES_PER_THREAD
+#define TPULLM_GEMV_BYTES_PER_THREAD (64 << 10)
+#endif
+/// A GEMV forks one more thread per this many weight bytes (up to the split's parts): below it
+/// the fork / join costs more than the second core's bandwidth saves.
+inline constexpr std::int64_t kGemvBytesPerThread = TPULLM_GEMV_BYTES_PER_THREAD;
 #ifndef TPULLM_GEMV_PREFETCH
 #define TPULLM_GEMV_PREFETCH 4096
 #endif
 /// Software prefetch distance (bytes) of the GEMV weight stream, every cache line.
 inline constexpr std::int64_t kGemvPf = TPULLM_GEMV_PREFETCH;
+#ifndef TPULLM_GEMV_STREAMS
+#define TPULLM_GEMV_STREAMS 4
+#endif
+/// Panels a single-row GEMV reads at once (interleaved DRAM streams per thread).
+inline constexpr int kGemvStreams = TPULLM_GEMV_STREAMS;
+#ifndef TPULLM_GEMV_STREAMS_VNNI
+#define TPULLM_GEMV_STREAMS_VNNI 4
+#endif
+/// Panels the single-row VNNI GEMV (int8 / int4) reads at once.
+inline constexpr int kGemvStreamsVnni = TPULLM_GEMV_STREAMS_VNNI;
 inline constexpr std::int64_t kKc = 256;
-inline constexpr std::int64_t kMcMax = 336;
+#ifndef TPULLM_GEMM_MC
+#define TPULLM_GEMM_MC 336
+#endif
+inline constexpr std::int64_t kMcMax = TPULLM_GEMM_MC;
 inline constexpr std::int64_t kNb = 8; ///< panels per L2-resident C block in the GEMM
+
+/// Per-thread GEMM buffers (packed x strips, one dequantized weight block), 64-byte aligned,
+/// grown on demand and reused across calls without clearing.
+struct GemmScratch {
+  AlignedArray<float> ap, bt;
+  float* a(std::size_t n) { return grow(ap, n); }
+  float* b(std::size_t n) { return grow(bt, n); }
+
+private:
+  static float* grow(AlignedArray<float>& v, std::size_t n) {
+    if (v.size() < n)
+      v = AlignedArray<float>(n);
+    return v.data();
+  }
+};
+inline GemmScratch& gemm_scratch() {
+  thread_local GemmScratch s;
+  return s;
+}
 
 /// Rows per accumulation segment of a view: the group size for quantized formats, the whole
 /// view otherwise. Segment gi covers packed rows [k0 + gi * step, min(k1, k0 + (gi + 1) * step)).

@@ -2,18 +2,22 @@
 /// Drivers of the linear: micro-kernel tables, the cache-blocked GEMM and the GEMV over a
 /// range of panels on one thread, and the OpenMP split of one call (run_linear).
 
+#include "tpullm/kernels/detail/matmul_amx.hpp"
 #include "tpullm/kernels/detail/matmul_portable.hpp"
+#if TPULLM_X86
 #include "tpullm/kernels/detail/matmul_gemv_avx512.hpp"
 #include "tpullm/kernels/detail/matmul_gemv_vnni.hpp"
 #include "tpullm/kernels/detail/matmul_gemm_avx512.hpp"
 #include "tpullm/kernels/detail/matmul_gemv_avx2.hpp"
 #include "tpullm/kernels/detail/matmul_gemm_avx2.hpp"
+#endif
 
 namespace tpullm::kernels::detail {
 
 using MicroFn = void (*)(const float*, const float*, std::int64_t, float*, std::int64_t, int,
                          TileInit, const float*);
 
+#if TPULLM_X86
 template <std::size_t... I>
 constexpr std::array<MicroFn, sizeof...(I)> avx512_micro_table(std::index_sequence<I...>) {
   return {{&micro_avx512<static_cast<int>(I) + 1>...}};
@@ -22,6 +26,7 @@ template <std::size_t... I>
 constexpr std::array<MicroFn, sizeof...(I)> avx2_micro_table(std::index_sequence<I...>) {
   return {{&micro_avx2<static_cast<int>(I) + 1>...}};
 }
+#endif
 
 inline int micro_rows(Isa isa) {
   switch (isa) {
@@ -29,6 +34,7 @@ inline int micro_rows(Isa isa) {
     return 4;
   case Isa::avx2:
     return 6;
+  case Isa::amx:
   case Isa::avx512:
     return 14;
   }
@@ -41,44 +47,67 @@ void gemm_range(const LinearArgs& a, Isa isa, std::int64_t ma, std::int64_t mb, 
                 std::int64_t pb) {
   const PackedWeights& w = *a.v.w;
   const int MR = micro_rows(isa);
+#if TPULLM_X86
   static constexpr auto t512 = avx512_micro_table(std::make_index_sequence<14>{});
   static constexpr auto t2 = avx2_micro_table(std::make_index_sequence<6>{});
+#endif
   const std::int64_t kv = a.v.k1 - a.v.k0;
   const std::int64_t kc_max = std::min<std::int64_t>(kKc, kv);
-  const std::int64_t mc_max = std::min<std::int64_t>(kMcMax, mb - ma);
+  // rows per x block: the packed [mc, kc] x block and the [mc, kNb * 32] C block share half the
+  // core's L2 (168 rows with 1 MiB, kMcMax = 336 with 2 MiB)
+  const std::int64_t mc_l2 = std::clamp<std::int64_t>(
+      static_cast<std::int64_t>(default_local_memory_bytes()) / 6144 / MR * MR, MR, kMcMax);
+  const std::int64_t mc_max = std::min<std::int64_t>(mc_l2, mb - ma);
   const std::int64_t mc_round = (mc_max + MR - 1) / MR * MR;
   // x rows [m0, m0 + mc) packed once for the whole K range: block kb at ap + (kb - k0) * mc_round
-  AlignedArray<float> ap(static_cast<std::size_t>(mc_round * kv));
-  AlignedArray<float> bt(static_cast<std::size_t>(kc_max * kPanelCols));
+  // (per-thread buffers, grown on demand and never cleared: every element read is written first)
+  GemmScratch& gs = gemm_scratch();
+  float* ap = gs.a(static_cast<std::size_t>(mc_round * kv));
+  float* btp = gs.b(static_cast<std::size_t>(kc_max * kPanelCols));
   float bias_pad[32];
   for (std::int64_t m0 = ma; m0 < mb; m0 += mc_max) {
     const std::int64_t mc = std::min(mc_max, mb - m0);
-    for (std::int64_t kb = a.v.k0; kb < a.v.k1; kb += kc_max)
-      pack_a(a.x, a.ldx, m0, mc, kb - a.v.k0, std::min(kc_max, a.v.k1 - kb), MR,
-             ap.data() + (kb - a.v.k0) * mc_round);
+    for (std::int64_t kb = a.v.k0; kb < a.v.k1; kb += kc_max) {
+      float* dst = ap + (kb - a.v.k0) * mc_round;
+      const std::int64_t kc = std::min(kc_max, a.v.k1 - kb);
+#if TPULLM_X86
+      if (vector_isa(isa) == Isa::avx512) {
+        pack_a_avx512(a.x, a.ldx, m0, mc, kb - a.v.k0, kc, MR, dst);
+        continue;
+      }
+#endif
+      pack_a(a.x, a.ldx, m0, mc, kb - a.v.k0, kc, MR, dst);
+    }
     // kNb panels at a time so their [mc, kNb * 32] C block stays in L2 across the K blocks
     for (std::int64_t pn = pa; pn < pb; pn += kNb) {
       const std::int64_t pe = std::min(pb, pn + kNb);
       for (std::int64_t kb = a.v.k0; kb < a.v.k1; kb += kc_max) {
         const std::int64_t kc = std::min(kc_max, a.v.k1 - kb);
-        const float* apk = ap.data() + (kb - a.v.k0) * mc_round;
+        const float* apk = ap + (kb - a.v.k0) * mc_round;
         for (std::int64_t p = pn; p < pe; ++p) {
           const float* b = nullptr;
           if constexpr (F == WeightFormat::f32) {
             b = reinterpret_cast<const float*>(panel_row(w, p, kb));
           } else {
             switch (isa) {
-            case Isa::portable:
-              decode_block_portable<F>(w, p, kb, kc, bt.data());
-              break;
+#if TPULLM_X86
             case Isa::avx2:
-              decode_block_avx2<F>(w, p, kb, kc, bt.data());
+              decode_block_avx2<F>(w, p, kb, kc, btp);
               break;
+            case Isa::amx:
             case Isa::avx512:
-              decode_block_avx512<F>(w, p, kb, kc, bt.data());
+              decode_block_avx512<F>(w, p, kb, kc, btp);
+              break;
+#else
+            case Isa::avx2:
+            case Isa::amx:
+            case Isa::avx512:
+#endif
+            case Isa::portable:
+              decode_block_portable<F>(w, p, kb, kc, btp);
               break;
             }
-            b = bt.data();
+            b = btp;
           }
           // the next weight block this thread will touch, prefetched into L2 strip by strip
           const std::uint8_t* next = nullptr;
@@ -105,19 +134,26 @@ void gemm_range(const LinearArgs& a, Isa isa, std::int64_t ma, std::int64_t mb, 
           std::int64_t pf = 0;
           for (std::int64_t s = 0; s < mc; s += MR) {
             for (std::int64_t e = pf + pf_step; next && pf < std::min(e, next_bytes); pf += 64)
-              _mm_prefetch(reinterpret_cast<const char*>(next + pf), _MM_HINT_T1);
+              __builtin_prefetch(next + pf, 0, 2);
             const int rows = static_cast<int>(std::min<std::int64_t>(MR, mc - s));
             float* c = a.y + (m0 + s) * a.ldy + c0;
             const float* as = apk + s * kc;
             switch (isa) {
-            case Isa::portable:
-              micro_portable(as, b, kc, rows, c, a.ldy, nc, init, bias_pad, rows);
-              break;
+#if TPULLM_X86
             case Isa::avx2:
               t2[static_cast<std::size_t>(rows - 1)](as, b, kc, c, a.ldy, nc, init, bias_pad);
               break;
+            case Isa::amx:
             case Isa::avx512:
               t512[static_cast<std::size_t>(rows - 1)](as, b, kc, c, a.ldy, nc, init, bias_pad);
+              break;
+#else
+            case Isa::avx2:
+            case Isa::amx:
+            case Isa::avx512:
+#endif
+            case Isa::portable:
+              micro_portable(as, b, kc, rows, c, a.ldy, nc, init, bias_pad, rows);
               break;
             }
           }
@@ -130,12 +166,11 @@ void gemm_range(const LinearArgs& a, Isa isa, std::int64_t ma, std::int64_t mb, 
 template <WeightFormat F>
 void gemv_range(const LinearArgs& a, Isa isa, std::int64_t pa, std::int64_t pb) {
   switch (isa) {
-  case Isa::portable:
-    gemv_portable<F>(a, pa, pb);
-    break;
+#if TPULLM_X86
   case Isa::avx2:
     gemv_avx2<F>(a, pa, pb);
     break;
+  case Isa::amx:
   case Isa::avx512:
     if constexpr (is_quantized(F)) {
       if (a.xd) {
@@ -144,6 +179,14 @@ void gemv_range(const LinearArgs& a, Isa isa, std::int64_t pa, std::int64_t pb) 
       }
     }
     gemv_avx512<F>(a, pa, pb);
+    break;
+#else
+  case Isa::avx2:
+  case Isa::amx:
+  case Isa::avx512:
+#endif
+  case Isa::portable:
+    gemv_portable<F>(a, pa, pb);
     break;
   }
 }
@@ -158,15 +201,46 @@ void run_linear(const LinearArgs& a, const CoreSplit& split) {
     case SplitDim::rows: // M <= 4 rows are not worth splitting: run on the calling thread
       gemv_range<F>(a, isa, a.v.p0, a.v.p1);
       return;
-    case SplitDim::cols:
-      parallel_for(split, P, 1, [&](std::int64_t b, std::int64_t e) {
+    case SplitDim::cols: {
+      // no thread fork when the weights are too small for it to pay; panel ranges in multiples
+      // of the streams a single-row GEMV reads at once when there are enough panels
+      const std::int64_t bytes = P * (a.v.k1 - a.v.k0) * row_bytes(F);
+      CoreSplit s = split;
+      s.parts = static_cast<int>(
+          std::clamp<std::int64_t>(bytes / kGemvBytesPerThread, 1, std::max(1, split.parts)));
+      const std::int64_t align = P >= 2 * kGemvStreams * s.parts ? kGemvStreams : 1;
+      parallel_for(s, P, align, [&](std::int64_t b, std::int64_t e) {
         gemv_range<F>(a, isa, a.v.p0 + b, a.v.p0 + e);
       });
       return;
+    }
     case SplitDim::heads:
       break;
     }
     throw std::invalid_argument("linear: CoreSplit over heads is not meaningful for a matmul");
+  }
+  bool emulated = false;
+  if constexpr (amx_format(F)) {
+    if (amx_linear_applies<F>(a.M, emulated)) { // bf16 / int8 / int4 on the tile unit
+      switch (split.dim) {
+      case SplitDim::none:
+        amx_linear_range<F>(a, emulated, 0, a.M, a.v.p0, a.v.p1);
+        return;
+      case SplitDim::rows:
+        parallel_for(split, a.M, 32, [&](std::int64_t b, std::int64_t e) {
+          amx_linear_range<F>(a, emulated, b, e, a.v.p0, a.v.p1);
+        });
+        return;
+      case SplitDim::cols:
+        parallel_for(split, P, 1, [&](std::int64_t b, std::int64_t e) {
+          amx_linear_range<F>(a, emulated, 0, a.M, a.v.p0 + b, a.v.p0 + e);
+        });
+        return;
+      case SplitDim::heads:
+        break;
+      }
+      throw std::invalid_argument("linear: CoreSplit over heads is not meaningful for a matmul");
+    }
   }
   switch (split.dim) {
   case SplitDim::none:

@@ -45,6 +45,51 @@ TPULLM_TARGET_AVX512 void decode_block_avx512(const PackedWeights& w, std::int64
   }
 }
 
+/// pack_a on AVX-512: x rows [m0, m0 + mc) x cols [kb, kb + kc) into MR-row strips [kc][rows],
+/// 16 columns at a time through a 16 x 16 register transpose (rows past the strip are zero).
+TPULLM_TARGET_AVX512 inline void pack_a_avx512(const float* x, std::int64_t ldx, std::int64_t m0,
+                                               std::int64_t mc, std::int64_t kb, std::int64_t kc,
+                                               int MR, float* out) {
+  for (std::int64_t s = 0; s < mc; s += MR) {
+    const int rows = static_cast<int>(std::min<std::int64_t>(MR, mc - s));
+    float* o = out + s * kc;
+    const __mmask16 rmask = static_cast<__mmask16>((1u << rows) - 1u);
+    for (std::int64_t k0 = 0; k0 < kc; k0 += 16) {
+      const int w = static_cast<int>(std::min<std::int64_t>(16, kc - k0));
+      const __mmask16 km = static_cast<__mmask16>(w == 16 ? 0xFFFF : (1u << w) - 1u);
+      __m512 r[16], t[16];
+      for (int i = 0; i < 16; ++i)
+        r[i] = i < rows ? _mm512_maskz_loadu_ps(km, x + (m0 + s + i) * ldx + kb + k0)
+                        : _mm512_setzero_ps();
+      for (int i = 0; i < 16; i += 2) {
+        t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+      }
+      for (int i = 0; i < 16; i += 4)
+        for (int j = 0; j < 2; ++j) {
+          r[i + j] = _mm512_castpd_ps(
+              _mm512_unpacklo_pd(_mm512_castps_pd(t[i + j]), _mm512_castps_pd(t[i + j + 2])));
+          r[i + j + 2] = _mm512_castpd_ps(
+              _mm512_unpackhi_pd(_mm512_castps_pd(t[i + j]), _mm512_castps_pd(t[i + j + 2])));
+        }
+      for (int i = 0; i < 16; i += 8)
+        for (int j = 0; j < 4; ++j) {
+          t[i + j] = _mm512_shuffle_f32x4(r[i + j], r[i + j + 4], 0x88);
+          t[i + j + 4] = _mm512_shuffle_f32x4(r[i + j], r[i + j + 4], 0xDD);
+        }
+      for (int j = 0; j < 8; ++j) {
+        r[j] = _mm512_shuffle_f32x4(t[j], t[j + 8], 0x88);
+        r[j + 8] = _mm512_shuffle_f32x4(t[j], t[j + 8], 0xDD);
+      }
+      // r[q] holds column k0 + kCol[q] of the 16 rows (see fa_pack_qt_avx512)
+      static constexpr int kCol[16] = {0, 2, 1, 3, 4, 6, 5, 7, 8, 10, 9, 11, 12, 14, 13, 15};
+      for (int q = 0; q < 16; ++q)
+        if (kCol[q] < w)
+          _mm512_mask_storeu_ps(o + (k0 + kCol[q]) * rows, rmask, r[q]);
+    }
+  }
+}
+
 /// MR x 32 micro-kernel: C[MR, ncols] (=|+=) Ap[kc][MR] · B[kc][32].
 template <int MR>
 TPULLM_TARGET_AVX512 void micro_avx512(const float* ap, const float* b, std::int64_t kc, float* c,

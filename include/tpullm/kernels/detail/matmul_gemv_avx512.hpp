@@ -94,8 +94,116 @@ TPULLM_TARGET_AVX512 void gemv_panel_avx512(const LinearArgs& a, std::int64_t m0
   store_rows_avx512(a, m0, R, p, t);
 }
 
+/// Single-row GEMV over S panels p..p+S-1 at once: S interleaved weight streams (one per panel,
+/// panel_bytes apart), which a core reads faster from DRAM than one stream with prefetch. One
+/// accumulator pair per panel (S >= 4 chains cover the FMA latency; fewer panels add sets).
+template <WeightFormat F, int S>
+TPULLM_TARGET_AVX512 void gemv_panels_avx512_r1(const LinearArgs& a, std::int64_t p) {
+  constexpr int RG = static_cast<int>(row_group(F));
+  constexpr int NA = S >= 4 ? 1 : S == 1 ? 4 : 2; // accumulator sets along K per panel
+  constexpr int STEP = RG == 1 ? NA : RG;
+  const PackedWeights& w = *a.v.w;
+  const std::int64_t rb = row_bytes(F), pbytes = w.panel_bytes();
+  const float* xr = a.x - a.v.k0;
+  __m512 t[S][2];
+#pragma GCC unroll 8
+  for (int s = 0; s < S; ++s)
+    t[s][0] = t[s][1] = _mm512_setzero_ps();
+  const std::int64_t seg = segment_rows(a.v);
+  std::int64_t gi = 0;
+  for (std::int64_t ks = a.v.k0; ks < a.v.k1; ks += seg, ++gi) {
+    const std::int64_t ke = std::min(a.v.k1, ks + seg);
+    __m512 acc[NA][S][2];
+#pragma GCC unroll 4
+    for (int u = 0; u < NA; ++u)
+#pragma GCC unroll 8
+      for (int s = 0; s < S; ++s)
+        acc[u][s][0] = acc[u][s][1] = _mm512_setzero_ps();
+    const std::uint8_t* row = panel_row(w, p, ks);
+    std::int64_t k = ks;
+    for (; k + STEP <= ke; k += STEP, row += STEP * rb) {
+#pragma GCC unroll 8
+      for (int s = 0; s < S; ++s)
+        for (std::int64_t b = 0; b < STEP * rb; b += 64)
+          _mm_prefetch(reinterpret_cast<const char*>(row + s * pbytes) + kGemvPf + b, _MM_HINT_T0);
+#pragma GCC unroll 8
+      for (int s = 0; s < S; ++s) {
+        __m512 wv[STEP][2];
+#pragma GCC unroll 8
+        for (int u = 0; u < STEP; u += RG)
+          decode_rows_avx512<F>(row + s * pbytes + u * rb, wv + u);
+#pragma GCC unroll 8
+        for (int u = 0; u < STEP; ++u) {
+          const __m512 xb = _mm512_set1_ps(xr[k + u]);
+          acc[u % NA][s][0] = _mm512_fmadd_ps(xb, wv[u][0], acc[u % NA][s][0]);
+          acc[u % NA][s][1] = _mm512_fmadd_ps(xb, wv[u][1], acc[u % NA][s][1]);
+        }
+      }
+    }
+    if constexpr (RG == 1) {
+      for (; k < ke; ++k, row += rb) {
+        const __m512 xb = _mm512_set1_ps(xr[k]);
+#pragma GCC unroll 8
+        for (int s = 0; s < S; ++s) {
+          __m512 wv[1][2];
+          decode_rows_avx512<F>(row + s * pbytes, wv);
+          acc[0][s][0] = _mm512_fmadd_ps(xb, wv[0][0], acc[0][s][0]);
+          acc[0][s][1] = _mm512_fmadd_ps(xb, wv[0][1], acc[0][s][1]);
+        }
+      }
+    }
+#pragma GCC unroll 4
+    for (int u = 1; u < NA; ++u)
+#pragma GCC unroll 8
+      for (int s = 0; s < S; ++s) {
+        acc[0][s][0] = _mm512_add_ps(acc[0][s][0], acc[u][s][0]);
+        acc[0][s][1] = _mm512_add_ps(acc[0][s][1], acc[u][s][1]);
+      }
+#pragma GCC unroll 8
+    for (int s = 0; s < S; ++s) {
+      if constexpr (is_quantized(F)) {
+        const std::int64_t g = ks / w.group_rows();
+        const float* sc = panel_scales(w, p + s, g);
+        __m512 z0, z1;
+        group_zero_avx512<F>(w, p + s, g, z0, z1);
+        const __m512 xs = _mm512_set1_ps(a.xsum[gi]);
+        t[s][0] =
+            _mm512_fmadd_ps(_mm512_load_ps(sc), _mm512_fnmadd_ps(z0, xs, acc[0][s][0]), t[s][0]);
+        t[s][1] = _mm512_fmadd_ps(_mm512_load_ps(sc + 16), _mm512_fnmadd_ps(z1, xs, acc[0][s][1]),
+                                  t[s][1]);
+      } else {
+        t[s][0] = _mm512_add_ps(t[s][0], acc[0][s][0]);
+        t[s][1] = _mm512_add_ps(t[s][1], acc[0][s][1]);
+      }
+    }
+  }
+#pragma GCC unroll 8
+  for (int s = 0; s < S; ++s)
+    store_rows_avx512(a, 0, 1, p + s, t + s);
+}
+
+/// Single-row GEMV of `rem` (< S) panels at p: the widest instantiation that fits.
+template <WeightFormat F, int S>
+TPULLM_TARGET_AVX512 void gemv_r1_rest_avx512(const LinearArgs& a, std::int64_t p, int rem) {
+  if constexpr (S >= 1) {
+    if (rem == S)
+      gemv_panels_avx512_r1<F, S>(a, p);
+    else
+      gemv_r1_rest_avx512<F, S - 1>(a, p, rem);
+  }
+}
+
 template <WeightFormat F>
 TPULLM_TARGET_AVX512 void gemv_avx512(const LinearArgs& a, std::int64_t pa, std::int64_t pb) {
+  if (a.M == 1) {
+    constexpr int S = kGemvStreams;
+    std::int64_t p = pa;
+    for (; p + S <= pb; p += S)
+      gemv_panels_avx512_r1<F, S>(a, p);
+    if (p < pb)
+      gemv_r1_rest_avx512<F, S - 1>(a, p, static_cast<int>(pb - p));
+    return;
+  }
   for (std::int64_t p = pa; p < pb; ++p) {
     std::int64_t m = 0;
     for (; m + 4 <= a.M; m += 4)

@@ -256,9 +256,114 @@ TPULLM_TARGET_AVX512_VNNI void gemv_panel_vnni(const LinearArgs& a, const XDigit
   store_rows_avx512(a, m0, R, p, t);
 }
 
+/// Single-row VNNI GEMV over S panels p..p+S-1 at once (S interleaved weight streams). Per panel
+/// 6 accumulators (3 digits x 2 column halves; int4 low- and high-nibble rows share them); the
+/// digit broadcasts are shared by the S panels.
+template <WeightFormat F, int S>
+TPULLM_TARGET_AVX512_VNNI void gemv_panels_vnni_r1(const LinearArgs& a, const XDigits& xd,
+                                                   std::int64_t p) {
+  constexpr int RG = static_cast<int>(row_group(F));
+  const PackedWeights& w = *a.v.w;
+  const std::int64_t pbytes = w.panel_bytes();
+  __m512 t[S][2];
+#pragma GCC unroll 8
+  for (int s = 0; s < S; ++s)
+    t[s][0] = t[s][1] = _mm512_setzero_ps();
+  const std::int64_t seg = segment_rows(a.v);
+  const __m512i m4 = _mm512_set1_epi8(0x0F), flip = _mm512_set1_epi8(static_cast<char>(0x80));
+  const std::int8_t* xdr[3];
+#pragma GCC unroll 3
+  for (int d = 0; d < 3; ++d)
+    xdr[d] = xd.d.data() + d * xd.Kv - a.v.k0;
+  std::int64_t gi = 0;
+  for (std::int64_t ks = a.v.k0; ks < a.v.k1; ks += seg, ++gi) {
+    const std::int64_t ke = std::min(a.v.k1, ks + seg);
+    __m512i acc[S][3][2];
+#pragma GCC unroll 8
+    for (int s = 0; s < S; ++s)
+#pragma GCC unroll 3
+      for (int d = 0; d < 3; ++d)
+        acc[s][d][0] = acc[s][d][1] = _mm512_setzero_si512();
+    const std::uint8_t* row = panel_row(w, p, ks);
+    for (std::int64_t k = ks; k < ke; k += RG, row += 128) {
+      __m512i bl[3], bh[3];
+#pragma GCC unroll 3
+      for (int d = 0; d < 3; ++d) {
+        bl[d] = bcast4(xdr[d] + k);
+        if constexpr (F != WeightFormat::int8)
+          bh[d] = bcast4(xdr[d] + k + 4);
+      }
+#pragma GCC unroll 8
+      for (int s = 0; s < S; ++s) {
+        const std::uint8_t* r = row + s * pbytes;
+        _mm_prefetch(reinterpret_cast<const char*>(r) + kGemvPf, _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(r) + kGemvPf + 64, _MM_HINT_T0);
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; ++h) {
+          const __m512i v = _mm512_load_si512(r + 64 * h);
+          if constexpr (F == WeightFormat::int8) {
+            const __m512i wl = _mm512_xor_si512(v, flip);
+#pragma GCC unroll 3
+            for (int d = 0; d < 3; ++d)
+              dpbusd(acc[s][d][h], wl, bl[d]);
+          } else {
+            const __m512i wl = _mm512_and_si512(v, m4);
+            const __m512i wh = _mm512_and_si512(_mm512_srli_epi32(v, 4), m4);
+#pragma GCC unroll 3
+            for (int d = 0; d < 3; ++d) {
+              dpbusd(acc[s][d][h], wl, bl[d]);
+              dpbusd(acc[s][d][h], wh, bh[d]);
+            }
+          }
+        }
+      }
+    }
+    const std::int64_t g = ks / w.group_rows();
+    const std::int32_t* S3 = xd.S.data() + gi * 3;
+    const __m512 s1 = _mm512_set1_ps(xd.s1[static_cast<std::size_t>(gi)]);
+#pragma GCC unroll 8
+    for (int s = 0; s < S; ++s) {
+      const float* sc = panel_scales(w, p + s, g);
+      __m512 z[2];
+      if constexpr (F == WeightFormat::int8)
+        z[0] = z[1] = _mm512_set1_ps(128.0f);
+      else
+        group_zero_avx512<F>(w, p + s, g, z[0], z[1]);
+#pragma GCC unroll 2
+      for (int h = 0; h < 2; ++h) {
+        const __m512 r = vnni_group_sum(acc[s][0][h], acc[s][1][h], acc[s][2][h], z[h], S3);
+        t[s][h] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_load_ps(sc + 16 * h), s1), r, t[s][h]);
+      }
+    }
+  }
+#pragma GCC unroll 8
+  for (int s = 0; s < S; ++s)
+    store_rows_avx512(a, 0, 1, p + s, t + s);
+}
+
+template <WeightFormat F, int S>
+TPULLM_TARGET_AVX512_VNNI void gemv_vnni_r1_rest(const LinearArgs& a, const XDigits& xd,
+                                                 std::int64_t p, int rem) {
+  if constexpr (S >= 1) {
+    if (rem == S)
+      gemv_panels_vnni_r1<F, S>(a, xd, p);
+    else
+      gemv_vnni_r1_rest<F, S - 1>(a, xd, p, rem);
+  }
+}
+
 template <WeightFormat F>
 TPULLM_TARGET_AVX512_VNNI void gemv_vnni(const LinearArgs& a, const XDigits& xd, std::int64_t pa,
                                          std::int64_t pb) {
+  if (a.M == 1) {
+    constexpr int S = kGemvStreamsVnni;
+    std::int64_t p = pa;
+    for (; p + S <= pb; p += S)
+      gemv_panels_vnni_r1<F, S>(a, xd, p);
+    if (p < pb)
+      gemv_vnni_r1_rest<F, S - 1>(a, xd, p, static_cast<int>(pb - p));
+    return;
+  }
   for (std::int64_t p = pa; p < pb; ++p) {
     std::int64_t m = 0;
     for (; m + 2 <= a.M; m += 2)

@@ -1,8 +1,10 @@
 #pragma once
-/// Portable (scalar) path of the linear kernels: raw row-group decoding, the GEMV, block
-/// dequantization, x packing into MR-row strips and the GEMM micro-kernel.
+/// Portable path of the linear kernels: raw row-group decoding (scalar), the GEMV and the GEMM
+/// micro-kernel on xsimd vectors (detail/portable_simd.hpp), block dequantization and x packing
+/// into MR-row strips.
 
 #include "tpullm/kernels/detail/matmul_common.hpp"
+#include "tpullm/kernels/detail/portable_simd.hpp"
 
 namespace tpullm::kernels::detail {
 
@@ -66,15 +68,25 @@ void gemv_portable(const LinearArgs& a, std::int64_t pa, std::int64_t pb) {
       std::int64_t gi = 0;
       for (std::int64_t ks = a.v.k0; ks < a.v.k1; ks += seg, ++gi) {
         const std::int64_t ke = std::min(a.v.k1, ks + seg);
-        float acc[32] = {};
+        constexpr int NV = static_cast<int>(32 / kPW);
+        PVec av[NV];
+        for (int c = 0; c < NV; ++c)
+          av[c] = PVec(0.f);
         for (std::int64_t k = ks; k < ke; k += RG) {
-          decode_rows_raw<F>(panel_row(w, p, k), rows);
+          const float* rp = rows;
+          if constexpr (F == WeightFormat::f32)
+            rp = reinterpret_cast<const float*>(panel_row(w, p, k)); // used in place
+          else
+            decode_rows_raw<F>(panel_row(w, p, k), rows);
           for (std::int64_t j = 0; j < RG; ++j) {
-            const float xv = xr[k + j - a.v.k0];
-            for (int c = 0; c < 32; ++c)
-              acc[c] += xv * rows[j * 32 + c];
+            const PVec xv(xr[k + j - a.v.k0]);
+            for (int c = 0; c < NV; ++c)
+              av[c] = pv_fma(xv, pv_load(rp + j * 32 + c * kPW), av[c]);
           }
         }
+        float acc[32];
+        for (int c = 0; c < NV; ++c)
+          pv_store(acc + c * kPW, av[c]);
         if constexpr (is_quantized(F)) {
           const std::int64_t g = ks / w.group_rows();
           const float* s = panel_scales(w, p, g);
@@ -129,30 +141,50 @@ inline void pack_a(const float* x, std::int64_t ldx, std::int64_t m0, std::int64
 /// How a micro-kernel starts its accumulators.
 enum class TileInit : std::uint8_t { zero, bias, load };
 
+/// MR x 32 micro-kernel of the portable path: rows of C in 16-column halves of PVec
+/// accumulators (4 rows x 16 columns = 16 SSE registers).
 inline void micro_portable(const float* ap, const float* b, std::int64_t kc, int rows, float* c,
                            std::int64_t ldc, int ncols, TileInit init, const float* bias, int MR) {
-  for (int i = 0; i < rows; ++i) {
-    float acc[32];
-    for (int j = 0; j < 32; ++j) {
-      switch (init) {
-      case TileInit::zero:
-        acc[j] = 0.0f;
-        break;
-      case TileInit::bias:
-        acc[j] = j < ncols ? bias[j] : 0.0f;
-        break;
-      case TileInit::load:
-        acc[j] = j < ncols ? c[i * ldc + j] : 0.0f;
-        break;
+  constexpr int NV = static_cast<int>(16 / kPW); // vectors per 16-column half
+  for (int half = 0; half < 2 && 16 * half < ncols; ++half) {
+    const int c0 = 16 * half;
+    PVec acc[4][NV];
+    for (int i0 = 0; i0 < rows; i0 += 4) {
+      const int nr = std::min(4, rows - i0);
+      for (int i = 0; i < 4; ++i)
+        for (int v = 0; v < NV; ++v) {
+          float t[kPW];
+          for (std::int64_t l = 0; l < kPW; ++l) {
+            const int j = c0 + v * static_cast<int>(kPW) + static_cast<int>(l);
+            float e = 0.0f;
+            if (i < nr && j < ncols) {
+              if (init == TileInit::bias)
+                e = bias[j];
+              else if (init == TileInit::load)
+                e = c[(i0 + i) * ldc + j];
+            }
+            t[l] = e;
+          }
+          acc[i][v] = pv_load(t);
+        }
+      for (std::int64_t k = 0; k < kc; ++k) {
+        PVec bv[NV];
+        for (int v = 0; v < NV; ++v)
+          bv[v] = pv_load(b + k * 32 + c0 + v * kPW);
+        for (int i = 0; i < 4; ++i) {
+          const PVec a(i < nr ? ap[k * MR + i0 + i] : 0.0f);
+          for (int v = 0; v < NV; ++v)
+            acc[i][v] = pv_fma(a, bv[v], acc[i][v]);
+        }
+      }
+      for (int i = 0; i < nr; ++i) {
+        float t[16];
+        for (int v = 0; v < NV; ++v)
+          pv_store(t + v * kPW, acc[i][v]);
+        for (int j = 0; j < std::min(16, ncols - c0); ++j)
+          c[(i0 + i) * ldc + c0 + j] = t[j];
       }
     }
-    for (std::int64_t k = 0; k < kc; ++k) {
-      const float av = ap[k * MR + i];
-      for (int j = 0; j < 32; ++j)
-        acc[j] += av * b[k * 32 + j];
-    }
-    for (int j = 0; j < ncols; ++j)
-      c[i * ldc + j] = acc[j];
   }
 }
 

@@ -12,60 +12,89 @@ struct XDigits {
   std::vector<std::int8_t> d;  ///< [M][3][Kv] digits h, l, t (Kv = view rows)
   std::vector<float> s1;       ///< [M][Gv] scale of digit h per group
   std::vector<std::int32_t> S; ///< [M][Gv][3] sum of each digit over the group
-  std::int64_t Kv = 0, Gv = 0;
+  std::int64_t Kv = 0, Gv = 0, M = 0, seg = 0;
 };
 
-/// Builds XDigits for rows [0, M) of x over view rows [k0, k1) grouped by `seg` rows.
-__attribute__((always_inline)) inline void make_x_digits_body(const float* x, std::int64_t ldx,
-                                                              std::int64_t M, std::int64_t Kv,
-                                                              std::int64_t seg, XDigits& xd) {
+#if TPULLM_X86
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+/// Builds XDigits for rows [0, M) of x (row stride ldx) over Kv columns grouped by `seg`;
+/// columns in [Kx, Kv) are taken as zero (padding rows of the weights). Storage is reused.
+TPULLM_TARGET_AVX512 inline void make_x_digits(const float* x, std::int64_t ldx, std::int64_t M,
+                                               std::int64_t Kv, std::int64_t seg, XDigits& xd,
+                                               std::int64_t Kx = -1) {
+  if (Kx < 0)
+    Kx = Kv;
   xd.Kv = Kv;
+  xd.M = M;
+  xd.seg = seg;
   xd.Gv = (Kv + seg - 1) / seg;
-  xd.d.assign(static_cast<std::size_t>(M * 3 * Kv), 0);
-  xd.s1.assign(static_cast<std::size_t>(M * xd.Gv), 0.0f);
-  xd.S.assign(static_cast<std::size_t>(M * xd.Gv * 3), 0);
-  constexpr float kRound = 12582912.0f; // 1.5 * 2^23: (v + kRound) - kRound rounds to nearest
-  for (std::int64_t m = 0; m < M; ++m)
+  xd.d.resize(static_cast<std::size_t>(M * 3 * Kv));
+  xd.s1.resize(static_cast<std::size_t>(M * xd.Gv));
+  xd.S.resize(static_cast<std::size_t>(M * xd.Gv * 3));
+  const __m512 absmask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7FFFFFFF));
+  const __m512i lo = _mm512_set1_epi32(-127), hi = _mm512_set1_epi32(127);
+  for (std::int64_t m = 0; m < M; ++m) {
+    const float* xr = x + m * ldx;
+    std::int8_t* dh = xd.d.data() + (m * 3 + 0) * Kv;
+    std::int8_t* dl = xd.d.data() + (m * 3 + 1) * Kv;
+    std::int8_t* dt = xd.d.data() + (m * 3 + 2) * Kv;
     for (std::int64_t g = 0; g < xd.Gv; ++g) {
-      const std::int64_t ks = g * seg, ke = std::min(Kv, ks + seg);
-      const float* xr = x + m * ldx;
-      float mx = 0;
-      for (std::int64_t k = ks; k < ke; ++k)
-        mx = mx > std::abs(xr[k]) ? mx : std::abs(xr[k]);
-      if (!(mx > 0) || !std::isfinite(mx))
-        continue; // all-zero group (NaN/inf x is not supported by this path)
-      const float s1 = mx / 127.0f, inv1 = 127.0f / mx;
-      const float s2 = s1 * (1.0f / 256.0f), inv2 = inv1 * 256.0f;
-      const float inv3 = inv2 * 256.0f;
-      xd.s1[static_cast<std::size_t>(m * xd.Gv + g)] = s1;
-      std::int8_t* dh = xd.d.data() + (m * 3 + 0) * Kv;
-      std::int8_t* dl = xd.d.data() + (m * 3 + 1) * Kv;
-      std::int8_t* dt = xd.d.data() + (m * 3 + 2) * Kv;
-      std::int32_t sh = 0, sl = 0, st = 0;
-      for (std::int64_t k = ks; k < ke; ++k) {
-        const float v = xr[k];
-        const float h = std::clamp((v * inv1 + kRound) - kRound, -127.0f, 127.0f);
-        const float r1 = std::fma(-h, s1, v);
-        const float l = std::clamp((r1 * inv2 + kRound) - kRound, -127.0f, 127.0f);
-        const float r2 = std::fma(-l, s2, r1);
-        const float t = std::clamp((r2 * inv3 + kRound) - kRound, -127.0f, 127.0f);
-        dh[k] = static_cast<std::int8_t>(h);
-        dl[k] = static_cast<std::int8_t>(l);
-        dt[k] = static_cast<std::int8_t>(t);
-        sh += static_cast<std::int32_t>(h);
-        sl += static_cast<std::int32_t>(l);
-        st += static_cast<std::int32_t>(t);
-      }
+      const std::int64_t ks = g * seg, ke = std::min(Kv, ks + seg), kx = std::min(Kx, ke);
+      auto mask = [&](std::int64_t k, std::int64_t end) {
+        const std::int64_t n = std::clamp<std::int64_t>(end - k, 0, 16);
+        return static_cast<__mmask16>(n >= 16 ? 0xFFFF : (1u << n) - 1u);
+      };
+      __m512 mxv = _mm512_setzero_ps();
+      for (std::int64_t k = ks; k < kx; k += 16)
+        mxv =
+            _mm512_max_ps(mxv, _mm512_and_ps(_mm512_maskz_loadu_ps(mask(k, kx), xr + k), absmask));
+      const float mx = _mm512_reduce_max_ps(mxv);
       std::int32_t* S = xd.S.data() + (m * xd.Gv + g) * 3;
-      S[0] = sh;
-      S[1] = sl;
-      S[2] = st;
+      if (!(mx > 0) || !std::isfinite(mx)) { // all-zero group (NaN/inf x is not supported here)
+        xd.s1[static_cast<std::size_t>(m * xd.Gv + g)] = 0.0f;
+        S[0] = S[1] = S[2] = 0;
+        std::memset(dh + ks, 0, static_cast<std::size_t>(ke - ks));
+        std::memset(dl + ks, 0, static_cast<std::size_t>(ke - ks));
+        std::memset(dt + ks, 0, static_cast<std::size_t>(ke - ks));
+        continue;
+      }
+      const float s1 = mx / 127.0f, inv1 = 127.0f / mx;
+      const float s2 = s1 * (1.0f / 256.0f), inv2 = inv1 * 256.0f, inv3 = inv2 * 256.0f;
+      xd.s1[static_cast<std::size_t>(m * xd.Gv + g)] = s1;
+      const __m512 vs1 = _mm512_set1_ps(s1), vs2 = _mm512_set1_ps(s2);
+      const __m512 vi1 = _mm512_set1_ps(inv1), vi2 = _mm512_set1_ps(inv2),
+                   vi3 = _mm512_set1_ps(inv3);
+      __m512i sh = _mm512_setzero_si512(), sl = sh, st = sh;
+      for (std::int64_t k = ks; k < ke; k += 16) {
+        const __mmask16 mk = mask(k, ke);
+        const __m512 v = _mm512_maskz_loadu_ps(mask(k, kx), xr + k);
+        // round to nearest even (MXCSR default), clamp to [-127, 127]
+        const __m512i h =
+            _mm512_min_epi32(hi, _mm512_max_epi32(lo, _mm512_cvtps_epi32(_mm512_mul_ps(v, vi1))));
+        const __m512 r1 = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(h), vs1, v);
+        const __m512i l =
+            _mm512_min_epi32(hi, _mm512_max_epi32(lo, _mm512_cvtps_epi32(_mm512_mul_ps(r1, vi2))));
+        const __m512 r2 = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(l), vs2, r1);
+        const __m512i t =
+            _mm512_min_epi32(hi, _mm512_max_epi32(lo, _mm512_cvtps_epi32(_mm512_mul_ps(r2, vi3))));
+        _mm_mask_storeu_epi8(dh + k, mk, _mm512_cvtepi32_epi8(h));
+        _mm_mask_storeu_epi8(dl + k, mk, _mm512_cvtepi32_epi8(l));
+        _mm_mask_storeu_epi8(dt + k, mk, _mm512_cvtepi32_epi8(t));
+        sh = _mm512_add_epi32(sh, h);
+        sl = _mm512_add_epi32(sl, l);
+        st = _mm512_add_epi32(st, t);
+      }
+      S[0] = _mm512_reduce_add_epi32(sh);
+      S[1] = _mm512_reduce_add_epi32(sl);
+      S[2] = _mm512_reduce_add_epi32(st);
     }
+  }
 }
 
-TPULLM_TARGET_AVX512 inline void make_x_digits(const float* x, std::int64_t ldx, std::int64_t M,
-                                               std::int64_t Kv, std::int64_t seg, XDigits& xd) {
-  make_x_digits_body(x, ldx, M, Kv, seg, xd);
-}
+#pragma GCC diagnostic pop
+#endif
 
 } // namespace tpullm::kernels::detail

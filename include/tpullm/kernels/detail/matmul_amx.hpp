@@ -1,0 +1,417 @@
+#pragma once
+/// AMX path of the linear for M >= kAmxMinRows (prefill): bf16 weights on AMX-BF16, int8 / int4
+/// weights on AMX-INT8. Written against the tile interface of kernels/amx_tiles.hpp, so the same
+/// code runs on the real tile unit (amx::Hw) or on the scalar emulator (amx::Emu).
+///
+/// bf16 weights (the paper's BF16 mode): x rows are rounded to bf16 (nearest even) into an
+/// [MC, Kq] block (Kq = view rows rounded up to 32, zero padded); each 32-column panel's rows are
+/// re-laid once per row block into the VNNI pair layout of a B tile (dword (r, n) = W[2r][n] |
+/// W[2r+1][n] << 16; two 16-column tiles per 32-row k step); 32 x 32 outputs accumulate in four
+/// f32 C tiles (2 row tiles x 2 column halves) over the whole K with TDPBF16PS.
+///
+/// int8 / int4 weights: x is cut per weight group into two int8 digits, x ~= s1 (h + l / 256)
+/// with s1 = max|x_group| / 127 (residual <= s1 / 256), the weights are staged as signed int8
+/// (int8) or unsigned nibbles (int4) in B-tile quads, and per group four int32 C tiles (2 digits
+/// x 2 column halves) of 16 rows accumulate TDPBSSD (int8) or TDPBSUD (int4); after each group
+/// y += scale * s1 * ((C_h - z S_h) + (C_l - z S_l) / 256) with S the digit sums and z the zero
+/// point (0 for int8, 8 for int4_sym, the group's zero for int4_asym).
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "tpullm/kernels/amx_tiles.hpp"
+#include "tpullm/kernels/vec_math.hpp"
+#include "tpullm/kernels/detail/matmul_common.hpp"
+#include "tpullm/kernels/detail/matmul_portable.hpp"
+
+namespace tpullm::kernels::detail {
+
+/// Fewest rows of x for which a linear takes the AMX path.
+inline constexpr std::int64_t kAmxMinRows = 16;
+/// Rows of x staged per block of the AMX path (a multiple of 32).
+inline constexpr std::int64_t kAmxMc = 64;
+
+/// True for the formats with an AMX path (bf16 on AMX-BF16; int8 / int4 on AMX-INT8).
+constexpr bool amx_format(WeightFormat f) {
+  switch (f) {
+  case WeightFormat::bf16:
+  case WeightFormat::int8:
+  case WeightFormat::int4_sym:
+  case WeightFormat::int4_asym:
+    return true;
+  case WeightFormat::f32:
+  case WeightFormat::f16:
+    return false;
+  }
+  return false;
+}
+
+/// f32 -> bf16 bits, round to nearest even (NaN stays NaN).
+inline std::uint16_t amx_bf16_rne(float v) {
+  std::uint32_t u;
+  std::memcpy(&u, &v, 4);
+  if ((u & 0x7FFFFFFFu) > 0x7F800000u)
+    return static_cast<std::uint16_t>((u >> 16) | 0x40u);
+  u += 0x7FFFu + ((u >> 16) & 1u);
+  return static_cast<std::uint16_t>(u >> 16);
+}
+
+// ---- tile loops (one call per block; Tiles = amx::Hw or amx::Emu) ---------------------------
+
+/// Tile configuration of the bf16 loop: C 0-3 (16 x 16 f32), A 4-5 (16 x 32 bf16), B 6-7 (16 pair
+/// rows x 16 columns).
+inline amx::TileConfig amx_bf16_config() {
+  amx::TileConfig c;
+  for (int t = 0; t < 8; ++t)
+    c.set(t, 16, 64);
+  return c;
+}
+
+/// C[32, 32] f32 (row stride 32 floats) = A[32, Kq] bf16 (row stride lda elements) x B (Kq / 32
+/// steps of two 1 KiB VNNI tiles).
+template <class Tiles>
+TPULLM_TARGET_AMX void amx_bf16_block(const std::uint16_t* a, std::int64_t lda,
+                                      const std::uint8_t* b, std::int64_t Kq, float* c) {
+  Tiles::template zero<0>();
+  Tiles::template zero<1>();
+  Tiles::template zero<2>();
+  Tiles::template zero<3>();
+  const std::int64_t sa = lda * 2;
+  for (std::int64_t k = 0; k < Kq; k += 32) {
+    const std::uint8_t* bk = b + k / 32 * 2048;
+    Tiles::template load<4>(a + k, sa);
+    Tiles::template load<5>(a + 16 * lda + k, sa);
+    Tiles::template load<6>(bk, 64);
+    Tiles::template load<7>(bk + 1024, 64);
+    Tiles::template dpbf16ps<0, 4, 6>();
+    Tiles::template dpbf16ps<1, 4, 7>();
+    Tiles::template dpbf16ps<2, 5, 6>();
+    Tiles::template dpbf16ps<3, 5, 7>();
+  }
+  Tiles::template store<0>(c, 128);
+  Tiles::template store<1>(c + 16, 128);
+  Tiles::template store<2>(c + 16 * 32, 128);
+  Tiles::template store<3>(c + 16 * 32 + 16, 128);
+}
+
+/// Tile configuration of the int8 loop for a k step of `kst` bytes (4 <= kst <= 64, kst % 4 ==
+/// 0): C 0-3 (16 x 16 int32), A 4-5 (16 rows x kst digits), B 6-7 (kst / 4 quads x 16 columns).
+inline amx::TileConfig amx_int_config(int kst) {
+  amx::TileConfig c;
+  for (int t = 0; t < 4; ++t)
+    c.set(t, 16, 64);
+  c.set(4, 16, kst).set(5, 16, kst);
+  c.set(6, kst / 4, 64).set(7, kst / 4, 64);
+  return c;
+}
+
+/// One weight group of one 16-row tile and one panel: C[digit][16][32] int32 = sum over the
+/// group's k steps of A_digit[16, kst] x B (quads of 32 columns, 128 bytes each).
+/// ad: digit h rows at ad (row stride lda bytes), digit l at ad + dl; b: the group's first quad.
+template <class Tiles, bool WSigned>
+TPULLM_TARGET_AMX void amx_int_group(const std::int8_t* ad, std::int64_t lda, std::int64_t dl,
+                                     const std::uint8_t* b, std::int64_t seg, int kst,
+                                     std::int32_t* c) {
+  Tiles::template zero<0>();
+  Tiles::template zero<1>();
+  Tiles::template zero<2>();
+  Tiles::template zero<3>();
+  for (std::int64_t k = 0; k < seg; k += kst) {
+    const std::uint8_t* bk = b + k / 4 * 128;
+    Tiles::template load<4>(ad + k, lda);
+    Tiles::template load<5>(ad + dl + k, lda);
+    Tiles::template load<6>(bk, 128);
+    Tiles::template load<7>(bk + 64, 128);
+    if constexpr (WSigned) {
+      Tiles::template dpbssd<0, 4, 6>();
+      Tiles::template dpbssd<1, 4, 7>();
+      Tiles::template dpbssd<2, 5, 6>();
+      Tiles::template dpbssd<3, 5, 7>();
+    } else {
+      Tiles::template dpbsud<0, 4, 6>();
+      Tiles::template dpbsud<1, 4, 7>();
+      Tiles::template dpbsud<2, 5, 6>();
+      Tiles::template dpbsud<3, 5, 7>();
+    }
+  }
+  Tiles::template store<0>(c, 128);
+  Tiles::template store<1>(c + 16, 128);
+  Tiles::template store<2>(c + 512, 128);
+  Tiles::template store<3>(c + 512 + 16, 128);
+}
+
+template <class Tiles>
+TPULLM_TARGET_AMX void amx_configure(const amx::TileConfig& cfg) {
+  Tiles::configure(cfg);
+}
+template <class Tiles>
+TPULLM_TARGET_AMX void amx_release() {
+  Tiles::release();
+}
+
+// ---- generic bodies (compiled per backend wrapper) ------------------------------------------
+
+/// Per-thread scratch of the AMX linear.
+struct AmxScratch {
+  std::vector<std::uint16_t> a16; ///< [MC][Kq] bf16 x block
+  std::vector<std::uint8_t> b;    ///< one panel's weights in tile layout
+  std::vector<float> c;           ///< [32][32] f32 or [MC][32] f32 group accumulators
+  std::vector<std::int32_t> ci;   ///< [2][16][32] int32 tiles of one group
+  std::vector<std::int8_t> ad;    ///< [MC][2][Kq] digits
+  std::vector<float> s1;          ///< [MC][G]
+  std::vector<std::int32_t> S;    ///< [MC][G][2]
+};
+inline AmxScratch& amx_scratch() {
+  thread_local AmxScratch s;
+  return s;
+}
+
+/// Writes a block of results: y[m][c0 + j] = v[i][j] (+ bias) (+ y if accumulating).
+TPULLM_ALWAYS_INLINE void amx_store(const LinearArgs& a, std::int64_t m0, std::int64_t rows,
+                                    std::int64_t p, const float* v, std::int64_t ldv) {
+  const std::int64_t c0 = (p - a.v.p0) * kPanelCols;
+  const std::int64_t nc = std::min<std::int64_t>(kPanelCols, a.v.w->N - p * kPanelCols);
+  for (std::int64_t i = 0; i < rows; ++i) {
+    float* yr = a.y + (m0 + i) * a.ldy + c0;
+    const float* vr = v + i * ldv;
+    for (std::int64_t j = 0; j < nc; ++j) {
+      float r = vr[j];
+      if (a.bias)
+        r += a.bias[c0 + j];
+      if (a.accumulate)
+        r += yr[j];
+      yr[j] = r;
+    }
+  }
+}
+
+/// bf16 weights: rows [ma, mb), panels [pa, pb) of the view.
+template <class Tiles>
+TPULLM_ALWAYS_INLINE void amx_bf16_body(const LinearArgs& a, std::int64_t ma, std::int64_t mb,
+                                        std::int64_t pa, std::int64_t pb) {
+  const PackedWeights& w = *a.v.w;
+  const std::int64_t Kv = a.v.k1 - a.v.k0, Kq = (Kv + 31) / 32 * 32;
+  AmxScratch& s = amx_scratch();
+  s.a16.assign(static_cast<std::size_t>(kAmxMc * Kq), 0);
+  s.b.resize(static_cast<std::size_t>(Kq * 64));
+  s.c.resize(32 * 32);
+  amx_configure<Tiles>(amx_bf16_config());
+  for (std::int64_t m0 = ma; m0 < mb; m0 += kAmxMc) {
+    const std::int64_t mc = std::min(kAmxMc, mb - m0);
+    for (std::int64_t i = 0; i < kAmxMc; ++i) {
+      std::uint16_t* dst = s.a16.data() + i * Kq;
+      if (i < mc) {
+        const float* xr = a.x + (m0 + i) * a.ldx;
+        for (std::int64_t k = 0; k < Kv; ++k)
+          dst[k] = amx_bf16_rne(xr[k]);
+      } else {
+        std::fill(dst, dst + Kv, std::uint16_t{0});
+      }
+    }
+    for (std::int64_t p = pa; p < pb; ++p) {
+      // VNNI pair layout: step t (32 rows), half h (16 columns), pair row r, column j: dword =
+      // W[k][c] | W[k + 1][c] << 16 with k = 32t + 2r, c = 16h + j (rows past Kv are zero)
+      const std::uint8_t* src = panel_row(w, p, a.v.k0);
+      std::uint32_t* bd = reinterpret_cast<std::uint32_t*>(s.b.data());
+      for (std::int64_t k = 0; k < Kq; k += 2) {
+        std::uint32_t r0[16], r1[16];
+        for (int j = 0; j < 16; ++j) {
+          r0[j] = r1[j] = 0;
+          if (k < Kv)
+            std::memcpy(&r0[j], src + k * 64 + 4 * j, 4);
+          if (k + 1 < Kv)
+            std::memcpy(&r1[j], src + (k + 1) * 64 + 4 * j, 4);
+        }
+        std::uint32_t* t0 = bd + (k / 32) * 512 + (k % 32) / 2 * 16;
+        std::uint32_t* t1 = t0 + 256;
+        for (int j = 0; j < 16; ++j) { // panel dword j = col j (low half) | col j + 16 (high)
+          t0[j] = (r0[j] & 0xFFFFu) | (r1[j] << 16);
+          t1[j] = (r0[j] >> 16) | (r1[j] & 0xFFFF0000u);
+        }
+      }
+      for (std::int64_t r = 0; r < mc; r += 32) {
+        amx_bf16_block<Tiles>(s.a16.data() + r * Kq, Kq, s.b.data(), Kq, s.c.data());
+        amx_store(a, m0 + r, std::min<std::int64_t>(32, mc - r), p, s.c.data(), 32);
+      }
+    }
+  }
+  amx_release<Tiles>();
+}
+
+/// Digits of x for the int path: rows [m0, m0 + mc) -> ad [MC][2][Kq] (each group padded from
+/// `seg` to `segp` rows with zeros), s1 [MC][G], S [MC][G][2].
+TPULLM_ALWAYS_INLINE void amx_digits(const LinearArgs& a, std::int64_t m0, std::int64_t mc,
+                                     std::int64_t Kv, std::int64_t seg, std::int64_t segp,
+                                     std::int64_t G, AmxScratch& s) {
+  const std::int64_t Kq = G * segp;
+  s.ad.assign(static_cast<std::size_t>(kAmxMc * 2 * Kq), 0);
+  s.s1.assign(static_cast<std::size_t>(kAmxMc * G), 0.f);
+  s.S.assign(static_cast<std::size_t>(kAmxMc * G * 2), 0);
+  for (std::int64_t i = 0; i < mc; ++i) {
+    const float* xr = a.x + (m0 + i) * a.ldx;
+    for (std::int64_t g = 0; g < G; ++g) {
+      const std::int64_t ks = g * seg, ke = std::min(Kv, ks + seg);
+      float mx = 0.f;
+      for (std::int64_t k = ks; k < ke; ++k)
+        mx = std::max(mx, std::abs(xr[k]));
+      if (!(mx > 0.f) || !std::isfinite(mx))
+        continue; // zero group (NaN / inf x is not supported by the digit paths)
+      const float s1 = mx / 127.0f, inv1 = 127.0f / mx, s2 = s1 / 256.0f, inv2 = inv1 * 256.0f;
+      s.s1[static_cast<std::size_t>(i * G + g)] = s1;
+      std::int8_t* dh = s.ad.data() + (i * 2 + 0) * Kq + g * segp;
+      std::int8_t* dl = s.ad.data() + (i * 2 + 1) * Kq + g * segp;
+      std::int32_t sh = 0, sl = 0;
+      for (std::int64_t k = ks; k < ke; ++k) {
+        const float v = xr[k];
+        const float h = std::clamp(std::nearbyint(v * inv1), -127.0f, 127.0f);
+        const float r1 = std::fma(-h, s1, v);
+        const float l = std::clamp(std::nearbyint(r1 * inv2), -127.0f, 127.0f);
+        dh[k - ks] = static_cast<std::int8_t>(h);
+        dl[k - ks] = static_cast<std::int8_t>(l);
+        sh += static_cast<std::int32_t>(h);
+        sl += static_cast<std::int32_t>(l);
+        (void)s2;
+      }
+      s.S[static_cast<std::size_t>((i * G + g) * 2)] = sh;
+      s.S[static_cast<std::size_t>((i * G + g) * 2 + 1)] = sl;
+    }
+  }
+}
+
+/// k step (bytes = rows) of the int path for groups of `seg` rows: the group itself when it
+/// fits one tile row (<= 64), else 64 (groups padded to a multiple of 64).
+inline int amx_int_kstep(std::int64_t seg) {
+  return seg <= 64 ? static_cast<int>(seg) : 64;
+}
+
+/// int8 / int4 weights: rows [ma, mb), panels [pa, pb) of the view.
+template <WeightFormat F, class Tiles>
+TPULLM_ALWAYS_INLINE void amx_int_body(const LinearArgs& a, std::int64_t ma, std::int64_t mb,
+                                       std::int64_t pa, std::int64_t pb) {
+  const PackedWeights& w = *a.v.w;
+  const std::int64_t Kv = a.v.k1 - a.v.k0, seg = segment_rows(a.v);
+  const std::int64_t G = (Kv + seg - 1) / seg;
+  const int kst = amx_int_kstep(seg);
+  const std::int64_t segp = (seg + kst - 1) / kst * kst, Kq = G * segp;
+  AmxScratch& s = amx_scratch();
+  s.b.resize(static_cast<std::size_t>(Kq * 32));
+  s.c.resize(static_cast<std::size_t>(kAmxMc * 32));
+  s.ci.resize(2 * 16 * 32);
+  amx_configure<Tiles>(amx_int_config(kst));
+  const std::int64_t g0 = a.v.k0 / w.group_rows(); // first weight group of the view
+  for (std::int64_t m0 = ma; m0 < mb; m0 += kAmxMc) {
+    const std::int64_t mc = std::min(kAmxMc, mb - m0);
+    amx_digits(a, m0, mc, Kv, seg, segp, G, s);
+    for (std::int64_t p = pa; p < pb; ++p) {
+      // B quads: group g's quad q at (g * segp / 4 + q) * 128; byte 4c + j = row 4q + j, column
+      // c (int8: q as stored; int4: the nibble, unsigned); padding rows are zero
+      std::memset(s.b.data(), 0, s.b.size());
+      for (std::int64_t g = 0; g < G; ++g) {
+        const std::int64_t ks = g * seg, ke = std::min(Kv, ks + seg);
+        std::uint8_t* dst = s.b.data() + g * segp * 32;
+        if constexpr (F == WeightFormat::int8) {
+          std::memcpy(dst, panel_row(w, p, a.v.k0 + ks), static_cast<std::size_t>((ke - ks) * 32));
+        } else {
+          for (std::int64_t k = ks; k < ke; k += 8) { // one octet -> two quads
+            const std::uint8_t* o = panel_row(w, p, a.v.k0 + k);
+            std::uint8_t* q0 = dst + (k - ks) / 4 * 128;
+            for (int i = 0; i < 128; ++i) {
+              q0[i] = o[i] & 0x0F;
+              q0[128 + i] = o[i] >> 4;
+            }
+          }
+        }
+      }
+      std::fill(s.c.begin(), s.c.end(), 0.f);
+      for (std::int64_t r = 0; r < mc; r += 16) {
+        float* acc = s.c.data() + r * 32;
+        for (std::int64_t g = 0; g < G; ++g) {
+          amx_int_group<Tiles, F == WeightFormat::int8>(s.ad.data() + r * 2 * Kq + g * segp, 2 * Kq,
+                                                        Kq, s.b.data() + g * segp * 32, segp, kst,
+                                                        s.ci.data());
+          const float* sc = panel_scales(w, p, g0 + g);
+          for (std::int64_t i = 0; i < std::min<std::int64_t>(16, mc - r); ++i) {
+            const std::size_t mi = static_cast<std::size_t>((r + i) * G + g);
+            const float s1 = s.s1[mi];
+            const float Sh = static_cast<float>(s.S[2 * mi]),
+                        Sl = static_cast<float>(s.S[2 * mi + 1]);
+            const std::int32_t* ch = s.ci.data() + i * 32;
+            const std::int32_t* cl = s.ci.data() + 512 + i * 32;
+            for (int j = 0; j < 32; ++j) {
+              float z = 0.f;
+              if constexpr (F == WeightFormat::int4_sym)
+                z = 8.f;
+              else if constexpr (F == WeightFormat::int4_asym)
+                z = static_cast<float>(panel_zeros(w, p, g0 + g)[j]);
+              const float v = (static_cast<float>(ch[j]) - z * Sh) +
+                              (static_cast<float>(cl[j]) - z * Sl) * (1.0f / 256.0f);
+              acc[i * 32 + j] += sc[j] * s1 * v;
+            }
+          }
+        }
+      }
+      amx_store(a, m0, mc, p, s.c.data(), 32);
+    }
+  }
+  amx_release<Tiles>();
+}
+
+template <WeightFormat F, class Tiles>
+TPULLM_ALWAYS_INLINE void amx_linear_body(const LinearArgs& a, std::int64_t ma, std::int64_t mb,
+                                          std::int64_t pa, std::int64_t pb) {
+  if constexpr (F == WeightFormat::bf16)
+    amx_bf16_body<Tiles>(a, ma, mb, pa, pb);
+  else if constexpr (amx_format(F))
+    amx_int_body<F, Tiles>(a, ma, mb, pa, pb);
+}
+
+/// The AMX linear on the emulator (portable code around the emulated tiles; any CPU).
+template <WeightFormat F>
+void amx_linear_emu(const LinearArgs& a, std::int64_t ma, std::int64_t mb, std::int64_t pa,
+                    std::int64_t pb) {
+  amx_linear_body<F, amx::Emu>(a, ma, mb, pa, pb);
+}
+
+#if TPULLM_X86
+/// The AMX linear on the tile unit (AVX-512 code around the tiles; only where cpu_features().amx).
+template <WeightFormat F>
+TPULLM_TARGET_AVX512 void amx_linear_hw(const LinearArgs& a, std::int64_t ma, std::int64_t mb,
+                                        std::int64_t pa, std::int64_t pb) {
+  amx_linear_body<F, amx::Hw>(a, ma, mb, pa, pb);
+}
+#endif
+
+/// Which AMX implementation a linear of format F with M rows takes now, if any: the emulator
+/// while amx::ScopedEmulation is alive, the tile unit when the active Isa is amx.
+template <WeightFormat F>
+inline bool amx_linear_applies(std::int64_t M, bool& emulated) {
+  emulated = false;
+  if (!amx_format(F) || M < kAmxMinRows)
+    return false;
+  if (amx::emulation_forced()) {
+    emulated = true;
+    return true;
+  }
+  return active_isa() == Isa::amx;
+}
+
+/// Runs the AMX linear for rows [ma, mb) x panels [pa, pb) on the chosen implementation.
+template <WeightFormat F>
+void amx_linear_range(const LinearArgs& a, bool emulated, std::int64_t ma, std::int64_t mb,
+                      std::int64_t pa, std::int64_t pb) {
+  if (ma >= mb || pa >= pb)
+    return;
+#if TPULLM_X86
+  if (!emulated) {
+    amx_linear_hw<F>(a, ma, mb, pa, pb);
+    return;
+  }
+#endif
+  (void)emulated;
+  amx_linear_emu<F>(a, ma, mb, pa, pb);
+}
+
+} // namespace tpullm::kernels::detail
