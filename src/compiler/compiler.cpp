@@ -25,15 +25,21 @@ std::string tail_pipeline(const CompileOptions& o) {
   return p;
 }
 
-/// One module: lower (shared converter), the tail passes, then memory planning.
+/// One module: lower (shared converter), the tail passes, then memory planning. The passes
+/// that convert weights (fuse-qkv) get the shared converter too.
 void compile_module(ir::Module& m, const CompileOptions& o, conversion::WeightConverter& conv,
                     std::int64_t capacity) {
   conversion::lower_to_tpu(m, o.lower, &conv);
-  const std::string tail = tail_pipeline(o);
-  pass::PassManager pm{pass::PassManagerConfig{}};
-  if (!tail.empty())
-    pm.add_pipeline(tail);
-  pm.run(m);
+  for (auto& entry : pass::parse_pipeline(tail_pipeline(o))) {
+    if (entry.info->name == "fuse-qkv") {
+      pass::fuse_qkv(m, pass::parse_options<pass::FuseQkvOptions>("fuse-qkv", entry.options),
+                     &conv);
+    } else {
+      pass::PassManager pm{pass::PassManagerConfig{}};
+      pm.add(entry.info->name, entry.options);
+      pm.run(m);
+    }
+  }
   memory::PlanMemoryOptions mo;
   mo.kv_capacity = capacity;
   mo.kv_in_place = o.kv_in_place;

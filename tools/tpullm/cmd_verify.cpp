@@ -50,6 +50,9 @@ int cmd_verify(const std::vector<std::string>& args) {
       "mode", po::value(&copts.lower.mode)->default_value("f32"),
       "tpu level: weight dtype of linear and MLP layers (f32, bf16, f16)")(
       "target", po::value(&target_file), "tpu level: target JSON file (default: this machine)")(
+      "fusions", po::value(&copts.fusions)->default_value(copts.fusions),
+      "tpu level: fusion passes after lowering, a pipeline (e.g. fuse-add-rmsnorm,fuse-qkv,"
+      "fuse-lm-head-argmax; empty: none)")(
       "tile-rows", po::value(&copts.tile_rows)->default_value(0),
       "tpu level: force layer-group tiles of this many rows (0: the cost model decides)")(
       "no-layer-groups", po::bool_switch()->notifier([&](bool v) { copts.layer_groups = !v; }),

@@ -10,6 +10,7 @@
 #include "tpullm/memory/plan_memory.hpp"
 #include "tpullm/tiling/layer_group.hpp"
 #include "tpullm/pass/pass.hpp"
+#include "tpullm/pass/passes/fusion.hpp"
 #include "tpullm/pass/passes/canonicalize.hpp"
 #include "tpullm/pass/passes/cse.hpp"
 #include "tpullm/pass/passes/dce.hpp"
@@ -26,6 +27,16 @@ inline const std::vector<PassInfo>& pass_registry() {
       make_pass<NoOptions>("cse", "merge structurally identical side-effect-free ops", run_cse),
       make_pass<DceOptions>("dce", "erase ops whose results are unused, then unread weights",
                             run_dce),
+      make_pass<NoOptions>("fuse-add-rmsnorm",
+                           "Tpu: residual add and the next RMSNorm in one op (AddRMSNorm)",
+                           run_fuse_add_rmsnorm),
+      make_pass<NoOptions>("fuse-lm-head-argmax",
+                           "Tpu: greedy lm_head as MatMulArgMax (no logits materialized)",
+                           run_fuse_lm_head_argmax),
+      make_pass<FuseQkvOptions>(
+          "fuse-qkv",
+          "Tpu: projections of one decode-sized x in one MatMul over concatenated weights",
+          run_fuse_qkv),
       make_pass<conversion::LowerOptions>(
           "lower-to-tpu",
           "translate Top functions into Tpu functions: packed / quantized weights, RoPE by "
