@@ -5,7 +5,7 @@ pkgs=(
   build-essential g++ cmake ninja-build git
   libeigen3-dev libboost-graph-dev libboost-program-options-dev
   libxtensor-dev libxsimd-dev xtl-dev nlohmann-json3-dev
-  catch2 libbenchmark-dev
+  catch2 libbenchmark-dev libflatbuffers-dev flatbuffers-compiler
   llvm-14-tools clang-format-14
 )
 missing=()

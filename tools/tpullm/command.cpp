@@ -15,7 +15,12 @@ po::options_description stage_options(frontend::StageParams& p) {
       "tokens per prefill / prefill_kv call; longer prompts are segmented")(
       "decode-chunk", po::value(&p.decode_chunk)->default_value(128),
       "smallest decode variant: decode modules for seq_length, seq_length/2, ... down to this "
-      "(0: only seq_length)")("no-history", "do not build prefill_kv (block_kv_i) modules");
+      "(0: only seq_length)")(
+      "decode-chunks", po::value<std::string>()->notifier([&p](const std::string& v) {
+        p.decode_chunks = parse_id_list<std::int64_t>(v, "--decode-chunks");
+      }),
+      "explicit decode variants below seq_length, e.g. 512,256,128 (replaces --decode-chunk)")(
+      "no-history", "do not build prefill_kv (block_kv_i) modules");
   return o;
 }
 
@@ -33,6 +38,14 @@ bool parse_model_command(const std::vector<std::string>& args, po::options_descr
   po::notify(vm);
   params.with_history = !vm.count("no-history");
   return true;
+}
+
+bool explicit_stage_shapes(const std::vector<std::string>& args) {
+  for (const auto& a : args)
+    for (const char* o : {"--max-input-length", "--decode-chunk", "--decode-chunks"})
+      if (a == o || a.rfind(std::string(o) + "=", 0) == 0)
+        return true;
+  return false;
 }
 
 void print_progress(const std::string& what, std::size_t done, std::size_t total) {

@@ -1,12 +1,15 @@
 #pragma once
 // Shared pieces of the `tpullm` driver's subcommands: exit codes, the command table entry,
 // the stage-shape options and a progress line. Each subcommand lives in its own cmd_<name>.cpp.
+#include <charconv>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <boost/program_options.hpp>
 
 #include "tpullm/frontend/stage_params.hpp"
+#include "tpullm/support/error.hpp"
 
 namespace tpullm::cli {
 
@@ -33,6 +36,29 @@ po::options_description stage_options(frontend::StageParams& p);
 /// as the first positional argument. Returns false after printing help (nothing else to do).
 bool parse_model_command(const std::vector<std::string>& args, po::options_description& o,
                          frontend::StageParams& params);
+
+/// True when `args` set a stage shape explicitly (--max-input-length, --decode-chunk(s)).
+bool explicit_stage_shapes(const std::vector<std::string>& args);
+
+/// Parses a comma-separated list of integers ("1,2,3"); throws Error(invalid_input) naming
+/// `option` and the bad item (empty items, signs on unsigned types, overflow, trailing text).
+template <class T>
+std::vector<T> parse_id_list(std::string_view text, const char* option) {
+  std::vector<T> out;
+  check(!text.empty(), ErrorKind::invalid_input, option, "expects a comma-separated list");
+  std::size_t i = 0;
+  while (i <= text.size()) {
+    const std::size_t j = std::min(text.find(',', i), text.size());
+    const std::string_view item = text.substr(i, j - i);
+    T v{};
+    const auto r = std::from_chars(item.data(), item.data() + item.size(), v);
+    check(!item.empty() && r.ec == std::errc() && r.ptr == item.data() + item.size(),
+          ErrorKind::invalid_input, option, "'", item, "' is not an integer in range");
+    out.push_back(v);
+    i = j + 1;
+  }
+  return out;
+}
 
 /// Progress on stderr: an updating line on a terminal, nothing when redirected.
 void print_progress(const std::string& what, std::size_t done, std::size_t total);

@@ -7,6 +7,9 @@ namespace tpullm::cli {
 int cmd_import(const std::vector<std::string>& args);
 int cmd_verify(const std::vector<std::string>& args);
 int cmd_make_model(const std::vector<std::string>& args);
+int cmd_compile(const std::vector<std::string>& args);
+int cmd_inspect(const std::vector<std::string>& args);
+int cmd_run(const std::vector<std::string>& args);
 
 const std::vector<Command>& commands() {
   static const std::vector<Command> table = {
@@ -17,11 +20,22 @@ const std::vector<Command>& commands() {
        "DIR",
        cmd_import},
       {"verify",
-       "verify MODEL_DIR --level top         run the golden scenarios "
-       "(goldens.safetensors) through\n"
-       "                                       the interpreted Top modules and compare "
-       "logits",
+       "verify MODEL_DIR --level top|tpu|bundle  run the golden scenarios "
+       "(goldens.safetensors)\n"
+       "                                       through interpreted Top modules, compiled "
+       "programs or a\n"
+       "                                       compiled bundle, and compare logits",
        cmd_verify},
+      {"compile",
+       "compile MODEL_DIR -o FILE.bundle     compile a checkpoint into one deployable bundle",
+       cmd_compile},
+      {"run",
+       "run FILE.bundle --prompt-ids 1,2,3   generate tokens from a bundle (greedy or sampled)",
+       cmd_run},
+      {"inspect",
+       "inspect FILE.bundle [--json]         functions, plans, memory regions and weights of a "
+       "bundle",
+       cmd_inspect},
       {"make-model",
        "make-model --preset NAME -o DIR      write a checkpoint with random weights at a real "
        "model's\n"

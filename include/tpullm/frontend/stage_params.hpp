@@ -2,7 +2,9 @@
 /// Compile-time parameters of the stage modules (the paper's section 4): sequence capacity,
 /// prompt segment length, decode chunk list, and whether prefill_kv modules are generated.
 
+#include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -16,6 +18,9 @@ struct StageParams {
   std::int64_t max_input_length = 64; ///< tokens per prefill / prefill_kv call (L)
   std::int64_t decode_chunk = 0;      ///< smallest decode variant; 0 = one variant (seq_length)
   bool with_history = true;           ///< also build block_kv_i (prefill with history)
+  /// Explicit decode variants below seq_length (e.g. {512, 256, 128}); when not empty it
+  /// replaces the halving rule of decode_chunk.
+  std::vector<std::int64_t> decode_chunks;
 
   /// Static history slots of block_kv_i: the cache capacity left beside one segment.
   std::int64_t prefill_kv_history() const { return seq_length - max_input_length; }
@@ -23,8 +28,18 @@ struct StageParams {
   /// Decode KV lengths, largest first: seq_length, seq_length/2, ... down to decode_chunk
   /// (e.g. 2048 with chunk 256 -> 2048, 1024, 512, 256). The runtime picks the smallest that
   /// holds the current length.
+  /// With an explicit decode_chunks list: seq_length, then the list's distinct values below it,
+  /// largest first.
   std::vector<std::int64_t> decode_lengths() const {
     std::vector<std::int64_t> out{seq_length};
+    if (!decode_chunks.empty()) {
+      std::vector<std::int64_t> c = decode_chunks;
+      std::sort(c.begin(), c.end(), std::greater<>());
+      for (auto n : c)
+        if (n < out.back())
+          out.push_back(n);
+      return out;
+    }
     if (decode_chunk > 0)
       for (std::int64_t n = seq_length / 2; n >= decode_chunk && n * 2 == out.back(); n /= 2)
         out.push_back(n);
@@ -41,6 +56,9 @@ struct StageParams {
           seq_length, " exceeds the model's max_position_embeddings ", max_position);
     check(decode_chunk >= 0 && decode_chunk <= seq_length, ErrorKind::invalid_input, "decode_chunk",
           "must be in [0, seq_length = ", seq_length, "], got ", decode_chunk);
+    for (auto n : decode_chunks)
+      check(n > 0 && n <= seq_length, ErrorKind::invalid_input, "decode_chunks",
+            "every decode variant must be in [1, seq_length = ", seq_length, "], got ", n);
     check(!with_history || max_input_length < seq_length, ErrorKind::invalid_input,
           "max_input_length", "prefill_kv needs history room: max_input_length (", max_input_length,
           ") must be < seq_length (", seq_length, ")");

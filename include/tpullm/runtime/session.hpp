@@ -11,12 +11,14 @@
 /// states live in two session buffers used in turn, so nothing is copied between stages.
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
 
 #include "tpullm/frontend/stage_params.hpp"
+#include "tpullm/runtime/sampler.hpp"
 #include "tpullm/runtime/stage_executor.hpp"
 #include "tpullm/support/error.hpp"
 
@@ -29,6 +31,21 @@ struct SessionDims {
   std::int64_t kv_heads = 0;
   std::int64_t head_dim = 0;
   std::int64_t vocab = 0;
+};
+
+/// How Session::generate picks tokens and when it stops.
+struct GenerateOptions {
+  SamplingOptions sampling; ///< greedy by default
+  StopCriteria stop;        ///< eos ids and a token budget (the sequence end always stops)
+};
+
+/// What Session::generate produced.
+struct GenerateResult {
+  std::vector<std::int32_t> tokens;    ///< generated ids; the last one is not in the KV cache
+  StopReason reason = StopReason::eos; ///< why it stopped
+  std::int64_t prompt_tokens = 0;      ///< tokens prefilled
+  double prefill_seconds = 0;          ///< prompt through the stages + first token (= TTFT)
+  double decode_seconds = 0;           ///< every later token
 };
 
 /// One conversation's state: KV cache length (and the cache itself when the executor does not
@@ -129,6 +146,41 @@ public:
     std::vector<float> logits;
     append_logits(logits, cur, 0);
     return logits;
+  }
+
+  /// Generates an answer to `prompt` (fed after what the cache already holds: a second turn
+  /// goes through prefill_kv with the kept cache): prefill, then sample / decode until an eos
+  /// id, the token budget or the end of the compiled sequence. `on_token` sees each token as it
+  /// is chosen. The last generated token is not fed (no wasted decode step); a next turn that
+  /// wants it in the history puts it first in its prompt. Throws Error(invalid_input) for bad
+  /// options, a prompt that does not fit, or ids outside the vocabulary.
+  GenerateResult generate(const std::vector<std::int32_t>& prompt, const GenerateOptions& options,
+                          const std::function<void(std::int32_t)>& on_token = {}) {
+    options.stop.validate();
+    Sampler sampler(options.sampling);
+    using clock = std::chrono::steady_clock;
+    GenerateResult res;
+    res.prompt_tokens = static_cast<std::int64_t>(prompt.size());
+    std::vector<std::int32_t> context = prompt;
+    const auto t0 = clock::now();
+    std::vector<float> logits = prefill(prompt, false);
+    for (int generated = 1;; ++generated) {
+      const std::int32_t tok = sampler.sample(logits, context);
+      if (generated == 1)
+        res.prefill_seconds = std::chrono::duration<double>(clock::now() - t0).count();
+      res.tokens.push_back(tok);
+      context.push_back(tok);
+      if (on_token)
+        on_token(tok);
+      if (auto why = options.stop.check(tok, generated, length_, params_.seq_length)) {
+        res.reason = *why;
+        break;
+      }
+      logits = decode(tok);
+    }
+    res.decode_seconds =
+        std::chrono::duration<double>(clock::now() - t0).count() - res.prefill_seconds;
+    return res;
   }
 
   /// The decode variant used at position p: the smallest compiled S >= p.

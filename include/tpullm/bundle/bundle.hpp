@@ -1,0 +1,116 @@
+#pragma once
+/// The deployable bundle (docs/bundle.md): one file holding a compiled model, every function's
+/// Programs with their plans and buffers, the model and stage parameters the runtime needs, the
+/// target the plans assume, and one deduplicated, 64-byte aligned weight blob. Layout:
+///
+///   [0, 64)          header: magic "TPULLMB\0", format version, offsets and sizes below
+///   [meta, +size)    metadata: a FlatBuffer (schema src/bundle/bundle.fbs), verified on load
+///   [blob, +size)    weight blob, 64-byte aligned start; every weight part is a range of it
+///
+/// A bundle is opened by mmap and its weights are used in place (no copy). Every count, offset
+/// and size is validated on open; anything wrong is refused with Error(invalid_input) naming the
+/// file and what is wrong. Writing is deterministic: the same compiled model gives the same bytes.
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "tpullm/codegen/program.hpp"
+#include "tpullm/frontend/stage_params.hpp"
+#include "tpullm/ir/module.hpp"
+#include "tpullm/runtime/executor.hpp"
+#include "tpullm/target/target.hpp"
+
+namespace tpullm::compiler {
+struct CompiledModel;
+}
+namespace tpullm::frontend {
+struct ModelDesc;
+}
+
+namespace tpullm::bundle {
+
+/// Format version written into the header; a bundle of another version is refused.
+inline constexpr std::uint32_t kFormatVersion = 1;
+/// Bytes of the fixed header, and the alignment of the weight blob and of every weight part.
+inline constexpr std::int64_t kHeaderBytes = 64, kBlobAlignment = 64;
+
+/// What the runtime needs to know about the model besides its functions.
+struct ModelInfo {
+  std::string family; ///< llama, qwen2, qwen3
+  std::int64_t layers = 0, hidden = 0, intermediate = 0, heads = 0, kv_heads = 0, head_dim = 0,
+               vocab = 0;                  ///< dimensions
+  frontend::StageParams params;            ///< seq_length, max_input_length, decode variants
+  std::int64_t bos_token_id = -1;          ///< -1: none
+  std::vector<std::int64_t> eos_token_ids; ///< stop tokens (any of them)
+  std::string mode;                        ///< weight dtype of linear layers: f32, bf16, f16
+  std::string source;                      ///< checkpoint directory name (informational)
+};
+
+/// The ModelInfo of checkpoint `desc` compiled with `params` in weight mode `mode`.
+ModelInfo make_model_info(const frontend::ModelDesc& desc, const frontend::StageParams& params,
+                          const std::string& mode);
+
+/// Figures of a written bundle.
+struct WriteStats {
+  std::int64_t file_bytes = 0;    ///< whole file
+  std::int64_t meta_bytes = 0;    ///< FlatBuffer metadata
+  std::int64_t blob_bytes = 0;    ///< weight blob (after deduplication, with alignment padding)
+  std::int64_t weight_parts = 0;  ///< weight parts named by the functions
+  std::int64_t unique_parts = 0;  ///< distinct parts stored
+  std::int64_t deduped_bytes = 0; ///< bytes saved by storing identical parts once
+};
+
+/// Writes `model` (every function and every weight its programs read) with `info` to `out`.
+/// Throws Error(io) when a write fails, Error(invalid_input) when a weight has no data.
+WriteStats write_bundle(const compiler::CompiledModel& model, const ModelInfo& info,
+                        std::ostream& out);
+
+/// An opened bundle: validated metadata decoded into Programs, weights whose bytes point into
+/// the mapping (kept alive by every Weight's parts), the model info and the target.
+class Bundle {
+public:
+  /// Maps and validates `path`. Throws Error(io) when it cannot be read, Error(invalid_input)
+  /// naming the file and the first problem (not a bundle, version, truncation, a bad offset,
+  /// a program whose types or buffers do not check, a target this machine cannot run).
+  static std::shared_ptr<const Bundle> open(const std::filesystem::path& path);
+
+  const ModelInfo& model() const { return model_; }        ///< model and stage params
+  const target::Target& target() const { return target_; } ///< what the plans assume
+  const runtime::KvGeometry& kv() const { return kv_; }    ///< KV cache of every program
+  const std::vector<codegen::Program>& programs() const { return programs_; } ///< in order
+  const std::vector<ir::Weight>& weights() const { return weights_; }         ///< sorted by name
+  std::int64_t file_bytes() const { return file_bytes_; }                     ///< size of the file
+  std::int64_t blob_bytes() const { return blob_bytes_; }         ///< size of the weight blob
+  std::int64_t max_arena() const { return max_arena_; }           ///< largest activation arena
+  std::int64_t max_local() const { return max_local_; }           ///< largest per-core local
+  std::int64_t arena_lower_bound() const { return lower_bound_; } ///< max-live lower bound
+  std::uint32_t version() const { return version_; }              ///< format version
+  const std::string& compiler() const { return compiler_; }       ///< "tpullm <version>"
+
+  /// An executor with every program and weight (weights shared, not copied) and its own KV
+  /// cache; `cores` 0 = the target's.
+  std::unique_ptr<runtime::Executor> make_executor(std::int64_t cores = 0) const;
+
+  /// Use open(); public for std::make_shared.
+  Bundle() = default;
+
+private:
+  friend struct BundleReader;
+  ModelInfo model_;
+  target::Target target_;
+  runtime::KvGeometry kv_;
+  std::vector<codegen::Program> programs_;
+  std::vector<ir::Weight> weights_;
+  std::int64_t file_bytes_ = 0, blob_bytes_ = 0, max_arena_ = 0, max_local_ = 0, lower_bound_ = 0;
+  std::uint32_t version_ = 0;
+  std::string compiler_;
+};
+
+/// The instruction-set family this build runs bundles for ("x86_64").
+std::string host_isa();
+
+} // namespace tpullm::bundle

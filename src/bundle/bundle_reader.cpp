@@ -1,0 +1,407 @@
+// Bundle::open: map, verify (header, FlatBuffer verifier, checksum, every offset and size, every
+// program's types and buffers) and decode a bundle; weights point into the mapping.
+#include <algorithm>
+#include <cstring>
+#include <set>
+
+#include "bundle_format.hpp"
+#include "tpullm/bundle/bundle.hpp"
+#include "tpullm/conversion/weight_convert.hpp"
+#include "tpullm/ir/builder.hpp"
+#include "tpullm/support/mapped_file.hpp"
+#include "value_codec.hpp"
+
+namespace tpullm::bundle {
+
+namespace fb = ::tpullm::fbs;
+using codec::DecodeError;
+using codec::fail;
+
+/// Decodes and checks the metadata into a Bundle (friend of Bundle).
+struct BundleReader {
+  Bundle& out;
+  std::int64_t blob_size = 0;
+
+  static constexpr std::int64_t kMaxBytes = std::int64_t{1} << 40;
+
+  static std::int64_t bounded(std::int64_t v, std::int64_t lo, std::int64_t hi,
+                              const std::string& what) {
+    if (v < lo || v > hi)
+      fail(what, std::to_string(v) + " is outside [" + std::to_string(lo) + ", " +
+                     std::to_string(hi) + "]");
+    return v;
+  }
+
+  void model(const fb::Model& m) {
+    ModelInfo& i = out.model_;
+    i.family = m.family()->str();
+    i.layers = bounded(m.layers(), 1, 1 << 16, "model.layers");
+    i.hidden = bounded(m.hidden(), 1, 1 << 20, "model.hidden");
+    i.intermediate = bounded(m.intermediate(), 0, 1 << 24, "model.intermediate");
+    i.heads = bounded(m.heads(), 1, 1 << 16, "model.heads");
+    i.kv_heads = bounded(m.kv_heads(), 1, 1 << 16, "model.kv_heads");
+    i.head_dim = bounded(m.head_dim(), 1, 1 << 16, "model.head_dim");
+    i.vocab = bounded(m.vocab(), 1, 1 << 26, "model.vocab");
+    auto& p = i.params;
+    p.seq_length = bounded(m.seq_length(), 1, 1 << 24, "model.seq_length");
+    p.max_input_length = bounded(m.max_input_length(), 1, p.seq_length, "model.max_input_length");
+    p.with_history = m.with_history();
+    std::vector<std::int64_t> dl(m.decode_lengths()->begin(), m.decode_lengths()->end());
+    if (dl.empty() || dl.front() != p.seq_length)
+      fail("model.decode_lengths", "must start with seq_length");
+    for (std::size_t k = 1; k < dl.size(); ++k)
+      if (dl[k] <= 0 || dl[k] >= dl[k - 1])
+        fail("model.decode_lengths", "must be positive and strictly decreasing");
+    p.decode_chunks.assign(dl.begin() + 1, dl.end());
+    p.decode_chunk = dl.back();
+    i.bos_token_id = bounded(m.bos_token_id(), -1, i.vocab - 1, "model.bos_token_id");
+    if (m.eos_token_ids() != nullptr)
+      for (auto e : *m.eos_token_ids())
+        i.eos_token_ids.push_back(bounded(e, 0, i.vocab - 1, "model.eos_token_ids"));
+    i.mode = m.mode()->str();
+    i.source = m.source() != nullptr ? m.source()->str() : "";
+  }
+
+  void target(const fb::Target& t) {
+    target::Target& g = out.target_;
+    g.name = t.name()->str();
+    g.cores = bounded(t.cores(), 1, 4096, "target.cores");
+    g.local_memory = bounded(t.local_memory(), 1, kMaxBytes, "target.local_memory");
+    g.alignment = bounded(t.alignment(), 1, 1 << 20, "target.alignment");
+    if (t.weight_dtypes() != nullptr)
+      for (const auto* s : *t.weight_dtypes()) {
+        auto d = ir::parse_dtype(s->string_view());
+        if (!d)
+          fail("target.weight_dtypes", "unknown element type '" + s->str() + "'");
+        g.weight_dtypes.push_back(*d);
+      }
+    if (t.isa()->string_view() != host_isa())
+      fail("target", "the bundle was compiled for " + t.isa()->str() + ", this machine is " +
+                         host_isa());
+  }
+
+  void kv(const fb::KvCache& k) {
+    const ModelInfo& m = out.model_;
+    runtime::KvGeometry& g = out.kv_;
+    g.layers = k.layers();
+    g.capacity = k.capacity();
+    g.row_bytes = k.row_bytes();
+    if (g.layers != m.layers)
+      fail("kv.layers", std::to_string(g.layers) + " differs from the model's " +
+                            std::to_string(m.layers));
+    bounded(g.capacity, m.params.seq_length, std::int64_t{1} << 26, "kv.capacity");
+    if (g.row_bytes != m.kv_heads * m.head_dim * 4)
+      fail("kv.row_bytes", std::to_string(g.row_bytes) + " is not kv_heads * head_dim * 4");
+    if (g.row_bytes > kMaxBytes / g.capacity / 2 / g.layers)
+      fail("kv", "the cache would exceed 1 TiB");
+  }
+
+  void weights(const flatbuffers::Vector<flatbuffers::Offset<fb::Weight>>& ws,
+               const std::shared_ptr<const MappedFile>& file, std::int64_t blob_offset) {
+    std::string prev;
+    for (flatbuffers::uoffset_t k = 0; k < ws.size(); ++k) {
+      const fb::Weight& fw = *ws.Get(k);
+      ir::Weight w;
+      w.name = fw.name()->str();
+      const std::string where = "weight @" + w.name;
+      if (k > 0 && w.name <= prev)
+        fail(where, "weights are not sorted by unique name");
+      prev = w.name;
+      w.type = codec::decode_type(fw.type(), where);
+      for (const auto* fp : *fw.parts()) {
+        ir::WeightPart p;
+        p.role = fp->role()->str();
+        auto d = ir::parse_dtype(fp->dtype()->string_view());
+        if (!d)
+          fail(where, "part '" + p.role + "' has unknown element type '" + fp->dtype()->str() +
+                          "'");
+        p.dtype = *d;
+        std::int64_t n = 1;
+        for (std::int64_t s : *fp->shape()) {
+          if (s < 0 || s > codec::kMaxElements || (s > 0 && n > codec::kMaxElements / s))
+            fail(where, "part '" + p.role + "' has a negative or too large shape");
+          n *= s;
+          p.shape.push_back(s);
+        }
+        const std::uint64_t off = fp->offset(), size = fp->size();
+        if (off % kBlobAlignment != 0 || off > static_cast<std::uint64_t>(blob_size) ||
+            size > static_cast<std::uint64_t>(blob_size) - off)
+          fail(where, "part '" + p.role + "' bytes [" + std::to_string(off) + ", +" +
+                          std::to_string(size) + ") are not an aligned range of the " +
+                          std::to_string(blob_size) + "-byte weight blob");
+        if (static_cast<std::int64_t>(size) != ir::byte_size(p.dtype, n))
+          fail(where, "part '" + p.role + "' is " + std::to_string(size) +
+                          " bytes, its shape and type need " +
+                          std::to_string(ir::byte_size(p.dtype, n)));
+        p.bytes = file->bytes().subspan(static_cast<std::size_t>(blob_offset) + off, size);
+        p.owner = file;
+        w.parts.push_back(std::move(p));
+      }
+      // The same checks the executor makes when it loads a weight, done now so that open()
+      // refuses a bad bundle instead of its first run.
+      try {
+        if (w.type.layout == ir::Layout::panels)
+          (void)conversion::packed_view(w);
+        else {
+          const auto& d = w.part("data");
+          if (d.dtype != w.type.dtype ||
+              static_cast<std::int64_t>(d.bytes.size()) != w.type.byte_size())
+            fail(where, "data part does not match the type " + w.type.str());
+        }
+      } catch (const Error& e) {
+        fail(where, e.what());
+      }
+      out.weights_.push_back(std::move(w));
+    }
+  }
+
+  codegen::TensorRef ref(const fb::Ref& r, const std::string& where) {
+    codegen::TensorRef t;
+    t.type = codec::decode_type(r.type(), where);
+    codec::decode(*r.buffer(), t.buffer, where + ".buffer");
+    if (r.weight() != nullptr)
+      t.weight = r.weight()->str();
+    return t;
+  }
+
+  std::vector<codegen::TensorRef>
+  refs(const flatbuffers::Vector<flatbuffers::Offset<fb::Ref>>& v, const std::string& where) {
+    std::vector<codegen::TensorRef> o;
+    for (flatbuffers::uoffset_t i = 0; i < v.size(); ++i)
+      o.push_back(ref(*v.Get(i), where + "[" + std::to_string(i) + "]"));
+    return o;
+  }
+
+  codegen::Program function(const fb::Function& f) {
+    codegen::Program p;
+    p.name = f.name()->str();
+    const std::string where = "@" + p.name;
+    codec::decode(*f.info(), p.info, where + ".info");
+    p.args = refs(*f.args(), where + ".args");
+    p.results = refs(*f.results(), where + ".results");
+    p.positions_arg = bounded(f.positions_arg(), -1,
+                              static_cast<std::int64_t>(p.args.size()) - 1, where + ".positions");
+    for (flatbuffers::uoffset_t k = 0; k < f.instrs()->size(); ++k) {
+      const fb::Instr& fi = *f.instrs()->Get(k);
+      const std::string iw = where + " instruction " + std::to_string(k);
+      auto kind = ir::parse_op_name(fi.op()->string_view());
+      if (!kind || ir::dialect_of(*kind) != ir::Dialect::tpu)
+        fail(iw, "'" + fi.op()->str() + "' is not a Tpu op");
+      codegen::Instr in;
+      in.op = ir::make_op(*kind);
+      std::visit([&](auto& op) { codec::decode_record(*fi.attrs(), op, iw + ".attrs", true); },
+                 in.op);
+      in.operands = refs(*fi.operands(), iw + ".operands");
+      in.results = refs(*fi.results(), iw + ".results");
+      codec::decode(*fi.plan(), in.plan, iw + ".plan");
+      in.planned = fi.planned();
+      in.where = fi.where() != nullptr ? fi.where()->str() : iw;
+      p.instrs.push_back(std::move(in));
+    }
+    check_program(p);
+    return p;
+  }
+
+  /// Every address the executor will form from `p` stays inside its region.
+  void check_program(const codegen::Program& p) {
+    const std::string where = "@" + p.name;
+    if (!p.info.memory)
+      fail(where, "has no memory plan");
+    const ir::MemoryInfo& mem = *p.info.memory;
+    bounded(mem.arena, 0, kMaxBytes, where + " arena");
+    bounded(mem.local, 0, kMaxBytes, where + " local memory");
+    const runtime::KvGeometry& kv = out.kv_;
+    if (mem.kv_row != 0 && (mem.kv_row != kv.row_bytes || mem.kv_capacity != kv.capacity))
+      fail(where, "was planned for another KV cache geometry");
+    const std::int64_t layer_bytes = kv.capacity * kv.row_bytes;
+    auto check_ref = [&](const codegen::TensorRef& r, const std::string& w,
+                         std::int64_t tile_rows) {
+      const ir::Buffer& b = r.buffer;
+      const std::int64_t need = r.type.byte_size();
+      if (b.offset < 0 || b.size < 0 || b.offset > kMaxBytes || b.size > kMaxBytes)
+        fail(w, "has a negative or huge buffer offset / size");
+      auto within = [&](std::int64_t end, std::int64_t limit, const char* region) {
+        if (end > limit)
+          fail(w, std::string("bytes up to ") + std::to_string(end) + " exceed the " + region +
+                      " of " + std::to_string(limit));
+      };
+      if (b.region != ir::Region::local && b.region != ir::Region::weight && b.size != need)
+        fail(w, "buffer is " + std::to_string(b.size) + " bytes, its type " + r.type.str() +
+                    " needs " + std::to_string(need));
+      if (b.region != ir::Region::kv && b.pos_stride != 0)
+        fail(w, "only KV buffers move with the position");
+      switch (b.region) {
+      case ir::Region::input:
+        if (b.slot < 0 || b.slot >= static_cast<std::int64_t>(p.args.size()))
+          fail(w, "names argument " + std::to_string(b.slot) + " of " +
+                      std::to_string(p.args.size()));
+        within(b.offset + need, p.args[static_cast<std::size_t>(b.slot)].type.byte_size(),
+               "argument");
+        break;
+      case ir::Region::output:
+        if (b.slot < 0 || b.slot >= static_cast<std::int64_t>(p.results.size()))
+          fail(w, "names result " + std::to_string(b.slot) + " of " +
+                      std::to_string(p.results.size()));
+        within(b.offset + need, p.results[static_cast<std::size_t>(b.slot)].type.byte_size(),
+               "result");
+        break;
+      case ir::Region::arena:
+        within(b.offset + need, mem.arena, "arena");
+        break;
+      case ir::Region::local:
+        within(b.offset + b.size, mem.local, "local memory");
+        if (tile_rows > 0 && Rows::of(r.type) > 0 &&
+            b.size < need / Rows::of(r.type) * std::min(tile_rows, Rows::of(r.type)))
+          fail(w, "local buffer is smaller than one tile");
+        break;
+      case ir::Region::kv:
+        if (b.pos_stride != 0) {
+          if (b.pos_stride != kv.row_bytes || b.offset % layer_bytes + need > layer_bytes)
+            fail(w, "moves with the position but is not rows of one layer's cache");
+          within(b.offset - b.offset % layer_bytes + layer_bytes, kv.bytes(), "KV cache");
+        } else {
+          within(b.offset + need, kv.bytes(), "KV cache");
+        }
+        break;
+      case ir::Region::weight: {
+        auto it = std::lower_bound(
+            out.weights_.begin(), out.weights_.end(), r.weight,
+            [](const ir::Weight& x, const std::string& n) { return x.name < n; });
+        if (it == out.weights_.end() || it->name != r.weight)
+          fail(w, "reads weight @" + r.weight + " which the bundle does not hold");
+        if (!(it->type == r.type))
+          fail(w, "reads weight @" + r.weight + " as " + r.type.str() + ", it is " +
+                      it->type.str());
+        break;
+      }
+      }
+    };
+    for (std::size_t i = 0; i < p.args.size(); ++i) {
+      const auto& a = p.args[i];
+      if (a.buffer.region != ir::Region::kv &&
+          (a.buffer.region != ir::Region::input || a.buffer.slot != static_cast<std::int64_t>(i)))
+        fail(where, "argument " + std::to_string(i) + " is not its own input or the KV cache");
+      check_ref(a, where + " argument " + std::to_string(i), 0);
+    }
+    for (std::size_t i = 0; i < p.results.size(); ++i)
+      check_ref(p.results[i], where + " result " + std::to_string(i), 0);
+    std::int64_t group = -2, tile_rows = 0;
+    std::set<std::int64_t> groups_seen;
+    for (std::size_t k = 0; k < p.instrs.size(); ++k) {
+      const codegen::Instr& in = p.instrs[k];
+      const std::string iw = in.where;
+      const ir::OpPlan& pl = in.plan;
+      bounded(pl.group, -1, 1 << 20, iw + " plan.group");
+      bounded(pl.tile.count, 1, 1 << 24, iw + " plan.tile.count");
+      bounded(pl.tile.size, 0, 1 << 24, iw + " plan.tile.size");
+      bounded(pl.split.parts, 1, 4096, iw + " plan.split.parts");
+      bounded(pl.local, 0, mem.local, iw + " plan.local");
+      if (pl.group != group) {
+        if (pl.group >= 0 && !groups_seen.insert(pl.group).second)
+          fail(iw, "layer group " + std::to_string(pl.group) + " is not contiguous");
+        group = pl.group;
+        tile_rows = 0;
+        if (pl.group >= 0 && pl.tile.dim == ir::SliceDim::rows && pl.tile.count > 1) {
+          if (in.results.empty() || Rows::of(in.results[0].type) <= 0 || pl.tile.size <= 0)
+            fail(iw, "a row-tiled group must start with an op of [1, L, ...] rows");
+          tile_rows = pl.tile.size;
+        }
+      }
+      // Types: what the op infers from its operands must be what it declares.
+      std::vector<ir::TensorType> ot;
+      for (const auto& o : in.operands)
+        ot.push_back(o.type);
+      std::vector<ir::TensorType> rt;
+      for (const auto& r : in.results)
+        rt.push_back(r.type);
+      try {
+        const auto want = ir::infer_result_types(in.op, ot, nullptr);
+        if (want != rt)
+          fail(iw, "result types do not follow from the operands");
+      } catch (const Error& e) {
+        fail(iw, e.what());
+      }
+      for (std::size_t i = 0; i < in.operands.size(); ++i)
+        check_ref(in.operands[i], iw + " operand " + std::to_string(i), tile_rows);
+      for (std::size_t i = 0; i < in.results.size(); ++i)
+        check_ref(in.results[i], iw + " result " + std::to_string(i), tile_rows);
+    }
+  }
+
+  /// Rows of a [1, L, ...] type as the executor counts them (else 0).
+  struct Rows {
+    static std::int64_t of(const ir::TensorType& t) {
+      return t.rank() >= 2 && t.shape[0] == 1 ? t.shape[1] : 0;
+    }
+  };
+};
+
+std::shared_ptr<const Bundle> Bundle::open(const std::filesystem::path& path) {
+  auto file = MappedFile::open(path);
+  const auto bytes = file->bytes();
+  const std::string name = path.string();
+  auto refuse = [&](const std::string& why) -> void {
+    throw Error(ErrorKind::invalid_input, name, why);
+  };
+  if (bytes.size() < static_cast<std::size_t>(kHeaderBytes) ||
+      std::memcmp(bytes.data(), kMagic, sizeof kMagic) != 0)
+    refuse("not a tpullm bundle (no TPULLMB header)");
+  const Header h = Header::decode(bytes.first(kHeaderBytes));
+  if (h.version != kFormatVersion)
+    refuse("bundle format version " + std::to_string(h.version) + ", this tpullm reads version " +
+           std::to_string(kFormatVersion) + " (recompile the model)");
+  if (h.file_size != bytes.size())
+    refuse("truncated or extended: the header says " + std::to_string(h.file_size) +
+           " bytes, the file has " + std::to_string(bytes.size()));
+  if (h.header_bytes != kHeaderBytes || h.meta_offset != static_cast<std::uint64_t>(kHeaderBytes) ||
+      h.meta_size == 0 || h.meta_size > h.file_size - h.meta_offset ||
+      h.blob_offset % kBlobAlignment != 0 || h.blob_offset < h.meta_offset + h.meta_size ||
+      h.blob_offset > h.file_size || h.blob_size != h.file_size - h.blob_offset)
+    refuse("corrupted header (sections do not tile the file)");
+  const auto meta = bytes.subspan(h.meta_offset, h.meta_size);
+  if (checksum(meta) != h.meta_checksum)
+    refuse("corrupted metadata (checksum mismatch)");
+  flatbuffers::Verifier verifier(reinterpret_cast<const std::uint8_t*>(meta.data()), meta.size(),
+                                 64, 1u << 26);
+  if (!fb::VerifyBundleBuffer(verifier))
+    refuse("corrupted metadata (the FlatBuffers verifier rejects it)");
+  const fb::Bundle& root = *fb::GetBundle(meta.data());
+  auto b = std::make_shared<Bundle>();
+  BundleReader rd{*b, static_cast<std::int64_t>(h.blob_size)};
+  try {
+    if (root.blob_size() != h.blob_size)
+      fail("blob_size", "differs from the header's");
+    rd.model(*root.model());
+    rd.target(*root.target());
+    rd.kv(*root.kv());
+    rd.weights(*root.weights(), file, static_cast<std::int64_t>(h.blob_offset));
+    std::set<std::string> names;
+    for (const auto* f : *root.functions()) {
+      b->programs_.push_back(rd.function(*f));
+      if (!names.insert(b->programs_.back().name).second)
+        fail("@" + b->programs_.back().name, "appears twice");
+    }
+  } catch (const DecodeError& e) {
+    refuse("invalid bundle: " + e.what);
+  }
+  b->file_bytes_ = static_cast<std::int64_t>(h.file_size);
+  b->blob_bytes_ = static_cast<std::int64_t>(h.blob_size);
+  b->max_arena_ = root.max_arena();
+  b->max_local_ = root.max_local();
+  b->lower_bound_ = root.arena_lower_bound();
+  b->version_ = h.version;
+  b->compiler_ = root.compiler() != nullptr ? root.compiler()->str() : "";
+  return b;
+}
+
+std::unique_ptr<runtime::Executor> Bundle::make_executor(std::int64_t cores) const {
+  auto ex = std::make_unique<runtime::Executor>(kv_, cores > 0 ? cores : target_.cores,
+                                                std::max(target_.local_memory, max_local_));
+  for (const auto& w : weights_)
+    ex->add_weight(w);
+  for (const auto& p : programs_)
+    ex->add_program(p);
+  return ex;
+}
+
+} // namespace tpullm::bundle

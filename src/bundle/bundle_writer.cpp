@@ -1,0 +1,251 @@
+// write_bundle: Programs and weights of a compiled model -> one bundle file (bundle.hpp).
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <unordered_map>
+
+#include "bundle_format.hpp"
+#include "tpullm/bundle/bundle.hpp"
+#include "tpullm/compiler/compiler.hpp"
+#include "tpullm/frontend/model_desc.hpp"
+#include "tpullm/version.hpp"
+#include "value_codec.hpp"
+
+namespace tpullm::bundle {
+
+namespace {
+
+using codec::Builder;
+namespace fb = ::tpullm::fbs;
+
+/// Where one stored part lives in the blob.
+struct Placed {
+  std::span<const std::byte> bytes;
+  std::uint64_t offset = 0;
+};
+
+/// Lays out the distinct weight parts in the blob: a part whose bytes are the same memory as,
+/// or equal in content to, an earlier part is stored once.
+class BlobLayout {
+public:
+  std::uint64_t place(std::span<const std::byte> bytes, WriteStats& st) {
+    ++st.weight_parts;
+    if (auto it = by_address_.find({bytes.data(), bytes.size()}); it != by_address_.end()) {
+      st.deduped_bytes += static_cast<std::int64_t>(bytes.size());
+      return parts_[it->second].offset;
+    }
+    const std::uint64_t h = content_hash(bytes);
+    auto [lo, hi] = by_content_.equal_range(h);
+    for (auto it = lo; it != hi; ++it) {
+      const Placed& p = parts_[it->second];
+      if (p.bytes.size() == bytes.size() &&
+          std::memcmp(p.bytes.data(), bytes.data(), bytes.size()) == 0) {
+        st.deduped_bytes += static_cast<std::int64_t>(bytes.size());
+        by_address_.emplace(std::pair{bytes.data(), bytes.size()}, it->second);
+        return p.offset;
+      }
+    }
+    const std::uint64_t off = size_;
+    size_ = align_up(size_ + bytes.size(), static_cast<std::uint64_t>(kBlobAlignment));
+    by_address_.emplace(std::pair{bytes.data(), bytes.size()}, parts_.size());
+    by_content_.emplace(h, parts_.size());
+    parts_.push_back({bytes, off});
+    ++st.unique_parts;
+    return off;
+  }
+  std::uint64_t size() const { return size_; }
+  const std::vector<Placed>& parts() const { return parts_; }
+
+private:
+  struct AddrHash {
+    std::size_t operator()(const std::pair<const std::byte*, std::size_t>& k) const {
+      return std::hash<const void*>()(k.first) ^ (k.second * 0x9e3779b97f4a7c15ull);
+    }
+  };
+  /// Hash of the size and a sample of the bytes (at most 64 KiB read): only parts with equal
+  /// hashes are compared in full.
+  static std::uint64_t content_hash(std::span<const std::byte> b) {
+    std::uint64_t h = 0xcbf29ce484222325ull ^ b.size();
+    const std::size_t step = std::max<std::size_t>(1, b.size() / 65536);
+    for (std::size_t i = 0; i < b.size(); i += step)
+      h = (h ^ static_cast<std::uint64_t>(b[i])) * 0x100000001b3ull;
+    return h;
+  }
+  std::map<std::pair<const std::byte*, std::size_t>, std::size_t> by_address_;
+  std::unordered_multimap<std::uint64_t, std::size_t> by_content_;
+  std::vector<Placed> parts_;
+  std::uint64_t size_ = 0;
+};
+
+flatbuffers::Offset<fb::Ref> encode_ref(Builder& b, const codegen::TensorRef& r) {
+  auto t = codec::encode_type(b, r.type);
+  auto buf = codec::encode(b, r.buffer);
+  auto w = r.weight.empty() ? 0 : b.CreateString(r.weight);
+  return fb::CreateRef(b, t, buf, w);
+}
+
+flatbuffers::Offset<flatbuffers::Vector<flatbuffers::Offset<fb::Ref>>>
+encode_refs(Builder& b, const std::vector<codegen::TensorRef>& refs) {
+  std::vector<flatbuffers::Offset<fb::Ref>> v;
+  for (const auto& r : refs)
+    v.push_back(encode_ref(b, r));
+  return b.CreateVector(v);
+}
+
+flatbuffers::Offset<fb::Function> encode_program(Builder& b, const codegen::Program& p) {
+  std::vector<flatbuffers::Offset<fb::Instr>> instrs;
+  for (const auto& in : p.instrs) {
+    auto name = b.CreateString(std::string(ir::op_name(in.kind())));
+    auto attrs = std::visit([&](const auto& op) { return codec::encode_attrs(b, op); }, in.op);
+    auto ops = encode_refs(b, in.operands);
+    auto res = encode_refs(b, in.results);
+    auto plan = codec::encode(b, in.plan);
+    auto where = b.CreateString(in.where);
+    instrs.push_back(fb::CreateInstr(b, name, attrs, ops, res, plan, in.planned, where));
+  }
+  auto name = b.CreateString(p.name);
+  auto info = codec::encode(b, p.info);
+  auto args = encode_refs(b, p.args);
+  auto results = encode_refs(b, p.results);
+  auto iv = b.CreateVector(instrs);
+  return fb::CreateFunction(b, name, info, args, results, iv, p.positions_arg);
+}
+
+} // namespace
+
+WriteStats write_bundle(const compiler::CompiledModel& model, const ModelInfo& info,
+                        std::ostream& out) {
+  WriteStats st;
+  // Every weight a program reads, by name (sorted: the order of the file never depends on
+  // hash maps or on which module compiled first).
+  std::map<std::string, const ir::Weight*> used;
+  for (const auto& p : model.programs)
+    for (const auto& in : p.instrs)
+      for (const auto& r : in.operands)
+        if (r.buffer.region == ir::Region::weight && !used.count(r.weight)) {
+          const ir::Weight* w = nullptr;
+          for (const auto& m : model.modules)
+            if ((w = m.find_weight(r.weight)) != nullptr)
+              break;
+          check(w != nullptr && w->has_data(), ErrorKind::invalid_input, "@" + p.name,
+                "reads weight @", r.weight, " which has no data in the compiled modules");
+          used.emplace(r.weight, w);
+        }
+
+  Builder b(1 << 20);
+  b.ForceDefaults(true);
+  BlobLayout blob;
+  std::vector<flatbuffers::Offset<fb::Weight>> weights;
+  for (const auto& [name, w] : used) {
+    std::vector<flatbuffers::Offset<fb::WeightPart>> parts;
+    for (const auto& part : w->parts) {
+      const std::uint64_t off = blob.place(part.bytes, st);
+      auto role = b.CreateString(part.role);
+      auto dt = b.CreateString(std::string(ir::name(part.dtype)));
+      auto shape = b.CreateVector(part.shape);
+      parts.push_back(fb::CreateWeightPart(b, role, dt, shape, off, part.bytes.size()));
+    }
+    auto n = b.CreateString(name);
+    auto t = codec::encode_type(b, w->type);
+    auto pv = b.CreateVector(parts);
+    weights.push_back(fb::CreateWeight(b, n, t, pv));
+  }
+  std::vector<flatbuffers::Offset<fb::Function>> functions;
+  for (const auto& p : model.programs)
+    functions.push_back(encode_program(b, p));
+
+  const auto& prm = info.params;
+  auto fam = b.CreateString(info.family);
+  auto dl = b.CreateVector(prm.decode_lengths());
+  auto eos = b.CreateVector(info.eos_token_ids);
+  auto mode = b.CreateString(info.mode);
+  auto src = b.CreateString(info.source);
+  auto m = fb::CreateModel(b, fam, info.layers, info.hidden, info.intermediate, info.heads,
+                           info.kv_heads, info.head_dim, info.vocab, prm.seq_length,
+                           prm.max_input_length, dl, prm.with_history, info.bos_token_id, eos,
+                           mode, src);
+  std::vector<flatbuffers::Offset<flatbuffers::String>> dts;
+  for (auto d : model.target.weight_dtypes)
+    dts.push_back(b.CreateString(std::string(ir::name(d))));
+  auto tn = b.CreateString(model.target.name);
+  auto dtv = b.CreateVector(dts);
+  auto isa = b.CreateString(host_isa());
+  auto tg = fb::CreateTarget(b, tn, model.target.cores, model.target.local_memory,
+                             model.target.alignment, dtv, isa);
+  auto kv = fb::CreateKvCache(b, model.kv.layers, model.kv.capacity, model.kv.row_bytes);
+  auto fv = b.CreateVector(functions);
+  auto wv = b.CreateVector(weights);
+  auto comp = b.CreateString("tpullm " + std::string(kVersionString));
+  auto root = fb::CreateBundle(b, m, tg, kv, fv, wv, blob.size(), model.max_arena,
+                               model.max_local, model.arena_lower_bound, comp);
+  b.Finish(root, fb::BundleIdentifier());
+
+  Header h;
+  h.meta_offset = kHeaderBytes;
+  h.meta_size = b.GetSize();
+  h.blob_offset = align_up(h.meta_offset + h.meta_size, static_cast<std::uint64_t>(kBlobAlignment));
+  h.blob_size = blob.size();
+  h.file_size = h.blob_offset + h.blob_size;
+  h.meta_checksum = checksum({reinterpret_cast<const std::byte*>(b.GetBufferPointer()),
+                              static_cast<std::size_t>(b.GetSize())});
+
+  static const char zeros[kBlobAlignment] = {};
+  std::uint64_t at = 0;
+  auto put = [&](const void* p, std::uint64_t n) {
+    out.write(static_cast<const char*>(p), static_cast<std::streamsize>(n));
+    check(static_cast<bool>(out), ErrorKind::io, "bundle", "write failed after ", at, " bytes");
+    at += n;
+  };
+  auto pad_to = [&](std::uint64_t pos) {
+    while (at < pos)
+      put(zeros, std::min<std::uint64_t>(pos - at, sizeof zeros));
+  };
+  const auto hb = h.encode();
+  put(hb.data(), hb.size());
+  put(b.GetBufferPointer(), b.GetSize());
+  pad_to(h.blob_offset);
+  for (const auto& part : blob.parts()) {
+    pad_to(h.blob_offset + part.offset);
+    put(part.bytes.data(), part.bytes.size());
+  }
+  pad_to(h.file_size);
+  out.flush();
+  check(static_cast<bool>(out), ErrorKind::io, "bundle", "flush failed");
+  st.file_bytes = static_cast<std::int64_t>(h.file_size);
+  st.meta_bytes = static_cast<std::int64_t>(h.meta_size);
+  st.blob_bytes = static_cast<std::int64_t>(h.blob_size);
+  return st;
+}
+
+ModelInfo make_model_info(const frontend::ModelDesc& desc, const frontend::StageParams& params,
+                          const std::string& mode) {
+  ModelInfo i;
+  i.family = std::string(frontend::family_name(desc.family));
+  i.layers = desc.dims.layers;
+  i.hidden = desc.dims.hidden;
+  i.intermediate = desc.dims.intermediate;
+  i.heads = desc.dims.heads;
+  i.kv_heads = desc.dims.kv_heads;
+  i.head_dim = desc.dims.head_dim;
+  i.vocab = desc.dims.vocab;
+  i.params = params;
+  i.bos_token_id = desc.bos_token_id.value_or(-1);
+  i.eos_token_ids = desc.eos_token_ids;
+  i.mode = mode;
+  i.source = desc.dir.filename().string();
+  if (i.source.empty())
+    i.source = desc.dir.parent_path().filename().string();
+  return i;
+}
+
+std::string host_isa() {
+#if defined(__x86_64__)
+  return "x86_64";
+#elif defined(__aarch64__)
+  return "aarch64";
+#else
+  return "unknown";
+#endif
+}
+
+} // namespace tpullm::bundle

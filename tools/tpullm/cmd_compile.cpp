@@ -1,0 +1,50 @@
+// tpullm compile MODEL_DIR -o FILE.bundle: checkpoint -> one deployable bundle.
+#include <iostream>
+
+#include "command.hpp"
+#include "compile_bundle.hpp"
+
+namespace tpullm::cli {
+
+/// The compiler options every command that compiles shares (mode, target, fusions, tiles).
+po::options_description compile_options(compiler::CompileOptions& c, std::string& target_file) {
+  po::options_description o("compilation");
+  o.add_options()("mode", po::value(&c.lower.mode)->default_value("f32"),
+                  "weight dtype of linear and MLP layers: f32, bf16, f16 (f32 accumulation; "
+                  "GPTQ / AWQ checkpoints keep their 4-bit weights)")(
+      "embedding-dtype", po::value(&c.lower.embedding),
+      "dtype of the embedding table (default: the mode's)")(
+      "lm-head-dtype", po::value(&c.lower.lm_head),
+      "dtype of the lm_head weight (default: the mode's)")(
+      "target", po::value(&target_file),
+      "target JSON file: cores, local_memory, alignment (default: this machine)")(
+      "fusions", po::value(&c.fusions)->default_value(c.fusions),
+      "fusion passes after lowering, e.g. fuse-add-rmsnorm,fuse-qkv,fuse-lm-head-argmax "
+      "(empty: none)")("tile-rows", po::value(&c.tile_rows)->default_value(0),
+                       "force layer-group tiles of this many rows (0: the cost model decides)")(
+      "no-layer-groups", po::bool_switch()->notifier([&c](bool v) { c.layer_groups = !v; }),
+      "no layer groups (core splits only)")("threads", po::value(&c.threads)->default_value(0),
+                                            "modules compiled at once (0: the target's cores)");
+  return o;
+}
+
+int cmd_compile(const std::vector<std::string>& args) {
+  std::string model, out, target_file;
+  frontend::StageParams params;
+  compiler::CompileOptions copts;
+  po::options_description o("tpullm compile MODEL_DIR -o FILE.bundle [options]");
+  o.add_options()("help,h", "show this help")("model", po::value(&model)->required(),
+                                              "checkpoint directory (config.json + safetensors)")(
+      "output,o", po::value(&out)->required(),
+      "bundle file to write (written to a temporary file, renamed when complete)");
+  o.add(compile_options(copts, target_file));
+  if (!parse_model_command(args, o, params))
+    return kOk;
+  if (!target_file.empty())
+    copts.target = target::load_target(target_file);
+  const auto r = compile_bundle(model, params, copts, out, true);
+  std::cout << describe(r) << "wrote " << out << "\n";
+  return kOk;
+}
+
+} // namespace tpullm::cli

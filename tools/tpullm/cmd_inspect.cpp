@@ -1,0 +1,147 @@
+// tpullm inspect FILE.bundle [--json]: what a bundle holds.
+#include <iostream>
+#include <map>
+
+#include <nlohmann/json.hpp>
+
+#include "command.hpp"
+#include "tpullm/bundle/bundle.hpp"
+
+namespace tpullm::cli {
+
+int cmd_inspect(const std::vector<std::string>& args) {
+  std::string file;
+  bool json = false, instrs = false;
+  po::options_description o("tpullm inspect FILE.bundle [--json] [--instructions]");
+  o.add_options()("help,h", "show this help")("bundle", po::value(&file)->required(),
+                                              "bundle file")(
+      "json", po::bool_switch(&json), "print one JSON object instead of text")(
+      "instructions", po::bool_switch(&instrs),
+      "also list every function's instructions with their plans and buffers");
+  po::positional_options_description pos;
+  pos.add("bundle", 1);
+  po::variables_map vm;
+  po::store(po::command_line_parser(args).options(o).positional(pos).run(), vm);
+  if (vm.count("help")) {
+    std::cout << o;
+    return kOk;
+  }
+  po::notify(vm);
+  const auto b = bundle::Bundle::open(file);
+  const auto& m = b->model();
+  std::int64_t weight_bytes = 0;
+  std::map<std::string, std::int64_t> by_dtype;
+  for (const auto& w : b->weights())
+    for (const auto& p : w.parts) {
+      weight_bytes += static_cast<std::int64_t>(p.bytes.size());
+      by_dtype[std::string(ir::name(p.dtype))] += static_cast<std::int64_t>(p.bytes.size());
+    }
+  nlohmann::ordered_json j;
+  j["file"] = file;
+  j["format_version"] = b->version();
+  j["compiler"] = b->compiler();
+  j["file_bytes"] = b->file_bytes();
+  j["model"] = {{"family", m.family},
+                {"source", m.source},
+                {"mode", m.mode},
+                {"layers", m.layers},
+                {"hidden", m.hidden},
+                {"intermediate", m.intermediate},
+                {"heads", m.heads},
+                {"kv_heads", m.kv_heads},
+                {"head_dim", m.head_dim},
+                {"vocab", m.vocab},
+                {"seq_length", m.params.seq_length},
+                {"max_input_length", m.params.max_input_length},
+                {"decode_lengths", m.params.decode_lengths()},
+                {"prefill_kv", m.params.with_history},
+                {"bos_token_id", m.bos_token_id},
+                {"eos_token_ids", m.eos_token_ids}};
+  const auto& t = b->target();
+  j["target"] = {{"name", t.name},
+                 {"cores", t.cores},
+                 {"local_memory", t.local_memory},
+                 {"alignment", t.alignment}};
+  j["memory"] = {{"kv_cache_bytes", b->kv().bytes()},
+                 {"kv_capacity", b->kv().capacity},
+                 {"max_arena_bytes", b->max_arena()},
+                 {"arena_lower_bound_bytes", b->arena_lower_bound()},
+                 {"max_local_bytes", b->max_local()}};
+  j["weights"] = {{"count", b->weights().size()},
+                  {"bytes", weight_bytes},
+                  {"blob_bytes", b->blob_bytes()},
+                  {"bytes_by_dtype", by_dtype}};
+  auto& fns = j["functions"] = nlohmann::ordered_json::array();
+  for (const auto& p : b->programs()) {
+    std::int64_t groups = 0, last = -1;
+    for (const auto& in : p.instrs)
+      if (in.plan.group >= 0 && in.plan.group != last)
+        ++groups, last = in.plan.group;
+    nlohmann::ordered_json f = {{"name", p.name},
+                                {"stage", std::string(ir::enum_name(p.info.stage))},
+                                {"layer", p.info.layer},
+                                {"args", nlohmann::ordered_json::array()},
+                                {"results", nlohmann::ordered_json::array()},
+                                {"instructions", p.instrs.size()},
+                                {"layer_groups", groups},
+                                {"arena_bytes", p.info.memory ? p.info.memory->arena : 0},
+                                {"local_bytes", p.info.memory ? p.info.memory->local : 0},
+                                {"strategy", p.info.memory ? p.info.memory->strategy : ""}};
+    for (const auto& a : p.args)
+      f["args"].push_back(a.type.str());
+    for (const auto& r : p.results)
+      f["results"].push_back(r.type.str());
+    if (instrs) {
+      auto& is = f["code"] = nlohmann::ordered_json::array();
+      for (const auto& in : p.instrs) {
+        nlohmann::ordered_json ij = {
+            {"op", std::string(ir::op_name(in.kind()))},
+            {"group", in.plan.group},
+            {"tile",
+             {std::string(ir::enum_name(in.plan.tile.dim)), in.plan.tile.size, in.plan.tile.count}},
+            {"split", {std::string(ir::enum_name(in.plan.split.dim)), in.plan.split.parts}}};
+        for (const auto& r : in.results)
+          ij["results"].push_back({{"type", r.type.str()},
+                                   {"region", std::string(ir::enum_name(r.buffer.region))},
+                                   {"offset", r.buffer.offset},
+                                   {"size", r.buffer.size}});
+        is.push_back(std::move(ij));
+      }
+    }
+    fns.push_back(std::move(f));
+  }
+  if (json) {
+    std::cout << j.dump(2) << "\n";
+    return kOk;
+  }
+  auto mib = [](std::int64_t v) {
+    return std::to_string(v / (1 << 20)) + "." + std::to_string(v % (1 << 20) * 10 / (1 << 20)) +
+           " MiB";
+  };
+  std::cout << file << ": tpullm bundle v" << b->version() << " (" << b->compiler() << "), "
+            << mib(b->file_bytes()) << "\n"
+            << "model   " << m.family << " '" << m.source << "' mode " << m.mode << ": " << m.layers
+            << " layers, hidden " << m.hidden << ", heads " << m.heads << "/" << m.kv_heads << " x "
+            << m.head_dim << ", vocab " << m.vocab << "\n"
+            << "stages  seq_length " << m.params.seq_length << ", max_input_length "
+            << m.params.max_input_length << ", decode variants "
+            << j["model"]["decode_lengths"].dump() << ", prefill_kv "
+            << (m.params.with_history ? "yes" : "no") << "\n"
+            << "target  " << t.name << ": " << t.cores << " cores, local memory " << t.local_memory
+            << " B\n"
+            << "memory  KV cache " << mib(b->kv().bytes()) << " (" << b->kv().capacity
+            << " slots), arena " << b->max_arena() << " B (lower bound " << b->arena_lower_bound()
+            << " B), local " << b->max_local() << " B per core\n"
+            << "weights " << b->weights().size() << " tensors, " << mib(weight_bytes) << " "
+            << j["weights"]["bytes_by_dtype"].dump() << "\n"
+            << "functions (" << b->programs().size() << "):\n";
+  for (const auto& f : fns)
+    std::cout << "  " << f["name"].get<std::string>() << "  stage " << f["stage"].get<std::string>()
+              << ", " << f["instructions"] << " instrs, " << f["layer_groups"] << " groups, arena "
+              << f["arena_bytes"] << " B (" << f["strategy"].get<std::string>() << ")\n";
+  if (instrs)
+    std::cout << j["functions"].dump(1) << "\n";
+  return kOk;
+}
+
+} // namespace tpullm::cli

@@ -1,0 +1,77 @@
+// tpullm run FILE.bundle --prompt-ids 1,2,3: generate from a compiled bundle.
+#include <iomanip>
+#include <iostream>
+
+#include "command.hpp"
+#include "tpullm/runtime/engine.hpp"
+
+namespace tpullm::cli {
+
+int cmd_run(const std::vector<std::string>& args) {
+  std::string file, prompt_text, eos_text;
+  runtime::GenerateOptions g;
+  std::int64_t cores = 0;
+  bool ignore_eos = false, quiet = false;
+  po::options_description o("tpullm run FILE.bundle --prompt-ids 1,2,3 [options]");
+  o.add_options()("help,h", "show this help")("bundle", po::value(&file)->required(),
+                                              "bundle file (from tpullm compile)")(
+      "prompt-ids", po::value(&prompt_text)->required(),
+      "prompt token ids, comma-separated (tokenize with the model's tokenizer)")(
+      "max-new-tokens,n", po::value(&g.stop.max_new_tokens)->default_value(64),
+      "most tokens to generate")("temperature",
+                                 po::value(&g.sampling.temperature)->default_value(0.0f, "0"),
+                                 "0: greedy; > 0: sample from softmax(logits / T)")(
+      "top-k", po::value(&g.sampling.top_k)->default_value(0), "keep the k most likely (0: off)")(
+      "top-p", po::value(&g.sampling.top_p)->default_value(1.0f, "1"),
+      "keep the smallest set with probability mass >= p (1: off)")(
+      "repetition-penalty", po::value(&g.sampling.repetition_penalty)->default_value(1.0f, "1"),
+      "penalize tokens already in the prompt or answer (HF semantics; 1: off)")(
+      "seed", po::value(&g.sampling.seed)->default_value(0), "random seed of the sampler")(
+      "eos-ids", po::value(&eos_text),
+      "stop tokens, comma-separated (default: the model's eos_token_id list)")(
+      "ignore-eos", po::bool_switch(&ignore_eos), "do not stop on eos tokens")(
+      "threads", po::value(&cores)->default_value(0), "cores to run on (0: the bundle target's)")(
+      "quiet,q", po::bool_switch(&quiet), "print only the generated ids");
+  po::positional_options_description pos;
+  pos.add("bundle", 1);
+  po::variables_map vm;
+  po::store(po::command_line_parser(args).options(o).positional(pos).run(), vm);
+  if (vm.count("help")) {
+    std::cout << o;
+    return kOk;
+  }
+  po::notify(vm);
+  check(cores >= 0, ErrorKind::invalid_input, "--threads", "must be >= 0, got ", cores);
+  const auto prompt = parse_id_list<std::int32_t>(prompt_text, "--prompt-ids");
+  runtime::Engine engine(file, cores);
+  const auto& m = engine.bundle().model();
+  if (!ignore_eos) {
+    if (!eos_text.empty())
+      g.stop.eos_ids = parse_id_list<std::int32_t>(eos_text, "--eos-ids");
+    else
+      for (auto e : m.eos_token_ids)
+        g.stop.eos_ids.push_back(static_cast<std::int32_t>(e));
+  }
+  g.sampling.validate();
+  g.stop.validate();
+  if (!quiet)
+    std::cerr << "running " << file << " (" << m.family << " '" << m.source << "', mode " << m.mode
+              << ", seq_length " << m.params.seq_length << ")\n";
+  const auto r = engine.session().generate(prompt, g);
+  for (std::size_t i = 0; i < r.tokens.size(); ++i)
+    std::cout << (i ? "," : "") << r.tokens[i];
+  std::cout << "\n";
+  if (!quiet) {
+    const double decoded = static_cast<double>(r.tokens.size()) - 1;
+    std::cerr << std::fixed << std::setprecision(1) << "stopped: " << runtime::to_string(r.reason)
+              << " after " << r.tokens.size() << " tokens\n"
+              << "time to first token " << r.prefill_seconds * 1e3 << " ms; prefill "
+              << static_cast<double>(r.prompt_tokens) / r.prefill_seconds << " tokens/s ("
+              << r.prompt_tokens << " tokens); decode "
+              << (decoded > 0 && r.decode_seconds > 0 ? decoded / r.decode_seconds : 0.0)
+              << " tokens/s\n";
+  }
+  return kOk;
+}
+
+} // namespace tpullm::cli

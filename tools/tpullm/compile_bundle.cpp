@@ -1,0 +1,93 @@
+// compile_bundle: checkpoint -> Top modules -> compiled model -> bundle file (atomically).
+#include "compile_bundle.hpp"
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <iomanip>
+#include <sstream>
+
+#include <unistd.h>
+
+#include "command.hpp"
+#include "tpullm/frontend/stage_builder.hpp"
+
+namespace tpullm::cli {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+double since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+std::string mib(std::int64_t b) {
+  std::ostringstream o;
+  o << std::fixed << std::setprecision(1) << static_cast<double>(b) / (1 << 20) << " MiB";
+  return o.str();
+}
+
+} // namespace
+
+CompileReport compile_bundle(const fs::path& model_dir, const frontend::StageParams& params,
+                             compiler::CompileOptions options, const fs::path& out, bool progress) {
+  CompileReport r;
+  const auto t0 = std::chrono::steady_clock::now();
+  check(!fs::is_directory(out), ErrorKind::invalid_input, out.string(),
+        "is a directory; -o names the bundle file to write");
+  const auto desc = frontend::load_model(model_dir);
+  auto modules = frontend::build_top_modules(desc, params);
+  const auto p0 = std::chrono::steady_clock::now();
+  if (progress)
+    options.progress = [p0](std::size_t done, std::size_t total, const std::string& name) {
+      if (since(p0) > 1.0 || done == total)
+        print_progress("compiled " + name, done, total);
+    };
+  const auto cm = compiler::compile(std::move(modules), options);
+  r.compile_seconds = since(t0);
+  r.functions = cm.programs.size();
+  r.max_arena = cm.max_arena;
+  r.arena_lower_bound = cm.arena_lower_bound;
+  r.max_local = cm.max_local;
+  r.kv_bytes = cm.kv.bytes();
+
+  const auto t1 = std::chrono::steady_clock::now();
+  const fs::path dir = out.has_parent_path() ? out.parent_path() : fs::path(".");
+  const fs::path tmp = dir / ("." + out.filename().string() + ".tmp-" + std::to_string(::getpid()));
+  try {
+    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+    check(static_cast<bool>(f), ErrorKind::io, tmp.string(), "cannot create the output file");
+    r.written =
+        bundle::write_bundle(cm, bundle::make_model_info(desc, params, options.lower.mode), f);
+    f.close();
+    check(!f.fail(), ErrorKind::io, tmp.string(), "write failed (disk full?)");
+    fs::rename(tmp, out);
+  } catch (...) {
+    std::error_code ec;
+    fs::remove(tmp, ec);
+    throw;
+  }
+  r.write_seconds = since(t1);
+  return r;
+}
+
+std::string describe(const CompileReport& r) {
+  std::ostringstream o;
+  o << std::fixed << std::setprecision(2);
+  o << "compiled " << r.functions << " functions in " << r.compile_seconds << " s, wrote "
+    << mib(r.written.file_bytes) << " in " << r.write_seconds << " s\n";
+  o << "  weights " << mib(r.written.blob_bytes) << " (" << r.written.unique_parts
+    << " arrays stored of " << r.written.weight_parts << " named, " << mib(r.written.deduped_bytes)
+    << " deduplicated), metadata " << mib(r.written.meta_bytes) << "\n";
+  o << "  memory plan: arena " << mib(r.max_arena) << " (max-live lower bound "
+    << mib(r.arena_lower_bound) << ", "
+    << (r.max_arena > 0
+            ? 100.0 * static_cast<double>(r.arena_lower_bound) / static_cast<double>(r.max_arena)
+            : 100.0)
+    << "% efficient), local " << mib(r.max_local) << " per core, KV cache " << mib(r.kv_bytes)
+    << "\n";
+  return o.str();
+}
+
+} // namespace tpullm::cli

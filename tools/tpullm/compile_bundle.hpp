@@ -1,0 +1,34 @@
+#pragma once
+// Checkpoint -> bundle file, shared by `tpullm compile` and `tpullm verify --level bundle`.
+#include <filesystem>
+#include <string>
+
+#include "tpullm/bundle/bundle.hpp"
+#include "tpullm/compiler/compiler.hpp"
+#include "tpullm/frontend/stage_params.hpp"
+
+namespace tpullm::cli {
+
+/// What a compile produced.
+struct CompileReport {
+  double compile_seconds = 0;         ///< front end + compiler
+  double write_seconds = 0;           ///< writing the bundle
+  std::size_t functions = 0;          ///< stage functions
+  std::int64_t max_arena = 0;         ///< largest activation arena of a function
+  std::int64_t arena_lower_bound = 0; ///< its max-live lower bound
+  std::int64_t max_local = 0;         ///< largest per-core local memory of a layer group
+  std::int64_t kv_bytes = 0;          ///< KV cache
+  bundle::WriteStats written;         ///< file figures
+};
+
+/// Compiles checkpoint `model_dir` with `params` and `options` into bundle `out`, written to a
+/// temporary file in out's directory and renamed over `out` only when complete (a failure
+/// leaves no partial file and an existing `out` untouched). Progress on stderr when `progress`.
+CompileReport compile_bundle(const std::filesystem::path& model_dir,
+                             const frontend::StageParams& params, compiler::CompileOptions options,
+                             const std::filesystem::path& out, bool progress);
+
+/// A one-paragraph human summary of `r` (compile time, size, memory plan).
+std::string describe(const CompileReport& r);
+
+} // namespace tpullm::cli
