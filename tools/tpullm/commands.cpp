@@ -10,6 +10,7 @@ int cmd_make_model(const std::vector<std::string>& args);
 int cmd_compile(const std::vector<std::string>& args);
 int cmd_inspect(const std::vector<std::string>& args);
 int cmd_run(const std::vector<std::string>& args);
+int cmd_bench(const std::vector<std::string>& args);
 
 const std::vector<Command>& commands() {
   static const std::vector<Command> table = {
@@ -32,6 +33,10 @@ const std::vector<Command>& commands() {
       {"run",
        "run FILE.bundle --prompt-ids 1,2,3   generate tokens from a bundle (greedy or sampled)",
        cmd_run},
+      {"bench",
+       "bench FILE.bundle                    prefill / decode speed against this machine's "
+       "roofline",
+       cmd_bench},
       {"inspect",
        "inspect FILE.bundle [--json]         functions, plans, memory regions and weights of a "
        "bundle",

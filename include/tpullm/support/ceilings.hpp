@@ -1,0 +1,55 @@
+#pragma once
+/// Ceilings of this machine, measured in the process that uses them (a few seconds): read
+/// bandwidth (best over access patterns: interleaved streams and prefetch distances, on a buffer
+/// larger than the last-level cache), the f32 FMA peak, the bf16 / int8 dot-product peaks, and
+/// the AMX peaks where the CPU has AMX. Figures are judged against these (bench/roofline.hpp for
+/// the kernel benchmarks, `tpullm bench` for a bundle).
+
+#include <string>
+
+namespace tpullm::machine {
+
+/// Ceilings of this machine (0 when an instruction is not available).
+struct Ceilings {
+  double read_gbs_1t = 0;        ///< read bandwidth, 1 thread, GB/s: best over access patterns
+  double read_gbs_2t = 0;        ///< read bandwidth, 2 threads, GB/s: best over access patterns
+  std::string read_best_1t;      ///< the pattern that reached read_gbs_1t ("4 streams, pf 1 KiB")
+  std::string read_best_2t;      ///< the pattern that reached read_gbs_2t
+  double read1_gbs_1t = 0;       ///< one stream per thread (best prefetch distance), 1 thread
+  double read1_gbs_2t = 0;       ///< one stream per thread (best prefetch distance), 2 threads
+  double f32_gflops_1t = 0;      ///< f32 FMA peak, 1 thread, GFLOP/s (FMA = 2 flops)
+  double f32_gflops_2t = 0;      ///< f32 FMA peak, 2 threads, GFLOP/s
+  double bf16_gflops_2t = 0;     ///< vdpbf16ps peak, 2 threads, GFLOP/s (0 without AVX512_BF16)
+  double int8_gops_2t = 0;       ///< vpdpbusd peak, 2 threads, GOP/s (0 without AVX512_VNNI)
+  bool amx = false;              ///< AMX usable (CPUID + XCR0 + Linux tile-data permission)
+  double amx_bf16_gflops_1t = 0; ///< tdpbf16ps peak (register-resident tile loop), 1 thread
+  double amx_bf16_gflops_2t = 0; ///< tdpbf16ps peak, 2 threads
+  double amx_int8_gops_1t = 0;   ///< tdpbssd peak, 1 thread, GOP/s (MAC = 2 ops)
+  double amx_int8_gops_2t = 0;   ///< tdpbssd peak, 2 threads
+};
+
+/// The ceiling a figure is a fraction of.
+enum class Ceiling { read, f32_fma, amx_bf16, amx_int8 };
+
+/// Measures the ceilings (a few seconds; called by main before the benchmarks run).
+const Ceilings& measure_ceilings();
+
+/// The measured ceilings (measures them on first use if main has not; all zero after
+/// disable_ceilings()).
+const Ceilings& ceilings();
+
+/// Skips the measurement: ceilings() stays zero and roofline_frac reports 0.
+void disable_ceilings();
+
+/// Prints the ceilings to stdout in one block (AMX lines say "not available on this CPU" when
+/// the CPU or OS lacks it).
+void print_ceilings(const Ceilings& c);
+
+/// Bytes / byte-per-second of a ceiling for `threads` (0 if not measured or not available).
+double ceiling_value(Ceiling which, int threads);
+
+/// Bytes a benchmark rotates its inputs over so every iteration reads DRAM, not the last-level
+/// cache: max(1 GiB, 2 x L3), at most 4 GiB.
+long long dram_rotation_bytes();
+
+} // namespace tpullm::machine

@@ -1,0 +1,446 @@
+// Measures the machine ceilings of support/ceilings.hpp.
+//  - read bandwidth: the best over access patterns of a buffer of dram_rotation_bytes()
+//    (max(1 GiB, 2 x L3)): S = 1, 2, 4 or 8 interleaved streams per thread (the thread's part cut
+//    into S pieces read 256 bytes from each in turn), software prefetch 0, 1 or 4 KiB ahead in
+//    every stream, widest vector loads available, best of 3 passes each; 2 threads each read
+//    their own half. The one-stream figure is kept too (what a kernel reading one sequential
+//    stream per thread can hope for).
+//  - f32 FMA peak: 16 independent vfmadd231ps chains per thread (zmm on AVX-512, ymm on AVX2),
+//    enough to cover the FMA latency times two FMA ports; best of 5.
+//  - bf16 / int8: the same with vdpbf16ps (32 MACs = 64 flops per zmm instruction) and vpdpbusd
+//    (64 MACs = 128 ops per zmm instruction).
+//  - AMX (only where cpu_features().amx): tdpbf16ps / tdpbssd on 4 accumulator tiles from 2 + 2
+//    register-resident source tiles (16 x 16 x 32 bf16 = 16384 flops, 16 x 16 x 64 int8 = 32768
+//    ops per instruction), best of 5. Elsewhere the AMX ceilings are 0 and printed as absent.
+#include "tpullm/support/ceilings.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include <omp.h>
+#include <unistd.h>
+
+#include "tpullm/kernels/cpu_features.hpp"
+
+#if TPULLM_X86
+#include <immintrin.h>
+#endif
+
+// GCC 12 flags _mm512_undefined_* inside AVX-512 intrinsics as uninitialized (false positive).
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+namespace tpullm::machine {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+#if TPULLM_X86
+// S interleaved streams over [p, p + n): stream s reads [s * len, (s + 1) * len), 64 floats
+// (256 bytes) from each stream in turn; `pf`: software prefetch distance in floats (0 = none).
+template <int S>
+__attribute__((target("avx512f"))) float sum_avx512(const float* p, std::size_t n, std::size_t pf) {
+  const std::size_t len = n / S / 64 * 64;
+  __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+  for (std::size_t i = 0; i < len; i += 64)
+#pragma GCC unroll 8
+    for (int s = 0; s < S; ++s) {
+      const float* q = p + s * len + i;
+      if (pf)
+        for (int c = 0; c < 64; c += 16)
+          _mm_prefetch(reinterpret_cast<const char*>(q + pf + c), _MM_HINT_T0);
+      a0 = _mm512_add_ps(a0, _mm512_load_ps(q));
+      a1 = _mm512_add_ps(a1, _mm512_load_ps(q + 16));
+      a2 = _mm512_add_ps(a2, _mm512_load_ps(q + 32));
+      a3 = _mm512_add_ps(a3, _mm512_load_ps(q + 48));
+    }
+  return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
+}
+
+template <int S>
+__attribute__((target("avx2"))) float sum_avx2(const float* p, std::size_t n, std::size_t pf) {
+  const std::size_t len = n / S / 64 * 64;
+  __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+  for (std::size_t i = 0; i < len; i += 64)
+#pragma GCC unroll 8
+    for (int s = 0; s < S; ++s) {
+      const float* q = p + s * len + i;
+      if (pf)
+        for (int c = 0; c < 64; c += 16)
+          _mm_prefetch(reinterpret_cast<const char*>(q + pf + c), _MM_HINT_T0);
+      for (int c = 0; c < 64; c += 32) {
+        a0 = _mm256_add_ps(a0, _mm256_load_ps(q + c));
+        a1 = _mm256_add_ps(a1, _mm256_load_ps(q + c + 8));
+        a2 = _mm256_add_ps(a2, _mm256_load_ps(q + c + 16));
+        a3 = _mm256_add_ps(a3, _mm256_load_ps(q + c + 24));
+      }
+    }
+  const __m256 s = _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3));
+  float t[8];
+  _mm256_storeu_ps(t, s);
+  return t[0] + t[1] + t[2] + t[3] + t[4] + t[5] + t[6] + t[7];
+}
+#endif
+
+template <int S>
+float sum_portable(const float* p, std::size_t n) {
+  const std::size_t len = n / S / 64 * 64;
+  float acc[16] = {};
+  for (std::size_t i = 0; i < len; i += 64)
+    for (int s = 0; s < S; ++s)
+      for (int c = 0; c < 64; c += 16)
+        for (int j = 0; j < 16; ++j)
+          acc[j] += p[s * len + i + c + j];
+  float t = 0;
+  for (float v : acc)
+    t += v;
+  return t;
+}
+
+template <int S>
+float sum_best(const float* p, std::size_t n, std::size_t pf) {
+#if TPULLM_X86
+  const auto& f = kernels::cpu_features();
+  if (f.avx512)
+    return sum_avx512<S>(p, n, pf);
+  if (f.avx2)
+    return sum_avx2<S>(p, n, pf);
+#endif
+  (void)pf;
+  return sum_portable<S>(p, n);
+}
+
+float sum_streams(int S, const float* p, std::size_t n, std::size_t pf) {
+  switch (S) {
+  case 1:
+    return sum_best<1>(p, n, pf);
+  case 2:
+    return sum_best<2>(p, n, pf);
+  case 4:
+    return sum_best<4>(p, n, pf);
+  default:
+    return sum_best<8>(p, n, pf);
+  }
+}
+
+struct ReadResult {
+  double best = 0, one_stream = 0;
+  std::string pattern;
+};
+
+ReadResult read_bandwidth_gbs(float* buf, std::size_t bytes, int threads) {
+  const std::size_t n = bytes / sizeof(float);
+  ReadResult r;
+  volatile float sink = 0;
+  for (int S : {1, 2, 4, 8})
+    for (std::size_t pf : {std::size_t{0}, std::size_t{256}, std::size_t{1024}})
+      for (int rep = 0; rep < 3; ++rep) {
+        const auto t0 = Clock::now();
+        float total = 0;
+        std::size_t read = 0;
+#pragma omp parallel num_threads(threads) reduction(+ : total, read)
+        {
+          const int t = omp_get_thread_num(), T = omp_get_num_threads();
+          const std::size_t chunk = n / T / (64 * 8) * (64 * 8);
+          total += sum_streams(S, buf + t * chunk, chunk, pf);
+          read += chunk / S / 64 * 64 * S * sizeof(float);
+        }
+        const double s = seconds_since(t0);
+        sink = sink + total;
+        const double gbs = static_cast<double>(read) / s / 1e9;
+        if (S == 1)
+          r.one_stream = std::max(r.one_stream, gbs);
+        if (gbs > r.best) {
+          r.best = gbs;
+          r.pattern = std::to_string(S) + (S == 1 ? " stream" : " streams") + "/thread, pf " +
+                      std::to_string(pf * sizeof(float) / 1024) + " KiB";
+        }
+      }
+  return r;
+}
+
+// Each function returns the flops (or ops) it performed; 16 independent accumulator chains.
+#if TPULLM_X86
+__attribute__((target("avx512f,fma"))) double fma_loop_avx512(std::int64_t iters, float* out) {
+  __m512 acc[16];
+  for (int i = 0; i < 16; ++i)
+    acc[i] = _mm512_set1_ps(static_cast<float>(i) * 1e-3f);
+  const __m512 a = _mm512_set1_ps(0.999999f), b = _mm512_set1_ps(1e-7f);
+  for (std::int64_t it = 0; it < iters; ++it)
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; ++i)
+      acc[i] = _mm512_fmadd_ps(acc[i], a, b);
+  __m512 s = acc[0];
+  for (int i = 1; i < 16; ++i)
+    s = _mm512_add_ps(s, acc[i]);
+  *out = _mm512_reduce_add_ps(s);
+  return static_cast<double>(iters) * 16 * 16 * 2;
+}
+
+__attribute__((target("avx2,fma"))) double fma_loop_avx2(std::int64_t iters, float* out) {
+  __m256 acc[12];
+  for (int i = 0; i < 12; ++i)
+    acc[i] = _mm256_set1_ps(static_cast<float>(i) * 1e-3f);
+  const __m256 a = _mm256_set1_ps(0.999999f), b = _mm256_set1_ps(1e-7f);
+  for (std::int64_t it = 0; it < iters; ++it)
+#pragma GCC unroll 12
+    for (int i = 0; i < 12; ++i)
+      acc[i] = _mm256_fmadd_ps(acc[i], a, b);
+  float t[8];
+  __m256 s = acc[0];
+  for (int i = 1; i < 12; ++i)
+    s = _mm256_add_ps(s, acc[i]);
+  _mm256_storeu_ps(t, s);
+  *out = t[0];
+  return static_cast<double>(iters) * 12 * 8 * 2;
+}
+
+__attribute__((target("avx512f,avx512bf16,avx512bw"))) double bf16_loop(std::int64_t iters,
+                                                                        float* out) {
+  __m512 acc[16];
+  for (int i = 0; i < 16; ++i)
+    acc[i] = _mm512_setzero_ps();
+  const __m512bh a = (__m512bh)_mm512_set1_epi16(0x3f80), b = (__m512bh)_mm512_set1_epi16(0x3300);
+  for (std::int64_t it = 0; it < iters; ++it)
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; ++i)
+      acc[i] = _mm512_dpbf16_ps(acc[i], a, b);
+  __m512 s = acc[0];
+  for (int i = 1; i < 16; ++i)
+    s = _mm512_add_ps(s, acc[i]);
+  *out = _mm512_reduce_add_ps(s);
+  return static_cast<double>(iters) * 16 * 32 * 2;
+}
+
+__attribute__((target("avx512f,avx512vnni,avx512bw"))) double vnni_loop(std::int64_t iters,
+                                                                        float* out) {
+  __m512i acc[16];
+  for (int i = 0; i < 16; ++i)
+    acc[i] = _mm512_setzero_si512();
+  const __m512i a = _mm512_set1_epi8(1), b = _mm512_set1_epi8(1);
+  for (std::int64_t it = 0; it < iters; ++it)
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; ++i)
+      acc[i] = _mm512_dpbusd_epi32(acc[i], a, b);
+  __m512i s = acc[0];
+  for (int i = 1; i < 16; ++i)
+    s = _mm512_add_epi32(s, acc[i]);
+  *out = static_cast<float>(_mm512_reduce_add_epi32(s));
+  return static_cast<double>(iters) * 16 * 64 * 2;
+}
+
+/// The 64-byte LDTILECFG operand: palette 1, tiles 0-7 all 16 rows x 64 bytes.
+struct alignas(64) AmxConfig {
+  std::uint8_t palette = 1, start_row = 0, reserved[14] = {};
+  std::uint16_t colsb[16] = {};
+  std::uint8_t rows[16] = {};
+};
+
+__attribute__((target("amx-tile,amx-bf16"))) double amx_bf16_loop(std::int64_t iters, float* out) {
+  AmxConfig cfg;
+  for (int i = 0; i < 8; ++i) {
+    cfg.colsb[i] = 64;
+    cfg.rows[i] = 16;
+  }
+  alignas(64) static thread_local std::uint16_t src[16 * 32];
+  alignas(64) static thread_local float dst[16 * 16];
+  for (auto& v : src)
+    v = 0x3c00; // bf16 2^-7: sums stay finite and normal
+  _tile_loadconfig(&cfg);
+  _tile_zero(0);
+  _tile_zero(1);
+  _tile_zero(2);
+  _tile_zero(3);
+  _tile_loadd(4, src, 64);
+  _tile_loadd(5, src, 64);
+  _tile_loadd(6, src, 64);
+  _tile_loadd(7, src, 64);
+  for (std::int64_t it = 0; it < iters; ++it) {
+    _tile_dpbf16ps(0, 4, 6);
+    _tile_dpbf16ps(1, 4, 7);
+    _tile_dpbf16ps(2, 5, 6);
+    _tile_dpbf16ps(3, 5, 7);
+  }
+  _tile_stored(0, dst, 64);
+  _tile_release();
+  *out = dst[0];
+  return static_cast<double>(iters) * 4 * 16 * 16 * 32 * 2;
+}
+
+__attribute__((target("amx-tile,amx-int8"))) double amx_int8_loop(std::int64_t iters, float* out) {
+  AmxConfig cfg;
+  for (int i = 0; i < 8; ++i) {
+    cfg.colsb[i] = 64;
+    cfg.rows[i] = 16;
+  }
+  alignas(64) static thread_local std::int8_t src[16 * 64];
+  alignas(64) static thread_local std::int32_t dst[16 * 16];
+  for (auto& v : src)
+    v = 1;
+  _tile_loadconfig(&cfg);
+  _tile_zero(0);
+  _tile_zero(1);
+  _tile_zero(2);
+  _tile_zero(3);
+  _tile_loadd(4, src, 64);
+  _tile_loadd(5, src, 64);
+  _tile_loadd(6, src, 64);
+  _tile_loadd(7, src, 64);
+  for (std::int64_t it = 0; it < iters; ++it) {
+    _tile_dpbssd(0, 4, 6);
+    _tile_dpbssd(1, 4, 7);
+    _tile_dpbssd(2, 5, 6);
+    _tile_dpbssd(3, 5, 7);
+  }
+  _tile_stored(0, dst, 64);
+  _tile_release();
+  *out = static_cast<float>(dst[0]);
+  return static_cast<double>(iters) * 4 * 16 * 16 * 64 * 2;
+}
+#endif
+
+using Loop = double (*)(std::int64_t, float*);
+
+double peak_g(Loop loop, int threads, std::int64_t iters = 20'000'000) {
+  double best = 0;
+  volatile float sink = 0;
+  for (int rep = 0; rep < 5; ++rep) {
+    double flops = 0;
+    float outs[64] = {};
+    const auto t0 = Clock::now();
+#pragma omp parallel num_threads(threads) reduction(+ : flops)
+    flops += loop(iters, &outs[omp_get_thread_num() % 64]);
+    const double s = seconds_since(t0);
+    sink = sink + outs[0];
+    best = std::max(best, flops / s / 1e9);
+  }
+  return best;
+}
+
+Ceilings& storage() {
+  static Ceilings c;
+  return c;
+}
+bool& measured() {
+  static bool m = false;
+  return m;
+}
+
+} // namespace
+
+long long dram_rotation_bytes() {
+  const long l3 = ::sysconf(_SC_LEVEL3_CACHE_SIZE);
+  const long long gib = 1LL << 30;
+  return std::clamp<long long>(2LL * std::max(0L, l3), gib, 4 * gib);
+}
+
+const Ceilings& measure_ceilings() {
+  Ceilings& c = storage();
+  const auto& f = kernels::cpu_features();
+  const auto bytes = static_cast<std::size_t>(dram_rotation_bytes());
+  float* buf = static_cast<float*>(std::aligned_alloc(4096, bytes));
+  if (buf) {
+#pragma omp parallel for num_threads(2) schedule(static)
+    for (std::size_t i = 0; i < bytes / sizeof(float); ++i)
+      buf[i] = 1.0f;
+    const ReadResult r1 = read_bandwidth_gbs(buf, bytes, 1);
+    const ReadResult r2 = read_bandwidth_gbs(buf, bytes, 2);
+    c.read_gbs_1t = r1.best;
+    c.read_best_1t = r1.pattern;
+    c.read1_gbs_1t = r1.one_stream;
+    c.read_gbs_2t = r2.best;
+    c.read_best_2t = r2.pattern;
+    c.read1_gbs_2t = r2.one_stream;
+    std::free(buf);
+  }
+#if TPULLM_X86
+  const Loop fma = f.avx512 ? fma_loop_avx512 : f.avx2 ? fma_loop_avx2 : nullptr;
+  if (fma) {
+    c.f32_gflops_1t = peak_g(fma, 1);
+    c.f32_gflops_2t = peak_g(fma, 2);
+  }
+  if (f.avx512_bf16)
+    c.bf16_gflops_2t = peak_g(bf16_loop, 2);
+  if (f.avx512_vnni)
+    c.int8_gops_2t = peak_g(vnni_loop, 2);
+  c.amx = f.amx;
+  if (f.amx) {
+    c.amx_bf16_gflops_1t = peak_g(amx_bf16_loop, 1, 2'000'000);
+    c.amx_bf16_gflops_2t = peak_g(amx_bf16_loop, 2, 2'000'000);
+    c.amx_int8_gops_1t = peak_g(amx_int8_loop, 1, 2'000'000);
+    c.amx_int8_gops_2t = peak_g(amx_int8_loop, 2, 2'000'000);
+  }
+#else
+  (void)f;
+#endif
+  measured() = true;
+  return c;
+}
+
+const Ceilings& ceilings() {
+  if (!measured())
+    measure_ceilings();
+  return storage();
+}
+
+void disable_ceilings() {
+  storage() = Ceilings{};
+  measured() = true;
+}
+
+void print_ceilings(const Ceilings& c) {
+  std::printf("tpullm machine ceilings (isa %s)\n",
+              std::string(kernels::isa_name(kernels::cpu_features().best())).c_str());
+  std::printf("  read bandwidth   1 thread %8.1f GB/s    2 threads %8.1f GB/s   "
+              "(best pattern: %s | %s; %.1f GiB buffer)\n",
+              c.read_gbs_1t, c.read_gbs_2t, c.read_best_1t.c_str(), c.read_best_2t.c_str(),
+              static_cast<double>(dram_rotation_bytes()) / (1 << 30));
+  std::printf("  read, 1 stream   1 thread %8.1f GB/s    2 threads %8.1f GB/s   (not a ceiling: "
+              "one sequential stream per thread)\n",
+              c.read1_gbs_1t, c.read1_gbs_2t);
+  std::printf("  f32 FMA peak     1 thread %8.1f GFLOP/s 2 threads %8.1f GFLOP/s\n",
+              c.f32_gflops_1t, c.f32_gflops_2t);
+  std::printf("  bf16 vdpbf16ps                              2 threads %8.1f GFLOP/s\n",
+              c.bf16_gflops_2t);
+  std::printf("  int8 vpdpbusd                               2 threads %8.1f GOP/s\n",
+              c.int8_gops_2t);
+  if (c.amx) {
+    std::printf("  AMX bf16 peak    1 thread %8.1f GFLOP/s 2 threads %8.1f GFLOP/s\n",
+                c.amx_bf16_gflops_1t, c.amx_bf16_gflops_2t);
+    std::printf("  AMX int8 peak    1 thread %8.1f GOP/s   2 threads %8.1f GOP/s\n",
+                c.amx_int8_gops_1t, c.amx_int8_gops_2t);
+  } else {
+    std::printf("  AMX: not available on this CPU (%s); AMX benchmarks report themselves "
+                "skipped\n",
+                kernels::cpu_features().amx_cpuid ? "CPUID has AMX, the OS did not grant tile data"
+                                                  : "no AMX in CPUID");
+  }
+  std::fflush(stdout);
+}
+
+double ceiling_value(Ceiling which, int threads) {
+  const Ceilings& c = ceilings();
+  const bool two = threads >= 2;
+  switch (which) {
+  case Ceiling::read:
+    return (two ? c.read_gbs_2t : c.read_gbs_1t) * 1e9;
+  case Ceiling::f32_fma:
+    return (two ? c.f32_gflops_2t : c.f32_gflops_1t) * 1e9;
+  case Ceiling::amx_bf16:
+    return (two ? c.amx_bf16_gflops_2t : c.amx_bf16_gflops_1t) * 1e9;
+  case Ceiling::amx_int8:
+    return (two ? c.amx_int8_gops_2t : c.amx_int8_gops_1t) * 1e9;
+  }
+  return 0;
+}
+
+} // namespace tpullm::machine

@@ -1,0 +1,264 @@
+// tpullm bench FILE.bundle: prefill and decode speed of a bundle against this machine's
+// ceilings measured in the same run (docs/cli.md "tpullm bench").
+#include <algorithm>
+#include <chrono>
+#include <fstream>
+#include <iomanip>
+#include <iostream>
+#include <set>
+
+#include <nlohmann/json.hpp>
+
+#include "command.hpp"
+#include "tpullm/kernels/cpu_features.hpp"
+#include "tpullm/runtime/engine.hpp"
+#include "tpullm/support/ceilings.hpp"
+
+namespace tpullm::cli {
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+double since(clock_type::time_point t0) {
+  return std::chrono::duration<double>(clock_type::now() - t0).count();
+}
+
+/// A field of /proc/self/status in bytes ("VmHWM", "VmRSS"), 0 when unavailable.
+std::int64_t proc_status_bytes(const std::string& key) {
+  std::ifstream f("/proc/self/status");
+  std::string line;
+  while (std::getline(f, line))
+    if (line.rfind(key + ":", 0) == 0)
+      return std::stoll(line.substr(key.size() + 1)) * 1024;
+  return 0;
+}
+
+/// Resets the peak resident set size to the current one (Linux clear_refs 5): the ceilings'
+/// 1+ GiB read buffer must not count as the bundle's memory. False when the kernel refuses.
+bool reset_peak_rss() {
+  std::ofstream f("/proc/self/clear_refs");
+  f << "5";
+  f.flush();
+  return static_cast<bool>(f);
+}
+
+std::string cpu_model() {
+  std::ifstream f("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(f, line))
+    if (line.rfind("model name", 0) == 0)
+      return line.substr(line.find(':') + 2);
+  return "unknown";
+}
+
+/// Deterministic prompt ids spread over the vocabulary.
+std::vector<std::int32_t> prompt_ids(std::int64_t n, std::int64_t vocab) {
+  std::vector<std::int32_t> p(static_cast<std::size_t>(n));
+  std::uint64_t x = 0x9e3779b97f4a7c15ull;
+  for (auto& t : p) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    t = static_cast<std::int32_t>(x % static_cast<std::uint64_t>(vocab));
+  }
+  return p;
+}
+
+/// Bytes of weights one decode step reads: every weight of the decode functions of variant S
+/// and of lm_head, the embedding table counted as one row.
+std::int64_t decode_weight_bytes(const bundle::Bundle& b, std::int64_t S) {
+  std::set<std::string> names;
+  std::int64_t bytes = 0;
+  const auto& m = b.model();
+  for (const auto& p : b.programs()) {
+    const bool use = (p.info.stage == ir::StageKind::decode && p.name.size() > 0 &&
+                      p.name.substr(p.name.rfind('_') + 1) == std::to_string(S)) ||
+                     p.info.stage == ir::StageKind::lm_head || p.name == "embedding_cache";
+    if (!use)
+      continue;
+    for (const auto& in : p.instrs)
+      for (const auto& r : in.operands)
+        if (r.buffer.region == ir::Region::weight && names.insert(r.weight).second) {
+          if (in.kind() == ir::OpKind::tpu_Embedding)
+            bytes += r.type.byte_size() / std::max<std::int64_t>(1, m.vocab);
+          else
+            for (const auto& w : b.weights())
+              if (w.name == r.weight)
+                for (const auto& part : w.parts)
+                  bytes += static_cast<std::int64_t>(part.bytes.size());
+        }
+  }
+  return bytes;
+}
+
+} // namespace
+
+int cmd_bench(const std::vector<std::string>& args) {
+  std::string file, prompts_text = "128,512", contexts_text = "128,1024", json_path;
+  std::int64_t cores = 0, repeat = 3, decode_steps = 16;
+  bool json = false;
+  po::options_description o("tpullm bench FILE.bundle [--prompt 128,512] [--context 128,1024] "
+                            "[--json]");
+  o.add_options()("help,h", "show this help")("bundle", po::value(&file)->required(),
+                                              "bundle file (from tpullm compile)")(
+      "prompt", po::value(&prompts_text)->default_value(prompts_text),
+      "prompt lengths to time prefill at (tokens/s, time to first token)")(
+      "context", po::value(&contexts_text)->default_value(contexts_text),
+      "history lengths to time decode at (tokens/s, fraction of the read roofline)")(
+      "decode-steps", po::value(&decode_steps)->default_value(decode_steps),
+      "decode steps timed at each context")("repeat", po::value(&repeat)->default_value(repeat),
+                                            "repetitions; the best is reported")(
+      "threads", po::value(&cores)->default_value(0), "cores (0: the bundle target's)")(
+      "json", po::bool_switch(&json), "print one JSON object (docs/cli.md) instead of a table");
+  po::positional_options_description pos;
+  pos.add("bundle", 1);
+  po::variables_map vm;
+  po::store(po::command_line_parser(args).options(o).positional(pos).run(), vm);
+  if (vm.count("help")) {
+    std::cout << o;
+    return kOk;
+  }
+  po::notify(vm);
+  check(repeat >= 1 && decode_steps >= 1 && cores >= 0, ErrorKind::invalid_input, "bench",
+        "--repeat and --decode-steps must be >= 1, --threads >= 0");
+  const auto prompts = parse_id_list<std::int64_t>(prompts_text, "--prompt");
+  const auto contexts = parse_id_list<std::int64_t>(contexts_text, "--context");
+
+  // Open (and validate) first: a bad bundle is refused before seconds of measuring.
+  auto opened = bundle::Bundle::open(file);
+  const auto& m = opened->model();
+  for (auto p : prompts)
+    check(p >= 1 && p <= m.params.seq_length, ErrorKind::invalid_input, "--prompt", "length ", p,
+          " is outside [1, seq_length = ", m.params.seq_length, "]");
+  for (auto c : contexts)
+    check(c >= 1 && c + decode_steps <= m.params.seq_length, ErrorKind::invalid_input, "--context",
+          "context ", c, " + ", decode_steps, " decode steps exceeds the bundle's seq_length ",
+          m.params.seq_length);
+
+  std::cerr << "measuring this machine's ceilings (a few seconds)...\n";
+  const machine::Ceilings& ceil = machine::measure_ceilings();
+  const bool hwm_reset = reset_peak_rss();
+  const std::int64_t rss_before = proc_status_bytes("VmRSS");
+
+  runtime::Engine engine(opened, cores);
+  const std::int64_t threads = cores > 0 ? cores : opened->target().cores;
+  runtime::Session& s = engine.session();
+  const double read_bw = (threads >= 2 ? ceil.read_gbs_2t : ceil.read_gbs_1t) * 1e9;
+  const double fma = (threads >= 2 ? ceil.f32_gflops_2t : ceil.f32_gflops_1t) * 1e9;
+  const double params = static_cast<double>(
+      m.layers * (m.hidden * (m.heads + 2 * m.kv_heads) * m.head_dim +
+                  m.heads * m.head_dim * m.hidden + 3 * m.hidden * m.intermediate) +
+      m.vocab * m.hidden);
+
+  nlohmann::ordered_json out;
+  out["machine"] = {{"cpu", cpu_model()},
+                    {"threads", threads},
+                    {"isa", std::string(kernels::isa_name(kernels::cpu_features().best()))},
+                    {"amx", ceil.amx}};
+  out["ceilings"] = {{"read_gbs", read_bw / 1e9},
+                     {"read_pattern", threads >= 2 ? ceil.read_best_2t : ceil.read_best_1t},
+                     {"f32_fma_gflops", fma / 1e9},
+                     {"bf16_dot_gflops", ceil.bf16_gflops_2t},
+                     {"amx_bf16_gflops", ceil.amx_bf16_gflops_2t}};
+  out["bundle"] = {{"file", file},
+                   {"bytes", opened->file_bytes()},
+                   {"mode", m.mode},
+                   {"family", m.family},
+                   {"source", m.source},
+                   {"seq_length", m.params.seq_length},
+                   {"max_input_length", m.params.max_input_length},
+                   {"linear_parameters", params},
+                   {"kv_cache_bytes", opened->kv().bytes()}};
+
+  nlohmann::ordered_json pre = nlohmann::ordered_json::array();
+  for (auto P : prompts) {
+    const auto ids = prompt_ids(P, m.vocab);
+    double best = 1e300;
+    for (std::int64_t r = 0; r < repeat; ++r) {
+      s.reset();
+      const auto t0 = clock_type::now();
+      auto logits = s.prefill(ids, false);
+      best = std::min(best, since(t0));
+      print_progress("prefill of " + std::to_string(P) + " tokens", static_cast<std::size_t>(r + 1),
+                     static_cast<std::size_t>(repeat));
+    }
+    const double flops = 2 * params * static_cast<double>(P) / best;
+    pre.push_back({{"prompt", P},
+                   {"tokens_per_s", static_cast<double>(P) / best},
+                   {"seconds", best},
+                   {"time_to_first_token_ms", best * 1e3},
+                   {"gflops", flops / 1e9},
+                   {"fma_peak_frac", fma > 0 ? flops / fma : 0}});
+  }
+  nlohmann::ordered_json dec = nlohmann::ordered_json::array();
+  for (auto C : contexts) {
+    double best = 1e300;
+    for (std::int64_t r = 0; r < repeat; ++r) {
+      s.reset();
+      const auto ids = prompt_ids(C, m.vocab);
+      (void)s.prefill(ids, false);
+      std::int32_t tok = ids.back();
+      const auto t0 = clock_type::now();
+      for (std::int64_t k = 0; k < decode_steps; ++k) {
+        auto l = s.decode(tok);
+        tok = static_cast<std::int32_t>(std::max_element(l.begin(), l.end()) - l.begin());
+      }
+      best = std::min(best, since(t0) / static_cast<double>(decode_steps));
+      print_progress("decode at context " + std::to_string(C), static_cast<std::size_t>(r + 1),
+                     static_cast<std::size_t>(repeat));
+    }
+    // Bytes one step reads: the weights of its variant and the valid KV history (mid-run).
+    const std::int64_t S = s.decode_length_for(C + decode_steps / 2);
+    const double kv = 2.0 * static_cast<double>(m.layers) *
+                      static_cast<double>(C + decode_steps / 2) *
+                      static_cast<double>(opened->kv().row_bytes);
+    const double bytes = static_cast<double>(decode_weight_bytes(*opened, S)) + kv;
+    dec.push_back({{"context", C},
+                   {"variant", S},
+                   {"tokens_per_s", 1 / best},
+                   {"ms_per_token", best * 1e3},
+                   {"bytes_per_token", bytes},
+                   {"gbs", bytes / best / 1e9},
+                   {"roofline_frac", read_bw > 0 ? bytes / best / read_bw : 0}});
+  }
+  out["prefill"] = pre;
+  out["decode"] = dec;
+  const std::int64_t peak = proc_status_bytes("VmHWM");
+  const std::int64_t budget = opened->file_bytes() + opened->kv().bytes() + (64ll << 20);
+  out["memory"] = {{"peak_rss_bytes", peak},
+                   {"rss_before_load_bytes", rss_before},
+                   {"peak_reset_after_ceilings", hwm_reset},
+                   {"budget_bytes", budget},
+                   {"within_budget", peak <= budget}};
+  if (json) {
+    std::cout << out.dump(2) << "\n";
+    return kOk;
+  }
+  std::cout << std::fixed << std::setprecision(1) << "machine: " << cpu_model() << ", " << threads
+            << " threads; read " << read_bw / 1e9 << " GB/s ("
+            << out["ceilings"]["read_pattern"].get<std::string>() << "), f32 FMA " << fma / 1e9
+            << " GFLOP/s\n"
+            << "bundle: " << file << " (" << m.family << ", mode " << m.mode << ", "
+            << opened->file_bytes() / (1 << 20) << " MiB)\n\n"
+            << "prefill  prompt  tokens/s   TTFT ms   GFLOP/s  of FMA peak\n";
+  for (const auto& p : pre)
+    std::cout << "         " << std::setw(6) << p["prompt"].get<std::int64_t>() << std::setw(10)
+              << p["tokens_per_s"].get<double>() << std::setw(10)
+              << p["time_to_first_token_ms"].get<double>() << std::setw(10)
+              << p["gflops"].get<double>() << std::setw(12) << std::setprecision(3)
+              << p["fma_peak_frac"].get<double>() << std::setprecision(1) << "\n";
+  std::cout << "decode   context tokens/s  ms/token  MB/token  GB/s    of read roofline\n";
+  for (const auto& d : dec)
+    std::cout << "         " << std::setw(6) << d["context"].get<std::int64_t>() << std::setw(10)
+              << d["tokens_per_s"].get<double>() << std::setw(10) << std::setprecision(2)
+              << d["ms_per_token"].get<double>() << std::setw(10) << std::setprecision(1)
+              << d["bytes_per_token"].get<double>() / 1e6 << std::setw(8) << d["gbs"].get<double>()
+              << std::setw(10) << std::setprecision(3) << d["roofline_frac"].get<double>()
+              << std::setprecision(1) << "\n";
+  std::cout << "peak resident memory " << peak / (1 << 20)
+            << " MiB (bundle + KV cache + 64 MiB = " << budget / (1 << 20)
+            << " MiB: " << (peak <= budget ? "within" : "OVER") << ")"
+            << (hwm_reset ? "" : " [could not reset the peak after measuring ceilings]") << "\n";
+  return kOk;
+}
+
+} // namespace tpullm::cli
