@@ -5,9 +5,15 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 "$root/scripts/install-deps.sh"
 "$root/scripts/build.sh" "$root/build"
+model="$root/tests/data/models/qwen2-tied-bias"
+bundle="$root/build/qwen2-tied-bias.bundle"
 echo
-echo "== main job: tpullm-opt on the bundled Transformer block (examples/block.tir) =="
-"$root/build/tools/tpullm-opt" "$root/examples/block.tir" --pass-pipeline=canonicalize,cse,dce --timing
+echo "== main job: compile the bundled qwen2 checkpoint into one bundle =="
+"$root/build/tools/tpullm" compile "$model" -o "$bundle" --seq-length 512 --max-input-length 64 \
+  --decode-chunks 256,128
 echo
-echo "== main job: import a bundled checkpoint and check its Top modules against transformers =="
-"$root/build/tools/tpullm" verify "$root/tests/data/models/qwen2-tied-bias" --level top
+echo "== main job: generate 24 tokens from the bundle (greedy) =="
+"$root/build/tools/tpullm" run "$bundle" --prompt-ids 17,300,42,7,256,99 -n 24
+echo
+echo "== main job: the same path checked against transformers' logits =="
+"$root/build/tools/tpullm" verify "$model" --level bundle
