@@ -1,7 +1,10 @@
 // libFuzzer target: arbitrary bytes as `.tir` text. The parser must return a module or throw a
 // DiagnosticError located in the input; a module that verifies must print, re-parse and print
-// identically (any failure there traps).
+// identically, and the standard pipeline (canonicalize, cse, dce, verifying after each pass) must
+// either succeed or refuse with tpullm::Error. Any other exception, crash or sanitizer report
+// (e.g. signed overflow in shape arithmetic) is a bug.
 #include "tpullm/ir/ir.hpp"
+#include "tpullm/pass/pass_manager.hpp"
 
 #include <cstddef>
 #include <cstdint>
@@ -28,6 +31,12 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       __builtin_trap(); // round trip changed the text
   } catch (const tpullm::DiagnosticError&) {
     __builtin_trap(); // printed text of a valid module must parse
+  }
+  try {
+    tpullm::pass::PassManager pm;
+    pm.add_pipeline("canonicalize,cse,dce");
+    pm.run(*m);
+  } catch (const tpullm::Error&) {
   }
   return 0;
 }
