@@ -65,9 +65,11 @@ inline ScenarioReport run_scenario(runtime::Session& s, const std::string& name,
 }
 } // namespace detail
 
-/// Runs scenarios a, b (continuing a's cache) and c (fresh) on `session`.
+/// Runs scenarios a, b (continuing a's cache) and c (fresh) on `session`. Throws
+/// Error(invalid_input) naming "--rel-tol" unless rel_tol is finite and > 0.
 inline std::vector<ScenarioReport>
 check_goldens(runtime::Session& session, const frontend::Goldens& g, float rel_tol = 1e-4f) {
+  frontend::check_rel_tol(rel_tol);
   std::vector<ScenarioReport> out;
   session.reset();
   out.push_back(detail::run_scenario(session, "a", g.a, rel_tol));
