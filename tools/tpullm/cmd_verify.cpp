@@ -7,6 +7,7 @@
 
 #include "command.hpp"
 #include "tpullm/compiler/compiler.hpp"
+#include "tpullm/frontend/memory_estimate.hpp"
 #include "tpullm/frontend/stage_builder.hpp"
 #include "tpullm/runtime/compiled_stages.hpp"
 #include "tpullm/runtime/interpreter_executor.hpp"
@@ -36,6 +37,7 @@ bool print_reports(const std::vector<verify::ScenarioReport>& reports) {
 int cmd_verify(const std::vector<std::string>& args) {
   std::string model, level = "top", goldens, target_file;
   float rel_tol = 1e-4f;
+  bool no_mmap = false;
   frontend::StageParams params;
   compiler::CompileOptions copts;
   po::options_description o("tpullm verify MODEL_DIR --level top|tpu [--goldens FILE]");
@@ -46,7 +48,7 @@ int cmd_verify(const std::vector<std::string>& args) {
       "executor)")("goldens", po::value(&goldens),
                    "goldens.safetensors (default: MODEL_DIR/goldens.safetensors)")(
       "rel-tol", po::value(&rel_tol)->default_value(1e-4f, "1e-4"),
-      "bound: |ours - golden| <= rel-tol * max|golden| per logits tensor")(
+      "bound: |ours - golden| <= rel-tol * max|golden| per logits tensor (finite, > 0)")(
       "mode", po::value(&copts.lower.mode)->default_value("f32"),
       "tpu level: weight dtype of linear and MLP layers (f32, bf16, f16)")(
       "target", po::value(&target_file), "tpu level: target JSON file (default: this machine)")(
@@ -57,14 +59,25 @@ int cmd_verify(const std::vector<std::string>& args) {
       "tpu level: force layer-group tiles of this many rows (0: the cost model decides)")(
       "no-layer-groups", po::bool_switch()->notifier([&](bool v) { copts.layer_groups = !v; }),
       "tpu level: no layer groups (core splits only)");
+  o.add(input_options(no_mmap));
   if (!parse_model_command(args, o, params))
     return kOk;
+  frontend::check_rel_tol(rel_tol);
   if (level != "top" && level != "tpu")
     throw Error(ErrorKind::unsupported, "--level",
                 "must be 'top' or 'tpu' (got '" + level + "'); 'bundle' comes with the bundle");
   const auto t0 = std::chrono::steady_clock::now();
-  const auto desc = frontend::load_model(model);
-  const auto g = frontend::load_goldens(goldens.empty() ? fs::path(model) : fs::path(goldens));
+  frontend::LoadOptions load;
+  load.access = no_mmap ? FileAccess::read : FileAccess::map;
+  const auto desc = frontend::load_model(model, load);
+  params.validate(desc.dims.max_position);
+  frontend::check_memory(frontend::estimate_memory(desc, params,
+                                                   level == "top" ? frontend::Workload::interpret
+                                                                  : frontend::Workload::build,
+                                                   load.access),
+                         params, desc);
+  const auto g =
+      frontend::load_goldens(goldens.empty() ? fs::path(model) : fs::path(goldens), load.access);
   check(g.vocab == desc.dims.vocab, ErrorKind::invalid_input, goldens.empty() ? model : goldens,
         "goldens have vocabulary ", g.vocab, " but the model has ", desc.dims.vocab);
   const runtime::SessionDims dims{desc.dims.layers, desc.dims.hidden, desc.dims.kv_heads,
