@@ -203,7 +203,11 @@ int run(int argc, char** argv) {
     std::string_view why = e.message();
     if (why.substr(0, open_failed.size()) == open_failed)
       why.remove_prefix(open_failed.size());
-    std::cerr << file << ": error: cannot open input file: " << why << "\n";
+    std::cerr << file << ": error: cannot open input file: " << why
+              << (why.find("not a regular file") != std::string_view::npos
+                      ? " (to read a pipe, redirect it to standard input and give '-')"
+                      : "")
+              << "\n";
     return kExitInvalid;
   }
 

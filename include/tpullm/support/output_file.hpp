@@ -204,11 +204,13 @@ public:
     open_staging();
   }
 
+  /// Takes over `o`'s staged output (`o` is left committed-or-discarded, owning nothing).
   OutputFile(OutputFile&& o) noexcept
       : target_(std::move(o.target_)), staging_(std::exchange(o.staging_, {})),
         options_(o.options_), fd_(std::move(o.fd_)), buf_(std::move(o.buf_)), os_(std::move(o.os_)),
         direct_(o.direct_), keep_mode_(o.keep_mode_), mode_(o.mode_),
         done_(std::exchange(o.done_, true)), committed_(o.committed_) {}
+  /// Discards this output, then takes over `o`'s.
   OutputFile& operator=(OutputFile&& o) noexcept {
     if (this != &o) {
       discard();
@@ -396,6 +398,7 @@ public:
                                             "': " + detail::errno_text(e));
   }
 
+  /// Takes over `o`'s staging directory.
   OutputDirectory(OutputDirectory&& o) noexcept
       : target_(std::move(o.target_)), staging_(std::exchange(o.staging_, {})),
         marker_(std::move(o.marker_)), options_(o.options_),
