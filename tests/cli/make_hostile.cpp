@@ -112,6 +112,10 @@ void make(const fs::path& out, const fs::path& models) {
     write_file(out / d / "stale.tir", "from an earlier import with other settings\n");
   }
   fs::create_symlink(fs::absolute(out / "victim.txt"), out / "earlier-import" / "block_0.tir");
+  fs::create_directories(out / "earlier-model");
+  write_file(out / "earlier-model" / ".tpullm-make-model", "marker\n");
+  write_file(out / "earlier-model" / "stale.txt", "from an earlier make-model\n");
+  fs::create_symlink(fs::absolute(out / "victim.txt"), out / "earlier-model" / "model.safetensors");
 }
 
 } // namespace
