@@ -54,6 +54,10 @@ void make(const fs::path& out, const fs::path& models) {
   hostile::write_model_with_config(llama, out / "model-huge-positions",
                                    [](auto& c) { c["max_position_embeddings"] = 2147483648LL; });
 
+  // Target files for verify --level tpu --target.
+  write_file(out / "target-bad-cores.json", R"({"cores": -1})");
+  write_file(out / "target-not-json.json", "{\"cores\": ");
+
   // IR inputs.
   write_file(out / "valid.tir", kValid);
   write_file(out / "inplace.tir", kValid);

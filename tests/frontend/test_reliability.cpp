@@ -13,6 +13,7 @@
 #include "tpullm/support/mapped_file.hpp"
 #include "tpullm/support/output_file.hpp"
 #include "tpullm/support/tool_main.hpp"
+#include "tpullm/target/target.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -87,6 +88,7 @@ TEST_CASE("readers refuse FIFOs, directories and devices without blocking", "[re
   REQUIRE_THROWS_WITH(load_goldens(t / "fifo"), Contains("is a FIFO"));
   REQUIRE_THROWS_WITH(read_text_file(t / "fifo"), Contains("is a FIFO"));
   REQUIRE_THROWS_WITH(ir::text::parse_file(t / "fifo"), Contains("is a FIFO"));
+  REQUIRE_THROWS_WITH(target::load_target(t / "fifo"), Contains("is a FIFO"));
   CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(10));
   REQUIRE_THROWS_WITH(open_regular_file(t.path), Contains("is a directory"));
   REQUIRE_THROWS_WITH(read_regular_file("/dev/null"), Contains("is a character device"));

@@ -66,6 +66,8 @@ int cmd_verify(const std::vector<std::string>& args) {
   if (level != "top" && level != "tpu")
     throw Error(ErrorKind::unsupported, "--level",
                 "must be 'top' or 'tpu' (got '" + level + "'); 'bundle' comes with the bundle");
+  if (!target_file.empty())
+    copts.target = target::load_target(target_file); // a bad target file fails before the work
   const auto t0 = std::chrono::steady_clock::now();
   frontend::LoadOptions load;
   load.access = no_mmap ? FileAccess::read : FileAccess::map;
@@ -90,8 +92,6 @@ int cmd_verify(const std::vector<std::string>& args) {
     runtime::Session session(exec, dims, params);
     reports = verify::check_goldens(session, g, rel_tol);
   } else {
-    if (!target_file.empty())
-      copts.target = target::load_target(target_file);
     const auto cm = compiler::compile(frontend::build_top_modules(desc, params), copts);
     std::cerr << "compiled " << cm.programs.size() << " functions in " << std::fixed
               << std::setprecision(2) << cm.seconds << " s (mode " << copts.lower.mode
