@@ -409,7 +409,7 @@ TEST_CASE("memory is estimated up front and a huge --seq-length is refused",
   StageParams p;
   const double limit = 8.0 * (1ull << 30); // as if the machine had 8 GiB
   // The defaults fit easily.
-  for (auto w : {Workload::build, Workload::interpret})
+  for (auto w : {Workload::build, Workload::interpret, Workload::run})
     check_memory(estimate_memory(d, p, w), p, d, limit);
   p.seq_length = 2147483648LL;
   const auto e = estimate_memory(d, p, Workload::build);
@@ -428,5 +428,11 @@ TEST_CASE("memory is estimated up front and a huge --seq-length is refused",
   CHECK(b.weights == 0);
   CHECK(i.weights > 8.0 * 2 * 16 * 16 * 3); // at least the layers' linears in f64
   CHECK(estimate_memory(d, small, Workload::build, FileAccess::read).weights > 0);
+  // Running compiled programs holds the KV cache: it grows with --seq-length.
+  StageParams longer = small;
+  longer.seq_length = small.seq_length * 4;
+  CHECK(estimate_memory(d, longer, Workload::run).seq_length >
+        estimate_memory(d, small, Workload::run).seq_length +
+            2.0 * 2 * 3 * small.seq_length * 8 * 4);
   CHECK(memory_limit_bytes() > 0);
 }

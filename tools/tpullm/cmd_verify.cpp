@@ -75,7 +75,7 @@ int cmd_verify(const std::vector<std::string>& args) {
   params.validate(desc.dims.max_position);
   frontend::check_memory(frontend::estimate_memory(desc, params,
                                                    level == "top" ? frontend::Workload::interpret
-                                                                  : frontend::Workload::build,
+                                                                  : frontend::Workload::run,
                                                    load.access),
                          params, desc);
   const auto g =

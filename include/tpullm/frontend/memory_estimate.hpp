@@ -31,6 +31,8 @@ namespace tpullm::frontend {
 enum class Workload {
   build,     ///< builds (and writes) the Top modules: import, compile
   interpret, ///< also runs them in the f64 Top interpreter with a KV cache: verify --level top
+  run,       ///< compiles them to Tpu programs and runs them on the executor: verify --level tpu
+             ///< (weights converted once, f32 KV cache, f32 activations)
 };
 
 /// Estimated peak memory by cause, in bytes.
@@ -102,6 +104,14 @@ inline MemoryEstimate estimate_memory(const ModelDesc& d, const StageParams& p, 
       e.weights += static_cast<double>(shard.data_size());
   if (w == Workload::build)
     return e;
+  if (w == Workload::run) {
+    // Converted weights (at most f32 per element, shared by every stage program), the KV cache
+    // [seq, kv_heads, head_dim] f32 for k and v of every layer, and one call's activations.
+    e.weights += 4 * (layers * detail::layer_elements(m) + 2 * vocab * h + h);
+    e.seq_length += 2 * layers * seq * kv_dim * 4;
+    e.max_input_length += 4 * 4 * L * (3 * h + 3 * inter + 2 * kv_dim + vocab);
+    return e;
+  }
 
   // The interpreter widens every weight a module uses to f64, per module (block modules hold
   // their own copy of the layer weights and of the RoPE tables).
