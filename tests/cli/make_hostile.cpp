@@ -1,9 +1,10 @@
 // Builds the corpus of hostile inputs the CLI reliability tests run the tools on:
 //   tpullm-make-hostile OUT_DIR MODELS_DIR
 // OUT_DIR is recreated: FIFOs in place of files, goldens with non-finite logits, a GPTQ
-// checkpoint with BF16 scales, a config allowing 2^31 positions, overflowing and rank-0 .tir
-// modules, a 50000-rank module, a 20000-part --split-input-file input, files that must not
-// change (precious.tir, victim.txt) and earlier output directories.
+// checkpoint with BF16 scales, a config allowing 2^31 positions, broken target files,
+// overflowing and rank-0 .tir modules (Top and Tpu), a 50000-rank module, a 20000-part
+// --split-input-file input, files that must not change (precious.tir, victim.txt) and earlier
+// output directories of import and make-model with stale files and planted links.
 #include <sys/stat.h>
 
 #include <cmath>
@@ -65,6 +66,13 @@ void make(const fs::path& out, const fs::path& models) {
   write_file(out / "rank0.tir", R"(module @m {
   func @f(%a: tensor<f32>, %b: tensor<f32>) -> () {
     %0 = "top.MatMul"(%a, %b) {transpose_b = false} : (tensor<f32>, tensor<f32>) -> tensor<f32>
+    "builtin.Return"() : () -> ()
+  }
+}
+)");
+  write_file(out / "rank0-tpu.tir", R"(module @m {
+  func @f(%x: tensor<f32>) -> () {
+    %0 = "tpu.Softmax"(%x) : (tensor<f32>) -> tensor<f32>
     "builtin.Return"() : () -> ()
   }
 }
