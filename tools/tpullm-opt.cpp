@@ -1,11 +1,14 @@
 // tpullm-opt: reads a .tir module, verifies it, runs a pass pipeline and prints the result.
 // Exit codes: 0 success, 1 invalid IR or pipeline (diagnostics on stderr as
-// `file:line:col: error: message`), 2 usage errors.
+// `file:line:col: error: message`), an unreadable input or an output that cannot be written,
+// 2 usage errors and internal errors (docs/guarantees.md). `-o FILE` is replaced atomically and
+// only when every part succeeded; on failure it is left as it was.
 
-#include <fstream>
 #include <iostream>
+#include <optional>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <boost/program_options.hpp>
@@ -14,6 +17,9 @@
 #include "tpullm/ir/text/printer.hpp"
 #include "tpullm/ir/verifier.hpp"
 #include "tpullm/pass/pass_manager.hpp"
+#include "tpullm/support/input_file.hpp"
+#include "tpullm/support/output_file.hpp"
+#include "tpullm/support/tool_main.hpp"
 #include "tpullm/version.hpp"
 
 namespace po = boost::program_options;
@@ -30,37 +36,41 @@ void report(const Location& loc, const std::string& message, const std::string& 
   std::cerr << (loc.line > 0 ? loc.str() : file) << ": error: " << message << "\n";
 }
 
-/// One `// -----`-separated piece of the input and the line it starts on.
+/// One `// -----`-separated piece of the input (a view into it) and the line it starts on.
 struct Chunk {
-  std::string text;
+  std::string_view text;
   int first_line = 1;
 };
 
-/// Splits `text` at lines that are exactly `// -----` (surrounding blanks ignored).
-std::vector<Chunk> split_input(const std::string& text) {
-  std::vector<Chunk> chunks(1);
-  std::istringstream in(text);
-  std::string line;
-  int number = 0;
-  while (std::getline(in, line)) {
+/// Splits `text` at lines that are exactly `// -----` (surrounding blanks ignored), in one
+/// pass: linear in the size of the input whatever the number of pieces.
+std::vector<Chunk> split_input(std::string_view text) {
+  std::vector<Chunk> chunks;
+  std::size_t chunk_begin = 0, pos = 0;
+  int number = 0, first_line = 1;
+  while (pos < text.size()) {
+    const std::size_t nl = text.find('\n', pos);
+    const std::size_t end = nl == std::string_view::npos ? text.size() : nl;
+    const std::size_t next = nl == std::string_view::npos ? text.size() : nl + 1;
     ++number;
+    std::string_view line = text.substr(pos, end - pos);
     const auto b = line.find_first_not_of(" \t\r");
     const auto e = line.find_last_not_of(" \t\r");
-    if (b != std::string::npos && line.substr(b, e - b + 1) == kSplitMarker) {
-      chunks.push_back({"", number + 1});
-      continue;
+    if (b != std::string_view::npos && line.substr(b, e - b + 1) == kSplitMarker) {
+      chunks.push_back({text.substr(chunk_begin, pos - chunk_begin), first_line});
+      chunk_begin = next;
+      first_line = number + 1;
     }
-    chunks.back().text += line + "\n";
+    pos = next;
   }
+  chunks.push_back({text.substr(chunk_begin), first_line});
   return chunks;
 }
 
 /// Parses, verifies and transforms one chunk; appends its printed module to `out`.
 bool process(const Chunk& chunk, const std::string& file, pass::PassManager& pm, std::string& out) {
-  // Leading newlines keep the lexer's line numbers relative to the whole file.
-  const std::string text = std::string(chunk.first_line - 1, '\n') + chunk.text;
   try {
-    ir::Module m = ir::text::parse_module(text, file);
+    ir::Module m = ir::text::parse_module(chunk.text, file, chunk.first_line);
     const auto errs = ir::verify_module(m);
     for (const auto& e : errs)
       report(e.location(), e.message(), file);
@@ -88,9 +98,7 @@ void list_passes(std::ostream& os) {
   }
 }
 
-} // namespace
-
-int main(int argc, char** argv) {
+int run(int argc, char** argv) {
   std::string input = "-", output = "-", pipeline;
   std::vector<std::string> print_after;
   bool no_verify_each = false, verify_each = false, timing = false, split = false;
@@ -105,8 +113,9 @@ int main(int argc, char** argv) {
       "passes to run, comma separated, with options in braces, e.g. "
       "'canonicalize{max-iterations=4},cse,dce'")(
       "output,o", po::value<std::string>(&output)->default_value("-"),
-      "write the result to FILE ('-' = stdout)")("verify-each", po::bool_switch(&verify_each),
-                                                 "verify the IR after every pass (the default)")(
+      "write the result to FILE ('-' = stdout); FILE is replaced atomically, and only when "
+      "every part succeeded")("verify-each", po::bool_switch(&verify_each),
+                              "verify the IR after every pass (the default)")(
       "no-verify-each", po::bool_switch(&no_verify_each),
       "do not verify between passes (the parsed input is always verified)")(
       "print-after", po::value<std::vector<std::string>>(&print_after)->composing(),
@@ -126,7 +135,14 @@ int main(int argc, char** argv) {
 
   po::variables_map vm;
   try {
-    po::store(po::command_line_parser(argc, argv).options(all).positional(positional).run(), vm);
+    // No prefix guessing: a misspelt option is unknown, never taken for another one.
+    po::store(
+        po::command_line_parser(argc, argv)
+            .options(all)
+            .positional(positional)
+            .style(po::command_line_style::default_style & ~po::command_line_style::allow_guessing)
+            .run(),
+        vm);
     po::notify(vm);
     if (verify_each && no_verify_each)
       throw po::error("--verify-each and --no-verify-each are mutually exclusive");
@@ -135,7 +151,10 @@ int main(int argc, char** argv) {
     return kExitUsage;
   }
   if (vm.count("help")) {
-    std::cout << visible << "\nExit status: 0 success, 1 invalid IR or pipeline, 2 usage error.\n";
+    std::cout << visible
+              << "\nExit status: 0 success, 1 invalid IR or pipeline, 2 usage error.\n"
+                 "Exit status 1 also reports an unreadable input or an output that cannot be "
+                 "written\n(-o FILE is replaced only on success), 2 an internal error.\n";
     return 0;
   }
   if (vm.count("version")) {
@@ -169,20 +188,28 @@ int main(int argc, char** argv) {
       return kExitUsage;
     }
 
-  // Read the whole input.
-  std::stringstream buffer;
+  // Refuse a bad output path before any work; the file is only replaced on success.
+  std::optional<OutputFile> out_file;
+  if (output != "-")
+    out_file.emplace(output);
+
+  // Read the whole input (a FIFO, directory or device is refused without blocking).
   const std::string file = input == "-" ? "<stdin>" : input;
-  if (input == "-") {
-    buffer << std::cin.rdbuf();
-  } else {
-    std::ifstream in(input, std::ios::binary);
-    if (!in) {
-      std::cerr << input << ": error: cannot open input file\n";
-      return kExitInvalid;
-    }
-    buffer << in.rdbuf();
+  std::string text;
+  try {
+    text = input == "-" ? read_stdin() : read_regular_file(input);
+  } catch (const Error& e) {
+    constexpr std::string_view open_failed = "cannot open file: ";
+    std::string_view why = e.message();
+    if (why.substr(0, open_failed.size()) == open_failed)
+      why.remove_prefix(open_failed.size());
+    std::cerr << file << ": error: cannot open input file: " << why
+              << (why.find("not a regular file") != std::string_view::npos
+                      ? " (to read a pipe, redirect it to standard input and give '-')"
+                      : "")
+              << "\n";
+    return kExitInvalid;
   }
-  const std::string text = buffer.str();
 
   std::vector<Chunk> chunks = split ? split_input(text) : std::vector<Chunk>{{text, 1}};
   bool ok = true;
@@ -200,16 +227,22 @@ int main(int argc, char** argv) {
     result += out;
   }
 
-  if (output == "-") {
-    std::cout << result << std::flush;
-  } else {
-    std::ofstream out(output, std::ios::binary);
-    if (!(out << result)) {
-      std::cerr << output << ": error: cannot write output file\n";
-      return kExitInvalid;
-    }
+  if (!out_file) {
+    write_stdout(result);
+  } else if (ok) {
+    out_file->write(result);
+    out_file->commit();
   }
   if (timing)
     pm.print_timing(std::cerr);
   return ok ? 0 : kExitInvalid;
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  // Errors (an unwritable output is the usual one) exit 1, internal errors 2, never an abort.
+  return run_tool(
+      "tpullm-opt", [&] { return run(argc, argv); },
+      ExitCodes{kExitInvalid, kExitInvalid, kExitUsage});
 }

@@ -43,9 +43,8 @@ int main(int argc, char** argv) {
     tpullm::runtime::GenerateOptions g;
     g.stop.max_new_tokens = 16;
     std::cout << "generated:";
-    const auto r = engine.session().generate(prompt, g, [](std::int32_t t) {
-      std::cout << " " << t << std::flush;
-    });
+    const auto r = engine.session().generate(
+        prompt, g, [](std::int32_t t) { std::cout << " " << t << std::flush; });
     std::cout << "\nstopped: " << tpullm::runtime::to_string(r.reason) << " after "
               << r.tokens.size() << " tokens; time to first token " << r.prefill_seconds * 1e3
               << " ms\n";

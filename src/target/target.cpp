@@ -2,8 +2,6 @@
 #include "tpullm/target/target.hpp"
 
 #include <algorithm>
-#include <fstream>
-#include <sstream>
 
 #include <omp.h>
 #include <unistd.h>
@@ -11,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tpullm/support/error.hpp"
+#include "tpullm/support/input_file.hpp"
 
 namespace tpullm::target {
 
@@ -103,12 +102,10 @@ Target target_from_json(const std::string& text, Target t) {
 }
 
 Target load_target(const std::filesystem::path& file, Target base) {
-  std::ifstream in(file, std::ios::binary);
-  check(in.good(), ErrorKind::io, file.string(), "cannot open target file");
-  std::stringstream ss;
-  ss << in.rdbuf();
+  // A regular file of at most 1 MiB: a FIFO or a device is refused at once, never read.
+  const std::string text = read_regular_file(file, std::size_t{1} << 20);
   try {
-    return target_from_json(ss.str(), std::move(base));
+    return target_from_json(text, std::move(base));
   } catch (const Error& e) {
     throw e.within(file.string());
   }

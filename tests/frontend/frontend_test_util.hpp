@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <cstring>
@@ -183,7 +184,10 @@ struct TinyModel {
         const std::string p = name.substr(0, name.size() - std::string(".weight").size());
         const std::int64_t n = e.shape[0], k = e.shape[1];
         out[p + ".qweight"] = make_entry("I32", {k / 8, n}, seed++);
+        // Stored zero 7 (GPTQ v1: zero 8, symmetric); random nibbles could store 15, which
+        // is zero 16 and refused by load_model.
         out[p + ".qzeros"] = make_entry("I32", {k / group, n / 8}, seed++);
+        std::fill(out[p + ".qzeros"].bytes.begin(), out[p + ".qzeros"].bytes.end(), '\x77');
         out[p + ".scales"] = make_entry("F16", {k / group, n}, seed++);
         if (with_g_idx) {
           std::string g;

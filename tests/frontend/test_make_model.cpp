@@ -98,12 +98,26 @@ TEST_CASE("SafetensorsWriter refuses misuse, naming the file and tensor",
   REQUIRE_THROWS_WITH(w.finish(), Contains("tensor 'y': finished before all its bytes"));
   w.write("y", bytes_of(four));
   REQUIRE_THROWS_WITH(w.write("y", bytes_of(four)), Contains("after every declared tensor"));
+  CHECK_FALSE(std::filesystem::exists(t / "w.safetensors")); // staged until finish()
   w.finish();
   CHECK(SafetensorsFile::open(t / "w.safetensors").size() == 2);
 
   SafetensorsWriter bad(t / "no-such-dir" / "w.safetensors");
   bad.declare("x", DType::u8, {1});
-  REQUIRE_THROWS_WITH(bad.finish(), Contains("cannot create file"));
+  REQUIRE_THROWS_WITH(bad.finish(), Contains("cannot create a temporary file"));
+
+  // A failed write is reported, and an abandoned writer leaves the target as it was.
+  SafetensorsWriter full("/dev/full");
+  full.declare("x", DType::u8, {1});
+  full.write("x", bytes_of(std::string(1, 'x')));
+  REQUIRE_THROWS_WITH(full.finish(), Contains("/dev/full: write failed"));
+  fe_test::write_file(t / "kept.safetensors", "earlier");
+  {
+    SafetensorsWriter abandoned(t / "kept.safetensors");
+    abandoned.declare("x", DType::u8, {1});
+    abandoned.write("x", bytes_of(std::string(1, 'x')));
+  }
+  CHECK(fe_test::read_file(t / "kept.safetensors") == "earlier");
 }
 
 TEST_CASE("model presets have the real architectures' config.json and parameter counts",

@@ -112,7 +112,7 @@ int cmd_bench(const std::vector<std::string>& args) {
   po::positional_options_description pos;
   pos.add("bundle", 1);
   po::variables_map vm;
-  po::store(po::command_line_parser(args).options(o).positional(pos).run(), vm);
+  po::store(po::command_line_parser(args).options(o).positional(pos).style(kOptionStyle).run(), vm);
   if (vm.count("help")) {
     std::cout << o;
     return kOk;
@@ -206,6 +206,25 @@ int cmd_bench(const std::vector<std::string>& args) {
       print_progress("decode at context " + std::to_string(C), static_cast<std::size_t>(r + 1),
                      static_cast<std::size_t>(repeat));
     }
+    // Share of the decode wall time spent inside kernel calls (executor profiling on: every
+    // instruction timed), the rest being the executor's and the session's own work.
+    double kernel_share = 0;
+    {
+      s.reset();
+      const auto ids = prompt_ids(C, m.vocab);
+      (void)s.prefill(ids, false);
+      auto& ex = engine.executor();
+      ex.set_profiling(true);
+      ex.reset_stats();
+      std::int32_t tok = ids.back();
+      const auto t0 = clock_type::now();
+      for (std::int64_t k = 0; k < decode_steps; ++k) {
+        auto l = s.decode(tok);
+        tok = static_cast<std::int32_t>(std::max_element(l.begin(), l.end()) - l.begin());
+      }
+      kernel_share = ex.stats().kernel_seconds / since(t0);
+      ex.set_profiling(false);
+    }
     // Bytes one step reads: the weights of its variant and the valid KV history (mid-run).
     const std::int64_t S = s.decode_length_for(C + decode_steps / 2);
     const double kv = 2.0 * static_cast<double>(m.layers) *
@@ -218,7 +237,8 @@ int cmd_bench(const std::vector<std::string>& args) {
                    {"ms_per_token", best * 1e3},
                    {"bytes_per_token", bytes},
                    {"gbs", bytes / best / 1e9},
-                   {"roofline_frac", read_bw > 0 ? bytes / best / read_bw : 0}});
+                   {"roofline_frac", read_bw > 0 ? bytes / best / read_bw : 0},
+                   {"kernel_share", kernel_share}});
   }
   out["prefill"] = pre;
   out["decode"] = dec;
@@ -246,14 +266,15 @@ int cmd_bench(const std::vector<std::string>& args) {
               << p["time_to_first_token_ms"].get<double>() << std::setw(10)
               << p["gflops"].get<double>() << std::setw(12) << std::setprecision(3)
               << p["fma_peak_frac"].get<double>() << std::setprecision(1) << "\n";
-  std::cout << "decode   context tokens/s  ms/token  MB/token  GB/s    of read roofline\n";
+  std::cout
+      << "decode   context tokens/s  ms/token  MB/token  GB/s    of read roofline  in kernels\n";
   for (const auto& d : dec)
     std::cout << "         " << std::setw(6) << d["context"].get<std::int64_t>() << std::setw(10)
               << d["tokens_per_s"].get<double>() << std::setw(10) << std::setprecision(2)
               << d["ms_per_token"].get<double>() << std::setw(10) << std::setprecision(1)
               << d["bytes_per_token"].get<double>() / 1e6 << std::setw(8) << d["gbs"].get<double>()
               << std::setw(10) << std::setprecision(3) << d["roofline_frac"].get<double>()
-              << std::setprecision(1) << "\n";
+              << std::setw(18) << d["kernel_share"].get<double>() << std::setprecision(1) << "\n";
   std::cout << "peak resident memory " << peak / (1 << 20)
             << " MiB (bundle + KV cache + 64 MiB = " << budget / (1 << 20)
             << " MiB: " << (peak <= budget ? "within" : "OVER") << ")"

@@ -21,7 +21,7 @@ int cmd_inspect(const std::vector<std::string>& args) {
   po::positional_options_description pos;
   pos.add("bundle", 1);
   po::variables_map vm;
-  po::store(po::command_line_parser(args).options(o).positional(pos).run(), vm);
+  po::store(po::command_line_parser(args).options(o).positional(pos).style(kOptionStyle).run(), vm);
   if (vm.count("help")) {
     std::cout << o;
     return kOk;

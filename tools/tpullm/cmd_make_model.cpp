@@ -1,14 +1,15 @@
 // tpullm make-model --preset NAME --dtype f32|bf16 --seed S [--layers N] [--vocab V] -o DIR:
-// a HuggingFace checkpoint with random weights at a real model's shapes.
+// a HuggingFace checkpoint with random weights at a real model's shapes. DIR is built in a
+// staging directory beside it and swapped in only once written and loadable
+// (support/output_file.hpp); --force replaces an earlier make-model output, never another
+// directory.
 #include <filesystem>
 #include <iostream>
-#include <optional>
-
-#include <unistd.h>
 
 #include "command.hpp"
 #include "tpullm/frontend/make_model.hpp"
 #include "tpullm/frontend/model_desc.hpp"
+#include "tpullm/support/output_file.hpp"
 
 namespace tpullm::cli {
 
@@ -26,12 +27,15 @@ frontend::DType parse_weight_dtype(const std::string& s) {
   throw Error(ErrorKind::invalid_input, "--dtype", "'" + s + "' is not f32, bf16 or f16");
 }
 
-/// True when `p` is a directory with nothing in it.
+/// True when `p` is a directory (not a link to one) with nothing in it.
 bool empty_dir(const fs::path& p) {
-  return fs::is_directory(p) && fs::directory_iterator(p) == fs::directory_iterator();
+  return fs::is_directory(fs::symlink_status(p)) && fs::is_empty(p);
 }
 
 } // namespace
+
+/// The marker file of a directory written by `tpullm make-model`.
+constexpr const char* kMakeModelMarker = ".tpullm-make-model";
 
 int cmd_make_model(const std::vector<std::string>& args) {
   std::string preset_name, dtype = "bf16", out_dir;
@@ -45,10 +49,10 @@ int cmd_make_model(const std::vector<std::string>& args) {
       "seed", po::value(&seed)->default_value(0), "random seed (same seed, same bytes)")(
       "layers", po::value(&layers), "override the number of decoder layers")(
       "vocab", po::value(&vocab), "override the vocabulary size")(
-      "output,o", po::value(&out_dir)->required(),
-      "checkpoint directory to create")("force", "replace DIR when it exists and is not empty");
+      "output,o", po::value(&out_dir)->required(), "checkpoint directory to create")(
+      "force", "replace DIR when it is an earlier make-model output (never another directory)");
   po::variables_map vm;
-  po::store(po::command_line_parser(args).options(o).run(), vm);
+  po::store(po::command_line_parser(args).options(o).style(kOptionStyle).run(), vm);
   if (vm.count("help")) {
     std::cout << o;
     return kOk;
@@ -71,32 +75,18 @@ int cmd_make_model(const std::vector<std::string>& args) {
 
   const fs::path target = fs::absolute(out_dir).lexically_normal();
   check(target.has_filename(), ErrorKind::invalid_input, out_dir, "is not a directory name");
-  if (fs::exists(target)) {
-    check(fs::is_directory(target), ErrorKind::invalid_input, target.string(),
-          "exists and is not a directory");
-    check(empty_dir(target) || vm.count("force"), ErrorKind::invalid_input, target.string(),
-          "exists and is not empty (use --force to replace it)");
-  }
-  // Written beside the target and renamed into place only once complete and loadable.
-  const fs::path tmp = target.parent_path() /
-                       ("." + target.filename().string() + ".tmp-" + std::to_string(::getpid()));
-  fs::create_directories(target.parent_path());
-  fs::remove_all(tmp);
-  fs::create_directory(tmp);
-  frontend::MakeModelReport report;
-  try {
-    report = frontend::write_random_model(preset, weights, tmp, [&](std::size_t d, std::size_t n) {
-      print_progress("writing " + (tmp / "model.safetensors").string(), d, n);
-    });
-    frontend::load_model(tmp); // the frontend's own validation of what was written
-    if (fs::exists(target))
-      fs::remove_all(target);
-    fs::rename(tmp, target);
-  } catch (...) {
-    std::error_code ec;
-    fs::remove_all(tmp, ec);
-    throw;
-  }
+  // A non-empty directory is replaced only with --force, and then only when it holds the marker
+  // of an earlier make-model output (OutputDirectory refuses anything else, and symbolic links).
+  if (fs::is_directory(fs::symlink_status(target)) && !empty_dir(target) && !vm.count("force"))
+    throw_error(ErrorKind::invalid_input, target.string(),
+                "exists and is not empty (use --force to replace an earlier make-model output)");
+  OutputDirectory dir(target, kMakeModelMarker); // refuses a bad target before the work
+  const auto report = frontend::write_random_model(
+      preset, weights, dir.staging_path(), [&](std::size_t d, std::size_t n) {
+        print_progress("writing " + (target / "model.safetensors").string(), d, n);
+      });
+  frontend::load_model(dir.staging_path()); // the frontend's own validation of what was written
+  dir.commit();
   std::cout << "wrote " << preset.name << " (layers " << preset.layers << ", vocab " << preset.vocab
             << ", " << dtype << ", seed " << seed << "): " << report.parameters << " parameters, "
             << report.file_bytes << " bytes in " << target.string() << "\n";

@@ -1,6 +1,7 @@
 // tpullm verify MODEL_DIR --level top|tpu: the golden scenarios through interpreted Top modules
 // or through compiled Tpu programs on the executor.
 #include <chrono>
+#include <optional>
 #include <cmath>
 #include <filesystem>
 #include <iomanip>
@@ -8,6 +9,7 @@
 
 #include "command.hpp"
 #include "tpullm/compiler/compiler.hpp"
+#include "tpullm/frontend/memory_estimate.hpp"
 #include "tpullm/frontend/stage_builder.hpp"
 #include "tpullm/runtime/compiled_stages.hpp"
 #include "tpullm/runtime/engine.hpp"
@@ -39,7 +41,8 @@ bool print_reports(const std::vector<verify::ScenarioReport>& reports) {
 
 int cmd_verify(const std::vector<std::string>& args) {
   std::string model, level = "top", goldens, target_file, bundle_path;
-  float rel_tol = -1, min_argmax = -1;
+  std::optional<float> rel_tol_given, min_argmax_given;
+  bool no_mmap = false;
   frontend::StageParams params;
   compiler::CompileOptions copts;
   po::options_description o("tpullm verify MODEL_DIR --level top|tpu|bundle [--goldens FILE]");
@@ -52,10 +55,10 @@ int cmd_verify(const std::vector<std::string>& args) {
                   "bundle level: keep the compiled bundle at this path (default: a temporary "
                   "file, removed)")("goldens", po::value(&goldens),
                                     "goldens.safetensors (default: MODEL_DIR/goldens.safetensors)")(
-      "rel-tol", po::value(&rel_tol),
+      "rel-tol", po::value<float>()->notifier([&](float v) { rel_tol_given = v; }),
       "bound: |ours - golden| <= rel-tol * max|golden| per logits tensor (default by mode: "
       "f32 1e-4, f16 1e-2, bf16 5e-2)")(
-      "min-argmax", po::value(&min_argmax),
+      "min-argmax", po::value<float>()->notifier([&](float v) { min_argmax_given = v; }),
       "fraction of rows per scenario whose argmax must agree with the golden one (default by "
       "mode: f32 0, f16 0.9, bf16 0.85)")(
       "mode", po::value(&copts.lower.mode)->default_value("f32"),
@@ -68,17 +71,15 @@ int cmd_verify(const std::vector<std::string>& args) {
       "tpu level: force layer-group tiles of this many rows (0: the cost model decides)")(
       "no-layer-groups", po::bool_switch()->notifier([&](bool v) { copts.layer_groups = !v; }),
       "tpu level: no layer groups (core splits only)");
+  o.add(input_options(no_mmap));
   if (!parse_model_command(args, o, params))
     return kOk;
   const verify::Bounds bounds = verify::bounds_for_mode(level == "top" ? "f32" : copts.lower.mode);
-  if (rel_tol < 0)
-    rel_tol = bounds.rel_tol;
-  if (min_argmax < 0)
-    min_argmax = bounds.min_argmax;
-  check(std::isfinite(rel_tol) && rel_tol > 0, ErrorKind::invalid_input, "--rel-tol",
-        "must be finite and > 0, got ", rel_tol);
-  check(min_argmax <= 1, ErrorKind::invalid_input, "--min-argmax", "must be in [0, 1], got ",
-        min_argmax);
+  const float rel_tol = rel_tol_given.value_or(bounds.rel_tol);
+  const float min_argmax = min_argmax_given.value_or(bounds.min_argmax);
+  frontend::check_rel_tol(rel_tol);
+  check(min_argmax >= 0 && min_argmax <= 1, ErrorKind::invalid_input, "--min-argmax",
+        "must be in [0, 1], got ", min_argmax);
   if (level == "bundle" && !explicit_stage_shapes(args)) {
     // Small segments (scenario c's 300 tokens go through 1 prefill + 4 prefill_kv) and decode
     // variants that a, b and c switch between (a decodes at 37.., b at 72.., c at 300..).
@@ -87,9 +88,20 @@ int cmd_verify(const std::vector<std::string>& args) {
   }
   check(level == "top" || level == "tpu" || level == "bundle", ErrorKind::invalid_input, "--level",
         "must be 'top', 'tpu' or 'bundle' (got '", level, "')");
+  if (!target_file.empty())
+    copts.target = target::load_target(target_file); // a bad target file fails before the work
   const auto t0 = std::chrono::steady_clock::now();
-  const auto desc = frontend::load_model(model);
-  const auto g = frontend::load_goldens(goldens.empty() ? fs::path(model) : fs::path(goldens));
+  frontend::LoadOptions load;
+  load.access = no_mmap ? FileAccess::read : FileAccess::map;
+  const auto desc = frontend::load_model(model, load);
+  params.validate(desc.dims.max_position);
+  frontend::check_memory(frontend::estimate_memory(desc, params,
+                                                   level == "top" ? frontend::Workload::interpret
+                                                                  : frontend::Workload::run,
+                                                   load.access),
+                         params, desc);
+  const auto g =
+      frontend::load_goldens(goldens.empty() ? fs::path(model) : fs::path(goldens), load.access);
   check(g.vocab == desc.dims.vocab, ErrorKind::invalid_input, goldens.empty() ? model : goldens,
         "goldens have vocabulary ", g.vocab, " but the model has ", desc.dims.vocab);
   const runtime::SessionDims dims{desc.dims.layers, desc.dims.hidden, desc.dims.kv_heads,
@@ -102,8 +114,6 @@ int cmd_verify(const std::vector<std::string>& args) {
     runtime::Session session(exec, dims, params);
     reports = verify::check_goldens(session, g, rel_tol, min_argmax);
   } else if (level == "bundle") {
-    if (!target_file.empty())
-      copts.target = target::load_target(target_file);
     // Through a real file: compiled, written, mapped, validated, run by the runtime's Engine.
     const fs::path file = bundle_path.empty()
                               ? fs::temp_directory_path() /
@@ -123,8 +133,6 @@ int cmd_verify(const std::vector<std::string>& args) {
     runtime::Engine engine(file);
     reports = verify::check_goldens(engine.session(), g, rel_tol, min_argmax);
   } else {
-    if (!target_file.empty())
-      copts.target = target::load_target(target_file);
     const auto cm = compiler::compile(frontend::build_top_modules(desc, params), copts);
     std::cerr << "compiled " << cm.programs.size() << " functions in " << std::fixed
               << std::setprecision(2) << cm.seconds << " s (mode " << copts.lower.mode

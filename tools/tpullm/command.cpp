@@ -1,6 +1,7 @@
 // Shared option parsing and progress output of the `tpullm` subcommands.
 #include "command.hpp"
 
+#include <filesystem>
 #include <iostream>
 
 #include <unistd.h>
@@ -24,13 +25,41 @@ po::options_description stage_options(frontend::StageParams& p) {
   return o;
 }
 
+po::options_description input_options(bool& no_mmap) {
+  po::options_description o("input");
+  o.add_options()("no-mmap", po::bool_switch(&no_mmap),
+                  "read the safetensors files into memory instead of mapping them (costs their "
+                  "size in RAM; the run no longer depends on the files staying unchanged)");
+  return o;
+}
+
+void refuse_output_over_model(const std::string& output, const std::string& model) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::path out = fs::weakly_canonical(fs::absolute(output), ec);
+  fs::path in = fs::weakly_canonical(fs::absolute(model), ec);
+  if (ec)
+    return; // the model directory will be reported missing by the loader
+  for (fs::path* p : {&out, &in})
+    if (p->filename().empty()) // "dir/" iterates with a trailing empty element
+      *p = p->parent_path();
+  check(out != in, ErrorKind::invalid_input, "--output", "'", output,
+        "' is the model directory; writing there would replace the model");
+  // out is an ancestor of the model directory when the model path starts with it.
+  auto o = out.begin(), i = in.begin();
+  for (; o != out.end() && i != in.end() && *o == *i; ++o, ++i) {
+  }
+  check(o != out.end(), ErrorKind::invalid_input, "--output", "'", output,
+        "' contains the model directory '", model, "'; replacing it would delete the model");
+}
+
 bool parse_model_command(const std::vector<std::string>& args, po::options_description& o,
                          frontend::StageParams& params) {
   o.add(stage_options(params));
   po::positional_options_description pos;
   pos.add("model", 1);
   po::variables_map vm;
-  po::store(po::command_line_parser(args).options(o).positional(pos).run(), vm);
+  po::store(po::command_line_parser(args).options(o).positional(pos).style(kOptionStyle).run(), vm);
   if (vm.count("help")) {
     std::cout << o;
     return false;

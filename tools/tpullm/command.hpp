@@ -15,8 +15,15 @@ namespace tpullm::cli {
 
 namespace po = boost::program_options;
 
-/// Exit status of every subcommand: success, a check failed, unusable input or usage.
-constexpr int kOk = 0, kCheckFailed = 1, kBadInput = 2;
+/// Exit status of every subcommand: success; a check failed; an output could not be written
+/// (run_tool maps OutputError to it); unusable input, usage or an internal error.
+constexpr int kOk = 0, kCheckFailed = 1, kOutputFailed = 1, kBadInput = 2;
+
+/// How every tpullm command line is parsed: the usual GNU style without guessing, so that a
+/// misspelt or not-yet-existing option (`--mode` for `--model`) is reported as unknown instead
+/// of being read as another option whose name it prefixes.
+constexpr int kOptionStyle =
+    po::command_line_style::default_style & ~po::command_line_style::allow_guessing;
 
 /// One subcommand: its name, a one-line usage for the top-level help, and its entry point
 /// (arguments after the command name).
@@ -32,8 +39,9 @@ const std::vector<Command>& commands();
 /// Options shared by every command that builds stage modules, writing into `p`.
 po::options_description stage_options(frontend::StageParams& p);
 
-/// Parses a `<command> MODEL_DIR [options]` line: adds the stage options to `o` and MODEL_DIR
-/// as the first positional argument. Returns false after printing help (nothing else to do).
+/// Parses a `<command> MODEL_DIR [options]` line (kOptionStyle): adds the stage options to `o`
+/// and MODEL_DIR as the first positional argument. Returns false after printing help (nothing
+/// else to do).
 bool parse_model_command(const std::vector<std::string>& args, po::options_description& o,
                          frontend::StageParams& params);
 
@@ -59,6 +67,14 @@ std::vector<T> parse_id_list(std::string_view text, const char* option) {
   }
   return out;
 }
+
+/// Options about how inputs are read, shared by every command that reads a checkpoint:
+/// `--no-mmap` (read the safetensors files into memory instead of mapping them).
+po::options_description input_options(bool& no_mmap);
+
+/// Refuses (Error(invalid_input) naming "--output") an output directory that is the model
+/// directory or contains it: replacing it would delete the model.
+void refuse_output_over_model(const std::string& output, const std::string& model);
 
 /// Progress on stderr: an updating line on a terminal, nothing when redirected.
 void print_progress(const std::string& what, std::size_t done, std::size_t total);

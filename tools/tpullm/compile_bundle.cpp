@@ -7,10 +7,9 @@
 #include <iomanip>
 #include <sstream>
 
-#include <unistd.h>
-
 #include "command.hpp"
 #include "tpullm/frontend/stage_builder.hpp"
+#include "tpullm/support/output_file.hpp"
 
 namespace tpullm::cli {
 
@@ -36,6 +35,9 @@ CompileReport compile_bundle(const fs::path& model_dir, const frontend::StagePar
   const auto t0 = std::chrono::steady_clock::now();
   check(!fs::is_directory(out), ErrorKind::invalid_input, out.string(),
         "is a directory; -o names the bundle file to write");
+  // Staged beside the target and renamed over it only on commit (support/output_file.hpp); a
+  // bad target (a symbolic link, a device, a missing directory) is refused before the work.
+  OutputFile f(out);
   const auto desc = frontend::load_model(model_dir);
   auto modules = frontend::build_top_modules(desc, params);
   const auto p0 = std::chrono::steady_clock::now();
@@ -53,21 +55,9 @@ CompileReport compile_bundle(const fs::path& model_dir, const frontend::StagePar
   r.kv_bytes = cm.kv.bytes();
 
   const auto t1 = std::chrono::steady_clock::now();
-  const fs::path dir = out.has_parent_path() ? out.parent_path() : fs::path(".");
-  const fs::path tmp = dir / ("." + out.filename().string() + ".tmp-" + std::to_string(::getpid()));
-  try {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    check(static_cast<bool>(f), ErrorKind::io, tmp.string(), "cannot create the output file");
-    r.written =
-        bundle::write_bundle(cm, bundle::make_model_info(desc, params, options.lower.mode), f);
-    f.close();
-    check(!f.fail(), ErrorKind::io, tmp.string(), "write failed (disk full?)");
-    fs::rename(tmp, out);
-  } catch (...) {
-    std::error_code ec;
-    fs::remove(tmp, ec);
-    throw;
-  }
+  r.written = bundle::write_bundle(cm, bundle::make_model_info(desc, params, options.lower.mode),
+                                   f.stream());
+  f.commit();
   r.write_seconds = since(t1);
   return r;
 }

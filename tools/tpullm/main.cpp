@@ -1,11 +1,13 @@
 // tpullm: the compiler driver. `tpullm --help` lists the subcommands (commands.cpp); each
 // lives in tools/tpullm/cmd_<name>.cpp.
-// Exit status: 0 success, 1 a check failed (verify bound exceeded), 2 unusable input or usage.
+// Exit status: 0 success, 1 a check failed (verify bound exceeded) or an output could not be
+// written, 2 unusable input, usage, or an internal error (docs/guarantees.md).
 #include <iostream>
 #include <string>
 #include <vector>
 
 #include "command.hpp"
+#include "tpullm/support/tool_main.hpp"
 #include "tpullm/version.hpp"
 
 using namespace tpullm;
@@ -34,31 +36,35 @@ int dispatch(const std::string& cmd, const std::vector<std::string>& args) {
 
 int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
-  if (args.empty()) {
-    print_usage(std::cerr);
-    return kBadInput;
-  }
-  std::string cmd = args.front();
-  args.erase(args.begin());
-  try {
-    if (cmd == "--help" || cmd == "-h" || cmd == "help") {
-      if (args.empty()) {
-        print_usage(std::cout);
-        return kOk;
-      }
-      cmd = args.front();
-      return dispatch(cmd, {"--help"});
-    }
-    if (cmd == "--version") {
-      std::cout << "tpullm " << kVersionString << "\n";
-      return kOk;
-    }
-    return dispatch(cmd, args);
-  } catch (const po::error& e) {
-    std::cerr << "tpullm " << cmd << ": " << e.what() << " (see 'tpullm " << cmd << " --help')\n";
-    return kBadInput;
-  } catch (const std::exception& e) {
-    std::cerr << "tpullm " << cmd << ": " << e.what() << "\n";
-    return kBadInput;
-  }
+  std::string cmd = args.empty() ? std::string() : args.front();
+  const std::string program = cmd.empty() || cmd[0] == '-' ? "tpullm" : "tpullm " + cmd;
+  return run_tool(
+      program,
+      [&]() -> int {
+        if (args.empty()) {
+          print_usage(std::cerr);
+          return kBadInput;
+        }
+        args.erase(args.begin());
+        try {
+          if (cmd == "--help" || cmd == "-h" || cmd == "help") {
+            if (args.empty()) {
+              print_usage(std::cout);
+              return kOk;
+            }
+            cmd = args.front();
+            return dispatch(cmd, {"--help"});
+          }
+          if (cmd == "--version") {
+            std::cout << "tpullm " << kVersionString << "\n";
+            return kOk;
+          }
+          return dispatch(cmd, args);
+        } catch (const po::error& e) {
+          std::cerr << "tpullm " << cmd << ": " << e.what() << " (see 'tpullm " << cmd
+                    << " --help')\n";
+          return kBadInput;
+        }
+      },
+      ExitCodes{kBadInput, kOutputFailed, kBadInput});
 }

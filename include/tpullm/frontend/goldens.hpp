@@ -30,11 +30,14 @@ struct GoldenLogits {
     return std::span<const float>(data).subspan(static_cast<std::size_t>(r * vocab),
                                                 static_cast<std::size_t>(vocab));
   }
-  /// max |x| over all logits (the scale of the match tolerance).
+  /// max |x| over all logits (the scale of the match tolerance); NaN when any logit is NaN.
   float max_abs() const {
     float m = 0;
-    for (float x : data)
+    for (float x : data) {
+      if (std::isnan(x))
+        return x;
       m = std::max(m, std::abs(x));
+    }
     return m;
   }
 };
@@ -75,15 +78,27 @@ struct LogitsMatch {
   bool ok = false;
 };
 
+/// Throws Error(invalid_input) naming "--rel-tol" unless `rel_tol` is finite and > 0 (an
+/// infinite or NaN bound would pass anything, a negative one nothing).
+inline void check_rel_tol(double rel_tol) {
+  check(std::isfinite(rel_tol) && rel_tol > 0, ErrorKind::invalid_input, "--rel-tol",
+        "must be a finite number > 0, got ", rel_tol);
+}
+
 /// Compares `ours` (row-major, same shape) to `golden` with the project's criterion
-/// |ours - golden| <= rel_tol * max|golden| (default 1e-4). Throws Error on a size mismatch.
+/// |ours - golden| <= rel_tol * max|golden| (default 1e-4). Throws Error on a size mismatch, a
+/// non-finite golden or a rel_tol that is not finite and > 0.
 inline LogitsMatch compare_logits(std::span<const float> ours, const GoldenLogits& golden,
                                   float rel_tol = 1e-4f) {
+  check_rel_tol(rel_tol);
   check(ours.size() == golden.data.size(), ErrorKind::invalid_input, "compare_logits", "got ",
         ours.size(), " logits, golden has ", golden.data.size(), " (", golden.rows, " x ",
         golden.vocab, ")");
+  const float scale = golden.max_abs();
+  check(std::isfinite(scale), ErrorKind::invalid_input, "compare_logits",
+        "golden logits are not finite");
   LogitsMatch r;
-  r.tolerance = rel_tol * golden.max_abs();
+  r.tolerance = rel_tol * scale;
   for (std::size_t i = 0; i < ours.size(); ++i) {
     const float e = std::abs(ours[i] - golden.data[i]);
     if (!(e <= r.max_abs_err)) { // also catches NaN
@@ -113,7 +128,13 @@ inline GoldenLogits golden_logits(const SafetensorsFile& f, const std::string& n
     vocab = v.shape[1];
   check(v.shape[0] == rows && v.shape[1] == vocab && vocab > 0, ErrorKind::invalid_input, v.where(),
         "shape ", shape_str(v.shape), ", expected [", rows, ", ", vocab, "]");
-  return GoldenLogits{rows, vocab, v.to_f32()};
+  GoldenLogits g{rows, vocab, v.to_f32()};
+  for (std::size_t i = 0; i < g.data.size(); ++i)
+    if (!std::isfinite(g.data[i])) [[unlikely]]
+      throw_error(ErrorKind::invalid_input, v.where(), "element [",
+                  static_cast<std::int64_t>(i) / vocab, ", ", static_cast<std::int64_t>(i) % vocab,
+                  "] is ", g.data[i], ": goldens must be finite");
+  return g;
 }
 
 inline GoldenScenario golden_scenario(const SafetensorsFile& f, const std::string& s,
@@ -139,11 +160,15 @@ inline GoldenScenario golden_scenario(const SafetensorsFile& f, const std::strin
 } // namespace detail
 
 /// Loads goldens from `path`: the goldens.safetensors file or the model folder holding it.
-inline Goldens load_goldens(const std::filesystem::path& path) {
+/// Every logit must be finite (Error(invalid_input) naming the tensor and element otherwise:
+/// an infinite golden would make the tolerance infinite and pass anything). The values are
+/// copied out, so the file is not used after this returns.
+inline Goldens load_goldens(const std::filesystem::path& path,
+                            FileAccess access = FileAccess::map) {
   std::error_code ec;
   const std::filesystem::path file =
       std::filesystem::is_directory(path, ec) ? path / "goldens.safetensors" : path;
-  const SafetensorsFile f = SafetensorsFile::open(file);
+  const SafetensorsFile f = SafetensorsFile::open(file, access);
   Goldens g;
   g.a = detail::golden_scenario(f, "a", false, 0, g.vocab);
   const auto b_start = static_cast<std::int64_t>(g.a.prompt.size() + g.a.decode_tokens.size());

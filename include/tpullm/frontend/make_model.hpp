@@ -17,6 +17,7 @@
 #include "tpullm/frontend/safetensors_writer.hpp"
 #include "tpullm/support/error.hpp"
 #include "tpullm/support/float16.hpp"
+#include "tpullm/support/output_file.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -24,7 +25,6 @@
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <functional>
 #include <initializer_list>
 #include <optional>
@@ -348,17 +348,16 @@ struct MakeModelReport {
 
 /// Writes `dir`/config.json and `dir`/model.safetensors (streamed, about 4 MiB of buffers) for
 /// `p` with weights drawn by `w`; `dir` must exist. `progress(done, total)` is called after
-/// each tensor. Throws tpullm::Error on a bad preset or dtype and on I/O failure.
+/// each tensor. Each file is written atomically (OutputFile). Throws tpullm::Error on a bad preset
+/// or dtype and on I/O failure.
 inline MakeModelReport
 write_random_model(const ModelPreset& p, const RandomWeights& w, const std::filesystem::path& dir,
                    const std::function<void(std::size_t, std::size_t)>& progress = {}) {
   const nlohmann::json config = preset_config_json(p, w.dtype);
   {
-    const auto path = dir / "config.json";
-    std::ofstream out(path, std::ios::binary | std::ios::trunc);
-    out << config.dump(2) << "\n";
-    out.flush();
-    check(static_cast<bool>(out), ErrorKind::io, path.string(), "cannot write file");
+    OutputFile out(dir / "config.json");
+    out.write(config.dump(2) + "\n");
+    out.commit();
   }
   const auto tensors = preset_tensors(p);
   SafetensorsWriter st(dir / "model.safetensors");

@@ -190,8 +190,12 @@ struct LoadOptions {
   /// Accept checkpoint tensors the model does not use (listed in ModelDesc::unused_tensors)
   /// instead of failing; "*.rotary_emb.inv_freq" and a tied "lm_head.weight" are always ignored.
   bool allow_unused_tensors = false;
-  /// Check every g_idx entry is in [0, groups) and compute g_idx_trivial (reads K ints/linear).
+  /// Check every g_idx entry is in [0, groups) and compute g_idx_trivial (reads K ints/linear),
+  /// and that every GPTQ zero point is representable (reads the small qzeros tensors).
   bool check_g_idx_values = true;
+  /// How the safetensors files are held: mapped (default) or read into memory (`--no-mmap`,
+  /// immune to the files changing during the run; see support/mapped_file.hpp).
+  FileAccess access = FileAccess::map;
 };
 
 namespace detail {
@@ -285,8 +289,17 @@ public:
     case QuantMethod::none:
       break;
     }
+    // What every consumer of a quantized linear needs (the interpreter's dequantizer and the
+    // kernel repacking alike) is checked here, once, so import and verify accept the same files.
+    check(q.group_size > 0 && k % q.group_size == 0, ErrorKind::unsupported, where, what,
+          ": group_size ", q.group_size, " does not divide in_features ", k);
+    check(qc.bits != 4 || (k % 8 == 0 && n % 8 == 0), ErrorKind::unsupported, where, what,
+          ": 4-bit weights need in_features and out_features that are multiples of 8, got ", k,
+          " and ", n);
     q.scales = need(prefix + ".scales", str_cat(what, " scales"));
-    expect_float(q.scales);
+    check(q.scales.dtype == DType::f16, ErrorKind::unsupported, q.scales.where(), "dtype ",
+          dtype_name(q.scales.dtype), " is not supported for ", quant_method_name(qc.method),
+          " scales (F16 only)");
     expect_shape(q.scales, {q.groups, n}, str_cat(what, " scales [K/group, N]"));
     const bool zeros_expected = q.format == QuantFormat::gptq || qc.zero_point;
     if (zeros_expected) {
@@ -294,6 +307,18 @@ public:
       expect_i32(*q.qzeros);
       expect_shape(*q.qzeros, {q.groups, n / pack},
                    str_cat(what, " qzeros [K/group, N/", pack, "]"));
+      if (opts.check_g_idx_values && q.zero_offset != 0) {
+        const auto z = q.qzeros->to_i32();
+        const std::uint32_t mask = (1u << qc.bits) - 1;
+        for (std::size_t i = 0; i < z.size(); ++i)
+          for (int j = 0; j < pack; ++j) {
+            const std::int64_t zero =
+                ((static_cast<std::uint32_t>(z[i]) >> (qc.bits * j)) & mask) + q.zero_offset;
+            check(zero >= 0 && zero <= static_cast<std::int64_t>(mask), ErrorKind::invalid_input,
+                  q.qzeros->where(), "zero point ", zero, " (stored ", zero - q.zero_offset,
+                  " + offset ", q.zero_offset, ") at element ", i, " is outside [0, ", mask, "]");
+          }
+      }
     }
     if (q.format == QuantFormat::gptq) {
       if (const TensorView* g = maybe(prefix + ".g_idx")) {
@@ -420,7 +445,7 @@ inline ModelDesc describe_model(const HfConfig& cfg, std::shared_ptr<const Check
 /// Reads `dir`/config.json and the checkpoint in `dir` and returns the validated ModelDesc.
 inline ModelDesc load_model(const std::filesystem::path& dir, const LoadOptions& opts = {}) {
   const HfConfig cfg = load_hf_config(dir / "config.json");
-  auto ckpt = std::make_shared<const Checkpoint>(Checkpoint::open(dir));
+  auto ckpt = std::make_shared<const Checkpoint>(Checkpoint::open(dir, opts.access));
   return describe_model(cfg, std::move(ckpt), opts);
 }
 

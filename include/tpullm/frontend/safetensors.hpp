@@ -7,8 +7,10 @@
 /// Every bound is checked at open time; a TensorView handed out is always in range and its byte
 /// size always equals product(shape) * dtype_size.
 
+#include "tpullm/support/checked.hpp"
 #include "tpullm/support/error.hpp"
 #include "tpullm/support/float16.hpp"
+#include "tpullm/support/input_file.hpp"
 #include "tpullm/support/mapped_file.hpp"
 
 #include <nlohmann/json.hpp>
@@ -140,12 +142,9 @@ inline std::string shape_str(std::span<const std::int64_t> shape) {
   return s + "]";
 }
 
-/// a * b, or nullopt on overflow of uint64.
+/// a * b, or nullopt on overflow of uint64 (tpullm::checked_mul for uint64_t).
 inline std::optional<std::uint64_t> checked_mul(std::uint64_t a, std::uint64_t b) noexcept {
-  std::uint64_t r = 0;
-  if (__builtin_mul_overflow(a, b, &r))
-    return std::nullopt;
-  return r;
+  return tpullm::checked_mul<std::uint64_t>(a, b);
 }
 
 /// A zero-copy view of one stored tensor: row-major (C order) elements of `dtype` with `shape`,
@@ -359,9 +358,11 @@ inline std::optional<std::uint64_t> json_uint(const nlohmann::json& v) {
 /// Cheap to copy (the views share the mapping).
 class SafetensorsFile {
 public:
-  /// Maps and parses `path`. Throws Error naming the path (and tensor) on any inconsistency.
-  static SafetensorsFile open(const std::filesystem::path& path) {
-    auto file = MappedFile::open(path);
+  /// Maps (or, with FileAccess::read, reads) and parses `path`. Throws Error naming the path
+  /// (and tensor) on any inconsistency; a FIFO, directory or device is refused without blocking.
+  static SafetensorsFile open(const std::filesystem::path& path,
+                              FileAccess access = FileAccess::map) {
+    auto file = MappedFile::open(path, access);
     const auto bytes = file->bytes();
     return parse(bytes, std::move(file), path.string());
   }
@@ -523,16 +524,17 @@ private:
   std::shared_ptr<const void> keepalive_;
 };
 
-/// Reads a whole (small) text file such as config.json; throws Error(io) naming the path.
+/// Largest text file read_text_file accepts (config.json, the shard index): 64 MiB.
+inline constexpr std::size_t kMaxTextFileBytes = std::size_t{64} << 20;
+
+/// Reads a whole (small) text file such as config.json; throws Error(io) naming the path when
+/// it is missing or not a regular file (a FIFO or device is refused without blocking), and
+/// Error(invalid_input) when larger than kMaxTextFileBytes.
 inline std::string read_text_file(const std::filesystem::path& path) {
   std::error_code ec;
-  check(std::filesystem::is_regular_file(path, ec), ErrorKind::io, path.string(),
-        "no such file (or not a regular file)");
-  std::ifstream in(path, std::ios::binary);
-  check(static_cast<bool>(in), ErrorKind::io, path.string(), "cannot open file");
-  std::string s((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  check(!in.bad(), ErrorKind::io, path.string(), "read failed");
-  return s;
+  if (!std::filesystem::exists(path, ec))
+    throw_error(ErrorKind::io, path.string(), "no such file");
+  return read_regular_file(path, kMaxTextFileBytes);
 }
 
 /// A HuggingFace checkpoint: one `model.safetensors` or shards listed by
@@ -541,29 +543,31 @@ inline std::string read_text_file(const std::filesystem::path& path) {
 class Checkpoint {
 public:
   /// Opens a checkpoint directory (index preferred over a single file) or a single
-  /// .safetensors file. Every tensor of an index's weight_map must exist in its shard; shard
-  /// names must be plain file names inside the directory.
-  static Checkpoint open(const std::filesystem::path& path) {
+  /// .safetensors file, mapping (or with FileAccess::read, reading) every shard. Every tensor of
+  /// an index's weight_map must exist in its shard; shard names must be plain file names inside
+  /// the directory.
+  static Checkpoint open(const std::filesystem::path& path, FileAccess access = FileAccess::map) {
     namespace fs = std::filesystem;
     std::error_code ec;
     Checkpoint ck;
     ck.dir_ = path;
-    if (fs::is_regular_file(path, ec)) {
+    ck.access_ = access;
+    if (fs::exists(path, ec) && !fs::is_directory(path, ec)) {
       ck.dir_ = path.parent_path();
-      ck.add_single(SafetensorsFile::open(path));
+      ck.add_single(SafetensorsFile::open(path, access));
       return ck;
     }
     check(fs::is_directory(path, ec), ErrorKind::io, path.string(),
           "checkpoint directory does not exist");
     const fs::path index = path / "model.safetensors.index.json";
     const fs::path single = path / "model.safetensors";
-    if (fs::exists(index, ec)) {
+    if (fs::exists(index, ec) || fs::is_symlink(index, ec)) {
       ck.open_index(index);
       return ck;
     }
-    check(fs::exists(single, ec), ErrorKind::io, path.string(),
+    check(fs::exists(single, ec) || fs::is_symlink(single, ec), ErrorKind::io, path.string(),
           "no model.safetensors or model.safetensors.index.json in checkpoint directory");
-    ck.add_single(SafetensorsFile::open(single));
+    ck.add_single(SafetensorsFile::open(single, access));
     return ck;
   }
 
@@ -626,7 +630,7 @@ private:
       if (it == shard_of_file.end()) {
         const fs::path shard_path = dir_ / fp;
         try {
-          shards_.push_back(SafetensorsFile::open(shard_path));
+          shards_.push_back(SafetensorsFile::open(shard_path, access_));
         } catch (const Error& e) {
           throw Error(
               e.kind(), e.where(),
@@ -648,6 +652,7 @@ private:
   std::filesystem::path dir_;
   std::vector<SafetensorsFile> shards_;
   std::map<std::string, TensorView, std::less<>> index_;
+  FileAccess access_ = FileAccess::map;
 };
 
 } // namespace tpullm::frontend

@@ -9,19 +9,20 @@
 /// data region in declaration order, without gaps; the header maps each name to {"dtype",
 /// "shape", "data_offsets": [begin, end]} and carries "__metadata__" when any was set. The
 /// output is a pure function of the declarations and the bytes written (byte-identical reruns).
+/// The file is written through tpullm::OutputFile (support/output_file.hpp): it appears at its
+/// path, complete, only when finish() succeeds, and every write is checked.
 
 #include "tpullm/frontend/safetensors.hpp"
 #include "tpullm/support/error.hpp"
+#include "tpullm/support/output_file.hpp"
 
 #include <nlohmann/json.hpp>
 
-#include <cerrno>
 #include <cstdint>
-#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <map>
-#include <memory>
+#include <optional>
 #include <set>
 #include <span>
 #include <string>
@@ -33,18 +34,15 @@ namespace tpullm::frontend {
 /// Streams one .safetensors file: declare(...) every tensor, then write(...) their bytes in
 /// declaration order, then finish(). Any misuse (a duplicate name, writing out of order or
 /// more bytes than declared, finishing early) and any I/O failure throws tpullm::Error naming
-/// the file and the tensor. A writer destroyed before finish() leaves an incomplete file (write
-/// into a temporary location and move it into place after finish()).
+/// the file and the tensor. A writer destroyed before finish() leaves `path` as it was (the
+/// staged file is removed).
 class SafetensorsWriter {
 public:
-  /// Writes to `path` (created or truncated when the first byte is written).
-  explicit SafetensorsWriter(std::filesystem::path path) : path_(std::move(path)) {}
+  /// Writes to `path` (staged beside it from the first write, moved into place by finish()).
+  explicit SafetensorsWriter(std::filesystem::path path, OutputOptions options = {})
+      : path_(std::move(path)), options_(options) {}
   SafetensorsWriter(const SafetensorsWriter&) = delete;
   SafetensorsWriter& operator=(const SafetensorsWriter&) = delete;
-  ~SafetensorsWriter() {
-    if (file_)
-      std::fclose(file_);
-  }
 
   /// Declares the next tensor: `name` (non-empty, unique, not "__metadata__"), element type and
   /// row-major shape (outermost first). Only before the first write().
@@ -109,7 +107,8 @@ public:
     t.written += bytes.size();
   }
 
-  /// Checks that every declared byte was written, flushes and closes the file.
+  /// Checks that every declared byte was written, then commits the file (flush, fsync, close,
+  /// rename into place; OutputError naming the file on failure).
   void finish() {
     if (!started_)
       start();
@@ -117,11 +116,7 @@ public:
     check(current_ == tensors_.size(), ErrorKind::internal,
           current_ < tensors_.size() ? where(tensors_[current_].name) : path_.string(),
           "finished before all its bytes were written");
-    check(std::fflush(file_) == 0, ErrorKind::io, path_.string(),
-          "write failed: ", std::strerror(errno));
-    const int rc = std::fclose(file_);
-    file_ = nullptr;
-    check(rc == 0, ErrorKind::io, path_.string(), "close failed: ", std::strerror(errno));
+    out_->commit();
   }
 
   /// Size of the data region declared so far, in bytes.
@@ -143,17 +138,12 @@ private:
   }
   void start() {
     started_ = true;
-    file_ = std::fopen(path_.c_str(), "wb");
-    check(file_ != nullptr, ErrorKind::io, path_.string(),
-          "cannot create file: ", std::strerror(errno));
-    std::setvbuf(file_, nullptr, _IOFBF, std::size_t{1} << 20);
+    out_.emplace(path_, options_);
     const std::string h = header();
     put(h.data(), h.size());
   }
   void put(const void* p, std::size_t n) {
-    if (n > 0)
-      check(std::fwrite(p, 1, n, file_) == n, ErrorKind::io, path_.string(),
-            "write failed: ", std::strerror(errno));
+    out_->write(std::string_view(static_cast<const char*>(p), n));
   }
   void skip_complete() {
     while (current_ < tensors_.size() &&
@@ -168,7 +158,8 @@ private:
   std::uint64_t data_size_ = 0;
   bool started_ = false;
   std::size_t current_ = 0;
-  std::FILE* file_ = nullptr;
+  OutputOptions options_;
+  std::optional<OutputFile> out_;
 };
 
 } // namespace tpullm::frontend

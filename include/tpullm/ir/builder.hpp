@@ -9,9 +9,9 @@
 
 namespace tpullm::ir {
 
-/// Checks the operand count of `op` and returns its inferred result types.
-/// Throws Error(invalid_input) with the reason (builtin::WeightOp needs `module` to look up its
-/// type).
+/// Checks the operand count of `op` and returns its inferred result types, each within the
+/// TensorType limits (kMaxDim, kMaxElements). Throws Error(invalid_input) with the reason
+/// (builtin::WeightOp needs `module` to look up its type).
 inline std::vector<TensorType> infer_result_types(const OpVariant& op,
                                                   const std::vector<TensorType>& operands,
                                                   const Module* module = nullptr) {
@@ -36,7 +36,11 @@ inline std::vector<TensorType> infer_result_types(const OpVariant& op,
         throw Error(ErrorKind::invalid_input, "", "unknown weight @" + o.name.name);
       return {w->type};
     } else {
-      return o.infer(operands);
+      auto results = o.infer(operands);
+      for (std::size_t r = 0; r < results.size(); ++r)
+        if (auto why = results[r].limit_violation())
+          throw Error(ErrorKind::invalid_input, "", "result #" + std::to_string(r) + ": " + *why);
+      return results;
     }
   });
 }

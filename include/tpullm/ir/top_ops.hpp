@@ -15,6 +15,7 @@
 
 #include "tpullm/ir/attributes.hpp"
 #include "tpullm/ir/type.hpp"
+#include "tpullm/support/checked.hpp"
 #include "tpullm/support/error.hpp"
 
 namespace tpullm::ir {
@@ -28,10 +29,38 @@ struct Arity {
 using Types = std::span<const TensorType>;
 
 namespace detail {
-/// Throws Error(invalid_input) with `why` unless ok (infer()'s way of refusing operands).
-inline void require(bool ok, const std::string& why) {
-  if (!ok)
-    throw Error(ErrorKind::invalid_input, "", why);
+/// Throws Error(invalid_input) with str_cat(why...) (infer()'s way of refusing operands).
+template <class... Args>
+[[noreturn]] void fail(const Args&... why) {
+  throw Error(ErrorKind::invalid_input, "", str_cat(why...));
+}
+/// Throws Error(invalid_input) with str_cat(why...) unless ok. The pieces are only formatted on
+/// failure, so pass types and numbers as pieces (`require(ok, "got ", t)`) inside loops: a
+/// message built eagerly per dimension makes a large rank quadratic.
+template <class... Args>
+void require(bool ok, const Args&... why) {
+  if (!ok) [[unlikely]]
+    fail(why...);
+}
+/// Throws unless `t` has exactly `rank` dimensions (call before indexing its shape).
+inline void require_rank(const TensorType& t, std::int64_t rank, const char* what) {
+  require(t.rank() == rank, what, " must have rank ", rank, ", got ", t.summary());
+}
+/// Throws unless `t` has at least `rank` dimensions (call before indexing its shape).
+inline void require_min_rank(const TensorType& t, std::int64_t rank, const char* what) {
+  require(t.rank() >= rank, what, " must have rank >= ", rank, ", got ", t.summary());
+}
+/// a + b for a dimension, offset or count; throws naming `what` when it overflows int64.
+inline std::int64_t checked_add(std::int64_t a, std::int64_t b, const char* what) {
+  const auto r = tpullm::checked_add(a, b);
+  require(r.has_value(), what, " overflows: ", a, " + ", b);
+  return *r;
+}
+/// a * b for a dimension, offset or count; throws naming `what` when it overflows int64.
+inline std::int64_t checked_mul(std::int64_t a, std::int64_t b, const char* what) {
+  const auto r = tpullm::checked_mul(a, b);
+  require(r.has_value(), what, " overflows: ", a, " * ", b);
+  return *r;
 }
 inline void require_float(const TensorType& t, const char* what) {
   require(is_float(t.dtype) && !t.quant && t.layout == Layout::row_major,
@@ -124,9 +153,9 @@ struct RMSNormOp {
   std::vector<TensorType> infer(Types in) const {
     detail::require_float(in[0], "input");
     detail::require_float(in[1], "gamma");
-    detail::require(in[0].rank() >= 1 && in[1].shape == std::vector<std::int64_t>{in[0].dim(-1)},
-                    "gamma must be [" + std::to_string(in[0].rank() ? in[0].dim(-1) : 0) +
-                        "], got " + shape_str(in[1].shape));
+    detail::require_min_rank(in[0], 1, "input");
+    if (in[1].shape != std::vector<std::int64_t>{in[0].dim(-1)})
+      detail::fail("gamma must be [", in[0].dim(-1), "], got ", shape_str(in[1].shape));
     detail::require(eps >= 0, "eps must be >= 0");
     return {in[0].with_shape(in[0].shape)};
   }
@@ -171,7 +200,8 @@ struct RopeOp {
     detail::require_float(x, "input");
     detail::require_float(c, "cos");
     detail::require_float(s, "sin");
-    detail::require(x.rank() == 4, "input must be [B, L, heads, d], got " + shape_str(x.shape));
+    if (x.rank() != 4)
+      detail::fail("input must be [B, L, heads, d], got ", shape_str(x.shape));
     detail::require(x.dim(3) % 2 == 0, "head_dim must be even, got " + std::to_string(x.dim(3)));
     const std::vector<std::int64_t> cs{x.dim(0), x.dim(1), x.dim(3) / 2};
     detail::require(c.shape == cs && s.shape == cs, "cos/sin must be " + shape_str(cs) + ", got " +
@@ -193,10 +223,12 @@ struct ReshapeOp {
   std::vector<TensorType> infer(Types in) const {
     TensorType r = in[0].with_shape(shape);
     for (auto d : shape)
-      detail::require(d >= 0, "negative dimension in reshape target " + shape_str(shape));
-    detail::require(r.num_elements() == in[0].num_elements(), "reshape " + shape_str(in[0].shape) +
-                                                                  " -> " + shape_str(shape) +
-                                                                  " changes the element count");
+      if (d < 0)
+        detail::fail("negative dimension in reshape target ", shape_str(shape));
+    // num_elements() refuses types beyond the limits, so neither product overflows.
+    if (r.num_elements() != in[0].num_elements())
+      detail::fail("reshape ", shape_str(in[0].shape), " -> ", shape_str(shape),
+                   " changes the element count");
     return {r};
   }
 };
@@ -212,16 +244,16 @@ struct PermuteOp {
   }
   std::vector<TensorType> infer(Types in) const {
     const auto& x = in[0];
-    detail::require(static_cast<std::int64_t>(order.size()) == x.rank(),
-                    "order " + shape_str(order) + " does not match rank " +
-                        std::to_string(x.rank()));
+    if (static_cast<std::int64_t>(order.size()) != x.rank())
+      detail::fail("order ", shape_str(order), " does not match rank ", x.rank());
     std::vector<bool> seen(order.size(), false);
     std::vector<std::int64_t> shape;
-    for (auto o : order) {
-      detail::require(o >= 0 && o < x.rank() && !seen[o],
-                      "order " + shape_str(order) + " is not a permutation");
-      seen[o] = true;
-      shape.push_back(x.shape[o]);
+    shape.reserve(order.size());
+    for (const std::int64_t o : order) {
+      if (o < 0 || o >= x.rank() || seen[static_cast<std::size_t>(o)])
+        detail::fail("order ", shape_str(order), " is not a permutation");
+      seen[static_cast<std::size_t>(o)] = true;
+      shape.push_back(x.shape[static_cast<std::size_t>(o)]);
     }
     return {x.with_shape(shape)};
   }
@@ -244,10 +276,13 @@ struct SliceOp {
                         static_cast<std::int64_t>(sizes.size()) == x.rank(),
                     "offsets and sizes need one entry per axis (rank " + std::to_string(x.rank()) +
                         ")");
-    for (std::int64_t i = 0; i < x.rank(); ++i)
-      detail::require(offsets[i] >= 0 && sizes[i] >= 0 && offsets[i] + sizes[i] <= x.shape[i],
-                      "slice offsets " + shape_str(offsets) + " sizes " + shape_str(sizes) +
-                          " out of bounds of " + shape_str(x.shape));
+    for (std::size_t i = 0; i < x.shape.size(); ++i) {
+      // offset + size <= dim, written so that nothing overflows for any int64 attribute.
+      const std::int64_t o = offsets[i], n = sizes[i], d = x.shape[i];
+      if (o < 0 || n < 0 || n > d || o > d - n)
+        detail::fail("slice offsets ", shape_str(offsets), " sizes ", shape_str(sizes),
+                     " out of bounds of ", shape_str(x.shape));
+    }
     return {x.with_shape(sizes)};
   }
 };
@@ -266,14 +301,13 @@ struct ConcatOp {
     auto shape = in[0].shape;
     shape[a] = 0;
     for (const auto& t : in) {
-      detail::require(!t.quant && t.dtype == in[0].dtype && t.rank() == in[0].rank(),
-                      "concat operands must share dtype and rank: " + in[0].str() + " vs " +
-                          t.str());
+      if (t.quant || t.dtype != in[0].dtype || t.rank() != in[0].rank())
+        detail::fail("concat operands must share dtype and rank: ", in[0], " vs ", t);
       for (std::int64_t i = 0; i < t.rank(); ++i)
-        detail::require(i == a || t.shape[i] == in[0].shape[i],
-                        "concat operands differ outside axis " + std::to_string(a) + ": " +
-                            shape_str(in[0].shape) + " vs " + shape_str(t.shape));
-      shape[a] += t.shape[a];
+        if (i != a && t.shape[i] != in[0].shape[i])
+          detail::fail("concat operands differ outside axis ", a, ": ", shape_str(in[0].shape),
+                       " vs ", shape_str(t.shape));
+      shape[a] = detail::checked_add(shape[a], t.shape[a], "concat result dimension");
     }
     return {in[0].with_shape(shape)};
   }
@@ -379,14 +413,16 @@ struct FAttentionOp {
                     "q must be [B, L, " + std::to_string(q_heads) + ", " +
                         std::to_string(head_dim) + "], got " + shape_str(q.shape));
     const std::int64_t b = q.dim(0), l = q.dim(1);
-    const std::vector<std::int64_t> kv{b, history + l, kv_heads, head_dim};
+    const std::int64_t slots = detail::checked_add(history, l, "history + L key slots");
+    const std::int64_t width = detail::checked_mul(q_heads, head_dim, "q_heads * head_dim");
+    const std::vector<std::int64_t> kv{b, slots, kv_heads, head_dim};
     detail::require(k.shape == kv && v.shape == kv,
                     "k and v must be " + shape_str(kv) + " (history + L slots), got " +
                         shape_str(k.shape) + " and " + shape_str(v.shape));
     detail::require(p.shape == std::vector<std::int64_t>{b, l},
                     "position_ids must be [B, L] = " + shape_str({b, l}) + ", got " +
                         shape_str(p.shape));
-    return {TensorType({b, l, q_heads * head_dim}, q.dtype)};
+    return {TensorType({b, l, width}, q.dtype)};
   }
 };
 
@@ -407,6 +443,7 @@ struct MLPOp {
     detail::require_float(x, "input");
     for (const auto* w : {&g, &u, &d})
       detail::require_weight(*w, "MLP weight");
+    detail::require_min_rank(x, 1, "input");
     detail::require(g.rank() == 2 && u.rank() == 2 && d.rank() == 2, "MLP weights must be rank 2");
     detail::require(!(transpose_b && (g.quant || u.quant || d.quant)),
                     "quantized MLP weights are logical [in, out]: transpose_b must be false");

@@ -281,7 +281,8 @@ struct KVAppendOp {
                         h.str() + " and " + n.str());
     detail::require_positions(in[2], n.shape[1], "position_ids");
     detail::require(layer >= 0, "layer must be >= 0");
-    return {TensorType({1, h.shape[1] + n.shape[1], h.shape[2], h.shape[3]}, DType::f32)};
+    const std::int64_t slots = detail::checked_add(h.shape[1], n.shape[1], "S + L cache slots");
+    return {TensorType({1, slots, h.shape[2], h.shape[3]}, DType::f32)};
   }
 };
 
@@ -471,7 +472,7 @@ struct ConcatOp {
     for (const auto& t : in)
       detail::require((t.dtype == DType::f32 || t.dtype == DType::i32) &&
                           t.layout == Layout::row_major,
-                      "operands must be f32 or i32 row-major, got " + t.str());
+                      "operands must be f32 or i32 row-major, got ", t);
     return top::ConcatOp{axis}.infer(in);
   }
 };

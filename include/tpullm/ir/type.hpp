@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -58,6 +59,14 @@ enum class Layout : std::uint8_t {
   panels,    ///< a Tpu weight [K, N] in the kernel library's 32-column panels (docs/kernels.md)
 };
 
+/// Documented limits of a TensorType, checked by the parser (with line:col), by op type
+/// inference and by the verifier: every dimension in [0, kMaxDim] and at most kMaxElements
+/// elements, so that element counts and byte sizes (up to 8 bytes an element) never overflow
+/// int64 and anything larger than any real model is refused instead of wrapping around.
+inline constexpr std::int64_t kMaxDim = std::int64_t{1} << 48;
+/// Largest element count of a TensorType (2^48).
+inline constexpr std::int64_t kMaxElements = std::int64_t{1} << 48;
+
 /// A ranked tensor type with a static shape.
 struct TensorType {
   std::vector<std::int64_t> shape;   ///< dimensions, outermost first; empty = scalar
@@ -71,8 +80,32 @@ struct TensorType {
       : shape(std::move(s)), dtype(t), quant(q), layout(l) {}
 
   std::int64_t rank() const { return static_cast<std::int64_t>(shape.size()); }
-  /// Product of the dimensions (1 for a scalar).
+  /// Why this type breaks the limits (a dimension outside [0, kMaxDim], more than kMaxElements
+  /// elements), or nullopt when it is within them. Linear in the rank; never overflows.
+  std::optional<std::string> limit_violation() const {
+    std::int64_t n = 1; // stays <= kMaxElements
+    bool zero = false, too_many = false;
+    for (std::size_t i = 0; i < shape.size(); ++i) {
+      const std::int64_t d = shape[i];
+      if (d < 0 || d > kMaxDim)
+        return "dimension #" + std::to_string(i) + " = " + std::to_string(d) +
+               " is outside [0, 2^48] in " + summary();
+      if (d == 0)
+        zero = true;
+      else if (!too_many && n > kMaxElements / d)
+        too_many = true;
+      else if (!too_many)
+        n *= d;
+    }
+    if (too_many && !zero)
+      return "more than 2^48 elements in " + summary();
+    return std::nullopt;
+  }
+  /// Product of the dimensions (1 for a scalar). Throws Error(invalid_input) when the type
+  /// breaks the limits (see limit_violation), so the product never overflows.
   std::int64_t num_elements() const {
+    if (auto why = limit_violation())
+      throw Error(ErrorKind::invalid_input, "", *why);
     std::int64_t n = 1;
     for (auto d : shape)
       n *= d;
@@ -96,6 +129,16 @@ struct TensorType {
 
   friend bool operator==(const TensorType&, const TensorType&) = default;
 
+  /// str() for messages, shortened for a large rank ("tensor<1x2x...(20000 dims)xf32>").
+  std::string summary() const {
+    if (shape.size() <= 16)
+      return str();
+    std::string s = "tensor<";
+    for (std::size_t i = 0; i < 8; ++i)
+      s += std::to_string(shape[i]) + "x";
+    return s + "...(" + std::to_string(shape.size()) + " dims)x" + std::string(name(dtype)) + ">";
+  }
+
   /// Text spelling, e.g. "tensor<1x128x896xf32>".
   std::string str() const {
     std::string s = "tensor<";
@@ -116,6 +159,11 @@ struct TensorType {
     return s + ">";
   }
 };
+
+/// Streams t.str() (so that messages can format a type lazily: `str_cat("got ", t)`).
+inline std::ostream& operator<<(std::ostream& os, const TensorType& t) {
+  return os << t.str();
+}
 
 /// "[1, 128, 896]" for messages.
 inline std::string shape_str(const std::vector<std::int64_t>& shape) {

@@ -1,6 +1,7 @@
 #pragma once
 /// Structural and typing checks of a module. Every failure is a DiagnosticError at the op's
-/// location: operand/result counts, per-op dtype and shape rules (the op struct's infer()),
+/// location: every type within the TensorType limits (kMaxDim, kMaxElements), operand/result
+/// counts, per-op dtype and shape rules (the op struct's infer()),
 /// declared result types equal to the inferred ones, operands defined earlier in the same
 /// function (single definition, use after definition), weight symbols declared with the same
 /// type, and exactly one builtin.Return, last, typed as the function declares.
@@ -17,9 +18,15 @@ namespace tpullm::ir {
 inline std::vector<DiagnosticError> verify_function(const Module& m, const Function& f) {
   std::vector<DiagnosticError> errs;
   std::set<const Value*> defined;
-  for (std::size_t i = 0; i < f.num_arguments(); ++i)
-    defined.insert(f.argument(i));
   const Location floc = f.loc().known() ? f.loc() : Location{"@" + f.name()};
+  for (std::size_t i = 0; i < f.num_arguments(); ++i) {
+    defined.insert(f.argument(i));
+    if (auto why = f.argument(i)->type().limit_violation())
+      errs.emplace_back(floc, "argument #" + std::to_string(i) + " of @" + f.name() + ": " + *why);
+  }
+  for (std::size_t i = 0; i < f.result_types().size(); ++i)
+    if (auto why = f.result_types()[i].limit_violation())
+      errs.emplace_back(floc, "result #" + std::to_string(i) + " of @" + f.name() + ": " + *why);
   bool seen_return = false;
   for (const auto& op : f.ops()) {
     const Location loc = op->loc().known() ? op->loc() : floc;
@@ -40,7 +47,9 @@ inline std::vector<DiagnosticError> verify_function(const Module& m, const Funct
                                    " results, expected " + std::to_string(expected.size()));
       } else if (check_types) {
         for (std::size_t r = 0; r < expected.size(); ++r)
-          if (!(expected[r] == op->result(r)->type()))
+          if (auto why = op->result(r)->type().limit_violation())
+            errs.emplace_back(loc, who + "result #" + std::to_string(r) + ": " + *why);
+          else if (!(expected[r] == op->result(r)->type()))
             errs.emplace_back(loc, who + "result #" + std::to_string(r) + " is declared " +
                                        op->result(r)->type().str() + " but the op produces " +
                                        expected[r].str());
@@ -81,6 +90,8 @@ inline std::vector<DiagnosticError> verify_module(const Module& m) {
     errs.insert(errs.end(), e.begin(), e.end());
   }
   for (const auto& [name, w] : m.weights()) {
+    if (auto why = w.type.limit_violation())
+      errs.emplace_back(Location{"@" + name}, "weight @" + name + ": " + *why);
     if (w.type.quant && !is_integer(w.type.dtype))
       errs.emplace_back(Location{"@" + name}, "weight @" + name + " is quantized but not integer");
   }

@@ -83,9 +83,11 @@ inline Bounds bounds_for_mode(const std::string& mode) {
 
 /// Runs scenarios a, b (continuing a's cache) and c (fresh) on `session`; a scenario is ok
 /// when its error is within `rel_tol` and at least `min_argmax` of its rows agree on argmax.
+/// Throws Error(invalid_input) naming "--rel-tol" unless rel_tol is finite and > 0.
 inline std::vector<ScenarioReport> check_goldens(runtime::Session& session,
                                                  const frontend::Goldens& g, float rel_tol = 1e-4f,
                                                  float min_argmax = 0) {
+  frontend::check_rel_tol(rel_tol);
   std::vector<ScenarioReport> out;
   session.reset();
   out.push_back(detail::run_scenario(session, "a", g.a, rel_tol));

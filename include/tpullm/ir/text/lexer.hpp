@@ -44,7 +44,10 @@ struct Token {
 /// Splits text into tokens.
 class Lexer {
 public:
-  Lexer(std::string_view src, std::string file) : src_(src), file_(std::move(file)) {}
+  /// Lexes `src`, naming `file` in locations; the first line of `src` is line `first_line`
+  /// (a piece of a larger file keeps that file's line numbers).
+  Lexer(std::string_view src, std::string file, int first_line = 1)
+      : src_(src), file_(std::move(file)), line_(first_line) {}
 
   /// The next token; throws DiagnosticError on a character that starts no token.
   Token next() {

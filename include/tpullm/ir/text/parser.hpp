@@ -5,25 +5,25 @@
 
 #include <algorithm>
 #include <charconv>
-#include <iostream>
 #include <filesystem>
-#include <fstream>
 #include <limits>
 #include <map>
 #include <optional>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "tpullm/ir/module.hpp"
 #include "tpullm/ir/text/lexer.hpp"
+#include "tpullm/support/input_file.hpp"
 
 namespace tpullm::ir::text {
 
 /// Recursive-descent parser over a Lexer with one token of lookahead.
 class Parser {
 public:
-  Parser(std::string_view src, std::string file) : lex_(src, std::move(file)) {
+  /// Parses `src`, naming `file` in diagnostics; `src` starts at line `first_line` of it.
+  Parser(std::string_view src, std::string file, int first_line = 1)
+      : lex_(src, std::move(file), first_line) {
     cur_ = lex_.next();
   }
 
@@ -91,6 +91,8 @@ public:
       throw DiagnosticError(cur_.loc,
                             "expected '>' to close the tensor type started at " + at.str());
     advance();
+    if (auto why = t.limit_violation())
+      throw DiagnosticError(body.loc, *why);
     return t;
   }
 
@@ -509,23 +511,22 @@ private:
   Token cur_;
 };
 
-/// Parses a module from text; `file` names it in diagnostics.
-inline Module parse_module(std::string_view src, const std::string& file = "<input>") {
-  return Parser(src, file).parse_module();
+/// Parses a module from text; `file` names it in diagnostics, whose line numbers start at
+/// `first_line` (for a piece cut out of a larger file).
+inline Module parse_module(std::string_view src, const std::string& file = "<input>",
+                           int first_line = 1) {
+  return Parser(src, file, first_line).parse_module();
 }
 
-/// Reads and parses a `.tir` file ("-" reads standard input).
+/// Reads and parses a `.tir` file ("-" reads standard input). A path that is not a regular
+/// file (a FIFO, a directory, a device) is refused without blocking (support/input_file.hpp).
 inline Module parse_file(const std::filesystem::path& path) {
-  std::stringstream ss;
-  if (path == "-") {
-    ss << std::cin.rdbuf();
-  } else {
-    std::ifstream in(path, std::ios::binary);
-    if (!in)
-      throw DiagnosticError(Location{path.string()}, "cannot open file");
-    ss << in.rdbuf();
+  std::string text;
+  try {
+    text = path == "-" ? read_stdin() : read_regular_file(path);
+  } catch (const Error& e) {
+    throw DiagnosticError(Location{path == "-" ? "<stdin>" : path.string()}, e.message());
   }
-  const std::string text = ss.str();
   return parse_module(text, path == "-" ? "<stdin>" : path.string());
 }
 

@@ -1,0 +1,185 @@
+#pragma once
+/// An up-front estimate of the memory a command will need for a model and its stage parameters,
+/// so that a huge `--seq-length` (or `--max-input-length`, or a model too large for the f64
+/// reference interpreter) is refused in milliseconds with a message naming the option, instead
+/// of growing until the allocator or the kernel's OOM killer stops the process.
+///
+/// The figures are estimates of the dominant terms (tables, caches, f64 copies, activations of
+/// the largest call), computed in double so that no input can overflow them. They are meant to
+/// catch requests that cannot fit, not to predict the peak to the byte: check_memory() refuses
+/// only what exceeds the memory the process may use.
+
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <fstream>
+#include <limits>
+#include <optional>
+#include <sstream>
+#include <string>
+
+#include "tpullm/frontend/model_desc.hpp"
+#include "tpullm/frontend/stage_params.hpp"
+#include "tpullm/support/error.hpp"
+
+namespace tpullm::frontend {
+
+/// What a command does with the stage modules.
+enum class Workload {
+  build,     ///< builds (and writes) the Top modules: import, compile
+  interpret, ///< also runs them in the f64 Top interpreter with a KV cache: verify --level top
+  run,       ///< compiles them to Tpu programs and runs them on the executor: verify --level tpu
+             ///< (weights converted once, f32 KV cache, f32 activations)
+};
+
+/// Estimated peak memory by cause, in bytes.
+struct MemoryEstimate {
+  double seq_length = 0;       ///< grows with --seq-length: RoPE tables, KV cache, decode calls
+  double max_input_length = 0; ///< grows with --max-input-length: prefill activations
+  double weights = 0;          ///< the weights as the command holds them (copies, f64 widening)
+  double block_modules = 0;    ///< block modules per layer (1 + prefill_kv + decode variants)
+  /// Sum of the three causes.
+  double total() const { return seq_length + max_input_length + weights; }
+};
+
+namespace detail {
+
+/// Elements of one decoder layer's weights (linears counted at their logical size).
+inline double layer_elements(const ModelDims& d) {
+  const double h = static_cast<double>(d.hidden), i = static_cast<double>(d.intermediate);
+  const double q = static_cast<double>(d.heads) * static_cast<double>(d.head_dim);
+  const double kv = static_cast<double>(d.kv_heads) * static_cast<double>(d.head_dim);
+  return h * q + 2 * h * kv + q * h + 3 * h * i + 2 * h + q + 2 * kv + h +
+         2 * static_cast<double>(d.head_dim);
+}
+
+/// "12.3 GiB" for messages.
+inline std::string human_bytes(double b) {
+  const char* units[] = {"bytes", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  int u = 0;
+  while (b >= 1024 && u < 6) {
+    b /= 1024;
+    ++u;
+  }
+  std::ostringstream os;
+  os.precision(b < 10 ? 2 : 3);
+  os << b << " " << units[u];
+  return os.str();
+}
+
+/// First unsigned number in a small system file, or nullopt ("max", missing, unreadable).
+inline std::optional<double> read_limit_file(const std::string& path) {
+  std::ifstream in(path);
+  std::string s;
+  if (!(in >> s) || s.empty() || s.find_first_not_of("0123456789") != std::string::npos)
+    return std::nullopt;
+  return std::stod(s);
+}
+
+} // namespace detail
+
+/// The memory `d` under `p` needs for `w` (see Workload). `access` says whether the checkpoint
+/// is mapped (its pages are the page cache's, not counted) or read into memory (counted).
+inline MemoryEstimate estimate_memory(const ModelDesc& d, const StageParams& p, Workload w,
+                                      FileAccess access = FileAccess::map) {
+  const ModelDims& m = d.dims;
+  const double seq = static_cast<double>(p.seq_length);
+  const double L = static_cast<double>(p.max_input_length);
+  const double hd = static_cast<double>(m.head_dim);
+  const double kv_dim = static_cast<double>(m.kv_heads) * hd;
+  const double q_heads = static_cast<double>(m.heads);
+  const double h = static_cast<double>(m.hidden), inter = static_cast<double>(m.intermediate);
+  const double vocab = static_cast<double>(m.vocab), layers = static_cast<double>(m.layers);
+  const double decode_variants = static_cast<double>(p.decode_lengths().size());
+  MemoryEstimate e;
+  e.block_modules = 1 + (p.with_history ? 1 : 0) + decode_variants;
+
+  // RoPE cos and sin tables [seq, head_dim / 2] f32, shared by every block module.
+  e.seq_length += 2 * seq * (hd / 2) * 4;
+  if (access == FileAccess::read && d.checkpoint)
+    for (const auto& shard : d.checkpoint->shards())
+      e.weights += static_cast<double>(shard.data_size());
+  if (w == Workload::build)
+    return e;
+  if (w == Workload::run) {
+    // Converted weights (at most f32 per element, shared by every stage program), the KV cache
+    // [seq, kv_heads, head_dim] f32 for k and v of every layer, and one call's activations.
+    e.weights += 4 * (layers * detail::layer_elements(m) + 2 * vocab * h + h);
+    e.seq_length += 2 * layers * seq * kv_dim * 4;
+    e.max_input_length += 4 * 4 * L * (3 * h + 3 * inter + 2 * kv_dim + vocab);
+    return e;
+  }
+
+  // The interpreter widens every weight a module uses to f64, per module (block modules hold
+  // their own copy of the layer weights and of the RoPE tables).
+  const double blocks = layers * e.block_modules;
+  e.weights += 8 * (blocks * detail::layer_elements(m) + 3 * vocab * h + h);
+  e.seq_length += blocks * 2 * seq * (hd / 2) * 8;
+  // KV cache: k and v [seq, kv_heads, head_dim] f32 per layer, plus the history copies of the
+  // largest call (f32 host tensors, their f64 interpreter form, and k/v concatenated in f64).
+  e.seq_length += 2 * layers * seq * kv_dim * 4 + 2 * seq * kv_dim * (4 + 8 + 8);
+  // Prefill activations: attention scores [q_heads, L, seq] and the per-token rows.
+  e.max_input_length +=
+      8 * (q_heads * L * seq + 4 * L * (3 * h + 3 * inter + 2 * kv_dim) + L * vocab);
+  return e;
+}
+
+/// Memory this process may use: physical memory, lowered by the cgroup limit (v2 or v1) and by
+/// RLIMIT_AS / RLIMIT_DATA when they are set.
+inline double memory_limit_bytes() {
+  double limit = static_cast<double>(::sysconf(_SC_PHYS_PAGES)) *
+                 static_cast<double>(::sysconf(_SC_PAGE_SIZE));
+  if (!(limit > 0))
+    limit = std::numeric_limits<double>::infinity();
+  std::ifstream cg("/proc/self/cgroup");
+  for (std::string line; std::getline(cg, line);) {
+    if (line.rfind("0::", 0) == 0)
+      if (auto v = detail::read_limit_file("/sys/fs/cgroup" + line.substr(3) + "/memory.max"))
+        limit = std::min(limit, *v);
+  }
+  if (auto v = detail::read_limit_file("/sys/fs/cgroup/memory.max"))
+    limit = std::min(limit, *v);
+  if (auto v = detail::read_limit_file("/sys/fs/cgroup/memory/memory.limit_in_bytes"))
+    limit = std::min(limit, *v);
+  for (int res : {RLIMIT_AS, RLIMIT_DATA}) {
+    struct rlimit rl {};
+    if (::getrlimit(res, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
+      limit = std::min(limit, static_cast<double>(rl.rlim_cur));
+  }
+  return limit;
+}
+
+/// Throws Error(invalid_input) when `e` exceeds `limit` bytes. The error's "where" names the
+/// option behind the largest share (--seq-length, --max-input-length, or --decode-chunk / the
+/// model directory when the weights dominate) and the message gives the figures.
+inline void check_memory(const MemoryEstimate& e, const StageParams& p, const ModelDesc& d,
+                         double limit = memory_limit_bytes()) {
+  if (!(e.total() > limit))
+    return;
+  std::string where, advice;
+  if (e.seq_length >= e.max_input_length && e.seq_length >= e.weights) {
+    where = "--seq-length";
+    advice = str_cat("lower --seq-length (", p.seq_length, ")");
+  } else if (e.max_input_length >= e.weights) {
+    where = "--max-input-length";
+    advice = str_cat("lower --max-input-length (", p.max_input_length, ")");
+  } else if (e.block_modules > 2) {
+    where = "--decode-chunk";
+    advice = "fewer decode variants (a larger --decode-chunk, or 0) or --no-history, or a "
+             "smaller model";
+  } else {
+    where = d.dir.string();
+    advice = "a smaller model or a machine with more memory";
+  }
+  throw_error(ErrorKind::invalid_input, where, "this run needs about ",
+              detail::human_bytes(e.total()), " (", detail::human_bytes(e.seq_length),
+              " growing with --seq-length, ", detail::human_bytes(e.max_input_length),
+              " with --max-input-length, ", detail::human_bytes(e.weights),
+              " for the weights), more than the ", detail::human_bytes(limit),
+              " of memory available; ", advice);
+}
+
+} // namespace tpullm::frontend
