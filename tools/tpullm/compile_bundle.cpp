@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "command.hpp"
+#include "tpullm/frontend/memory_estimate.hpp"
 #include "tpullm/frontend/stage_builder.hpp"
 #include "tpullm/support/output_file.hpp"
 
@@ -39,6 +40,11 @@ CompileReport compile_bundle(const fs::path& model_dir, const frontend::StagePar
   // bad target (a symbolic link, a device, a missing directory) is refused before the work.
   OutputFile f(out);
   const auto desc = frontend::load_model(model_dir);
+  params.validate(desc.dims.max_position);
+  // Refuse up front what cannot be compiled here, or run from the bundle (its KV cache).
+  frontend::check_memory(
+      frontend::estimate_memory(desc, params, frontend::Workload::run, FileAccess::map), params,
+      desc);
   auto modules = frontend::build_top_modules(desc, params);
   const auto p0 = std::chrono::steady_clock::now();
   if (progress)
