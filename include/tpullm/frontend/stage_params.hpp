@@ -54,8 +54,9 @@ struct StageParams {
           max_input_length);
     check(max_position <= 0 || seq_length <= max_position, ErrorKind::invalid_input, "seq_length",
           seq_length, " exceeds the model's max_position_embeddings ", max_position);
-    check(!decode_chunks.empty() || (decode_chunk >= 0 && decode_chunk <= seq_length), ErrorKind::invalid_input, "decode_chunk",
-          "must be in [0, seq_length = ", seq_length, "], got ", decode_chunk);
+    check(!decode_chunks.empty() || (decode_chunk >= 0 && decode_chunk <= seq_length),
+          ErrorKind::invalid_input, "decode_chunk", "must be in [0, seq_length = ", seq_length,
+          "], got ", decode_chunk);
     for (auto n : decode_chunks)
       check(n > 0 && n <= seq_length, ErrorKind::invalid_input, "decode_chunks",
             "every decode variant must be in [1, seq_length = ", seq_length, "], got ", n);
