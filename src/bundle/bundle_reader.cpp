@@ -7,6 +7,7 @@
 #include "bundle_format.hpp"
 #include "tpullm/bundle/bundle.hpp"
 #include "tpullm/conversion/weight_convert.hpp"
+#include "tpullm/frontend/memory_estimate.hpp"
 #include "tpullm/ir/builder.hpp"
 #include "tpullm/support/mapped_file.hpp"
 #include "value_codec.hpp"
@@ -250,8 +251,8 @@ struct BundleReader {
         break;
       case ir::Region::local:
         within(b.offset + b.size, mem.local, "local memory");
-        if (tile_rows > 0 && Rows::of(r.type) > 0 &&
-            b.size < need / Rows::of(r.type) * std::min(tile_rows, Rows::of(r.type)))
+        if (tile_rows > 0 && codegen::rows_of(r.type) > 0 &&
+            b.size < need / codegen::rows_of(r.type) * std::min(tile_rows, codegen::rows_of(r.type)))
           fail(w, "local buffer is smaller than one tile");
         break;
       case ir::Region::kv:
@@ -264,10 +265,8 @@ struct BundleReader {
         }
         break;
       case ir::Region::weight: {
-        auto it = std::lower_bound(
-            out.weights_.begin(), out.weights_.end(), r.weight,
-            [](const ir::Weight& x, const std::string& n) { return x.name < n; });
-        if (it == out.weights_.end() || it->name != r.weight)
+        const ir::Weight* it = out.find_weight(r.weight);
+        if (it == nullptr)
           fail(w, "reads weight @" + r.weight + " which the bundle does not hold");
         if (!(it->type == r.type))
           fail(w, "reads weight @" + r.weight + " as " + r.type.str() + ", it is " +
@@ -302,7 +301,7 @@ struct BundleReader {
         group = pl.group;
         tile_rows = 0;
         if (pl.group >= 0 && pl.tile.dim == ir::SliceDim::rows && pl.tile.count > 1) {
-          if (in.results.empty() || Rows::of(in.results[0].type) <= 0 || pl.tile.size <= 0)
+          if (in.results.empty() || codegen::rows_of(in.results[0].type) <= 0 || pl.tile.size <= 0)
             fail(iw, "a row-tiled group must start with an op of [1, L, ...] rows");
           tile_rows = pl.tile.size;
         }
@@ -327,13 +326,6 @@ struct BundleReader {
         check_ref(in.results[i], iw + " result " + std::to_string(i), tile_rows);
     }
   }
-
-  /// Rows of a [1, L, ...] type as the executor counts them (else 0).
-  struct Rows {
-    static std::int64_t of(const ir::TensorType& t) {
-      return t.rank() >= 2 && t.shape[0] == 1 ? t.shape[1] : 0;
-    }
-  };
 };
 
 std::shared_ptr<const Bundle> Bundle::open(const std::filesystem::path& path) {
@@ -391,12 +383,22 @@ std::shared_ptr<const Bundle> Bundle::open(const std::filesystem::path& path) {
   b->lower_bound_ = root.arena_lower_bound();
   b->version_ = h.version;
   b->compiler_ = root.compiler() != nullptr ? root.compiler()->str() : "";
+  b->path_ = name;
   return b;
 }
 
 std::unique_ptr<runtime::Executor> Bundle::make_executor(std::int64_t cores) const {
-  auto ex = std::make_unique<runtime::Executor>(kv_, cores > 0 ? cores : target_.cores,
-                                                std::max(target_.local_memory, max_local_));
+  const std::int64_t n = cores > 0 ? cores : target_.cores;
+  const std::int64_t local = std::max(target_.local_memory, max_local_);
+  // What the executor allocates (the weights stay in the mapping): refuse before touching it.
+  const double need = static_cast<double>(kv_.bytes()) + static_cast<double>(max_arena_) +
+                      static_cast<double>(local) * static_cast<double>(n);
+  const double limit = frontend::memory_limit_bytes();
+  check(need <= limit, ErrorKind::invalid_input, path_, "running it needs ",
+        static_cast<std::int64_t>(need / (1 << 20)), " MiB for the KV cache (",
+        kv_.capacity, " slots) and activations, more than the ",
+        static_cast<std::int64_t>(limit / (1 << 20)), " MiB of memory available");
+  auto ex = std::make_unique<runtime::Executor>(kv_, n, local);
   for (const auto& w : weights_)
     ex->add_weight(w);
   for (const auto& p : programs_)

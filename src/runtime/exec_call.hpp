@@ -43,10 +43,8 @@ struct Call {
   std::int64_t r0 = 0, r1 = 0, rows_total = 0;
   std::int64_t local_memory = 0; ///< bytes a kernel may use as its own working set budget
 
-  /// Rows of a [1, L, ...] ref, else 0.
-  static std::int64_t rows_of(const ir::TensorType& t) {
-    return t.rank() >= 2 && t.shape[0] == 1 ? t.shape[1] : 0;
-  }
+  /// Rows of a [1, L, ...] ref, else 0 (codegen::rows_of).
+  static std::int64_t rows_of(const ir::TensorType& t) { return codegen::rows_of(t); }
   /// Whether ref r is cut to this call's rows (a local ref holds just the tile's rows; others
   /// are addressed at row r0).
   bool sliced(const codegen::TensorRef& r) const {

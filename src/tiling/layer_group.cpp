@@ -5,6 +5,7 @@
 #include <map>
 #include <set>
 
+#include "tpullm/codegen/program.hpp"
 #include "tpullm/target/target.hpp"
 
 namespace tpullm::tiling {
@@ -18,9 +19,7 @@ constexpr std::int64_t kGemmBlockRows = 336; ///< rows of x per weight pass of t
 constexpr std::int64_t kTileOverhead = 4096; ///< per op and tile, in bytes-equivalent
 constexpr std::int64_t kMinTileRows = 16;
 
-std::int64_t rows_of(const ir::TensorType& t) {
-  return t.rank() >= 2 && t.shape[0] == 1 ? t.shape[1] : 0;
-}
+using codegen::rows_of; // the row count tiles split, shared with the executor and the loader
 
 bool is_builtin(const Operation& op) {
   return op.dialect() == ir::Dialect::builtin;

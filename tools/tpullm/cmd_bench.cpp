@@ -70,8 +70,8 @@ std::int64_t decode_weight_bytes(const bundle::Bundle& b, std::int64_t S) {
   std::int64_t bytes = 0;
   const auto& m = b.model();
   for (const auto& p : b.programs()) {
-    const bool use = (p.info.stage == ir::StageKind::decode && p.name.size() > 0 &&
-                      p.name.substr(p.name.rfind('_') + 1) == std::to_string(S)) ||
+    const bool use = (p.info.stage == ir::StageKind::decode &&
+                      p.name == frontend::StageNames::block_cache(p.info.layer, S)) ||
                      p.info.stage == ir::StageKind::lm_head || p.name == "embedding_cache";
     if (!use)
       continue;
@@ -81,10 +81,8 @@ std::int64_t decode_weight_bytes(const bundle::Bundle& b, std::int64_t S) {
           if (in.kind() == ir::OpKind::tpu_Embedding)
             bytes += r.type.byte_size() / std::max<std::int64_t>(1, m.vocab);
           else
-            for (const auto& w : b.weights())
-              if (w.name == r.weight)
-                for (const auto& part : w.parts)
-                  bytes += static_cast<std::int64_t>(part.bytes.size());
+            for (const auto& part : b.find_weight(r.weight)->parts) // checked on open
+              bytes += static_cast<std::int64_t>(part.bytes.size());
         }
   }
   return bytes;
@@ -93,7 +91,7 @@ std::int64_t decode_weight_bytes(const bundle::Bundle& b, std::int64_t S) {
 } // namespace
 
 int cmd_bench(const std::vector<std::string>& args) {
-  std::string file, prompts_text = "128,512", contexts_text = "128,1024", json_path;
+  std::string file, prompts_text = "128,512", contexts_text = "128,1024";
   std::int64_t cores = 0, repeat = 3, decode_steps = 16;
   bool json = false;
   po::options_description o("tpullm bench FILE.bundle [--prompt 128,512] [--context 128,1024] "

@@ -3,6 +3,8 @@
 
 #include "command.hpp"
 #include "compile_bundle.hpp"
+#include "tpullm/frontend/memory_estimate.hpp"
+#include "tpullm/frontend/stage_builder.hpp"
 
 namespace tpullm::cli {
 
@@ -30,6 +32,7 @@ po::options_description compile_options(compiler::CompileOptions& c, std::string
 
 int cmd_compile(const std::vector<std::string>& args) {
   std::string model, out, target_file;
+  bool no_mmap = false;
   frontend::StageParams params;
   compiler::CompileOptions copts;
   po::options_description o("tpullm compile MODEL_DIR -o FILE.bundle [options]");
@@ -38,11 +41,19 @@ int cmd_compile(const std::vector<std::string>& args) {
       "output,o", po::value(&out)->required(),
       "bundle file to write (written to a temporary file, renamed when complete)");
   o.add(compile_options(copts, target_file));
+  o.add(input_options(no_mmap));
   if (!parse_model_command(args, o, params))
     return kOk;
   if (!target_file.empty())
     copts.target = target::load_target(target_file);
-  const auto r = compile_bundle(model, params, copts, out, true);
+  frontend::LoadOptions load;
+  load.access = no_mmap ? FileAccess::read : FileAccess::map;
+  const auto desc = frontend::load_model(model, load);
+  params.validate(desc.dims.max_position);
+  // Refuse up front what cannot be compiled here, or run from the bundle (its KV cache).
+  frontend::check_memory(
+      frontend::estimate_memory(desc, params, frontend::Workload::run, load.access), params, desc);
+  const auto r = compile_bundle(desc, params, copts, out, true);
   std::cout << describe(r) << "wrote " << out << "\n";
   return kOk;
 }

@@ -72,7 +72,8 @@ int cmd_verify(const std::vector<std::string>& args) {
       "no-layer-groups", po::bool_switch()->notifier([&](bool v) { copts.layer_groups = !v; }),
       "tpu level: no layer groups (core splits only)");
   o.add(input_options(no_mmap));
-  if (!parse_model_command(args, o, params))
+  po::variables_map vm;
+  if (!parse_model_command(args, o, params, &vm))
     return kOk;
   const verify::Bounds bounds = verify::bounds_for_mode(level == "top" ? "f32" : copts.lower.mode);
   const float rel_tol = rel_tol_given.value_or(bounds.rel_tol);
@@ -80,7 +81,8 @@ int cmd_verify(const std::vector<std::string>& args) {
   frontend::check_rel_tol(rel_tol);
   check(min_argmax >= 0 && min_argmax <= 1, ErrorKind::invalid_input, "--min-argmax",
         "must be in [0, 1], got ", min_argmax);
-  if (level == "bundle" && !explicit_stage_shapes(args)) {
+  if (level == "bundle" && vm["max-input-length"].defaulted() && vm["decode-chunk"].defaulted() &&
+      !vm.count("decode-chunks")) {
     // Small segments (scenario c's 300 tokens go through 1 prefill + 4 prefill_kv) and decode
     // variants that a, b and c switch between (a decodes at 37.., b at 72.., c at 300..).
     params.max_input_length = 64;
@@ -128,7 +130,7 @@ int cmd_verify(const std::vector<std::string>& args) {
           fs::remove(f, ec);
       }
     } cleanup{file, !bundle_path.empty()};
-    const auto r = compile_bundle(model, params, copts, file, true);
+    const auto r = compile_bundle(desc, params, copts, file, true);
     std::cerr << describe(r);
     runtime::Engine engine(file);
     reports = verify::check_goldens(engine.session(), g, rel_tol, min_argmax);

@@ -53,8 +53,22 @@ void refuse_output_over_model(const std::string& output, const std::string& mode
         "' contains the model directory '", model, "'; replacing it would delete the model");
 }
 
+void refuse_output_over_model_file(const std::string& output, const std::string& model) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::exists(output, ec) || !fs::is_directory(model, ec))
+    return;
+  for (const auto& e : fs::directory_iterator(model, ec)) {
+    const std::string ext = e.path().extension().string();
+    if ((ext == ".json" || ext == ".safetensors") && fs::equivalent(e.path(), output, ec))
+      throw Error(ErrorKind::invalid_input, "--output",
+                  "'" + output + "' is " + e.path().string() +
+                      ", a file of the model being compiled; writing there would destroy it");
+  }
+}
+
 bool parse_model_command(const std::vector<std::string>& args, po::options_description& o,
-                         frontend::StageParams& params) {
+                         frontend::StageParams& params, po::variables_map* parsed) {
   o.add(stage_options(params));
   po::positional_options_description pos;
   pos.add("model", 1);
@@ -66,15 +80,9 @@ bool parse_model_command(const std::vector<std::string>& args, po::options_descr
   }
   po::notify(vm);
   params.with_history = !vm.count("no-history");
+  if (parsed)
+    *parsed = std::move(vm);
   return true;
-}
-
-bool explicit_stage_shapes(const std::vector<std::string>& args) {
-  for (const auto& a : args)
-    for (const char* o : {"--max-input-length", "--decode-chunk", "--decode-chunks"})
-      if (a == o || a.rfind(std::string(o) + "=", 0) == 0)
-        return true;
-  return false;
 }
 
 void print_progress(const std::string& what, std::size_t done, std::size_t total) {

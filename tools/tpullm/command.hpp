@@ -43,10 +43,7 @@ po::options_description stage_options(frontend::StageParams& p);
 /// and MODEL_DIR as the first positional argument. Returns false after printing help (nothing
 /// else to do).
 bool parse_model_command(const std::vector<std::string>& args, po::options_description& o,
-                         frontend::StageParams& params);
-
-/// True when `args` set a stage shape explicitly (--max-input-length, --decode-chunk(s)).
-bool explicit_stage_shapes(const std::vector<std::string>& args);
+                         frontend::StageParams& params, po::variables_map* parsed = nullptr);
 
 /// Parses a comma-separated list of integers ("1,2,3"); throws Error(invalid_input) naming
 /// `option` and the bad item (empty items, signs on unsigned types, overflow, trailing text).
@@ -75,6 +72,11 @@ po::options_description input_options(bool& no_mmap);
 /// Refuses (Error(invalid_input) naming "--output") an output directory that is the model
 /// directory or contains it: replacing it would delete the model.
 void refuse_output_over_model(const std::string& output, const std::string& model);
+
+/// Refuses (Error(invalid_input) naming "--output") an output file that is one of the model's
+/// own files (config.json, *.json, *.safetensors in the model directory): replacing it would
+/// destroy the checkpoint being read.
+void refuse_output_over_model_file(const std::string& output, const std::string& model);
 
 /// Progress on stderr: an updating line on a terminal, nothing when redirected.
 void print_progress(const std::string& what, std::size_t done, std::size_t total);

@@ -8,7 +8,6 @@
 #include <sstream>
 
 #include "command.hpp"
-#include "tpullm/frontend/memory_estimate.hpp"
 #include "tpullm/frontend/stage_builder.hpp"
 #include "tpullm/support/output_file.hpp"
 
@@ -30,21 +29,16 @@ std::string mib(std::int64_t b) {
 
 } // namespace
 
-CompileReport compile_bundle(const fs::path& model_dir, const frontend::StageParams& params,
+CompileReport compile_bundle(const frontend::ModelDesc& desc, const frontend::StageParams& params,
                              compiler::CompileOptions options, const fs::path& out, bool progress) {
   CompileReport r;
   const auto t0 = std::chrono::steady_clock::now();
   check(!fs::is_directory(out), ErrorKind::invalid_input, out.string(),
         "is a directory; -o names the bundle file to write");
+  refuse_output_over_model_file(out.string(), desc.dir.string());
   // Staged beside the target and renamed over it only on commit (support/output_file.hpp); a
   // bad target (a symbolic link, a device, a missing directory) is refused before the work.
   OutputFile f(out);
-  const auto desc = frontend::load_model(model_dir);
-  params.validate(desc.dims.max_position);
-  // Refuse up front what cannot be compiled here, or run from the bundle (its KV cache).
-  frontend::check_memory(
-      frontend::estimate_memory(desc, params, frontend::Workload::run, FileAccess::map), params,
-      desc);
   auto modules = frontend::build_top_modules(desc, params);
   const auto p0 = std::chrono::steady_clock::now();
   if (progress)
@@ -61,8 +55,14 @@ CompileReport compile_bundle(const fs::path& model_dir, const frontend::StagePar
   r.kv_bytes = cm.kv.bytes();
 
   const auto t1 = std::chrono::steady_clock::now();
-  r.written = bundle::write_bundle(cm, bundle::make_model_info(desc, params, options.lower.mode),
-                                   f.stream());
+  try {
+    r.written = bundle::write_bundle(cm, bundle::make_model_info(desc, params, options.lower.mode),
+                                     f.stream());
+  } catch (const Error& e) {
+    if (e.kind() != ErrorKind::io)
+      throw;
+    throw OutputError(out.string(), e.message()); // an output failure: exit status 1
+  }
   f.commit();
   r.write_seconds = since(t1);
   return r;

@@ -5,6 +5,7 @@
 
 #include "tpullm/bundle/bundle.hpp"
 #include "tpullm/compiler/compiler.hpp"
+#include "tpullm/frontend/model_desc.hpp"
 #include "tpullm/frontend/stage_params.hpp"
 
 namespace tpullm::cli {
@@ -21,12 +22,14 @@ struct CompileReport {
   bundle::WriteStats written;         ///< file figures
 };
 
-/// Compiles checkpoint `model_dir` with `params` and `options` into bundle `out`, written to a
-/// temporary file in out's directory and renamed over `out` only when complete (a failure
-/// leaves no partial file and an existing `out` untouched). Progress on stderr when `progress`.
-CompileReport compile_bundle(const std::filesystem::path& model_dir,
-                             const frontend::StageParams& params, compiler::CompileOptions options,
-                             const std::filesystem::path& out, bool progress);
+/// Compiles the loaded checkpoint `desc` (params validated and its memory checked by the caller)
+/// with `params` and `options` into bundle `out`, written to a temporary file in out's directory
+/// and renamed over `out` only when complete (a failure leaves no partial file and an existing
+/// `out` untouched; `out` may not be a file of the model directory). Progress on stderr when
+/// `progress`.
+CompileReport compile_bundle(const frontend::ModelDesc& desc, const frontend::StageParams& params,
+                             compiler::CompileOptions options, const std::filesystem::path& out,
+                             bool progress);
 
 /// A one-paragraph human summary of `r` (compile time, size, memory plan).
 std::string describe(const CompileReport& r);

@@ -11,6 +11,7 @@
 /// and size is validated on open; anything wrong is refused with Error(invalid_input) naming the
 /// file and what is wrong. Writing is deterministic: the same compiled model gives the same bytes.
 
+#include <algorithm>
 #include <cstdint>
 #include <filesystem>
 #include <memory>
@@ -83,7 +84,14 @@ public:
   const runtime::KvGeometry& kv() const { return kv_; }    ///< KV cache of every program
   const std::vector<codegen::Program>& programs() const { return programs_; } ///< in order
   const std::vector<ir::Weight>& weights() const { return weights_; }         ///< sorted by name
-  std::int64_t file_bytes() const { return file_bytes_; }                     ///< size of the file
+  /// The weight `name`, or null (binary search: weights are sorted by name).
+  const ir::Weight* find_weight(const std::string& name) const {
+    auto it =
+        std::lower_bound(weights_.begin(), weights_.end(), name,
+                         [](const ir::Weight& w, const std::string& n) { return w.name < n; });
+    return it != weights_.end() && it->name == name ? &*it : nullptr;
+  }
+  std::int64_t file_bytes() const { return file_bytes_; }         ///< size of the file
   std::int64_t blob_bytes() const { return blob_bytes_; }         ///< size of the weight blob
   std::int64_t max_arena() const { return max_arena_; }           ///< largest activation arena
   std::int64_t max_local() const { return max_local_; }           ///< largest per-core local
@@ -92,7 +100,8 @@ public:
   const std::string& compiler() const { return compiler_; }       ///< "tpullm <version>"
 
   /// An executor with every program and weight (weights shared, not copied) and its own KV
-  /// cache; `cores` 0 = the target's.
+  /// cache; `cores` 0 = the target's. Throws Error(invalid_input) naming the file when the KV
+  /// cache and activation memory it would allocate exceed the memory available.
   std::unique_ptr<runtime::Executor> make_executor(std::int64_t cores = 0) const;
 
   /// Use open(); public for std::make_shared.
@@ -108,6 +117,7 @@ private:
   std::int64_t file_bytes_ = 0, blob_bytes_ = 0, max_arena_ = 0, max_local_ = 0, lower_bound_ = 0;
   std::uint32_t version_ = 0;
   std::string compiler_;
+  std::string path_;
 };
 
 /// The instruction-set family this build runs bundles for ("x86_64").
