@@ -388,6 +388,8 @@ std::shared_ptr<const Bundle> Bundle::open(const std::filesystem::path& path) {
 }
 
 std::unique_ptr<runtime::Executor> Bundle::make_executor(std::int64_t cores) const {
+  check(cores >= 0 && cores <= 4096, ErrorKind::invalid_input, "cores",
+        "must be in [0, 4096] (0: the bundle target's), got ", cores);
   const std::int64_t n = cores > 0 ? cores : target_.cores;
   const std::int64_t local = std::max(target_.local_memory, max_local_);
   // What the executor allocates (the weights stay in the mapping): refuse before touching it.

@@ -116,8 +116,8 @@ int cmd_bench(const std::vector<std::string>& args) {
     return kOk;
   }
   po::notify(vm);
-  check(repeat >= 1 && decode_steps >= 1 && cores >= 0, ErrorKind::invalid_input, "bench",
-        "--repeat and --decode-steps must be >= 1, --threads >= 0");
+  check(repeat >= 1 && repeat <= 1000 && decode_steps >= 1 && cores >= 0, ErrorKind::invalid_input,
+        "bench", "--repeat must be in [1, 1000], --decode-steps >= 1, --threads >= 0");
   const auto prompts = parse_id_list<std::int64_t>(prompts_text, "--prompt");
   const auto contexts = parse_id_list<std::int64_t>(contexts_text, "--context");
 
