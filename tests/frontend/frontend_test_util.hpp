@@ -2,6 +2,7 @@
 // Helpers for the frontend tests: temporary directories, a tiny safetensors writer and a tiny
 // synthetic llama-shaped checkpoint generator.
 
+#include "test_data_dir.hpp"
 #include "tpullm/frontend/safetensors.hpp"
 
 #include <nlohmann/json.hpp>

@@ -1,6 +1,7 @@
 // GPTQ and AWQ weights of the shared quantized checkpoints, repacked into the kernel layout:
 // the packed weights must dequantize to exactly the values the checkpoint encodes, element for
 // element, read here straight from the on-disk bit layout (independently of quant_repack).
+#include "test_data_dir.hpp"
 #include <catch2/catch.hpp>
 
 #include <filesystem>

@@ -2,6 +2,7 @@
 // (old_top_interpreter.hpp): every stage call the generation loop makes in the three golden
 // scenarios of every shared checkpoint runs through both on the same inputs, and every f64
 // output must agree to 1e-12 of its tensor's largest magnitude (integer outputs exactly).
+#include "test_data_dir.hpp"
 #include <catch2/catch.hpp>
 
 #include <algorithm>

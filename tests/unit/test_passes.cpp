@@ -1,4 +1,5 @@
 // The pass table, pipeline strings, the pass manager, and the dce / cse / canonicalize passes.
+#include "test_data_dir.hpp"
 #include <catch2/catch.hpp>
 
 #include <fstream>
