@@ -63,6 +63,19 @@ struct BundleReader {
     i.source = m.source() != nullptr ? m.source()->str() : "";
   }
 
+  void text(const fb::Text* t) {
+    if (t == nullptr)
+      return;
+    auto& x = out.model_.text;
+    auto str = [](const flatbuffers::String* s) { return s != nullptr ? s->str() : std::string(); };
+    x.tokenizer_json = str(t->tokenizer());
+    x.tokenizer_config_json = str(t->tokenizer_config());
+    x.generation_config_json = str(t->generation_config());
+    if (x.tokenizer_json.empty() &&
+        (!x.tokenizer_config_json.empty() || !x.generation_config_json.empty()))
+      fail("text", "has tokenizer_config or generation_config without a tokenizer");
+  }
+
   void target(const fb::Target& t) {
     target::Target& g = out.target_;
     g.name = t.name()->str();
@@ -77,8 +90,8 @@ struct BundleReader {
         g.weight_dtypes.push_back(*d);
       }
     if (t.isa()->string_view() != host_isa())
-      fail("target", "the bundle was compiled for " + t.isa()->str() + ", this machine is " +
-                         host_isa());
+      fail("target",
+           "the bundle was compiled for " + t.isa()->str() + ", this machine is " + host_isa());
   }
 
   void kv(const fb::KvCache& k) {
@@ -88,8 +101,8 @@ struct BundleReader {
     g.capacity = k.capacity();
     g.row_bytes = k.row_bytes();
     if (g.layers != m.layers)
-      fail("kv.layers", std::to_string(g.layers) + " differs from the model's " +
-                            std::to_string(m.layers));
+      fail("kv.layers",
+           std::to_string(g.layers) + " differs from the model's " + std::to_string(m.layers));
     bounded(g.capacity, m.params.seq_length, std::int64_t{1} << 26, "kv.capacity");
     if (g.row_bytes != m.kv_heads * m.head_dim * 4)
       fail("kv.row_bytes", std::to_string(g.row_bytes) + " is not kv_heads * head_dim * 4");
@@ -114,8 +127,8 @@ struct BundleReader {
         p.role = fp->role()->str();
         auto d = ir::parse_dtype(fp->dtype()->string_view());
         if (!d)
-          fail(where, "part '" + p.role + "' has unknown element type '" + fp->dtype()->str() +
-                          "'");
+          fail(where,
+               "part '" + p.role + "' has unknown element type '" + fp->dtype()->str() + "'");
         p.dtype = *d;
         std::int64_t n = 1;
         for (std::int64_t s : *fp->shape()) {
@@ -165,8 +178,8 @@ struct BundleReader {
     return t;
   }
 
-  std::vector<codegen::TensorRef>
-  refs(const flatbuffers::Vector<flatbuffers::Offset<fb::Ref>>& v, const std::string& where) {
+  std::vector<codegen::TensorRef> refs(const flatbuffers::Vector<flatbuffers::Offset<fb::Ref>>& v,
+                                       const std::string& where) {
     std::vector<codegen::TensorRef> o;
     for (flatbuffers::uoffset_t i = 0; i < v.size(); ++i)
       o.push_back(ref(*v.Get(i), where + "[" + std::to_string(i) + "]"));
@@ -180,8 +193,8 @@ struct BundleReader {
     codec::decode(*f.info(), p.info, where + ".info");
     p.args = refs(*f.args(), where + ".args");
     p.results = refs(*f.results(), where + ".results");
-    p.positions_arg = bounded(f.positions_arg(), -1,
-                              static_cast<std::int64_t>(p.args.size()) - 1, where + ".positions");
+    p.positions_arg = bounded(f.positions_arg(), -1, static_cast<std::int64_t>(p.args.size()) - 1,
+                              where + ".positions");
     for (flatbuffers::uoffset_t k = 0; k < f.instrs()->size(); ++k) {
       const fb::Instr& fi = *f.instrs()->Get(k);
       const std::string iw = where + " instruction " + std::to_string(k);
@@ -234,8 +247,8 @@ struct BundleReader {
       switch (b.region) {
       case ir::Region::input:
         if (b.slot < 0 || b.slot >= static_cast<std::int64_t>(p.args.size()))
-          fail(w, "names argument " + std::to_string(b.slot) + " of " +
-                      std::to_string(p.args.size()));
+          fail(w,
+               "names argument " + std::to_string(b.slot) + " of " + std::to_string(p.args.size()));
         within(b.offset + need, p.args[static_cast<std::size_t>(b.slot)].type.byte_size(),
                "argument");
         break;
@@ -252,7 +265,8 @@ struct BundleReader {
       case ir::Region::local:
         within(b.offset + b.size, mem.local, "local memory");
         if (tile_rows > 0 && codegen::rows_of(r.type) > 0 &&
-            b.size < need / codegen::rows_of(r.type) * std::min(tile_rows, codegen::rows_of(r.type)))
+            b.size <
+                need / codegen::rows_of(r.type) * std::min(tile_rows, codegen::rows_of(r.type)))
           fail(w, "local buffer is smaller than one tile");
         break;
       case ir::Region::kv:
@@ -269,8 +283,8 @@ struct BundleReader {
         if (it == nullptr)
           fail(w, "reads weight @" + r.weight + " which the bundle does not hold");
         if (!(it->type == r.type))
-          fail(w, "reads weight @" + r.weight + " as " + r.type.str() + ", it is " +
-                      it->type.str());
+          fail(w,
+               "reads weight @" + r.weight + " as " + r.type.str() + ", it is " + it->type.str());
         break;
       }
       }
@@ -365,6 +379,7 @@ std::shared_ptr<const Bundle> Bundle::open(const std::filesystem::path& path) {
       fail("blob_size", "differs from the header's");
     rd.model(*root.model());
     rd.target(*root.target());
+    rd.text(root.text());
     rd.kv(*root.kv());
     rd.weights(*root.weights(), file, static_cast<std::int64_t>(h.blob_offset));
     std::set<std::string> names;
@@ -397,9 +412,9 @@ std::unique_ptr<runtime::Executor> Bundle::make_executor(std::int64_t cores) con
                       static_cast<double>(local) * static_cast<double>(n);
   const double limit = frontend::memory_limit_bytes();
   check(need <= limit, ErrorKind::invalid_input, path_, "running it needs ",
-        static_cast<std::int64_t>(need / (1 << 20)), " MiB for the KV cache (",
-        kv_.capacity, " slots) and activations, more than the ",
-        static_cast<std::int64_t>(limit / (1 << 20)), " MiB of memory available");
+        static_cast<std::int64_t>(need / (1 << 20)), " MiB for the KV cache (", kv_.capacity,
+        " slots) and activations, more than the ", static_cast<std::int64_t>(limit / (1 << 20)),
+        " MiB of memory available");
   auto ex = std::make_unique<runtime::Executor>(kv_, n, local);
   for (const auto& w : weights_)
     ex->add_weight(w);

@@ -7,6 +7,7 @@
 #include "bundle_format.hpp"
 #include "tpullm/bundle/bundle.hpp"
 #include "tpullm/compiler/compiler.hpp"
+#include "tpullm/frontend/text_files.hpp"
 #include "tpullm/frontend/model_desc.hpp"
 #include "tpullm/version.hpp"
 #include "value_codec.hpp"
@@ -162,8 +163,8 @@ WriteStats write_bundle(const compiler::CompiledModel& model, const ModelInfo& i
   auto src = b.CreateString(info.source);
   auto m = fb::CreateModel(b, fam, info.layers, info.hidden, info.intermediate, info.heads,
                            info.kv_heads, info.head_dim, info.vocab, prm.seq_length,
-                           prm.max_input_length, dl, prm.with_history, info.bos_token_id, eos,
-                           mode, src);
+                           prm.max_input_length, dl, prm.with_history, info.bos_token_id, eos, mode,
+                           src);
   std::vector<flatbuffers::Offset<flatbuffers::String>> dts;
   for (auto d : model.target.weight_dtypes)
     dts.push_back(b.CreateString(std::string(ir::name(d))));
@@ -176,8 +177,15 @@ WriteStats write_bundle(const compiler::CompiledModel& model, const ModelInfo& i
   auto fv = b.CreateVector(functions);
   auto wv = b.CreateVector(weights);
   auto comp = b.CreateString("tpullm " + std::string(kVersionString));
-  auto root = fb::CreateBundle(b, m, tg, kv, fv, wv, blob.size(), model.max_arena,
-                               model.max_local, model.arena_lower_bound, comp);
+  flatbuffers::Offset<fb::Text> text = 0;
+  if (!info.text.empty()) {
+    auto tj = b.CreateString(info.text.tokenizer_json);
+    auto tc = b.CreateString(info.text.tokenizer_config_json);
+    auto gc = b.CreateString(info.text.generation_config_json);
+    text = fb::CreateText(b, tj, tc, gc);
+  }
+  auto root = fb::CreateBundle(b, m, tg, kv, fv, wv, blob.size(), model.max_arena, model.max_local,
+                               model.arena_lower_bound, comp, text);
   b.Finish(root, fb::BundleIdentifier());
 
   Header h;
@@ -235,6 +243,7 @@ ModelInfo make_model_info(const frontend::ModelDesc& desc, const frontend::Stage
   i.source = desc.dir.filename().string();
   if (i.source.empty())
     i.source = desc.dir.parent_path().filename().string();
+  i.text = frontend::read_text_files(desc.dir);
   return i;
 }
 

@@ -21,6 +21,7 @@
 
 #include "tpullm/codegen/program.hpp"
 #include "tpullm/frontend/stage_params.hpp"
+#include "tpullm/frontend/text_files.hpp"
 #include "tpullm/ir/module.hpp"
 #include "tpullm/runtime/executor.hpp"
 #include "tpullm/target/target.hpp"
@@ -49,9 +50,11 @@ struct ModelInfo {
   std::vector<std::int64_t> eos_token_ids; ///< stop tokens (any of them)
   std::string mode;                        ///< weight dtype of linear layers: f32, bf16, f16
   std::string source;                      ///< checkpoint directory name (informational)
+  frontend::TextFiles text;                ///< tokenizer files as compiled in (empty: none)
 };
 
-/// The ModelInfo of checkpoint `desc` compiled with `params` in weight mode `mode`.
+/// The ModelInfo of checkpoint `desc` compiled with `params` in weight mode `mode`, with the
+/// checkpoint's tokenizer files (frontend::read_text_files) when it has them.
 ModelInfo make_model_info(const frontend::ModelDesc& desc, const frontend::StageParams& params,
                           const std::string& mode);
 

@@ -72,6 +72,13 @@ public:
   const SessionDims& dims() const { return dims_; }
   /// Forgets the conversation (the cache contents become don't-care).
   void reset() { length_ = 0; }
+  /// Keeps the first `n` cached tokens and forgets the rest (their slots are overwritten by
+  /// the next tokens fed). Throws Error(invalid_input) unless 0 <= n <= length().
+  void truncate(std::int64_t n) {
+    check(n >= 0 && n <= length_, ErrorKind::invalid_input, "session", "cannot keep ", n, " of ",
+          length_, " cached tokens");
+    length_ = n;
+  }
 
   /// Feeds `tokens` at positions length().. in segments of max_input_length (1 prefill or
   /// prefill_kv per segment) and returns the logits [rows, vocab] of every prompt position

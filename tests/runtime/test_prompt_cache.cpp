@@ -1,0 +1,132 @@
+// PromptCache: a prompt that repeats what the KV cache holds feeds only the rest (through
+// prefill_kv), to the same tokens as feeding that rest by hand; a prompt that departs from the
+// cache rolls it back to the common prefix; a prompt that does not fit is refused unchanged.
+#include "test_data_dir.hpp"
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+
+#include "tpullm/bundle/bundle.hpp"
+#include "tpullm/compiler/compiler.hpp"
+#include "tpullm/frontend/stage_builder.hpp"
+#include "tpullm/runtime/compiled_stages.hpp"
+#include "tpullm/runtime/engine.hpp"
+#include "tpullm/runtime/prompt_cache.hpp"
+
+using namespace tpullm;
+
+namespace {
+
+frontend::StageParams params() {
+  frontend::StageParams p;
+  p.seq_length = 96;
+  p.max_input_length = 16;
+  p.decode_chunks = {64, 32};
+  return p;
+}
+
+struct Model {
+  frontend::ModelDesc desc =
+      frontend::load_model(std::filesystem::path(TPULLM_TEST_DATA_DIR) / "models" / "llama-gqa");
+  compiler::CompiledModel cm = [this] {
+    compiler::CompileOptions o;
+    o.target.cores = 2;
+    return compiler::compile(frontend::build_top_modules(desc, params()), o);
+  }();
+  runtime::SessionDims dims() const {
+    return runtime::Engine::dims_of(bundle::make_model_info(desc, params(), "f32"));
+  }
+};
+
+runtime::GenerateOptions greedy(std::int64_t n) {
+  runtime::GenerateOptions g;
+  g.stop.max_new_tokens = n;
+  return g;
+}
+
+std::vector<std::int32_t> cat(std::vector<std::int32_t> a, const std::vector<std::int32_t>& b,
+                              std::size_t take) {
+  a.insert(a.end(), b.begin(), b.begin() + static_cast<std::ptrdiff_t>(take));
+  return a;
+}
+
+} // namespace
+
+TEST_CASE("a repeated conversation feeds only its new tokens", "[prompt-cache]") {
+  Model m;
+  auto exec = compiler::make_executor(m.cm);
+  runtime::CompiledStages stages(*exec);
+  runtime::Session s(stages, m.dims(), params());
+  runtime::PromptCache cache(s);
+
+  const std::vector<std::int32_t> a{1, 5, 9, 2, 7, 3, 8, 4, 6, 10, 11, 12, 13, 14, 15, 16, 17, 18};
+  const auto r1 = cache.generate(a, greedy(5));
+  CHECK(r1.reused == 0);
+  CHECK(r1.result.prompt_tokens == static_cast<std::int64_t>(a.size()));
+  REQUIRE(r1.result.tokens.size() == 5);
+  CHECK(cache.held() == cat(a, r1.result.tokens, 4));
+  CHECK(s.length() == static_cast<std::int64_t>(a.size()) + 4);
+
+  // The client resends everything: prompt, the whole answer, then a new user part.
+  const std::vector<std::int32_t> b{20, 21, 22};
+  auto second = cat(a, r1.result.tokens, 5);
+  second.insert(second.end(), b.begin(), b.end());
+  const auto r2 = cache.generate(second, greedy(4));
+  CHECK(r2.reused == static_cast<std::int64_t>(a.size()) + 4);
+  CHECK(r2.result.prompt_tokens == 4); // the last answer token and the three new ones
+  CHECK(cache.held().size() == second.size() + 3);
+
+  // The same steps by hand on a fresh session: bit-identical tokens.
+  runtime::Session ref(stages, m.dims(), params());
+  const auto h1 = ref.generate(a, greedy(5));
+  CHECK(h1.tokens == r1.result.tokens);
+  std::vector<std::int32_t> rest{r1.result.tokens.back()};
+  rest.insert(rest.end(), b.begin(), b.end());
+  CHECK(ref.generate(rest, greedy(4)).tokens == r2.result.tokens);
+}
+
+TEST_CASE("a prompt that departs from the cache rolls it back to the common prefix",
+          "[prompt-cache]") {
+  Model m;
+  auto exec = compiler::make_executor(m.cm);
+  runtime::CompiledStages stages(*exec);
+  runtime::Session s(stages, m.dims(), params());
+  runtime::PromptCache cache(s);
+  const std::vector<std::int32_t> a{3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7};
+  cache.generate(a, greedy(3));
+  // Keep the first 9 tokens, then something else.
+  std::vector<std::int32_t> b(a.begin(), a.begin() + 9);
+  b.insert(b.end(), {40, 41, 42, 43});
+  CHECK(cache.reusable(b) == 9);
+  const auto r = cache.generate(b, greedy(3));
+  CHECK(r.reused == 9);
+  CHECK(r.result.prompt_tokens == 4);
+  CHECK(cache.held() == cat(b, r.result.tokens, 2));
+
+  runtime::Session ref(stages, m.dims(), params());
+  ref.generate(a, greedy(3));
+  ref.truncate(9);
+  CHECK(ref.generate({40, 41, 42, 43}, greedy(3)).tokens == r.result.tokens);
+
+  // The very same prompt again: everything but its last token is reused.
+  CHECK(cache.reusable(b) == static_cast<std::int64_t>(b.size()) - 1);
+  CHECK(cache.generate(b, greedy(1)).result.prompt_tokens == 1);
+}
+
+TEST_CASE("a prompt that leaves no room for an answer is refused, the cache unchanged",
+          "[prompt-cache]") {
+  Model m;
+  auto exec = compiler::make_executor(m.cm);
+  runtime::CompiledStages stages(*exec);
+  runtime::Session s(stages, m.dims(), params());
+  runtime::PromptCache cache(s);
+  const std::vector<std::int32_t> a{7, 7, 7, 7};
+  cache.generate(a, greedy(2));
+  const auto held = cache.held();
+  std::vector<std::int32_t> huge(static_cast<std::size_t>(params().seq_length), 3);
+  CHECK_THROWS_AS(cache.generate(huge, greedy(1)), Error);
+  CHECK(cache.held() == held);
+  CHECK(s.length() == static_cast<std::int64_t>(held.size()));
+  CHECK_THROWS_AS(cache.generate({}, greedy(1)), Error);
+  CHECK_THROWS_AS(s.truncate(s.length() + 1), Error);
+}
