@@ -55,6 +55,16 @@ struct BundleReader {
         fail("model.decode_lengths", "must be positive and strictly decreasing");
     p.decode_chunks.assign(dl.begin() + 1, dl.end());
     p.decode_chunk = dl.back();
+    if (m.prefill_lengths() != nullptr) {
+      std::int64_t prev = p.max_input_length;
+      for (auto n : *m.prefill_lengths()) {
+        if (n <= 0 || n >= prev)
+          fail("model.prefill_lengths",
+               "must be positive, below max_input_length and strictly decreasing");
+        p.prefill_chunks.push_back(n);
+        prev = n;
+      }
+    }
     i.bos_token_id = bounded(m.bos_token_id(), -1, i.vocab - 1, "model.bos_token_id");
     if (m.eos_token_ids() != nullptr)
       for (auto e : *m.eos_token_ids())

@@ -161,10 +161,14 @@ WriteStats write_bundle(const compiler::CompiledModel& model, const ModelInfo& i
   auto eos = b.CreateVector(info.eos_token_ids);
   auto mode = b.CreateString(info.mode);
   auto src = b.CreateString(info.source);
+  const auto pl = prm.prefill_lengths(); // max_input_length first, then the shorter variants
+  flatbuffers::Offset<flatbuffers::Vector<std::int64_t>> plv = 0;
+  if (pl.size() > 1)
+    plv = b.CreateVector(std::vector<std::int64_t>(pl.begin() + 1, pl.end()));
   auto m = fb::CreateModel(b, fam, info.layers, info.hidden, info.intermediate, info.heads,
                            info.kv_heads, info.head_dim, info.vocab, prm.seq_length,
                            prm.max_input_length, dl, prm.with_history, info.bos_token_id, eos, mode,
-                           src);
+                           src, plv);
   std::vector<flatbuffers::Offset<flatbuffers::String>> dts;
   for (auto d : model.target.weight_dtypes)
     dts.push_back(b.CreateString(std::string(ir::name(d))));

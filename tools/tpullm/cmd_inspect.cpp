@@ -54,6 +54,7 @@ int cmd_inspect(const std::vector<std::string>& args) {
                 {"seq_length", m.params.seq_length},
                 {"max_input_length", m.params.max_input_length},
                 {"decode_lengths", m.params.decode_lengths()},
+                {"prefill_lengths", m.params.prefill_lengths()},
                 {"prefill_kv", m.params.with_history},
                 {"bos_token_id", m.bos_token_id},
                 {"eos_token_ids", m.eos_token_ids}};
@@ -124,7 +125,8 @@ int cmd_inspect(const std::vector<std::string>& args) {
             << " layers, hidden " << m.hidden << ", heads " << m.heads << "/" << m.kv_heads << " x "
             << m.head_dim << ", vocab " << m.vocab << "\n"
             << "stages  seq_length " << m.params.seq_length << ", max_input_length "
-            << m.params.max_input_length << ", decode variants "
+            << m.params.max_input_length << ", prefill variants "
+            << j["model"]["prefill_lengths"].dump() << ", decode variants "
             << j["model"]["decode_lengths"].dump() << ", prefill_kv "
             << (m.params.with_history ? "yes" : "no") << "\n"
             << "target  " << t.name << ": " << t.cores << " cores, local memory " << t.local_memory

@@ -21,6 +21,16 @@ po::options_description stage_options(frontend::StageParams& p) {
         p.decode_chunks = parse_id_list<std::int64_t>(v, "--decode-chunks");
       }),
       "explicit decode variants below seq_length, e.g. 512,256,128 (replaces --decode-chunk)")(
+      "prefill-lengths",
+      po::value<std::string>()->default_value("auto")->notifier([&p](const std::string& v) {
+        p.prefill_auto = v == "auto";
+        p.prefill_chunks.clear();
+        if (v != "auto" && v != "none")
+          p.prefill_chunks = parse_id_list<std::int64_t>(v, "--prefill-lengths");
+      }),
+      "shorter prefill / prefill_kv variants below max-input-length, e.g. 16,64 (a prompt "
+      "segment runs through the smallest that holds it); auto: those of 16,64,256 below "
+      "max-input-length; none: max-input-length only")(
       "no-history", "do not build prefill_kv (block_kv_i) modules");
   return o;
 }

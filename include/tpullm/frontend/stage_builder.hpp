@@ -4,6 +4,7 @@
 ///   embedding_cache  the same with L = 1
 ///   block_i          (input_states [1, L, H], position_ids [1, L]) -> (hidden, k, v)
 ///   block_kv_i       + (history_k, history_v [1, seq_length - L, kv_heads, d]) -> (hidden, k, v)
+///   block_i_P, block_kv_i_P  the same with L = P for each shorter prefill variant P
 ///   block_cache_i_S  L = 1, history [1, S, kv_heads, d] for each decode length S
 ///   lm_head          (hidden [1, 1, H]) -> logits [1, 1, V] f32
 ///   lm_head_greedy   (hidden [1, 1, H]) -> token [1, 1, 1] i32 (ArgMax inside)
@@ -170,8 +171,9 @@ inline ir::Module build_lm_head(const ModelDesc& d, bool greedy, const std::stri
 }
 
 /// Every stage module of the model for `params`, in a deterministic order: embedding,
-/// embedding_cache, then per layer block_i, block_kv_i (with_history), block_cache_i_S for each
-/// decode length, then lm_head and lm_head_greedy.
+/// embedding_cache, then per layer block_i and block_kv_i (with_history) for each prefill
+/// length (max_input_length first: block_i; then block_i_P for the shorter variants),
+/// block_cache_i_S for each decode length, then lm_head and lm_head_greedy.
 inline std::vector<ir::Module> build_top_modules(const ModelDesc& d, const StageParams& params) {
   params.validate(d.dims.max_position);
   const RopeWeights rope = rope_weights(d, params.seq_length); // one table for every block
@@ -179,10 +181,12 @@ inline std::vector<ir::Module> build_top_modules(const ModelDesc& d, const Stage
   out.push_back(build_embedding(d, params.max_input_length, "embedding"));
   out.push_back(build_embedding(d, 1, "embedding_cache"));
   for (std::int64_t i = 0; i < d.dims.layers; ++i) {
-    out.push_back(build_block(d, {i, params.max_input_length, 0}, rope, StageNames::block(i)));
-    if (params.with_history)
-      out.push_back(build_block(d, {i, params.max_input_length, params.prefill_kv_history()}, rope,
-                                StageNames::block_kv(i)));
+    for (std::int64_t len : params.prefill_lengths()) {
+      out.push_back(build_block(d, {i, len, 0}, rope, StageNames::block(i, len, params)));
+      if (params.with_history)
+        out.push_back(build_block(d, {i, len, params.prefill_kv_history(len)}, rope,
+                                  StageNames::block_kv(i, len, params)));
+    }
     for (std::int64_t len : params.decode_lengths())
       out.push_back(build_block(d, {i, 1, len}, rope, StageNames::block_cache(i, len)));
   }

@@ -21,9 +21,44 @@ struct StageParams {
   /// Explicit decode variants below seq_length (e.g. {512, 256, 128}); when not empty it
   /// replaces the halving rule of decode_chunk.
   std::vector<std::int64_t> decode_chunks;
+  /// Shorter prefill / prefill_kv variants below max_input_length (e.g. {16, 64, 256}): each a
+  /// block_i_P / block_kv_i_P function sharing the layer's weights; a prompt segment runs
+  /// through the smallest variant that holds it, so a short prompt costs what its length does,
+  /// not a whole padded max_input_length. Empty: max_input_length only.
+  std::vector<std::int64_t> prefill_chunks;
+  /// Also the default variants kAutoPrefillChunks that are below max_input_length (what the
+  /// tools compile unless told otherwise).
+  bool prefill_auto = false;
+  /// The default shorter prefill variants (those below max_input_length are built).
+  static constexpr std::int64_t kAutoPrefillChunks[] = {16, 64, 256};
 
   /// Static history slots of block_kv_i: the cache capacity left beside one segment.
   std::int64_t prefill_kv_history() const { return seq_length - max_input_length; }
+  /// Static history slots of the prefill_kv variant of `tokens` rows.
+  std::int64_t prefill_kv_history(std::int64_t tokens) const { return seq_length - tokens; }
+
+  /// Prefill segment lengths, largest first: max_input_length, then the distinct
+  /// prefill_chunks below it.
+  std::vector<std::int64_t> prefill_lengths() const {
+    std::vector<std::int64_t> out{max_input_length};
+    std::vector<std::int64_t> c = prefill_chunks;
+    if (prefill_auto)
+      c.insert(c.end(), std::begin(kAutoPrefillChunks), std::end(kAutoPrefillChunks));
+    std::sort(c.begin(), c.end(), std::greater<>());
+    for (auto n : c)
+      if (n > 0 && n < out.back())
+        out.push_back(n);
+    return out;
+  }
+  /// The prefill variant a segment of `n` tokens (1 <= n <= max_input_length) runs through:
+  /// the smallest compiled length >= n.
+  std::int64_t prefill_length_for(std::int64_t n) const {
+    std::int64_t best = max_input_length;
+    for (auto p : prefill_lengths())
+      if (p >= n && p < best)
+        best = p;
+    return best;
+  }
 
   /// Decode KV lengths, largest first: seq_length, seq_length/2, ... down to decode_chunk
   /// (e.g. 2048 with chunk 256 -> 2048, 1024, 512, 256). The runtime picks the smallest that
@@ -60,6 +95,10 @@ struct StageParams {
     for (auto n : decode_chunks)
       check(n > 0 && n <= seq_length, ErrorKind::invalid_input, "decode_chunks",
             "every decode variant must be in [1, seq_length = ", seq_length, "], got ", n);
+    for (auto n : prefill_chunks)
+      check(n > 0 && n <= max_input_length, ErrorKind::invalid_input, "prefill_chunks",
+            "every prefill variant must be in [1, max_input_length = ", max_input_length, "], got ",
+            n);
     check(!with_history || max_input_length < seq_length, ErrorKind::invalid_input,
           "max_input_length", "prefill_kv needs history room: max_input_length (", max_input_length,
           ") must be < seq_length (", seq_length, ")");
@@ -70,6 +109,16 @@ struct StageParams {
 struct StageNames {
   static std::string block(std::int64_t layer) { return "block_" + std::to_string(layer); }
   static std::string block_kv(std::int64_t layer) { return "block_kv_" + std::to_string(layer); }
+  /// The prefill variant of `tokens` rows (block_i itself when tokens = max_input_length).
+  static std::string block(std::int64_t layer, std::int64_t tokens, const StageParams& p) {
+    return tokens == p.max_input_length ? block(layer)
+                                        : block(layer) + "_" + std::to_string(tokens);
+  }
+  /// The prefill_kv variant of `tokens` rows (block_kv_i itself when tokens = max_input_length).
+  static std::string block_kv(std::int64_t layer, std::int64_t tokens, const StageParams& p) {
+    return tokens == p.max_input_length ? block_kv(layer)
+                                        : block_kv(layer) + "_" + std::to_string(tokens);
+  }
   static std::string block_cache(std::int64_t layer, std::int64_t kv_length) {
     return "block_cache_" + std::to_string(layer) + "_" + std::to_string(kv_length);
   }

@@ -101,7 +101,10 @@ public:
       const std::int64_t pos0 = length_;
       check(pos0 == 0 || params_.with_history, ErrorKind::unsupported, "prompt",
             "continuing a conversation needs prefill_kv modules (compiled without history)");
-      if (pos0 + L > params_.seq_length) {
+      // The smallest compiled prefill variant that holds the segment: its first P rows of the
+      // embedded buffer are the block's input.
+      const std::int64_t P = params_.prefill_length_for(valid);
+      if (pos0 + P > params_.seq_length) {
         // A padded segment would run past the cache: feed the tail token by token through the
         // decode stage instead (same results, no padding).
         for (std::int64_t r = start; r < n; ++r) {
@@ -120,9 +123,9 @@ public:
       int cur = embed("embedding", L);
       for (std::int64_t layer = 0; layer < dims_.layers; ++layer) {
         const bool hist = pos0 > 0;
-        const std::string fn =
-            hist ? frontend::StageNames::block_kv(layer) : frontend::StageNames::block(layer);
-        block(fn, layer, L, pos0, hist ? params_.prefill_kv_history() : 0, cur);
+        const std::string fn = hist ? frontend::StageNames::block_kv(layer, P, params_)
+                                    : frontend::StageNames::block(layer, P, params_);
+        block(fn, layer, P, pos0, hist ? params_.prefill_kv_history(P) : 0, cur);
         cur ^= 1;
       }
       length_ += valid;
