@@ -1,0 +1,117 @@
+// Every real tokenizer x every oracle case (hand-written hard strings and generated ones) x
+// add_special {false, true}: ids, pieces, decode, decode skipping special tokens and the streaming
+// deltas all equal HuggingFace's Rust tokenizers (tests/data/text/tok/NAME.jsonl).
+#include <fstream>
+#include <map>
+#include <memory>
+#include <sstream>
+
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include "tokenizer_files.hpp"
+#include "tpullm/text/stream_decoder.hpp"
+#include "tpullm/text/tokenizer.hpp"
+
+using tpullm::text::StreamDecoder;
+using tpullm::text::Tokenizer;
+
+namespace {
+
+const Tokenizer& real(const std::string& name) {
+  static std::map<std::string, std::unique_ptr<Tokenizer>> loaded;
+  auto& t = loaded[name];
+  if (!t)
+    t = std::make_unique<Tokenizer>(Tokenizer::from_dir(real_tokenizer_dir(name)));
+  return *t;
+}
+
+std::vector<nlohmann::json> oracle_records(const std::string& name) {
+  std::ifstream f(oracle_dir() / (name + ".jsonl"));
+  REQUIRE(f.good());
+  std::vector<nlohmann::json> out;
+  for (std::string line; std::getline(f, line);)
+    if (!line.empty())
+      out.push_back(nlohmann::json::parse(line));
+  return out;
+}
+
+std::string show(const nlohmann::json& j) {
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+// Counts the records where `what` differs; reports the first few in full.
+struct Mismatches {
+  std::string name;
+  int count = 0;
+  std::ostringstream first;
+  void add(const std::string& what, const nlohmann::json& rec, const nlohmann::json& got) {
+    if (++count <= 5)
+      first << name << " " << what << " of " << show(rec["text"])
+            << " add_special=" << rec["add_special"] << "\n  expected " << show(rec[what])
+            << "\n  got      " << show(got) << "\n";
+  }
+};
+
+void check_against_oracle(const std::string& name) {
+  const Tokenizer& tok = real(name);
+  const auto records = oracle_records(name);
+  REQUIRE(records.size() > 500);
+  Mismatches bad{name};
+  std::size_t streamed = 0;
+  for (const auto& rec : records) {
+    const std::string text = rec["text"].get<std::string>();
+    const bool add = rec["add_special"].get<bool>();
+    const auto ids = tok.encode(text, add);
+    if (nlohmann::json(ids) != rec["ids"])
+      bad.add("ids", rec, ids);
+    const auto expected_ids = rec["ids"].get<std::vector<std::int32_t>>();
+    if (nlohmann::json(tok.pieces(expected_ids)) != rec["tokens"])
+      bad.add("tokens", rec, tok.pieces(expected_ids));
+    if (tok.decode(expected_ids, false) != rec["decoded"].get<std::string>())
+      bad.add("decoded", rec, tok.decode(expected_ids, false));
+    if (tok.decode(expected_ids, true) != rec["decoded_skip"].get<std::string>())
+      bad.add("decoded_skip", rec, tok.decode(expected_ids, true));
+    if (rec.contains("stream_deltas")) {
+      ++streamed;
+      StreamDecoder sd(tok);
+      std::vector<std::string> deltas;
+      for (const auto id : expected_ids)
+        deltas.push_back(sd.push(id));
+      const std::string rest = sd.finish();
+      if (!deltas.empty())
+        deltas.back() += rest;
+      else if (!rest.empty())
+        deltas.push_back(rest);
+      if (nlohmann::json(deltas) != rec["stream_deltas"])
+        bad.add("stream_deltas", rec, deltas);
+    }
+  }
+  INFO(bad.first.str());
+  CHECK(streamed * 2 == records.size());
+  CHECK(bad.count == 0);
+}
+
+} // namespace
+
+TEST_CASE("qwen3 equals the Rust tokenizer on every oracle case", "[text][oracle]") {
+  check_against_oracle("qwen3");
+}
+TEST_CASE("llama3 equals the Rust tokenizer on every oracle case", "[text][oracle]") {
+  check_against_oracle("llama3");
+}
+TEST_CASE("llama3_1 equals the Rust tokenizer on every oracle case", "[text][oracle]") {
+  check_against_oracle("llama3_1");
+}
+TEST_CASE("llama2 (Mistral) equals the Rust tokenizer on every oracle case", "[text][oracle]") {
+  check_against_oracle("llama2");
+}
+TEST_CASE("gemma3 equals the Rust tokenizer on every oracle case", "[text][oracle]") {
+  check_against_oracle("gemma3");
+}
+TEST_CASE("deepseek_v3 equals the Rust tokenizer on every oracle case", "[text][oracle]") {
+  check_against_oracle("deepseek_v3");
+}
+TEST_CASE("gptoss equals the Rust tokenizer on every oracle case", "[text][oracle]") {
+  check_against_oracle("gptoss");
+}
