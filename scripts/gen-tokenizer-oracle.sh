@@ -21,18 +21,10 @@ if [ ! -d "$oracle_dir/node_modules/tokenizers" ]; then
 fi
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-seed=1
-for name in qwen3 llama3 llama3_1 llama2 gemma3 deepseek_v3 gptoss; do
-  [ -f "$cache/$name/tokenizer.json" ] || { echo "missing $cache/$name: run scripts/fetch-tokenizers.sh" >&2; exit 2; }
-  python3 "$runner/fuzz_gen.py" "$generated" "$((1000 + seed))" > "$work/fuzz.json"
-  python3 - "$out/hard_cases.json" "$work/fuzz.json" "$work/cases.json" <<'PY'
-import json, sys
-hard, fuzz = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
-json.dump(hard + fuzz, open(sys.argv[3], "w"), ensure_ascii=False)
-PY
-  (cd "$oracle_dir" && RAYON_NUM_THREADS=1 CASES="$work/cases.json" node "$runner/oracle_rs.cjs" "$work/$name.raw.jsonl" "$cache/$name")
-  # Keep what the tests compare (text, flags, ids, tokens, both decodes, stream deltas).
-  python3 - "$work/cases.json" "$work/$name.raw.jsonl" "$out/$name.jsonl" <<'PY'
+# compact CASES RAW OUT: keeps what the tests compare (text, flags, ids, tokens, both decodes,
+# stream deltas).
+compact() {
+  python3 - "$1" "$2" "$3" <<'PY'
 import json, sys
 cases = json.load(open(sys.argv[1]))
 with open(sys.argv[2]) as f, open(sys.argv[3], "w") as o:
@@ -44,6 +36,31 @@ with open(sys.argv[2]) as f, open(sys.argv[3], "w") as o:
             rec["stream_deltas"] = r["stream_deltas"]
         o.write(json.dumps(rec, ensure_ascii=False) + "\n")
 PY
+}
+seed=1
+for name in qwen3 llama3 llama3_1 llama2 gemma3 deepseek_v3 gptoss; do
+  [ -f "$cache/$name/tokenizer.json" ] || { echo "missing $cache/$name: run scripts/fetch-tokenizers.sh" >&2; exit 2; }
+  python3 "$runner/fuzz_gen.py" "$generated" "$((1000 + seed))" > "$work/fuzz.json"
+  python3 - "$out/hard_cases.json" "$work/fuzz.json" "$work/cases.json" <<'PY'
+import json, sys
+hard, fuzz = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+json.dump(hard + fuzz, open(sys.argv[3], "w"), ensure_ascii=False)
+PY
+  (cd "$oracle_dir" && RAYON_NUM_THREADS=1 CASES="$work/cases.json" node "$runner/oracle_rs.cjs" "$work/$name.raw.jsonl" "$cache/$name")
+  compact "$work/cases.json" "$work/$name.raw.jsonl" "$out/$name.jsonl"
   seed=$((seed + 1))
+done
+# The hand-made small tokenizers (tests/data/text/tok/mini/NAME/tokenizer.json) cover what the
+# real files do not use: other Split behaviours and invert, lstrip / rstrip / single_word, a
+# normalized added token, unk, a subword prefix and word suffix, Strip with stop, a
+# TemplateProcessing suffix, ByteLevel with add_prefix_space and its own regex.
+python3 - "$out/hard_cases.json" "$out/mini/extra_cases.json" "$work/cases.json" <<'PY'
+import json, sys
+json.dump(json.load(open(sys.argv[1])) + json.load(open(sys.argv[2])), open(sys.argv[3], "w"), ensure_ascii=False)
+PY
+for mini in "$out"/mini/*/; do
+  name=mini_$(basename "$mini")
+  (cd "$oracle_dir" && RAYON_NUM_THREADS=1 CASES="$work/cases.json" node "$runner/oracle_rs.cjs" "$work/$name.raw.jsonl" "$mini")
+  compact "$work/cases.json" "$work/$name.raw.jsonl" "$out/$name.jsonl"
 done
 du -ch "$out"/*.jsonl | tail -1

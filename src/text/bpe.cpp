@@ -169,7 +169,7 @@ void BpeModel::merge_word(std::string_view w, std::vector<std::int32_t>& out) co
     const int n = static_cast<int>(sym.size());
     sym.push_back({id, n - 1, n + 1, true});
   };
-  std::optional<std::int32_t> pending_unk;
+  std::int32_t pending_unk = -1; // an unk not yet added (fused while fuse_unk)
   std::string s;
   for (std::size_t i = 0; i < w.size();) {
     const std::size_t len = std::min(utf8_len(static_cast<unsigned char>(w[i])), w.size() - i);
@@ -184,8 +184,8 @@ void BpeModel::merge_word(std::string_view w, std::vector<std::int32_t>& out) co
     }
     i += len;
     if (const auto it = vocab_.find(piece); it != vocab_.end()) {
-      if (pending_unk)
-        add(*pending_unk), pending_unk.reset();
+      if (pending_unk >= 0)
+        add(pending_unk), pending_unk = -1;
       add(it->second);
       continue;
     }
@@ -194,21 +194,21 @@ void BpeModel::merge_word(std::string_view w, std::vector<std::int32_t>& out) co
       for (const char c : piece)
         all = all && byte_ids_[static_cast<unsigned char>(c)] >= 0;
       if (all) {
-        if (pending_unk)
-          add(*pending_unk), pending_unk.reset();
+        if (pending_unk >= 0)
+          add(pending_unk), pending_unk = -1;
         for (const char c : piece)
           add(byte_ids_[static_cast<unsigned char>(c)]);
         continue;
       }
     }
     if (unk_) {
-      if (pending_unk && !fuse_unk_)
-        add(*pending_unk);
+      if (pending_unk >= 0 && !fuse_unk_)
+        add(pending_unk);
       pending_unk = *unk_;
     }
   }
-  if (pending_unk)
-    add(*pending_unk);
+  if (pending_unk >= 0)
+    add(pending_unk);
   if (sym.empty())
     return;
   sym.back().next = -1;
