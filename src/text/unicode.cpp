@@ -106,14 +106,35 @@ char32_t next_code_point(std::string_view s, std::size_t& i) noexcept {
   return cp;
 }
 
+namespace {
+// Whether `cp` leaves any text around it in NFC unchanged (the quick check's "yes" with combining
+// class 0): no canonical decomposition, and not a character that composes with the one before
+// it (utf8proc marks those with a comb_index >= 0x8000; Hangul vowel and trailing jamo compose
+// algorithmically).
+bool nfc_inert(char32_t cp) {
+  if (cp < 0x300)
+    return true;
+  if (cp >= 0x1161 && cp <= 0x11C2)
+    return false;
+  const utf8proc_property_t* p = utf8proc_get_property(static_cast<utf8proc_int32_t>(cp));
+  if (p->combining_class != 0)
+    return false;
+  if (p->decomp_seqindex != UINT16_MAX && p->decomp_type == 0)
+    return false;
+  return p->comb_index == UINT16_MAX || p->comb_index < 0x8000;
+}
+} // namespace
+
 std::string nfc(std::string_view s) {
-  // Text whose code points are all below U+0300 (no lead byte >= 0xCC) is already NFC.
+  // Text made only of NFC-inert characters is already NFC (most text: ASCII, CJK, Cyrillic...).
   bool plain = true;
-  for (const char ch : s)
-    if (static_cast<unsigned char>(ch) >= 0xCC) {
-      plain = false;
-      break;
+  for (std::size_t i = 0; i < s.size() && plain;) {
+    if (static_cast<unsigned char>(s[i]) < 0xCC) {
+      i += utf8_len(static_cast<unsigned char>(s[i]));
+      continue;
     }
+    plain = nfc_inert(next_code_point(s, i));
+  }
   if (plain)
     return std::string(s);
   utf8proc_uint8_t* dst = nullptr;
