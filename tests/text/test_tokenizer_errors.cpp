@@ -115,14 +115,14 @@ TEST_CASE("unknown stage types are refused by name", "[text][errors]") {
 
 TEST_CASE("merges naming tokens not in the vocab are invalid input", "[text][errors]") {
   Json j = mini();
-  j["model"]["merges"] = {"a b", "a zz"};
+  j["model"]["merges"] = Json::parse(R"(["a b", "a zz"])");
   expect_error(j, ErrorKind::invalid_input,
                "model.merges[1]: names 'zz', which is not in the vocab");
   j = mini();
-  j["model"]["merges"] = {Json::array({"b", "c"})}; // "bc" is not in the vocab
+  j["model"]["merges"] = Json::parse(R"([["b", "c"]])"); // "bc" is not in the vocab
   expect_error(j, ErrorKind::invalid_input, "names 'bc', which is not in the vocab");
   j = mini();
-  j["model"]["merges"] = {"abc"};
+  j["model"]["merges"] = Json::parse(R"(["abc"])");
   expect_error(j, ErrorKind::invalid_input, "model.merges[0]: expected \"a b\"");
   j = mini();
   j["model"]["vocab"]["d"] = -4;

@@ -76,7 +76,8 @@ bool same_pieces(const Tokenizer& tok, const std::vector<std::int32_t>& ids,
 void check_against_oracle(const std::string& name, const Tokenizer& tok, std::size_t min_records) {
   const auto records = oracle_records(name);
   REQUIRE(records.size() >= min_records);
-  Mismatches bad{name};
+  Mismatches bad;
+  bad.name = name;
   std::size_t streamed = 0;
   for (const auto& rec : records) {
     const std::string text = rec["text"].get<std::string>();
