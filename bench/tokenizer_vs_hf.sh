@@ -74,7 +74,7 @@ for name in "${names[@]}"; do
     bm=BM_TokenizerEncode
     [ $mode = lines ] && bm=BM_TokenizerEncodeLines
     read -r ours_mb ours_tok < <(python3 -c 'import json,sys
-b=[x for x in json.load(open(sys.argv[1]))["benchmarks"] if x["name"]==sys.argv[2]][0]
+b=[x for x in json.load(open(sys.argv[1]))["benchmarks"] if x["name"].split("/")[0]==sys.argv[2]][0]
 print(b["bytes_per_second"]/1e6, int(b["tokens"]))' "$work/ours.json" $bm)
     read -r rs_mb rs_tok < <(RAYON_NUM_THREADS=1 node "$work/rs.cjs" "$dir" "$work/text.txt" "$oracle" $mode)
     [ "$ours_tok" = "$rs_tok" ] || echo "warning: $name $mode: token counts differ ($ours_tok vs $rs_tok)" >&2
