@@ -22,7 +22,12 @@ struct ThreadState {
   pcre2_match_data* data = pcre2_match_data_create(1, nullptr);
   pcre2_jit_stack* stack = pcre2_jit_stack_create(32 * 1024, 8 * 1024 * 1024, nullptr);
   pcre2_match_context* ctx = pcre2_match_context_create(nullptr);
-  ThreadState() { pcre2_jit_stack_assign(ctx, nullptr, stack); }
+  ThreadState() {
+    pcre2_jit_stack_assign(ctx, nullptr, stack);
+    // The default limit (10 million steps) refuses one long whitespace run of the real patterns
+    // (`\s*[\r\n]+` backtracks over it); their backtracking is linear in the run, so lift it.
+    pcre2_set_match_limit(ctx, UINT32_MAX);
+  }
   ~ThreadState() {
     pcre2_match_context_free(ctx);
     pcre2_jit_stack_free(stack);
