@@ -1,10 +1,12 @@
 // Every real tokenizer x every oracle case (hand-written hard strings and generated ones) x
 // add_special {false, true}: ids, pieces, decode, decode skipping special tokens and the streaming
 // deltas all equal HuggingFace's Rust tokenizers (tests/data/text/tok/NAME.jsonl).
+#include <atomic>
 #include <fstream>
 #include <map>
 #include <memory>
 #include <sstream>
+#include <thread>
 
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
@@ -144,4 +146,23 @@ TEST_CASE("mini byte-level tokenizer equals the Rust tokenizer", "[text][oracle]
 TEST_CASE("mini subword-prefix tokenizer equals the Rust tokenizer", "[text][oracle]") {
   const auto t = Tokenizer::from_dir(oracle_dir() / "mini" / "wordpiece_like");
   check_against_oracle("mini_wordpiece_like", t, 160);
+}
+
+TEST_CASE("encode from four threads at once equals the Rust tokenizer", "[text][oracle][threads]") {
+  const Tokenizer t = Tokenizer::from_dir(real_tokenizer_dir("llama3"));
+  const auto records = oracle_records("llama3");
+  std::atomic<int> wrong{0};
+  std::vector<std::thread> pool;
+  for (int k = 0; k < 4; ++k)
+    pool.emplace_back([&, k] {
+      for (std::size_t i = 0; i < records.size(); ++i) {
+        const auto& rec = records[(i + static_cast<std::size_t>(k) * 97) % records.size()];
+        if (nlohmann::json(t.encode(rec["text"].get<std::string>(),
+                                    rec["add_special"].get<bool>())) != rec["ids"])
+          ++wrong;
+      }
+    });
+  for (auto& th : pool)
+    th.join();
+  CHECK(wrong == 0);
 }
