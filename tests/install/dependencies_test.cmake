@@ -13,6 +13,9 @@ set(patterns
   "FlatBuffers=#include <flatbuffers/"
   "benchmark=#include <benchmark/"
   "Catch2=#include <catch2/")
+# Found for the static core library's own link dependencies (PCRE2 and utf8proc through
+# pkg-config, for the tokenizer), which no header includes.
+set(link_only PkgConfig)
 file(READ ${ROOT}/cmake/tpullmConfig.cmake.in config)
 string(REGEX MATCHALL "find_dependency\\(([A-Za-z0-9_]+)" deps "${config}")
 list(TRANSFORM deps REPLACE "find_dependency\\(" "")
@@ -38,7 +41,7 @@ foreach(entry IN LISTS patterns)
   endif()
 endforeach()
 foreach(d IN LISTS deps)
-  if(NOT d IN_LIST known)
+  if(NOT d IN_LIST known AND NOT d IN_LIST link_only)
     string(APPEND errors "\n  the config requires ${d}, unknown to this test: add its include pattern")
   endif()
 endforeach()

@@ -11,6 +11,7 @@ int cmd_compile(const std::vector<std::string>& args);
 int cmd_inspect(const std::vector<std::string>& args);
 int cmd_run(const std::vector<std::string>& args);
 int cmd_bench(const std::vector<std::string>& args);
+int cmd_tokenize(const std::vector<std::string>& args);
 
 const std::vector<Command>& commands() {
   static const std::vector<Command> table = {
@@ -46,6 +47,10 @@ const std::vector<Command>& commands() {
        "model's\n"
        "                                       shapes (qwen2.5-0.5b, llama3.2-1b, tiny)",
        cmd_make_model},
+      {"tokenize",
+       "tokenize DIR|BUNDLE [--text T]       ids and pieces of a text (stdin without --text), or\n"
+       "                                       the text of ids (--decode 1,2,3)",
+       cmd_tokenize},
   };
   return table;
 }
