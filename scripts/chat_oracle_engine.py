@@ -86,6 +86,7 @@ C = [
     ("ws_plus", "x\n    {%+ if true +%}\ny\n{% endif %}z"),
     ("ws_var_not_stripped", "  {{ 'v' }}\n  {{ 'w' }}  \n"),
     ("ws_comments", "a\n  {# comment #}\nb{#- c -#}   c {# multi\nline #}\nd"),
+    ("ws_unicode_space", "a\u3000{%- if true -%}\u3000\u00a0b\n\u3000{% if true %}\nc{% endif %}{% endif %}"),
     ("ws_crlf", "a\r\n{% if true %}\r\nb\r\n{% endif %}\r\nc\r\n"),
     ("ws_trailing_newline", "text\n\n"),
     ("ws_mid_line_tag", "a {% if true %}b{% endif %} c\n{% for x in l %} {{ x }} {% endfor %}\n"),

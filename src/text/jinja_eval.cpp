@@ -12,6 +12,9 @@ namespace tpullm::text::jinja {
 namespace {
 
 constexpr int max_call_depth = 64;
+// Statements and expressions one render may evaluate (real chat templates take thousands); a
+// template looping longer fails instead of hanging its caller.
+constexpr std::int64_t max_steps = 10'000'000;
 
 class Evaluator {
 public:
@@ -74,7 +77,13 @@ private:
       frames_.back()[targets[i]] = items[i];
   }
 
+  void step(int line) {
+    if (++steps_ > max_steps)
+      fail(line, str_cat("the template ran too long (more than ", max_steps, " steps)"));
+  }
+
   Flow exec(const Node& n, std::string& out) {
+    step(n.line);
     switch (n.kind) {
     case Node::Kind::text:
       grow(out, n.text, n.line);
@@ -144,6 +153,7 @@ private:
     const auto len = static_cast<std::int64_t>(items.size());
     ++loop_depth_;
     for (std::int64_t i = 0; i < len; ++i) {
+      step(n.line);
       frames_.emplace_back();
       assign(n.targets, items[static_cast<std::size_t>(i)], n.line);
       Json loop = {{"index", i + 1},      {"index0", i},
@@ -228,6 +238,7 @@ private:
   }
 
   Value eval(const Expr& e) {
+    step(e.line);
     switch (e.kind) {
     case Expr::Kind::literal:
       return e.value;
@@ -397,7 +408,9 @@ private:
         const std::int64_t n = std::max<std::int64_t>(0, as_int(*cnt, "repeat count", line));
         const std::size_t unit = seq->is_string() ? seq->data().get_ref<const std::string&>().size()
                                                   : seq->data().size();
-        if (unit != 0 && static_cast<std::uint64_t>(n) > max_value_size / unit)
+        if (unit == 0)
+          return Value(seq->is_string() ? Json("") : Json::array());
+        if (static_cast<std::uint64_t>(n) > max_value_size / unit)
           fail(line, "repeated value too large");
         if (seq->is_string()) {
           std::string s;
@@ -497,6 +510,7 @@ private:
   std::vector<Frame> frames_;
   int loop_depth_ = 0;
   int call_depth_ = 0;
+  std::int64_t steps_ = 0;
 };
 
 } // namespace

@@ -2,6 +2,7 @@
 // transformers configures it (trim_blocks, lstrip_blocks).
 #include "jinja_lexer.hpp"
 
+#include <algorithm>
 #include <cctype>
 #include <cstdint>
 #include <string_view>
@@ -110,24 +111,55 @@ private:
   // The data in [b, e) before a tag (or the end), with the previous tag's trailing rules and this
   // tag's leading ones: `-` strips all whitespace, lstrip_blocks strips the spaces and tabs that
   // start the tag's line.
+  // Whitespace as Python's regex \s sees it (Unicode, as Jinja2's lexer matches it).
+  // Returns the byte offsets of each code point in [b, e) plus e.
+  std::vector<std::size_t> offsets(std::size_t b, std::size_t e) const {
+    std::vector<std::size_t> off;
+    for (std::size_t i = b; i < e;) {
+      off.push_back(i);
+      const auto c = static_cast<unsigned char>(s_[i]);
+      i += c < 0x80             ? 1
+           : (c & 0xE0) == 0xC0 ? 2
+           : (c & 0xF0) == 0xE0 ? 3
+           : (c & 0xF8) == 0xF0 ? 4
+                                : 1;
+      i = std::min(i, e);
+    }
+    off.push_back(e);
+    return off;
+  }
+  bool space_at(std::size_t from, std::size_t to) const {
+    const auto cps = utf8_decode(std::string_view(s_.data() + from, to - from));
+    return cps.size() == 1 && py_isspace(cps[0]);
+  }
+
   void emit_text(std::size_t b, std::size_t e, bool minus, bool lstrip, bool before_tag) {
     std::size_t start = b, end = e;
+    const std::vector<std::size_t> off = offsets(b, e);
+    const std::size_t ncp = off.size() - 1;
     if (after_minus_) {
-      while (start < end && is_ws(s_[start]))
-        ++start;
+      std::size_t k = 0;
+      while (k < ncp && space_at(off[k], off[k + 1]))
+        ++k;
+      start = off[k];
     } else if (after_trim_ && start < end && s_[start] == '\n') {
       ++start;
     }
     if (before_tag && minus) {
-      while (end > start && is_ws(s_[end - 1]))
-        --end;
-    } else if (before_tag && lstrip) {
-      std::size_t k = e;
-      while (k > b && (s_[k - 1] == ' ' || s_[k - 1] == '\t'))
+      std::size_t k = ncp;
+      while (k > 0 && off[k - 1] >= start && space_at(off[k - 1], off[k]))
         --k;
-      const bool line_start = k == 0 || s_[k - 1] == '\n';
-      if (line_start && k < end)
-        end = std::max(k, start);
+      end = std::max(off[k], start);
+    } else if (before_tag && lstrip) {
+      // Jinja2: when only whitespace stands between the last newline (or a line start) and the
+      // tag, it goes.
+      std::size_t k = ncp;
+      while (k > 0 && s_[off[k - 1]] != '\n' && space_at(off[k - 1], off[k]))
+        --k;
+      const std::size_t pos = off[k];
+      const bool line_start = pos == 0 || s_[pos - 1] == '\n';
+      if (line_start && pos < end)
+        end = std::max(pos, start);
     }
     after_minus_ = after_trim_ = false;
     if (end > start)

@@ -478,13 +478,14 @@ private:
     case TK::floating: {
       next();
       auto e = make(Expr::Kind::literal, tk.line);
-      try {
-        if (tk.kind == TK::integer)
-          e->value = Value(Json(static_cast<std::int64_t>(std::stoll(tk.text))));
-        else
+      if (tk.kind == TK::integer) {
+        e->value = Value(Json(int_literal(tk)));
+      } else {
+        try {
           e->value = Value(Json(std::stod(tk.text)));
-      } catch (const std::exception&) {
-        refuse(tk.line, str_cat("number literal '", tk.text, "' is out of range"));
+        } catch (const std::exception&) {
+          refuse(tk.line, str_cat("number literal '", tk.text, "' is out of range"));
+        }
       }
       return e;
     }
@@ -549,6 +550,15 @@ private:
     fail(tk.line, str_cat("expected an expression, found ", describe(tk)));
   }
 
+  // An integer literal as int64 (Python's are unbounded: a larger one is refused).
+  static std::int64_t int_literal(const Token& tk) {
+    try {
+      return static_cast<std::int64_t>(std::stoll(tk.text));
+    } catch (const std::exception&) {
+      refuse(tk.line, str_cat("integer literal '", tk.text, "' is out of range"));
+    }
+  }
+
   void parse_call_args(Expr& e) {
     expect_op("(");
     while (!at_op(")")) {
@@ -578,7 +588,7 @@ private:
         if (peek().kind == TK::integer) {
           a->kind = Expr::Kind::subscript;
           auto idx = make(Expr::Kind::literal, line);
-          idx->value = Value(Json(static_cast<std::int64_t>(std::stoll(next().text))));
+          idx->value = Value(Json(int_literal(next())));
           a->args.push_back(std::move(e));
           a->args.push_back(std::move(idx));
         } else {

@@ -147,6 +147,14 @@ TEST_CASE("render-time failures are one-line errors with the line", "[chat][erro
   e = render_error("{% macro m(x) %}{{ m(x) }}{% endmacro %}{{ m(1) }}", ctx);
   CHECK(e.message().find("nested too deeply") != std::string::npos);
 
+  e = render_error(
+      "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}", ctx);
+  CHECK(e.message().find("ran too long") != std::string::npos);
+
+  // Jinja2 renders this "[[]]" at once; an empty repeat must not loop.
+  CHECK(ChatTemplate::parse("[{{ [] * 10000000000000 }}{{ '' * 10000000000000 }}]").render(ctx) ==
+        "[[]]");
+
   CHECK_THROWS_AS(ChatTemplate::parse("{{ x }}").render(ordered_json::array()), tpullm::Error);
   CHECK(one_line(e.what()));
 }
