@@ -90,6 +90,12 @@ C = [
     ("ws_crlf", "a\r\n{% if true %}\r\nb\r\n{% endif %}\r\nc\r\n"),
     ("ws_trailing_newline", "text\n\n"),
     ("ws_mid_line_tag", "a {% if true %}b{% endif %} c\n{% for x in l %} {{ x }} {% endfor %}\n"),
+    # constructs other families' templates use (written here, not copied)
+    ("system_first_pop", "{% if msgs[0]['role'] == 'system' %}{% set sys = msgs[0]['content']|trim %}{% set rest = msgs[1:] %}{% else %}{% set sys = none %}{% set rest = msgs %}{% endif %}[{{ sys }}]{% for m in rest %}{% if (m['role'] == 'user') != (loop.index0 % 2 == 0) %}{{ raise_exception('alternate') }}{% endif %}{{ '[U] ' if m.role == 'user' else '[A] ' }}{{ m['content'] }}{{ ' ' if not loop.last }}{% endfor %}"),
+    ("args_items_tojson", "{% set call = {'name': 'f', 'arguments': {'city': 'Paris', 'days': 3, 'opts': {'u': 'C'}}} %}{% for k, v in call.arguments|items %}{{ k }}={{ v|tojson }}{{ ', ' if not loop.last }}{% endfor %}|{{ call|tojson(indent=4) }}"),
+    ("selectattr_first", "{{ (msgs|selectattr('role', 'equalto', 'user')|first).content }}|{{ (msgs|selectattr('role', 'equalto', 'tool')|first) is defined }}|{{ msgs|selectattr('role', 'in', ['system', 'assistant'])|map(attribute='content')|join(' ') }}"),
+    ("default_none_chain", "{% set x = missing|default(none) %}{{ x is none }} {{ (d.nope or 'fallback') }} {{ d.get('c', {}).get('k') }} {{ '\n'.join(['a', 'b']) }}"),
+    ("loop_last_index", "{% for m in msgs %}{% if loop.last and m.role == 'user' %}LAST:{{ m.content }}{% endif %}{% if not loop.first and msgs[loop.index0 - 1].role == 'user' %}>{% endif %}{% endfor %}"),
     # globals
     ("raise", "{% if n > 5 %}{{ raise_exception('n too big: ' ~ n) }}{% endif %}never"),
     ("strftime_type", "{{ strftime_now('%Y') is string }} {{ strftime_now('%Y')|length }}"),

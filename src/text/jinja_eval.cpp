@@ -14,7 +14,7 @@ namespace {
 constexpr int max_call_depth = 64;
 // Statements and expressions one render may evaluate (real chat templates take thousands); a
 // template looping longer fails instead of hanging its caller.
-constexpr std::int64_t max_steps = 10'000'000;
+constexpr std::int64_t max_steps = 2'000'000;
 
 class Evaluator {
 public:

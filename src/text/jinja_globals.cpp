@@ -63,7 +63,7 @@ std::vector<std::pair<std::string, Value>> global_functions() {
   g.emplace_back("raise_exception", Value::make_callable("raise_exception", [](CallArgs& a) {
                    std::string msg = a.pos.empty() ? std::string() : to_str(a.pos[0], 0);
                    throw Error(ErrorKind::invalid_input, "chat template",
-                               "the template raised an exception: " + msg);
+                               "the template raised an exception: " + one_line(msg));
                    return Value();
                  }));
   g.emplace_back("strftime_now", Value::make_callable("strftime_now", [](CallArgs& a) {

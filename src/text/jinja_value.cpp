@@ -8,12 +8,25 @@
 
 namespace tpullm::text::jinja {
 
+std::string one_line(std::string_view message) {
+  std::string out;
+  for (char c : message) {
+    if (c == '\n')
+      out += "\\n";
+    else if (c == '\r')
+      out += "\\r";
+    else
+      out += c;
+  }
+  return out;
+}
+
 void fail(int line, std::string_view message) {
-  throw Error(ErrorKind::invalid_input, str_cat("chat template line ", line), std::string(message));
+  throw Error(ErrorKind::invalid_input, str_cat("chat template line ", line), one_line(message));
 }
 
 void refuse(int line, std::string_view message) {
-  throw Error(ErrorKind::unsupported, str_cat("chat template line ", line), std::string(message));
+  throw Error(ErrorKind::unsupported, str_cat("chat template line ", line), one_line(message));
 }
 
 bool truthy(const Value& v) {

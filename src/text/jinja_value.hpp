@@ -92,6 +92,8 @@ private:
   std::string hint_;
 };
 
+/// `message` with its newlines escaped (\n, \r), so that every error stays on one line.
+std::string one_line(std::string_view message);
 /// A render-time failure with the template line; becomes Error(invalid_input, "chat template
 /// line N", ...) at the boundary.
 [[noreturn]] void fail(int line, std::string_view message);

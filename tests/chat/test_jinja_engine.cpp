@@ -126,6 +126,10 @@ TEST_CASE("render-time failures are one-line errors with the line", "[chat][erro
   CHECK(e.where() == "chat template line 3");
   CHECK(e.message().find("Roles must alternate") != std::string::npos);
 
+  e = render_error("{{ raise_exception('two\\nlines') }}", ctx);
+  CHECK(one_line(e.what()));
+  CHECK(e.message().find("two\\nlines") != std::string::npos);
+
   e = render_error("\n{{ missing.attr }}", ctx);
   CHECK(e.where() == "chat template line 2");
   CHECK(e.message().find("'missing' is undefined") != std::string::npos);
