@@ -45,8 +45,9 @@ public:
     return v;
   }
   Value() = default;
-  /// JSON data (string, number, bool, null, array, object).
-  Value(Json j) : kind_(Kind::data), data_(std::move(j)) {}
+  /// JSON data (string, number, bool, null, array, object). Values share it (copying a Value
+  /// is O(1), so looking up `messages` does not copy the conversation); it is never mutated.
+  Value(Json j) : kind_(Kind::data), data_(std::make_shared<const Json>(std::move(j))) {}
   /// A namespace() object; attribute assignment mutates the shared object.
   static Value make_namespace(std::shared_ptr<Json> attrs) {
     Value v;
@@ -66,8 +67,7 @@ public:
   bool is_undefined() const { return kind_ == Kind::undefined; }
   bool is_data() const { return kind_ == Kind::data; }
   /// The JSON data (only for Kind::data).
-  const Json& data() const { return data_; }
-  Json& data() { return data_; }
+  const Json& data() const { return data_ ? *data_ : null_json(); }
   /// The namespace's attributes (only for Kind::ns).
   const std::shared_ptr<Json>& ns() const { return ns_; }
   /// The callable (only for Kind::callable).
@@ -75,18 +75,23 @@ public:
   /// What an undefined value stands for ("'x' is undefined").
   const std::string& hint() const { return hint_; }
 
-  bool is_string() const { return is_data() && data_.is_string(); }
-  bool is_null() const { return is_data() && data_.is_null(); }
-  bool is_array() const { return is_data() && data_.is_array(); }
-  bool is_object() const { return is_data() && data_.is_object(); }
-  bool is_bool() const { return is_data() && data_.is_boolean(); }
+  bool is_string() const { return is_data() && data().is_string(); }
+  bool is_null() const { return is_data() && data().is_null(); }
+  bool is_array() const { return is_data() && data().is_array(); }
+  bool is_object() const { return is_data() && data().is_object(); }
+  bool is_bool() const { return is_data() && data().is_boolean(); }
   /// int or float, bool excluded.
-  bool is_number() const { return is_data() && data_.is_number(); }
-  bool is_integer() const { return is_data() && data_.is_number_integer(); }
+  bool is_number() const { return is_data() && data().is_number(); }
+  bool is_integer() const { return is_data() && data().is_number_integer(); }
 
 private:
+  static const Json& null_json() {
+    static const Json null;
+    return null;
+  }
+
   Kind kind_ = Kind::undefined;
-  Json data_;
+  std::shared_ptr<const Json> data_;
   std::shared_ptr<Json> ns_;
   std::shared_ptr<const Callable> fn_;
   std::string hint_;
