@@ -39,6 +39,7 @@ struct Expr {
   std::string name;
   bool negated = false;       ///< `is not`
   bool parenthesized = false; ///< written in parentheses (so not part of a comparison chain)
+  int depth = 1;              ///< height of this subtree (bounded, so evaluation cannot overflow)
   std::vector<ExprPtr> args;
   std::vector<std::pair<std::string, ExprPtr>> kwargs;
 };

@@ -1,6 +1,7 @@
 // Template parser: tokens -> syntax tree, with Jinja2's operator precedence (filters and tests
 // bind tighter than arithmetic, `not` looser than comparisons). Tags outside the subset are
 // refused by name and line.
+#include <algorithm>
 #include <initializer_list>
 #include <set>
 
@@ -20,11 +21,28 @@ ExprPtr make(Expr::Kind k, int line) {
   return e;
 }
 
+// Sets e's subtree height from its children; a tree taller than 300 (a chain like
+// 1 + 1 + ... thousands long) is refused, so evaluating and destroying it cannot overflow the
+// stack.
+ExprPtr& sized(ExprPtr& e) {
+  int d = 0;
+  for (const ExprPtr& a : e->args)
+    if (a)
+      d = std::max(d, a->depth);
+  for (const auto& [k, v] : e->kwargs)
+    d = std::max(d, v->depth);
+  e->depth = d + 1;
+  if (e->depth > 300)
+    refuse(e->line, "expression nested more than 300 deep");
+  return e;
+}
+
 ExprPtr make2(Expr::Kind k, int line, std::string name, ExprPtr a, ExprPtr b) {
   auto e = make(k, line);
   e->name = std::move(name);
   e->args.push_back(std::move(a));
   e->args.push_back(std::move(b));
+  sized(e);
   return e;
 }
 
@@ -332,7 +350,7 @@ private:
       c->args.push_back(std::move(cond));
       c->args.push_back(std::move(e));
       c->args.push_back(std::move(other));
-      e = std::move(c);
+      e = std::move(sized(c));
     }
     return e;
   }
@@ -362,7 +380,7 @@ private:
       auto e = make(Expr::Kind::unary, line);
       e->name = "not";
       e->args.push_back(parse_not());
-      return e;
+      return std::move(sized(e));
     }
     return parse_compare();
   }
@@ -440,6 +458,7 @@ private:
       e = make(Expr::Kind::unary, tk.line);
       e->name = tk.text;
       e->args.push_back(parse_unary(false));
+      sized(e);
     } else {
       e = parse_postfix(parse_primary());
     }
@@ -595,7 +614,7 @@ private:
           a->name = expect_name();
           a->args.push_back(std::move(e));
         }
-        e = std::move(a);
+        e = std::move(sized(a));
       } else if (at_op("[")) {
         const int line = next().line;
         ExprPtr parts[3];
@@ -620,12 +639,12 @@ private:
           s->args.push_back(std::move(parts[1]));
           s->args.push_back(std::move(parts[2]));
         }
-        e = std::move(s);
+        e = std::move(sized(s));
       } else if (at_op("(")) {
         auto c = make(Expr::Kind::call, peek().line);
         c->args.push_back(std::move(e));
         parse_call_args(*c);
-        e = std::move(c);
+        e = std::move(sized(c));
       } else {
         return e;
       }
@@ -643,7 +662,7 @@ private:
         f->args.push_back(std::move(e));
         if (at_op("("))
           parse_call_args(*f);
-        e = std::move(f);
+        e = std::move(sized(f));
       } else if (at_name("is")) {
         const int line = next().line;
         auto t = make(Expr::Kind::test, line);
@@ -668,7 +687,7 @@ private:
           // A test with one argument without parentheses (`is sameas none`, `is divisibleby 3`).
           t->args.push_back(parse_primary());
         }
-        e = std::move(t);
+        e = std::move(sized(t));
       } else {
         return e;
       }

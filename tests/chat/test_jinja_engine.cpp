@@ -105,6 +105,10 @@ TEST_CASE("bad templates fail at parse with the construct and its line", "[chat]
   // Hostile nesting is refused, not a stack overflow.
   CHECK(parse_error("{{ " + std::string(5000, '(') + "1" + std::string(5000, ')') + " }}").kind() ==
         ErrorKind::unsupported);
+  std::string chain = "{{ 1";
+  for (int i = 0; i < 100000; ++i)
+    chain += " + 1";
+  CHECK(parse_error(chain + " }}").kind() == ErrorKind::unsupported);
   std::string deep;
   for (int i = 0; i < 3000; ++i)
     deep += "{% if x %}";
@@ -151,8 +155,11 @@ TEST_CASE("render-time failures are one-line errors with the line", "[chat][erro
   e = render_error("{% macro m(x) %}{{ m(x) }}{% endmacro %}{{ m(1) }}", ctx);
   CHECK(e.message().find("nested too deeply") != std::string::npos);
 
-  e = render_error(
-      "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}", ctx);
+  // 100000 iterations of a 400-node expression: far beyond the step budget.
+  std::string sum = "1";
+  for (int k = 0; k < 200; ++k)
+    sum += " + 1";
+  e = render_error("{% for i in range(100000) %}{% if " + sum + " %}{% endif %}{% endfor %}", ctx);
   CHECK(e.message().find("ran too long") != std::string::npos);
 
   // Jinja2 renders this "[[]]" at once; an empty repeat must not loop.
