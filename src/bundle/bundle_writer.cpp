@@ -8,6 +8,7 @@
 #include "tpullm/bundle/bundle.hpp"
 #include "tpullm/compiler/compiler.hpp"
 #include "tpullm/frontend/text_files.hpp"
+#include "tpullm/runtime/text_side.hpp"
 #include "tpullm/frontend/model_desc.hpp"
 #include "tpullm/version.hpp"
 #include "value_codec.hpp"
@@ -248,6 +249,7 @@ ModelInfo make_model_info(const frontend::ModelDesc& desc, const frontend::Stage
   if (i.source.empty())
     i.source = desc.dir.parent_path().filename().string();
   i.text = frontend::read_text_files(desc.dir);
+  runtime::check_text_files(i.text, i.vocab, desc.dir.string());
   return i;
 }
 

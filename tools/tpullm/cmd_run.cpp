@@ -1,22 +1,34 @@
-// tpullm run FILE.bundle --prompt-ids 1,2,3: generate from a compiled bundle.
+// tpullm run FILE.bundle --prompt TEXT | --chat MESSAGE | --prompt-ids 1,2,3: generate from a
+// compiled bundle; text answers stream to stdout as they are generated.
 #include <iomanip>
+#include <optional>
 #include <iostream>
 
 #include "command.hpp"
+#include "tpullm/runtime/conversation.hpp"
 #include "tpullm/runtime/engine.hpp"
+#include "tpullm/runtime/text_side.hpp"
 
 namespace tpullm::cli {
 
 int cmd_run(const std::vector<std::string>& args) {
-  std::string file, prompt_text, eos_text;
+  std::string file, prompt_text, eos_text, raw_prompt, chat_message, system;
   runtime::GenerateOptions g;
   std::int64_t cores = 0;
   bool ignore_eos = false, quiet = false;
-  po::options_description o("tpullm run FILE.bundle --prompt-ids 1,2,3 [options]");
+  po::options_description o(
+      "tpullm run FILE.bundle --prompt TEXT | --chat MESSAGE | --prompt-ids 1,2,3 [options]");
   o.add_options()("help,h", "show this help")("bundle", po::value(&file)->required(),
                                               "bundle file (from tpullm compile)")(
-      "prompt-ids", po::value(&prompt_text)->required(),
-      "prompt token ids, comma-separated (tokenize with the model's tokenizer)")(
+      "prompt", po::value(&raw_prompt),
+      "raw prompt text, tokenized with the bundle's tokenizer (its special tokens added, as HF's "
+      "add_special_tokens=True); the continuation streams to stdout as text")(
+      "chat", po::value(&chat_message),
+      "one user message rendered through the bundle's chat template; the answer streams to "
+      "stdout as text and stops at the end of the assistant's turn")(
+      "system", po::value(&system), "with --chat: a system message before the user's")(
+      "prompt-ids", po::value(&prompt_text),
+      "prompt token ids, comma-separated; the generated ids are printed")(
       "max-new-tokens,n", po::value(&g.stop.max_new_tokens)->default_value(64),
       "most tokens to generate")("temperature",
                                  po::value(&g.sampling.temperature)->default_value(0.0f, "0"),
@@ -42,25 +54,53 @@ int cmd_run(const std::vector<std::string>& args) {
   }
   po::notify(vm);
   check(cores >= 0, ErrorKind::invalid_input, "--threads", "must be >= 0, got ", cores);
-  const auto prompt = parse_id_list<std::int32_t>(prompt_text, "--prompt-ids");
+  const int given =
+      static_cast<int>(vm.count("prompt") + vm.count("chat") + vm.count("prompt-ids"));
+  check(given == 1, ErrorKind::invalid_input, "run",
+        given == 0 ? "needs a prompt: --prompt TEXT, --chat MESSAGE or --prompt-ids 1,2,3"
+                   : "takes one of --prompt, --chat and --prompt-ids");
+  check(system.empty() || vm.count("chat"), ErrorKind::invalid_input, "--system",
+        "applies only with --chat");
+  const bool as_text = vm.count("prompt-ids") == 0;
+  const auto prompt = as_text ? std::vector<std::int32_t>{}
+                              : parse_id_list<std::int32_t>(prompt_text, "--prompt-ids");
   runtime::Engine engine(file, cores);
   const auto& m = engine.bundle().model();
+  std::optional<runtime::TextSide> text;
+  if (as_text)
+    text = runtime::load_text_side(engine.bundle(), file);
   if (!ignore_eos) {
     if (!eos_text.empty())
       g.stop.eos_ids = parse_id_list<std::int32_t>(eos_text, "--eos-ids");
+    else if (text) // the tokenizer's eos ids and the chat formats' end-of-turn tokens
+      g.stop.eos_ids = text->stop_ids;
     else
       for (auto e : m.eos_token_ids)
         g.stop.eos_ids.push_back(static_cast<std::int32_t>(e));
   }
   g.sampling.validate();
   g.stop.validate();
+  if (vm.count("chat"))
+    check(text->chat_template.has_value(), ErrorKind::unsupported, file,
+          "this bundle's tokenizer has no chat template; use --prompt for raw text");
   if (!quiet)
     std::cerr << "running " << file << " (" << m.family << " '" << m.source << "', mode " << m.mode
               << ", seq_length " << m.params.seq_length << ")\n";
-  const auto r = engine.session().generate(prompt, g);
-  for (std::size_t i = 0; i < r.tokens.size(); ++i)
-    std::cout << (i ? "," : "") << r.tokens[i];
-  std::cout << "\n";
+  runtime::GenerateResult r;
+  if (text) {
+    runtime::PromptCache cache(engine.session());
+    runtime::Conversation conv(cache, text->tokenizer,
+                               text->chat_template ? &*text->chat_template : nullptr, system);
+    auto sink = [](std::string_view piece) { std::cout << piece << std::flush; };
+    r = (vm.count("chat") ? conv.say(chat_message, g, sink) : conv.complete(raw_prompt, g, sink))
+            .generated.result;
+    std::cout << "\n";
+  } else {
+    r = engine.session().generate(prompt, g);
+    for (std::size_t i = 0; i < r.tokens.size(); ++i)
+      std::cout << (i ? "," : "") << r.tokens[i];
+    std::cout << "\n";
+  }
   if (!quiet) {
     const double decoded = static_cast<double>(r.tokens.size()) - 1;
     std::cerr << std::fixed << std::setprecision(1) << "stopped: " << runtime::to_string(r.reason)

@@ -10,6 +10,7 @@ int cmd_make_model(const std::vector<std::string>& args);
 int cmd_compile(const std::vector<std::string>& args);
 int cmd_inspect(const std::vector<std::string>& args);
 int cmd_run(const std::vector<std::string>& args);
+int cmd_chat(const std::vector<std::string>& args);
 int cmd_bench(const std::vector<std::string>& args);
 int cmd_tokenize(const std::vector<std::string>& args);
 
@@ -34,6 +35,11 @@ const std::vector<Command>& commands() {
       {"run",
        "run FILE.bundle --prompt-ids 1,2,3   generate tokens from a bundle (greedy or sampled)",
        cmd_run},
+      {"chat",
+       "chat FILE.bundle [--system TEXT]     a multi-turn conversation in text (each turn prefills "
+       "only\n"
+       "                                       its new tokens onto the kept KV cache)",
+       cmd_chat},
       {"bench",
        "bench FILE.bundle                    prefill / decode speed against this machine's "
        "roofline",

@@ -1,0 +1,34 @@
+#pragma once
+/// The text side a bundle carries (tokenizer.json, tokenizer_config.json, generation_config.json
+/// as compiled in): the tokenizer, the chat template when there is one, and the ids that end an
+/// answer. A bundle alone is enough to chat: the checkpoint directory is never read again.
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tpullm/bundle/bundle.hpp"
+#include "tpullm/text/chat_template.hpp"
+#include "tpullm/text/tokenizer.hpp"
+
+namespace tpullm::runtime {
+
+/// See the file comment.
+struct TextSide {
+  text::Tokenizer tokenizer;                       ///< the model's tokenizer
+  std::optional<text::ChatTemplate> chat_template; ///< tokenizer_config.json's chat_template
+  std::vector<std::int32_t> stop_ids;              ///< see conversation.hpp stop_ids()
+};
+
+/// Checks that `files` (a checkpoint's text side) load: the tokenizer parses, its vocabulary
+/// fits the model's `vocab` embedding rows, and the chat template (if any) parses. Throws the
+/// loaders' Error, or Error(invalid_input) naming `where` (the checkpoint) for a tokenizer
+/// larger than the model. Nothing to check when `files` is empty.
+void check_text_files(const frontend::TextFiles& files, std::int64_t vocab,
+                      const std::string& where);
+
+/// The text side of an opened bundle. Throws Error(unsupported) naming `what` (the bundle's
+/// path) when the bundle was compiled from a checkpoint without tokenizer.json.
+TextSide load_text_side(const bundle::Bundle& b, const std::string& what);
+
+} // namespace tpullm::runtime

@@ -1,0 +1,127 @@
+// Conversation: chat turns and completions in text over a PromptCache (conversation.hpp).
+#include "tpullm/runtime/conversation.hpp"
+
+#include <algorithm>
+
+#include "tpullm/text/stream_decoder.hpp"
+
+namespace tpullm::runtime {
+
+std::vector<std::int32_t> stop_ids(const text::Tokenizer& tok,
+                                   const std::vector<std::int64_t>& model_eos) {
+  std::vector<std::int32_t> ids(tok.config().eos_token_ids.begin(),
+                                tok.config().eos_token_ids.end());
+  for (auto e : model_eos)
+    if (e >= 0 && e < tok.vocab_size())
+      ids.push_back(static_cast<std::int32_t>(e));
+  for (const char* piece : {"<|im_end|>", "<|eot_id|>", "<end_of_turn>", "<|end|>", "<|return|>",
+                            "<\xEF\xBD\x9C"
+                            "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>"})
+    if (auto id = tok.token_to_id(piece); id && tok.is_special(*id))
+      ids.push_back(*id);
+  std::sort(ids.begin(), ids.end());
+  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+  return ids;
+}
+
+Conversation::Conversation(PromptCache& cache, const text::Tokenizer& tok,
+                           const text::ChatTemplate* tmpl, std::string system,
+                           nlohmann::ordered_json template_kwargs)
+    : cache_(cache), tok_(tok), tmpl_(tmpl), system_(std::move(system)),
+      kwargs_(std::move(template_kwargs)) {
+  check(kwargs_.is_object(), ErrorKind::invalid_input, "template kwargs", "must be an object");
+  reset();
+}
+
+void Conversation::reset() {
+  messages_ = nlohmann::ordered_json::array();
+  if (!system_.empty())
+    messages_.push_back({{"role", "system"}, {"content", system_}});
+  cache_.reset();
+}
+
+std::vector<std::int32_t> Conversation::render(const nlohmann::ordered_json& messages) const {
+  check(tmpl_ != nullptr, ErrorKind::unsupported, "chat",
+        "this model's tokenizer has no chat template (use a raw prompt)");
+  std::map<std::string, std::string> special;
+  const auto& c = tok_.config();
+  for (const auto& [k, v] : {std::pair{"bos_token", &c.bos_token},
+                             {"eos_token", &c.eos_token},
+                             {"pad_token", &c.pad_token},
+                             {"unk_token", &c.unk_token}})
+    if (!v->empty())
+      special[k] = *v;
+  const auto ctx = text::ChatTemplate::make_context(messages, tools_, true, special, kwargs_);
+  // The template writes the BOS and every special token itself: none are added (as transformers'
+  // apply_chat_template(tokenize=True) does).
+  return tok_.encode(tmpl_->render(ctx), false);
+}
+
+std::vector<std::int32_t> Conversation::render_with(const std::string& user) const {
+  auto m = messages_;
+  m.push_back({{"role", "user"}, {"content", user}});
+  return render(m);
+}
+
+TurnResult Conversation::run(const std::vector<std::int32_t>& prompt,
+                             const GenerateOptions& options, const TextSink& sink) {
+  text::StreamDecoder stream(tok_, true);
+  TurnResult out;
+  const auto& stops = options.stop.eos_ids;
+  out.generated = cache_.generate(prompt, options, [&](std::int32_t id) {
+    if (std::find(stops.begin(), stops.end(), id) != stops.end())
+      return; // the stop token is not part of the answer
+    const std::string piece = stream.push(id);
+    out.text += piece;
+    if (sink && !piece.empty())
+      sink(piece);
+  });
+  const std::string rest = stream.finish();
+  out.text += rest;
+  if (sink && !rest.empty())
+    sink(rest);
+  return out;
+}
+
+TurnResult Conversation::answer(const GenerateOptions& options, const TextSink& sink) {
+  const auto prompt = render(messages_);
+  check(cache_.fits(prompt), ErrorKind::invalid_input, "chat", "the conversation would take ",
+        prompt.size(),
+        " tokens and leave no room for an answer in the compiled sequence length; "
+        "reset to start over");
+  auto r = run(prompt, options, sink);
+  messages_.push_back({{"role", "assistant"}, {"content", r.text}});
+  return r;
+}
+
+TurnResult Conversation::say(const std::string& user, const GenerateOptions& options,
+                             const TextSink& sink) {
+  messages_.push_back({{"role", "user"}, {"content", user}});
+  try {
+    return answer(options, sink);
+  } catch (...) {
+    messages_.erase(messages_.end() - 1); // the conversation is as it was before the turn
+    throw;
+  }
+}
+
+void Conversation::set_tools(nlohmann::ordered_json tools) {
+  check(tools.is_null() || tools.is_array(), ErrorKind::invalid_input, "tools",
+        "must be a JSON array (or null)");
+  tools_ = std::move(tools);
+}
+
+void Conversation::set_messages(nlohmann::ordered_json messages) {
+  check(messages.is_array(), ErrorKind::invalid_input, "messages", "must be a JSON array");
+  for (const auto& m : messages)
+    check(m.is_object() && m.contains("role") && m["role"].is_string(), ErrorKind::invalid_input,
+          "messages", "each message must be an object with a string \"role\"");
+  messages_ = std::move(messages);
+}
+
+TurnResult Conversation::complete(const std::string& prompt, const GenerateOptions& options,
+                                  const TextSink& sink) {
+  return run(tok_.encode(prompt, true), options, sink);
+}
+
+} // namespace tpullm::runtime

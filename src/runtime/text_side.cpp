@@ -1,0 +1,35 @@
+// load_text_side: the tokenizer and chat template stored in a bundle (text_side.hpp).
+#include "tpullm/runtime/text_side.hpp"
+
+#include "tpullm/runtime/conversation.hpp"
+
+namespace tpullm::runtime {
+
+void check_text_files(const frontend::TextFiles& files, std::int64_t vocab,
+                      const std::string& where) {
+  if (files.empty())
+    return;
+  const auto tok = text::Tokenizer::from_json(files.tokenizer_json, files.tokenizer_config_json,
+                                              files.generation_config_json);
+  check(tok.vocab_size() <= vocab, ErrorKind::invalid_input, where, "tokenizer.json has ",
+        tok.vocab_size(), " tokens, more than the model's ", vocab,
+        " embedding rows (a tokenizer of another model?)");
+  if (!tok.config().chat_template.empty())
+    (void)text::ChatTemplate::parse(tok.config().chat_template);
+}
+
+TextSide load_text_side(const bundle::Bundle& b, const std::string& what) {
+  const auto& t = b.model().text;
+  check(!t.tokenizer_json.empty(), ErrorKind::unsupported, what,
+        "this bundle has no tokenizer (its checkpoint had no tokenizer.json); use --prompt-ids");
+  TextSide s{text::Tokenizer::from_json(t.tokenizer_json, t.tokenizer_config_json,
+                                        t.generation_config_json),
+             std::nullopt,
+             {}};
+  if (!s.tokenizer.config().chat_template.empty())
+    s.chat_template = text::ChatTemplate::parse(s.tokenizer.config().chat_template);
+  s.stop_ids = stop_ids(s.tokenizer, b.model().eos_token_ids);
+  return s;
+}
+
+} // namespace tpullm::runtime

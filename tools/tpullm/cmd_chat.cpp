@@ -1,0 +1,163 @@
+// tpullm chat FILE.bundle: a multi-turn conversation in text. Each turn is rendered through the
+// bundle's chat template and only the tokens its KV cache does not hold yet are fed (prefill_kv
+// onto the kept cache: the paper's scenario 2); the answer streams to stdout as it is generated.
+#include <iomanip>
+#include <iostream>
+#include <sstream>
+
+#include <unistd.h>
+
+#include "command.hpp"
+#include "sampling_options.hpp"
+#include "tpullm/runtime/conversation.hpp"
+#include "tpullm/runtime/engine.hpp"
+#include "tpullm/runtime/text_side.hpp"
+
+namespace tpullm::cli {
+
+namespace {
+
+/// Per-turn figures on stderr: what was fed, what was reused, time to first token, speed.
+void print_stats(int turn, const runtime::TurnResult& r) {
+  const auto& g = r.generated.result;
+  const double decoded = static_cast<double>(g.tokens.size()) - 1;
+  std::cerr << std::fixed << std::setprecision(1) << "[turn " << turn << ": " << g.prompt_tokens
+            << " prompt tokens prefilled, " << r.generated.reused << " reused from the KV cache; "
+            << "time to first token " << g.prefill_seconds * 1e3 << " ms; " << g.tokens.size()
+            << " tokens, decode "
+            << (decoded > 0 && g.decode_seconds > 0 ? decoded / g.decode_seconds : 0.0)
+            << " tokens/s; stopped: " << runtime::to_string(g.reason) << "]\n";
+}
+
+std::string read_all(std::istream& in) {
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+} // namespace
+
+int cmd_chat(const std::vector<std::string>& args) {
+  std::string file, system, kwargs_text = "{}";
+  runtime::GenerateOptions g;
+  std::int64_t cores = 0;
+  bool no_stats = false;
+  po::options_description o("tpullm chat FILE.bundle [options]\n\n"
+                            "Reads user turns from standard input, one per line (interactive on a "
+                            "terminal; /reset forgets the conversation, /exit or end of input "
+                            "quits). Piped input that is a JSON list of messages is answered "
+                            "once.\n\noptions");
+  o.add_options()("help,h", "show this help")("bundle", po::value(&file)->required(),
+                                              "bundle file (from tpullm compile)")(
+      "system", po::value(&system), "system message put first in the conversation")(
+      "template-kwargs", po::value(&kwargs_text),
+      "extra chat-template variables, a JSON object (e.g. '{\"enable_thinking\": false}')")(
+      "threads", po::value(&cores)->default_value(0), "cores to run on (0: the bundle target's)")(
+      "no-stats", po::bool_switch(&no_stats), "do not print the per-turn figures on stderr");
+  o.add(sampling_options(g));
+  po::positional_options_description pos;
+  pos.add("bundle", 1);
+  po::variables_map vm;
+  po::store(po::command_line_parser(args).options(o).positional(pos).style(kOptionStyle).run(), vm);
+  if (vm.count("help")) {
+    std::cout << o;
+    return kOk;
+  }
+  po::notify(vm);
+  check(cores >= 0, ErrorKind::invalid_input, "--threads", "must be >= 0, got ", cores);
+  nlohmann::ordered_json kwargs;
+  try {
+    kwargs = nlohmann::ordered_json::parse(kwargs_text);
+  } catch (const nlohmann::ordered_json::exception& e) {
+    throw Error(ErrorKind::invalid_input, "--template-kwargs",
+                "is not JSON: " + std::string(e.what()));
+  }
+  check(kwargs.is_object(), ErrorKind::invalid_input, "--template-kwargs", "must be a JSON object");
+
+  runtime::Engine engine(file, cores);
+  const auto text = runtime::load_text_side(engine.bundle(), file);
+  check(text.chat_template.has_value(), ErrorKind::unsupported, file,
+        "this bundle's tokenizer has no chat template; use tpullm run --prompt for raw text");
+  g.stop.eos_ids = text.stop_ids;
+  const std::string sampling =
+      apply_generation_defaults(vm, text.tokenizer.config().generation_defaults, g);
+  g.stop.validate();
+  runtime::PromptCache cache(engine.session());
+  runtime::Conversation chat(cache, text.tokenizer, &*text.chat_template, system, kwargs);
+  const bool interactive = ::isatty(STDIN_FILENO) != 0;
+  const auto& m = engine.bundle().model();
+  if (!no_stats)
+    std::cerr << "chatting with " << file << " (" << m.family << " '" << m.source << "', mode "
+              << m.mode << ", seq_length " << m.params.seq_length << "; " << sampling << ")"
+              << (interactive ? "; /reset starts over, /exit quits" : "") << "\n";
+  auto sink = [](std::string_view piece) { std::cout << piece << std::flush; };
+  int turn = 0, refused = 0;
+  auto run_turn = [&](auto&& step) {
+    try {
+      const auto r = step();
+      std::cout << "\n" << std::flush;
+      if (!no_stats)
+        print_stats(++turn, r);
+    } catch (const Error& e) {
+      if (e.kind() != ErrorKind::invalid_input)
+        throw;
+      ++refused;
+      std::cerr << "tpullm chat: " << e.what() << " (type /reset to start over)\n";
+    }
+  };
+
+  if (!interactive) {
+    const std::string all = read_all(std::cin);
+    const auto first = all.find_first_not_of(" \t\r\n");
+    if (first != std::string::npos && all[first] == '[') {
+      nlohmann::ordered_json messages;
+      try {
+        messages = nlohmann::ordered_json::parse(all);
+      } catch (const nlohmann::ordered_json::exception& e) {
+        throw Error(ErrorKind::invalid_input, "standard input",
+                    "starts with '[' but is not a JSON list of messages: " + std::string(e.what()));
+      }
+      chat.set_messages(std::move(messages));
+      run_turn([&] { return chat.answer(g, sink); });
+      return refused ? kBadInput : kOk;
+    }
+    std::istringstream lines(all);
+    for (std::string line; std::getline(lines, line);) {
+      if (!line.empty() && line.back() == '\r')
+        line.pop_back();
+      if (line == "/exit")
+        break;
+      if (line == "/reset") {
+        chat.reset();
+        continue;
+      }
+      if (line.find_first_not_of(" \t") == std::string::npos)
+        continue;
+      run_turn([&] { return chat.say(line, g, sink); });
+    }
+    return refused ? kBadInput : kOk;
+  }
+  for (;;) {
+    std::cerr << "> " << std::flush;
+    std::string line;
+    if (!std::getline(std::cin, line))
+      break;
+    if (line == "/exit")
+      break;
+    if (line == "/reset") {
+      chat.reset();
+      std::cerr << "(conversation forgotten)\n";
+      continue;
+    }
+    if (line == "/help") {
+      std::cerr << "/reset forgets the conversation, /exit quits; anything else is your turn\n";
+      continue;
+    }
+    if (line.find_first_not_of(" \t") == std::string::npos)
+      continue;
+    run_turn([&] { return chat.say(line, g, sink); });
+  }
+  return kOk;
+}
+
+} // namespace tpullm::cli

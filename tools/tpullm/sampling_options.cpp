@@ -1,0 +1,54 @@
+// Sampling options of run and chat (sampling_options.hpp).
+#include "sampling_options.hpp"
+
+#include <sstream>
+
+#include "command.hpp"
+
+namespace tpullm::cli {
+
+po::options_description sampling_options(runtime::GenerateOptions& g) {
+  po::options_description o("sampling");
+  g.stop.max_new_tokens = 64;
+  o.add_options()("max-new-tokens,n", po::value(&g.stop.max_new_tokens)->default_value(64),
+                  "most tokens to generate per answer")(
+      "temperature", po::value(&g.sampling.temperature)->default_value(0.0f, "0"),
+      "0: greedy; > 0: sample from softmax(logits / T)")(
+      "top-k", po::value(&g.sampling.top_k)->default_value(0), "keep the k most likely (0: off)")(
+      "top-p", po::value(&g.sampling.top_p)->default_value(1.0f, "1"),
+      "keep the smallest set with probability mass >= p (1: off)")(
+      "repetition-penalty", po::value(&g.sampling.repetition_penalty)->default_value(1.0f, "1"),
+      "penalize tokens already in the conversation (HF semantics; 1: off)")(
+      "seed", po::value(&g.sampling.seed)->default_value(0), "random seed of the sampler");
+  return o;
+}
+
+std::string apply_generation_defaults(const po::variables_map& vm, const nlohmann::json& d,
+                                      runtime::GenerateOptions& g) {
+  bool used = false;
+  const bool sample = d.is_object() && d.value("do_sample", false);
+  auto take = [&](const char* opt, const char* key, auto& field) {
+    if (!sample || !vm[opt].defaulted() || !d.contains(key) || !d[key].is_number())
+      return;
+    field = d[key].get<std::remove_reference_t<decltype(field)>>();
+    used = true;
+  };
+  take("temperature", "temperature", g.sampling.temperature);
+  take("top-k", "top_k", g.sampling.top_k);
+  take("top-p", "top_p", g.sampling.top_p);
+  take("repetition-penalty", "repetition_penalty", g.sampling.repetition_penalty);
+  g.sampling.validate();
+  std::ostringstream o;
+  if (g.sampling.greedy())
+    o << "greedy";
+  else
+    o << "temperature " << g.sampling.temperature << ", top-k " << g.sampling.top_k << ", top-p "
+      << g.sampling.top_p << ", seed " << g.sampling.seed;
+  if (g.sampling.repetition_penalty != 1.0f)
+    o << ", repetition penalty " << g.sampling.repetition_penalty;
+  if (used)
+    o << " (defaults from generation_config.json)";
+  return o.str();
+}
+
+} // namespace tpullm::cli

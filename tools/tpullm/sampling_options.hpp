@@ -1,0 +1,24 @@
+#pragma once
+// The sampling and stopping options of the commands that generate (run, chat), and the
+// defaults a model's generation_config.json gives to those the user leaves out.
+#include <string>
+
+#include <boost/program_options.hpp>
+#include <nlohmann/json.hpp>
+
+#include "tpullm/runtime/session.hpp"
+
+namespace tpullm::cli {
+
+/// -n/--max-new-tokens, --temperature, --top-k, --top-p, --repetition-penalty, --seed writing
+/// into `g` (greedy, 64 new tokens by default).
+boost::program_options::options_description sampling_options(runtime::GenerateOptions& g);
+
+/// Takes generation_config.json's sampling fields (`defaults`: do_sample, temperature, top_k,
+/// top_p, repetition_penalty) for each option the command line did not give; do_sample false
+/// or absent keeps greedy. Returns a one-line description of the result ("greedy" or
+/// "temperature 0.7, top-p 0.8, ...", with "(generation_config.json)" when a default was used).
+std::string apply_generation_defaults(const boost::program_options::variables_map& vm,
+                                      const nlohmann::json& defaults, runtime::GenerateOptions& g);
+
+} // namespace tpullm::cli
