@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "command.hpp"
+#include "tpullm/runtime/text_side.hpp"
 #include "tpullm/bundle/bundle.hpp"
 
 namespace tpullm::cli {
@@ -58,6 +59,23 @@ int cmd_inspect(const std::vector<std::string>& args) {
                 {"prefill_kv", m.params.with_history},
                 {"bos_token_id", m.bos_token_id},
                 {"eos_token_ids", m.eos_token_ids}};
+  // The text side as compiled in (loaded, so a bundle whose tokenizer would not load says so).
+  std::string text_line = "none (the checkpoint had no tokenizer.json: token ids only)";
+  if (!m.text.empty()) {
+    const auto side = runtime::load_text_side(*b, file);
+    j["text"] = {{"tokenizer_bytes", m.text.tokenizer_json.size()},
+                 {"vocab", side.tokenizer.vocab_size()},
+                 {"chat_template", side.chat_template.has_value()},
+                 {"generation_config", !m.text.generation_config_json.empty()},
+                 {"stop_ids", side.stop_ids}};
+    text_line = "tokenizer " + std::to_string(side.tokenizer.vocab_size()) + " tokens (" +
+                std::to_string(m.text.tokenizer_json.size()) + " B), chat template " +
+                (side.chat_template ? "yes" : "no") + ", generation_config " +
+                (m.text.generation_config_json.empty() ? "no" : "yes") + ", stop ids " +
+                j["text"]["stop_ids"].dump();
+  } else {
+    j["text"] = nullptr;
+  }
   const auto& t = b->target();
   j["target"] = {{"name", t.name},
                  {"cores", t.cores},
@@ -129,6 +147,7 @@ int cmd_inspect(const std::vector<std::string>& args) {
             << j["model"]["prefill_lengths"].dump() << ", decode variants "
             << j["model"]["decode_lengths"].dump() << ", prefill_kv "
             << (m.params.with_history ? "yes" : "no") << "\n"
+            << "text    " << text_line << "\n"
             << "target  " << t.name << ": " << t.cores << " cores, local memory " << t.local_memory
             << " B\n"
             << "memory  KV cache " << mib(b->kv().bytes()) << " (" << b->kv().capacity

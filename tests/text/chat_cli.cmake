@@ -1,0 +1,85 @@
+# Text through bundles (included by tests/text/CMakeLists.txt). A tiny random model with Qwen's
+# vocabulary size and the real Qwen3 tokenizer files copied beside it (as a user would put them
+# next to a checkpoint), compiled into bundles that carry the tokenizer and chat template.
+set(C ${CMAKE_CURRENT_BINARY_DIR}/chat)
+set(models ${TPULLM_TEST_DATA_DIR}/models)
+file(MAKE_DIRECTORY ${C})
+add_test(NAME text-cli:chat-model
+  COMMAND /bin/sh -c "set -e; rm -rf '${C}/model'; '$<TARGET_FILE:tpullm-driver>' make-model --preset tiny --vocab 151936 --dtype bf16 -o '${C}/model' >/dev/null; cp '${tok_cache}/qwen3/tokenizer.json' '${tok_cache}/qwen3/tokenizer_config.json' '${C}/model/'")
+set_tests_properties(text-cli:chat-model PROPERTIES FIXTURES_SETUP chat-model TIMEOUT 300)
+function(tpullm_chat_test name exit regex)
+  tpullm_tokenize_test(${name} ${exit} "${regex}" ${ARGN})
+  set_tests_properties(text-cli:${name} PROPERTIES FIXTURES_REQUIRED chat-model)
+endfunction()
+tpullm_chat_test(chat-compile 0 "wrote .*chat.bundle"
+  ${tpullm} compile ${C}/model -o ${C}/chat.bundle --seq-length 256 --max-input-length 32
+  --decode-chunks 128 --mode bf16)
+set_tests_properties(text-cli:chat-compile PROPERTIES FIXTURES_SETUP chat-bundle)
+tpullm_chat_test(chat-compile-short 0 "wrote .*short.bundle"
+  ${tpullm} compile ${C}/model -o ${C}/short.bundle --seq-length 64 --max-input-length 16
+  --decode-chunk 0 --mode bf16)
+set_tests_properties(text-cli:chat-compile-short PROPERTIES FIXTURES_SETUP chat-bundle)
+function(tpullm_bundle_text_test name exit regex)
+  tpullm_tokenize_test(${name} ${exit} "${regex}" ${ARGN})
+  set_tests_properties(text-cli:${name} PROPERTIES FIXTURES_REQUIRED "chat-model;chat-bundle")
+endfunction()
+
+# The bundle alone tokenizes as the checkpoint's files do (the oracle's ids).
+tpullm_bundle_text_test(bundle-tokenize 0 "ids: ${qwen3_plain}\n"
+  ${tpullm} tokenize ${C}/chat.bundle --text "Hello world")
+tpullm_bundle_text_test(bundle-inspect-text 0 "tokenizer .*chat template"
+  ${tpullm} inspect ${C}/chat.bundle)
+# Raw text and one chat turn: text streams out, the run stops on its budget (random weights).
+tpullm_bundle_text_test(run-prompt 0 "stopped: token budget after 6 tokens"
+  ${tpullm} run ${C}/chat.bundle --prompt "Hello, world" -n 6)
+tpullm_bundle_text_test(run-chat 0 "stopped: token budget after 6 tokens"
+  ${tpullm} run ${C}/chat.bundle --chat "Hello" --system "Answer briefly." -n 6)
+tpullm_bundle_text_test(run-two-prompts 2 "takes one of --prompt, --chat and --prompt-ids"
+  ${tpullm} run ${C}/chat.bundle --chat "Hello" --prompt-ids 1,2)
+tpullm_bundle_text_test(run-system-without-chat 2 "--system: applies only with --chat"
+  ${tpullm} run ${C}/chat.bundle --prompt "Hello" --system "x")
+# Five turns piped in: every later turn reuses the cached conversation and prefills only its
+# new tokens (prefill_kv), as the per-turn figures show.
+file(WRITE ${C}/five.txt "Hi there\nWhat is two plus two?\n/reset\nTell me about the sea.\nAnd then?\nThanks, bye\n")
+tpullm_bundle_text_test(chat-five-turns 0 "turn 1: [0-9]+ prompt tokens prefilled, 0 reused.*turn 2: [0-9]+ prompt tokens prefilled, [1-9][0-9]* reused.*turn 3: [0-9]+ prompt tokens prefilled, 0 reused.*turn 4: [0-9]+ prompt tokens prefilled, [1-9][0-9]* reused.*turn 5: [0-9]+ prompt tokens prefilled, [1-9][0-9]* reused"
+  /bin/sh -c "exec '$<TARGET_FILE:tpullm-driver>' chat '${C}/chat.bundle' -n 5 < '${C}/five.txt'")
+file(WRITE ${C}/messages.json "[{\"role\": \"system\", \"content\": \"Be brief.\"}, {\"role\": \"user\", \"content\": \"Hi\"}]")
+tpullm_bundle_text_test(chat-json-messages 0 "turn 1: [0-9]+ prompt tokens prefilled"
+  /bin/sh -c "exec '$<TARGET_FILE:tpullm-driver>' chat '${C}/chat.bundle' -n 3 < '${C}/messages.json'")
+file(WRITE ${C}/bad-messages.json "[{\"content\": \"no role\"}]")
+tpullm_bundle_text_test(chat-json-bad 2 "each message must be an object with a string \"role\""
+  /bin/sh -c "exec '$<TARGET_FILE:tpullm-driver>' chat '${C}/chat.bundle' < '${C}/bad-messages.json'")
+# A turn that does not fit the compiled sequence says so, offers /reset, and the next turn after
+# /reset works; the command then exits 2 (a turn was refused).
+string(REPEAT "word " 80 long_line)
+file(WRITE ${C}/overflow.txt "${long_line}\n/reset\nHi\n")
+tpullm_bundle_text_test(chat-overflow 2 "leave no room for an answer.*/reset.*turn 1: "
+  /bin/sh -c "exec '$<TARGET_FILE:tpullm-driver>' chat '${C}/short.bundle' -n 3 < '${C}/overflow.txt'")
+# --chat rendering through the template, on the checkpoint's files and on the bundle alike.
+file(WRITE ${C}/conv.json "{\"messages\": [{\"role\": \"user\", \"content\": \"Hello\"}]}")
+tpullm_tokenize_test(tokenize-chat-dir 0 "<\\|im_start\\|>user\nHello<\\|im_end\\|>\n<\\|im_start\\|>assistant\n"
+  ${tpullm} tokenize ${tok_cache}/qwen3 --chat ${C}/conv.json)
+tpullm_bundle_text_test(tokenize-chat-bundle 0 "\"text\":\"<\\|im_start\\|>user\\\\nHello<\\|im_end\\|>"
+  ${tpullm} tokenize ${C}/chat.bundle --chat ${C}/conv.json --json)
+tpullm_tokenize_test(tokenize-chat-with-text 2 "--chat: cannot be combined"
+  ${tpullm} tokenize ${tok_cache}/qwen3 --chat ${C}/conv.json --text hi)
+# A bundle without a tokenizer, and a tokenizer that does not belong to the model.
+tpullm_tokenize_test(plain-compile 0 "wrote .*plain.bundle"
+  ${tpullm} compile ${models}/llama-gqa -o ${C}/plain.bundle --seq-length 128)
+set_tests_properties(text-cli:plain-compile PROPERTIES FIXTURES_SETUP plain-bundle)
+foreach(t IN ITEMS run-prompt-no-tokenizer chat-no-tokenizer tokenize-no-tokenizer)
+  set(cmd run ${C}/plain.bundle --prompt hi)
+  if(t STREQUAL "chat-no-tokenizer")
+    set(cmd chat ${C}/plain.bundle)
+  elseif(t STREQUAL "tokenize-no-tokenizer")
+    set(cmd tokenize ${C}/plain.bundle --text hi)
+  endif()
+  tpullm_tokenize_test(${t} 2 "plain.bundle: this bundle has no tokenizer" ${tpullm} ${cmd})
+  set_tests_properties(text-cli:${t} PROPERTIES FIXTURES_REQUIRED plain-bundle)
+endforeach()
+add_test(NAME text-cli:small-model
+  COMMAND /bin/sh -c "set -e; rm -rf '${C}/small'; '$<TARGET_FILE:tpullm-driver>' make-model --preset tiny --dtype f32 -o '${C}/small' >/dev/null; cp '${tok_cache}/qwen3/tokenizer.json' '${C}/small/'")
+set_tests_properties(text-cli:small-model PROPERTIES FIXTURES_SETUP small-model)
+tpullm_tokenize_test(compile-foreign-tokenizer 2 "tokenizer.json has 151669 tokens, more than the model's 512 embedding rows"
+  ${tpullm} compile ${C}/small -o ${C}/never.bundle)
+set_tests_properties(text-cli:compile-foreign-tokenizer PROPERTIES FIXTURES_REQUIRED small-model)
