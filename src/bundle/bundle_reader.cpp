@@ -1,6 +1,7 @@
 // Bundle::open: map, verify (header, FlatBuffer verifier, checksum, every offset and size, every
 // program's types and buffers) and decode a bundle; weights point into the mapping.
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <set>
 
@@ -9,6 +10,7 @@
 #include "tpullm/conversion/weight_convert.hpp"
 #include "tpullm/frontend/memory_estimate.hpp"
 #include "tpullm/ir/builder.hpp"
+#include "tpullm/support/crc32c.hpp"
 #include "tpullm/support/mapped_file.hpp"
 #include "value_codec.hpp"
 
@@ -77,8 +79,8 @@ struct BundleReader {
         g.weight_dtypes.push_back(*d);
       }
     if (t.isa()->string_view() != host_isa())
-      fail("target", "the bundle was compiled for " + t.isa()->str() + ", this machine is " +
-                         host_isa());
+      fail("target",
+           "the bundle was compiled for " + t.isa()->str() + ", this machine is " + host_isa());
   }
 
   void kv(const fb::KvCache& k) {
@@ -88,8 +90,8 @@ struct BundleReader {
     g.capacity = k.capacity();
     g.row_bytes = k.row_bytes();
     if (g.layers != m.layers)
-      fail("kv.layers", std::to_string(g.layers) + " differs from the model's " +
-                            std::to_string(m.layers));
+      fail("kv.layers",
+           std::to_string(g.layers) + " differs from the model's " + std::to_string(m.layers));
     bounded(g.capacity, m.params.seq_length, std::int64_t{1} << 26, "kv.capacity");
     if (g.row_bytes != m.kv_heads * m.head_dim * 4)
       fail("kv.row_bytes", std::to_string(g.row_bytes) + " is not kv_heads * head_dim * 4");
@@ -114,8 +116,8 @@ struct BundleReader {
         p.role = fp->role()->str();
         auto d = ir::parse_dtype(fp->dtype()->string_view());
         if (!d)
-          fail(where, "part '" + p.role + "' has unknown element type '" + fp->dtype()->str() +
-                          "'");
+          fail(where,
+               "part '" + p.role + "' has unknown element type '" + fp->dtype()->str() + "'");
         p.dtype = *d;
         std::int64_t n = 1;
         for (std::int64_t s : *fp->shape()) {
@@ -165,8 +167,8 @@ struct BundleReader {
     return t;
   }
 
-  std::vector<codegen::TensorRef>
-  refs(const flatbuffers::Vector<flatbuffers::Offset<fb::Ref>>& v, const std::string& where) {
+  std::vector<codegen::TensorRef> refs(const flatbuffers::Vector<flatbuffers::Offset<fb::Ref>>& v,
+                                       const std::string& where) {
     std::vector<codegen::TensorRef> o;
     for (flatbuffers::uoffset_t i = 0; i < v.size(); ++i)
       o.push_back(ref(*v.Get(i), where + "[" + std::to_string(i) + "]"));
@@ -180,8 +182,8 @@ struct BundleReader {
     codec::decode(*f.info(), p.info, where + ".info");
     p.args = refs(*f.args(), where + ".args");
     p.results = refs(*f.results(), where + ".results");
-    p.positions_arg = bounded(f.positions_arg(), -1,
-                              static_cast<std::int64_t>(p.args.size()) - 1, where + ".positions");
+    p.positions_arg = bounded(f.positions_arg(), -1, static_cast<std::int64_t>(p.args.size()) - 1,
+                              where + ".positions");
     for (flatbuffers::uoffset_t k = 0; k < f.instrs()->size(); ++k) {
       const fb::Instr& fi = *f.instrs()->Get(k);
       const std::string iw = where + " instruction " + std::to_string(k);
@@ -234,8 +236,8 @@ struct BundleReader {
       switch (b.region) {
       case ir::Region::input:
         if (b.slot < 0 || b.slot >= static_cast<std::int64_t>(p.args.size()))
-          fail(w, "names argument " + std::to_string(b.slot) + " of " +
-                      std::to_string(p.args.size()));
+          fail(w,
+               "names argument " + std::to_string(b.slot) + " of " + std::to_string(p.args.size()));
         within(b.offset + need, p.args[static_cast<std::size_t>(b.slot)].type.byte_size(),
                "argument");
         break;
@@ -252,7 +254,8 @@ struct BundleReader {
       case ir::Region::local:
         within(b.offset + b.size, mem.local, "local memory");
         if (tile_rows > 0 && codegen::rows_of(r.type) > 0 &&
-            b.size < need / codegen::rows_of(r.type) * std::min(tile_rows, codegen::rows_of(r.type)))
+            b.size <
+                need / codegen::rows_of(r.type) * std::min(tile_rows, codegen::rows_of(r.type)))
           fail(w, "local buffer is smaller than one tile");
         break;
       case ir::Region::kv:
@@ -269,8 +272,8 @@ struct BundleReader {
         if (it == nullptr)
           fail(w, "reads weight @" + r.weight + " which the bundle does not hold");
         if (!(it->type == r.type))
-          fail(w, "reads weight @" + r.weight + " as " + r.type.str() + ", it is " +
-                      it->type.str());
+          fail(w,
+               "reads weight @" + r.weight + " as " + r.type.str() + ", it is " + it->type.str());
         break;
       }
       }
@@ -366,6 +369,20 @@ std::shared_ptr<const Bundle> Bundle::open(const std::filesystem::path& path) {
     rd.model(*root.model());
     rd.target(*root.target());
     rd.kv(*root.kv());
+    // Weight checksums: one per chunk, chunks of a sane power-of-two size.
+    const std::uint64_t chunk = root.blob_chunk_bytes();
+    if (root.blob_crc32c() == nullptr)
+      fail("blob_crc32c", "the weight blob has no checksums (written by an older tpullm: "
+                          "recompile the model)");
+    if (chunk < (std::uint64_t{1} << 12) || chunk > (std::uint64_t{1} << 32) ||
+        (chunk & (chunk - 1)) != 0)
+      fail("blob_chunk_bytes", std::to_string(chunk) + " is not a power of two in [4 KiB, 4 GiB]");
+    const std::uint64_t chunks = (h.blob_size + chunk - 1) / chunk;
+    if (root.blob_crc32c()->size() != chunks)
+      fail("blob_crc32c", std::to_string(root.blob_crc32c()->size()) + " checksums for " +
+                              std::to_string(chunks) + " chunks of the weight blob");
+    b->chunk_bytes_ = chunk;
+    b->chunk_crcs_.assign(root.blob_crc32c()->begin(), root.blob_crc32c()->end());
     rd.weights(*root.weights(), file, static_cast<std::int64_t>(h.blob_offset));
     std::set<std::string> names;
     for (const auto* f : *root.functions()) {
@@ -384,7 +401,40 @@ std::shared_ptr<const Bundle> Bundle::open(const std::filesystem::path& path) {
   b->version_ = h.version;
   b->compiler_ = root.compiler() != nullptr ? root.compiler()->str() : "";
   b->path_ = name;
+  b->blob_ = bytes.subspan(h.blob_offset, h.blob_size);
+  b->file_ = file;
   return b;
+}
+
+WeightCheck Bundle::verify_weights() const {
+  const auto t0 = std::chrono::steady_clock::now();
+  WeightCheck r;
+  for (std::size_t k = 0; k < chunk_crcs_.size(); ++k) {
+    const std::uint64_t begin = k * chunk_bytes_;
+    const std::uint64_t n = std::min<std::uint64_t>(chunk_bytes_, blob_.size() - begin);
+    if (crc32c(blob_.subspan(begin, n)) != chunk_crcs_[k]) {
+      std::string holder;
+      for (const auto& w : weights_) {
+        for (const auto& p : w.parts) {
+          const auto off = static_cast<std::uint64_t>(p.bytes.data() - blob_.data());
+          if (off < begin + n && off + p.bytes.size() > begin) {
+            holder = ", which holds weight @" + w.name;
+            break;
+          }
+        }
+        if (!holder.empty())
+          break;
+      }
+      throw Error(ErrorKind::invalid_input, path_,
+                  "corrupted weights: blob bytes [" + std::to_string(begin) + ", " +
+                      std::to_string(begin + n) + ") fail their CRC-32C" + holder +
+                      " (the file was damaged after it was compiled; recompile or copy it again)");
+    }
+    ++r.chunks;
+    r.bytes += static_cast<std::int64_t>(n);
+  }
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return r;
 }
 
 std::unique_ptr<runtime::Executor> Bundle::make_executor(std::int64_t cores) const {
@@ -397,9 +447,9 @@ std::unique_ptr<runtime::Executor> Bundle::make_executor(std::int64_t cores) con
                       static_cast<double>(local) * static_cast<double>(n);
   const double limit = frontend::memory_limit_bytes();
   check(need <= limit, ErrorKind::invalid_input, path_, "running it needs ",
-        static_cast<std::int64_t>(need / (1 << 20)), " MiB for the KV cache (",
-        kv_.capacity, " slots) and activations, more than the ",
-        static_cast<std::int64_t>(limit / (1 << 20)), " MiB of memory available");
+        static_cast<std::int64_t>(need / (1 << 20)), " MiB for the KV cache (", kv_.capacity,
+        " slots) and activations, more than the ", static_cast<std::int64_t>(limit / (1 << 20)),
+        " MiB of memory available");
   auto ex = std::make_unique<runtime::Executor>(kv_, n, local);
   for (const auto& w : weights_)
     ex->add_weight(w);
