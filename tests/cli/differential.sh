@@ -19,7 +19,7 @@ sets=(
   "--tile-rows 1"
   "--no-layer-groups"
   "--mode bf16 --fusions fuse-add-rmsnorm,fuse-qkv"
-  "--mode f16 --fusions="
+  "--mode f16"
   "--target $work/small.json"
   "--target $work/one-core.json --tile-rows 32"
   "--target $work/f32-only.json --mode bf16"

@@ -2,8 +2,11 @@
 # Signal test (docs/guarantees.md "Outputs are all or nothing"): interrupts each writing command
 # with SIGINT or SIGTERM at a few points and checks that no temporary file remains and that the
 # previous output is intact (or, when the command finished first, that it succeeded).
-# Usage: interrupt.sh TPULLM TPULLM_OPT MODELS_DIR WORK_DIR [TIR_FILE]
+# Usage: interrupt.sh TPULLM TPULLM_OPT MODELS_DIR WORK_DIR [TIR_FILE (a --split-input-file input)]
 set -u
+# Job control: background commands get the default SIGINT action (without it, a
+# non-interactive shell starts them with SIGINT ignored, and the test would prove nothing).
+set -m
 tpullm=$1 opt=$2 models=$3 work=$4 tir=${5:-}
 rm -rf "$work"
 mkdir -p "$work/out" "$work/tmp"
@@ -62,7 +65,7 @@ for delay in 0.05 0.3 0.8 1.5; do
     case_ "verify-bundle-$i" "$sig" "$delay" "$work/out/old.bundle" \
       "$tpullm" verify "$m" --level bundle
     if [ -n "$tir" ]; then
-      case_ "opt-$i" "$sig" "$delay" "$work/out/opt.tir" "$opt" "$tir" -p canonicalize -o "$work/out/opt.tir"
+      case_ "opt-$i" "$sig" "$delay" "$work/out/opt.tir" "$opt" "$tir" --split-input-file -o "$work/out/opt.tir"
       printf 'old contents\n' > "$work/out/opt.tir"
     fi
   done

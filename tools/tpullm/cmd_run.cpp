@@ -64,10 +64,11 @@ int cmd_run(const std::vector<std::string>& args) {
   }
   g.sampling.validate();
   g.stop.validate();
-  if (!quiet)
-    std::cerr << "running " << file << " (" << m.family << " '" << m.source << "', mode " << m.mode
-              << ", seq_length " << m.params.seq_length << ")\n";
   const auto r = engine.session().generate(prompt, g);
+  // The banner comes with the results, so that a refusal is the only line on stderr.
+  if (!quiet)
+    std::cerr << "ran " << file << " (" << m.family << " '" << m.source << "', mode " << m.mode
+              << ", seq_length " << m.params.seq_length << ")\n";
   for (std::size_t i = 0; i < r.tokens.size(); ++i)
     std::cout << (i ? "," : "") << r.tokens[i];
   std::cout << "\n";

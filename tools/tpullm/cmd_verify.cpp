@@ -125,8 +125,6 @@ int cmd_verify(const std::vector<std::string>& args) {
         "goldens have vocabulary ", g.vocab, " but the model has ", desc.dims.vocab);
   const runtime::SessionDims dims{desc.dims.layers, desc.dims.hidden, desc.dims.kv_heads,
                                   desc.dims.head_dim, desc.dims.vocab};
-  std::cerr << "verifying " << model << " at level " << level << " (seq_length "
-            << params.seq_length << ", max_input_length " << params.max_input_length << ")\n";
   std::vector<verify::ScenarioReport> reports;
   if (level == "top") {
     runtime::InterpreterExecutor exec(frontend::build_top_modules(desc, params));
@@ -153,8 +151,13 @@ int cmd_verify(const std::vector<std::string>& args) {
     auto exec = compiler::make_executor(cm);
     runtime::CompiledStages stages(*exec);
     runtime::Session session(stages, dims, params);
+    check_session_runs(session, params.with_history,
+                       "the compiled programs would not run"); // as compile refuses them
     reports = verify::check_goldens(session, g, rel_tol, min_argmax);
   }
+  // After the work, so that a refusal is the only line on stderr.
+  std::cerr << "verified " << model << " at level " << level << " (seq_length " << params.seq_length
+            << ", max_input_length " << params.max_input_length << ")\n";
   const bool ok = print_reports(reports);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::cout << std::defaultfloat << (ok ? "all scenarios within " : "bound exceeded: ") << rel_tol

@@ -33,24 +33,36 @@ std::string mib(std::int64_t b) {
 /// prefill, one prefill_kv when it has them, and one decode step. A failure is compile's
 /// refusal (Error(invalid_input) naming `out`), before the bundle replaces anything.
 void check_runs(const fs::path& file, const fs::path& out) {
+  std::unique_ptr<runtime::Engine> engine;
   try {
-    runtime::Engine engine(file); // the target's cores, as `run` uses
-    auto& s = engine.session();
-    (void)s.prefill({0}, false);
-    if (engine.bundle().model().params.with_history)
-      (void)s.prefill({0}, false);
-    (void)s.decode(0);
+    engine = std::make_unique<runtime::Engine>(file); // the target's cores, as `run` uses
   } catch (const OutputError&) {
     throw;
   } catch (const Error& e) {
     throw Error(ErrorKind::invalid_input, out.string(),
-                "the compiled bundle would not run, so it is not written: " + e.message() +
-                    " (the plan depends on --tile-rows, --no-layer-groups and the target's "
-                    "local_memory)");
+                "the compiled bundle would not run, so it is not written: " + e.message());
   }
+  check_session_runs(engine->session(), engine->bundle().model().params.with_history,
+                     out.string() + ": the compiled bundle would not run, so it is not written");
 }
 
 } // namespace
+
+void check_session_runs(runtime::Session& s, bool with_history, const std::string& what) {
+  try {
+    (void)s.prefill({0}, false);
+    if (with_history)
+      (void)s.prefill({0}, false);
+    (void)s.decode(0);
+    s.reset();
+  } catch (const OutputError&) {
+    throw;
+  } catch (const Error& e) {
+    throw Error(ErrorKind::invalid_input, what,
+                e.message() + " (the plan depends on --tile-rows, --no-layer-groups and the "
+                              "target's local_memory)");
+  }
+}
 
 void check_runnable(const frontend::ModelDesc& desc, const frontend::StageParams& params,
                     const compiler::CompileOptions& options) {

@@ -8,6 +8,7 @@
 #include "tpullm/compiler/compiler.hpp"
 #include "tpullm/frontend/model_desc.hpp"
 #include "tpullm/frontend/stage_params.hpp"
+#include "tpullm/runtime/session.hpp"
 
 namespace tpullm::cli {
 
@@ -35,6 +36,11 @@ CompileReport compile_bundle(const frontend::ModelDesc& desc, const frontend::St
                              compiler::CompileOptions options, const std::filesystem::path& out,
                              bool progress,
                              const std::function<void(const CompileReport&)>& before_commit = {});
+
+/// Runs one prefill, one prefill_kv (when `with_history`) and one decode step on `s`, then
+/// resets it; an Error on the way (a plan the executor cannot run) becomes
+/// Error(invalid_input, `what`, the reason). What compile and verify --level tpu check first.
+void check_session_runs(runtime::Session& s, bool with_history, const std::string& what);
 
 /// Refuses (Error(invalid_input) naming the option) what would compile into a bundle the
 /// runtime cannot run or that misbehaves: a negative --tile-rows or --threads, --tile-rows

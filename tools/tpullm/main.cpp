@@ -2,6 +2,7 @@
 // lives in tools/tpullm/cmd_<name>.cpp.
 // Exit status: 0 success, 1 a check failed (verify bound exceeded) or an output could not be
 // written, 2 unusable input, usage, or an internal error (docs/guarantees.md).
+#include <charconv>
 #include <cstdlib>
 #include <iostream>
 #include <stdexcept>
@@ -29,6 +30,16 @@ void print_usage(std::ostream& os) {
 /// A bad TPULLM_ISA is a usage error, reported before any work (the kernels would otherwise
 /// throw it from the middle of a run).
 void check_isa_environment() {
+  // OMP_NUM_THREADS sets the default target's cores: a value the target would refuse is named
+  // as what it is, not as a target.cores the user never gave.
+  if (const char* omp = std::getenv("OMP_NUM_THREADS"); omp != nullptr && *omp != '\0') {
+    const std::string_view first = std::string_view(omp).substr(0, std::string_view(omp).find(','));
+    std::int64_t n = 0;
+    const auto r = std::from_chars(first.data(), first.data() + first.size(), n);
+    check(r.ec == std::errc() && r.ptr == first.data() + first.size() && n >= 1 && n <= 4096,
+          ErrorKind::invalid_input, "OMP_NUM_THREADS", "'", omp,
+          "' is not a thread count in [1, 4096]");
+  }
   const char* env = std::getenv("TPULLM_ISA");
   if (env == nullptr || *env == '\0')
     return;
