@@ -297,7 +297,11 @@ struct BundleReader {
       bounded(pl.tile.count, 1, 1 << 24, iw + " plan.tile.count");
       bounded(pl.tile.size, 0, 1 << 24, iw + " plan.tile.size");
       bounded(pl.split.parts, 1, 4096, iw + " plan.split.parts");
-      bounded(pl.local, 0, mem.local, iw + " plan.local");
+      // plan.local is the group's intermediate footprint as the tiler counted it, a budget the
+      // executor subtracts from its per-core local memory (never an address): bounded by that
+      // memory, max(target.local_memory, max_local), not by this function's placed peak, which
+      // reuse can make smaller (tiles below max_input_length did).
+      bounded(pl.local, 0, std::max(out.target_.local_memory, out.max_local_), iw + " plan.local");
       if (pl.group != group) {
         if (pl.group >= 0 && !groups_seen.insert(pl.group).second)
           fail(iw, "layer group " + std::to_string(pl.group) + " is not contiguous");
@@ -384,6 +388,8 @@ std::shared_ptr<const Bundle> Bundle::open(const std::filesystem::path& path) {
     b->chunk_bytes_ = chunk;
     b->chunk_crcs_.assign(root.blob_crc32c()->begin(), root.blob_crc32c()->end());
     rd.weights(*root.weights(), file, static_cast<std::int64_t>(h.blob_offset));
+    b->max_local_ =
+        BundleReader::bounded(root.max_local(), 0, BundleReader::kMaxBytes, "max_local");
     std::set<std::string> names;
     for (const auto* f : *root.functions()) {
       b->programs_.push_back(rd.function(*f));

@@ -58,6 +58,7 @@ void make(const fs::path& out, const fs::path& models) {
   // Target files for verify --level tpu --target.
   write_file(out / "target-bad-cores.json", R"({"cores": -1})");
   write_file(out / "target-f32-only.json", R"({"weight_dtypes": ["f32"]})");
+  write_file(out / "target-small-local.json", R"({"local_memory": 4096})");
   write_file(out / "target-not-json.json", "{\"cores\": ");
 
   // IR inputs.

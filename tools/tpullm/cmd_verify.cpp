@@ -15,6 +15,7 @@
 #include "tpullm/runtime/engine.hpp"
 #include "compile_bundle.hpp"
 #include "tpullm/runtime/interpreter_executor.hpp"
+#include "tpullm/support/output_file.hpp"
 #include "tpullm/support/temp_file.hpp"
 #include "tpullm/verify/golden_check.hpp"
 
@@ -148,11 +149,20 @@ int cmd_verify(const std::vector<std::string>& args) {
               << "): weights " << cm.weight_bytes << " B, arena " << cm.max_arena
               << " B (lower bound " << cm.arena_lower_bound << " B), KV cache " << cm.kv.bytes()
               << " B\n";
-    auto exec = compiler::make_executor(cm);
+    // Refused as compile refuses them (the same loader rule, the same first run), so that the
+    // tpu and bundle levels agree on every option set.
+    const std::string refusal = "the compiled programs would not run";
+    std::unique_ptr<runtime::Executor> exec;
+    try {
+      exec = compiler::make_executor(cm);
+    } catch (const OutputError&) {
+      throw;
+    } catch (const Error& e) {
+      throw Error(ErrorKind::invalid_input, refusal, e.message());
+    }
     runtime::CompiledStages stages(*exec);
     runtime::Session session(stages, dims, params);
-    check_session_runs(session, params.with_history,
-                       "the compiled programs would not run"); // as compile refuses them
+    check_session_runs(session, params.with_history, refusal);
     reports = verify::check_goldens(session, g, rel_tol, min_argmax);
   }
   // After the work, so that a refusal is the only line on stderr.
