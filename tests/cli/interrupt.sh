@@ -55,13 +55,13 @@ printf 'old contents\n' > "$work/out/opt.tir"
 [ -z "$(leftovers)" ] || bad "a successful run left temporary files: $(leftovers)"
 
 i=0
-for delay in 0.05 0.3 0.8 1.5; do
+for delay in 0.02 0.05 0.1 0.2 0.4; do
   for sig in INT TERM; do
     i=$((i + 1))
     case_ "compile-$i" "$sig" "$delay" "$work/out/old.bundle" \
       "$tpullm" compile "$m" -o "$work/out/old.bundle" --seq-length 256
     case_ "make-model-$i" "$sig" "$delay" "$work/out/made" \
-      "$tpullm" make-model --preset qwen2.5-0.5b --layers 1 --vocab 4096 --dtype f32 --force -o "$work/out/made"
+      "$tpullm" make-model --preset qwen2.5-0.5b --layers 1 --vocab 32768 --dtype bf16 --force -o "$work/out/made"
     case_ "verify-bundle-$i" "$sig" "$delay" "$work/out/old.bundle" \
       "$tpullm" verify "$m" --level bundle
     if [ -n "$tir" ]; then
