@@ -1,6 +1,7 @@
 // Bundle::open: map, verify (header, FlatBuffer verifier, checksum, every offset and size, every
 // program's types and buffers) and decode a bundle; weights point into the mapping.
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <set>
 
@@ -9,6 +10,7 @@
 #include "tpullm/conversion/weight_convert.hpp"
 #include "tpullm/frontend/memory_estimate.hpp"
 #include "tpullm/ir/builder.hpp"
+#include "tpullm/support/crc32c.hpp"
 #include "tpullm/support/mapped_file.hpp"
 #include "value_codec.hpp"
 
@@ -318,7 +320,11 @@ struct BundleReader {
       bounded(pl.tile.count, 1, 1 << 24, iw + " plan.tile.count");
       bounded(pl.tile.size, 0, 1 << 24, iw + " plan.tile.size");
       bounded(pl.split.parts, 1, 4096, iw + " plan.split.parts");
-      bounded(pl.local, 0, mem.local, iw + " plan.local");
+      // plan.local is the group's intermediate footprint as the tiler counted it, a budget the
+      // executor subtracts from its per-core local memory (never an address): bounded by that
+      // memory, max(target.local_memory, max_local), not by this function's placed peak, which
+      // reuse can make smaller (tiles below max_input_length did).
+      bounded(pl.local, 0, std::max(out.target_.local_memory, out.max_local_), iw + " plan.local");
       if (pl.group != group) {
         if (pl.group >= 0 && !groups_seen.insert(pl.group).second)
           fail(iw, "layer group " + std::to_string(pl.group) + " is not contiguous");
@@ -391,7 +397,23 @@ std::shared_ptr<const Bundle> Bundle::open(const std::filesystem::path& path) {
     rd.target(*root.target());
     rd.text(root.text());
     rd.kv(*root.kv());
+    // Weight checksums: one per chunk, chunks of a sane power-of-two size.
+    const std::uint64_t chunk = root.blob_chunk_bytes();
+    if (root.blob_crc32c() == nullptr)
+      fail("blob_crc32c", "the weight blob has no checksums (written by an older tpullm: "
+                          "recompile the model)");
+    if (chunk < (std::uint64_t{1} << 12) || chunk > (std::uint64_t{1} << 32) ||
+        (chunk & (chunk - 1)) != 0)
+      fail("blob_chunk_bytes", std::to_string(chunk) + " is not a power of two in [4 KiB, 4 GiB]");
+    const std::uint64_t chunks = (h.blob_size + chunk - 1) / chunk;
+    if (root.blob_crc32c()->size() != chunks)
+      fail("blob_crc32c", std::to_string(root.blob_crc32c()->size()) + " checksums for " +
+                              std::to_string(chunks) + " chunks of the weight blob");
+    b->chunk_bytes_ = chunk;
+    b->chunk_crcs_.assign(root.blob_crc32c()->begin(), root.blob_crc32c()->end());
     rd.weights(*root.weights(), file, static_cast<std::int64_t>(h.blob_offset));
+    b->max_local_ =
+        BundleReader::bounded(root.max_local(), 0, BundleReader::kMaxBytes, "max_local");
     std::set<std::string> names;
     for (const auto* f : *root.functions()) {
       b->programs_.push_back(rd.function(*f));
@@ -409,7 +431,40 @@ std::shared_ptr<const Bundle> Bundle::open(const std::filesystem::path& path) {
   b->version_ = h.version;
   b->compiler_ = root.compiler() != nullptr ? root.compiler()->str() : "";
   b->path_ = name;
+  b->blob_ = bytes.subspan(h.blob_offset, h.blob_size);
+  b->file_ = file;
   return b;
+}
+
+WeightCheck Bundle::verify_weights() const {
+  const auto t0 = std::chrono::steady_clock::now();
+  WeightCheck r;
+  for (std::size_t k = 0; k < chunk_crcs_.size(); ++k) {
+    const std::uint64_t begin = k * chunk_bytes_;
+    const std::uint64_t n = std::min<std::uint64_t>(chunk_bytes_, blob_.size() - begin);
+    if (crc32c(blob_.subspan(begin, n)) != chunk_crcs_[k]) {
+      std::string holder;
+      for (const auto& w : weights_) {
+        for (const auto& p : w.parts) {
+          const auto off = static_cast<std::uint64_t>(p.bytes.data() - blob_.data());
+          if (off < begin + n && off + p.bytes.size() > begin) {
+            holder = ", which holds weight @" + w.name;
+            break;
+          }
+        }
+        if (!holder.empty())
+          break;
+      }
+      throw Error(ErrorKind::invalid_input, path_,
+                  "corrupted weights: blob bytes [" + std::to_string(begin) + ", " +
+                      std::to_string(begin + n) + ") fail their CRC-32C" + holder +
+                      " (the file was damaged after it was compiled; recompile or copy it again)");
+    }
+    ++r.chunks;
+    r.bytes += static_cast<std::int64_t>(n);
+  }
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return r;
 }
 
 std::unique_ptr<runtime::Executor> Bundle::make_executor(std::int64_t cores) const {

@@ -10,6 +10,7 @@
 #include "tpullm/frontend/text_files.hpp"
 #include "tpullm/runtime/text_side.hpp"
 #include "tpullm/frontend/model_desc.hpp"
+#include "tpullm/support/crc32c.hpp"
 #include "tpullm/version.hpp"
 #include "value_codec.hpp"
 
@@ -57,6 +58,37 @@ public:
   }
   std::uint64_t size() const { return size_; }
   const std::vector<Placed>& parts() const { return parts_; }
+
+  /// CRC-32C of every `chunk`-byte chunk of the blob as it will be written (parts at their
+  /// offsets, zero padding between them), without building the blob in memory.
+  std::vector<std::uint32_t> chunk_crcs(std::uint64_t chunk) const {
+    std::vector<std::uint32_t> crcs((size_ + chunk - 1) / chunk, 0);
+    static const std::byte zeros[4096] = {};
+    std::uint64_t at = 0; // bytes of the blob accounted for
+    auto feed = [&](const std::byte* p, std::uint64_t n) {
+      while (n > 0) {
+        const std::uint64_t k = at / chunk, room = (k + 1) * chunk - at;
+        const std::uint64_t take = std::min(n, room);
+        crcs[k] = crc32c({p, static_cast<std::size_t>(take)}, crcs[k]);
+        if (p != zeros)
+          p += take;
+        at += take;
+        n -= take;
+      }
+    };
+    auto pad_to = [&](std::uint64_t pos) {
+      while (at < pos) {
+        const std::uint64_t n = std::min<std::uint64_t>(pos - at, sizeof zeros);
+        feed(zeros, n);
+      }
+    };
+    for (const auto& part : parts_) {
+      pad_to(part.offset);
+      feed(part.bytes.data(), part.bytes.size());
+    }
+    pad_to(size_);
+    return crcs;
+  }
 
 private:
   struct AddrHash {
@@ -189,8 +221,9 @@ WriteStats write_bundle(const compiler::CompiledModel& model, const ModelInfo& i
     auto gc = b.CreateString(info.text.generation_config_json);
     text = fb::CreateText(b, tj, tc, gc);
   }
+  auto crcs = b.CreateVector(blob.chunk_crcs(kWeightChunkBytes));
   auto root = fb::CreateBundle(b, m, tg, kv, fv, wv, blob.size(), model.max_arena, model.max_local,
-                               model.arena_lower_bound, comp, text);
+                               model.arena_lower_bound, comp, kWeightChunkBytes, crcs, text);
   b.Finish(root, fb::BundleIdentifier());
 
   Header h;

@@ -57,6 +57,8 @@ void make(const fs::path& out, const fs::path& models) {
 
   // Target files for verify --level tpu --target.
   write_file(out / "target-bad-cores.json", R"({"cores": -1})");
+  write_file(out / "target-f32-only.json", R"({"weight_dtypes": ["f32"]})");
+  write_file(out / "target-small-local.json", R"({"local_memory": 4096})");
   write_file(out / "target-not-json.json", "{\"cores\": ");
 
   // IR inputs.
@@ -128,6 +130,17 @@ void make(const fs::path& out, const fs::path& models) {
   write_file(out / "earlier-model" / ".tpullm-make-model", "marker\n");
   write_file(out / "earlier-model" / "stale.txt", "from an earlier make-model\n");
   fs::create_symlink(fs::absolute(out / "victim.txt"), out / "earlier-model" / "model.safetensors");
+  // An earlier make-model output holding only make-model's own names (one a planted link).
+  fs::create_directories(out / "earlier-model-clean");
+  write_file(out / "earlier-model-clean" / ".tpullm-make-model", "marker\n");
+  write_file(out / "earlier-model-clean" / "config.json", "{}\n");
+  fs::create_symlink(fs::absolute(out / "victim.txt"),
+                     out / "earlier-model-clean" / "model.safetensors");
+  // A model whose config.json names an eos id outside its vocabulary (compile must refuse it).
+  hostile::write_model_with_config(models / "llama-gqa", out / "model-eos-outside",
+                                   [](auto& c) { c["eos_token_id"] = 999999; });
+  fs::create_directories(out / "tmpdir");
+  write_file(out / "tmpdir" / "precious.bundle", "not ours\n");
 }
 
 } // namespace

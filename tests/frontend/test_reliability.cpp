@@ -12,6 +12,7 @@
 #include "tpullm/support/input_file.hpp"
 #include "tpullm/support/mapped_file.hpp"
 #include "tpullm/support/output_file.hpp"
+#include "tpullm/support/temp_file.hpp"
 #include "tpullm/support/tool_main.hpp"
 #include "tpullm/target/target.hpp"
 
@@ -24,7 +25,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <fstream>
 #include <functional>
+#include <iterator>
 #include <sstream>
 #include <stdexcept>
 #include <thread>
@@ -435,4 +438,96 @@ TEST_CASE("memory is estimated up front and a huge --seq-length is refused",
         estimate_memory(d, small, Workload::run).seq_length +
             2.0 * 2 * 3 * small.seq_length * 8 * 4);
   CHECK(memory_limit_bytes() > 0);
+}
+
+// Issue 19: a signal ends a writing process without leaving its temporary files. A child
+// process stages a file, a directory of files and a TemporaryFile, then is killed by each
+// signal the registry handles; the parent checks how it died and that only the old outputs
+// remain.
+TEST_CASE("a signal removes every staged output and the process dies of it", "[reliability]") {
+  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGPIPE}) {
+    TempDir t;
+    write_file(t / "old.txt", "old\n");
+    fs::create_directories(t / "olddir");
+    write_file(t / "olddir" / "kept.txt", "kept\n");
+    const pid_t pid = ::fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+      temp_registry::install_signal_cleanup();
+      OutputFile f(t / "old.txt");
+      f.write("new, not committed\n");
+      OutputDirectory d(t / "newdir", ".marker");
+      for (const char* name : {"a", "b", "c"}) {
+        auto g = d.file(name);
+        g.write("x");
+        g.commit(); // into the staging directory, which stays registered
+      }
+      TemporaryFile tmp(t.path, "tmp-", ".x");
+      ::raise(sig);
+      ::_exit(99); // not reached: the handler re-raises with the default action
+    }
+    int status = 0;
+    REQUIRE(::waitpid(pid, &status, 0) == pid);
+    INFO("signal " << sig);
+    REQUIRE(WIFSIGNALED(status));
+    CHECK(WTERMSIG(status) == sig);
+    CHECK(listing(t.path) == std::vector<std::string>{"old.txt", "olddir"});
+    CHECK(read_file(t / "old.txt") == "old\n");
+    CHECK(listing(t / "olddir") == std::vector<std::string>{"kept.txt"});
+  }
+}
+
+TEST_CASE("an output FIFO without a reader is refused, with one it is written", "[reliability]") {
+  TempDir t;
+  REQUIRE(::mkfifo((t / "fifo").c_str(), 0644) == 0);
+  REQUIRE_THROWS_WITH(OutputFile(t / "fifo"), Contains("that nothing reads"));
+  std::string got;
+  std::thread reader([&] {
+    std::ifstream in(t / "fifo", std::ios::binary); // blocks until the writer opens
+    got.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  });
+  // Wait for the reader to open its end, then write.
+  for (int i = 0; i < 200; ++i) {
+    try {
+      OutputFile f(t / "fifo");
+      f.write("through the pipe");
+      f.commit();
+      break;
+    } catch (const Error&) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  }
+  reader.join();
+  CHECK(got == "through the pipe");
+}
+
+TEST_CASE("output names no file can have are refused before anything is created", "[reliability]") {
+  TempDir t;
+  REQUIRE_THROWS_WITH(OutputFile(""), Contains("the output path is empty"));
+  REQUIRE_THROWS_WITH(OutputFile(t / std::string(300, 'x')), Contains("longer than 255"));
+  REQUIRE_THROWS_WITH(OutputFile(t.path / "dir" / ""), Contains("names a directory"));
+  REQUIRE_THROWS_WITH(OutputFile(t / (std::string(300, 'd') + "/x")),
+                      Contains("cannot be used as an output path"));
+  CHECK(listing(t.path).empty());
+}
+
+TEST_CASE("TemporaryFile is private, unpredictable and removes only itself", "[reliability]") {
+  TempDir t;
+  write_file(t / "tmp-precious.x", "not ours\n");
+  fs::path a, b;
+  {
+    TemporaryFile one(t.path, "tmp-", ".x"), two(t.path, "tmp-", ".x");
+    a = one.path();
+    b = two.path();
+    CHECK(a != b);
+    CHECK(fs::exists(a));
+    CHECK((fs::status(a).permissions() & fs::perms::all) ==
+          (fs::perms::owner_read | fs::perms::owner_write));
+  }
+  CHECK(!fs::exists(a));
+  CHECK(!fs::exists(b));
+  CHECK(read_file(t / "tmp-precious.x") == "not ours\n");
+  ::setenv("TMPDIR", (t / "missing").c_str(), 1);
+  REQUIRE_THROWS_WITH(temp_directory(), Contains("TMPDIR"));
+  ::unsetenv("TMPDIR");
 }

@@ -116,28 +116,55 @@ int cmd_bench(const std::vector<std::string>& args) {
     return kOk;
   }
   po::notify(vm);
-  check(repeat >= 1 && repeat <= 1000 && decode_steps >= 1 && cores >= 0, ErrorKind::invalid_input,
-        "bench", "--repeat must be in [1, 1000], --decode-steps >= 1, --threads >= 0");
-  const auto prompts = parse_id_list<std::int64_t>(prompts_text, "--prompt");
-  const auto contexts = parse_id_list<std::int64_t>(contexts_text, "--context");
+  // Every option is checked here, before the bundle is mapped or anything is measured.
+  check(repeat >= 1 && repeat <= 1000, ErrorKind::invalid_input, "--repeat",
+        "must be in [1, 1000], got ", repeat);
+  check(decode_steps >= 1 && decode_steps <= (1 << 24), ErrorKind::invalid_input, "--decode-steps",
+        "must be in [1, 2^24], got ", decode_steps);
+  check(cores >= 0 && cores <= 4096, ErrorKind::invalid_input, "--threads",
+        "must be in [0, 4096] (0: the bundle target's), got ", cores);
+  auto prompts = parse_id_list<std::int64_t>(prompts_text, "--prompt");
+  auto contexts = parse_id_list<std::int64_t>(contexts_text, "--context");
+  check(prompts.size() <= 64, ErrorKind::invalid_input, "--prompt", "at most 64 lengths, got ",
+        prompts.size());
+  check(contexts.size() <= 64, ErrorKind::invalid_input, "--context", "at most 64 lengths, got ",
+        contexts.size());
 
   // Open (and validate) first: a bad bundle is refused before seconds of measuring.
   auto opened = bundle::Bundle::open(file);
   const auto& m = opened->model();
+  const std::int64_t seq = m.params.seq_length;
+  // The default lengths are trimmed to what the bundle holds (a bundle compiled with the
+  // default --seq-length 512 has no room for a 1024-token context); given lengths must fit.
+  auto fit = [&](std::vector<std::int64_t>& v, bool defaulted, std::int64_t most) {
+    if (!defaulted)
+      return;
+    std::vector<std::int64_t> kept;
+    for (auto x : v)
+      if (x <= most)
+        kept.push_back(x);
+    if (kept.empty())
+      kept.push_back(std::max<std::int64_t>(1, most));
+    v = kept;
+  };
+  fit(prompts, vm["prompt"].defaulted(), seq);
+  fit(contexts, vm["context"].defaulted(), seq - std::min(decode_steps, seq));
   for (auto p : prompts)
-    check(p >= 1 && p <= m.params.seq_length, ErrorKind::invalid_input, "--prompt", "length ", p,
-          " is outside [1, seq_length = ", m.params.seq_length, "]");
+    check(p >= 1 && p <= seq, ErrorKind::invalid_input, "--prompt", "length ", p,
+          " is outside [1, seq_length = ", seq, "]");
   for (auto c : contexts)
-    check(c >= 1 && c + decode_steps <= m.params.seq_length, ErrorKind::invalid_input, "--context",
-          "context ", c, " + ", decode_steps, " decode steps exceeds the bundle's seq_length ",
-          m.params.seq_length);
+    check(c >= 1 && decode_steps < seq && c <= seq - decode_steps, ErrorKind::invalid_input,
+          "--context", "context ", c, " + ", decode_steps,
+          " decode steps exceeds the bundle's seq_length ", seq);
 
+  // The executor (and its memory check) before the ceilings: a bundle too big for this machine
+  // is refused before seconds of measuring.
+  const std::int64_t rss_before = proc_status_bytes("VmRSS");
+  runtime::Engine engine(opened, cores);
   std::cerr << "measuring this machine's ceilings (a few seconds)...\n";
   const machine::Ceilings& ceil = machine::measure_ceilings();
   const bool hwm_reset = reset_peak_rss();
-  const std::int64_t rss_before = proc_status_bytes("VmRSS");
 
-  runtime::Engine engine(opened, cores);
   const std::int64_t threads = cores > 0 ? cores : opened->target().cores;
   runtime::Session& s = engine.session();
   const double read_bw = (threads >= 2 ? ceil.read_gbs_2t : ceil.read_gbs_1t) * 1e9;
@@ -248,7 +275,7 @@ int cmd_bench(const std::vector<std::string>& args) {
                    {"budget_bytes", budget},
                    {"within_budget", peak <= budget}};
   if (json) {
-    std::cout << out.dump(2) << "\n";
+    std::cout << out.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << "\n";
     return kOk;
   }
   std::cout << std::fixed << std::setprecision(1) << "machine: " << cpu_model() << ", " << threads

@@ -5,6 +5,7 @@
 #include "compile_bundle.hpp"
 #include "tpullm/frontend/memory_estimate.hpp"
 #include "tpullm/frontend/stage_builder.hpp"
+#include "tpullm/support/output_file.hpp"
 
 namespace tpullm::cli {
 
@@ -44,17 +45,30 @@ int cmd_compile(const std::vector<std::string>& args) {
   o.add(input_options(no_mmap));
   if (!parse_model_command(args, o, params))
     return kOk;
+  check(out != "-", ErrorKind::invalid_input, "--output",
+        "a bundle cannot be written to standard output (it is mapped when it runs); give a file "
+        "name");
+  detail::check_output_name(out);
+  check(copts.tile_rows >= 0, ErrorKind::invalid_input, "--tile-rows", "must be >= 0, got ",
+        copts.tile_rows);
+  check(copts.threads >= 0 && copts.threads <= 4096, ErrorKind::invalid_input, "--threads",
+        "must be in [0, 4096] (0: the target's cores), got ", copts.threads);
   if (!target_file.empty())
     copts.target = target::load_target(target_file);
   frontend::LoadOptions load;
   load.access = no_mmap ? FileAccess::read : FileAccess::map;
   const auto desc = frontend::load_model(model, load);
   params.validate(desc.dims.max_position);
+  check_runnable(desc, params, copts);
   // Refuse up front what cannot be compiled here, or run from the bundle (its KV cache).
   frontend::check_memory(
       frontend::estimate_memory(desc, params, frontend::Workload::run, load.access), params, desc);
-  const auto r = compile_bundle(desc, params, copts, out, true);
-  std::cout << describe(r) << "wrote " << out << "\n";
+  // The report goes out (and is checked) before the bundle replaces -o: a failing standard
+  // output leaves the previous bundle in place.
+  compile_bundle(desc, params, copts, out, true, [&](const CompileReport& r) {
+    std::cout << describe(r) << "wrote " << out << "\n";
+    flush_stdout();
+  });
   return kOk;
 }
 

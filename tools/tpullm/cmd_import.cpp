@@ -50,8 +50,11 @@ int cmd_import(const std::vector<std::string>& args) {
     f.commit();
     print_progress((dir.target() / (m.name() + ".tir")).string(), ++i, modules.size());
   }
-  dir.commit();
+  // The report is written (and checked) before the directory is swapped in: a failing standard
+  // output leaves the previous output in place.
   std::cout << "wrote " << modules.size() << " Top modules to " << out_dir << "\n";
+  flush_stdout();
+  dir.commit();
   return kOk;
 }
 

@@ -1,6 +1,7 @@
 // tpullm inspect FILE.bundle [--json]: what a bundle holds.
 #include <iostream>
 #include <map>
+#include <optional>
 
 #include <nlohmann/json.hpp>
 
@@ -12,13 +13,15 @@ namespace tpullm::cli {
 
 int cmd_inspect(const std::vector<std::string>& args) {
   std::string file;
-  bool json = false, instrs = false;
+  bool json = false, instrs = false, verify = false;
   po::options_description o("tpullm inspect FILE.bundle [--json] [--instructions]");
   o.add_options()("help,h", "show this help")("bundle", po::value(&file)->required(),
                                               "bundle file")(
       "json", po::bool_switch(&json), "print one JSON object instead of text")(
       "instructions", po::bool_switch(&instrs),
-      "also list every function's instructions with their plans and buffers");
+      "also list every function's instructions with their plans and buffers")(
+      "verify", po::bool_switch(&verify),
+      "also read the whole weight blob and check every chunk's CRC-32C (docs/bundle.md)");
   po::positional_options_description pos;
   pos.add("bundle", 1);
   po::variables_map vm;
@@ -29,6 +32,9 @@ int cmd_inspect(const std::vector<std::string>& args) {
   }
   po::notify(vm);
   const auto b = bundle::Bundle::open(file);
+  std::optional<bundle::WeightCheck> checked;
+  if (verify)
+    checked = b->verify_weights();
   const auto& m = b->model();
   std::int64_t weight_bytes = 0;
   std::map<std::string, std::int64_t> by_dtype;
@@ -89,7 +95,13 @@ int cmd_inspect(const std::vector<std::string>& args) {
   j["weights"] = {{"count", b->weights().size()},
                   {"bytes", weight_bytes},
                   {"blob_bytes", b->blob_bytes()},
-                  {"bytes_by_dtype", by_dtype}};
+                  {"bytes_by_dtype", by_dtype},
+                  {"checksum", "crc32c"},
+                  {"checksum_chunk_bytes", b->weight_chunk_bytes()},
+                  {"checksum_chunks", b->weight_checksums().size()}};
+  if (checked)
+    j["weights"]["verified"] = {
+        {"chunks", checked->chunks}, {"bytes", checked->bytes}, {"seconds", checked->seconds}};
   auto& fns = j["functions"] = nlohmann::ordered_json::array();
   for (const auto& p : b->programs()) {
     std::int64_t groups = 0, last = -1;
@@ -130,7 +142,9 @@ int cmd_inspect(const std::vector<std::string>& args) {
     fns.push_back(std::move(f));
   }
   if (json) {
-    std::cout << j.dump(2) << "\n";
+    // Names and paths are bytes, not always UTF-8: invalid sequences are shown as U+FFFD
+    // instead of failing the output.
+    std::cout << j.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << "\n";
     return kOk;
   }
   auto mib = [](std::int64_t v) {
@@ -155,6 +169,11 @@ int cmd_inspect(const std::vector<std::string>& args) {
             << " B), local " << b->max_local() << " B per core\n"
             << "weights " << b->weights().size() << " tensors, " << mib(weight_bytes) << " "
             << j["weights"]["bytes_by_dtype"].dump() << "\n"
+            << "checks  CRC-32C per " << mib(static_cast<std::int64_t>(b->weight_chunk_bytes()))
+            << " chunk of the blob ("
+            << (checked ? std::to_string(checked->chunks) + " chunks verified"
+                        : "not verified: use --verify")
+            << ")\n"
             << "functions (" << b->programs().size() << "):\n";
   for (const auto& f : fns)
     std::cout << "  " << f["name"].get<std::string>() << "  stage " << f["stage"].get<std::string>()

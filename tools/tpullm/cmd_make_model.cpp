@@ -4,6 +4,8 @@
 // (support/output_file.hpp); --force replaces an earlier make-model output, never another
 // directory.
 #include <filesystem>
+
+#include <sys/statvfs.h>
 #include <iostream>
 
 #include "command.hpp"
@@ -39,18 +41,20 @@ constexpr const char* kMakeModelMarker = ".tpullm-make-model";
 
 int cmd_make_model(const std::vector<std::string>& args) {
   std::string preset_name, dtype = "bf16", out_dir;
-  std::uint64_t seed = 0;
+  std::string seed_text = "0";
   std::int64_t layers = 0, vocab = 0;
   po::options_description o(
       "tpullm make-model --preset NAME --dtype f32|bf16 --seed S [--layers N] [--vocab V] -o DIR");
   o.add_options()("help,h", "show this help")("preset", po::value(&preset_name)->required(),
                                               "architecture: qwen2.5-0.5b, llama3.2-1b or tiny")(
-      "dtype", po::value(&dtype)->default_value("bf16"), "weight storage: f32, bf16 or f16")(
-      "seed", po::value(&seed)->default_value(0), "random seed (same seed, same bytes)")(
-      "layers", po::value(&layers), "override the number of decoder layers")(
-      "vocab", po::value(&vocab), "override the vocabulary size")(
+      "dtype", po::value(&dtype)->default_value("bf16"),
+      "weight storage: f32, bf16 or f16")("seed", po::value(&seed_text)->default_value("0"),
+                                          "random seed in [0, 2^64) (same seed, same bytes)")(
+      "layers", po::value(&layers), "override the number of decoder layers (at most 1024)")(
+      "vocab", po::value(&vocab), "override the vocabulary size (at most 2^22)")(
       "output,o", po::value(&out_dir)->required(), "checkpoint directory to create")(
-      "force", "replace DIR when it is an earlier make-model output (never another directory)");
+      "force", "replace DIR when it is an earlier make-model output holding only make-model's own "
+               "files (never another directory, nor one a user has put files in)");
   po::variables_map vm;
   po::store(po::command_line_parser(args).options(o).style(kOptionStyle).run(), vm);
   if (vm.count("help")) {
@@ -61,17 +65,34 @@ int cmd_make_model(const std::vector<std::string>& args) {
 
   frontend::ModelPreset preset = frontend::find_preset(preset_name);
   if (vm.count("layers")) {
-    check(layers > 0, ErrorKind::invalid_input, "--layers", "must be > 0, got ", layers);
+    check(layers > 0 && layers <= frontend::kMaxPresetLayers, ErrorKind::invalid_input, "--layers",
+          "must be in [1, ", frontend::kMaxPresetLayers, "], got ", layers);
     preset.layers = layers;
   }
   if (vm.count("vocab")) {
-    check(vocab > 0, ErrorKind::invalid_input, "--vocab", "must be > 0, got ", vocab);
+    check(vocab > 0 && vocab <= frontend::kMaxPresetVocab, ErrorKind::invalid_input, "--vocab",
+          "must be in [1, 2^22 = ", frontend::kMaxPresetVocab, "], got ", vocab);
     preset.vocab = vocab;
   }
+  const auto seeds = parse_id_list<std::uint64_t>(seed_text, "--seed");
+  check(seeds.size() == 1, ErrorKind::invalid_input, "--seed", "expects one integer in [0, 2^64)");
   frontend::RandomWeights weights;
-  weights.seed = seed;
+  weights.seed = seeds[0];
   weights.dtype = parse_weight_dtype(dtype);
   preset.validate();
+  // The size is known before anything is written: capped, and checked against the free space of
+  // the file system the output goes to (the staging directory is beside the target).
+  const std::uint64_t bytes = frontend::estimate_model_bytes(preset, weights.dtype);
+  const char* size_option = vm.count("layers")  ? "--layers"
+                            : vm.count("vocab") ? "--vocab"
+                                                : "--preset";
+  auto gib = [](std::uint64_t b) {
+    return std::to_string(b / (std::uint64_t{1} << 30)) + "." +
+           std::to_string(b % (std::uint64_t{1} << 30) * 10 >> 30) + " GiB";
+  };
+  check(bytes <= frontend::kMaxRandomModelBytes, ErrorKind::invalid_input, size_option,
+        "the checkpoint would be ", gib(bytes), ", more than make-model's cap of ",
+        gib(frontend::kMaxRandomModelBytes));
 
   const fs::path target = fs::absolute(out_dir).lexically_normal();
   check(target.has_filename(), ErrorKind::invalid_input, out_dir, "is not a directory name");
@@ -80,16 +101,37 @@ int cmd_make_model(const std::vector<std::string>& args) {
   if (fs::is_directory(fs::symlink_status(target)) && !empty_dir(target) && !vm.count("force"))
     throw_error(ErrorKind::invalid_input, target.string(),
                 "exists and is not empty (use --force to replace an earlier make-model output)");
+  // --force replaces an earlier output only while it holds nothing but what make-model writes:
+  // a file a user has added since would be deleted with it.
+  if (fs::is_directory(fs::symlink_status(target)) &&
+      fs::is_regular_file(fs::symlink_status(target / kMakeModelMarker)))
+    for (const auto& e : fs::directory_iterator(target)) {
+      const std::string name = e.path().filename().string();
+      check(name == "config.json" || name == "model.safetensors" || name == kMakeModelMarker,
+            ErrorKind::invalid_input, target.string(), "holds '", name,
+            "', which make-model did not write; refusing to replace it (move the file, or choose "
+            "another directory)");
+    }
   OutputDirectory dir(target, kMakeModelMarker); // refuses a bad target before the work
+  struct statvfs fsinfo {};
+  if (::statvfs(dir.staging_path().c_str(), &fsinfo) == 0) {
+    const std::uint64_t avail = static_cast<std::uint64_t>(fsinfo.f_bavail) * fsinfo.f_frsize;
+    check(bytes + (std::uint64_t{1} << 20) <= avail, ErrorKind::invalid_input, size_option,
+          "the checkpoint needs about ", gib(bytes), " of disk, the file system of ",
+          target.parent_path().string(), " has ", gib(avail), " free");
+  }
   const auto report = frontend::write_random_model(
       preset, weights, dir.staging_path(), [&](std::size_t d, std::size_t n) {
         print_progress("writing " + (target / "model.safetensors").string(), d, n);
       });
   frontend::load_model(dir.staging_path()); // the frontend's own validation of what was written
-  dir.commit();
+  // The report is written (and checked) before the directory is swapped in: a failing standard
+  // output leaves the previous output in place.
   std::cout << "wrote " << preset.name << " (layers " << preset.layers << ", vocab " << preset.vocab
-            << ", " << dtype << ", seed " << seed << "): " << report.parameters << " parameters, "
-            << report.file_bytes << " bytes in " << target.string() << "\n";
+            << ", " << dtype << ", seed " << weights.seed << "): " << report.parameters
+            << " parameters, " << report.file_bytes << " bytes in " << target.string() << "\n";
+  flush_stdout();
+  dir.commit();
   return kOk;
 }
 

@@ -12,10 +12,10 @@
 namespace tpullm::cli {
 
 int cmd_run(const std::vector<std::string>& args) {
-  std::string file, prompt_text, eos_text, raw_prompt, chat_message, system;
+  std::string file, prompt_text, eos_text, raw_prompt, chat_message, system, seed_text = "0";
   runtime::GenerateOptions g;
   std::int64_t cores = 0;
-  bool ignore_eos = false, quiet = false;
+  bool ignore_eos = false, quiet = false, verify_weights = false;
   po::options_description o(
       "tpullm run FILE.bundle --prompt TEXT | --chat MESSAGE | --prompt-ids 1,2,3 [options]");
   o.add_options()("help,h", "show this help")("bundle", po::value(&file)->required(),
@@ -38,12 +38,16 @@ int cmd_run(const std::vector<std::string>& args) {
       "keep the smallest set with probability mass >= p (1: off)")(
       "repetition-penalty", po::value(&g.sampling.repetition_penalty)->default_value(1.0f, "1"),
       "penalize tokens already in the prompt or answer (HF semantics; 1: off)")(
-      "seed", po::value(&g.sampling.seed)->default_value(0), "random seed of the sampler")(
+      "seed", po::value(&seed_text)->default_value("0"),
+      "random seed of the sampler, in [0, 2^64)")(
       "eos-ids", po::value(&eos_text),
       "stop tokens, comma-separated (default: the model's eos_token_id list)")(
       "ignore-eos", po::bool_switch(&ignore_eos), "do not stop on eos tokens")(
       "threads", po::value(&cores)->default_value(0), "cores to run on (0: the bundle target's)")(
-      "quiet,q", po::bool_switch(&quiet), "print only the generated ids");
+      "quiet,q", po::bool_switch(&quiet), "print only the generated ids")(
+      "verify-weights", po::bool_switch(&verify_weights),
+      "check every chunk of the weight blob against its CRC-32C before running (reads the "
+      "whole blob once)");
   po::positional_options_description pos;
   pos.add("bundle", 1);
   po::variables_map vm;
@@ -53,7 +57,11 @@ int cmd_run(const std::vector<std::string>& args) {
     return kOk;
   }
   po::notify(vm);
-  check(cores >= 0, ErrorKind::invalid_input, "--threads", "must be >= 0, got ", cores);
+  check(cores >= 0 && cores <= 4096, ErrorKind::invalid_input, "--threads",
+        "must be in [0, 4096] (0: the bundle target's), got ", cores);
+  const auto seeds = parse_id_list<std::uint64_t>(seed_text, "--seed");
+  check(seeds.size() == 1, ErrorKind::invalid_input, "--seed", "expects one integer in [0, 2^64)");
+  g.sampling.seed = seeds[0];
   const int given =
       static_cast<int>(vm.count("prompt") + vm.count("chat") + vm.count("prompt-ids"));
   check(given == 1, ErrorKind::invalid_input, "run",
@@ -65,6 +73,8 @@ int cmd_run(const std::vector<std::string>& args) {
   const auto prompt = as_text ? std::vector<std::int32_t>{}
                               : parse_id_list<std::int32_t>(prompt_text, "--prompt-ids");
   runtime::Engine engine(file, cores);
+  if (verify_weights)
+    engine.bundle().verify_weights();
   const auto& m = engine.bundle().model();
   std::optional<runtime::TextSide> text;
   if (as_text)
@@ -83,9 +93,6 @@ int cmd_run(const std::vector<std::string>& args) {
   if (vm.count("chat"))
     check(text->chat_template.has_value(), ErrorKind::unsupported, file,
           "this bundle's tokenizer has no chat template; use --prompt for raw text");
-  if (!quiet)
-    std::cerr << "running " << file << " (" << m.family << " '" << m.source << "', mode " << m.mode
-              << ", seq_length " << m.params.seq_length << ")\n";
   runtime::GenerateResult r;
   if (text) {
     runtime::PromptCache cache(engine.session());
@@ -101,6 +108,10 @@ int cmd_run(const std::vector<std::string>& args) {
       std::cout << (i ? "," : "") << r.tokens[i];
     std::cout << "\n";
   }
+  // The banner comes with the results, so that a refusal is the only line on stderr.
+  if (!quiet)
+    std::cerr << "ran " << file << " (" << m.family << " '" << m.source << "', mode " << m.mode
+              << ", seq_length " << m.params.seq_length << ")\n";
   if (!quiet) {
     const double decoded = static_cast<double>(r.tokens.size()) - 1;
     std::cerr << std::fixed << std::setprecision(1) << "stopped: " << runtime::to_string(r.reason)

@@ -14,8 +14,9 @@
 #include "tpullm/runtime/compiled_stages.hpp"
 #include "tpullm/runtime/engine.hpp"
 #include "compile_bundle.hpp"
-#include <unistd.h>
 #include "tpullm/runtime/interpreter_executor.hpp"
+#include "tpullm/support/output_file.hpp"
+#include "tpullm/support/temp_file.hpp"
 #include "tpullm/verify/golden_check.hpp"
 
 namespace tpullm::cli {
@@ -90,13 +91,30 @@ int cmd_verify(const std::vector<std::string>& args) {
   }
   check(level == "top" || level == "tpu" || level == "bundle", ErrorKind::invalid_input, "--level",
         "must be 'top', 'tpu' or 'bundle' (got '", level, "')");
+  if (level == "top")
+    for (const char* only : {"mode", "target", "fusions", "tile-rows", "no-layer-groups", "bundle"})
+      check(vm[only].empty() || vm[only].defaulted(), ErrorKind::invalid_input,
+            std::string("--") + only,
+            "is used only by the compiled levels (--level tpu or bundle), not by --level top");
+  check(level == "bundle" || !vm.count("bundle"), ErrorKind::invalid_input, "--bundle",
+        "is used only by --level bundle");
+  check(copts.tile_rows >= 0, ErrorKind::invalid_input, "--tile-rows", "must be >= 0, got ",
+        copts.tile_rows);
   if (!target_file.empty())
     copts.target = target::load_target(target_file); // a bad target file fails before the work
+  // The default bundle file is created exclusively at an unpredictable path in TMPDIR (checked
+  // now, before the work) and removed afterwards, also when a signal ends the run; no file this
+  // run did not create is touched.
+  std::optional<TemporaryFile> temp;
+  if (level == "bundle" && bundle_path.empty())
+    temp.emplace(temp_directory(), "tpullm-verify-", ".bundle");
   const auto t0 = std::chrono::steady_clock::now();
   frontend::LoadOptions load;
   load.access = no_mmap ? FileAccess::read : FileAccess::map;
   const auto desc = frontend::load_model(model, load);
   params.validate(desc.dims.max_position);
+  if (level != "top")
+    check_runnable(desc, params, copts); // what compile would refuse, verify refuses too
   frontend::check_memory(frontend::estimate_memory(desc, params,
                                                    level == "top" ? frontend::Workload::interpret
                                                                   : frontend::Workload::run,
@@ -108,8 +126,6 @@ int cmd_verify(const std::vector<std::string>& args) {
         "goldens have vocabulary ", g.vocab, " but the model has ", desc.dims.vocab);
   const runtime::SessionDims dims{desc.dims.layers, desc.dims.hidden, desc.dims.kv_heads,
                                   desc.dims.head_dim, desc.dims.vocab};
-  std::cerr << "verifying " << model << " at level " << level << " (seq_length "
-            << params.seq_length << ", max_input_length " << params.max_input_length << ")\n";
   std::vector<verify::ScenarioReport> reports;
   if (level == "top") {
     runtime::InterpreterExecutor exec(frontend::build_top_modules(desc, params));
@@ -117,22 +133,14 @@ int cmd_verify(const std::vector<std::string>& args) {
     reports = verify::check_goldens(session, g, rel_tol, min_argmax);
   } else if (level == "bundle") {
     // Through a real file: compiled, written, mapped, validated, run by the runtime's Engine.
-    const fs::path file = bundle_path.empty()
-                              ? fs::temp_directory_path() /
-                                    ("tpullm-verify-" + std::to_string(::getpid()) + ".bundle")
-                              : fs::path(bundle_path);
-    struct Cleanup {
-      fs::path f;
-      bool keep;
-      ~Cleanup() {
-        std::error_code ec;
-        if (!keep)
-          fs::remove(f, ec);
-      }
-    } cleanup{file, !bundle_path.empty()};
+    // The default file is created exclusively at an unpredictable path in TMPDIR and removed
+    // afterwards (also when a signal ends the run); no file this run did not create is touched.
+    const fs::path file = temp ? temp->path() : fs::path(bundle_path);
     const auto r = compile_bundle(desc, params, copts, file, true);
     std::cerr << describe(r);
     runtime::Engine engine(file);
+    const auto wc = engine.bundle().verify_weights(); // what was written is what is read
+    std::cerr << "weights: " << wc.chunks << " CRC-32C chunks verified\n";
     reports = verify::check_goldens(engine.session(), g, rel_tol, min_argmax);
   } else {
     const auto cm = compiler::compile(frontend::build_top_modules(desc, params), copts);
@@ -141,11 +149,25 @@ int cmd_verify(const std::vector<std::string>& args) {
               << "): weights " << cm.weight_bytes << " B, arena " << cm.max_arena
               << " B (lower bound " << cm.arena_lower_bound << " B), KV cache " << cm.kv.bytes()
               << " B\n";
-    auto exec = compiler::make_executor(cm);
+    // Refused as compile refuses them (the same loader rule, the same first run), so that the
+    // tpu and bundle levels agree on every option set.
+    const std::string refusal = "the compiled programs would not run";
+    std::unique_ptr<runtime::Executor> exec;
+    try {
+      exec = compiler::make_executor(cm);
+    } catch (const OutputError&) {
+      throw;
+    } catch (const Error& e) {
+      throw Error(ErrorKind::invalid_input, refusal, e.message());
+    }
     runtime::CompiledStages stages(*exec);
     runtime::Session session(stages, dims, params);
+    check_session_runs(session, params.with_history, refusal);
     reports = verify::check_goldens(session, g, rel_tol, min_argmax);
   }
+  // After the work, so that a refusal is the only line on stderr.
+  std::cerr << "verified " << model << " at level " << level << " (seq_length " << params.seq_length
+            << ", max_input_length " << params.max_input_length << ")\n";
   const bool ok = print_reports(reports);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::cout << std::defaultfloat << (ok ? "all scenarios within " : "bound exceeded: ") << rel_tol

@@ -9,6 +9,7 @@
 
 #include "command.hpp"
 #include "tpullm/frontend/stage_builder.hpp"
+#include "tpullm/runtime/engine.hpp"
 #include "tpullm/support/output_file.hpp"
 
 namespace tpullm::cli {
@@ -27,14 +28,84 @@ std::string mib(std::int64_t b) {
   return o.str();
 }
 
+/// Whatever compile accepts, the runtime runs: the written bundle `file` is opened by the
+/// runtime's loader (every check of Bundle::open, the executor's memory check) and runs one
+/// prefill, one prefill_kv when it has them, and one decode step. A failure is compile's
+/// refusal (Error(invalid_input) naming `out`), before the bundle replaces anything.
+void check_runs(const fs::path& file, const fs::path& out) {
+  std::unique_ptr<runtime::Engine> engine;
+  try {
+    engine = std::make_unique<runtime::Engine>(file); // the target's cores, as `run` uses
+  } catch (const OutputError&) {
+    throw;
+  } catch (const Error& e) {
+    throw Error(ErrorKind::invalid_input, out.string(),
+                "the compiled bundle would not run, so it is not written: " + e.message());
+  }
+  check_session_runs(engine->session(), engine->bundle().model().params.with_history,
+                     out.string() + ": the compiled bundle would not run, so it is not written");
+}
+
 } // namespace
 
+void check_session_runs(runtime::Session& s, bool with_history, const std::string& what) {
+  try {
+    (void)s.prefill({0}, false);
+    if (with_history)
+      (void)s.prefill({0}, false);
+    (void)s.decode(0);
+    s.reset();
+  } catch (const OutputError&) {
+    throw;
+  } catch (const Error& e) {
+    throw Error(ErrorKind::invalid_input, what,
+                e.message() + " (the plan depends on --tile-rows, --no-layer-groups and the "
+                              "target's local_memory)");
+  }
+}
+
+void check_runnable(const frontend::ModelDesc& desc, const frontend::StageParams& params,
+                    const compiler::CompileOptions& options) {
+  (void)params;
+  check(options.tile_rows >= 0, ErrorKind::invalid_input, "--tile-rows", "must be >= 0, got ",
+        options.tile_rows);
+  check(options.threads >= 0 && options.threads <= 4096, ErrorKind::invalid_input, "--threads",
+        "must be in [0, 4096] (0: the target's cores), got ", options.threads);
+  // The weight dtypes: each a float dtype the lowering knows, and one the target lists.
+  auto check_dtype = [&](const std::string& v, const char* option) {
+    check(v == "f32" || v == "bf16" || v == "f16", ErrorKind::invalid_input, option, "'", v,
+          "' is not f32, bf16 or f16");
+    const auto d = ir::parse_dtype(v);
+    check(d && options.target.supports(*d), ErrorKind::invalid_input, option, "the target '",
+          options.target.name, "' does not list ", v, " among its weight_dtypes");
+  };
+  check_dtype(options.lower.mode, "--mode");
+  if (!options.lower.embedding.empty())
+    check_dtype(options.lower.embedding, "--embedding-dtype");
+  if (!options.lower.lm_head.empty())
+    check_dtype(options.lower.lm_head, "--lm-head-dtype");
+  const std::int64_t vocab = desc.dims.vocab;
+  if (desc.bos_token_id)
+    check(*desc.bos_token_id >= 0 && *desc.bos_token_id < vocab, ErrorKind::invalid_input,
+          (desc.dir / "config.json").string(), "bos_token_id ", *desc.bos_token_id,
+          " is outside the vocabulary [0, ", vocab, ")");
+  for (auto e : desc.eos_token_ids)
+    check(e >= 0 && e < vocab, ErrorKind::invalid_input, (desc.dir / "config.json").string(),
+          "eos_token_id ", e, " is outside the vocabulary [0, ", vocab, ")");
+}
+
 CompileReport compile_bundle(const frontend::ModelDesc& desc, const frontend::StageParams& params,
-                             compiler::CompileOptions options, const fs::path& out, bool progress) {
+                             compiler::CompileOptions options, const fs::path& out, bool progress,
+                             const std::function<void(const CompileReport&)>& before_commit) {
   CompileReport r;
   const auto t0 = std::chrono::steady_clock::now();
-  check(!fs::is_directory(out), ErrorKind::invalid_input, out.string(),
+  check(out != "-", ErrorKind::invalid_input, "--output",
+        "a bundle cannot be written to standard output (it is mapped when it runs); give a file "
+        "name");
+  std::error_code dir_ec;
+  check(!fs::is_directory(out, dir_ec), ErrorKind::invalid_input, out.string(),
         "is a directory; -o names the bundle file to write");
+  check_runnable(desc, params, options);
   refuse_output_over_model_file(out.string(), desc.dir.string());
   // Staged beside the target and renamed over it only on commit (support/output_file.hpp); a
   // bad target (a symbolic link, a device, a missing directory) is refused before the work.
@@ -63,8 +134,12 @@ CompileReport compile_bundle(const frontend::ModelDesc& desc, const frontend::St
       throw;
     throw OutputError(out.string(), e.message()); // an output failure: exit status 1
   }
-  f.commit();
   r.write_seconds = since(t1);
+  if (!f.staging_path().empty())
+    check_runs(f.staging_path(), out);
+  if (before_commit)
+    before_commit(r);
+  f.commit();
   return r;
 }
 

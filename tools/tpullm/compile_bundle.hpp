@@ -1,12 +1,14 @@
 #pragma once
 // Checkpoint -> bundle file, shared by `tpullm compile` and `tpullm verify --level bundle`.
 #include <filesystem>
+#include <functional>
 #include <string>
 
 #include "tpullm/bundle/bundle.hpp"
 #include "tpullm/compiler/compiler.hpp"
 #include "tpullm/frontend/model_desc.hpp"
 #include "tpullm/frontend/stage_params.hpp"
+#include "tpullm/runtime/session.hpp"
 
 namespace tpullm::cli {
 
@@ -26,10 +28,26 @@ struct CompileReport {
 /// with `params` and `options` into bundle `out`, written to a temporary file in out's directory
 /// and renamed over `out` only when complete (a failure leaves no partial file and an existing
 /// `out` untouched; `out` may not be a file of the model directory). Progress on stderr when
-/// `progress`.
+/// `progress`. `before_commit`, when given, runs once the bundle is completely written and
+/// before it replaces `out` (a command prints its report there, so that a failing standard
+/// output leaves the old `out` in place). Refuses up front (Error(invalid_input)) option
+/// combinations whose bundle the runtime could not run (check_runnable).
 CompileReport compile_bundle(const frontend::ModelDesc& desc, const frontend::StageParams& params,
                              compiler::CompileOptions options, const std::filesystem::path& out,
-                             bool progress);
+                             bool progress,
+                             const std::function<void(const CompileReport&)>& before_commit = {});
+
+/// Runs one prefill, one prefill_kv (when `with_history`) and one decode step on `s`, then
+/// resets it; an Error on the way (a plan the executor cannot run) becomes
+/// Error(invalid_input, `what`, the reason). What compile and verify --level tpu check first.
+void check_session_runs(runtime::Session& s, bool with_history, const std::string& what);
+
+/// Refuses (Error(invalid_input) naming the option) what would compile into a bundle the
+/// runtime cannot run or that misbehaves: a negative --tile-rows or --threads, --tile-rows
+/// below --max-input-length when the target's local memory cannot hold such tiles, bos / eos
+/// ids outside the vocabulary, a weight dtype the target does not list.
+void check_runnable(const frontend::ModelDesc& desc, const frontend::StageParams& params,
+                    const compiler::CompileOptions& options);
 
 /// A one-paragraph human summary of `r` (compile time, size, memory plan).
 std::string describe(const CompileReport& r);

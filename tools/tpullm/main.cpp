@@ -2,11 +2,15 @@
 // lives in tools/tpullm/cmd_<name>.cpp.
 // Exit status: 0 success, 1 a check failed (verify bound exceeded) or an output could not be
 // written, 2 unusable input, usage, or an internal error (docs/guarantees.md).
+#include <charconv>
+#include <cstdlib>
 #include <iostream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "command.hpp"
+#include "tpullm/kernels/cpu_features.hpp"
 #include "tpullm/support/tool_main.hpp"
 #include "tpullm/version.hpp"
 
@@ -21,6 +25,29 @@ void print_usage(std::ostream& os) {
     os << "  " << c.usage << "\n";
   os << "  help [COMMAND]                       show help\n\n"
         "Run 'tpullm <command> --help' for the options of a command.\n";
+}
+
+/// A bad TPULLM_ISA is a usage error, reported before any work (the kernels would otherwise
+/// throw it from the middle of a run).
+void check_isa_environment() {
+  // OMP_NUM_THREADS sets the default target's cores: a value the target would refuse is named
+  // as what it is, not as a target.cores the user never gave.
+  if (const char* omp = std::getenv("OMP_NUM_THREADS"); omp != nullptr && *omp != '\0') {
+    const std::string_view first = std::string_view(omp).substr(0, std::string_view(omp).find(','));
+    std::int64_t n = 0;
+    const auto r = std::from_chars(first.data(), first.data() + first.size(), n);
+    check(r.ec == std::errc() && r.ptr == first.data() + first.size() && n >= 1 && n <= 4096,
+          ErrorKind::invalid_input, "OMP_NUM_THREADS", "'", omp,
+          "' is not a thread count in [1, 4096]");
+  }
+  const char* env = std::getenv("TPULLM_ISA");
+  if (env == nullptr || *env == '\0')
+    return;
+  try {
+    (void)kernels::active_isa();
+  } catch (const std::invalid_argument& e) {
+    throw Error(ErrorKind::invalid_input, "TPULLM_ISA", e.what());
+  }
 }
 
 int dispatch(const std::string& cmd, const std::vector<std::string>& args) {
@@ -48,13 +75,15 @@ int main(int argc, char** argv) {
         args.erase(args.begin());
         try {
           if (cmd == "--help" || cmd == "-h" || cmd == "help") {
-            if (args.empty()) {
+            if (args.empty() || args.front() == "help" || args.front() == "--help" ||
+                args.front() == "-h") {
               print_usage(std::cout);
               return kOk;
             }
             cmd = args.front();
             return dispatch(cmd, {"--help"});
           }
+          check_isa_environment();
           if (cmd == "--version") {
             std::cout << "tpullm " << kVersionString << "\n";
             return kOk;

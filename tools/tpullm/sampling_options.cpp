@@ -19,7 +19,13 @@ po::options_description sampling_options(runtime::GenerateOptions& g) {
       "keep the smallest set with probability mass >= p (1: off)")(
       "repetition-penalty", po::value(&g.sampling.repetition_penalty)->default_value(1.0f, "1"),
       "penalize tokens already in the conversation (HF semantics; 1: off)")(
-      "seed", po::value(&g.sampling.seed)->default_value(0), "random seed of the sampler");
+      "seed", po::value<std::string>()->default_value("0")->notifier([&g](const std::string& v) {
+        const auto seeds = parse_id_list<std::uint64_t>(v, "--seed");
+        check(seeds.size() == 1, ErrorKind::invalid_input, "--seed",
+              "expects one integer in [0, 2^64)");
+        g.sampling.seed = seeds[0];
+      }),
+      "random seed of the sampler, in [0, 2^64)");
   return o;
 }
 

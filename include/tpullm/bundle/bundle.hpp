@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <span>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -39,6 +40,16 @@ namespace tpullm::bundle {
 inline constexpr std::uint32_t kFormatVersion = 1;
 /// Bytes of the fixed header, and the alignment of the weight blob and of every weight part.
 inline constexpr std::int64_t kHeaderBytes = 64, kBlobAlignment = 64;
+/// The weight blob is checksummed (CRC-32C, support/crc32c.hpp) per chunk of this many bytes,
+/// so a lazily mapped run can verify what it touches without reading the whole blob.
+inline constexpr std::uint64_t kWeightChunkBytes = std::uint64_t{4} << 20;
+
+/// What Bundle::verify_weights() checked.
+struct WeightCheck {
+  std::int64_t chunks = 0; ///< chunks verified
+  std::int64_t bytes = 0;  ///< blob bytes read
+  double seconds = 0;      ///< time taken
+};
 
 /// What the runtime needs to know about the model besides its functions.
 struct ModelInfo {
@@ -100,7 +111,16 @@ public:
   std::int64_t max_local() const { return max_local_; }           ///< largest per-core local
   std::int64_t arena_lower_bound() const { return lower_bound_; } ///< max-live lower bound
   std::uint32_t version() const { return version_; }              ///< format version
-  const std::string& compiler() const { return compiler_; }       ///< "tpullm <version>"
+  /// Bytes per checksummed chunk of the weight blob.
+  std::uint64_t weight_chunk_bytes() const { return chunk_bytes_; }
+  /// CRC-32C of each chunk of the weight blob, as written by the compiler.
+  const std::vector<std::uint32_t>& weight_checksums() const { return chunk_crcs_; }
+
+  /// Reads the whole weight blob and checks every chunk against its CRC-32C (open() checks the
+  /// metadata, not the weights: that would read the whole file). Throws Error(invalid_input)
+  /// naming the file, the first bad chunk's byte range and a weight stored in it.
+  WeightCheck verify_weights() const;
+  const std::string& compiler() const { return compiler_; } ///< "tpullm <version>"
 
   /// An executor with every program and weight (weights shared, not copied) and its own KV
   /// cache; `cores` 0 = the target's. Throws Error(invalid_input) naming the file when the KV
@@ -121,6 +141,10 @@ private:
   std::uint32_t version_ = 0;
   std::string compiler_;
   std::string path_;
+  std::uint64_t chunk_bytes_ = 0;
+  std::vector<std::uint32_t> chunk_crcs_;
+  std::span<const std::byte> blob_;  ///< the blob in the mapping (kept alive by the weights)
+  std::shared_ptr<const void> file_; ///< the mapping itself
 };
 
 /// The instruction-set family this build runs bundles for ("x86_64").

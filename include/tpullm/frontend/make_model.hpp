@@ -333,6 +333,18 @@ constexpr double random_normal(std::uint64_t key, std::uint64_t i) {
   return (static_cast<double>(s) - kMean) / kStd;
 }
 
+/// Caps of what make-model generates (docs/cli.md): decoder layers, vocabulary, and the size of
+/// model.safetensors. They are checked, with the free disk space, before anything is written.
+inline constexpr std::int64_t kMaxPresetLayers = 1024, kMaxPresetVocab = std::int64_t{1} << 22;
+/// Largest model.safetensors make-model writes (64 GiB).
+inline constexpr std::uint64_t kMaxRandomModelBytes = std::uint64_t{64} << 30;
+
+/// Bytes of the tensor data of `p` stored as `dtype` (the safetensors header, a few KiB, is
+/// not counted). `p` must be valid (validate()); no overflow within the caps above.
+inline std::uint64_t estimate_model_bytes(const ModelPreset& p, DType dtype) {
+  return static_cast<std::uint64_t>(p.parameters()) * dtype_size(dtype);
+}
+
 /// How generated weights are drawn and stored.
 struct RandomWeights {
   std::uint64_t seed = 0;    ///< same seed, same bytes

@@ -14,6 +14,7 @@
 ///    rerun, or use --no-mmap") and exit status 2, instead of a crash. A SIGBUS at an address
 ///    outside every MappedFile is a real bug and keeps the default action.
 
+#include "tpullm/support/temp_registry.hpp"
 #include "tpullm/support/error.hpp"
 #include "tpullm/support/input_file.hpp"
 
@@ -103,7 +104,9 @@ inline void on_mapping_fault(int sig, siginfo_t* info, void*) {
     write_stderr(": I/O error: ");
     write_stderr(s.path);
     write_stderr(": the file was truncated or changed while in use (SIGBUS on its memory "
-                 "mapping); rerun, or use --no-mmap to read inputs into memory\n");
+                 "mapping); rerun (import and verify also take --no-mmap to read checkpoints into "
+                 "memory)\n");
+    temp_registry::detail::remove_all(); // no temporary output survives the exit
     ::_exit(2);
   }
   // Not one of our mappings: a genuine bug. Restore the default action and re-raise.

@@ -40,6 +40,7 @@
 
 #include "tpullm/support/error.hpp"
 #include "tpullm/support/input_file.hpp"
+#include "tpullm/support/temp_registry.hpp"
 
 namespace tpullm {
 
@@ -80,6 +81,24 @@ inline std::filesystem::path staging_name(const std::filesystem::path& target, c
   std::snprintf(suffix, sizeof suffix, "-%012llx",
                 static_cast<unsigned long long>(r & 0xffffffffffffull));
   return target.parent_path() / ("." + name + "." + tag + suffix);
+}
+
+/// Refuses (Error(invalid_input)) an output path no file can have: empty, naming a directory
+/// ("dir/", ".", ".."), longer than PATH_MAX, or with a name longer than NAME_MAX.
+inline void check_output_name(const std::filesystem::path& target) {
+  const std::string s = target.string();
+  if (s.empty())
+    throw Error(ErrorKind::invalid_input, "--output", "the output path is empty");
+  if (s.size() >= PATH_MAX)
+    throw Error(ErrorKind::invalid_input, "--output",
+                "the output path is longer than " + std::to_string(PATH_MAX - 1) + " bytes");
+  const std::string name = target.filename().string();
+  if (name.empty() || name == "." || name == "..")
+    throw Error(ErrorKind::invalid_input, s, "names a directory, not a file");
+  if (name.size() > NAME_MAX)
+    throw Error(ErrorKind::invalid_input, s,
+                "the file name is " + std::to_string(name.size()) + " bytes, longer than " +
+                    std::to_string(NAME_MAX) + " (the file system's limit)");
 }
 
 /// The directory a target lives in ("." for a bare file name).
@@ -176,6 +195,7 @@ public:
         buf_(std::make_unique<detail::FdStreamBuf>()),
         os_(std::make_unique<std::ostream>(nullptr)) {
     const std::string where = target_.string();
+    detail::check_output_name(target_);
     struct stat lst {};
     if (::lstat(target_.c_str(), &lst) == 0) {
       struct stat st = lst;
@@ -198,8 +218,11 @@ public:
       mode_ = st.st_mode & 07777;
       keep_mode_ = true;
     } else if (errno != ENOENT) {
+      // A path the system refuses (too long, a component not a directory, no permission to
+      // search): a bad output path, refused before any work.
       const int e = errno;
-      throw OutputError(where, "cannot inspect the output path: " + detail::errno_text(e));
+      throw_error(ErrorKind::invalid_input, where,
+                  "cannot be used as an output path: ", detail::errno_text(e));
     }
     open_staging();
   }
@@ -209,7 +232,8 @@ public:
       : target_(std::move(o.target_)), staging_(std::exchange(o.staging_, {})),
         options_(o.options_), fd_(std::move(o.fd_)), buf_(std::move(o.buf_)), os_(std::move(o.os_)),
         direct_(o.direct_), keep_mode_(o.keep_mode_), mode_(o.mode_),
-        done_(std::exchange(o.done_, true)), committed_(o.committed_) {}
+        done_(std::exchange(o.done_, true)), committed_(o.committed_),
+        slot_(std::exchange(o.slot_, -1)) {}
   /// Discards this output, then takes over `o`'s.
   OutputFile& operator=(OutputFile&& o) noexcept {
     if (this != &o) {
@@ -225,6 +249,7 @@ public:
       mode_ = o.mode_;
       done_ = std::exchange(o.done_, true);
       committed_ = o.committed_;
+      slot_ = std::exchange(o.slot_, -1);
     }
     return *this;
   }
@@ -267,8 +292,10 @@ public:
     if (::close(fd) != 0 && errno != EINTR)
       fail("close failed: " + detail::errno_text(errno));
     if (!direct_) {
+      SignalBlock block; // renamed and forgotten as one step
       if (::rename(staging_.c_str(), target_.c_str()) != 0)
         fail("cannot rename the finished output into place: " + detail::errno_text(errno));
+      temp_registry::remove(std::exchange(slot_, -1));
       if (options_.fsync)
         detail::fsync_dir(detail::parent_of(target_));
     }
@@ -285,6 +312,7 @@ public:
     fd_.reset();
     if (!direct_ && !staging_.empty())
       ::unlink(staging_.c_str());
+    temp_registry::remove(std::exchange(slot_, -1));
   }
 
   /// The path this output replaces.
@@ -297,9 +325,17 @@ public:
 private:
   void open_direct() {
     direct_ = true;
-    fd_ = UniqueFd(::open(target_.c_str(), O_WRONLY | O_NOCTTY | O_CLOEXEC));
+    // Non-blocking, so that a FIFO nobody reads is refused (ENXIO) instead of hanging; the
+    // descriptor is made blocking again for the writes.
+    fd_ = UniqueFd(::open(target_.c_str(), O_WRONLY | O_NOCTTY | O_CLOEXEC | O_NONBLOCK));
+    if (!fd_ && errno == ENXIO)
+      throw_error(ErrorKind::invalid_input, target_.string(),
+                  "is a FIFO (named pipe) that nothing reads; refusing to block on it");
     if (!fd_)
       throw OutputError(target_.string(), "cannot open for writing: " + detail::errno_text(errno));
+    const int flags = ::fcntl(fd_.get(), F_GETFL);
+    if (flags >= 0)
+      ::fcntl(fd_.get(), F_SETFL, flags & ~O_NONBLOCK);
     struct stat st {};
     if (::fstat(fd_.get(), &st) != 0 || !(S_ISCHR(st.st_mode) || S_ISFIFO(st.st_mode)))
       throw_error(ErrorKind::invalid_input, target_.string(),
@@ -313,6 +349,7 @@ private:
       fd_ = UniqueFd(
           ::open(staging_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666));
       if (fd_) {
+        slot_ = temp_registry::add(staging_.string(), false);
         attach();
         return;
       }
@@ -358,6 +395,7 @@ private:
   mode_t mode_ = 0;
   bool done_ = true;
   bool committed_ = false;
+  int slot_ = -1; ///< temp_registry slot of the staged file
 };
 
 /// A directory output: built in a fresh staging directory beside the target, then swapped in
@@ -387,8 +425,10 @@ public:
                                               "': " + ec.message());
     for (int attempt = 0; attempt < 100; ++attempt) {
       staging_ = detail::staging_name(target_, "tmp");
-      if (::mkdir(staging_.c_str(), 0777) == 0)
+      if (::mkdir(staging_.c_str(), 0777) == 0) {
+        slot_ = temp_registry::add(staging_.string(), true);
         return;
+      }
       if (errno != EEXIST)
         break;
     }
@@ -402,7 +442,7 @@ public:
   OutputDirectory(OutputDirectory&& o) noexcept
       : target_(std::move(o.target_)), staging_(std::exchange(o.staging_, {})),
         marker_(std::move(o.marker_)), options_(o.options_),
-        committed_(std::exchange(o.committed_, false)) {}
+        committed_(std::exchange(o.committed_, false)), slot_(std::exchange(o.slot_, -1)) {}
   OutputDirectory& operator=(OutputDirectory&&) = delete;
   OutputDirectory(const OutputDirectory&) = delete;
   OutputDirectory& operator=(const OutputDirectory&) = delete;
@@ -444,6 +484,11 @@ public:
     if (options_.fsync)
       detail::fsync_dir(staging_);
     const std::string where = target_.string();
+    // The swap and the registry change as one step for this thread's signals; the staging path
+    // is forgotten first, so a handler running meanwhile in another thread can leave it behind
+    // but never removes what is now the target.
+    SignalBlock block;
+    temp_registry::remove(std::exchange(slot_, -1));
     struct stat st {};
     if (::lstat(target_.c_str(), &st) != 0) {
       if (errno != ENOENT)
@@ -477,6 +522,7 @@ public:
     std::error_code ec;
     std::filesystem::remove_all(staging_, ec);
     staging_.clear();
+    temp_registry::remove(std::exchange(slot_, -1));
   }
 
   /// True once commit() succeeded.
@@ -533,6 +579,7 @@ private:
   std::string marker_;
   OutputOptions options_;
   bool committed_ = false;
+  int slot_ = -1; ///< temp_registry slot of the staging directory
 };
 
 /// Writes `text` to standard output through std::cout (so it stays ordered with other output)

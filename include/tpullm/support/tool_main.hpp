@@ -8,12 +8,16 @@
 /// and checks that standard output was written completely (flush_stdout) before a success is
 /// reported. It also installs a terminate handler (an exception escaping a noexcept function or
 /// a thread still ends with one line and ExitCodes::internal, never an abort) and the SIGBUS
-/// handler of mapped inputs (support/mapped_file.hpp).
+/// handler of mapped inputs (support/mapped_file.hpp) and the signal handler that removes the
+/// temporary files of an interrupted run (support/temp_registry.hpp). A std::filesystem error
+/// (a path the system refuses: no permission, too long, not a directory) is a one-line reason
+/// with ExitCodes::error, like any unusable input.
 
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <filesystem>
 #include <iostream>
 #include <new>
 #include <string>
@@ -22,6 +26,7 @@
 #include "tpullm/support/error.hpp"
 #include "tpullm/support/mapped_file.hpp"
 #include "tpullm/support/output_file.hpp"
+#include "tpullm/support/temp_registry.hpp"
 
 namespace tpullm {
 
@@ -84,6 +89,7 @@ int run_tool(std::string_view program, F&& body, ExitCodes codes = {}) noexcept 
   detail::g_tool_internal_exit = codes.internal;
   std::set_terminate(&detail::on_terminate);
   install_mapped_file_fault_handler(detail::g_tool_program);
+  temp_registry::install_signal_cleanup();
   try {
     const int rc = body();
     flush_stdout();
@@ -93,6 +99,11 @@ int run_tool(std::string_view program, F&& body, ExitCodes codes = {}) noexcept 
     return codes.output_error;
   } catch (const Error& e) {
     detail::report_line(e.what());
+    return codes.error;
+  } catch (const std::filesystem::filesystem_error& e) {
+    std::string where = e.path1().string();
+    detail::report_line((where.empty() ? std::string("file system") : where) + ": " +
+                        detail::one_line(e.code().message()));
     return codes.error;
   } catch (const std::bad_alloc&) {
     detail::report_line("out of memory (the input or the options ask for more memory than is "
