@@ -10,6 +10,7 @@
 #include "tpullm/kernels/matmul.hpp"
 #include "tpullm/kernels/mlp.hpp"
 #include "tpullm/kernels/rms_norm.hpp"
+#include "tpullm/memory/kv_geometry.hpp"
 #include "tpullm/kernels/rope_gather.hpp"
 #include "tpullm/kernels/sampling.hpp"
 #include "tpullm/support/float16.hpp"
@@ -69,8 +70,8 @@ void exec(const ir::tpu::EmbeddingOp&, Call& c) {
 void exec(const ir::tpu::RMSNormOp& o, Call& c) {
   const auto [rows, H] = rows_cols(c, c.in.operands[0]);
   const TensorRef& g = c.in.operands[1];
-  const void* gp = g.buffer.region == ir::Region::weight ? c.weight(g.weight).bytes.data()
-                                                         : c.operand(1, false);
+  const void* gp =
+      g.buffer.region == ir::Region::weight ? c.weight(g.weight).bytes.data() : c.operand(1, false);
   with_param(g, gp, H, [&](auto gamma) {
     k::rms_norm(span_of<float>(c.operand(0), rows * H), gamma,
                 mspan_of<float>(c.result(0), rows * H), {rows, H}, o.eps, c.split);
@@ -80,8 +81,8 @@ void exec(const ir::tpu::RMSNormOp& o, Call& c) {
 void exec(const ir::tpu::AddRMSNormOp& o, Call& c) {
   const auto [rows, H] = rows_cols(c, c.in.operands[0]);
   const TensorRef& g = c.in.operands[2];
-  const void* gp = g.buffer.region == ir::Region::weight ? c.weight(g.weight).bytes.data()
-                                                         : c.operand(2, false);
+  const void* gp =
+      g.buffer.region == ir::Region::weight ? c.weight(g.weight).bytes.data() : c.operand(2, false);
   with_param(g, gp, H, [&](auto gamma) {
     k::add_rms_norm(span_of<float>(c.operand(0), rows * H), span_of<float>(c.operand(1), rows * H),
                     mspan_of<float>(c.result(0), rows * H), gamma,
@@ -107,8 +108,8 @@ void exec(const ir::tpu::MatMulOp&, Call& c) {
                                                            : c.operand(2, false);
     bias = span_of<float>(bp, w.N);
   }
-  k::linear(span_of<float>(c.operand(0), M * w.K), w, bias,
-            mspan_of<float>(c.result(0), M * w.N), {M, w.K, w.N}, c.split);
+  k::linear(span_of<float>(c.operand(0), M * w.K), w, bias, mspan_of<float>(c.result(0), M * w.N),
+            {M, w.K, w.N}, c.split);
 }
 
 void exec(const ir::tpu::MatMulArgMaxOp&, Call& c) {
@@ -131,7 +132,8 @@ void exec(const ir::tpu::MatMulArgMaxOp&, Call& c) {
     a.ldy = n1 - n0;
     a.M = 1;
     k::detail::linear_view(a, c.split);
-    const std::int64_t i = k::argmax(std::span<const float>(y.data(), static_cast<std::size_t>(n1 - n0)));
+    const std::int64_t i =
+        k::argmax(std::span<const float>(y.data(), static_cast<std::size_t>(n1 - n0)));
     if (best_i < 0 || y[static_cast<std::size_t>(i)] > best) {
       best = y[static_cast<std::size_t>(i)];
       best_i = n0 + i;
@@ -146,9 +148,8 @@ void exec(const ir::tpu::MLPOp&, Call& c) {
   const k::PackedWeights& d = packed(c, 3);
   const std::int64_t H = g.K, I = g.N;
   const std::int64_t M = c.elems(c.in.operands[0]) / H;
-  k::swiglu_mlp(span_of<float>(c.operand(0), M * H), g, u, d,
-                mspan_of<float>(c.result(0), M * H), {M, H, I},
-                static_cast<std::size_t>(c.local_memory), c.split);
+  k::swiglu_mlp(span_of<float>(c.operand(0), M * H), g, u, d, mspan_of<float>(c.result(0), M * H),
+                {M, H, I}, static_cast<std::size_t>(c.local_memory), c.split);
 }
 
 void exec(const ir::tpu::RopeOp& o, Call& c) {
@@ -158,16 +159,16 @@ void exec(const ir::tpu::RopeOp& o, Call& c) {
   const std::int64_t P = ct.type.shape[0], half = ct.type.shape[1];
   auto table = [&](std::size_t i) -> const float* {
     const TensorRef& t = c.in.operands[i];
-    return reinterpret_cast<const float*>(
-        t.buffer.region == ir::Region::weight ? c.weight(t.weight).bytes.data() : c.operand(i, false));
+    return reinterpret_cast<const float*>(t.buffer.region == ir::Region::weight
+                                              ? c.weight(t.weight).bytes.data()
+                                              : c.operand(i, false));
   };
-  const k::RopeTablesView tables(span_of<float>(table(1), P * half), span_of<float>(table(2), P * half),
-                                 P, half);
-  k::rope_apply(span_of<float>(c.operand(0), L * heads * d),
-                mspan_of<float>(c.result(0), L * heads * d), span_of<std::int32_t>(c.operand(3), L),
-                tables, {L, heads, d},
-                o.mode == ir::RopeMode::halves ? k::RopeMode::halves : k::RopeMode::interleaved,
-                c.split);
+  const k::RopeTablesView tables(span_of<float>(table(1), P * half),
+                                 span_of<float>(table(2), P * half), P, half);
+  k::rope_apply(
+      span_of<float>(c.operand(0), L * heads * d), mspan_of<float>(c.result(0), L * heads * d),
+      span_of<std::int32_t>(c.operand(3), L), tables, {L, heads, d},
+      o.mode == ir::RopeMode::halves ? k::RopeMode::halves : k::RopeMode::interleaved, c.split);
 }
 
 void exec(const ir::tpu::KVStoreOp&, Call& c) {
@@ -176,10 +177,10 @@ void exec(const ir::tpu::KVStoreOp&, Call& c) {
   const TensorRef& rows = c.in.operands[0];
   const std::int64_t bytes = c.elems(rows) * 4;
   const std::int64_t cap = c.reg.kv_capacity;
-  const std::int64_t row_bytes = rows.type.shape[2] * rows.type.shape[3] * 4;
+  const std::int64_t row_bytes = memory::kv_row_bytes(rows.type);
   const std::int64_t first = c.reg.pos0 + (c.sliced(rows) ? c.r0 : 0);
-  check(first + bytes / row_bytes <= cap, ErrorKind::invalid_input, c.in.where, "positions ",
-        first, "..", first + bytes / row_bytes - 1, " are beyond the KV cache of ", cap, " slots");
+  check(first + bytes / row_bytes <= cap, ErrorKind::invalid_input, c.in.where, "positions ", first,
+        "..", first + bytes / row_bytes - 1, " are beyond the KV cache of ", cap, " slots");
   std::memmove(c.result(0), c.operand(0), static_cast<std::size_t>(bytes));
 }
 
@@ -227,12 +228,13 @@ template <k::BinaryOp Op>
 void binary(Call& c) {
   const auto [rows, cols] = rows_cols(c, c.in.operands[0]);
   const TensorRef& b = c.in.operands[1];
-  const bool bcast = b.type.rank() == 1 && b.type.num_elements() != c.in.operands[0].type.num_elements();
+  const bool bcast =
+      b.type.rank() == 1 && b.type.num_elements() != c.in.operands[0].type.num_elements();
   const void* bp = b.buffer.region == ir::Region::weight ? c.weight(b.weight).bytes.data()
                                                          : c.operand(1, !bcast);
   k::binary(Op, span_of<float>(c.operand(0), rows * cols),
-            span_of<float>(bp, bcast ? cols : rows * cols), mspan_of<float>(c.result(0), rows * cols),
-            {rows, cols}, c.split);
+            span_of<float>(bp, bcast ? cols : rows * cols),
+            mspan_of<float>(c.result(0), rows * cols), {rows, cols}, c.split);
 }
 void exec(const ir::tpu::AddOp&, Call& c) {
   binary<k::BinaryOp::add>(c);
@@ -257,19 +259,19 @@ void exec(const ir::tpu::RoundOp& o, Call& c) {
   const float* x = c.f32_in(0);
   float* y = c.f32_out(0);
   for (std::int64_t i = 0; i < n; ++i)
-    y[i] = o.dtype == ir::DType::bf16   ? bf16_to_f32(f32_to_bf16(x[i]))
+    y[i] = o.dtype == ir::DType::bf16  ? bf16_to_f32(f32_to_bf16(x[i]))
            : o.dtype == ir::DType::f16 ? f16_to_f32(f32_to_f16(x[i]))
-                                        : x[i];
+                                       : x[i];
 }
 
-void exec(const ir::tpu::ReshapeOp&, Call&) {} // a view
+void exec(const ir::tpu::ReshapeOp&, Call&) {}  // a view
 void exec(const ir::tpu::KVAppendOp&, Call&) {} // an address
 
 /// Strided copy: out[i...] = in[offsets + perm(i)...]; shared by Slice and Permute.
-void strided_copy(const std::byte* in, const std::vector<std::int64_t>& in_strides,
-                  std::byte* out, const std::vector<std::int64_t>& shape, std::int64_t esz) {
-  const std::int64_t n = std::accumulate(shape.begin(), shape.end(), std::int64_t{1},
-                                         std::multiplies<>());
+void strided_copy(const std::byte* in, const std::vector<std::int64_t>& in_strides, std::byte* out,
+                  const std::vector<std::int64_t>& shape, std::int64_t esz) {
+  const std::int64_t n =
+      std::accumulate(shape.begin(), shape.end(), std::int64_t{1}, std::multiplies<>());
   std::vector<std::int64_t> idx(shape.size(), 0);
   for (std::int64_t i = 0; i < n; ++i) {
     std::int64_t off = 0;
@@ -341,8 +343,8 @@ void exec(const ir::tpu::GatherOp&, Call& c) {
   const std::int64_t R = t.type.shape[0];
   const std::int64_t row = t.type.num_elements() / std::max<std::int64_t>(R, 1);
   const std::int64_t n = c.in.operands[1].type.num_elements();
-  const void* tp = t.buffer.region == ir::Region::weight ? c.weight(t.weight).bytes.data()
-                                                         : c.operand(0, false);
+  const void* tp =
+      t.buffer.region == ir::Region::weight ? c.weight(t.weight).bytes.data() : c.operand(0, false);
   k::EmbeddingShape shape{R, row};
   with_param(t, tp, R * row, [&](auto table) {
     k::embedding_gather(span_of<std::int32_t>(c.operand(1, false), n), table,
@@ -373,8 +375,7 @@ void exec(const ir::tpu::TopKOp& o, Call& c) {
 }
 
 template <class T>
-  requires(ir::dialect_of<T>() != ir::Dialect::tpu)
-void exec(const T&, Call& c) {
+requires(ir::dialect_of<T>() != ir::Dialect::tpu) void exec(const T&, Call& c) {
   throw_error(ErrorKind::internal, c.in.where, "not a Tpu instruction");
 }
 
@@ -409,37 +410,6 @@ std::byte* Call::addr(const codegen::TensorRef& r, bool slice) const {
 
 void execute(Call& c) {
   ir::visit_op(c.in.op, [&](const auto& o) { exec(o, c); });
-}
-
-kernels::CoreSplit default_split(const codegen::Instr& in, std::int64_t cores) {
-  using k::SplitDim;
-  const int parts = static_cast<int>(std::max<std::int64_t>(1, cores));
-  const auto rows = [&](const codegen::TensorRef& r) {
-    const std::int64_t n = r.type.num_elements();
-    return r.type.rank() ? n / std::max<std::int64_t>(r.type.shape.back(), 1) : 1;
-  };
-  switch (in.kind()) {
-  case ir::OpKind::tpu_MatMul:
-  case ir::OpKind::tpu_MLP:
-  case ir::OpKind::tpu_MatMulArgMax:
-    return {rows(in.operands[0]) <= k::detail::kGemvMaxRows ? SplitDim::cols : SplitDim::rows,
-            parts};
-  case ir::OpKind::tpu_FAttention:
-    return {SplitDim::rows, parts};
-  case ir::OpKind::tpu_Embedding:
-  case ir::OpKind::tpu_RMSNorm:
-  case ir::OpKind::tpu_AddRMSNorm:
-  case ir::OpKind::tpu_Rope:
-  case ir::OpKind::tpu_Add:
-  case ir::OpKind::tpu_Mul:
-  case ir::OpKind::tpu_Softmax:
-    return rows(in.operands[0]) >= 16 ? k::CoreSplit{SplitDim::rows, parts} : k::CoreSplit{};
-  case ir::OpKind::tpu_SiLU:
-    return in.operands[0].type.num_elements() >= 65536 ? k::CoreSplit{SplitDim::rows, parts}
-                                                        : k::CoreSplit{};
-  default:
-    return {};
-  }
 }
 
 } // namespace tpullm::runtime::detail

@@ -9,6 +9,7 @@
 
 #include "exec_call.hpp"
 #include "tpullm/conversion/weight_convert.hpp"
+#include "tpullm/tiling/core_split.hpp"
 
 namespace tpullm::runtime {
 
@@ -92,10 +93,9 @@ void Executor::add_program(codegen::Program p) {
   check(p.info.memory.has_value(), ErrorKind::invalid_input, where, "has no memory plan");
   const ir::MemoryInfo& mem = *p.info.memory;
   if (mem.kv_row > 0) {
-    check(mem.kv_row == kv_.row_bytes && mem.kv_capacity == kv_.capacity,
-          ErrorKind::invalid_input, where, "was planned for KV slots of ", mem.kv_row,
-          " bytes x ", mem.kv_capacity, ", the executor holds ", kv_.row_bytes, " x ",
-          kv_.capacity);
+    check(mem.kv_row == kv_.row_bytes && mem.kv_capacity == kv_.capacity, ErrorKind::invalid_input,
+          where, "was planned for KV slots of ", mem.kv_row, " bytes x ", mem.kv_capacity,
+          ", the executor holds ", kv_.row_bytes, " x ", kv_.capacity);
     check(p.info.layer < kv_.layers, ErrorKind::invalid_input, where, "addresses layer ",
           p.info.layer, " of a cache with ", kv_.layers, " layers");
   }
@@ -159,13 +159,11 @@ void run_call(Call& c) {
   }
 }
 
-kernels::CoreSplit split_of(const codegen::Instr& in, std::int64_t cores) {
-  const ir::SplitPlan& s = in.plan.split;
+/// The kernels' form of a planned split, at most `cores` parts.
+kernels::CoreSplit to_kernel_split(const ir::SplitPlan& s, std::int64_t cores) {
   kernels::SplitDim d = kernels::SplitDim::none;
   switch (s.dim) {
   case ir::SliceDim::none:
-    if (!in.planned)
-      return detail::default_split(in, cores);
     d = kernels::SplitDim::none;
     break;
   case ir::SliceDim::rows:
@@ -182,6 +180,17 @@ kernels::CoreSplit split_of(const codegen::Instr& in, std::int64_t cores) {
   return {d, static_cast<int>(std::min<std::int64_t>(s.parts, cores))};
 }
 
+/// The split an instruction runs with: its plan's, or the tiler's policy when it has none.
+kernels::CoreSplit split_of(const codegen::Instr& in, std::int64_t cores) {
+  if (!in.planned)
+    return to_kernel_split(
+        tiling::core_split(
+            in.op, in.operands.size(),
+            [&](std::size_t k) -> const ir::TensorType& { return in.operands[k].type; }, cores),
+        cores);
+  return to_kernel_split(in.plan.split, cores);
+}
+
 } // namespace
 
 std::vector<std::span<const std::byte>>
@@ -194,8 +203,8 @@ Executor::run(const std::string& name, std::span<const std::span<const std::byte
   Impl::Prog& prog = it->second;
   const codegen::Program& p = prog.p;
   const std::string where = "@" + name;
-  check(inputs.size() == p.args.size(), ErrorKind::invalid_input, where, "expects ",
-        p.args.size(), " inputs, got ", inputs.size());
+  check(inputs.size() == p.args.size(), ErrorKind::invalid_input, where, "expects ", p.args.size(),
+        " inputs, got ", inputs.size());
   check(outputs.empty() || outputs.size() == p.results.size(), ErrorKind::invalid_input, where,
         "expects ", p.results.size(), " output spans (or none), got ", outputs.size());
   Regions reg;
@@ -225,12 +234,12 @@ Executor::run(const std::string& name, std::span<const std::span<const std::byte
     const auto* pos = reinterpret_cast<const std::int32_t*>(in.data());
     for (std::int64_t i = 0; i < L; ++i)
       check(pos[i] == pos[0] + i && pos[i] >= 0, ErrorKind::invalid_input, where,
-            "position_ids must be consecutive and non-negative (row ", i, " is ", pos[i],
-            " after ", pos[0], ")");
+            "position_ids must be consecutive and non-negative (row ", i, " is ", pos[i], " after ",
+            pos[0], ")");
     reg.pos0 = pos[0];
     if (p.info.memory && p.info.memory->kv_row > 0)
-      check(pos[0] + L <= kv_.capacity, ErrorKind::invalid_input, where, "positions ", pos[0],
-            "..", pos[0] + L - 1, " do not fit the KV cache of ", kv_.capacity, " slots");
+      check(pos[0] + L <= kv_.capacity, ErrorKind::invalid_input, where, "positions ", pos[0], "..",
+            pos[0] + L - 1, " do not fit the KV cache of ", kv_.capacity, " slots");
   }
   for (std::size_t i = 0; i < p.args.size(); ++i) {
     const auto& a = p.args[i];
@@ -255,8 +264,8 @@ Executor::run(const std::string& name, std::span<const std::span<const std::byte
   for (std::size_t i = 0; i < instrs.size();) {
     const codegen::Instr& in = instrs[i];
     const ir::OpPlan& plan = in.plan;
-    const bool row_group = plan.group >= 0 && plan.tile.dim == ir::SliceDim::rows &&
-                           plan.tile.count > 1;
+    const bool row_group =
+        plan.group >= 0 && plan.tile.dim == ir::SliceDim::rows && plan.tile.count > 1;
     const auto k0 = profiling_ ? clock_type::now() : clock_type::time_point{};
     if (!row_group) {
       Call c{in, reg, weight, split_of(in, cores)};
@@ -270,11 +279,14 @@ Executor::run(const std::string& name, std::span<const std::span<const std::byte
       while (e < instrs.size() && instrs[e].plan.group == plan.group)
         ++e;
       const std::int64_t rows = Call::rows_of(in.results.at(0).type);
-      const std::int64_t T = plan.tile.size, n = (rows + T - 1) / T;
-      const int parts = plan.split.dim == ir::SliceDim::tiles
-                            ? static_cast<int>(std::clamp<std::int64_t>(plan.split.parts, 1,
-                                                                        std::min(cores, n)))
-                            : 1;
+      // The plan's tiles; a count that does not cover the rows exactly is a damaged plan.
+      const std::int64_t T = plan.tile.size, n = plan.tile.count;
+      check(T > 0 && T * n >= rows && T * (n - 1) < rows, ErrorKind::invalid_input, in.where, n,
+            " tiles of ", T, " rows do not cover ", rows, " rows");
+      const int parts =
+          plan.split.dim == ir::SliceDim::tiles
+              ? static_cast<int>(std::clamp<std::int64_t>(plan.split.parts, 1, std::min(cores, n)))
+              : 1;
       std::exception_ptr failure;
 #pragma omp parallel for num_threads(parts) schedule(static, 1) if (parts > 1)
       for (std::int64_t t = 0; t < n; ++t) {
