@@ -5,7 +5,7 @@
 //   rope/<model>/qk/L:<L>                 rope_apply on q and k (halves), in place
 //   rope/<model>/kv_cache/L:<L>           rope_to_kv_cache (k rotated into its cache slots)
 //   embedding/<model>/bf16/L:<L>          embedding_gather from a bf16 table
-//   sampling/vocab:151936/{argmax,softmax,top_k50,sample_topk_topp}
+//   sampling/vocab:151936/{argmax,softmax,top_k50,sample_topk_topp} (the last: runtime::Sampler)
 #include <cstdint>
 #include <random>
 #include <string>
@@ -19,6 +19,7 @@
 #include "tpullm/kernels/rms_norm.hpp"
 #include "tpullm/kernels/rope_gather.hpp"
 #include "tpullm/kernels/sampling.hpp"
+#include "tpullm/runtime/sampler.hpp"
 
 namespace tpullm::bench {
 namespace {
@@ -109,12 +110,14 @@ void bm_sampling(benchmark::State& state, SampleOp op) {
   for (auto& l : logits)
     l *= 4.f;
   std::vector<float> probs(logits.size());
-  std::mt19937_64 rng(1);
-  kernels::SamplingParams sp;
-  sp.temperature = 0.7f;
-  sp.top_k = 50;
-  sp.top_p = 0.8f;
-  sp.repetition_penalty = 1.1f;
+  // The sampler the runtime runs (runtime::Sampler), with HF-style options.
+  runtime::SamplingOptions so;
+  so.temperature = 0.7f;
+  so.top_k = 50;
+  so.top_p = 0.8f;
+  so.repetition_penalty = 1.1f;
+  so.seed = 1;
+  runtime::Sampler sampler(so);
   const std::vector<std::int32_t> prev{1, 2, 3, 500, 70000};
   double bytes = double(kVocab) * sizeof(float);
   for (auto _ : state) {
@@ -130,7 +133,7 @@ void bm_sampling(benchmark::State& state, SampleOp op) {
       benchmark::DoNotOptimize(kernels::top_k(logits, 50).indices.data());
       break;
     case SampleOp::sample:
-      benchmark::DoNotOptimize(kernels::sample(logits, sp, rng, prev));
+      benchmark::DoNotOptimize(sampler.sample(logits, prev));
       break;
     }
     benchmark::ClobberMemory();

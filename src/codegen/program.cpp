@@ -44,8 +44,8 @@ Program make_program(const ir::Function& f) {
         p.results.push_back(ref_of(f, v));
       continue;
     }
-    check(op->dialect() == ir::Dialect::tpu, ErrorKind::invalid_input, "@" + f.name(),
-          "'", op->name(), "' is not a Tpu op; lower the function first");
+    check(op->dialect() == ir::Dialect::tpu, ErrorKind::invalid_input, "@" + f.name(), "'",
+          op->name(), "' is not a Tpu op; lower the function first");
     Instr in;
     in.op = op->op();
     in.plan = op->plan().value_or(ir::OpPlan{});
@@ -57,13 +57,7 @@ Program make_program(const ir::Function& f) {
     for (std::size_t r = 0; r < op->num_results(); ++r)
       in.results.push_back(ref_of(f, op->result(r)));
     // Ops that address the cache by position name their positions operand.
-    std::int64_t pos_operand = -1;
-    if (op->is<ir::tpu::KVStoreOp>())
-      pos_operand = 1;
-    else if (op->is<ir::tpu::KVAppendOp>())
-      pos_operand = 2;
-    else if (op->is<ir::tpu::FAttentionOp>() || op->is<ir::tpu::RopeOp>())
-      pos_operand = 3;
+    const std::int64_t pos_operand = op->policy().positions;
     if (pos_operand >= 0) {
       const std::int64_t a = arg_index(f, op->operand(static_cast<std::size_t>(pos_operand)));
       check(a >= 0, ErrorKind::unsupported, in.where,

@@ -9,42 +9,27 @@
 #include <set>
 #include <thread>
 
+#include "tpullm/ir/verifier.hpp"
 #include "tpullm/memory/plan_memory.hpp"
-#include "tpullm/pass/pass_manager.hpp"
+#include "tpullm/pass/pass_registry.hpp"
+#include "tpullm/tiling/layer_group.hpp"
 
 namespace tpullm::compiler {
 
 namespace {
 
-std::string tail_pipeline(const CompileOptions& o) {
-  std::string p = o.fusions;
-  p += std::string(p.empty() ? "" : ",") + "layer-group{local-memory=" +
-       std::to_string(o.target.local_memory) + ",cores=" + std::to_string(o.target.cores) +
-       (o.tile_rows > 0 ? ",tile-rows=" + std::to_string(o.tile_rows) : std::string()) +
-       (o.layer_groups ? "" : ",groups=false") + "}";
-  return p;
-}
-
-/// One module: lower (shared converter), the tail passes, then memory planning. The passes
-/// that convert weights (fuse-qkv) get the shared converter too.
-void compile_module(ir::Module& m, const CompileOptions& o, conversion::WeightConverter& conv,
-                    std::int64_t capacity) {
-  conversion::lower_to_tpu(m, o.lower, &conv);
-  for (auto& entry : pass::parse_pipeline(tail_pipeline(o))) {
-    if (entry.info->name == "fuse-qkv") {
-      pass::fuse_qkv(m, pass::parse_options<pass::FuseQkvOptions>("fuse-qkv", entry.options),
-                     &conv);
-    } else {
-      pass::PassManager pm{pass::PassManagerConfig{}};
-      pm.add(entry.info->name, entry.options);
-      pm.run(m);
-    }
+/// One module through the compilation's pipeline, with the shared converter in the context.
+/// The IR is verified after every pass: a pass that leaves it invalid is our bug.
+void compile_module(ir::Module& m, const pass::Pipeline& pipeline,
+                    conversion::WeightConverter& conv) {
+  pass::PassContext ctx;
+  ctx.converter = &conv;
+  for (const auto& e : pipeline.entries()) {
+    e.run(m, ctx);
+    const auto errors = ir::verify_module(m);
+    if (!errors.empty())
+      throw Error(ErrorKind::internal, "after pass '" + e.text + "'", errors.front().what());
   }
-  memory::PlanMemoryOptions mo;
-  mo.kv_capacity = capacity;
-  mo.kv_in_place = o.kv_in_place;
-  mo.alignment = o.target.alignment;
-  memory::plan_memory(m, mo);
 }
 
 /// The largest KV view any module needs and the slot size they agree on.
@@ -57,16 +42,16 @@ std::pair<std::int64_t, std::int64_t> kv_needs(const std::vector<ir::Module>& mo
         *layers = std::max(*layers, f->info().layer + 1);
       for (const auto& op : f->ops()) {
         // Top blocks: the history argument plus new rows is the largest view.
-        if (const auto* c = op->as<ir::top::ConcatOp>(); c && op->num_operands() == 2 &&
-                                                        op->result(0)->type().rank() == 4) {
+        if (const auto* c = op->as<ir::top::ConcatOp>();
+            c && op->num_operands() == 2 && op->result(0)->type().rank() == 4) {
           const auto& t = op->result(0)->type();
           cap = std::max(cap, t.shape[1]);
-          row = t.shape[2] * t.shape[3] * 4;
+          row = memory::kv_row_bytes(t);
         }
         if (op->is<ir::top::FAttentionOp>()) {
           const auto& t = op->operand(1)->type();
           cap = std::max(cap, t.shape[1]);
-          row = t.shape[2] * t.shape[3] * 4;
+          row = memory::kv_row_bytes(t);
         }
       }
     }
@@ -75,14 +60,22 @@ std::pair<std::int64_t, std::int64_t> kv_needs(const std::vector<ir::Module>& mo
 
 } // namespace
 
-std::string pipeline_text(const CompileOptions& o) {
-  std::string p = "lower-to-tpu{mode=" + o.lower.mode +
-                  (o.lower.embedding.empty() ? "" : ",embedding=" + o.lower.embedding) +
-                  (o.lower.lm_head.empty() ? "" : ",lm-head=" + o.lower.lm_head) + "}";
-  const std::string tail = tail_pipeline(o);
-  if (!tail.empty())
-    p += "," + tail;
-  return p + ",plan-memory{kv-in-place=" + (o.kv_in_place ? "true" : "false") + "}";
+pass::Pipeline compile_pipeline(const CompileOptions& o, std::int64_t kv_capacity) {
+  pass::Pipeline p;
+  p.add("lower-to-tpu", o.lower);
+  p.append(pass::Pipeline::parse(o.fusions));
+  tiling::LayerGroupOptions lg;
+  lg.local_memory = o.target.local_memory;
+  lg.cores = o.target.cores;
+  lg.tile_rows = o.tile_rows;
+  lg.groups = o.layer_groups;
+  p.add("layer-group", lg);
+  memory::PlanMemoryOptions mo;
+  mo.kv_capacity = kv_capacity;
+  mo.kv_in_place = o.kv_in_place;
+  mo.alignment = o.target.alignment;
+  p.add("plan-memory", mo);
+  return p;
 }
 
 CompiledModel compile(std::vector<ir::Module> modules, const CompileOptions& o) {
@@ -94,6 +87,8 @@ CompiledModel compile(std::vector<ir::Module> modules, const CompileOptions& o) 
   const auto [need, row] = kv_needs(modules, &layers);
   const std::int64_t capacity = std::max(need, o.kv_capacity);
   out.kv = {layers, row > 0 ? capacity : 0, row};
+  const pass::Pipeline pipeline = compile_pipeline(o, capacity);
+  out.pipeline = pipeline.text();
   conversion::WeightConverter conv;
   // Modules compile independently: a small pool takes the next module until none is left.
   const std::size_t n = modules.size();
@@ -111,7 +106,7 @@ CompiledModel compile(std::vector<ir::Module> modules, const CompileOptions& o) 
           return;
       }
       try {
-        compile_module(modules[i], o, conv, capacity);
+        compile_module(modules[i], pipeline, conv);
       } catch (const Error& e) {
         std::lock_guard<std::mutex> lock(mu);
         if (!failure)

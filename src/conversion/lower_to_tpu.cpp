@@ -130,10 +130,9 @@ private:
       return;
     const Location loc = src_.loc().known() ? src_.loc() : Location{"@" + src_.name()};
     const Operation* ret = src_.return_op();
-    const bool shaped = info.layer >= 0 && ret && ret->num_operands() >= 3 &&
-                        src_.num_arguments() >= 2 &&
-                        src_.argument(1)->type().dtype == ir::DType::i32 &&
-                        src_.argument(1)->type().rank() == 2;
+    const bool shaped =
+        info.layer >= 0 && ret && ret->num_operands() >= 3 && src_.num_arguments() >= 2 &&
+        src_.argument(1)->type().dtype == ir::DType::i32 && src_.argument(1)->type().rank() == 2;
     if (!shaped)
       throw DiagnosticError(loc, "a block function (stage " +
                                      std::string(ir::enum_name(info.stage)) +
@@ -262,7 +261,7 @@ private:
 
   void lower(const Operation& op, const ir::top::RMSNormOp& o) {
     set(op.result(0),
-        create(op, ir::tpu::RMSNormOp{o.eps}, {get(op.operand(0)), param(op.operand(1))}));
+        create(op, ir::tpu::RMSNormOp{o}, {get(op.operand(0)), param(op.operand(1))}));
   }
 
   void lower(const Operation& op, const ir::top::GatherOp& o) {
@@ -289,17 +288,17 @@ private:
     Value* c = weight_value(conv_.row_major(*weight_of(t->cos_table), ir::DType::f32));
     Value* s = weight_value(conv_.row_major(*weight_of(t->sin_table), ir::DType::f32));
     set(op.result(0),
-        create(op, ir::tpu::RopeOp{o.mode}, {get(op.operand(0)), c, s, get(t->positions)}));
+        create(op, ir::tpu::RopeOp{o}, {get(op.operand(0)), c, s, get(t->positions)}));
   }
 
   void lower(const Operation& op, const ir::top::ReshapeOp& o) {
-    set(op.result(0), create(op, ir::tpu::ReshapeOp{o.shape}, {get(op.operand(0))}));
+    set(op.result(0), create(op, ir::tpu::ReshapeOp{o}, {get(op.operand(0))}));
   }
   void lower(const Operation& op, const ir::top::PermuteOp& o) {
-    set(op.result(0), create(op, ir::tpu::PermuteOp{o.order}, {get(op.operand(0))}));
+    set(op.result(0), create(op, ir::tpu::PermuteOp{o}, {get(op.operand(0))}));
   }
   void lower(const Operation& op, const ir::top::SliceOp& o) {
-    set(op.result(0), create(op, ir::tpu::SliceOp{o.offsets, o.sizes}, {get(op.operand(0))}));
+    set(op.result(0), create(op, ir::tpu::SliceOp{o}, {get(op.operand(0))}));
   }
 
   void lower(const Operation& op, const ir::top::ConcatOp& o) {
@@ -310,14 +309,13 @@ private:
       ir::tpu::KVAppendOp a;
       a.layer = src_.info().layer;
       a.kv = op.operand(1) == key_out_ ? ir::KvKind::key : ir::KvKind::value;
-      set(op.result(0), create(op, a,
-                               {get(op.operand(0)), get(op.operand(1)), get(positions_)}));
+      set(op.result(0), create(op, a, {get(op.operand(0)), get(op.operand(1)), get(positions_)}));
       return;
     }
     std::vector<Value*> in;
     for (const Value* v : op.operands())
       in.push_back(get(v));
-    set(op.result(0), create(op, ir::tpu::ConcatOp{o.axis}, in));
+    set(op.result(0), create(op, ir::tpu::ConcatOp{o}, in));
   }
 
   void lower(const Operation& op, const ir::top::AddOp&) { binary<ir::tpu::AddOp>(op); }
@@ -348,13 +346,7 @@ private:
       fail(op, "attention over history needs the history in the KV cache: a block function "
                "(attributes {stage, layer}) whose keys / values are Concat(history argument, "
                "returned new rows)");
-    ir::tpu::FAttentionOp t;
-    t.scale = o.scale;
-    t.q_heads = o.q_heads;
-    t.kv_heads = o.kv_heads;
-    t.head_dim = o.head_dim;
-    t.history = o.history;
-    t.causal = o.causal;
+    ir::tpu::FAttentionOp t{o}; // Top's semantics, plus where the keys come from
     t.kv_form = cache ? ir::KvForm::cache : ir::KvForm::rows;
     set(op.result(0), create(op, t, {get(op.operand(0)), k, v, get(op.operand(3))}));
   }
@@ -390,8 +382,7 @@ private:
   }
 
   template <class T>
-    requires(ir::dialect_of<T>() == ir::Dialect::tpu)
-  void lower(const Operation& op, const T&) {
+  requires(ir::dialect_of<T>() == ir::Dialect::tpu) void lower(const Operation& op, const T&) {
     fail(op, "the function already contains Tpu ops; lower-to-tpu expects Top functions");
   }
 
@@ -416,9 +407,8 @@ void require_dialect(const ir::Module& m, ir::Dialect dialect, const char* after
     for (const auto& op : f->ops())
       if (op->dialect() != dialect && op->dialect() != ir::Dialect::builtin) {
         const Location loc = op->loc().known() ? op->loc() : Location{"@" + f->name()};
-        throw DiagnosticError(loc, "'" + std::string(op->name()) + "' remains after " +
-                                       after_what + "; only " +
-                                       std::string(ir::dialect_name(dialect)) +
+        throw DiagnosticError(loc, "'" + std::string(op->name()) + "' remains after " + after_what +
+                                       "; only " + std::string(ir::dialect_name(dialect)) +
                                        " and builtin ops are legal here");
       }
 }
@@ -449,8 +439,8 @@ void lower_to_tpu(ir::Module& m, const LowerOptions& options, WeightConverter* c
   require_dialect(m, ir::Dialect::tpu, "lower-to-tpu");
 }
 
-void run_lower_to_tpu(ir::Module& m, const LowerOptions& options) {
-  lower_to_tpu(m, options, nullptr);
+void run_lower_to_tpu(ir::Module& m, const LowerOptions& options, const pass::PassContext& ctx) {
+  lower_to_tpu(m, options, ctx.converter);
 }
 
 } // namespace tpullm::conversion

@@ -100,8 +100,8 @@ WeightFormat float_format(ir::DType t, const std::string& where) {
   default:
     break;
   }
-  throw_error(ErrorKind::unsupported, where, "float weights can be stored as f32, bf16 or f16, not ",
-              ir::name(t));
+  throw_error(ErrorKind::unsupported, where,
+              "float weights can be stored as f32, bf16 or f16, not ", ir::name(t));
 }
 
 /// Packs a float weight stored [rows, cols] (row-major, any float dtype) as W [K, N] in `f`:
@@ -302,16 +302,16 @@ Int4Plain unpack_int4_weight(const ir::Weight& w) {
     case ir::QuantFormat::packed:
       break;
     }
-  } catch (const std::invalid_argument& e) {
-    throw_error(ErrorKind::invalid_input, where, e.what());
+  } catch (const Error& e) {
+    throw e.within(where);
   }
   throw_error(ErrorKind::unsupported, where, "is already packed; expected a GPTQ or AWQ weight");
 }
 
 std::vector<float> float_values(const ir::Weight& w) {
   const ir::WeightPart& p = w.part("data");
-  check(ir::is_float(p.dtype), ErrorKind::unsupported, where_of(w), "stored as ",
-        ir::name(p.dtype), ", not a float type");
+  check(ir::is_float(p.dtype), ErrorKind::unsupported, where_of(w), "stored as ", ir::name(p.dtype),
+        ", not a float type");
   const std::int64_t esz = ir::byte_size(p.dtype, 1);
   const std::size_t n = p.bytes.size() / static_cast<std::size_t>(esz);
   std::vector<float> v(n);
@@ -352,8 +352,7 @@ std::string identity(const ir::Weight& w) {
 }
 } // namespace
 
-const ir::Weight& WeightConverter::packed(const ir::Weight& src, bool transposed,
-                                          ir::DType dtype) {
+const ir::Weight& WeightConverter::packed(const ir::Weight& src, bool transposed, ir::DType dtype) {
   const std::string where = where_of(src);
   if (src.type.quant) {
     check(!transposed, ErrorKind::invalid_input, where,
@@ -375,34 +374,30 @@ const ir::Weight& WeightConverter::packed(const ir::Weight& src, bool transposed
       const Int4Plain plain = unpack_int4_weight(src);
       try {
         return make_packed_weight(name, repack_int4(plain), true);
-      } catch (const std::invalid_argument& e) {
-        throw_error(ErrorKind::invalid_input, where, e.what());
+      } catch (const Error& e) {
+        throw e.within(where);
       }
     });
   }
   check(ir::is_float(src.type.dtype) && src.type.rank() == 2, ErrorKind::invalid_input, where,
         "must be a float matrix or a GPTQ / AWQ weight, got ", src.type.str());
   const WeightFormat f = float_format(dtype, where);
-  return memo(str_cat("p", ir::name(dtype), transposed ? "t|" : "|", identity(src)),
-              [&] {
-                const std::int64_t r = src.type.shape[0], c = src.type.shape[1];
-                const std::int64_t K = transposed ? c : r, N = transposed ? r : c;
-                const std::string name = src.name + ".p" + std::string(ir::name(dtype));
-                if (!src.has_data())
-                  return ir::Weight{name, packed_type(f, K, N, K, false), {}};
-                return make_packed_weight(name, pack_float(src, transposed, f, dtype), false);
-              });
+  return memo(str_cat("p", ir::name(dtype), transposed ? "t|" : "|", identity(src)), [&] {
+    const std::int64_t r = src.type.shape[0], c = src.type.shape[1];
+    const std::int64_t K = transposed ? c : r, N = transposed ? r : c;
+    const std::string name = src.name + ".p" + std::string(ir::name(dtype));
+    if (!src.has_data())
+      return ir::Weight{name, packed_type(f, K, N, K, false), {}};
+    return make_packed_weight(name, pack_float(src, transposed, f, dtype), false);
+  });
 }
 
 const ir::Weight& WeightConverter::row_major(const ir::Weight& src, ir::DType dtype) {
   const std::string where = where_of(src);
-  check(ir::is_float(src.type.dtype) && !src.type.quant &&
-            src.type.layout == ir::Layout::row_major,
-        ErrorKind::invalid_input, where, "must be a row-major float tensor, got ",
-        src.type.str());
+  check(ir::is_float(src.type.dtype) && !src.type.quant && src.type.layout == ir::Layout::row_major,
+        ErrorKind::invalid_input, where, "must be a row-major float tensor, got ", src.type.str());
   float_format(dtype, where); // refuses anything but f32 / bf16 / f16
-  const bool same = src.type.dtype == dtype &&
-                    (!src.has_data() || src.part("data").dtype == dtype);
+  const bool same = src.type.dtype == dtype && (!src.has_data() || src.part("data").dtype == dtype);
   return memo(str_cat("r", ir::name(dtype), "|", identity(src)), [&] {
     if (same)
       return src;
@@ -412,13 +407,14 @@ const ir::Weight& WeightConverter::row_major(const ir::Weight& src, ir::DType dt
       return w;
     const std::vector<float> v = float_values(src);
     const std::int64_t esz = ir::byte_size(dtype, 1);
-    auto buf = std::make_shared<std::vector<std::uint8_t>>(v.size() * static_cast<std::size_t>(esz));
+    auto buf =
+        std::make_shared<std::vector<std::uint8_t>>(v.size() * static_cast<std::size_t>(esz));
     for (std::size_t i = 0; i < v.size(); ++i)
       write_float(buf->data() + i * static_cast<std::size_t>(esz), v[i], dtype, where);
-    w.parts.push_back({"data", dtype, src.part("data").shape,
-                       std::span<const std::byte>(reinterpret_cast<const std::byte*>(buf->data()),
-                                                  buf->size()),
-                       buf});
+    w.parts.push_back(
+        {"data", dtype, src.part("data").shape,
+         std::span<const std::byte>(reinterpret_cast<const std::byte*>(buf->data()), buf->size()),
+         buf});
     return w;
   });
 }
@@ -451,7 +447,8 @@ const ir::Weight& WeightConverter::concat_packed(const std::vector<const ir::Wei
     const std::string name = first.name + ".cat" + std::to_string(parts.size());
     const std::int64_t group = kernels::is_quantized(f) ? first.type.quant->group_size : K;
     if (!has_data)
-      return ir::Weight{name, packed_type(f, K, N, group, first.type.quant && first.type.quant->act_order), {}};
+      return ir::Weight{
+          name, packed_type(f, K, N, group, first.type.quant && first.type.quant->act_order), {}};
     for (const auto& v : views)
       check(v.k_perm == views.front().k_perm, ErrorKind::invalid_input, where_of(first),
             "weights with different act-order row permutations cannot be concatenated");

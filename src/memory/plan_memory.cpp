@@ -8,6 +8,7 @@
 #include <unordered_map>
 
 #include "tpullm/memory/interval_alloc.hpp"
+#include "tpullm/memory/kv_geometry.hpp"
 
 namespace tpullm::memory {
 
@@ -21,10 +22,7 @@ std::int64_t bytes_of(const ir::TensorType& t) {
   return t.byte_size();
 }
 
-/// Rows of a [1, L, ...] activation (L), or 0 when the value is not row-shaped.
-std::int64_t rows_of(const ir::TensorType& t) {
-  return t.rank() >= 2 && t.shape[0] == 1 ? t.shape[1] : 0;
-}
+using ir::rows_of;
 
 /// Byte offset of a Slice that selects one contiguous range of its row-major operand, or -1.
 std::int64_t contiguous_slice_delta(const ir::TensorType& in, const ir::tpu::SliceOp& s) {
@@ -39,7 +37,8 @@ std::int64_t contiguous_slice_delta(const ir::TensorType& in, const ir::tpu::Sli
       return -1;
   std::int64_t linear = 0;
   for (std::int64_t i = 0; i < r; ++i)
-    linear = linear * in.shape[static_cast<std::size_t>(i)] + s.offsets[static_cast<std::size_t>(i)];
+    linear =
+        linear * in.shape[static_cast<std::size_t>(i)] + s.offsets[static_cast<std::size_t>(i)];
   return ir::byte_size(in.dtype, linear);
 }
 
@@ -133,7 +132,7 @@ private:
 
   void views_and_in_place() {
     for (const auto& op : f_.ops()) {
-      if (op->is<ir::tpu::ReshapeOp>() || op->is<ir::tpu::KVAppendOp>()) {
+      if (op->policy().view) {
         alias(op->result(0), op->operand(0), 0);
       } else if (const auto* s = op->as<ir::tpu::SliceOp>()) {
         const std::int64_t d = contiguous_slice_delta(op->operand(0)->type(), *s);
@@ -143,8 +142,7 @@ private:
         const KvSlot slot{st->layer, st->kv == ir::KvKind::key ? 0 : 1, kv_row_};
         const auto [r, d] = find(id(op->operand(0)));
         const bool eligible = o_.kv_in_place && is_plain_result(r) && d == 0 &&
-                              extent_[r] == bytes_of(op->result(0)->type()) &&
-                              !returned_root(r);
+                              extent_[r] == bytes_of(op->result(0)->type()) && !returned_root(r);
         if (eligible) {
           alias(op->result(0), op->operand(0), 0);
           kv_[r] = slot;
@@ -152,7 +150,7 @@ private:
         } else {
           kv_[id(op->result(0))] = slot;
         }
-      } else if (in_place(*op)) {
+      } else if (op->policy().in_place) {
         const auto [r, d] = find(id(op->operand(0)));
         if (is_plain_result(r) && d == 0 && last_[r] == op->number() &&
             extent_[r] == bytes_of(op->result(0)->type()) && !returned_root(r))
@@ -169,16 +167,6 @@ private:
       if (find(id(v)).first == r)
         return true;
     return false;
-  }
-
-  static bool in_place(const Operation& op) {
-    return ir::visit_op(op.op(), [](const auto& o) {
-      using T = std::decay_t<decltype(o)>;
-      if constexpr (requires { T::in_place; })
-        return T::in_place;
-      else
-        return false;
-    });
   }
 
   // ---- homes -------------------------------------------------------------------------------
@@ -416,7 +404,7 @@ private:
 
 std::int64_t kv_cache_offset(std::int64_t layer, int kind, std::int64_t capacity,
                              std::int64_t row_bytes) {
-  return (2 * layer + kind) * capacity * row_bytes;
+  return KvGeometry{0, capacity, row_bytes}.cache_offset(layer, kind);
 }
 
 void plan_memory(ir::Module& m, const PlanMemoryOptions& o) {
@@ -432,9 +420,9 @@ void plan_memory(ir::Module& m, const PlanMemoryOptions& o) {
       if (!append && !store)
         continue;
       const ir::TensorType& t = op->result(0)->type();
-      const std::int64_t r = t.shape[2] * t.shape[3] * 4;
-      check(row == 0 || row == r, ErrorKind::invalid_input, "@" + f->name(),
-            "KV rows of ", r, " bytes differ from ", row, " bytes elsewhere in the module");
+      const std::int64_t r = kv_row_bytes(t);
+      check(row == 0 || row == r, ErrorKind::invalid_input, "@" + f->name(), "KV rows of ", r,
+            " bytes differ from ", row, " bytes elsewhere in the module");
       row = r;
       capacity = std::max(capacity, t.shape[1]);
     }

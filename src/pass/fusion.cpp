@@ -147,7 +147,7 @@ struct FuseQkv : rewrite::OpPattern<ir::tpu::MatMulOp> {
       std::vector<std::int64_t> off(static_cast<std::size_t>(t.rank()), 0), sizes = t.shape;
       off.back() = n0;
       n0 += t.shape.back();
-      Value* s = rw.create(ir::tpu::SliceOp{off, sizes}, {y});
+      Value* s = rw.create(ir::tpu::SliceOp{{off, sizes}}, {y});
       rw.replace_op(op, s);
     }
     return true;
@@ -196,8 +196,8 @@ void run_fuse_lm_head_argmax(ir::Module& m, const NoOptions&) {
   run_one<FuseLmHeadArgMax>(m, "fuse-lm-head-argmax");
 }
 
-void run_fuse_qkv(ir::Module& m, const FuseQkvOptions& o) {
-  fuse_qkv(m, o, nullptr);
+void run_fuse_qkv(ir::Module& m, const FuseQkvOptions& o, const PassContext& ctx) {
+  fuse_qkv(m, o, ctx.converter);
 }
 
 void fuse_qkv(ir::Module& m, const FuseQkvOptions& o, conversion::WeightConverter* converter) {

@@ -20,7 +20,7 @@ struct Regions {
   std::vector<std::span<std::byte>> outputs; ///< caller's spans or the executor's staging
   std::byte* kv = nullptr;
   std::byte* arena = nullptr;
-  std::int64_t pos0 = 0;                     ///< position_ids[0] of this run
+  std::int64_t pos0 = 0; ///< position_ids[0] of this run
   std::int64_t kv_capacity = 0;
   std::int64_t local_stride = 0; ///< bytes of one core's local scratch
   std::byte* local = nullptr;    ///< core 0's local scratch (core c at + c * local_stride)
@@ -28,7 +28,7 @@ struct Regions {
 
 /// A weight as the handlers need it.
 struct WeightRef {
-  std::span<const std::byte> bytes;          ///< "data" part (row-major weights)
+  std::span<const std::byte> bytes;               ///< "data" part (row-major weights)
   const kernels::PackedWeights* packed = nullptr; ///< packed weights, else null
 };
 
@@ -38,13 +38,13 @@ struct Call {
   const Regions& reg;
   std::function<const WeightRef&(const std::string&)> weight;
   kernels::CoreSplit split;
-  int core = 0;             ///< which core's local scratch
-  bool tiled = false;       ///< rows [r0, r1) of a row-tiled group
+  int core = 0;       ///< which core's local scratch
+  bool tiled = false; ///< rows [r0, r1) of a row-tiled group
   std::int64_t r0 = 0, r1 = 0, rows_total = 0;
   std::int64_t local_memory = 0; ///< bytes a kernel may use as its own working set budget
 
-  /// Rows of a [1, L, ...] ref, else 0 (codegen::rows_of).
-  static std::int64_t rows_of(const ir::TensorType& t) { return codegen::rows_of(t); }
+  /// Rows of a [1, L, ...] ref, else 0 (ir::rows_of).
+  static std::int64_t rows_of(const ir::TensorType& t) { return ir::rows_of(t); }
   /// Whether ref r is cut to this call's rows (a local ref holds just the tile's rows; others
   /// are addressed at row r0).
   bool sliced(const codegen::TensorRef& r) const {
@@ -55,7 +55,9 @@ struct Call {
   std::byte* operand(std::size_t i, bool slice = true) const {
     return addr(in.operands.at(i), slice);
   }
-  std::byte* result(std::size_t i, bool slice = true) const { return addr(in.results.at(i), slice); }
+  std::byte* result(std::size_t i, bool slice = true) const {
+    return addr(in.results.at(i), slice);
+  }
   const float* f32_in(std::size_t i, bool slice = true) const {
     return reinterpret_cast<const float*>(operand(i, slice));
   }
@@ -78,9 +80,5 @@ struct Call {
 
 /// Runs one instruction (exec_ops.cpp). Throws what the kernels throw.
 void execute(Call& c);
-
-/// The default core split of an instruction that has no plan: every core on the dimension
-/// the op parallelizes best for its shape.
-kernels::CoreSplit default_split(const codegen::Instr& in, std::int64_t cores);
 
 } // namespace tpullm::runtime::detail

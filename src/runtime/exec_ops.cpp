@@ -10,6 +10,7 @@
 #include "tpullm/kernels/matmul.hpp"
 #include "tpullm/kernels/mlp.hpp"
 #include "tpullm/kernels/rms_norm.hpp"
+#include "tpullm/memory/kv_geometry.hpp"
 #include "tpullm/kernels/rope_gather.hpp"
 #include "tpullm/kernels/sampling.hpp"
 #include "tpullm/support/float16.hpp"
@@ -176,7 +177,7 @@ void exec(const ir::tpu::KVStoreOp&, Call& c) {
   const TensorRef& rows = c.in.operands[0];
   const std::int64_t bytes = c.elems(rows) * 4;
   const std::int64_t cap = c.reg.kv_capacity;
-  const std::int64_t row_bytes = rows.type.shape[2] * rows.type.shape[3] * 4;
+  const std::int64_t row_bytes = memory::kv_row_bytes(rows.type);
   const std::int64_t first = c.reg.pos0 + (c.sliced(rows) ? c.r0 : 0);
   check(first + bytes / row_bytes <= cap, ErrorKind::invalid_input, c.in.where, "positions ", first,
         "..", first + bytes / row_bytes - 1, " are beyond the KV cache of ", cap, " slots");
@@ -409,37 +410,6 @@ std::byte* Call::addr(const codegen::TensorRef& r, bool slice) const {
 
 void execute(Call& c) {
   ir::visit_op(c.in.op, [&](const auto& o) { exec(o, c); });
-}
-
-kernels::CoreSplit default_split(const codegen::Instr& in, std::int64_t cores) {
-  using k::SplitDim;
-  const int parts = static_cast<int>(std::max<std::int64_t>(1, cores));
-  const auto rows = [&](const codegen::TensorRef& r) {
-    const std::int64_t n = r.type.num_elements();
-    return r.type.rank() ? n / std::max<std::int64_t>(r.type.shape.back(), 1) : 1;
-  };
-  switch (in.kind()) {
-  case ir::OpKind::tpu_MatMul:
-  case ir::OpKind::tpu_MLP:
-  case ir::OpKind::tpu_MatMulArgMax:
-    return {rows(in.operands[0]) <= k::detail::kGemvMaxRows ? SplitDim::cols : SplitDim::rows,
-            parts};
-  case ir::OpKind::tpu_FAttention:
-    return {SplitDim::rows, parts};
-  case ir::OpKind::tpu_Embedding:
-  case ir::OpKind::tpu_RMSNorm:
-  case ir::OpKind::tpu_AddRMSNorm:
-  case ir::OpKind::tpu_Rope:
-  case ir::OpKind::tpu_Add:
-  case ir::OpKind::tpu_Mul:
-  case ir::OpKind::tpu_Softmax:
-    return rows(in.operands[0]) >= 16 ? k::CoreSplit{SplitDim::rows, parts} : k::CoreSplit{};
-  case ir::OpKind::tpu_SiLU:
-    return in.operands[0].type.num_elements() >= 65536 ? k::CoreSplit{SplitDim::rows, parts}
-                                                       : k::CoreSplit{};
-  default:
-    return {};
-  }
 }
 
 } // namespace tpullm::runtime::detail

@@ -9,6 +9,7 @@
 
 #include "exec_call.hpp"
 #include "tpullm/conversion/weight_convert.hpp"
+#include "tpullm/tiling/core_split.hpp"
 
 namespace tpullm::runtime {
 
@@ -158,13 +159,11 @@ void run_call(Call& c) {
   }
 }
 
-kernels::CoreSplit split_of(const codegen::Instr& in, std::int64_t cores) {
-  const ir::SplitPlan& s = in.plan.split;
+/// The kernels' form of a planned split, at most `cores` parts.
+kernels::CoreSplit to_kernel_split(const ir::SplitPlan& s, std::int64_t cores) {
   kernels::SplitDim d = kernels::SplitDim::none;
   switch (s.dim) {
   case ir::SliceDim::none:
-    if (!in.planned)
-      return detail::default_split(in, cores);
     d = kernels::SplitDim::none;
     break;
   case ir::SliceDim::rows:
@@ -179,6 +178,17 @@ kernels::CoreSplit split_of(const codegen::Instr& in, std::int64_t cores) {
     break;
   }
   return {d, static_cast<int>(std::min<std::int64_t>(s.parts, cores))};
+}
+
+/// The split an instruction runs with: its plan's, or the tiler's policy when it has none.
+kernels::CoreSplit split_of(const codegen::Instr& in, std::int64_t cores) {
+  if (!in.planned)
+    return to_kernel_split(
+        tiling::core_split(
+            in.op, in.operands.size(),
+            [&](std::size_t k) -> const ir::TensorType& { return in.operands[k].type; }, cores),
+        cores);
+  return to_kernel_split(in.plan.split, cores);
 }
 
 } // namespace
@@ -269,7 +279,10 @@ Executor::run(const std::string& name, std::span<const std::span<const std::byte
       while (e < instrs.size() && instrs[e].plan.group == plan.group)
         ++e;
       const std::int64_t rows = Call::rows_of(in.results.at(0).type);
-      const std::int64_t T = plan.tile.size, n = (rows + T - 1) / T;
+      // The plan's tiles; a count that does not cover the rows exactly is a damaged plan.
+      const std::int64_t T = plan.tile.size, n = plan.tile.count;
+      check(T > 0 && T * n >= rows && T * (n - 1) < rows, ErrorKind::invalid_input, in.where, n,
+            " tiles of ", T, " rows do not cover ", rows, " rows");
       const int parts =
           plan.split.dim == ir::SliceDim::tiles
               ? static_cast<int>(std::clamp<std::int64_t>(plan.split.parts, 1, std::min(cores, n)))

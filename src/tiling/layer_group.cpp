@@ -5,8 +5,8 @@
 #include <map>
 #include <set>
 
-#include "tpullm/codegen/program.hpp"
 #include "tpullm/target/target.hpp"
+#include "tpullm/tiling/core_split.hpp"
 
 namespace tpullm::tiling {
 
@@ -19,7 +19,7 @@ constexpr std::int64_t kGemmBlockRows = 336; ///< rows of x per weight pass of t
 constexpr std::int64_t kTileOverhead = 4096; ///< per op and tile, in bytes-equivalent
 constexpr std::int64_t kMinTileRows = 16;
 
-using codegen::rows_of; // the row count tiles split, shared with the executor and the loader
+using ir::rows_of; // the row count tiles split, shared with the planner, executor and loader
 
 bool is_builtin(const Operation& op) {
   return op.dialect() == ir::Dialect::builtin;
@@ -34,42 +34,38 @@ std::int64_t weight_bytes(const Operation& op) {
   return b;
 }
 
+/// A projection: its weights are re-read once per GEMM block of rows.
 bool is_gemm(const Operation& op) {
-  return op.is<ir::tpu::MatMulOp>() || op.is<ir::tpu::MLPOp>();
+  return op.policy().split == ir::SplitRule::gemm;
 }
 
 /// True when `op` computes rows [r0, r1) of its [1, L, ...] results from rows [r0, r1) of its
-/// row-shaped operands (plus whole weights / vectors), with L = `L`. Attention qualifies when its
-/// keys and values come from outside `members` (they must be complete before its first tile).
+/// row operands (plus whole weights / vectors), with L = `L`, as its policy declares. Attention
+/// (kv_before_group) qualifies when its keys and values come from outside `members`: they must
+/// be complete before its first tile.
 bool row_local(const Operation& op, std::int64_t L, const std::set<const Operation*>& members) {
-  if (op.num_results() == 0 || rows_of(op.result(0)->type()) != L)
+  const ir::OpPolicy& p = op.policy();
+  if (!p.row_local || op.num_results() == 0 || rows_of(op.result(0)->type()) != L)
     return false;
-  auto rows_ok = [&](std::size_t i) { return rows_of(op.operand(i)->type()) == L; };
-  if (op.is<ir::tpu::EmbeddingOp>() || op.is<ir::tpu::MatMulOp>() || op.is<ir::tpu::MLPOp>())
-    return op.is<ir::tpu::EmbeddingOp>() ? rows_ok(1) : rows_ok(0);
-  if (op.is<ir::tpu::RMSNormOp>() || op.is<ir::tpu::RopeOp>() || op.is<ir::tpu::KVStoreOp>() ||
-      op.is<ir::tpu::SiLUOp>() || op.is<ir::tpu::SoftmaxOp>() || op.is<ir::tpu::RoundOp>() ||
-      op.is<ir::tpu::ReshapeOp>())
-    return rows_ok(0);
-  if (op.is<ir::tpu::AddRMSNormOp>())
-    return rows_ok(0) && rows_ok(1);
-  if (op.is<ir::tpu::AddOp>() || op.is<ir::tpu::MulOp>())
-    return rows_ok(0) && (rows_ok(1) || op.operand(1)->type().rank() == 1);
-  if (op.is<ir::tpu::FAttentionOp>()) {
-    if (!rows_ok(0))
+  for (std::size_t i = 0; i < op.num_operands(); ++i) {
+    const std::uint32_t bit = std::uint32_t{1} << i;
+    if (!(p.row_operands & bit))
+      continue;
+    const ir::TensorType& t = op.operand(i)->type();
+    if (rows_of(t) != L && !((p.vector_operands & bit) && t.rank() == 1))
       return false;
+  }
+  if (p.kv_before_group)
     for (std::size_t i : {1u, 2u}) {
       const Operation* d = op.operand(i)->defining_op();
       if (d && members.count(d))
         return false;
-      if (d && d->is<ir::tpu::KVAppendOp>())
+      if (d && d->policy().view)
         for (const Value* v : d->operands())
           if (v->defining_op() && members.count(v->defining_op()))
             return false;
     }
-    return true;
-  }
-  return false;
+  return true;
 }
 
 /// Cost and tiling of running `ops` (consecutive, row-local, L rows) as one group.
@@ -90,20 +86,23 @@ struct Costing {
     for (const Operation* op : ops)
       for (std::size_t r = 0; r < op->num_results(); ++r) {
         const Value* v = op->result(r);
-        bool inside = v->has_uses() && rows_of(v->type()) == L && !op->is<ir::tpu::ReshapeOp>() &&
-                      !op->is<ir::tpu::KVStoreOp>();
+        const ir::OpPolicy& p = op->policy();
+        bool inside = v->has_uses() && rows_of(v->type()) == L && !p.view &&
+                      p.effect == ir::MemoryEffect::none;
         for (const Operation* u : v->users())
           inside = inside && in.count(u);
         if (inside)
           row += v->type().byte_size() / L;
-        else if (!op->is<ir::tpu::ReshapeOp>())
+        else if (!p.view)
           esc += v->type().byte_size();
       }
     *escaping_bytes = esc;
     return row;
   }
 
-  std::int64_t value_traffic(std::int64_t bytes) const { return bytes > local_memory ? 2 * bytes : 0; }
+  std::int64_t value_traffic(std::int64_t bytes) const {
+    return bytes > local_memory ? 2 * bytes : 0;
+  }
 
   std::int64_t ungrouped(const std::vector<Operation*>& ops, std::int64_t L) const {
     std::int64_t c = 0;
@@ -111,7 +110,7 @@ struct Costing {
       c += weight_bytes(*op) * (is_gemm(*op) ? (L + kGemmBlockRows - 1) / kGemmBlockRows : 1);
       c += kTileOverhead;
       for (std::size_t r = 0; r < op->num_results(); ++r)
-        if (!op->is<ir::tpu::ReshapeOp>())
+        if (!op->policy().view)
           c += value_traffic(op->result(r)->type().byte_size());
     }
     return c;
@@ -126,10 +125,10 @@ struct Costing {
       const std::int64_t n = (L + T - 1) / T;
       if (n < 2 || row * T > budget)
         return;
-      std::int64_t c = value_traffic(esc) + n * static_cast<std::int64_t>(ops.size()) * kTileOverhead;
+      std::int64_t c =
+          value_traffic(esc) + n * static_cast<std::int64_t>(ops.size()) * kTileOverhead;
       for (const Operation* op : ops)
-        c += weight_bytes(*op) * n *
-             (is_gemm(*op) ? (T + kGemmBlockRows - 1) / kGemmBlockRows : 1);
+        c += weight_bytes(*op) * n * (is_gemm(*op) ? (T + kGemmBlockRows - 1) / kGemmBlockRows : 1);
       if (!g.ok || c < g.cost)
         g = {true, T, n, (row * T + 63) / 64 * 64, c};
     };
@@ -143,29 +142,6 @@ struct Costing {
   }
 };
 
-ir::SplitPlan default_split(const Operation& op, std::int64_t cores) {
-  auto rows = [](const ir::TensorType& t) {
-    return t.rank() ? t.num_elements() / std::max<std::int64_t>(t.shape.back(), 1) : 1;
-  };
-  if (cores <= 1 || op.num_operands() == 0)
-    return {};
-  if (is_gemm(op) || op.is<ir::tpu::MatMulArgMaxOp>())
-    return {rows(op.operand(0)->type()) <= 4 ? ir::SliceDim::cols : ir::SliceDim::rows, cores};
-  if (const auto* a = op.as<ir::tpu::FAttentionOp>()) {
-    const std::int64_t L = op.operand(0)->type().shape[1];
-    if (L == 1 && a->kv_heads >= cores)
-      return {ir::SliceDim::heads, cores};
-    return {ir::SliceDim::rows, cores};
-  }
-  if (op.is<ir::tpu::EmbeddingOp>() || op.is<ir::tpu::RMSNormOp>() ||
-      op.is<ir::tpu::AddRMSNormOp>() || op.is<ir::tpu::RopeOp>() || op.is<ir::tpu::AddOp>() ||
-      op.is<ir::tpu::MulOp>() || op.is<ir::tpu::SoftmaxOp>() || op.is<ir::tpu::SiLUOp>())
-    return rows(op.operand(op.is<ir::tpu::EmbeddingOp>() ? 1 : 0)->type()) >= 64 * cores
-               ? ir::SplitPlan{ir::SliceDim::rows, cores}
-               : ir::SplitPlan{};
-  return {};
-}
-
 class FunctionTiler {
 public:
   FunctionTiler(ir::Function& f, const LayerGroupOptions& o, std::int64_t local, std::int64_t cores)
@@ -177,8 +153,11 @@ public:
         ops_.push_back(op.get());
     for (Operation* op : ops_) {
       ir::OpPlan p;
-      p.split = default_split(*op, cores_);
-      if (const auto* a = op->as<ir::tpu::FAttentionOp>(); a && p.split.dim == ir::SliceDim::heads) {
+      p.split = core_split(
+          op->op(), op->num_operands(),
+          [&](std::size_t k) -> const ir::TensorType& { return op->operand(k)->type(); }, cores_);
+      if (const auto* a = op->as<ir::tpu::FAttentionOp>();
+          a && p.split.dim == ir::SliceDim::heads) {
         const std::int64_t size = (a->kv_heads + p.split.parts - 1) / p.split.parts;
         p.tile = {ir::SliceDim::heads, size, (a->kv_heads + size - 1) / size};
       }
@@ -220,8 +199,7 @@ private:
           continue;
         const std::int64_t gain = cost_.ungrouped(sub, L) - g.cost;
         // Forced tiles: the longest run that fits; else the run that saves most.
-        const bool better = o_.tile_rows > 0 ? !best.ok || t - s > be - bb
-                                             : gain > best_gain;
+        const bool better = o_.tile_rows > 0 ? !best.ok || t - s > be - bb : gain > best_gain;
         if (better) {
           best_gain = gain;
           best = g;

@@ -13,6 +13,7 @@
 
 #include "tpullm/compiler/compiler.hpp"
 #include "tpullm/frontend/stage_builder.hpp"
+#include "tpullm/ir/text/printer.hpp"
 #include "tpullm/memory/plan_memory.hpp"
 #include "tpullm/runtime/stage_executor.hpp"
 #include "tpullm/tiling/layer_group.hpp"
@@ -248,5 +249,32 @@ TEST_CASE("the executor refuses bad inputs with clear errors", "[backend][exec]"
     for (std::int64_t j = 0; j < row; ++j)
       any = any || k[static_cast<std::size_t>(s * row + j)] != 0.0f;
     CHECK(any == (s == 7));
+  }
+}
+
+TEST_CASE("the pipeline compile records is the one it ran, and parses back into it",
+          "[backend][pipeline]") {
+  compiler::CompileOptions o;
+  o.tile_rows = 16;
+  o.fusions = "fuse-add-rmsnorm,fuse-qkv";
+  const auto cm = compile("llama-gqa", o);
+  // The recorded text names every decision: the mode, the fusions, the target's cores and
+  // local memory, the cache capacity and the alignment.
+  CHECK(cm.pipeline.find("lower-to-tpu") == 0);
+  CHECK(cm.pipeline.find("fuse-add-rmsnorm,fuse-qkv,layer-group{") != std::string::npos);
+  CHECK(cm.pipeline.find("cores=2") != std::string::npos);
+  CHECK(cm.pipeline.find("tile-rows=16") != std::string::npos);
+  CHECK(cm.pipeline.find("kv-capacity=" + std::to_string(cm.kv.capacity)) != std::string::npos);
+  const pass::Pipeline parsed = pass::Pipeline::parse(cm.pipeline);
+  CHECK(parsed.text() == cm.pipeline);
+  // Running the parsed text over the same Top modules (as tpullm-opt -p would) gives the same
+  // planned IR as compile.
+  const auto d = frontend::load_model(model_dir("llama-gqa"));
+  auto modules = frontend::build_top_modules(d, small_params());
+  REQUIRE(modules.size() == cm.modules.size());
+  for (std::size_t i = 0; i < modules.size(); i += 3) {
+    INFO("module @" << modules[i].name());
+    parsed.run(modules[i]);
+    CHECK(ir::text::print_module(modules[i]) == ir::text::print_module(cm.modules[i]));
   }
 }

@@ -1,6 +1,6 @@
 // The streaming safetensors writer against the reader (and the tests' own in-memory writer),
 // and random checkpoints from the model presets through load_model (their run through the
-// interpreter is in tests/unit/test_interpreter_vs_old.cpp, which compiles it anyway).
+// interpreter is in tests/unit/test_interpreter_make_model.cpp, which compiles it anyway).
 #include "frontend_test_util.hpp"
 
 #include "tpullm/frontend/make_model.hpp"

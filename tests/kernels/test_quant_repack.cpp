@@ -175,20 +175,19 @@ TEST_CASE("unpack and repack reject malformed inputs", "[quant_repack]") {
   const auto s = make_synthetic(64, 16, 32, false, false, 5);
   std::vector<std::int32_t> qw, qz;
   gptq_pack(s, qw, qz);
-  CHECK_THROWS_AS(unpack_gptq(qw, qz, s.scales_f16, s.g_idx, 64, 16, 24), std::invalid_argument);
-  CHECK_THROWS_AS(unpack_gptq(qw, qz, s.scales_f16, s.g_idx, 64, 24, 32), std::invalid_argument);
+  CHECK_THROWS_AS(unpack_gptq(qw, qz, s.scales_f16, s.g_idx, 64, 16, 24), tpullm::Error);
+  CHECK_THROWS_AS(unpack_gptq(qw, qz, s.scales_f16, s.g_idx, 64, 24, 32), tpullm::Error);
   auto bad_g = s.g_idx;
   bad_g[3] = 2; // G = 2
-  CHECK_THROWS_AS(unpack_gptq(qw, qz, s.scales_f16, bad_g, 64, 16, 32), std::invalid_argument);
+  CHECK_THROWS_AS(unpack_gptq(qw, qz, s.scales_f16, bad_g, 64, 16, 32), tpullm::Error);
   bad_g[3] = 1; // group 1 gets 33 rows: not representable in the packed layout
   const auto p = unpack_gptq(qw, qz, s.scales_f16, bad_g, 64, 16, 32);
-  CHECK_THROWS_AS(repack_int4(p), std::invalid_argument);
+  CHECK_THROWS_AS(repack_int4(p), tpullm::Error);
   CHECK_THROWS_AS(
       unpack_awq(std::span<const std::int32_t>(qw).first(100), qz, s.scales_f16, 64, 16, 32),
-      std::invalid_argument);
+      tpullm::Error);
   // v1 zero 0 stored as 0xF would give 16
   auto qz_bad = qz;
   qz_bad[0] = -1;
-  CHECK_THROWS_AS(unpack_gptq(qw, qz_bad, s.scales_f16, s.g_idx, 64, 16, 32),
-                  std::invalid_argument);
+  CHECK_THROWS_AS(unpack_gptq(qw, qz_bad, s.scales_f16, s.g_idx, 64, 16, 32), tpullm::Error);
 }

@@ -19,10 +19,8 @@ struct TensorRef {
   std::string weight;  ///< the weight symbol when buffer.region == weight, else empty
 };
 
-/// Rows of a [1, L, ...] tensor as layer-group row tiles count them (L), else 0.
-inline std::int64_t rows_of(const ir::TensorType& t) {
-  return t.rank() >= 2 && t.shape[0] == 1 ? t.shape[1] : 0;
-}
+/// Rows of a [1, L, ...] tensor as layer-group row tiles count them (ir/type.hpp).
+using ir::rows_of;
 
 /// One Tpu op ready to run.
 struct Instr {

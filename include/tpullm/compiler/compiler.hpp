@@ -2,8 +2,8 @@
 /// The compiler: stage modules (Top) -> Tpu modules, lowered, fused, grouped into layer groups
 /// and memory-planned -> Programs the executor runs. Modules compile independently (in
 /// parallel) and share one WeightConverter, so each weight is converted once whatever number of
-/// stage functions read it. The pipeline, as tpullm-opt would spell it:
-///   lower-to-tpu{mode=...}, <fusions>, layer-group{...}, plan-memory{kv-capacity=seq+1}
+/// stage functions read it. One typed pass::Pipeline (compile_pipeline) runs on every module:
+///   lower-to-tpu{mode=...}, <fusions>, layer-group{...}, plan-memory{kv-capacity=...}
 
 #include <cstdint>
 #include <functional>
@@ -13,6 +13,7 @@
 #include "tpullm/codegen/program.hpp"
 #include "tpullm/conversion/lower_to_tpu.hpp"
 #include "tpullm/ir/module.hpp"
+#include "tpullm/pass/pipeline.hpp"
 #include "tpullm/runtime/executor.hpp"
 #include "tpullm/target/target.hpp"
 
@@ -44,14 +45,18 @@ struct CompiledModel {
   std::int64_t max_arena = 0;             ///< largest activation arena of any function
   std::int64_t max_local = 0;             ///< largest per-core local memory of any group
   std::int64_t arena_lower_bound = 0;     ///< largest max-live lower bound of any function
+  std::string pipeline;                   ///< the pass pipeline every module ran (text)
 };
 
 /// Compiles `modules` (Top stage modules of one model; block functions tagged with their stage
 /// and layer). Throws Error / DiagnosticError naming the module and op that failed.
 CompiledModel compile(std::vector<ir::Module> modules, const CompileOptions& options);
 
-/// The pass pipeline `compile` runs after lowering, as text (for docs and tpullm-opt).
-std::string pipeline_text(const CompileOptions& options);
+/// The pass pipeline `compile` runs on every module, for a KV cache of `kv_capacity` slots:
+///   lower-to-tpu{...}, <fusions>, layer-group{...}, plan-memory{...}
+/// Its text() is what CompiledModel::pipeline records and what tpullm-opt -p parses into the
+/// same pipeline. Throws pass::PipelineError when `options.fusions` is not a pipeline.
+pass::Pipeline compile_pipeline(const CompileOptions& options, std::int64_t kv_capacity);
 
 /// An executor loaded with every program and weight of `model` (its own KV cache).
 std::unique_ptr<runtime::Executor> make_executor(const CompiledModel& model);

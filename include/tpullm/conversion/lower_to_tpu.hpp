@@ -19,6 +19,7 @@
 
 #include "tpullm/conversion/weight_convert.hpp"
 #include "tpullm/ir/module.hpp"
+#include "tpullm/pass/pass.hpp"
 
 namespace tpullm::conversion {
 
@@ -40,8 +41,8 @@ struct LowerOptions {
 /// converter is used. Throws DiagnosticError at the op that cannot be lowered.
 void lower_to_tpu(ir::Module& m, const LowerOptions& options, WeightConverter* converter);
 
-/// The pass-table entry point (private converter).
-void run_lower_to_tpu(ir::Module& m, const LowerOptions& options);
+/// The pass-table entry point: the context's converter (a private one when it has none).
+void run_lower_to_tpu(ir::Module& m, const LowerOptions& options, const pass::PassContext& ctx);
 
 /// Throws DiagnosticError at the first op of `m` that is not of `dialect` or builtin.
 void require_dialect(const ir::Module& m, ir::Dialect dialect, const char* after_what);

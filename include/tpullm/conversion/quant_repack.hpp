@@ -17,11 +17,11 @@
 #include <cstdint>
 #include <numeric>
 #include <span>
-#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "tpullm/kernels/packed_weights.hpp"
+#include "tpullm/support/error.hpp"
 #include "tpullm/support/float16.hpp"
 
 namespace tpullm::conversion {
@@ -55,8 +55,9 @@ struct Int4Plain {
 namespace detail {
 inline void expect_size(const char* what, std::size_t have, std::int64_t want) {
   if (static_cast<std::int64_t>(have) != want)
-    throw std::invalid_argument(std::string(what) + ": expected " + std::to_string(want) +
-                                " elements, got " + std::to_string(have));
+    throw Error(ErrorKind::invalid_input, "",
+                std::string(what) + ": expected " + std::to_string(want) + " elements, got " +
+                    std::to_string(have));
 }
 inline std::uint8_t nib(std::int32_t word, int i) {
   return static_cast<std::uint8_t>((static_cast<std::uint32_t>(word) >> (4 * i)) & 0xF);
@@ -64,11 +65,13 @@ inline std::uint8_t nib(std::int32_t word, int i) {
 inline std::int64_t groups_of(const char* what, std::int64_t K, std::int64_t N,
                               std::int64_t group_size) {
   if (K <= 0 || N <= 0 || K % 8 != 0 || N % 8 != 0)
-    throw std::invalid_argument(std::string(what) + ": K and N must be positive multiples of 8, " +
-                                "got K=" + std::to_string(K) + " N=" + std::to_string(N));
+    throw Error(ErrorKind::invalid_input, "",
+                std::string(what) + ": K and N must be positive multiples of 8, " +
+                    "got K=" + std::to_string(K) + " N=" + std::to_string(N));
   if (group_size <= 0 || K % group_size != 0)
-    throw std::invalid_argument(std::string(what) + ": K=" + std::to_string(K) +
-                                " is not a multiple of group_size=" + std::to_string(group_size));
+    throw Error(ErrorKind::invalid_input, "",
+                std::string(what) + ": K=" + std::to_string(K) +
+                    " is not a multiple of group_size=" + std::to_string(group_size));
   return K / group_size;
 }
 } // namespace detail
@@ -76,7 +79,7 @@ inline std::int64_t groups_of(const char* what, std::int64_t K, std::int64_t N,
 /// Unpacks GPTQ 4-bit tensors of a W: [K, N] linear (HF in_features = K, out_features = N).
 /// qweight: [K/8, N], qzeros: [G, N/8], scales: [G, N] f16 bits, g_idx: [K] (empty = k /
 /// group_size). `zero_offset` is added to stored zeros: 1 for "v1" checkpoints (stored zero-1),
-/// 0 for "v2". Throws std::invalid_argument on size mismatch or g_idx out of [0, G).
+/// 0 for "v2". Throws Error(invalid_input) on size mismatch or g_idx out of [0, G).
 inline Int4Plain unpack_gptq(std::span<const std::int32_t> qweight,
                              std::span<const std::int32_t> qzeros,
                              std::span<const std::uint16_t> scales,
@@ -103,8 +106,9 @@ inline Int4Plain unpack_gptq(std::span<const std::int32_t> qweight,
       for (int i = 0; i < 8; ++i) {
         const int z = detail::nib(qzeros[g * (N / 8) + c], i) + zero_offset;
         if (z < 0 || z > 15)
-          throw std::invalid_argument("unpack_gptq: zero point " + std::to_string(z) + " (group " +
-                                      std::to_string(g) + ") is outside [0, 15]");
+          throw Error(ErrorKind::invalid_input, "",
+                      "unpack_gptq: zero point " + std::to_string(z) + " (group " +
+                          std::to_string(g) + ") is outside [0, 15]");
         p.zeros[g * N + 8 * c + i] = static_cast<std::uint8_t>(z);
       }
   p.scales.resize(static_cast<std::size_t>(G * N));
@@ -114,15 +118,16 @@ inline Int4Plain unpack_gptq(std::span<const std::int32_t> qweight,
   for (std::int64_t k = 0; k < K; ++k) {
     const std::int64_t g = g_idx.empty() ? k / group_size : g_idx[static_cast<std::size_t>(k)];
     if (g < 0 || g >= G)
-      throw std::invalid_argument("unpack_gptq: g_idx[" + std::to_string(k) + "]=" +
-                                  std::to_string(g) + " is outside [0, " + std::to_string(G) + ")");
+      throw Error(ErrorKind::invalid_input, "",
+                  "unpack_gptq: g_idx[" + std::to_string(k) + "]=" + std::to_string(g) +
+                      " is outside [0, " + std::to_string(G) + ")");
     p.g_idx[static_cast<std::size_t>(k)] = static_cast<std::int32_t>(g);
   }
   return p;
 }
 
 /// Unpacks AWQ (GEMM layout) 4-bit tensors of W: [K, N]: qweight: [K, N/8], qzeros: [G, N/8],
-/// scales: [G, N] f16 bits. Throws std::invalid_argument on size mismatch.
+/// scales: [G, N] f16 bits. Throws Error(invalid_input) on size mismatch.
 inline Int4Plain unpack_awq(std::span<const std::int32_t> qweight,
                             std::span<const std::int32_t> qzeros,
                             std::span<const std::uint16_t> scales, std::int64_t K, std::int64_t N,
@@ -163,10 +168,11 @@ inline std::vector<std::int32_t> group_sorted_rows(const Int4Plain& p) {
     ++count[static_cast<std::size_t>(g)];
   for (std::int64_t g = 0; g < G; ++g)
     if (count[static_cast<std::size_t>(g)] != p.group_size)
-      throw std::invalid_argument("repack: group " + std::to_string(g) + " has " +
-                                  std::to_string(count[static_cast<std::size_t>(g)]) +
-                                  " rows in g_idx, the packed layout needs exactly group_size=" +
-                                  std::to_string(p.group_size));
+      throw Error(ErrorKind::invalid_input, "",
+                  "repack: group " + std::to_string(g) + " has " +
+                      std::to_string(count[static_cast<std::size_t>(g)]) +
+                      " rows in g_idx, the packed layout needs exactly group_size=" +
+                      std::to_string(p.group_size));
   std::vector<std::int32_t> perm(static_cast<std::size_t>(p.K));
   std::iota(perm.begin(), perm.end(), 0);
   std::stable_sort(perm.begin(), perm.end(), [&](std::int32_t a, std::int32_t b) {

@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "tpullm/conversion/quant_repack.hpp"
+#include "tpullm/conversion/weight_convert.hpp"
 #include "tpullm/interp/tensor.hpp"
 #include "tpullm/ir/module.hpp"
 
@@ -23,71 +23,16 @@ namespace tpullm::interp {
 
 namespace detail {
 
-/// The elements of part `p` of weight `w` as T (p.dtype must be `want`), copied (unaligned ok).
-template <class T>
-std::vector<T> part_as(const ir::Weight& w, const ir::WeightPart& p, ir::DType want) {
-  const std::string where = "weight @" + w.name;
-  check(p.dtype == want, ErrorKind::unsupported, where, "part '", p.role, "' is ",
-        ir::name(p.dtype), ", expected ", ir::name(want));
-  const std::int64_t n = num_elements(p.shape);
-  check(static_cast<std::int64_t>(p.bytes.size()) == n * static_cast<std::int64_t>(sizeof(T)),
-        ErrorKind::invalid_input, where, "part '", p.role, "' ", ir::shape_str(p.shape), " has ",
-        p.bytes.size(), " bytes, expected ", n * static_cast<std::int64_t>(sizeof(T)));
-  std::vector<T> v(static_cast<std::size_t>(n));
-  if (n > 0)
-    std::memcpy(v.data(), p.bytes.data(), p.bytes.size());
-  return v;
-}
-
-/// Dequantizes a GPTQ / AWQ weight of logical type [K, N] u4 to [K, N], labelled f32.
+/// Dequantizes a GPTQ / AWQ weight of logical type [K, N] u4 to [K, N], labelled f32, through
+/// the converter's one unpacking of the checkpoint layouts (conversion::unpack_int4_weight).
 inline Tensor dequantize_weight(const ir::Weight& w) {
-  const std::string where = "weight @" + w.name;
-  const ir::QuantSpec& q = *w.type.quant;
-  check(w.type.rank() == 2, ErrorKind::invalid_input, where,
-        "a quantized weight must be [K, N], got ", w.type.str());
-  check(w.type.dtype == ir::DType::u4, ErrorKind::unsupported, where,
-        "only 4-bit (u4) quantized weights are supported, got ", w.type.str());
-  const std::int64_t K = w.type.shape[0], N = w.type.shape[1];
-  const std::int64_t group = q.group_size == 0 ? K : q.group_size;
-  const auto qweight = part_as<std::int32_t>(w, w.part("qweight"), ir::DType::i32);
-  const auto scales = part_as<std::uint16_t>(w, w.part("scales"), ir::DType::f16);
-  // Without stored zeros the weight is symmetric around 8.
-  std::vector<std::int32_t> qzeros;
-  const bool gptq = q.format == ir::QuantFormat::gptq;
-  if (const auto* z = w.find_part("qzeros")) {
-    qzeros = part_as<std::int32_t>(w, *z, ir::DType::i32);
-  } else {
-    check(!q.zero_point, ErrorKind::invalid_input, where,
-          "quant spec has zero_point but the weight has no 'qzeros' part");
-    check(K % group == 0 && N % 8 == 0, ErrorKind::invalid_input, where, "K=", K,
-          " must be a multiple of group ", group, " and N=", N, " of 8");
-    qzeros.assign(static_cast<std::size_t>(K / group * N / 8),
-                  gptq ? std::int32_t{0x77777777}
-                       : std::int32_t{static_cast<std::int32_t>(0x88888888u)});
-  }
-  conversion::Int4Plain plain;
-  try {
-    switch (q.format) {
-    case ir::QuantFormat::gptq: {
-      std::vector<std::int32_t> g_idx;
-      if (const auto* g = w.find_part("g_idx"))
-        g_idx = part_as<std::int32_t>(w, *g, ir::DType::i32);
-      plain = conversion::unpack_gptq(qweight, qzeros, scales, g_idx, K, N, group, /*v1*/ 1);
-      break;
-    }
-    case ir::QuantFormat::awq:
-      plain = conversion::unpack_awq(qweight, qzeros, scales, K, N, group);
-      break;
-    case ir::QuantFormat::packed:
-      throw_error(ErrorKind::unsupported, where,
-                  "the kernel 'packed' layout is not a Top weight format; the interpreter reads "
-                  "gptq and awq checkpoint layouts");
-    }
-  } catch (const std::invalid_argument& e) {
-    throw_error(ErrorKind::invalid_input, where, e.what());
-  }
+  check(w.type.quant->format != ir::QuantFormat::packed, ErrorKind::unsupported,
+        "weight @" + w.name,
+        "the kernel 'packed' layout is not a Top weight format; the interpreter reads gptq and "
+        "awq checkpoint layouts");
+  const conversion::Int4Plain plain = conversion::unpack_int4_weight(w);
   const std::vector<float> deq = plain.dequantize();
-  return Tensor::from_f32({K, N}, deq, ir::DType::f32);
+  return Tensor::from_f32({plain.K, plain.N}, deq, ir::DType::f32);
 }
 
 } // namespace detail

@@ -32,12 +32,12 @@ struct Weight {
   std::vector<WeightPart> parts; ///< stored data; empty when the module came from text
 
   bool has_data() const { return !parts.empty(); }
-  /// The part with `role`; throws when absent.
+  /// The part with `role`; throws Error(invalid_input) naming the weight when absent.
   const WeightPart& part(const std::string& role) const {
     for (const auto& p : parts)
       if (p.role == role)
         return p;
-    throw std::out_of_range("weight @" + name + " has no part '" + role + "'");
+    throw Error(ErrorKind::invalid_input, "weight @" + name, "has no part '" + role + "'");
   }
   const WeightPart* find_part(const std::string& role) const {
     for (const auto& p : parts)
@@ -78,7 +78,7 @@ public:
   const Weight& weight(const std::string& name) const {
     if (auto* w = find_weight(name))
       return *w;
-    throw std::out_of_range("module @" + name_ + " has no weight @" + name);
+    throw Error(ErrorKind::invalid_input, "module @" + name_, "has no weight @" + name);
   }
   const std::map<std::string, Weight>& weights() const { return weights_; }
   /// Removes weight @name from the table (callers make sure no builtin.Weight still reads it).

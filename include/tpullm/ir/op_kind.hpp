@@ -2,12 +2,14 @@
 /// Op kinds and the op variant, both expanded from ops.def so they cannot drift apart.
 
 #include <array>
+#include <concepts>
 #include <cstdint>
 #include <optional>
 #include <string_view>
 #include <variant>
 
 #include "tpullm/ir/builtin_ops.hpp"
+#include "tpullm/ir/op_policy.hpp"
 #include "tpullm/ir/top_ops.hpp"
 #include "tpullm/ir/tpu_ops.hpp"
 
@@ -121,6 +123,37 @@ inline OpVariant make_op(OpKind k) {
 template <class T>
 constexpr Dialect dialect_of() {
   return dialect_of(kind_of<T>());
+}
+
+/// True when op struct T declares its policy (`static constexpr OpPolicy policy`).
+template <class T>
+concept DeclaresPolicy = requires {
+  { T::policy } -> std::convertible_to<OpPolicy>;
+};
+
+/// The policy of op struct T; builtin and Top ops have the empty one. A Tpu op without a
+/// `policy` member fails to compile here (the instantiation names the op).
+template <class T>
+constexpr OpPolicy policy_of() {
+  static_assert(dialect_of<T>() != Dialect::tpu || DeclaresPolicy<T>,
+                "a Tpu op struct must declare `static constexpr OpPolicy policy{...}` "
+                "(ir/op_policy.hpp)");
+  if constexpr (DeclaresPolicy<T>)
+    return T::policy;
+  else
+    return OpPolicy{};
+}
+
+/// Policies, indexed by OpKind (expanding ops.def checks every Tpu op declares one).
+inline constexpr std::array<OpPolicy, kNumOpKinds> kOpPolicies = {
+#define TPULLM_OP(D, N) policy_of<D::N##Op>(),
+#include "tpullm/ir/ops.def"
+#undef TPULLM_OP
+};
+
+/// The policy of op kind `k`.
+constexpr const OpPolicy& policy_of(OpKind k) {
+  return kOpPolicies[static_cast<std::size_t>(k)];
 }
 
 /// Calls f(op struct) for the alternative held by v.

@@ -125,6 +125,8 @@ public:
   Function* parent() const { return parent_; }
   /// The op's dialect.
   Dialect dialect() const { return dialect_of(kind()); }
+  /// Tiling, core split, view / in-place, positions and effects of this op (ir/op_policy.hpp).
+  const OpPolicy& policy() const { return policy_of(kind()); }
 
   /// How the op runs (layer group, tiles, core split); nullopt before tiling (Top ops never
   /// have one).

@@ -7,11 +7,11 @@
 /// How and where an op runs (layer group, tiles, core split, buffers) is not part of the op
 /// struct: see ir/plan.hpp and ir/buffer.hpp.
 ///
-/// Op struct conventions as in top_ops.hpp, plus optional traits:
-///   `static constexpr bool is_view`        the result shares operand 0's bytes (no compute)
-///   `static constexpr bool in_place`       result 0 may be written over operand 0 when that
-///                                          operand dies at this op (same byte size)
-///   `static constexpr bool has_side_effects` writes persistent state (the KV cache)
+/// Op struct conventions as in top_ops.hpp, plus a required `static constexpr OpPolicy policy`
+/// (ir/op_policy.hpp): row tiling, core split, view / in place, positions operand, memory
+/// effects. op_kind.hpp refuses to compile a Tpu op without one. A Tpu op that computes what a
+/// Top op computes derives from it: it holds the Top op's attributes and calls its infer() after
+/// its own storage checks, so the two dialects share one shape rule.
 /// Shapes: L = new tokens, S = history slots, H = hidden, d = head_dim, P = positions.
 
 #include <array>
@@ -21,6 +21,7 @@
 #include <utility>
 #include <vector>
 
+#include "tpullm/ir/op_policy.hpp"
 #include "tpullm/ir/top_ops.hpp"
 
 namespace tpullm::ir {
@@ -77,6 +78,13 @@ inline std::pair<std::int64_t, std::int64_t> require_packed(const TensorType& t,
   require(t.shape[0] > 0 && t.shape[1] > 0, std::string(what) + " must not be empty");
   return {t.shape[0], t.shape[1]};
 }
+/// An f32 or i32 row-major tensor (what the copy ops move).
+inline void require_copyable(const TensorType& t, const char* what) {
+  require(t.dtype == DType::f32 || t.dtype == DType::i32,
+          std::string(what) + " must be f32 or i32, got " + t.str());
+  require(t.layout == Layout::row_major && !t.quant,
+          std::string(what) + " must be row-major, got " + t.str());
+}
 inline void require_positions(const TensorType& p, std::int64_t L, const char* what) {
   require(p.dtype == DType::i32 && !p.quant && p.shape == std::vector<std::int64_t>{1, L},
           std::string(what) + " must be [1, " + std::to_string(L) + "] i32, got " + p.str());
@@ -89,6 +97,10 @@ namespace tpu {
 struct EmbeddingOp {
   static constexpr Arity operands{2, 2};
   static constexpr int results = 1;
+  static constexpr OpPolicy policy{.row_local = true,
+                                   .row_operands = operand_set({1}),
+                                   .split = SplitRule::rows_if_large,
+                                   .split_operand = 1};
   template <class S, class F>
   static void attrs(S&, F&&) {}
   std::vector<TensorType> infer(Types in) const {
@@ -101,23 +113,17 @@ struct EmbeddingOp {
 };
 
 /// RMSNorm over the last axis: x [..., H] f32, gamma [H] -> [..., H] f32.
-struct RMSNormOp {
+struct RMSNormOp : top::RMSNormOp {
   static constexpr Arity operands{2, 2};
   static constexpr int results = 1;
-  static constexpr bool in_place = true;
-  float eps = 1e-6f;
-  template <class S, class F>
-  static void attrs(S& s, F&& f) {
-    f("eps", s.eps);
-  }
+  static constexpr OpPolicy policy{.row_local = true,
+                                   .row_operands = operand_set({0}),
+                                   .split = SplitRule::rows_if_large,
+                                   .in_place = true};
   std::vector<TensorType> infer(Types in) const {
     detail::require_act(in[0], "input");
     detail::require_param(in[1], "gamma");
-    detail::require(in[0].rank() >= 1 && in[1].shape == std::vector<std::int64_t>{in[0].dim(-1)},
-                    "gamma must be [H] with H the input's last dimension, got " + in[1].str() +
-                        " for " + in[0].str());
-    detail::require(eps >= 0, "eps must be >= 0");
-    return {in[0]};
+    return top::RMSNormOp::infer(in); // the shape rule is Top's
   }
 };
 
@@ -126,6 +132,8 @@ struct RMSNormOp {
 struct AddRMSNormOp {
   static constexpr Arity operands{3, 3};
   static constexpr int results = 2;
+  static constexpr OpPolicy policy{
+      .row_local = true, .row_operands = operand_set({0, 1}), .split = SplitRule::rows_if_large};
   float eps = 1e-6f;
   template <class S, class F>
   static void attrs(S& s, F&& f) {
@@ -148,6 +156,8 @@ struct AddRMSNormOp {
 struct MatMulOp {
   static constexpr Arity operands{2, 3};
   static constexpr int results = 1;
+  static constexpr OpPolicy policy{
+      .row_local = true, .row_operands = operand_set({0}), .split = SplitRule::gemm};
   template <class S, class F>
   static void attrs(S&, F&&) {}
   std::vector<TensorType> infer(Types in) const {
@@ -169,6 +179,7 @@ struct MatMulOp {
 struct MatMulArgMaxOp {
   static constexpr Arity operands{2, 2};
   static constexpr int results = 1;
+  static constexpr OpPolicy policy{.split = SplitRule::gemm};
   template <class S, class F>
   static void attrs(S&, F&&) {}
   std::vector<TensorType> infer(Types in) const {
@@ -186,6 +197,8 @@ struct MatMulArgMaxOp {
 struct MLPOp {
   static constexpr Arity operands{4, 4};
   static constexpr int results = 1;
+  static constexpr OpPolicy policy{
+      .row_local = true, .row_operands = operand_set({0}), .split = SplitRule::gemm};
   Activation activation = Activation::silu;
   template <class S, class F>
   static void attrs(S& s, F&& f) {
@@ -206,15 +219,14 @@ struct MLPOp {
 
 /// Rotary embedding with the table gather inside: x [1, L, heads, d] f32, cos/sin tables
 /// [P, d/2] f32 (row p = position p), position_ids [1, L] i32 -> [1, L, heads, d] f32.
-struct RopeOp {
+struct RopeOp : top::RopeOp {
   static constexpr Arity operands{4, 4};
   static constexpr int results = 1;
-  static constexpr bool in_place = true;
-  RopeMode mode = RopeMode::halves;
-  template <class S, class F>
-  static void attrs(S& s, F&& f) {
-    f("mode", s.mode);
-  }
+  static constexpr OpPolicy policy{.row_local = true,
+                                   .row_operands = operand_set({0}),
+                                   .split = SplitRule::rows_if_large,
+                                   .in_place = true,
+                                   .positions = 3};
   std::vector<TensorType> infer(Types in) const {
     const auto &x = in[0], &c = in[1], &s = in[2];
     detail::require_act(x, "input");
@@ -237,7 +249,10 @@ struct RopeOp {
 struct KVStoreOp {
   static constexpr Arity operands{2, 2};
   static constexpr int results = 1;
-  static constexpr bool has_side_effects = true;
+  static constexpr OpPolicy policy{.row_local = true,
+                                   .row_operands = operand_set({0}),
+                                   .positions = 1,
+                                   .effect = MemoryEffect::writes_kv};
   std::int64_t layer = 0;
   KvKind kv = KvKind::key;
   template <class S, class F>
@@ -262,7 +277,7 @@ struct KVStoreOp {
 struct KVAppendOp {
   static constexpr Arity operands{3, 3};
   static constexpr int results = 1;
-  static constexpr bool is_view = true;
+  static constexpr OpPolicy policy{.view = true, .positions = 2};
   std::int64_t layer = 0;
   KvKind kv = KvKind::key;
   template <class S, class F>
@@ -291,24 +306,18 @@ struct KVAppendOp {
 /// kv_form = rows: k/v [1, L, kv_heads, d] (history must be 0); kv_form = cache: k/v
 /// [1, history + L, kv_heads, d] from tpu.KVAppend. Query i sees keys at positions <=
 /// position_ids[i]. Positions must be consecutive.
-struct FAttentionOp {
+struct FAttentionOp : top::FAttentionOp {
   static constexpr Arity operands{4, 4};
   static constexpr int results = 1;
-  float scale = 1.0f;
-  std::int64_t q_heads = 1;
-  std::int64_t kv_heads = 1;
-  std::int64_t head_dim = 1;
-  std::int64_t history = 0;
-  bool causal = true;
-  KvForm kv_form = KvForm::rows;
+  static constexpr OpPolicy policy{.row_local = true,
+                                   .row_operands = operand_set({0}),
+                                   .kv_before_group = true,
+                                   .split = SplitRule::attention,
+                                   .positions = 3};
+  KvForm kv_form = KvForm::rows; ///< where keys and values come from (after Top's attributes)
   template <class S, class F>
   static void attrs(S& s, F&& f) {
-    f("scale", s.scale);
-    f("q_heads", s.q_heads);
-    f("kv_heads", s.kv_heads);
-    f("head_dim", s.head_dim);
-    f("history", s.history);
-    f("causal", s.causal);
+    top::FAttentionOp::attrs(s, f);
     f("kv_form", s.kv_form);
   }
   std::vector<TensorType> infer(Types in) const {
@@ -316,14 +325,7 @@ struct FAttentionOp {
       detail::require_act(in[i], i == 0 ? "q" : i == 1 ? "k" : "v");
     detail::require(kv_form == KvForm::cache || history == 0,
                     "kv_form = rows holds no history (history must be 0)");
-    top::FAttentionOp t;
-    t.scale = scale;
-    t.q_heads = q_heads;
-    t.kv_heads = kv_heads;
-    t.head_dim = head_dim;
-    t.history = history;
-    t.causal = causal;
-    auto r = t.infer(in);
+    auto r = top::FAttentionOp::infer(in); // the shape rule is Top's
     detail::require(in[3].dtype == DType::i32, "position_ids must be i32, got " + in[3].str());
     detail::require(in[0].shape[0] == 1, "batch must be 1, got " + in[0].str());
     return r;
@@ -334,7 +336,11 @@ struct FAttentionOp {
 struct AddOp {
   static constexpr Arity operands{2, 2};
   static constexpr int results = 1;
-  static constexpr bool in_place = true;
+  static constexpr OpPolicy policy{.row_local = true,
+                                   .row_operands = operand_set({0, 1}),
+                                   .vector_operands = operand_set({1}),
+                                   .split = SplitRule::rows_if_large,
+                                   .in_place = true};
   template <class S, class F>
   static void attrs(S&, F&&) {}
   std::vector<TensorType> infer(Types in) const {
@@ -352,7 +358,11 @@ struct AddOp {
 struct MulOp {
   static constexpr Arity operands{2, 2};
   static constexpr int results = 1;
-  static constexpr bool in_place = true;
+  static constexpr OpPolicy policy{.row_local = true,
+                                   .row_operands = operand_set({0, 1}),
+                                   .vector_operands = operand_set({1}),
+                                   .split = SplitRule::rows_if_large,
+                                   .in_place = true};
   template <class S, class F>
   static void attrs(S&, F&&) {}
   std::vector<TensorType> infer(Types in) const { return AddOp{}.infer(in); }
@@ -362,12 +372,15 @@ struct MulOp {
 struct SiLUOp {
   static constexpr Arity operands{1, 1};
   static constexpr int results = 1;
-  static constexpr bool in_place = true;
+  static constexpr OpPolicy policy{.row_local = true,
+                                   .row_operands = operand_set({0}),
+                                   .split = SplitRule::rows_if_large,
+                                   .in_place = true};
   template <class S, class F>
   static void attrs(S&, F&&) {}
   std::vector<TensorType> infer(Types in) const {
     detail::require_act(in[0], "input");
-    return {in[0]};
+    return top::SiLUOp{}.infer(in);
   }
 };
 
@@ -375,13 +388,16 @@ struct SiLUOp {
 struct SoftmaxOp {
   static constexpr Arity operands{1, 1};
   static constexpr int results = 1;
-  static constexpr bool in_place = true;
+  static constexpr OpPolicy policy{.row_local = true,
+                                   .row_operands = operand_set({0}),
+                                   .split = SplitRule::rows_if_large,
+                                   .in_place = true};
   template <class S, class F>
   static void attrs(S&, F&&) {}
   std::vector<TensorType> infer(Types in) const {
     detail::require_act(in[0], "input");
     detail::require(in[0].rank() >= 1, "input must have rank >= 1");
-    return {in[0]};
+    return top::SoftmaxOp{-1}.infer(in); // along the last axis
   }
 };
 
@@ -390,7 +406,8 @@ struct SoftmaxOp {
 struct RoundOp {
   static constexpr Arity operands{1, 1};
   static constexpr int results = 1;
-  static constexpr bool in_place = true;
+  static constexpr OpPolicy policy{
+      .row_local = true, .row_operands = operand_set({0}), .in_place = true};
   DType dtype = DType::bf16;
   template <class S, class F>
   static void attrs(S& s, F&& f) {
@@ -405,75 +422,51 @@ struct RoundOp {
 };
 
 /// Same bytes, new static shape (a view).
-struct ReshapeOp {
+struct ReshapeOp : top::ReshapeOp {
   static constexpr Arity operands{1, 1};
   static constexpr int results = 1;
-  static constexpr bool is_view = true;
-  std::vector<std::int64_t> shape;
-  template <class S, class F>
-  static void attrs(S& s, F&& f) {
-    f("shape", s.shape);
-  }
+  static constexpr OpPolicy policy{
+      .row_local = true, .row_operands = operand_set({0}), .view = true};
   std::vector<TensorType> infer(Types in) const {
     detail::require(in[0].layout == Layout::row_major && !in[0].quant,
                     "input must be a row-major tensor, got " + in[0].str());
-    return top::ReshapeOp{shape}.infer(in);
+    return top::ReshapeOp::infer(in);
   }
 };
 
 /// Axis permutation (a strided copy): result.shape[i] = x.shape[order[i]].
-struct PermuteOp {
+struct PermuteOp : top::PermuteOp {
   static constexpr Arity operands{1, 1};
   static constexpr int results = 1;
-  std::vector<std::int64_t> order;
-  template <class S, class F>
-  static void attrs(S& s, F&& f) {
-    f("order", s.order);
-  }
+  static constexpr OpPolicy policy{};
   std::vector<TensorType> infer(Types in) const {
-    detail::require(in[0].dtype == DType::f32 || in[0].dtype == DType::i32,
-                    "input must be f32 or i32, got " + in[0].str());
-    detail::require(in[0].layout == Layout::row_major && !in[0].quant,
-                    "input must be row-major, got " + in[0].str());
-    return top::PermuteOp{order}.infer(in);
+    detail::require_copyable(in[0], "input");
+    return top::PermuteOp::infer(in);
   }
 };
 
 /// Static box copy: result[i...] = x[offsets + i...].
-struct SliceOp {
+struct SliceOp : top::SliceOp {
   static constexpr Arity operands{1, 1};
   static constexpr int results = 1;
-  std::vector<std::int64_t> offsets;
-  std::vector<std::int64_t> sizes;
-  template <class S, class F>
-  static void attrs(S& s, F&& f) {
-    f("offsets", s.offsets);
-    f("sizes", s.sizes);
-  }
+  static constexpr OpPolicy policy{};
   std::vector<TensorType> infer(Types in) const {
-    detail::require(in[0].dtype == DType::f32 || in[0].dtype == DType::i32,
-                    "input must be f32 or i32, got " + in[0].str());
-    detail::require(in[0].layout == Layout::row_major && !in[0].quant,
-                    "input must be row-major, got " + in[0].str());
-    return top::SliceOp{offsets, sizes}.infer(in);
+    detail::require_copyable(in[0], "input");
+    return top::SliceOp::infer(in);
   }
 };
 
 /// Concatenation along `axis` (a copy).
-struct ConcatOp {
+struct ConcatOp : top::ConcatOp {
   static constexpr Arity operands{1, -1};
   static constexpr int results = 1;
-  std::int64_t axis = 0;
-  template <class S, class F>
-  static void attrs(S& s, F&& f) {
-    f("axis", s.axis);
-  }
+  static constexpr OpPolicy policy{};
   std::vector<TensorType> infer(Types in) const {
     for (const auto& t : in)
       detail::require((t.dtype == DType::f32 || t.dtype == DType::i32) &&
                           t.layout == Layout::row_major,
                       "operands must be f32 or i32 row-major, got ", t);
-    return top::ConcatOp{axis}.infer(in);
+    return top::ConcatOp::infer(in);
   }
 };
 
@@ -482,6 +475,7 @@ struct ConcatOp {
 struct GatherOp {
   static constexpr Arity operands{2, 2};
   static constexpr int results = 1;
+  static constexpr OpPolicy policy{};
   template <class S, class F>
   static void attrs(S&, F&&) {}
   std::vector<TensorType> infer(Types in) const {
@@ -500,6 +494,7 @@ struct GatherOp {
 struct ArgMaxOp {
   static constexpr Arity operands{1, 1};
   static constexpr int results = 1;
+  static constexpr OpPolicy policy{};
   template <class S, class F>
   static void attrs(S&, F&&) {}
   std::vector<TensorType> infer(Types in) const {
@@ -513,6 +508,7 @@ struct ArgMaxOp {
 struct TopKOp {
   static constexpr Arity operands{1, 1};
   static constexpr int results = 2;
+  static constexpr OpPolicy policy{};
   std::int64_t k = 1;
   template <class S, class F>
   static void attrs(S& s, F&& f) {

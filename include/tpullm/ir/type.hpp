@@ -3,6 +3,7 @@
 /// integers map back to real values. Spelled `tensor<1x128x896xf32>` or
 /// `tensor<896x4864xu4, quant<gptq, group = 32, zero_point, act_order>>` in text.
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <ostream>
@@ -163,6 +164,19 @@ struct TensorType {
 /// Streams t.str() (so that messages can format a type lazily: `str_cat("got ", t)`).
 inline std::ostream& operator<<(std::ostream& os, const TensorType& t) {
   return os << t.str();
+}
+
+/// Token rows of a [1, L, ...] tensor (L): what layer-group row tiles split and what moves with
+/// the position; 0 when the tensor is not row-shaped. The tiler, planner, executor and loader
+/// all use this one rule.
+inline std::int64_t rows_of(const TensorType& t) {
+  return t.rank() >= 2 && t.shape[0] == 1 ? t.shape[1] : 0;
+}
+
+/// Rows of `t` seen as a matrix [elements / last dimension, last dimension] (1 for a scalar):
+/// what a kernel iterates over and what the core-split thresholds count.
+inline std::int64_t matrix_rows(const TensorType& t) {
+  return t.rank() ? t.num_elements() / std::max<std::int64_t>(t.shape.back(), 1) : 1;
 }
 
 /// "[1, 128, 896]" for messages.

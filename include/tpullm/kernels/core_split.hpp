@@ -19,9 +19,6 @@ enum class SplitDim : std::uint8_t { none, rows, cols, heads };
 struct CoreSplit {
   SplitDim dim = SplitDim::none; ///< dimension divided across cores
   int parts = 1;                 ///< number of workers (1 = run on the calling thread)
-
-  /// A split over `dim` using every core OpenMP reports.
-  static CoreSplit all_cores(SplitDim dim) { return {dim, std::max(1, omp_get_max_threads())}; }
 };
 
 /// Half-open range [begin, end) of `n` items that part `p` of `parts` owns, with chunks

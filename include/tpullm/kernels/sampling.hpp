@@ -1,10 +1,9 @@
 #pragma once
-/// Token selection over one logits row [V]: argmax (first max on ties), top-k, and the sampling
-/// primitives with HF semantics, applied in HF's order by `sample`:
-///   repetition penalty -> (greedy if temperature == 0) -> temperature -> top-k -> top-p -> draw.
-/// Filters write -inf into removed logits. The draw takes an explicit std::mt19937_64 and uses
-/// its raw 64-bit output (u = (rng() >> 11) * 2^-53), so results are identical across standard
-/// libraries. NaN logits are never selected by argmax (comparisons with NaN are false).
+/// Token selection over one logits row [V]: argmax (first max on ties), top-k, and the uniform
+/// draw the runtime's sampler uses (u = (rng() >> 11) * 2^-53 from a std::mt19937_64's raw
+/// output, identical across standard libraries). The sampler itself (HF's processors in HF's
+/// order) is runtime::Sampler (runtime/sampler.hpp). NaN logits are never selected by argmax
+/// (comparisons with NaN are false).
 
 #include <algorithm>
 #include <cmath>
@@ -141,135 +140,9 @@ inline TopK top_k(std::span<const float> logits, std::int64_t k) {
   return r;
 }
 
-/// HF repetition penalty, in place: for each distinct token in `previous`, a positive logit is
-/// divided by `penalty`, a negative one multiplied. logits: [V]; penalty > 0. Throws
-/// std::out_of_range for a token outside [0, V).
-inline void apply_repetition_penalty(std::span<float> logits,
-                                     std::span<const std::int32_t> previous, float penalty) {
-  if (!(penalty > 0.f))
-    throw std::invalid_argument("repetition penalty " + std::to_string(penalty) + " must be > 0");
-  std::vector<std::int32_t> toks(previous.begin(), previous.end());
-  std::sort(toks.begin(), toks.end());
-  toks.erase(std::unique(toks.begin(), toks.end()), toks.end());
-  for (std::int32_t t : toks) {
-    if (t < 0 || static_cast<std::size_t>(t) >= logits.size())
-      throw std::out_of_range("repetition penalty: token " + std::to_string(t) +
-                              " outside [0, V=" + std::to_string(logits.size()) + ")");
-    float& v = logits[static_cast<std::size_t>(t)];
-    v = v < 0.f ? v * penalty : v / penalty;
-  }
-}
-
-/// logits /= temperature, in place; temperature > 0.
-inline void apply_temperature(std::span<float> logits, float temperature) {
-  if (!(temperature > 0.f))
-    throw std::invalid_argument("temperature " + std::to_string(temperature) +
-                                " must be > 0 (use greedy for 0)");
-  const float inv = 1.0f / temperature;
-  for (float& v : logits)
-    v *= inv;
-}
-
-/// HF top-k filter, in place: logits strictly below the k-th largest become -inf (ties with the
-/// k-th are kept). k <= 0 or k >= V leaves logits unchanged.
-inline void top_k_filter(std::span<float> logits, std::int64_t k) {
-  if (k <= 0 || k >= static_cast<std::int64_t>(logits.size()))
-    return;
-  const float kth = top_k(logits, k).values.back();
-  for (float& v : logits)
-    if (v < kth)
-      v = -std::numeric_limits<float>::infinity();
-}
-
-/// HF top-p (nucleus) filter, in place: sort ascending, remove tokens whose cumulative
-/// probability is <= 1 - top_p, always keep the most likely one. top_p >= 1 is a no-op;
-/// top_p must be > 0.
-inline void top_p_filter(std::span<float> logits, float top_p) {
-  if (!(top_p > 0.f))
-    throw std::invalid_argument("top_p " + std::to_string(top_p) + " must be > 0");
-  if (top_p >= 1.f || logits.empty())
-    return;
-  const float ninf = -std::numeric_limits<float>::infinity();
-  std::vector<std::int32_t> cand;
-  for (std::size_t i = 0; i < logits.size(); ++i)
-    if (logits[i] != ninf)
-      cand.push_back(static_cast<std::int32_t>(i));
-  if (cand.empty())
-    return;
-  std::stable_sort(cand.begin(), cand.end(), [&](std::int32_t a, std::int32_t b) {
-    return logits[static_cast<std::size_t>(a)] < logits[static_cast<std::size_t>(b)];
-  });
-  const double mx = logits[static_cast<std::size_t>(cand.back())];
-  double total = 0;
-  for (std::int32_t i : cand)
-    total += std::exp(static_cast<double>(logits[static_cast<std::size_t>(i)]) - mx);
-  double cum = 0;
-  const double cut = 1.0 - static_cast<double>(top_p);
-  for (std::size_t j = 0; j + 1 < cand.size(); ++j) { // the last (largest) is always kept
-    const auto i = static_cast<std::size_t>(cand[j]);
-    cum += std::exp(static_cast<double>(logits[i]) - mx) / total;
-    if (cum <= cut)
-      logits[i] = ninf;
-    else
-      break;
-  }
-}
-
-/// Sampling parameters (HF generation_config names).
-struct SamplingParams {
-  float temperature = 1.0f;        ///< 0 = greedy (argmax after the repetition penalty)
-  std::int64_t top_k = 0;          ///< 0 = disabled
-  float top_p = 1.0f;              ///< 1 = disabled
-  float repetition_penalty = 1.0f; ///< 1 = disabled
-};
-
 /// Uniform double in [0, 1) from the raw generator output (library independent).
 inline double uniform_01(std::mt19937_64& rng) {
   return static_cast<double>(rng() >> 11) * 0x1.0p-53;
-}
-
-/// Draws one token from softmax(logits) (-inf entries have probability 0). logits: [V].
-inline std::int32_t sample_from_logits(std::span<const float> logits, std::mt19937_64& rng) {
-  detail::require_nonempty(logits, "sample");
-  const double mx = logits[static_cast<std::size_t>(argmax(logits))];
-  if (!std::isfinite(mx))
-    throw std::invalid_argument("sample: no finite logit to sample from");
-  double total = 0;
-  for (float v : logits)
-    total += std::exp(static_cast<double>(v) - mx);
-  const double u = uniform_01(rng) * total;
-  double cum = 0;
-  std::int32_t last = 0;
-  for (std::size_t i = 0; i < logits.size(); ++i) {
-    const double p = std::exp(static_cast<double>(logits[i]) - mx);
-    if (p <= 0)
-      continue;
-    cum += p;
-    last = static_cast<std::int32_t>(i);
-    if (u < cum)
-      return last;
-  }
-  return last; // rounding: u landed at the very end
-}
-
-/// Full HF-order sampling of one token. logits: [V] (not modified); previous: tokens seen so
-/// far (for the repetition penalty). Greedy when temperature == 0.
-inline std::int32_t sample(std::span<const float> logits, const SamplingParams& p,
-                           std::mt19937_64& rng, std::span<const std::int32_t> previous = {}) {
-  detail::require_nonempty(logits, "sample");
-  if (p.temperature < 0.f)
-    throw std::invalid_argument("sample: temperature " + std::to_string(p.temperature) +
-                                " must be >= 0");
-  std::vector<float> x(logits.begin(), logits.end());
-  if (p.repetition_penalty != 1.0f)
-    apply_repetition_penalty(x, previous, p.repetition_penalty);
-  if (p.temperature == 0.f)
-    return static_cast<std::int32_t>(argmax(x));
-  if (p.temperature != 1.0f)
-    apply_temperature(x, p.temperature);
-  top_k_filter(x, p.top_k);
-  top_p_filter(x, p.top_p);
-  return sample_from_logits(x, rng);
 }
 
 } // namespace tpullm::kernels

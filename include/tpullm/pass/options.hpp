@@ -7,7 +7,6 @@
 
 #include <charconv>
 #include <cstdint>
-#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -90,9 +89,9 @@ std::string option_to_text(const V& v) {
   } else if constexpr (std::is_same_v<V, std::int64_t>) {
     return std::to_string(v);
   } else if constexpr (std::is_same_v<V, double>) {
-    std::ostringstream os;
-    os << v;
-    return os.str();
+    char buf[32]; // the shortest text that parses back to the same double
+    const auto r = std::to_chars(buf, buf + sizeof buf, v);
+    return std::string(buf, r.ptr);
   } else if constexpr (std::is_same_v<V, std::string>) {
     return v;
   } else if constexpr (std::is_same_v<V, ir::DType>) {
@@ -173,6 +172,25 @@ Opts parse_options(std::string_view pass, const std::vector<OptionText>& given) 
     }
   }
   return opts;
+}
+
+/// The options of `opts` that differ from Opts's defaults, as text that parse_options reads back
+/// into the same values (in the struct's field order).
+template <class Opts>
+std::vector<OptionText> option_texts(const Opts& opts) {
+  std::vector<OptionText> out;
+  const Opts defaults{};
+  std::vector<std::string> default_text;
+  Opts::fields(defaults, [&](const char*, const auto& member, const char*) {
+    default_text.push_back(detail::option_to_text(member));
+  });
+  std::size_t i = 0;
+  Opts::fields(opts, [&](const char* key, const auto& member, const char*) {
+    std::string text = detail::option_to_text(member);
+    if (text != default_text[i++])
+      out.push_back({key, std::move(text)});
+  });
+  return out;
 }
 
 /// Describes the options of Opts with their defaults.

@@ -1,20 +1,36 @@
 #pragma once
-/// What a pass is: a plain function `void(ir::Module&, const Options&)` that changes the module
-/// only through a rewrite::Rewriter (or the greedy driver) and throws (DiagnosticError at the
-/// offending op, or std::runtime_error) when it cannot do its job. make_pass() turns such a
-/// function into a PassInfo row of the registry table.
+/// What a pass is: a plain function `void(ir::Module&, const Options&)` (or
+/// `void(ir::Module&, const Options&, const PassContext&)` when it needs what the pipeline's
+/// owner shares, such as the weight converter) that changes the module only through a
+/// rewrite::Rewriter (or the greedy driver) and throws tpullm::Error (DiagnosticError at the
+/// offending op) when it cannot do its job. make_pass() turns such a function into a PassInfo
+/// row of the registry table.
 
+#include <any>
 #include <functional>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "tpullm/ir/module.hpp"
 #include "tpullm/pass/options.hpp"
 
+namespace tpullm::conversion {
+class WeightConverter;
+} // namespace tpullm::conversion
+
 namespace tpullm::pass {
 
-/// A pass bound to its options, ready to run.
-using PassFn = std::function<void(ir::Module&)>;
+/// What every pass of one pipeline run shares, built once by the pipeline's owner (the
+/// compiler, tpullm-opt, a test). Passes read it; none owns it.
+struct PassContext {
+  /// The compilation's weight converter (lower-to-tpu, fuse-qkv), so a weight read by many
+  /// modules is converted once; nullptr: each pass converts with a private one.
+  conversion::WeightConverter* converter = nullptr;
+};
+
+/// A pass bound to its options, ready to run with a context.
+using PassFn = std::function<void(ir::Module&, const PassContext&)>;
 
 /// One row of the pass table.
 struct PassInfo {
@@ -23,7 +39,20 @@ struct PassInfo {
   std::vector<OptionInfo> options; ///< typed options with defaults
   /// Parses the given options (OptionError when malformed) and returns the bound pass.
   std::function<PassFn(const std::vector<OptionText>&)> bind;
+  /// Binds typed options (an std::any holding the pass's options struct, exactly).
+  std::function<PassFn(const std::any&)> bind_typed;
 };
+
+/// The pass function `fn` bound to `opts`, called with the context when it takes one.
+template <class Opts, class Fn>
+PassFn bind_options(Fn fn, Opts opts) {
+  return [fn, opts](ir::Module& m, const PassContext& ctx) {
+    if constexpr (std::is_invocable_v<Fn, ir::Module&, const Opts&, const PassContext&>)
+      fn(m, opts, ctx);
+    else
+      fn(m, opts);
+  };
+}
 
 /// A PassInfo for `fn(module, opts)` whose options struct is Opts.
 template <class Opts, class Fn>
@@ -33,8 +62,13 @@ PassInfo make_pass(std::string name, std::string description, Fn fn) {
   info.description = std::move(description);
   info.options = describe_options<Opts>();
   info.bind = [name, fn](const std::vector<OptionText>& given) -> PassFn {
-    Opts opts = parse_options<Opts>(name, given);
-    return [fn, opts](ir::Module& m) { fn(m, opts); };
+    return bind_options<Opts>(fn, parse_options<Opts>(name, given));
+  };
+  info.bind_typed = [name, fn](const std::any& opts) -> PassFn {
+    const Opts* o = std::any_cast<Opts>(&opts);
+    check(o != nullptr, ErrorKind::internal, "pass '" + name + "'",
+          "bound with options of another pass");
+    return bind_options<Opts>(fn, *o);
   };
   return info;
 }

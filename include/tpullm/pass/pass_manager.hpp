@@ -30,6 +30,7 @@ struct PassManagerConfig {
   std::vector<std::string> print_after; ///< pass names whose output is printed; "all" = every pass
   std::ostream* print_stream = nullptr; ///< where print-after goes (nullptr: std::cerr)
   bool timing = false;                  ///< collect per-pass wall-clock times
+  PassContext context;                  ///< what the passes share (the weight converter)
 };
 
 /// A pass failed or left the IR invalid. diagnostics() hold located errors; each message names
@@ -68,8 +69,12 @@ public:
 
   /// Appends the passes of a pipeline string (throws PipelineError).
   PassManager& add_pipeline(std::string_view pipeline) {
-    for (auto& e : parse_pipeline(pipeline))
-      add_entry(std::move(e));
+    return add_pipeline(Pipeline::parse(pipeline));
+  }
+  /// Appends the passes of a pipeline.
+  PassManager& add_pipeline(const Pipeline& pipeline) {
+    for (const auto& e : pipeline.entries())
+      add_entry(e);
     return *this;
   }
   /// Appends registered pass `name` with options (throws PipelineError).
@@ -78,10 +83,10 @@ public:
     return *this;
   }
   /// Appends an unregistered pass (embedders and tests; tools use the registry).
-  PassManager& add(std::string name, PassFn fn) {
+  PassManager& add(std::string name, std::function<void(ir::Module&)> fn) {
     PipelineEntry e;
     e.text = std::move(name);
-    e.run = std::move(fn);
+    e.run = [fn = std::move(fn)](ir::Module& m, const PassContext&) { fn(m); };
     add_entry(std::move(e));
     return *this;
   }
@@ -105,11 +110,16 @@ public:
       PipelineEntry& e = entries_[i];
       const auto t0 = clock::now();
       try {
-        e.run(m);
+        e.run(m, config_.context);
       } catch (const DiagnosticError& err) {
         throw PassFailure(name_of(e),
                           {DiagnosticError(err.location(),
                                            "pass '" + name_of(e) + "' failed: " + err.message())});
+      } catch (const Error& err) {
+        const std::string what =
+            err.where().empty() ? err.message() : err.where() + ": " + err.message();
+        throw PassFailure(
+            name_of(e), {DiagnosticError(Location{}, "pass '" + name_of(e) + "' failed: " + what)});
       } catch (const std::exception& err) {
         throw PassFailure(name_of(e), {DiagnosticError(Location{}, "pass '" + name_of(e) +
                                                                        "' failed: " + err.what())});

@@ -1,35 +1,21 @@
 #pragma once
-/// Side-effect facts the rewriter, the greedy driver, DCE and CSE rely on.
-/// An op struct opts in with `static constexpr bool has_side_effects = true;` when it does more
-/// than compute its results (e.g. a future in-place KV-cache store); such ops are never erased as
-/// dead nor merged by CSE. builtin.Return is the terminator and always counts as side-effecting.
-
-#include <concepts>
-#include <type_traits>
+/// Side-effect facts the rewriter, the greedy driver, DCE and CSE rely on. An op has effects
+/// beyond its results when its policy (ir/op_policy.hpp) names a memory effect (tpu.KVStore
+/// writes the KV cache); such ops are never erased as dead nor merged by CSE. builtin.Return is
+/// the terminator and always counts as side-effecting.
 
 #include "tpullm/ir/operation.hpp"
 
 namespace tpullm::rewrite {
 
-/// True when op struct T declares a `has_side_effects` constant.
-template <class T>
-concept DeclaresSideEffects = requires {
-  { T::has_side_effects } -> std::convertible_to<bool>;
-};
-
-/// Whether ops of struct type T have effects beyond their results.
-template <class T>
-constexpr bool op_has_side_effects() {
-  if constexpr (DeclaresSideEffects<T>)
-    return T::has_side_effects;
-  else
-    return std::is_same_v<T, ir::builtin::ReturnOp>;
+/// Whether ops of kind `k` have effects beyond their results.
+constexpr bool op_has_side_effects(ir::OpKind k) {
+  return k == ir::OpKind::builtin_Return || ir::policy_of(k).effect != ir::MemoryEffect::none;
 }
 
-/// Whether `op` has effects beyond its results (builtin.Return, or a struct that declares them).
+/// Whether `op` has effects beyond its results (builtin.Return, or a memory effect).
 inline bool has_side_effects(const ir::Operation& op) {
-  return ir::visit_op(
-      op.op(), [](const auto& o) { return op_has_side_effects<std::decay_t<decltype(o)>>(); });
+  return op_has_side_effects(op.kind());
 }
 
 /// True when erasing `op` cannot change the program: it has results, none is used, and it has no

@@ -22,17 +22,12 @@
 #include "tpullm/codegen/program.hpp"
 #include "tpullm/ir/module.hpp"
 #include "tpullm/kernels/packed_weights.hpp"
+#include "tpullm/memory/kv_geometry.hpp"
 
 namespace tpullm::runtime {
 
-/// Geometry of the KV cache region: per layer a key then a value cache of `capacity` slots.
-struct KvGeometry {
-  std::int64_t layers = 0;    ///< decoder layers
-  std::int64_t capacity = 0;  ///< slots per cache (positions it holds)
-  std::int64_t row_bytes = 0; ///< bytes of one slot: kv_heads * head_dim * 4
-  /// Bytes of the whole region.
-  std::int64_t bytes() const { return 2 * layers * capacity * row_bytes; }
-};
+/// Geometry of the KV cache region (memory/kv_geometry.hpp, shared with the planner).
+using KvGeometry = memory::KvGeometry;
 
 /// Time spent by the executor, for the "share of time inside kernels" figure.
 struct ExecStats {

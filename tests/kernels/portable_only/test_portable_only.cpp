@@ -16,7 +16,6 @@
 #include "tpullm/kernels/elementwise.hpp"
 #include "tpullm/kernels/embedding_gather.hpp"
 #include "tpullm/kernels/flash_attention.hpp"
-#include "tpullm/kernels/kv_cache.hpp"
 #include "tpullm/kernels/matmul.hpp"
 #include "tpullm/kernels/mlp.hpp"
 #include "tpullm/kernels/packed_weights.hpp"

@@ -34,9 +34,9 @@ inline void run_canonicalize(ir::Module& m, const CanonicalizeOptions& opts) {
   const auto patterns = rewrite::patterns::canonicalization_patterns();
   const auto result = rewrite::apply_patterns_greedily(m, patterns, config);
   if (opts.test_convergence && !result.converged)
-    throw std::runtime_error("canonicalize did not converge after " +
-                             std::to_string(result.iterations) + " iterations (" +
-                             std::to_string(result.rewrites) + " rewrites)");
+    throw Error(ErrorKind::invalid_input, "",
+                "canonicalize did not converge after " + std::to_string(result.iterations) +
+                    " iterations (" + std::to_string(result.rewrites) + " rewrites)");
 }
 
 } // namespace tpullm::pass

@@ -15,6 +15,7 @@
 
 #include "tpullm/ir/module.hpp"
 #include "tpullm/pass/options.hpp"
+#include "tpullm/pass/pass.hpp"
 
 namespace tpullm::conversion {
 class WeightConverter;
@@ -34,8 +35,9 @@ struct FuseQkvOptions {
 
 /// tpu.RMSNorm(tpu.Add(x, r)) -> tpu.AddRMSNorm(x, r, gamma).
 void run_fuse_add_rmsnorm(ir::Module& m, const NoOptions&);
-/// q/k/v projections of one x -> one MatMul and slices.
-void run_fuse_qkv(ir::Module& m, const FuseQkvOptions& o);
+/// q/k/v projections of one x -> one MatMul and slices, with the context's converter (a private
+/// one when it has none).
+void run_fuse_qkv(ir::Module& m, const FuseQkvOptions& o, const PassContext& ctx);
 /// fuse-qkv with the compilation's shared converter, so the concatenated weights of a layer are
 /// built once for every function that reads them.
 void fuse_qkv(ir::Module& m, const FuseQkvOptions& o, conversion::WeightConverter* converter);
