@@ -50,9 +50,16 @@ void check_runs(const fs::path& file, const fs::path& out) {
 
 void check_session_runs(runtime::Session& s, bool with_history, const std::string& what) {
   try {
-    (void)s.prefill({0}, false);
-    if (with_history)
-      (void)s.prefill({0}, false);
+    // Every prefill variant once without history and once onto a kept cache (prefill_kv),
+    // then one decode step: each compiled prefill program has run.
+    const auto& p = s.params();
+    for (const std::int64_t n : p.prefill_lengths()) {
+      s.reset();
+      const std::vector<std::int32_t> ids(static_cast<std::size_t>(n), 0);
+      (void)s.prefill(ids, false);
+      if (with_history && 2 * n <= p.seq_length)
+        (void)s.prefill(ids, false);
+    }
     (void)s.decode(0);
     s.reset();
   } catch (const OutputError&) {
