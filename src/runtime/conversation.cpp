@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "tpullm/runtime/text_side.hpp"
 #include "tpullm/text/stream_decoder.hpp"
 
 namespace tpullm::runtime {
@@ -43,14 +44,7 @@ void Conversation::reset() {
 std::vector<std::int32_t> Conversation::render(const nlohmann::ordered_json& messages) const {
   check(tmpl_ != nullptr, ErrorKind::unsupported, "chat",
         "this model's tokenizer has no chat template (use a raw prompt)");
-  std::map<std::string, std::string> special;
-  const auto& c = tok_.config();
-  for (const auto& [k, v] : {std::pair{"bos_token", &c.bos_token},
-                             {"eos_token", &c.eos_token},
-                             {"pad_token", &c.pad_token},
-                             {"unk_token", &c.unk_token}})
-    if (!v->empty())
-      special[k] = *v;
+  const auto special = template_special_tokens(tok_);
   const auto ctx = text::ChatTemplate::make_context(messages, tools_, true, special, kwargs_);
   // The template writes the BOS and every special token itself: none are added (as transformers'
   // apply_chat_template(tokenize=True) does).

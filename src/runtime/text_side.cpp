@@ -5,6 +5,18 @@
 
 namespace tpullm::runtime {
 
+std::map<std::string, std::string> template_special_tokens(const text::Tokenizer& tok) {
+  std::map<std::string, std::string> special;
+  const auto& c = tok.config();
+  for (const auto& [k, v] : {std::pair{"bos_token", &c.bos_token},
+                             {"eos_token", &c.eos_token},
+                             {"pad_token", &c.pad_token},
+                             {"unk_token", &c.unk_token}})
+    if (!v->empty())
+      special[k] = *v;
+  return special;
+}
+
 void check_text_files(const frontend::TextFiles& files, std::int64_t vocab,
                       const std::string& where) {
   if (files.empty())

@@ -65,14 +65,7 @@ int cmd_chat(const std::vector<std::string>& args) {
   }
   po::notify(vm);
   check(cores >= 0, ErrorKind::invalid_input, "--threads", "must be >= 0, got ", cores);
-  nlohmann::ordered_json kwargs;
-  try {
-    kwargs = nlohmann::ordered_json::parse(kwargs_text);
-  } catch (const nlohmann::ordered_json::exception& e) {
-    throw Error(ErrorKind::invalid_input, "--template-kwargs",
-                "is not JSON: " + std::string(e.what()));
-  }
-  check(kwargs.is_object(), ErrorKind::invalid_input, "--template-kwargs", "must be a JSON object");
+  const auto kwargs = parse_json_object(kwargs_text, "--template-kwargs");
 
   runtime::Engine engine(file, cores);
   const auto text = runtime::load_text_side(engine.bundle(), file);

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "command.hpp"
+#include "sampling_options.hpp"
 #include "tpullm/runtime/text_side.hpp"
 #include "tpullm/support/input_file.hpp"
 #include "tpullm/text/chat_template.hpp"
@@ -116,13 +117,7 @@ int cmd_tokenize(const std::vector<std::string>& args) {
         "applies to encoding, not to --decode");
   check(decoding || !skip_special, ErrorKind::invalid_input, "--skip-special",
         "applies only with --decode");
-  nlohmann::ordered_json kwargs;
-  try {
-    kwargs = nlohmann::ordered_json::parse(kwargs_text);
-  } catch (const nlohmann::ordered_json::exception& e) {
-    throw_error(ErrorKind::invalid_input, "--template-kwargs", "is not JSON: ", e.what());
-  }
-  check(kwargs.is_object(), ErrorKind::invalid_input, "--template-kwargs", "must be a JSON object");
+  const auto kwargs = parse_json_object(kwargs_text, "--template-kwargs");
   const TextTools tt = open_text(source);
   const text::Tokenizer& tok = tt.tok;
 
@@ -137,14 +132,7 @@ int cmd_tokenize(const std::vector<std::string>& args) {
     check(tt.tmpl.has_value(), ErrorKind::unsupported, source,
           "this tokenizer has no chat template (tokenizer_config.json has no chat_template)");
     const auto [messages, tools] = read_conversation(chat_file);
-    std::map<std::string, std::string> special;
-    const auto& c = tok.config();
-    for (const auto& [k, v] : {std::pair{"bos_token", &c.bos_token},
-                               {"eos_token", &c.eos_token},
-                               {"pad_token", &c.pad_token},
-                               {"unk_token", &c.unk_token}})
-      if (!v->empty())
-        special[k] = *v;
+    const auto special = runtime::template_special_tokens(tok);
     const std::string rendered = tt.tmpl->render(
         text::ChatTemplate::make_context(messages, tools, !no_gen_prompt, special, kwargs));
     ids = tok.encode(rendered, false);

@@ -57,4 +57,15 @@ std::string apply_generation_defaults(const po::variables_map& vm, const nlohman
   return o.str();
 }
 
+nlohmann::ordered_json parse_json_object(const std::string& text, const char* option) {
+  nlohmann::ordered_json j;
+  try {
+    j = nlohmann::ordered_json::parse(text);
+  } catch (const nlohmann::ordered_json::exception& e) {
+    throw Error(ErrorKind::invalid_input, option, "is not JSON: " + std::string(e.what()));
+  }
+  check(j.is_object(), ErrorKind::invalid_input, option, "must be a JSON object");
+  return j;
+}
+
 } // namespace tpullm::cli

@@ -1,6 +1,7 @@
 #pragma once
-// The sampling and stopping options of the commands that generate (run, chat), and the
-// defaults a model's generation_config.json gives to those the user leaves out.
+// The sampling and stopping options of the commands that generate (run, chat), the defaults a
+// model's generation_config.json gives to those the user leaves out, and the JSON-valued
+// template options of the text commands.
 #include <string>
 
 #include <boost/program_options.hpp>
@@ -20,5 +21,9 @@ boost::program_options::options_description sampling_options(runtime::GenerateOp
 /// "temperature 0.7, top-p 0.8, ...", with "(generation_config.json)" when a default was used).
 std::string apply_generation_defaults(const boost::program_options::variables_map& vm,
                                       const nlohmann::json& defaults, runtime::GenerateOptions& g);
+
+/// The JSON object given to `option` (e.g. --template-kwargs), key order kept. Throws
+/// Error(invalid_input) naming the option when it is not JSON or not an object.
+nlohmann::ordered_json parse_json_object(const std::string& text, const char* option);
 
 } // namespace tpullm::cli

@@ -3,6 +3,7 @@
 /// as compiled in): the tokenizer, the chat template when there is one, and the ids that end an
 /// answer. A bundle alone is enough to chat: the checkpoint directory is never read again.
 
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -19,6 +20,10 @@ struct TextSide {
   std::optional<text::ChatTemplate> chat_template; ///< tokenizer_config.json's chat_template
   std::vector<std::int32_t> stop_ids;              ///< see conversation.hpp stop_ids()
 };
+
+/// The special-token strings a chat template sees (bos_token, eos_token, pad_token, unk_token:
+/// those the tokenizer config sets), as transformers passes them to apply_chat_template.
+std::map<std::string, std::string> template_special_tokens(const text::Tokenizer& tok);
 
 /// Checks that `files` (a checkpoint's text side) load: the tokenizer parses, its vocabulary
 /// fits the model's `vocab` embedding rows, and the chat template (if any) parses. Throws the
