@@ -47,7 +47,7 @@ file(WRITE ${C}/messages.json "[{\"role\": \"system\", \"content\": \"Be brief.\
 tpullm_bundle_text_test(chat-json-messages 0 "turn 1: [0-9]+ prompt tokens prefilled"
   /bin/sh -c "exec '$<TARGET_FILE:tpullm-driver>' chat '${C}/chat.bundle' -n 3 < '${C}/messages.json'")
 file(WRITE ${C}/bad-messages.json "[{\"content\": \"no role\"}]")
-tpullm_bundle_text_test(chat-json-bad 2 "each message must be an object with a string \"role\""
+tpullm_bundle_text_test(chat-json-bad 2 "^tpullm chat: invalid input: messages: each message must be an object with a string \"role\"\n$"
   /bin/sh -c "exec '$<TARGET_FILE:tpullm-driver>' chat '${C}/chat.bundle' < '${C}/bad-messages.json'")
 # A turn that does not fit the compiled sequence says so, offers /reset, and the next turn after
 # /reset works; the command then exits 2 (a turn was refused).
@@ -83,3 +83,7 @@ set_tests_properties(text-cli:small-model PROPERTIES FIXTURES_SETUP small-model)
 tpullm_tokenize_test(compile-foreign-tokenizer 2 "tokenizer.json has 151669 tokens, more than the model's 512 embedding rows"
   ${tpullm} compile ${C}/small -o ${C}/never.bundle)
 set_tests_properties(text-cli:compile-foreign-tokenizer PROPERTIES FIXTURES_REQUIRED small-model)
+# An answer that cannot be written (stdout on /dev/full) stops the conversation at its first
+# piece: one line, exit 1, no turn completed (no per-turn figures).
+tpullm_bundle_text_test(chat-stdout-full 1 "^chatting with[^\n]*\ntpullm chat: I/O error: <stdout>: write failed\n$"
+  /bin/sh -c "exec '$<TARGET_FILE:tpullm-driver>' chat '${C}/chat.bundle' -n 5 < '${C}/five.txt' > /dev/full")

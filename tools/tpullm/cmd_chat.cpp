@@ -2,12 +2,14 @@
 // bundle's chat template and only the tokens its KV cache does not hold yet are fed (prefill_kv
 // onto the kept cache: the paper's scenario 2); the answer streams to stdout as it is generated.
 #include <iomanip>
+#include <optional>
 #include <iostream>
 #include <sstream>
 
 #include <unistd.h>
 
 #include "command.hpp"
+#include "tpullm/support/output_file.hpp"
 #include "sampling_options.hpp"
 #include "tpullm/runtime/conversation.hpp"
 #include "tpullm/runtime/engine.hpp"
@@ -79,11 +81,32 @@ int cmd_chat(const std::vector<std::string>& args) {
   runtime::Conversation chat(cache, text.tokenizer, &*text.chat_template, system, kwargs);
   const bool interactive = ::isatty(STDIN_FILENO) != 0;
   const auto& m = engine.bundle().model();
+  // Piped input is read and checked before anything is printed, so a refusal is one line.
+  std::string all;
+  std::optional<nlohmann::ordered_json> messages;
+  if (!interactive) {
+    all = read_all(std::cin);
+    const auto first = all.find_first_not_of(" \t\r\n");
+    if (first != std::string::npos && all[first] == '[') {
+      try {
+        messages = nlohmann::ordered_json::parse(all);
+      } catch (const nlohmann::ordered_json::exception& e) {
+        throw Error(ErrorKind::invalid_input, "standard input",
+                    "starts with '[' but is not a JSON list of messages: " + std::string(e.what()));
+      }
+      chat.set_messages(std::move(*messages));
+    }
+  }
   if (!no_stats)
     std::cerr << "chatting with " << file << " (" << m.family << " '" << m.source << "', mode "
               << m.mode << ", seq_length " << m.params.seq_length << "; " << sampling << ")"
               << (interactive ? "; /reset starts over, /exit quits" : "") << "\n";
-  auto sink = [](std::string_view piece) { std::cout << piece << std::flush; };
+  // An answer that cannot be written stops the conversation at once (nothing more is generated).
+  auto sink = [](std::string_view piece) {
+    std::cout << piece << std::flush;
+    if (!std::cout)
+      throw OutputError("<stdout>", "write failed");
+  };
   int turn = 0, refused = 0;
   auto run_turn = [&](auto&& step) {
     try {
@@ -100,17 +123,7 @@ int cmd_chat(const std::vector<std::string>& args) {
   };
 
   if (!interactive) {
-    const std::string all = read_all(std::cin);
-    const auto first = all.find_first_not_of(" \t\r\n");
-    if (first != std::string::npos && all[first] == '[') {
-      nlohmann::ordered_json messages;
-      try {
-        messages = nlohmann::ordered_json::parse(all);
-      } catch (const nlohmann::ordered_json::exception& e) {
-        throw Error(ErrorKind::invalid_input, "standard input",
-                    "starts with '[' but is not a JSON list of messages: " + std::string(e.what()));
-      }
-      chat.set_messages(std::move(messages));
+    if (messages) {
       run_turn([&] { return chat.answer(g, sink); });
       return refused ? kBadInput : kOk;
     }

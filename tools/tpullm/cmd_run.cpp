@@ -5,6 +5,7 @@
 #include <iostream>
 
 #include "command.hpp"
+#include "sampling_options.hpp"
 #include "tpullm/runtime/conversation.hpp"
 #include "tpullm/runtime/engine.hpp"
 #include "tpullm/runtime/text_side.hpp"
@@ -12,7 +13,7 @@
 namespace tpullm::cli {
 
 int cmd_run(const std::vector<std::string>& args) {
-  std::string file, prompt_text, eos_text, raw_prompt, chat_message, system, seed_text = "0";
+  std::string file, prompt_text, eos_text, raw_prompt, chat_message, system;
   runtime::GenerateOptions g;
   std::int64_t cores = 0;
   bool ignore_eos = false, quiet = false, verify_weights = false;
@@ -29,17 +30,6 @@ int cmd_run(const std::vector<std::string>& args) {
       "system", po::value(&system), "with --chat: a system message before the user's")(
       "prompt-ids", po::value(&prompt_text),
       "prompt token ids, comma-separated; the generated ids are printed")(
-      "max-new-tokens,n", po::value(&g.stop.max_new_tokens)->default_value(64),
-      "most tokens to generate")("temperature",
-                                 po::value(&g.sampling.temperature)->default_value(0.0f, "0"),
-                                 "0: greedy; > 0: sample from softmax(logits / T)")(
-      "top-k", po::value(&g.sampling.top_k)->default_value(0), "keep the k most likely (0: off)")(
-      "top-p", po::value(&g.sampling.top_p)->default_value(1.0f, "1"),
-      "keep the smallest set with probability mass >= p (1: off)")(
-      "repetition-penalty", po::value(&g.sampling.repetition_penalty)->default_value(1.0f, "1"),
-      "penalize tokens already in the prompt or answer (HF semantics; 1: off)")(
-      "seed", po::value(&seed_text)->default_value("0"),
-      "random seed of the sampler, in [0, 2^64)")(
       "eos-ids", po::value(&eos_text),
       "stop tokens, comma-separated (default: the model's eos_token_id list)")(
       "ignore-eos", po::bool_switch(&ignore_eos), "do not stop on eos tokens")(
@@ -48,6 +38,7 @@ int cmd_run(const std::vector<std::string>& args) {
       "verify-weights", po::bool_switch(&verify_weights),
       "check every chunk of the weight blob against its CRC-32C before running (reads the "
       "whole blob once)");
+  o.add(sampling_options(g));
   po::positional_options_description pos;
   pos.add("bundle", 1);
   po::variables_map vm;
@@ -59,9 +50,7 @@ int cmd_run(const std::vector<std::string>& args) {
   po::notify(vm);
   check(cores >= 0 && cores <= 4096, ErrorKind::invalid_input, "--threads",
         "must be in [0, 4096] (0: the bundle target's), got ", cores);
-  const auto seeds = parse_id_list<std::uint64_t>(seed_text, "--seed");
-  check(seeds.size() == 1, ErrorKind::invalid_input, "--seed", "expects one integer in [0, 2^64)");
-  g.sampling.seed = seeds[0];
+
   const int given =
       static_cast<int>(vm.count("prompt") + vm.count("chat") + vm.count("prompt-ids"));
   check(given == 1, ErrorKind::invalid_input, "run",
@@ -88,6 +77,9 @@ int cmd_run(const std::vector<std::string>& args) {
       for (auto e : m.eos_token_ids)
         g.stop.eos_ids.push_back(static_cast<std::int32_t>(e));
   }
+  // Sampling options left at their defaults take generation_config.json's (text mode, as chat).
+  if (text)
+    (void)apply_generation_defaults(vm, text->tokenizer.config().generation_defaults, g);
   g.sampling.validate();
   g.stop.validate();
   if (vm.count("chat"))
