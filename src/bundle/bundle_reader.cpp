@@ -7,6 +7,7 @@
 
 #include "bundle_format.hpp"
 #include "tpullm/bundle/bundle.hpp"
+#include "tpullm/kernels/worker_pool.hpp"
 #include "tpullm/conversion/weight_convert.hpp"
 #include "tpullm/frontend/memory_estimate.hpp"
 #include "tpullm/ir/builder.hpp"
@@ -470,7 +471,9 @@ WeightCheck Bundle::verify_weights() const {
 std::unique_ptr<runtime::Executor> Bundle::make_executor(std::int64_t cores) const {
   check(cores >= 0 && cores <= 4096, ErrorKind::invalid_input, "cores",
         "must be in [0, 4096] (0: the bundle target's), got ", cores);
-  const std::int64_t n = cores > 0 ? cores : target_.cores;
+  // The target's cores, but no more than this process may run on (an explicit count is obeyed).
+  const std::int64_t n =
+      cores > 0 ? cores : std::min<std::int64_t>(target_.cores, kernels::usable_cores());
   const std::int64_t local = std::max(target_.local_memory, max_local_);
   // What the executor allocates (the weights stay in the mapping): refuse before touching it.
   const double need = static_cast<double>(kv_.bytes()) + static_cast<double>(max_arena_) +

@@ -5,10 +5,9 @@
 #include <cstring>
 #include <stdexcept>
 
-#include <omp.h>
-
 #include "exec_call.hpp"
 #include "tpullm/conversion/weight_convert.hpp"
+#include "tpullm/kernels/worker_pool.hpp"
 #include "tpullm/tiling/core_split.hpp"
 
 namespace tpullm::runtime {
@@ -19,6 +18,7 @@ using detail::WeightRef;
 
 struct Executor::Impl {
   std::int64_t cores = 1, local_memory = 0;
+  std::unique_ptr<kernels::WorkerPool> pool; ///< cores threads, the caller's included
   kernels::AlignedArray<std::byte> kv, arena, local;
   std::int64_t local_stride = 0;
   std::map<std::string, ir::Weight> weights;
@@ -48,6 +48,8 @@ Executor::Executor(KvGeometry kv, std::int64_t cores, std::int64_t local_memory)
         "executor", "bad KV geometry");
   check(cores >= 1, ErrorKind::invalid_input, "executor", "cores must be >= 1, got ", cores);
   impl_->cores = cores;
+  impl_->pool = std::make_unique<kernels::WorkerPool>(
+      static_cast<int>(std::min<std::int64_t>(cores, kernels::WorkerPool::kMaxThreads)));
   impl_->local_memory = local_memory;
   impl_->kv = kernels::AlignedArray<std::byte>(static_cast<std::size_t>(kv.bytes()));
 }
@@ -193,10 +195,18 @@ kernels::CoreSplit split_of(const codegen::Instr& in, std::int64_t cores) {
 
 } // namespace
 
+std::int64_t Executor::threads() const {
+  return impl_->pool->size();
+}
+std::int64_t Executor::pool_stalls() const {
+  return impl_->pool->stalls();
+}
+
 std::vector<std::span<const std::byte>>
 Executor::run(const std::string& name, std::span<const std::span<const std::byte>> inputs,
               std::span<const std::span<std::byte>> outputs) {
   const auto t0 = clock_type::now();
+  const kernels::ScopedPool on_this_pool(*impl_->pool); // the kernels' splits run on our workers
   auto it = impl_->programs.find(name);
   check(it != impl_->programs.end(), ErrorKind::invalid_input, "@" + name,
         "no such function in the compiled model");
@@ -287,30 +297,21 @@ Executor::run(const std::string& name, std::span<const std::span<const std::byte
           plan.split.dim == ir::SliceDim::tiles
               ? static_cast<int>(std::clamp<std::int64_t>(plan.split.parts, 1, std::min(cores, n)))
               : 1;
-      std::exception_ptr failure;
-#pragma omp parallel for num_threads(parts) schedule(static, 1) if (parts > 1)
-      for (std::int64_t t = 0; t < n; ++t) {
-        try {
-          for (std::size_t j = i; j < e; ++j) {
-            const codegen::Instr& gi = instrs[j];
-            Call c{gi, reg, weight, kernels::CoreSplit{}};
-            c.core = parts > 1 ? omp_get_thread_num() : 0;
-            c.tiled = true;
-            c.rows_total = rows;
-            c.r0 = t * T;
-            c.r1 = std::min(rows, (t + 1) * T);
-            // The kernels' own working set: what the group's intermediates leave free.
-            c.local_memory = std::max(lm - plan.local, lm / 4);
-            run_call(c);
-          }
-        } catch (...) {
-#pragma omp critical
-          if (!failure)
-            failure = std::current_exception();
+      // Tiles handed out one at a time; a tile runs on one worker, with that worker's scratch.
+      impl_->pool->run(n, parts, [&](std::int64_t t, int worker) {
+        for (std::size_t j = i; j < e; ++j) {
+          const codegen::Instr& gi = instrs[j];
+          Call c{gi, reg, weight, kernels::CoreSplit{}};
+          c.core = worker;
+          c.tiled = true;
+          c.rows_total = rows;
+          c.r0 = t * T;
+          c.r1 = std::min(rows, (t + 1) * T);
+          // The kernels' own working set: what the group's intermediates leave free.
+          c.local_memory = std::max(lm - plan.local, lm / 4);
+          run_call(c);
         }
-      }
-      if (failure)
-        std::rethrow_exception(failure);
+      });
       stats_.instrs += static_cast<std::int64_t>((e - i)) * n;
       i = e;
     }

@@ -7,10 +7,16 @@
 #include <iostream>
 #include <set>
 
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <nlohmann/json.hpp>
 
 #include "command.hpp"
 #include "tpullm/kernels/cpu_features.hpp"
+#include "tpullm/kernels/worker_pool.hpp"
 #include "tpullm/runtime/engine.hpp"
 #include "tpullm/support/ceilings.hpp"
 
@@ -88,12 +94,71 @@ std::int64_t decode_weight_bytes(const bundle::Bundle& b, std::int64_t S) {
   return bytes;
 }
 
+/// Seconds per token of `steps` greedy decode steps after a prefill of `context` tokens, the
+/// best of `repeat` runs.
+double decode_seconds(runtime::Session& s, std::int64_t context, std::int64_t steps,
+                      std::int64_t repeat, std::int64_t vocab) {
+  double best = 1e300;
+  for (std::int64_t r = 0; r < repeat; ++r) {
+    s.reset();
+    const auto ids = prompt_ids(context, vocab);
+    (void)s.prefill(ids, false);
+    std::int32_t tok = ids.back();
+    const auto t0 = clock_type::now();
+    for (std::int64_t k = 0; k < steps; ++k) {
+      auto l = s.decode(tok);
+      tok = static_cast<std::int32_t>(std::max_element(l.begin(), l.end()) - l.begin());
+    }
+    best = std::min(best, since(t0) / static_cast<double>(steps));
+  }
+  return best;
+}
+
+/// A busy process spinning on one CPU of this process's affinity set (the last), from
+/// construction to destruction; it dies with the bench if the bench is killed.
+class CompetingProcess {
+public:
+  CompetingProcess() {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    if (sched_getaffinity(0, sizeof(set), &set) != 0)
+      return;
+    int cpu = -1;
+    for (int c = 0; c < CPU_SETSIZE; ++c)
+      if (CPU_ISSET(c, &set))
+        cpu = c;
+    pid_ = fork();
+    if (pid_ == 0) {
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      cpu_set_t one;
+      CPU_ZERO(&one);
+      CPU_SET(cpu, &one);
+      (void)sched_setaffinity(0, sizeof(one), &one);
+      for (std::uint64_t x = 0;; ++x)
+        asm volatile("" : "+r"(x)); // a loop the compiler keeps
+    }
+  }
+  ~CompetingProcess() {
+    if (pid_ > 0) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+  }
+  CompetingProcess(const CompetingProcess&) = delete;
+  CompetingProcess& operator=(const CompetingProcess&) = delete;
+  /// False when no process could be started.
+  bool running() const { return pid_ > 0; }
+
+private:
+  pid_t pid_ = -1;
+};
+
 } // namespace
 
 int cmd_bench(const std::vector<std::string>& args) {
   std::string file, prompts_text = "128,512", contexts_text = "128,1024";
   std::int64_t cores = 0, repeat = 3, decode_steps = 16;
-  bool json = false;
+  bool json = false, no_contention = false;
   po::options_description o("tpullm bench FILE.bundle [--prompt 128,512] [--context 128,1024] "
                             "[--json]");
   o.add_options()("help,h", "show this help")("bundle", po::value(&file)->required(),
@@ -105,8 +170,12 @@ int cmd_bench(const std::vector<std::string>& args) {
       "decode-steps", po::value(&decode_steps)->default_value(decode_steps),
       "decode steps timed at each context")("repeat", po::value(&repeat)->default_value(repeat),
                                             "repetitions; the best is reported")(
-      "threads", po::value(&cores)->default_value(0), "cores (0: the bundle target's)")(
-      "json", po::bool_switch(&json), "print one JSON object (docs/cli.md) instead of a table");
+      "threads", po::value(&cores)->default_value(0),
+      "cores (0: the bundle target's, at most the CPUs this process may use)")(
+      "no-contention", po::bool_switch(&no_contention),
+      "skip the contention rows (decode at the first context on 1 thread, and with a busy "
+      "process on one core)")("json", po::bool_switch(&json),
+                              "print one JSON object (docs/cli.md) instead of a table");
   po::positional_options_description pos;
   pos.add("bundle", 1);
   po::variables_map vm;
@@ -165,14 +234,23 @@ int cmd_bench(const std::vector<std::string>& args) {
   const machine::Ceilings& ceil = machine::measure_ceilings();
   const bool hwm_reset = reset_peak_rss();
 
-  const std::int64_t threads = cores > 0 ? cores : opened->target().cores;
+  const std::int64_t threads = engine.executor().threads();
   runtime::Session& s = engine.session();
   const double read_bw = (threads >= 2 ? ceil.read_gbs_2t : ceil.read_gbs_1t) * 1e9;
   const double fma = (threads >= 2 ? ceil.f32_gflops_2t : ceil.f32_gflops_1t) * 1e9;
-  const double params = static_cast<double>(
+  const double block_params = static_cast<double>(
       m.layers * (m.hidden * (m.heads + 2 * m.kv_heads) * m.head_dim +
-                  m.heads * m.head_dim * m.hidden + 3 * m.hidden * m.intermediate) +
-      m.vocab * m.hidden);
+                  m.heads * m.head_dim * m.hidden + 3 * m.hidden * m.intermediate));
+  const double lm_head_params = static_cast<double>(m.vocab * m.hidden);
+  const double params = block_params + lm_head_params;
+  // The FLOPs a prefill of P tokens needs: every row through the blocks, causal attention
+  // (scores and values over the i + 1 keys of row i), and the lm_head on the last row only.
+  auto prefill_flops = [&](std::int64_t P) {
+    const double p = static_cast<double>(P);
+    const double attention =
+        4.0 * static_cast<double>(m.layers * m.heads * m.head_dim) * p * (p + 1) / 2;
+    return 2 * block_params * p + attention + 2 * lm_head_params;
+  };
 
   nlohmann::ordered_json out;
   out["machine"] = {{"cpu", cpu_model()},
@@ -206,7 +284,7 @@ int cmd_bench(const std::vector<std::string>& args) {
       print_progress("prefill of " + std::to_string(P) + " tokens", static_cast<std::size_t>(r + 1),
                      static_cast<std::size_t>(repeat));
     }
-    const double flops = 2 * params * static_cast<double>(P) / best;
+    const double flops = prefill_flops(P) / best;
     pre.push_back({{"prompt", P},
                    {"tokens_per_s", static_cast<double>(P) / best},
                    {"seconds", best},
@@ -216,21 +294,10 @@ int cmd_bench(const std::vector<std::string>& args) {
   }
   nlohmann::ordered_json dec = nlohmann::ordered_json::array();
   for (auto C : contexts) {
-    double best = 1e300;
-    for (std::int64_t r = 0; r < repeat; ++r) {
-      s.reset();
-      const auto ids = prompt_ids(C, m.vocab);
-      (void)s.prefill(ids, false);
-      std::int32_t tok = ids.back();
-      const auto t0 = clock_type::now();
-      for (std::int64_t k = 0; k < decode_steps; ++k) {
-        auto l = s.decode(tok);
-        tok = static_cast<std::int32_t>(std::max_element(l.begin(), l.end()) - l.begin());
-      }
-      best = std::min(best, since(t0) / static_cast<double>(decode_steps));
-      print_progress("decode at context " + std::to_string(C), static_cast<std::size_t>(r + 1),
-                     static_cast<std::size_t>(repeat));
-    }
+    const std::int64_t stalls0 = engine.executor().pool_stalls();
+    const double best = decode_seconds(s, C, decode_steps, repeat, m.vocab);
+    const std::int64_t stalls = engine.executor().pool_stalls() - stalls0;
+    print_progress("decode at context " + std::to_string(C), 1, 1);
     // Share of the decode wall time spent inside kernel calls (executor profiling on: every
     // instruction timed), the rest being the executor's and the session's own work.
     double kernel_share = 0;
@@ -263,11 +330,52 @@ int cmd_bench(const std::vector<std::string>& args) {
                    {"bytes_per_token", bytes},
                    {"gbs", bytes / best / 1e9},
                    {"roofline_frac", read_bw > 0 ? bytes / best / read_bw : 0},
-                   {"kernel_share", kernel_share}});
+                   {"kernel_share", kernel_share},
+                   {"pool_stalls", stalls}});
   }
   out["prefill"] = pre;
   out["decode"] = dec;
+  // The peak of the runs above (the contention rows below make a second executor).
   const std::int64_t peak = proc_status_bytes("VmHWM");
+  // Contention: the first context again on 1 thread, and on all threads with a busy process on
+  // one core (the worker pool should lose about that core's share, not more).
+  nlohmann::ordered_json contention;
+  if (no_contention || contexts.empty()) {
+    contention = {{"skipped", "--no-contention"}};
+  } else if (threads < 2) {
+    contention = {{"skipped", "one thread"}};
+  } else {
+    const std::int64_t C = contexts.front();
+    const double quiet = 1 / dec.front()["tokens_per_s"].get<double>();
+    double one = 0;
+    {
+      runtime::Engine single(opened, 1);
+      one = decode_seconds(single.session(), C, decode_steps, repeat, m.vocab);
+    }
+    print_progress("decode on 1 thread", 1, 1);
+    const std::int64_t stalls0 = engine.executor().pool_stalls();
+    double busy = 0;
+    bool started = false;
+    {
+      CompetingProcess competitor;
+      started = competitor.running();
+      if (started)
+        busy = decode_seconds(s, C, decode_steps, repeat, m.vocab);
+    }
+    print_progress("decode beside a busy process", 1, 1);
+    if (!started) {
+      contention = {{"skipped", "could not start the competing process"}};
+    } else {
+      contention = {{"context", C},
+                    {"threads", threads},
+                    {"quiet_tokens_per_s", 1 / quiet},
+                    {"one_thread_tokens_per_s", 1 / one},
+                    {"competing_tokens_per_s", 1 / busy},
+                    {"competing_loss", 1 - quiet / busy},
+                    {"pool_stalls", engine.executor().pool_stalls() - stalls0}};
+    }
+  }
+  out["contention"] = contention;
   const std::int64_t budget = opened->file_bytes() + opened->kv().bytes() + (64ll << 20);
   out["memory"] = {{"peak_rss_bytes", peak},
                    {"rss_before_load_bytes", rss_before},
@@ -300,6 +408,18 @@ int cmd_bench(const std::vector<std::string>& args) {
               << d["bytes_per_token"].get<double>() / 1e6 << std::setw(8) << d["gbs"].get<double>()
               << std::setw(10) << std::setprecision(3) << d["roofline_frac"].get<double>()
               << std::setw(18) << d["kernel_share"].get<double>() << std::setprecision(1) << "\n";
+  if (contention.contains("skipped")) {
+    std::cout << "contention: skipped (" << contention["skipped"].get<std::string>() << ")\n";
+  } else {
+    std::cout << "contention at context " << contention["context"].get<std::int64_t>() << ": "
+              << contention["quiet_tokens_per_s"].get<double>() << " t/s on " << threads
+              << " threads, " << contention["one_thread_tokens_per_s"].get<double>() << " on 1, "
+              << contention["competing_tokens_per_s"].get<double>() << " on " << threads
+              << " beside a busy process on one core (loses " << std::setprecision(0)
+              << 100 * contention["competing_loss"].get<double>() << "%, "
+              << contention["pool_stalls"].get<std::int64_t>() << " worker stalls)"
+              << std::setprecision(1) << "\n";
+  }
   std::cout << "peak resident memory " << peak / (1 << 20)
             << " MiB (bundle + KV cache + 64 MiB = " << budget / (1 << 20)
             << " MiB: " << (peak <= budget ? "within" : "OVER") << ")"

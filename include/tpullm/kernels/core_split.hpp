@@ -1,14 +1,14 @@
 #pragma once
 /// The core-split decision a kernel executes: which dimension is divided and into how many parts.
 /// The compiler's Tpu ops carry this; the runtime passes it to the kernel unchanged, so what was
-/// planned is what runs. Parallel regions use OpenMP, whose thread pool is created once per
-/// process.
+/// planned is what runs. Parallel regions run on the worker pool (worker_pool.hpp): the
+/// executor's while it runs a program, else one made once per process.
 
 #include <algorithm>
 #include <cstdint>
 #include <utility>
 
-#include <omp.h>
+#include "tpullm/kernels/worker_pool.hpp"
 
 namespace tpullm::kernels {
 
@@ -32,22 +32,37 @@ inline std::pair<std::int64_t, std::int64_t> split_range(std::int64_t n, int p, 
   return {std::min(n, ub * align), std::min(n, ue * align)};
 }
 
-/// Runs `body(begin, end)` over [0, n) split into `split.parts` ranges on OpenMP threads
-/// (inline when parts <= 1 or n is small). `align` keeps ranges on vector/tile boundaries.
+/// Chunks per part a parallel_for deals out: enough that a late worker takes fewer of them.
+inline constexpr int kChunksPerPart = 4;
+
+/// Runs `body(begin, end)` over [0, n) split into ranges on the current worker pool
+/// (worker_pool.hpp): up to `split.parts` threads take `chunks_per_part` ranges each, handed out
+/// one at a time (inline when parts <= 1 or n is small). `align` keeps ranges on vector/tile
+/// boundaries; a body with a per-call cost (a GEMM packing its rows) passes chunks_per_part 1.
 template <class Body>
-void parallel_for(const CoreSplit& split, std::int64_t n, std::int64_t align, Body&& body) {
-  const int parts = static_cast<int>(std::max<std::int64_t>(
-      1, std::min<std::int64_t>(split.parts, (n + align - 1) / std::max<std::int64_t>(align, 1))));
+void parallel_for(const CoreSplit& split, std::int64_t n, std::int64_t align, Body&& body,
+                  int chunks_per_part = kChunksPerPart) {
+  const std::int64_t units = (n + align - 1) / std::max<std::int64_t>(align, 1);
+  const int parts =
+      static_cast<int>(std::max<std::int64_t>(1, std::min<std::int64_t>(split.parts, units)));
   if (parts <= 1 || split.dim == SplitDim::none) {
     body(std::int64_t{0}, n);
     return;
   }
-#pragma omp parallel for num_threads(parts) schedule(static, 1)
-  for (int p = 0; p < parts; ++p) {
-    auto [b, e] = split_range(n, p, parts, align);
+  const std::int64_t chunks =
+      std::min<std::int64_t>(units, std::int64_t{parts} * std::max(1, chunks_per_part));
+  current_pool().run(chunks, parts, [&](std::int64_t c, int) {
+    auto [b, e] = split_range(n, static_cast<int>(c), static_cast<int>(chunks), align);
     if (b < e)
       body(b, e);
-  }
+  });
+}
+
+/// Runs `body(item)` for every item in [0, items) on up to `parts` threads of the current worker
+/// pool, one item at a time (for items of unequal cost, e.g. causal attention tiles).
+template <class Body>
+void parallel_items(int parts, std::int64_t items, Body&& body) {
+  current_pool().run(items, parts, [&](std::int64_t i, int) { body(i); });
 }
 
 } // namespace tpullm::kernels

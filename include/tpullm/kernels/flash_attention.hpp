@@ -109,13 +109,8 @@ void flash_attention(std::span<const float> q, std::span<const KV> k, std::span<
   case SplitDim::rows:
   case SplitDim::cols: {
     const std::int64_t items = groups * nqt;
-    const std::int64_t p = std::min(parts, items);
-    parallel_for(CoreSplit{SplitDim::rows, static_cast<int>(p)}, p, 1,
-                 [&](std::int64_t b, std::int64_t e) {
-                   for (std::int64_t w = b; w < e; ++w)
-                     for (std::int64_t it = w; it < items; it += p)
-                       run(it / nqt, it % nqt);
-                 });
+    parallel_items(static_cast<int>(std::min(parts, items)), items,
+                   [&](std::int64_t it) { run(it / nqt, it % nqt); });
     return;
   }
   }

@@ -82,6 +82,11 @@ public:
 
   /// Accumulated timings (kernel timing only while profiling is on).
   const ExecStats& stats() const { return stats_; }
+  /// Threads of this executor's worker pool (kernels/worker_pool.hpp), the caller's included.
+  std::int64_t threads() const;
+  /// Dispatches in which the pool left a straggling worker out (one preempted by another
+  /// process on its core), since the executor was made.
+  std::int64_t pool_stalls() const;
   void reset_stats() { stats_ = {}; }
   /// Times every instruction (a little overhead) to fill ExecStats::kernel_seconds.
   void set_profiling(bool on) { profiling_ = on; }

@@ -257,13 +257,7 @@ void flash_attention_amx(const float* q, const KV* k, const KV* v, const std::in
     });
     return;
   }
-  const std::int64_t p = std::min(parts, items);
-  parallel_for(CoreSplit{SplitDim::rows, static_cast<int>(p)}, p, 1,
-               [&](std::int64_t b, std::int64_t e) {
-                 for (std::int64_t t = b; t < e; ++t)
-                   for (std::int64_t it = t; it < items; it += p)
-                     run(it);
-               });
+  parallel_items(static_cast<int>(std::min(parts, items)), items, run);
 }
 
 } // namespace tpullm::kernels::detail

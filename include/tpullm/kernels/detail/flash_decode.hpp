@@ -505,10 +505,7 @@ void flash_decode(const float* q, const KV* k, const KV* v, const std::int32_t* 
     for (std::int64_t i = 0; i < items; ++i)
       run(i);
   } else {
-#pragma omp parallel for num_threads(static_cast <int>(threads)) schedule(static, 1)
-    for (std::int64_t t = 0; t < threads; ++t)
-      for (std::int64_t i = t; i < items; i += threads)
-        run(i);
+    parallel_items(static_cast<int>(threads), items, run);
   }
   // merge the chunks (a chunk without keys, possible only when keys < C * 16, has l = 0)
   for (std::int64_t qh = 0; qh < QH; ++qh) {

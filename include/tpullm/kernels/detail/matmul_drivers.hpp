@@ -227,14 +227,20 @@ void run_linear(const LinearArgs& a, const CoreSplit& split) {
         amx_linear_range<F>(a, emulated, 0, a.M, a.v.p0, a.v.p1);
         return;
       case SplitDim::rows:
-        parallel_for(split, a.M, 32, [&](std::int64_t b, std::int64_t e) {
-          amx_linear_range<F>(a, emulated, b, e, a.v.p0, a.v.p1);
-        });
+        parallel_for(
+            split, a.M, 32,
+            [&](std::int64_t b, std::int64_t e) {
+              amx_linear_range<F>(a, emulated, b, e, a.v.p0, a.v.p1);
+            },
+            1);
         return;
       case SplitDim::cols:
-        parallel_for(split, P, 1, [&](std::int64_t b, std::int64_t e) {
-          amx_linear_range<F>(a, emulated, 0, a.M, a.v.p0 + b, a.v.p0 + e);
-        });
+        parallel_for(
+            split, P, 1,
+            [&](std::int64_t b, std::int64_t e) {
+              amx_linear_range<F>(a, emulated, 0, a.M, a.v.p0 + b, a.v.p0 + e);
+            },
+            1);
         return;
       case SplitDim::heads:
         break;
@@ -247,14 +253,17 @@ void run_linear(const LinearArgs& a, const CoreSplit& split) {
     gemm_range<F>(a, isa, 0, a.M, a.v.p0, a.v.p1);
     return;
   case SplitDim::rows:
-    parallel_for(split, a.M, micro_rows(isa), [&](std::int64_t b, std::int64_t e) {
-      gemm_range<F>(a, isa, b, e, a.v.p0, a.v.p1);
-    });
+    parallel_for(
+        split, a.M, micro_rows(isa),
+        [&](std::int64_t b, std::int64_t e) { gemm_range<F>(a, isa, b, e, a.v.p0, a.v.p1); }, 1);
     return;
   case SplitDim::cols:
-    parallel_for(split, P, 1, [&](std::int64_t b, std::int64_t e) {
-      gemm_range<F>(a, isa, 0, a.M, a.v.p0 + b, a.v.p0 + e);
-    });
+    parallel_for(
+        split, P, 1,
+        [&](std::int64_t b, std::int64_t e) {
+          gemm_range<F>(a, isa, 0, a.M, a.v.p0 + b, a.v.p0 + e);
+        },
+        1);
     return;
   case SplitDim::heads:
     break;

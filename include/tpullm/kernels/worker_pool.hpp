@@ -1,0 +1,334 @@
+#pragma once
+/// The persistent worker threads that run a kernel's core split (and a layer group's tiles).
+///
+/// One pool per Executor, created once: `size()` threads counting the caller, which always takes
+/// part. A dispatch hands its items out one at a time from a shared counter, so a worker that is
+/// late (descheduled by another process on its core) simply takes fewer of them. Idle workers
+/// spin for a bounded time (`kSpin`) and then sleep on a condition variable, so a pool
+/// between requests costs nothing and another process on the machine gets its share of the
+/// cores.
+///
+/// A fork-join cannot avoid one stall: a worker preempted while it holds an item makes the
+/// caller wait for it. The pool notices it (the caller waited far longer than an item takes) and
+/// leaves that worker out of the next dispatches for a backoff period (20 ms, doubling while the
+/// stalls go on, up to 1 s), then invites it again. On a quiet machine no worker is ever left out;
+/// with a busy process on one of two cores a pool runs at about the one-core speed instead of
+/// being dragged to the busy core's pace.
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "tpullm/kernels/isa_target.hpp"
+
+#if TPULLM_X86
+#include <immintrin.h>
+#endif
+
+#include <sched.h>
+
+namespace tpullm::kernels {
+
+/// CPUs this process may run on (sched_getaffinity), at least 1.
+inline int usable_cores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) != 0)
+    return std::max(1u, std::thread::hardware_concurrency());
+  return std::max(1, CPU_COUNT(&set));
+}
+
+/// Persistent worker threads; see the file comment.
+class WorkerPool {
+public:
+  /// How long an idle worker spins before it sleeps.
+  static constexpr std::chrono::microseconds kSpin{200};
+  /// Most threads a pool holds (the invitation mask has one bit per worker).
+  static constexpr int kMaxThreads = 64;
+
+  /// A pool of `threads` threads counting the caller (clamped to [1, kMaxThreads]); starts
+  /// threads - 1 workers.
+  explicit WorkerPool(int threads) : size_(std::clamp(threads, 1, kMaxThreads)) {
+    slots_ = std::make_unique<Slot[]>(static_cast<std::size_t>(size_));
+    workers_.reserve(static_cast<std::size_t>(size_ - 1));
+    for (int w = 1; w < size_; ++w)
+      workers_.emplace_back([this, w] { work(w); });
+  }
+  ~WorkerPool() {
+    stop_.store(true);
+    epoch_.fetch_add(1);
+    wake_sleepers();
+    for (auto& t : workers_)
+      t.join();
+  }
+  WorkerPool(const WorkerPool&) = delete;
+  WorkerPool& operator=(const WorkerPool&) = delete;
+
+  /// Threads in the pool, the caller included.
+  int size() const { return size_; }
+  /// Dispatches that left a straggling worker out (for tests and the bench's report).
+  std::int64_t stalls() const { return stalls_.load(std::memory_order_relaxed); }
+
+  /// Runs body(item, worker) for every item in [0, items) on up to `parts` threads of the pool
+  /// (the calling thread is worker 0; worker ids are < parts). Items are handed out one at a time;
+  /// returns when all are done. The first exception a body throws is rethrown here (the other
+  /// items still run). Called from inside a body, or with parts <= 1, it runs inline.
+  template <class Body>
+  void run(std::int64_t items, int parts, Body&& body) {
+    if (items <= 0)
+      return;
+    parts = static_cast<int>(std::min<std::int64_t>({parts, size_, items}));
+    if (parts <= 1 || inside()) {
+      for (std::int64_t i = 0; i < items; ++i)
+        body(i, 0);
+      return;
+    }
+    std::lock_guard<std::mutex> one_at_a_time(dispatch_);
+    const auto now = clock::now();
+    std::uint64_t invited = 0;
+    for (int w = 1; w < parts; ++w)
+      if (slots_[w].left_out_until <= now)
+        invited |= std::uint64_t{1} << w;
+    if (invited == 0) {
+      Inside in;
+      for (std::int64_t i = 0; i < items; ++i)
+        body(i, 0);
+      return;
+    }
+    job_.fn = [](void* ctx, std::int64_t i, int w) { (*static_cast<Body*>(ctx))(i, w); };
+    job_.ctx = &body;
+    job_.items = items;
+    job_.next.store(0, std::memory_order_relaxed);
+    job_.done.store(0, std::memory_order_relaxed);
+    job_.failure = nullptr;
+    job_.invited.store(invited, std::memory_order_relaxed);
+    ++sequence_;
+    state_.store(sequence_ << 32, std::memory_order_release); // open, nobody joined
+    epoch_.fetch_add(1, std::memory_order_seq_cst);
+    if (sleepers_.load(std::memory_order_seq_cst) > 0)
+      wake_sleepers();
+
+    // The caller's share, timed per item for the stall test below.
+    std::int64_t mine = 0;
+    const auto t0 = clock::now();
+    {
+      Inside in;
+      run_items(0);
+      mine = own_items_;
+    }
+    const auto t1 = clock::now();
+    // Close: a worker that has not joined yet never will; wait for the ones that did.
+    const auto joined =
+        static_cast<std::uint32_t>(state_.fetch_or(kClosed, std::memory_order_acq_rel) & kJoined);
+    // Without an item of its own the caller has no estimate: a generous fixed patience.
+    const auto patience = mine > 0 ? 4 * ((t1 - t0) / mine) + std::chrono::microseconds(50)
+                                   : clock::duration(std::chrono::milliseconds(1));
+    std::uint64_t stragglers = 0;
+    for (std::uint32_t spins = 0; job_.done.load(std::memory_order_acquire) < joined; ++spins) {
+      pause();
+      if ((spins & 63) == 63 && stragglers == 0 && clock::now() - t1 > patience)
+        stragglers = busy_workers();
+      if ((spins & 1023) == 1023)
+        std::this_thread::yield();
+    }
+    // The leave-out runs from the end of this dispatch, when the straggler is finally done.
+    if (stragglers != 0)
+      leave_out(stragglers, clock::now());
+    else
+      settle(invited, clock::now());
+    if (job_.failure)
+      std::rethrow_exception(job_.failure);
+  }
+
+private:
+  using clock = std::chrono::steady_clock;
+  // state_: [dispatch sequence : 32][closed : 1][workers joined : 31]
+  static constexpr std::uint64_t kClosed = 0x80000000u, kJoined = 0x7fffffffu;
+
+  struct Job {
+    void (*fn)(void*, std::int64_t, int) = nullptr;
+    void* ctx = nullptr;
+    std::int64_t items = 0;
+    std::atomic<std::int64_t> next{0};
+    std::atomic<std::uint32_t> done{0};
+    std::atomic<std::uint64_t> invited{0};
+    std::exception_ptr failure;
+    std::mutex failure_lock;
+  };
+  struct Slot {
+    std::atomic<bool> busy{false};                ///< holding items of the open dispatch
+    clock::time_point left_out_until{};           ///< not invited before this time
+    std::chrono::milliseconds backoff{kBackoff0}; ///< next leave-out period
+    clock::time_point invited_since{};            ///< back in the dispatches since
+  };
+  static constexpr std::chrono::milliseconds kBackoff0{20}, kBackoffMax{1000};
+
+  // Wakes the workers sleeping in work(); the lock orders it after a sleeper's last epoch check.
+  void wake_sleepers() {
+    { std::lock_guard<std::mutex> l(sleep_lock_); }
+    wake_.notify_all();
+  }
+  static void pause() {
+#if TPULLM_X86
+    _mm_pause();
+#else
+    std::this_thread::yield();
+#endif
+  }
+  static bool& inside() {
+    thread_local bool in = false;
+    return in;
+  }
+  struct Inside {
+    Inside() { inside() = true; }
+    ~Inside() { inside() = false; }
+  };
+
+  void run_items(int w) {
+    std::int64_t n = 0;
+    for (std::int64_t i; (i = job_.next.fetch_add(1, std::memory_order_relaxed)) < job_.items;) {
+      ++n;
+      try {
+        job_.fn(job_.ctx, i, w);
+      } catch (...) {
+        std::lock_guard<std::mutex> l(job_.failure_lock);
+        if (!job_.failure)
+          job_.failure = std::current_exception();
+      }
+    }
+    if (w == 0)
+      own_items_ = n;
+  }
+
+  // The workers still holding items of the open dispatch (a bit per worker; never 0 once the
+  // caller gave up waiting: at least one bit, so a stall is counted once).
+  std::uint64_t busy_workers() const {
+    std::uint64_t m = 0;
+    for (int w = 1; w < size_; ++w)
+      if (slots_[w].busy.load(std::memory_order_acquire))
+        m |= std::uint64_t{1} << w;
+    return m != 0 ? m : 1;
+  }
+  // Leaves the stragglers out for a while, longer each time they stall again soon after being
+  // invited back.
+  void leave_out(std::uint64_t stragglers, clock::time_point now) {
+    stalls_.fetch_add(1, std::memory_order_relaxed);
+    for (int w = 1; w < size_; ++w) {
+      if (!(stragglers >> w & 1))
+        continue;
+      Slot& s = slots_[w];
+      const bool soon = now - s.invited_since < 10 * s.backoff;
+      s.backoff = soon ? std::min(kBackoffMax, 2 * s.backoff) : kBackoff0;
+      s.left_out_until = now + s.backoff;
+      s.invited_since = s.left_out_until;
+    }
+  }
+  // A dispatch without stall: workers back from a leave-out long enough get the short backoff.
+  void settle(std::uint64_t invited, clock::time_point now) {
+    for (int w = 1; w < size_; ++w) {
+      Slot& s = slots_[w];
+      if ((invited >> w & 1) && now - s.invited_since > std::chrono::milliseconds(500))
+        s.backoff = kBackoff0;
+    }
+  }
+
+  void work(int w) {
+    Inside in;
+    // The epoch the pool was made with (0), not a later one: a thread that starts late still sees
+    // every dispatch and the destructor's stop.
+    std::uint32_t seen = 0;
+    for (;;) {
+      // Wait for the next dispatch: spin, then sleep.
+      const auto t0 = clock::now();
+      for (std::uint32_t spins = 0; epoch_.load(std::memory_order_acquire) == seen && !stop_.load();
+           ++spins) {
+        pause();
+        if ((spins & 63) == 63 && clock::now() - t0 > kSpin) {
+          std::unique_lock<std::mutex> lock(sleep_lock_);
+          sleepers_.fetch_add(1, std::memory_order_seq_cst);
+          wake_.wait(
+              lock, [&] { return epoch_.load(std::memory_order_seq_cst) != seen || stop_.load(); });
+          sleepers_.fetch_sub(1, std::memory_order_seq_cst);
+        }
+      }
+      seen = epoch_.load(std::memory_order_acquire);
+      if (stop_.load())
+        return;
+      // Join the open dispatch if invited; a closed one is left alone.
+      std::uint64_t s = state_.load(std::memory_order_acquire);
+      bool joined = false;
+      while (!(s & kClosed)) {
+        if (!(job_.invited.load(std::memory_order_relaxed) >> w & 1))
+          break;
+        if (state_.compare_exchange_weak(s, s + 1, std::memory_order_acq_rel)) {
+          joined = true;
+          break;
+        }
+      }
+      if (!joined)
+        continue;
+      Slot& slot = slots_[w];
+      slot.busy.store(true, std::memory_order_release);
+      run_items(w);
+      slot.busy.store(false, std::memory_order_release);
+      job_.done.fetch_add(1, std::memory_order_acq_rel);
+    }
+  }
+
+  const int size_;
+  std::unique_ptr<Slot[]> slots_;
+  std::vector<std::thread> workers_;
+  std::mutex dispatch_;
+  Job job_;
+  std::int64_t own_items_ = 0;
+  std::uint64_t sequence_ = 0; // dispatches so far (the caller's, under dispatch_)
+  std::atomic<std::uint32_t> epoch_{0};
+  std::atomic<std::uint64_t> state_{kClosed};
+  std::atomic<int> sleepers_{0};
+  std::mutex sleep_lock_;
+  std::condition_variable wake_;
+  std::atomic<bool> stop_{false};
+  std::atomic<std::int64_t> stalls_{0};
+};
+
+/// The pool kernels dispatch to on this thread: the one a ScopedPool installed (an Executor's
+/// while it runs a program), else a process-wide pool of usable_cores() threads made on first use.
+WorkerPool& current_pool();
+
+namespace detail {
+inline WorkerPool*& installed_pool() {
+  thread_local WorkerPool* p = nullptr;
+  return p;
+}
+} // namespace detail
+
+inline WorkerPool& current_pool() {
+  if (WorkerPool* p = detail::installed_pool())
+    return *p;
+  static WorkerPool fallback(usable_cores());
+  return fallback;
+}
+
+/// Installs `pool` as this thread's current_pool() for its lifetime (restores the previous one).
+class ScopedPool {
+public:
+  /// Makes `pool` current on this thread.
+  explicit ScopedPool(WorkerPool& pool) : prev_(detail::installed_pool()) {
+    detail::installed_pool() = &pool;
+  }
+  ~ScopedPool() { detail::installed_pool() = prev_; }
+  ScopedPool(const ScopedPool&) = delete;
+  ScopedPool& operator=(const ScopedPool&) = delete;
+
+private:
+  WorkerPool* prev_;
+};
+
+} // namespace tpullm::kernels
