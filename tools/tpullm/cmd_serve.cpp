@@ -283,7 +283,10 @@ int cmd_serve(const std::vector<std::string>& args) {
   http.set_read_timeout(10);
   http.set_write_timeout(10);
   http.set_logger([&s](const httplib::Request& req, const httplib::Response& res) {
-    s.metrics.count_request(req.path, res.status);
+    // Routes by name (an unknown path is "other": clients cannot grow the label set).
+    const bool known = req.path == "/v1/chat/completions" || req.path == "/v1/completions" ||
+                       req.path == "/v1/models" || req.path == "/health" || req.path == "/metrics";
+    s.metrics.count_request(known ? req.path : "other", res.status);
     std::cerr << "tpullm serve: " << req.method << " " << req.path << " " << res.status << "\n";
   });
   http.set_error_handler(

@@ -219,6 +219,10 @@ void Scheduler::end(Slot& s, JobOutcome o) {
     job = std::move(s.job);
     s.job.reset();
     s.last_used = ++clock_;
+    std::int64_t busy = 0;
+    for (const auto& slot : slots_)
+      busy += slot->job != nullptr;
+    metrics_.set_load(static_cast<std::int64_t>(queue_.size()), busy, slots());
   }
   s.sampler.reset();
   s.decoder.reset();
