@@ -280,8 +280,8 @@ int cmd_serve(const std::vector<std::string>& args) {
   const std::size_t threads = static_cast<std::size_t>(slots + max_queue + 4);
   http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
   http.set_payload_max_length(kMaxBodyBytes);
-  http.set_read_timeout(10);
-  http.set_write_timeout(10);
+  http.set_read_timeout(5);
+  http.set_write_timeout(5);
   http.set_logger([&s](const httplib::Request& req, const httplib::Response& res) {
     // Routes by name (an unknown path is "other": clients cannot grow the label set).
     const bool known = req.path == "/v1/chat/completions" || req.path == "/v1/completions" ||

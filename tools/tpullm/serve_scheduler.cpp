@@ -176,6 +176,8 @@ void Scheduler::assign_locked() {
 void Scheduler::loop() {
   for (;;) {
     std::vector<Slot*> busy;
+    std::deque<std::shared_ptr<Job>> dropped;
+    bool stopping = false;
     {
       std::unique_lock lock(m_);
       cv_.wait(lock, [&] {
@@ -183,24 +185,24 @@ void Scheduler::loop() {
           return true;
         return std::any_of(slots_.begin(), slots_.end(), [](const auto& s) { return s->job; });
       });
-      if (stopping_) {
-        const ApiError down{503, "the server is shutting down", "server_error", "",
-                            "shutting_down"};
-        for (auto& j : queue_)
-          j->finish(JobOutcome{"", {}, 0, 0, down});
-        queue_.clear();
-        for (auto& s : slots_)
-          if (s->job)
-            end(*s, JobOutcome{"", {}, 0, 0, down});
-        metrics_.set_load(0, 0, slots());
-        return;
-      }
-      assign_locked();
+      stopping = stopping_;
+      if (stopping)
+        dropped.swap(queue_);
+      else
+        assign_locked();
       for (auto& s : slots_)
         if (s->job)
           busy.push_back(s.get());
       metrics_.set_load(static_cast<std::int64_t>(queue_.size()),
                         static_cast<std::int64_t>(busy.size()), slots());
+    }
+    if (stopping) { // end() takes the lock itself
+      const ApiError down{503, "the server is shutting down", "server_error", "", "shutting_down"};
+      for (auto& j : dropped)
+        j->finish(JobOutcome{"", {}, 0, 0, down});
+      for (Slot* s : busy)
+        end(*s, JobOutcome{"", {}, 0, 0, down});
+      return;
     }
     // Round robin: every busy slot takes one step (a prefill segment or a token), then the
     // queue is looked at again.
