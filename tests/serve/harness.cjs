@@ -29,6 +29,8 @@ async function startServer(args = [], file = bundle) {
   proc.stdout.on('data', (d) => (out += d));
   proc.stderr.on('data', (d) => (log += d));
   const exited = new Promise((resolve) => proc.on('exit', (code, signal) => resolve({ code, signal })));
+  // A failing test must not leave its server behind.
+  process.on('exit', () => proc.exitCode === null && proc.signalCode === null && proc.kill('SIGKILL'));
   const port = await withTimeout(
     new Promise((resolve, reject) => {
       proc.stderr.on('data', () => {

@@ -280,6 +280,7 @@ int cmd_serve(const std::vector<std::string>& args) {
   const std::size_t threads = static_cast<std::size_t>(slots + max_queue + 4);
   http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
   http.set_payload_max_length(kMaxBodyBytes);
+  http.set_tcp_nodelay(true); // each SSE event leaves at once (no Nagle delay)
   http.set_read_timeout(5);
   http.set_write_timeout(5);
   http.set_logger([&s](const httplib::Request& req, const httplib::Response& res) {
