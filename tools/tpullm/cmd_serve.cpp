@@ -118,6 +118,15 @@ struct Server {
               " tokens; this bundle's compiled sequence length is " + std::to_string(seq) +
               " (prompt + answer), so at most " + std::to_string(seq - 1) + " prompt tokens fit",
           "invalid_request_error", chat ? "messages" : "prompt", "context_length_exceeded"};
+    const auto& params = bundle->model().params;
+    if (!params.with_history && n > params.max_input_length)
+      throw ApiError{400,
+                     "the prompt has " + std::to_string(n) +
+                         " tokens; this bundle was compiled without prefill_kv (--no-history), "
+                         "so a prompt must fit one prefill of " +
+                         std::to_string(params.max_input_length) + " tokens",
+                     "invalid_request_error", chat ? "messages" : "prompt",
+                     "context_length_exceeded"};
     spec.max_tokens = static_cast<int>(std::min<std::int64_t>(g.max_tokens.value_or(seq), seq - n));
     spec.sampling = g.sampling;
     spec.stop = g.stop;

@@ -83,7 +83,10 @@ struct Scheduler::Slot {
 
   /// Common prefix of the cache and `prompt`, less one when it is the whole prompt (the last
   /// prompt token is fed again: its logits choose the first answer token); as PromptCache.
+  /// Nothing without prefill_kv modules (a --no-history bundle prefills from position 0 only).
   std::size_t reusable(const std::vector<std::int32_t>& prompt) const {
+    if (!session->params().with_history)
+      return 0;
     const auto mis = std::mismatch(held.begin(), held.end(), prompt.begin(), prompt.end());
     auto n = static_cast<std::size_t>(mis.first - held.begin());
     if (n == prompt.size() && n > 0)
