@@ -81,6 +81,15 @@ async function run() {
     ['slots busy and queue full -> 503; a disconnect frees a slot for the queued request',
       async () => {
         const a = await openStream(server.url, forever);
+        // A short request on the other slot is answered while the long one goes on (the
+        // scheduler interleaves slots token by token): it is the first generation to finish.
+        const quick = await fetch(`${server.url}/v1/completions`, {
+          method: 'POST', headers: json,
+          body: JSON.stringify({ prompt: 'Hi', max_tokens: 3, temperature: 0 }),
+        });
+        assert.equal(quick.status, 200);
+        assert.equal(await metric(server.url, 'tpullm_generations_total'), 1);
+        assert.equal(await metric(server.url, 'tpullm_slots_busy'), 1);
         const b = await openStream(server.url, { ...forever, prompt: 'In a galaxy far away' });
         assert.equal(await metric(server.url, 'tpullm_slots_busy'), 2);
         // The third waits in the queue ...

@@ -66,8 +66,8 @@ std::string content_text(const json& c, std::size_t i) {
     bad(param, "content must be a string or an array of text parts", "invalid_type");
   std::string out;
   for (const auto& part : c) {
-    if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
-        !part["text"].is_string())
+    if (!part.is_object() || !part.contains("type") || part["type"] != "text" ||
+        !part.contains("text") || !part["text"].is_string())
       bad(param, "only text content parts ({\"type\": \"text\", \"text\": ...}) are supported");
     out += part["text"].get<std::string>();
   }
@@ -153,7 +153,8 @@ void parse_stop(const json& j, GenerationRequest& r, const RequestLimits& limits
 }
 
 void parse_sampling(const json& j, const nlohmann::json& d, GenerationRequest& r) {
-  const bool sample = d.is_object() && d.value("do_sample", false);
+  const bool sample = d.is_object() && d.contains("do_sample") && d["do_sample"].is_boolean() &&
+                      d["do_sample"].get<bool>();
   auto fallback = [&](const char* key) -> std::optional<double> {
     if (sample && d.contains(key) && d[key].is_number())
       return d[key].get<double>();
