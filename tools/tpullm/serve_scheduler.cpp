@@ -340,6 +340,10 @@ void Scheduler::step(Slot& s) {
                       0,
                       ApiError{bad_input ? 400 : 500, e.what(),
                                bad_input ? "invalid_request_error" : "server_error", "", ""}});
+  } catch (const std::exception& e) { // e.g. out of memory: this job fails, the server goes on
+    session.reset();
+    s.held.clear();
+    end(s, JobOutcome{"", {}, 0, 0, ApiError{500, e.what(), "server_error", "", ""}});
   }
 }
 
