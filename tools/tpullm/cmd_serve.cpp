@@ -154,7 +154,7 @@ struct Server {
     const bool usage = g.include_usage;
     res.set_chunked_content_provider(
         "text/event-stream",
-        [this, job, ids, st, usage](std::size_t, httplib::DataSink& sink) {
+        [job, ids, st, usage](std::size_t, httplib::DataSink& sink) {
           auto send = [&](const std::string& data) {
             const std::string frame = "data: " + data + "\n\n";
             st->last_write = std::chrono::steady_clock::now();
