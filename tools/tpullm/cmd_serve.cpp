@@ -1,0 +1,396 @@
+// tpullm serve FILE.bundle: an OpenAI-compatible HTTP server (cpp-httplib) over a bundle. HTTP
+// threads parse requests, render chats through the bundle's chat template, tokenize and wait for
+// text; one scheduler thread (serve_scheduler.hpp) owns all compute. Writes only its log
+// (stderr). SIGINT / SIGTERM end the in-flight requests and exit 0.
+#include <pthread.h>
+#include <signal.h>
+
+#include <atomic>
+#include <ctime>
+#include <filesystem>
+#include <iostream>
+#include <mutex>
+#include <thread>
+
+#include <httplib.h>
+
+#include "command.hpp"
+#include "serve_api.hpp"
+#include "serve_metrics.hpp"
+#include "serve_scheduler.hpp"
+#include "tpullm/frontend/memory_estimate.hpp"
+#include "tpullm/runtime/text_side.hpp"
+
+namespace tpullm::cli {
+
+namespace {
+
+using serve::ApiError;
+
+/// Request bodies larger than this get 413 (documented in docs/serve.md).
+constexpr std::size_t kMaxBodyBytes = 1 << 20;
+/// Slots --slots defaults to at most (more do not decode faster without batched decode).
+constexpr int kDefaultMaxSlots = 4;
+
+void send_error(httplib::Response& res, const ApiError& e) {
+  res.status = e.status;
+  if (e.status == 503)
+    res.set_header("Retry-After", "1");
+  res.set_content(serve::error_body(e), "application/json");
+}
+
+/// The server's shared state.
+struct Server {
+  Server(std::shared_ptr<const bundle::Bundle> b, runtime::TextSide t)
+      : bundle(std::move(b)), text(std::move(t)) {}
+
+  std::shared_ptr<const bundle::Bundle> bundle;
+  runtime::TextSide text;
+  std::string model_id;
+  std::string api_key;
+  serve::RequestLimits limits;
+  serve::Metrics metrics;
+  std::unique_ptr<serve::Scheduler> scheduler;
+  std::mutex template_mutex;
+  std::atomic<std::uint64_t> next_id{1};
+  std::atomic<int> streams{0}; ///< streaming answers still being written
+
+  void authorize(const httplib::Request& req) const {
+    if (api_key.empty())
+      return;
+    const std::string want = "Bearer " + api_key;
+    const std::string got = req.get_header_value("Authorization");
+    unsigned diff = got.size() != want.size();
+    for (std::size_t i = 0; i < std::min(got.size(), want.size()); ++i)
+      diff |= static_cast<unsigned>(got[i] ^ want[i]);
+    if (diff)
+      throw ApiError{401, "invalid API key (send 'Authorization: Bearer KEY')",
+                     "authentication_error", "", "invalid_api_key"};
+  }
+
+  /// The prompt's token ids: a chat rendered through the template, text tokenized (special
+  /// tokens added), ids checked against the vocabulary.
+  std::vector<std::int32_t> prompt_of(const serve::GenerationRequest& g) {
+    try {
+      if (g.chat) {
+        if (!text.chat_template)
+          throw ApiError{400, "this model's tokenizer has no chat template; use /v1/completions",
+                         "invalid_request_error", "messages", "no_chat_template"};
+        const auto special = runtime::template_special_tokens(text.tokenizer);
+        std::string rendered;
+        {
+          std::lock_guard lock(template_mutex);
+          const auto ctx = text::ChatTemplate::make_context(g.messages, nullptr, true, special,
+                                                            nlohmann::ordered_json::object());
+          rendered = text.chat_template->render(ctx);
+        }
+        return text.tokenizer.encode(rendered, false);
+      }
+      if (g.prompt_text)
+        return text.tokenizer.encode(*g.prompt_text, true);
+    } catch (const Error& e) {
+      throw ApiError{400, e.what(), "invalid_request_error", g.chat ? "messages" : "prompt", ""};
+    }
+    const auto vocab = bundle->model().vocab;
+    for (auto id : g.prompt_ids)
+      if (id >= vocab)
+        throw ApiError{400,
+                       "token id " + std::to_string(id) + " is outside the vocabulary [0, " +
+                           std::to_string(vocab) + ")",
+                       "invalid_request_error", "prompt", "invalid_value"};
+    return g.prompt_ids;
+  }
+
+  void generate(const httplib::Request& req, httplib::Response& res, bool chat) {
+    authorize(req);
+    auto g = serve::parse_request(req.body, chat, model_id,
+                                  text.tokenizer.config().generation_defaults, limits);
+    serve::JobSpec spec;
+    spec.prompt = prompt_of(g);
+    const std::int64_t seq = bundle->model().params.seq_length;
+    const auto n = static_cast<std::int64_t>(spec.prompt.size());
+    if (n == 0)
+      throw ApiError{400, "the prompt is empty", "invalid_request_error", "prompt", ""};
+    if (n >= seq)
+      throw ApiError{
+          400,
+          "the prompt has " + std::to_string(n) +
+              " tokens; this bundle's compiled sequence length is " + std::to_string(seq) +
+              " (prompt + answer), so at most " + std::to_string(seq - 1) + " prompt tokens fit",
+          "invalid_request_error", chat ? "messages" : "prompt", "context_length_exceeded"};
+    const auto& params = bundle->model().params;
+    if (!params.with_history && n > params.max_input_length)
+      throw ApiError{400,
+                     "the prompt has " + std::to_string(n) +
+                         " tokens; this bundle was compiled without prefill_kv (--no-history), "
+                         "so a prompt must fit one prefill of " +
+                         std::to_string(params.max_input_length) + " tokens",
+                     "invalid_request_error", chat ? "messages" : "prompt",
+                     "context_length_exceeded"};
+    spec.max_tokens = static_cast<int>(std::min<std::int64_t>(g.max_tokens.value_or(seq), seq - n));
+    spec.sampling = g.sampling;
+    spec.stop = g.stop;
+    auto job = scheduler->submit(std::move(spec));
+    serve::AnswerIds ids{(chat ? "chatcmpl-" : "cmpl-") + std::to_string(next_id++),
+                         static_cast<std::int64_t>(std::time(nullptr)), model_id, chat};
+    if (!g.stream) {
+      std::string answer;
+      while (!job->wait(answer, std::chrono::milliseconds(1000))) {
+      }
+      const auto& o = job->outcome();
+      if (o.error)
+        return send_error(res, *o.error);
+      res.set_content(serve::completion_body(ids, answer, o.finish_reason, o.usage),
+                      "application/json");
+      return;
+    }
+    res.set_header("Cache-Control", "no-cache");
+    ++streams;
+    struct State {
+      bool first = true, finished = false;
+      std::chrono::steady_clock::time_point last_write = std::chrono::steady_clock::now();
+    };
+    auto st = std::make_shared<State>();
+    const bool usage = g.include_usage;
+    res.set_chunked_content_provider(
+        "text/event-stream",
+        [job, ids, st, usage](std::size_t, httplib::DataSink& sink) {
+          auto send = [&](const std::string& data) {
+            const std::string frame = "data: " + data + "\n\n";
+            st->last_write = std::chrono::steady_clock::now();
+            return sink.write(frame.data(), frame.size());
+          };
+          if (st->first && ids.chat) {
+            st->first = false;
+            if (!send(serve::chunk_json(ids, "", true, "")))
+              return false;
+          }
+          std::string piece;
+          const bool done = job->wait(piece, std::chrono::milliseconds(200));
+          if (!piece.empty() && !send(serve::chunk_json(ids, piece, false, "")))
+            return false; // the client went away: the releaser cancels the job
+          if (!done) {
+            // A comment line now and then finds a client that went away while nothing is written.
+            if (std::chrono::steady_clock::now() - st->last_write > std::chrono::seconds(2)) {
+              const char ping[] = ": keep-alive\n\n";
+              st->last_write = std::chrono::steady_clock::now();
+              return sink.write(ping, sizeof ping - 1);
+            }
+            return true;
+          }
+          const auto& o = job->outcome();
+          if (o.error) {
+            if (!send(serve::error_body(*o.error)))
+              return false;
+          } else {
+            if (!send(serve::chunk_json(ids, "", false, o.finish_reason)))
+              return false;
+            if (usage && !send(serve::chunk_json(ids, "", false, "", &o.usage)))
+              return false;
+          }
+          if (!send("[DONE]"))
+            return false;
+          st->finished = true;
+          sink.done();
+          return true;
+        },
+        [this, job, st](bool) {
+          if (!st->finished)
+            job->cancel();
+          --streams;
+        });
+  }
+};
+
+/// Runs `body`, answering ApiError and library errors in OpenAI's error shape.
+template <class F>
+void answer(httplib::Response& res, F&& body) {
+  try {
+    body();
+  } catch (const ApiError& e) {
+    send_error(res, e);
+  } catch (const Error& e) {
+    const bool bad = e.kind() == ErrorKind::invalid_input || e.kind() == ErrorKind::unsupported;
+    send_error(res, ApiError{bad ? 400 : 500, e.what(),
+                             bad ? "invalid_request_error" : "server_error", "", ""});
+  }
+}
+
+int default_slots(const bundle::Bundle& b, std::int64_t cores) {
+  const double per_slot = static_cast<double>(serve::Scheduler::slot_bytes(b, cores));
+  // The weights are mapped and resident while serving; half of the rest is for slots.
+  const double room = (frontend::memory_limit_bytes() - static_cast<double>(b.file_bytes())) / 2;
+  const double n = per_slot > 0 ? room / per_slot : 1;
+  return static_cast<int>(std::clamp(n, 1.0, static_cast<double>(kDefaultMaxSlots)));
+}
+
+} // namespace
+
+int cmd_serve(const std::vector<std::string>& args) {
+  std::string file, host = "127.0.0.1", api_key;
+  int port = 8080, slots = 0;
+  std::int64_t cores = 0, max_queue = 8;
+  po::options_description o("tpullm serve FILE.bundle [options]\n\n"
+                            "An OpenAI-compatible HTTP server: POST /v1/chat/completions, POST "
+                            "/v1/completions, GET /v1/models, GET /health, GET /metrics.\n\n"
+                            "options");
+  o.add_options()("help,h", "show this help")("bundle", po::value(&file)->required(),
+                                              "bundle file (from tpullm compile)")(
+      "host", po::value(&host)->default_value(host),
+      "address to listen on")("port", po::value(&port)->default_value(port),
+                              "TCP port (0: any free port; the log says which)")(
+      "slots", po::value(&slots)->default_value(0),
+      "conversations with their own KV cache (0: what memory allows, at most 4)")(
+      "threads", po::value(&cores)->default_value(0), "cores to run on (0: the bundle target's)")(
+      "api-key", po::value(&api_key), "require 'Authorization: Bearer KEY' on /v1/ routes")(
+      "max-queue", po::value(&max_queue)->default_value(max_queue),
+      "requests that may wait for a slot; more get 503");
+  po::positional_options_description pos;
+  pos.add("bundle", 1);
+  po::variables_map vm;
+  po::store(po::command_line_parser(args).options(o).positional(pos).style(kOptionStyle).run(), vm);
+  if (vm.count("help")) {
+    std::cout << o;
+    return kOk;
+  }
+  po::notify(vm);
+  check(cores >= 0 && cores <= 4096, ErrorKind::invalid_input, "--threads",
+        "must be in [0, 4096] (0: the bundle target's), got ", cores);
+  check(port >= 0 && port <= 65535, ErrorKind::invalid_input, "--port",
+        "must be in [0, 65535], got ", port);
+  check(slots >= 0 && slots <= 256, ErrorKind::invalid_input, "--slots",
+        "must be in [0, 256] (0: what memory allows), got ", slots);
+  check(max_queue >= 0 && max_queue <= 4096, ErrorKind::invalid_input, "--max-queue",
+        "must be in [0, 4096], got ", max_queue);
+
+  // SIGINT / SIGTERM are taken by one thread (sigwait); every other thread blocks them. A client
+  // that goes away must not kill the server with SIGPIPE.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  ::signal(SIGPIPE, SIG_IGN);
+
+  auto opened = bundle::Bundle::open(file);
+  auto text = runtime::load_text_side(*opened, file);
+  Server s(std::move(opened), std::move(text));
+  s.model_id = std::filesystem::path(file).stem().string();
+  s.api_key = api_key;
+  if (slots == 0)
+    slots = default_slots(*s.bundle, cores);
+  s.scheduler = std::make_unique<serve::Scheduler>(
+      s.bundle, s.text, serve::SchedulerOptions{slots, cores, static_cast<std::size_t>(max_queue)},
+      s.metrics);
+
+  httplib::Server http;
+  // Enough threads for every slot, every queued request and a few probes (health, metrics); a
+  // request beyond them waits for a thread, then usually gets 503.
+  const std::size_t threads = static_cast<std::size_t>(slots + max_queue + 4);
+  http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  http.set_payload_max_length(kMaxBodyBytes);
+  http.set_tcp_nodelay(true); // each SSE event leaves at once (no Nagle delay)
+  http.set_read_timeout(5);
+  http.set_write_timeout(5);
+  http.set_logger([&s](const httplib::Request& req, const httplib::Response& res) {
+    // Routes by name (an unknown path is "other": clients cannot grow the label set).
+    const bool known = req.path == "/v1/chat/completions" || req.path == "/v1/completions" ||
+                       req.path == "/v1/models" || req.path == "/health" || req.path == "/metrics";
+    s.metrics.count_request(known ? req.path : "other", res.status);
+    std::cerr << "tpullm serve: " << req.method << " " << req.path << " " << res.status << "\n";
+  });
+  http.set_error_handler(
+      httplib::Server::HandlerWithResponse([](const httplib::Request& req, httplib::Response& res) {
+        if (!res.body.empty() || res.content_provider_)
+          return httplib::Server::HandlerResponse::Unhandled;
+        ApiError e{res.status, "", "invalid_request_error", "", ""};
+        if (res.status == 404) {
+          e.message = "no route " + req.method + " " + req.path;
+          e.code = "unknown_route";
+        } else if (res.status == 413) {
+          e.message = "the request body is larger than " + std::to_string(kMaxBodyBytes) + " bytes";
+          e.code = "body_too_large";
+        } else {
+          e.message = "the request was refused (HTTP " + std::to_string(res.status) + ")";
+        }
+        res.set_content(serve::error_body(e), "application/json");
+        return httplib::Server::HandlerResponse::Handled;
+      }));
+  http.set_exception_handler(
+      [](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+        std::string what = "unknown error";
+        try {
+          std::rethrow_exception(ep);
+        } catch (const std::exception& e) {
+          what = e.what();
+        } catch (...) {
+        }
+        send_error(res, ApiError{500, "internal error: " + what, "server_error", "", ""});
+      });
+
+  http.Post("/v1/chat/completions", [&s](const httplib::Request& req, httplib::Response& res) {
+    answer(res, [&] { s.generate(req, res, true); });
+  });
+  http.Post("/v1/completions", [&s](const httplib::Request& req, httplib::Response& res) {
+    answer(res, [&] { s.generate(req, res, false); });
+  });
+  http.Get("/v1/models", [&s](const httplib::Request& req, httplib::Response& res) {
+    answer(res, [&] {
+      s.authorize(req);
+      const nlohmann::ordered_json m = {
+          {"id", s.model_id}, {"object", "model"}, {"created", 0}, {"owned_by", "tpullm"}};
+      res.set_content(nlohmann::ordered_json{{"object", "list"}, {"data", {m}}}.dump(),
+                      "application/json");
+    });
+  });
+  http.Get(R"(/v1/models/(.+))", [&s](const httplib::Request& req, httplib::Response& res) {
+    answer(res, [&] {
+      s.authorize(req);
+      if (req.matches[1] != s.model_id)
+        throw ApiError{404, "the model '" + std::string(req.matches[1]) + "' does not exist",
+                       "invalid_request_error", "model", "model_not_found"};
+      res.set_content(
+          nlohmann::ordered_json{
+              {"id", s.model_id}, {"object", "model"}, {"created", 0}, {"owned_by", "tpullm"}}
+              .dump(),
+          "application/json");
+    });
+  });
+  http.Get("/health", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content("{\"status\":\"ok\"}", "application/json");
+  });
+  http.Get("/metrics", [&s](const httplib::Request&, httplib::Response& res) {
+    res.set_content(s.metrics.text(), "text/plain; version=0.0.4");
+  });
+
+  const int bound =
+      port == 0 ? http.bind_to_any_port(host) : (http.bind_to_port(host, port) ? port : -1);
+  check(bound > 0, ErrorKind::invalid_input, "--host / --port", "cannot listen on ", host, ":",
+        port);
+  const auto& m = s.bundle->model();
+  std::cerr << "tpullm serve: " << file << " (" << m.family << " '" << m.source << "', seq_length "
+            << m.params.seq_length << ") as model '" << s.model_id << "' with " << slots
+            << " slot(s) of " << serve::Scheduler::slot_bytes(*s.bundle, cores) / (1 << 20)
+            << " MiB; listening on http://" << host << ":" << bound << std::endl;
+
+  std::thread waiter([&] {
+    int sig = 0;
+    sigwait(&stop_signals, &sig);
+    std::cerr << "tpullm serve: signal " << sig << ", stopping" << std::endl;
+    s.scheduler->stop(); // in-flight requests end with 503 "shutting down"
+    // Let the streaming answers write their last event before the sockets close.
+    for (int i = 0; i < 50 && s.streams > 0; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    http.stop();
+  });
+  const bool ok = http.listen_after_bind();
+  if (!ok) { // listen failed on its own: wake the waiter so it can be joined
+    pthread_kill(waiter.native_handle(), SIGTERM);
+  }
+  waiter.join();
+  s.scheduler->stop();
+  std::cerr << "tpullm serve: stopped" << std::endl;
+  return kOk;
+}
+
+} // namespace tpullm::cli

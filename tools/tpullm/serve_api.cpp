@@ -1,0 +1,325 @@
+// OpenAI request parsing and response shapes of `tpullm serve` (serve_api.hpp).
+#include "serve_api.hpp"
+
+#include <cmath>
+#include <limits>
+
+namespace tpullm::cli::serve {
+
+namespace {
+
+using json = nlohmann::ordered_json;
+
+std::string dump(const json& j) {
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+[[noreturn]] void bad(const std::string& param, const std::string& message,
+                      const std::string& code = "invalid_value") {
+  throw ApiError{400, message, "invalid_request_error", param, code};
+}
+
+/// The number in `j[key]`, or nullopt when absent or null; 400 when not a number.
+std::optional<double> number(const json& j, const char* key) {
+  if (!j.contains(key) || j[key].is_null())
+    return std::nullopt;
+  if (!j[key].is_number())
+    bad(key, std::string("'") + key + "' must be a number", "invalid_type");
+  const double v = j[key].get<double>();
+  if (!std::isfinite(v))
+    bad(key, std::string("'") + key + "' must be finite");
+  return v;
+}
+
+/// The integer in `j[key]` within [lo, hi], or nullopt when absent or null.
+std::optional<std::int64_t> integer(const json& j, const char* key, std::int64_t lo,
+                                    std::int64_t hi) {
+  if (!j.contains(key) || j[key].is_null())
+    return std::nullopt;
+  if (!j[key].is_number_integer())
+    bad(key, std::string("'") + key + "' must be an integer", "invalid_type");
+  if (j[key].is_number_unsigned() && j[key].get<std::uint64_t>() > static_cast<std::uint64_t>(hi))
+    bad(key, std::string("'") + key + "' is out of range");
+  const auto v = j[key].get<std::int64_t>();
+  if (v < lo || v > hi)
+    bad(key, std::string("'") + key + "' must be in [" + std::to_string(lo) + ", " +
+                 std::to_string(hi) + "]");
+  return v;
+}
+
+bool boolean(const json& j, const char* key) {
+  if (!j.contains(key) || j[key].is_null())
+    return false;
+  if (!j[key].is_boolean())
+    bad(key, std::string("'") + key + "' must be a boolean", "invalid_type");
+  return j[key].get<bool>();
+}
+
+/// A message's content as text: a string, or an array of {"type": "text", "text": ...} parts.
+std::string content_text(const json& c, std::size_t i) {
+  const std::string param = "messages[" + std::to_string(i) + "].content";
+  if (c.is_string())
+    return c.get<std::string>();
+  if (c.is_null())
+    return {};
+  if (!c.is_array())
+    bad(param, "content must be a string or an array of text parts", "invalid_type");
+  std::string out;
+  for (const auto& part : c) {
+    if (!part.is_object() || !part.contains("type") || part["type"] != "text" ||
+        !part.contains("text") || !part["text"].is_string())
+      bad(param, "only text content parts ({\"type\": \"text\", \"text\": ...}) are supported");
+    out += part["text"].get<std::string>();
+  }
+  return out;
+}
+
+json parse_messages(const json& j, const RequestLimits& limits) {
+  if (!j.contains("messages"))
+    bad("messages", "'messages' is required", "missing_required_parameter");
+  const json& m = j["messages"];
+  if (!m.is_array() || m.empty())
+    bad("messages", "'messages' must be a non-empty array", "invalid_type");
+  if (m.size() > limits.max_messages)
+    bad("messages", "at most " + std::to_string(limits.max_messages) + " messages are accepted");
+  json out = json::array();
+  for (std::size_t i = 0; i < m.size(); ++i) {
+    const json& msg = m[i];
+    const std::string param = "messages[" + std::to_string(i) + "]";
+    if (!msg.is_object() || !msg.contains("role") || !msg["role"].is_string())
+      bad(param, "each message must be an object with a string 'role'", "invalid_type");
+    const auto role = msg["role"].get<std::string>();
+    if (role != "system" && role != "developer" && role != "user" && role != "assistant")
+      bad(param + ".role",
+          "role '" + role + "' is not supported (system, developer, user or assistant)");
+    if (msg.contains("tool_calls") && !msg["tool_calls"].is_null())
+      bad(param, "tool calls are not supported");
+    out.push_back({{"role", role == "developer" ? "system" : role},
+                   {"content", content_text(msg.value("content", json()), i)}});
+  }
+  return out;
+}
+
+void parse_prompt(const json& j, GenerationRequest& r, const RequestLimits& limits) {
+  if (!j.contains("prompt"))
+    bad("prompt", "'prompt' is required", "missing_required_parameter");
+  const json& p = j["prompt"];
+  auto ids = [&](const json& a) {
+    if (a.empty())
+      bad("prompt", "the prompt is empty");
+    if (a.size() > limits.max_prompt_ids)
+      bad("prompt", "the prompt has more than " + std::to_string(limits.max_prompt_ids) + " ids");
+    for (const auto& v : a) {
+      if (!v.is_number_integer() || v.get<std::int64_t>() < 0 ||
+          v.get<std::int64_t>() > std::numeric_limits<std::int32_t>::max())
+        bad("prompt", "a token-id prompt must be an array of non-negative integers");
+      r.prompt_ids.push_back(static_cast<std::int32_t>(v.get<std::int64_t>()));
+    }
+  };
+  if (p.is_string()) {
+    r.prompt_text = p.get<std::string>();
+  } else if (p.is_array() && p.size() == 1 && p[0].is_string()) {
+    r.prompt_text = p[0].get<std::string>();
+  } else if (p.is_array() && p.size() == 1 && p[0].is_array()) {
+    ids(p[0]);
+  } else if (p.is_array() && !p.empty() && p[0].is_number()) {
+    ids(p);
+  } else {
+    bad("prompt", "'prompt' must be a string, an array of token ids, or a one-element array of "
+                  "either (several prompts per request are not supported)");
+  }
+  if (r.prompt_text && r.prompt_text->empty())
+    bad("prompt", "the prompt is empty");
+}
+
+void parse_stop(const json& j, GenerationRequest& r, const RequestLimits& limits) {
+  if (!j.contains("stop") || j["stop"].is_null())
+    return;
+  const json& s = j["stop"];
+  json list = s.is_string() ? json::array({s}) : s;
+  if (!list.is_array())
+    bad("stop", "'stop' must be a string or an array of strings", "invalid_type");
+  if (list.size() > limits.max_stop)
+    bad("stop", "at most " + std::to_string(limits.max_stop) + " stop strings are accepted");
+  for (const auto& v : list) {
+    if (!v.is_string())
+      bad("stop", "'stop' must be a string or an array of strings", "invalid_type");
+    auto text = v.get<std::string>();
+    if (text.empty() || text.size() > limits.max_stop_bytes)
+      bad("stop",
+          "each stop string must have 1 to " + std::to_string(limits.max_stop_bytes) + " bytes");
+    r.stop.push_back(std::move(text));
+  }
+}
+
+void parse_sampling(const json& j, const nlohmann::json& d, GenerationRequest& r) {
+  const bool sample = d.is_object() && d.contains("do_sample") && d["do_sample"].is_boolean() &&
+                      d["do_sample"].get<bool>();
+  auto fallback = [&](const char* key) -> std::optional<double> {
+    if (sample && d.contains(key) && d[key].is_number())
+      return d[key].get<double>();
+    return std::nullopt;
+  };
+  auto& s = r.sampling;
+  if (auto v = number(j, "temperature"); v || (v = fallback("temperature"))) {
+    if (*v < 0 || *v > 2)
+      bad("temperature", "'temperature' must be in [0, 2]");
+    s.temperature = static_cast<float>(*v);
+  }
+  if (auto v = number(j, "top_p"); v || (v = fallback("top_p"))) {
+    if (!(*v > 0 && *v <= 1))
+      bad("top_p", "'top_p' must be in (0, 1]");
+    s.top_p = static_cast<float>(*v);
+  }
+  if (auto v = integer(j, "top_k", 0, std::numeric_limits<int>::max()))
+    s.top_k = static_cast<int>(*v);
+  else if (auto f = fallback("top_k"); f && *f >= 0 && *f <= 1e9)
+    s.top_k = static_cast<int>(*f);
+  if (auto v = number(j, "repetition_penalty"); v || (v = fallback("repetition_penalty"))) {
+    if (!(*v > 0))
+      bad("repetition_penalty", "'repetition_penalty' must be > 0");
+    s.repetition_penalty = static_cast<float>(*v);
+  }
+  // OpenAI's frequency / presence penalties subtract from logits by count; HF's repetition
+  // penalty divides them: they do not map, so only their neutral value is accepted.
+  for (const char* key : {"frequency_penalty", "presence_penalty"})
+    if (auto v = number(j, key); v && *v != 0)
+      bad(key, std::string("'") + key +
+                   "' is not supported (it does not map onto the model's repetition penalty); "
+                   "use 'repetition_penalty'");
+  if (j.contains("seed") && !j["seed"].is_null()) {
+    if (!j["seed"].is_number_integer())
+      bad("seed", "'seed' must be an integer", "invalid_type");
+    s.seed = j["seed"].is_number_unsigned()
+                 ? j["seed"].get<std::uint64_t>()
+                 : static_cast<std::uint64_t>(j["seed"].get<std::int64_t>());
+  }
+}
+
+} // namespace
+
+std::string error_body(const ApiError& e) {
+  json err = {{"message", e.message},
+              {"type", e.type},
+              {"param", e.param.empty() ? json() : json(e.param)},
+              {"code", e.code.empty() ? json() : json(e.code)}};
+  return dump(json{{"error", err}});
+}
+
+GenerationRequest parse_request(const std::string& body, bool chat, const std::string& model,
+                                const nlohmann::json& defaults, const RequestLimits& limits) {
+  json j;
+  try {
+    j = json::parse(body);
+  } catch (const json::exception& e) {
+    throw ApiError{400, std::string("the body is not valid JSON: ") + e.what(),
+                   "invalid_request_error", "", "invalid_json"};
+  }
+  if (!j.is_object())
+    bad("", "the body must be a JSON object", "invalid_type");
+  if (j.contains("model") && !j["model"].is_null()) {
+    if (!j["model"].is_string())
+      bad("model", "'model' must be a string", "invalid_type");
+    if (j["model"].get<std::string>() != model)
+      throw ApiError{404,
+                     "the model '" + j["model"].get<std::string>() +
+                         "' does not exist (this server serves '" + model + "')",
+                     "invalid_request_error", "model", "model_not_found"};
+  }
+  GenerationRequest r;
+  r.chat = chat;
+  if (chat)
+    r.messages = parse_messages(j, limits);
+  else
+    parse_prompt(j, r, limits);
+  r.stream = boolean(j, "stream");
+  if (j.contains("stream_options") && !j["stream_options"].is_null()) {
+    if (!j["stream_options"].is_object())
+      bad("stream_options", "'stream_options' must be an object", "invalid_type");
+    r.include_usage = boolean(j["stream_options"], "include_usage");
+  }
+  const char* budget =
+      chat && j.contains("max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
+  if (auto v = integer(j, budget, 1, std::numeric_limits<int>::max()))
+    r.max_tokens = static_cast<int>(*v);
+  if (auto n = integer(j, "n", 1, std::numeric_limits<int>::max()); n && *n != 1)
+    bad("n", "only n = 1 is supported");
+  if (auto n = integer(j, "best_of", 1, std::numeric_limits<int>::max()); n && *n != 1)
+    bad("best_of", "only best_of = 1 is supported");
+  if (boolean(j, "echo"))
+    bad("echo", "'echo' is not supported");
+  if ((j.contains("logprobs") && !j["logprobs"].is_null() && j["logprobs"] != false) ||
+      (j.contains("top_logprobs") && !j["top_logprobs"].is_null()))
+    bad("logprobs", "log probabilities are not supported");
+  if (j.contains("tools") && !j["tools"].is_null() &&
+      !(j["tools"].is_array() && j["tools"].empty()))
+    bad("tools", "tools are not supported");
+  if (j.contains("suffix") && !j["suffix"].is_null())
+    bad("suffix", "'suffix' is not supported");
+  parse_stop(j, r, limits);
+  parse_sampling(j, defaults, r);
+  return r;
+}
+
+nlohmann::ordered_json usage_json(const Usage& u) {
+  return {{"prompt_tokens", u.prompt_tokens},
+          {"completion_tokens", u.completion_tokens},
+          {"total_tokens", u.prompt_tokens + u.completion_tokens},
+          {"prompt_tokens_details", {{"cached_tokens", u.cached_tokens}}}};
+}
+
+namespace {
+
+json head(const AnswerIds& ids, bool chunk) {
+  const char* object =
+      ids.chat ? (chunk ? "chat.completion.chunk" : "chat.completion") : "text_completion";
+  return {{"id", ids.id}, {"object", object}, {"created", ids.created}, {"model", ids.model}};
+}
+
+json reason(const std::string& r) {
+  return r.empty() ? json() : json(r);
+}
+
+} // namespace
+
+std::string completion_body(const AnswerIds& ids, const std::string& text,
+                            const std::string& finish_reason, const Usage& u) {
+  json out = head(ids, false);
+  json choice = {{"index", 0}};
+  if (ids.chat)
+    choice["message"] = {{"role", "assistant"}, {"content", text}};
+  else
+    choice["text"] = text;
+  choice["logprobs"] = nullptr;
+  choice["finish_reason"] = reason(finish_reason);
+  out["choices"] = json::array({choice});
+  out["usage"] = usage_json(u);
+  return dump(out);
+}
+
+std::string chunk_json(const AnswerIds& ids, const std::string& text, bool role,
+                       const std::string& finish_reason, const Usage* usage) {
+  json out = head(ids, true);
+  if (usage) {
+    out["choices"] = json::array();
+    out["usage"] = usage_json(*usage);
+    return dump(out);
+  }
+  json choice = {{"index", 0}};
+  if (ids.chat) {
+    json delta = json::object();
+    if (role)
+      delta["role"] = "assistant";
+    if (!text.empty() || role)
+      delta["content"] = text;
+    choice["delta"] = delta;
+  } else {
+    choice["text"] = text;
+  }
+  choice["logprobs"] = nullptr;
+  choice["finish_reason"] = reason(finish_reason);
+  out["choices"] = json::array({choice});
+  return dump(out);
+}
+
+} // namespace tpullm::cli::serve

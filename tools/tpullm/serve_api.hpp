@@ -1,0 +1,85 @@
+#pragma once
+// The OpenAI API shapes `tpullm serve` speaks: requests of /v1/chat/completions and
+// /v1/completions parsed and checked into a GenerationRequest, and the JSON it answers with
+// (completion objects, stream chunks, error objects).
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "tpullm/runtime/sampler.hpp"
+
+namespace tpullm::cli::serve {
+
+/// A request refused before it reaches the model: the HTTP status and OpenAI's error fields.
+struct ApiError {
+  int status = 400;                           ///< HTTP status
+  std::string message;                        ///< error.message
+  std::string type = "invalid_request_error"; ///< error.type
+  std::string param;                          ///< error.param ("" = null)
+  std::string code;                           ///< error.code ("" = null)
+};
+
+/// OpenAI's error object: {"error": {"message", "type", "param", "code"}}.
+std::string error_body(const ApiError& e);
+
+/// Limits on what a request may ask for (documented in docs/serve.md).
+struct RequestLimits {
+  std::size_t max_messages = 1024;      ///< messages per chat request
+  std::size_t max_stop = 4;             ///< stop strings (OpenAI's limit)
+  std::size_t max_stop_bytes = 256;     ///< bytes of one stop string
+  std::size_t max_prompt_ids = 1 << 20; ///< token ids of a /v1/completions id prompt
+};
+
+/// What the endpoint asked for, checked: either chat messages (rendered later through the chat
+/// template) or a raw prompt (text, or token ids), and how to generate.
+struct GenerationRequest {
+  bool chat = false;                      ///< /v1/chat/completions
+  nlohmann::ordered_json messages;        ///< chat: the messages, each with a string role
+  std::optional<std::string> prompt_text; ///< completions: a text prompt
+  std::vector<std::int32_t> prompt_ids;   ///< completions: a token-id prompt
+  bool stream = false;                    ///< answer as server-sent events
+  bool include_usage = false;             ///< stream_options.include_usage
+  std::optional<int> max_tokens;          ///< max_tokens / max_completion_tokens
+  std::vector<std::string> stop;          ///< stop strings (not part of the answer)
+  runtime::SamplingOptions sampling;      ///< temperature, top_p, top_k, seed, penalty
+};
+
+/// Parses a request body for `chat` (else /v1/completions). `model` is the served model's id:
+/// a request naming another gets 404. Sampling fields the request leaves out take `defaults`
+/// (generation_config.json's do_sample, temperature, top_k, top_p, repetition_penalty) as
+/// `tpullm run` does; without do_sample they stay greedy. Throws ApiError (400, 404).
+GenerationRequest parse_request(const std::string& body, bool chat, const std::string& model,
+                                const nlohmann::json& defaults, const RequestLimits& limits);
+
+/// Token counts of an answer, as OpenAI's `usage` object.
+struct Usage {
+  std::int64_t prompt_tokens = 0;     ///< the whole prompt
+  std::int64_t completion_tokens = 0; ///< generated tokens (the stop token counts)
+  std::int64_t cached_tokens = 0;     ///< prompt tokens found in the slot's KV cache
+};
+
+/// {"prompt_tokens", "completion_tokens", "total_tokens", "prompt_tokens_details":
+/// {"cached_tokens"}}.
+nlohmann::ordered_json usage_json(const Usage& u);
+
+/// Names shared by the objects of one answer.
+struct AnswerIds {
+  std::string id;           ///< "chatcmpl-N" / "cmpl-N"
+  std::int64_t created = 0; ///< Unix seconds
+  std::string model;        ///< the served model's id
+  bool chat = false;        ///< chat.completion[.chunk] (else text_completion)
+};
+
+/// The whole answer of a non-streaming request: a chat.completion or text_completion object.
+std::string completion_body(const AnswerIds& ids, const std::string& text,
+                            const std::string& finish_reason, const Usage& u);
+/// One stream chunk's JSON (without the "data: " framing). `role`: the first chat chunk carries
+/// delta.role; `finish_reason` "" = null; `usage`: the last chunk with include_usage (choices
+/// empty).
+std::string chunk_json(const AnswerIds& ids, const std::string& text, bool role,
+                       const std::string& finish_reason, const Usage* usage = nullptr);
+
+} // namespace tpullm::cli::serve

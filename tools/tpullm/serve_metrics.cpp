@@ -1,0 +1,76 @@
+// Prometheus counters of `tpullm serve` (serve_metrics.hpp).
+#include "serve_metrics.hpp"
+
+#include <sstream>
+
+namespace tpullm::cli::serve {
+
+void Metrics::count_request(const std::string& route, int status) {
+  std::lock_guard lock(m_);
+  ++requests_[{route, status}];
+}
+
+void Metrics::count_generation(std::int64_t prompt_tokens, std::int64_t cached_tokens,
+                               std::int64_t completion_tokens, double ttft_seconds,
+                               double decode_seconds) {
+  std::lock_guard lock(m_);
+  ++generations_;
+  prompt_ += prompt_tokens;
+  cached_ += cached_tokens;
+  completion_ += completion_tokens;
+  ttft_sum_ += ttft_seconds;
+  if (completion_tokens > 1 && decode_seconds > 0) {
+    decoded_ += completion_tokens - 1;
+    decode_seconds_ += decode_seconds;
+    last_tps_ = static_cast<double>(completion_tokens - 1) / decode_seconds;
+  }
+}
+
+void Metrics::set_load(std::int64_t queued, std::int64_t busy, std::int64_t slots) {
+  std::lock_guard lock(m_);
+  queued_ = queued;
+  busy_ = busy;
+  slots_ = slots;
+}
+
+std::string Metrics::text() const {
+  std::lock_guard lock(m_);
+  std::ostringstream o;
+  auto metric = [&](const char* name, const char* type, const char* help) {
+    o << "# HELP " << name << " " << help << "\n# TYPE " << name << " " << type << "\n";
+  };
+  metric("tpullm_requests_total", "counter", "HTTP requests answered, by route and status.");
+  for (const auto& [key, n] : requests_)
+    o << "tpullm_requests_total{route=\"" << key.first << "\",status=\"" << key.second << "\"} "
+      << n << "\n";
+  metric("tpullm_generations_total", "counter", "Generations finished.");
+  o << "tpullm_generations_total " << generations_ << "\n";
+  metric("tpullm_prompt_tokens_total", "counter", "Prompt tokens of finished generations.");
+  o << "tpullm_prompt_tokens_total " << prompt_ << "\n";
+  metric("tpullm_cached_prompt_tokens_total", "counter",
+         "Prompt tokens found in a slot's KV cache (not prefilled again).");
+  o << "tpullm_cached_prompt_tokens_total " << cached_ << "\n";
+  metric("tpullm_completion_tokens_total", "counter", "Generated tokens.");
+  o << "tpullm_completion_tokens_total " << completion_ << "\n";
+  metric("tpullm_time_to_first_token_seconds", "summary",
+         "From a generation's start on its slot to its first token.");
+  o << "tpullm_time_to_first_token_seconds_sum " << ttft_sum_ << "\n"
+    << "tpullm_time_to_first_token_seconds_count " << generations_ << "\n";
+  metric("tpullm_decode_seconds_total", "counter",
+         "Seconds spent producing tokens after the first.");
+  o << "tpullm_decode_seconds_total " << decode_seconds_ << "\n";
+  metric("tpullm_decode_tokens_total", "counter", "Tokens produced after each first token.");
+  o << "tpullm_decode_tokens_total " << decoded_ << "\n";
+  metric("tpullm_decode_tokens_per_second", "gauge",
+         "Decode speed of the last finished generation (tokens after the first / their seconds).");
+  o << "tpullm_decode_tokens_per_second " << last_tps_ << "\n";
+  metric("tpullm_queue_depth", "gauge", "Requests waiting for a slot.");
+  o << "tpullm_queue_depth " << queued_ << "\n";
+  metric("tpullm_slots_busy", "gauge", "Slots generating.");
+  o << "tpullm_slots_busy " << busy_ << "\n";
+  metric("tpullm_slots", "gauge", "Slots (conversations with their own KV cache).");
+  o << "tpullm_slots " << slots_ << "\n";
+  return o.str();
+}
+
+} // namespace tpullm::cli::serve

@@ -1,0 +1,350 @@
+// Slots, queue and the scheduler thread of `tpullm serve` (serve_scheduler.hpp).
+#include "serve_scheduler.hpp"
+
+#include <algorithm>
+
+#include "tpullm/runtime/compiled_stages.hpp"
+#include "tpullm/runtime/engine.hpp"
+#include "tpullm/runtime/session.hpp"
+#include "tpullm/text/stream_decoder.hpp"
+
+namespace tpullm::cli::serve {
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+double seconds_since(clock_type::time_point t) {
+  return std::chrono::duration<double>(clock_type::now() - t).count();
+}
+
+/// Length of the longest suffix of `text` that is a proper prefix of one of `stops`.
+std::size_t partial_stop(const std::string& text, const std::vector<std::string>& stops) {
+  std::size_t best = 0;
+  for (const auto& s : stops)
+    for (std::size_t n = std::min(s.size() - 1, text.size()); n > best; --n)
+      if (text.compare(text.size() - n, n, s, 0, n) == 0) {
+        best = n;
+        break;
+      }
+  return best;
+}
+
+} // namespace
+
+bool Job::wait(std::string& text, std::chrono::milliseconds timeout) {
+  std::unique_lock lock(m_);
+  cv_.wait_for(lock, timeout, [&] { return done_ || !pending_.empty(); });
+  text += pending_;
+  pending_.clear();
+  return done_;
+}
+
+void Job::emit(const std::string& text) {
+  if (text.empty())
+    return;
+  {
+    std::lock_guard lock(m_);
+    pending_ += text;
+  }
+  cv_.notify_all();
+}
+
+void Job::finish(JobOutcome o) {
+  {
+    std::lock_guard lock(m_);
+    outcome_ = std::move(o);
+    done_ = true;
+  }
+  cv_.notify_all();
+}
+
+/// One conversation: its executor, the session over it, the ids its KV cache holds, and the job
+/// it is generating (with that job's progress).
+struct Scheduler::Slot {
+  std::unique_ptr<runtime::Executor> exec;
+  std::unique_ptr<runtime::CompiledStages> stages;
+  std::unique_ptr<runtime::Session> session;
+  std::vector<std::int32_t> held; ///< token ids in the KV cache, in position order
+  std::uint64_t last_used = 0;
+
+  std::shared_ptr<Job> job;
+  std::optional<runtime::Sampler> sampler;
+  std::optional<text::StreamDecoder> decoder;
+  std::vector<std::int32_t> context; ///< prompt + generated (the repetition penalty's context)
+  std::size_t fed = 0;               ///< prompt tokens in the cache
+  std::int64_t cached = 0;           ///< prompt tokens found there at the start
+  int generated = 0;
+  std::int32_t last = 0; ///< the last sampled token (fed at the next decode step)
+  std::string text;      ///< the answer so far
+  std::size_t sent = 0;  ///< bytes of `text` handed to the job
+  clock_type::time_point t0, t_first;
+  bool started = false;
+
+  /// Common prefix of the cache and `prompt`, less one when it is the whole prompt (the last
+  /// prompt token is fed again: its logits choose the first answer token); as PromptCache.
+  /// Nothing without prefill_kv modules (a --no-history bundle prefills from position 0 only).
+  std::size_t reusable(const std::vector<std::int32_t>& prompt) const {
+    if (!session->params().with_history)
+      return 0;
+    const auto mis = std::mismatch(held.begin(), held.end(), prompt.begin(), prompt.end());
+    auto n = static_cast<std::size_t>(mis.first - held.begin());
+    if (n == prompt.size() && n > 0)
+      n -= 1;
+    return n;
+  }
+};
+
+std::int64_t Scheduler::slot_bytes(const bundle::Bundle& b, std::int64_t cores) {
+  const std::int64_t n = cores > 0 ? cores : b.target().cores;
+  return b.kv().bytes() + b.max_arena() + std::max(b.target().local_memory, b.max_local()) * n;
+}
+
+Scheduler::Scheduler(std::shared_ptr<const bundle::Bundle> bundle, const runtime::TextSide& text,
+                     SchedulerOptions options, Metrics& metrics)
+    : bundle_(std::move(bundle)), text_(text), options_(options), metrics_(metrics) {
+  check(options_.slots >= 1, ErrorKind::invalid_input, "--slots", "must be >= 1");
+  const auto dims = runtime::Engine::dims_of(bundle_->model());
+  for (int i = 0; i < options_.slots; ++i) {
+    auto s = std::make_unique<Slot>();
+    s->exec = bundle_->make_executor(options_.cores);
+    s->stages = std::make_unique<runtime::CompiledStages>(*s->exec);
+    s->session = std::make_unique<runtime::Session>(*s->stages, dims, bundle_->model().params);
+    slots_.push_back(std::move(s));
+  }
+  metrics_.set_load(0, 0, slots());
+  thread_ = std::thread([this] { loop(); });
+}
+
+Scheduler::~Scheduler() {
+  stop();
+}
+
+std::shared_ptr<Job> Scheduler::submit(JobSpec spec) {
+  auto job = std::make_shared<Job>(std::move(spec));
+  {
+    std::lock_guard lock(m_);
+    if (stopping_)
+      throw ApiError{503, "the server is shutting down", "server_error", "", "shutting_down"};
+    std::size_t busy = 0;
+    for (const auto& s : slots_)
+      busy += s->job != nullptr;
+    // A job waits only when every slot is taken; the queue holds at most max_queue of them.
+    if (queue_.size() + busy >= slots_.size() + options_.max_queue)
+      throw ApiError{503,
+                     "the server is busy: every slot is generating and " +
+                         std::to_string(options_.max_queue) +
+                         " requests are already waiting; retry later",
+                     "server_error", "", "queue_full"};
+    queue_.push_back(job);
+  }
+  cv_.notify_all();
+  return job;
+}
+
+void Scheduler::stop() {
+  {
+    std::lock_guard lock(m_);
+    if (stopping_ && !thread_.joinable())
+      return;
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable())
+    thread_.join();
+}
+
+void Scheduler::assign_locked() {
+  while (!queue_.empty()) {
+    auto& job = queue_.front();
+    Slot* best = nullptr;
+    std::size_t best_reuse = 0;
+    for (auto& s : slots_) {
+      if (s->job)
+        continue;
+      const std::size_t r = s->reusable(job->spec().prompt);
+      if (!best || r > best_reuse || (r == best_reuse && s->last_used < best->last_used)) {
+        best = s.get();
+        best_reuse = r;
+      }
+    }
+    if (!best)
+      return;
+    best->job = std::move(job);
+    best->started = false;
+    queue_.pop_front();
+  }
+}
+
+void Scheduler::loop() {
+  for (;;) {
+    std::vector<Slot*> busy;
+    std::deque<std::shared_ptr<Job>> dropped;
+    bool stopping = false;
+    {
+      std::unique_lock lock(m_);
+      cv_.wait(lock, [&] {
+        if (stopping_ || !queue_.empty())
+          return true;
+        return std::any_of(slots_.begin(), slots_.end(), [](const auto& s) { return s->job; });
+      });
+      stopping = stopping_;
+      if (stopping)
+        dropped.swap(queue_);
+      else
+        assign_locked();
+      for (auto& s : slots_)
+        if (s->job)
+          busy.push_back(s.get());
+      metrics_.set_load(static_cast<std::int64_t>(queue_.size()),
+                        static_cast<std::int64_t>(busy.size()), slots());
+    }
+    if (stopping) { // end() takes the lock itself
+      const ApiError down{503, "the server is shutting down", "server_error", "", "shutting_down"};
+      for (auto& j : dropped)
+        j->finish(JobOutcome{"", {}, 0, 0, down});
+      for (Slot* s : busy)
+        end(*s, JobOutcome{"", {}, 0, 0, down});
+      return;
+    }
+    // Round robin: every busy slot takes one step (a prefill segment or a token), then the
+    // queue is looked at again.
+    for (Slot* s : busy)
+      step(*s);
+  }
+}
+
+void Scheduler::end(Slot& s, JobOutcome o) {
+  if (!o.error)
+    metrics_.count_generation(o.usage.prompt_tokens, o.usage.cached_tokens,
+                              o.usage.completion_tokens, o.ttft_seconds, o.decode_seconds);
+  std::shared_ptr<Job> job;
+  {
+    std::lock_guard lock(m_); // submit() counts busy slots under the lock
+    job = std::move(s.job);
+    s.job.reset();
+    s.last_used = ++clock_;
+    std::int64_t busy = 0;
+    for (const auto& slot : slots_)
+      busy += slot->job != nullptr;
+    metrics_.set_load(static_cast<std::int64_t>(queue_.size()), busy, slots());
+  }
+  s.sampler.reset();
+  s.decoder.reset();
+  s.context.clear();
+  s.text.clear();
+  job->finish(std::move(o));
+}
+
+void Scheduler::step(Slot& s) {
+  Job& job = *s.job;
+  const JobSpec& spec = job.spec();
+  auto outcome = [&](std::string reason) {
+    JobOutcome o;
+    o.finish_reason = std::move(reason);
+    o.usage = {static_cast<std::int64_t>(spec.prompt.size()), s.generated, s.cached};
+    o.ttft_seconds = std::chrono::duration<double>(s.t_first - s.t0).count();
+    o.decode_seconds = s.generated > 1 ? seconds_since(s.t_first) : 0.0;
+    return o;
+  };
+  if (job.cancelled_) { // the client went away: the slot is free for the next job
+    end(s, JobOutcome{"",
+                      {},
+                      0,
+                      0,
+                      ApiError{499, "the client closed the connection", "invalid_request_error", "",
+                               "client_closed"}});
+    return;
+  }
+  runtime::Session& session = *s.session;
+  try {
+    if (!s.started) {
+      s.started = true;
+      s.t0 = clock_type::now();
+      s.fed = s.reusable(spec.prompt);
+      s.cached = static_cast<std::int64_t>(s.fed);
+      session.truncate(static_cast<std::int64_t>(s.fed));
+      s.held.resize(s.fed);
+      s.sampler.emplace(spec.sampling);
+      s.decoder.emplace(text_.tokenizer, true);
+      s.context = spec.prompt;
+      s.generated = 0;
+      s.sent = 0;
+    }
+    std::vector<float> logits;
+    if (s.fed < spec.prompt.size()) {
+      // One prefill segment per step (max_input_length tokens), so other slots go on between.
+      const std::size_t n = std::min<std::size_t>(
+          spec.prompt.size() - s.fed, static_cast<std::size_t>(session.params().max_input_length));
+      const std::vector<std::int32_t> seg(spec.prompt.begin() + static_cast<std::ptrdiff_t>(s.fed),
+                                          spec.prompt.begin() +
+                                              static_cast<std::ptrdiff_t>(s.fed + n));
+      logits = session.prefill(seg, false);
+      s.held.insert(s.held.end(), seg.begin(), seg.end());
+      s.fed += n;
+      if (s.fed < spec.prompt.size())
+        return;
+    } else {
+      logits = session.decode(s.last);
+      s.held.push_back(s.last);
+    }
+    const std::int32_t tok = s.sampler->sample(logits, s.context);
+    s.context.push_back(tok);
+    s.last = tok;
+    if (++s.generated == 1)
+      s.t_first = clock_type::now();
+    const auto& eos = text_.stop_ids;
+    const bool is_eos = std::find(eos.begin(), eos.end(), tok) != eos.end();
+    std::optional<std::string> reason;
+    if (is_eos) {
+      reason = "stop";
+    } else {
+      s.text += s.decoder->push(tok);
+      if (s.generated >= spec.max_tokens || session.length() >= session.params().seq_length)
+        reason = "length";
+    }
+    if (reason)
+      s.text += s.decoder->finish();
+    // A stop string ends the answer before it (searched from where it could begin).
+    std::size_t longest = 0;
+    for (const auto& st : spec.stop)
+      longest = std::max(longest, st.size());
+    const std::size_t from = s.sent > longest ? s.sent - longest : 0;
+    std::size_t cut = std::string::npos;
+    for (const auto& st : spec.stop)
+      cut = std::min(cut, s.text.find(st, from));
+    if (cut != std::string::npos) {
+      s.text.resize(cut);
+      reason = "stop";
+    }
+    std::size_t safe = s.text.size();
+    if (!reason) {
+      safe -= partial_stop(s.text, spec.stop);
+      while (safe > s.sent && (static_cast<unsigned char>(s.text[safe]) & 0xC0) == 0x80)
+        --safe; // never split a character
+    }
+    if (safe > s.sent) {
+      job.emit(s.text.substr(s.sent, safe - s.sent));
+      s.sent = safe;
+    }
+    if (reason)
+      end(s, outcome(*reason));
+  } catch (const Error& e) {
+    // What the cache holds after a failed step is not known: forget it.
+    session.reset();
+    s.held.clear();
+    const bool bad_input = e.kind() == ErrorKind::invalid_input;
+    end(s, JobOutcome{"",
+                      {},
+                      0,
+                      0,
+                      ApiError{bad_input ? 400 : 500, e.what(),
+                               bad_input ? "invalid_request_error" : "server_error", "", ""}});
+  } catch (const std::exception& e) { // e.g. out of memory: this job fails, the server goes on
+    session.reset();
+    s.held.clear();
+    end(s, JobOutcome{"", {}, 0, 0, ApiError{500, e.what(), "server_error", "", ""}});
+  }
+}
+
+} // namespace tpullm::cli::serve

@@ -1,0 +1,121 @@
+#pragma once
+// The compute side of `tpullm serve`: N slots, each a conversation with its own executor (its
+// own KV cache and activation arena; the weights are the bundle's mapping, shared), a bounded
+// queue of jobs waiting for a slot, and one scheduler thread that owns all compute. It steps the
+// busy slots in turn, one prefill segment or one decode token each, so a long generation delays
+// another's first token by at most one step per busy slot. A job goes to the free slot whose
+// cached tokens share the longest prefix with its prompt (a chat client resending the whole
+// conversation prefills only the new suffix, through prefill_kv), else to the least recently
+// used one. HTTP threads only submit jobs and wait for their text.
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "serve_api.hpp"
+#include "serve_metrics.hpp"
+#include "tpullm/bundle/bundle.hpp"
+#include "tpullm/runtime/sampler.hpp"
+#include "tpullm/runtime/text_side.hpp"
+
+namespace tpullm::cli::serve {
+
+/// What one generation needs.
+struct JobSpec {
+  std::vector<std::int32_t> prompt;  ///< the whole prompt (every token of the conversation)
+  runtime::SamplingOptions sampling; ///< validated
+  int max_tokens = 1;                ///< >= 1; the end of the compiled sequence also stops
+  std::vector<std::string> stop;     ///< stop strings (the answer ends before the first one)
+};
+
+/// How a job ended.
+struct JobOutcome {
+  std::string finish_reason;     ///< "stop" (eos token or stop string) or "length"
+  Usage usage;                   ///< prompt, cached and generated tokens
+  double ttft_seconds = 0;       ///< from its start on a slot to its first token
+  double decode_seconds = 0;     ///< the tokens after the first
+  std::optional<ApiError> error; ///< set when the job was cancelled or failed
+};
+
+/// One generation in flight, shared by its HTTP thread and the scheduler.
+class Job {
+public:
+  explicit Job(JobSpec spec) : spec_(std::move(spec)) {}
+  /// Waits up to `timeout` for answer text or the end; appends the new text to `text`. Returns
+  /// true once the job has ended (outcome() is then final and every piece has been returned).
+  bool wait(std::string& text, std::chrono::milliseconds timeout);
+  /// The client went away: the scheduler drops the job at its next step.
+  void cancel() { cancelled_ = true; }
+  /// Valid once wait() returned true.
+  const JobOutcome& outcome() const { return outcome_; }
+  const JobSpec& spec() const { return spec_; }
+
+private:
+  friend class Scheduler;
+  void emit(const std::string& text);
+  void finish(JobOutcome o);
+
+  JobSpec spec_;
+  std::mutex m_;
+  std::condition_variable cv_;
+  std::string pending_;
+  bool done_ = false;
+  JobOutcome outcome_;
+  std::atomic<bool> cancelled_{false};
+};
+
+/// Sizes of the scheduler.
+struct SchedulerOptions {
+  int slots = 1;             ///< conversations with their own KV cache (>= 1)
+  std::int64_t cores = 0;    ///< cores per executor (0: the bundle target's)
+  std::size_t max_queue = 8; ///< jobs waiting for a slot beyond which submit() refuses
+};
+
+/// See the file comment.
+class Scheduler {
+public:
+  /// Builds `options.slots` executors over `bundle` (throws Error when memory does not allow)
+  /// and starts the scheduler thread. `text` must outlive the scheduler.
+  Scheduler(std::shared_ptr<const bundle::Bundle> bundle, const runtime::TextSide& text,
+            SchedulerOptions options, Metrics& metrics);
+  ~Scheduler();
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
+
+  /// Queues a job. Throws ApiError 503 when the queue is full or the server is stopping.
+  std::shared_ptr<Job> submit(JobSpec spec);
+  /// Ends every queued and running job (with a 503 "shutting down" error) and joins the thread.
+  void stop();
+  /// Number of slots.
+  int slots() const { return static_cast<int>(slots_.size()); }
+  /// Bytes one slot's executor allocates (KV cache + activation arena + local scratch).
+  static std::int64_t slot_bytes(const bundle::Bundle& b, std::int64_t cores);
+
+private:
+  struct Slot;
+  void loop();
+  void assign_locked();
+  void step(Slot& s);
+  void end(Slot& s, JobOutcome o);
+
+  std::shared_ptr<const bundle::Bundle> bundle_;
+  const runtime::TextSide& text_;
+  SchedulerOptions options_;
+  Metrics& metrics_;
+  std::vector<std::unique_ptr<Slot>> slots_;
+  std::mutex m_;
+  std::condition_variable cv_;
+  std::deque<std::shared_ptr<Job>> queue_;
+  bool stopping_ = false;
+  std::uint64_t clock_ = 0;
+  std::thread thread_;
+};
+
+} // namespace tpullm::cli::serve
