@@ -36,7 +36,20 @@ struct WeightRef {
 struct Call {
   const codegen::Instr& in;
   const Regions& reg;
-  std::function<const WeightRef&(const std::string&)> weight;
+  /// The weights of `in`'s operands, resolved when the program was added (null where the
+  /// operand is no weight); weight(name) of an operand's name is then a pointer compare.
+  const WeightRef* const* resolved = nullptr;
+  /// Any weight by name (a map lookup: for names that are not this instruction's operands).
+  std::function<const WeightRef&(const std::string&)> lookup;
+
+  /// The weight `name` (an operand's: resolved once; another: looked up).
+  const WeightRef& weight(const std::string& name) const {
+    if (resolved)
+      for (std::size_t k = 0; k < in.operands.size(); ++k)
+        if (&in.operands[k].weight == &name && resolved[k])
+          return *resolved[k];
+    return lookup(name);
+  }
   kernels::CoreSplit split;
   int core = 0;       ///< which core's local scratch
   bool tiled = false; ///< rows [r0, r1) of a row-tiled group

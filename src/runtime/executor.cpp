@@ -27,8 +27,13 @@ struct Executor::Impl {
   struct Prog {
     codegen::Program p;
     std::vector<std::vector<std::byte>> staging; ///< per result, when the caller gives no span
+    /// per instruction, its operands' weights (null for other operands), resolved when added
+    std::vector<std::vector<const WeightRef*>> weights;
+    std::int64_t id = -1; ///< index in by_id
+    std::string where;    ///< "@name", for messages
   };
   std::map<std::string, Prog> programs;
+  std::vector<Prog*> by_id; ///< programs by id (program_id), in the order first added
 
   const WeightRef& weight(const std::string& name) const {
     auto it = refs.find(name);
@@ -112,11 +117,30 @@ void Executor::add_program(codegen::Program p) {
     impl_->local_stride = std::max(impl_->local_stride, (mem.local + 63) / 64 * 64);
     impl_->grow(impl_->local, impl_->local_stride * impl_->cores);
   }
-  Impl::Prog prog{std::move(p), {}};
+  Impl::Prog prog{std::move(p), {}, {}, -1, {}};
   for (const auto& r : prog.p.results)
     prog.staging.emplace_back(static_cast<std::size_t>(r.type.byte_size()));
+  for (const auto& in : prog.p.instrs) {
+    auto& w = prog.weights.emplace_back(in.operands.size(), nullptr);
+    for (std::size_t k = 0; k < in.operands.size(); ++k)
+      if (in.operands[k].buffer.region == ir::Region::weight)
+        w[k] = &impl_->weight(in.operands[k].weight);
+  }
   const std::string name = prog.p.name;
-  impl_->programs.insert_or_assign(name, std::move(prog));
+  auto [it, fresh] = impl_->programs.try_emplace(name);
+  const std::int64_t id = fresh ? static_cast<std::int64_t>(impl_->by_id.size()) : it->second.id;
+  it->second = std::move(prog);
+  it->second.id = id;
+  it->second.where = "@" + name;
+  if (fresh)
+    impl_->by_id.push_back(&it->second);
+}
+
+std::int64_t Executor::program_id(const std::string& name) const {
+  auto it = impl_->programs.find(name);
+  check(it != impl_->programs.end(), ErrorKind::invalid_input, "@" + name,
+        "no such function in the compiled model");
+  return it->second.id;
 }
 
 bool Executor::has_program(const std::string& name) const {
@@ -205,14 +229,19 @@ std::int64_t Executor::pool_stalls() const {
 std::vector<std::span<const std::byte>>
 Executor::run(const std::string& name, std::span<const std::span<const std::byte>> inputs,
               std::span<const std::span<std::byte>> outputs) {
+  return run(program_id(name), inputs, outputs);
+}
+
+std::vector<std::span<const std::byte>>
+Executor::run(std::int64_t id, std::span<const std::span<const std::byte>> inputs,
+              std::span<const std::span<std::byte>> outputs) {
   const auto t0 = clock_type::now();
   const kernels::ScopedPool on_this_pool(*impl_->pool); // the kernels' splits run on our workers
-  auto it = impl_->programs.find(name);
-  check(it != impl_->programs.end(), ErrorKind::invalid_input, "@" + name,
-        "no such function in the compiled model");
-  Impl::Prog& prog = it->second;
+  check(id >= 0 && id < static_cast<std::int64_t>(impl_->by_id.size()), ErrorKind::invalid_input,
+        "executor", "no program with id ", id);
+  Impl::Prog& prog = *impl_->by_id[static_cast<std::size_t>(id)];
   const codegen::Program& p = prog.p;
-  const std::string where = "@" + name;
+  const std::string& where = prog.where; // "@name", built when the program was added
   check(inputs.size() == p.args.size(), ErrorKind::invalid_input, where, "expects ", p.args.size(),
         " inputs, got ", inputs.size());
   check(outputs.empty() || outputs.size() == p.results.size(), ErrorKind::invalid_input, where,
@@ -278,7 +307,7 @@ Executor::run(const std::string& name, std::span<const std::span<const std::byte
         plan.group >= 0 && plan.tile.dim == ir::SliceDim::rows && plan.tile.count > 1;
     const auto k0 = profiling_ ? clock_type::now() : clock_type::time_point{};
     if (!row_group) {
-      Call c{in, reg, weight, split_of(in, cores)};
+      Call c{in, reg, prog.weights[i].data(), weight, split_of(in, cores)};
       c.local_memory = plan.local > 0 ? plan.local : lm;
       run_call(c);
       ++stats_.instrs;
@@ -301,7 +330,7 @@ Executor::run(const std::string& name, std::span<const std::span<const std::byte
       impl_->pool->run(n, parts, [&](std::int64_t t, int worker) {
         for (std::size_t j = i; j < e; ++j) {
           const codegen::Instr& gi = instrs[j];
-          Call c{gi, reg, weight, kernels::CoreSplit{}};
+          Call c{gi, reg, prog.weights[j].data(), weight, kernels::CoreSplit{}};
           c.core = worker;
           c.tiled = true;
           c.rows_total = rows;
@@ -321,7 +350,7 @@ Executor::run(const std::string& name, std::span<const std::span<const std::byte
   // Results: produced in place, or copied to the caller's span, or handed out as views.
   std::vector<std::span<const std::byte>> views;
   const codegen::Instr none;
-  Call at{none, reg, weight, {}};
+  Call at{none, reg, nullptr, weight, {}};
   for (std::size_t j = 0; j < p.results.size(); ++j) {
     const auto& r = p.results[j];
     const std::int64_t bytes = r.type.byte_size();

@@ -16,6 +16,11 @@ public:
            std::span<const MutBytes> outputs) override {
     exec_.run(name, inputs, outputs);
   }
+  StageHandle resolve(const std::string& name) override { return {exec_.program_id(name)}; }
+  void run(StageHandle h, std::span<const ConstBytes> inputs,
+           std::span<const MutBytes> outputs) override {
+    exec_.run(h.id, inputs, outputs);
+  }
   bool has_function(const std::string& name) const override { return exec_.has_program(name); }
   bool owns_kv_cache() const override { return true; }
   Executor& executor() { return exec_; }

@@ -59,6 +59,9 @@ public:
   bool has_program(const std::string& name) const;
   /// The program `name` (throws Error when unknown).
   const codegen::Program& program(const std::string& name) const;
+  /// The id of program `name` (throws Error when unknown): run(id, ...) then does no name
+  /// lookup. Ids are stable for the executor's lifetime (re-adding a name keeps its id).
+  std::int64_t program_id(const std::string& name) const;
 
   /// Runs program `name`. inputs[i]: the bytes of argument i (its type's exact size); an
   /// argument that lives in the KV cache (history) takes an empty span, its data is the cache
@@ -69,6 +72,10 @@ public:
   /// Throws Error(invalid_input) for bad inputs (sizes, positions not consecutive or beyond the
   /// cache, ids outside the vocabulary).
   std::vector<std::span<const std::byte>> run(const std::string& name,
+                                              std::span<const std::span<const std::byte>> inputs,
+                                              std::span<const std::span<std::byte>> outputs = {});
+  /// run() of the program with id `id` (program_id).
+  std::vector<std::span<const std::byte>> run(std::int64_t id,
                                               std::span<const std::span<const std::byte>> inputs,
                                               std::span<const std::span<std::byte>> outputs = {});
 

@@ -37,6 +37,7 @@ public:
 
   bool has_function(const std::string& name) const override { return by_function_.count(name) > 0; }
 
+  using StageExecutor::run;
   void run(const std::string& name, std::span<const ConstBytes> inputs,
            std::span<const MutBytes> outputs) override {
     auto it = by_function_.find(name);

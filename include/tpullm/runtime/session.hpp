@@ -64,6 +64,16 @@ public:
       k_cache_.assign(static_cast<std::size_t>(dims_.layers), std::vector<float>(n, 0.0f));
       v_cache_ = k_cache_;
     }
+    auto table = [&](std::vector<std::int64_t> lengths) {
+      Handles h;
+      h.lengths = std::move(lengths);
+      h.fn.assign(h.lengths.size(),
+                  std::vector<StageHandle>(static_cast<std::size_t>(dims_.layers)));
+      return h;
+    };
+    decode_fns_ = table(params_.decode_lengths());
+    prefill_fns_ = table(params_.prefill_lengths());
+    prefill_kv_fns_ = table(params_.prefill_lengths());
   }
 
   /// Tokens held in the KV cache (= position of the next token).
@@ -120,11 +130,14 @@ public:
         ids_[r] = r < valid ? tokens[static_cast<std::size_t>(start + r)] : 0;
         pos_[r] = static_cast<std::int32_t>(pos0 + r); // padded rows keep later positions
       }
-      int cur = embed("embedding", L);
+      int cur = embed(embedding_fn_, "embedding", L);
+      const bool hist = pos0 > 0;
       for (std::int64_t layer = 0; layer < dims_.layers; ++layer) {
-        const bool hist = pos0 > 0;
-        const std::string fn = hist ? frontend::StageNames::block_kv(layer, P, params_)
-                                    : frontend::StageNames::block(layer, P, params_);
+        const StageHandle fn =
+            hist ? handle(prefill_kv_fns_, P, layer,
+                          [&] { return frontend::StageNames::block_kv(layer, P, params_); })
+                 : handle(prefill_fns_, P, layer,
+                          [&] { return frontend::StageNames::block(layer, P, params_); });
         block(fn, layer, P, pos0, hist ? params_.prefill_kv_history(P) : 0, cur);
         cur ^= 1;
       }
@@ -147,9 +160,11 @@ public:
     const std::int64_t S = decode_length_for(p);
     ids_[0] = token;
     pos_[0] = static_cast<std::int32_t>(p);
-    int cur = embed("embedding_cache", 1);
+    int cur = embed(embedding_cache_fn_, "embedding_cache", 1);
     for (std::int64_t layer = 0; layer < dims_.layers; ++layer) {
-      block(frontend::StageNames::block_cache(layer, S), layer, 1, p, S, cur);
+      block(handle(decode_fns_, S, layer,
+                   [&] { return frontend::StageNames::block_cache(layer, S); }),
+            layer, 1, p, S, cur);
       cur ^= 1;
     }
     length_ += 1;
@@ -196,7 +211,7 @@ public:
   /// The decode variant used at position p: the smallest compiled S >= p.
   std::int64_t decode_length_for(std::int64_t p) const {
     std::int64_t best = -1;
-    for (auto s : params_.decode_lengths())
+    for (auto s : decode_fns_.lengths)
       if (s >= p && (best < 0 || s < best))
         best = s;
     check(best >= 0, ErrorKind::invalid_input, "decode", "no decode variant holds ", p,
@@ -222,36 +237,60 @@ private:
     return as_writable_bytes(std::span<T>(p, static_cast<std::size_t>(n)));
   }
 
+  /// Stage functions of one kind per (compiled length, layer), resolved on first use.
+  struct Handles {
+    std::vector<std::int64_t> lengths;        ///< the compiled lengths (variants)
+    std::vector<std::vector<StageHandle>> fn; ///< [length index][layer]; id -1: not resolved yet
+  };
+
+  /// The handle of length `n`'s function for `layer` (`name()` builds its name, only the first
+  /// time).
+  template <class Name>
+  StageHandle handle(Handles& h, std::int64_t n, std::int64_t layer, Name&& name) {
+    for (std::size_t i = 0; i < h.lengths.size(); ++i)
+      if (h.lengths[i] == n) {
+        StageHandle& x = h.fn[i][static_cast<std::size_t>(layer)];
+        if (x.id < 0)
+          x = exec_.resolve(name());
+        return x;
+      }
+    return exec_.resolve(name()); // a length outside the lists: never on the per-token path
+  }
+  StageHandle once(StageHandle& h, const char* name) {
+    if (h.id < 0)
+      h = exec_.resolve(name);
+    return h;
+  }
+
   /// ids_[0, L) -> hidden buffer 0; returns the buffer index.
-  int embed(const std::string& fn, std::int64_t L) {
+  int embed(StageHandle& fn, const char* name, std::int64_t L) {
     const ConstBytes in[] = {cbytes(ids_.data(), L)};
     const MutBytes out[] = {mbytes(hidden_[0].data(), L * dims_.hidden)};
-    exec_.run(fn, in, out);
+    exec_.run(once(fn, name), in, out);
     return 0;
   }
 
   /// One block function: hidden buffer `cur` -> the other one, history of `S` slots (0: none),
   /// new keys / values at slots [pos0, pos0 + L).
-  void block(const std::string& fn, std::int64_t layer, std::int64_t L, std::int64_t pos0,
-             std::int64_t S, int cur) {
+  void block(StageHandle fn, std::int64_t layer, std::int64_t L, std::int64_t pos0, std::int64_t S,
+             int cur) {
     const std::int64_t H = dims_.hidden;
-    std::vector<ConstBytes> in{cbytes(hidden_[cur].data(), L * H), cbytes(pos_.data(), L)};
-    std::vector<MutBytes> out{mbytes(hidden_[cur ^ 1].data(), L * H), {}, {}};
+    ConstBytes in[4] = {cbytes(hidden_[cur].data(), L * H), cbytes(pos_.data(), L), {}, {}};
+    MutBytes out[3] = {mbytes(hidden_[cur ^ 1].data(), L * H), {}, {}};
     if (!exec_.owns_kv_cache()) {
-      check(pos0 + L <= params_.seq_length, ErrorKind::internal, fn, "slots beyond the cache");
+      check(pos0 + L <= params_.seq_length, ErrorKind::internal, "session",
+            "slots beyond the cache");
       auto& kc = k_cache_[static_cast<std::size_t>(layer)];
       auto& vc = v_cache_[static_cast<std::size_t>(layer)];
       if (S > 0) {
-        in.push_back(cbytes(kc.data(), S * row()));
-        in.push_back(cbytes(vc.data(), S * row()));
+        in[2] = cbytes(kc.data(), S * row());
+        in[3] = cbytes(vc.data(), S * row());
       }
       out[1] = mbytes(kc.data() + pos0 * row(), L * row());
       out[2] = mbytes(vc.data() + pos0 * row(), L * row());
-    } else if (S > 0) {
-      in.emplace_back();
-      in.emplace_back();
     }
-    exec_.run(fn, in, out);
+    // history arguments (empty when the executor owns the cache) only when the function has them
+    exec_.run(fn, std::span<const ConstBytes>(in, S > 0 ? 4 : 2), out);
   }
 
   /// Runs lm_head on row r of hidden buffer `cur` and appends the logits.
@@ -260,7 +299,7 @@ private:
     logits.resize(at + static_cast<std::size_t>(dims_.vocab));
     const ConstBytes in[] = {cbytes(hidden_[cur].data() + r * dims_.hidden, dims_.hidden)};
     const MutBytes out[] = {mbytes(logits.data() + at, dims_.vocab)};
-    exec_.run("lm_head", in, out);
+    exec_.run(once(lm_head_fn_, "lm_head"), in, out);
   }
 
   StageExecutor& exec_;
@@ -270,6 +309,8 @@ private:
   std::vector<std::int32_t> ids_, pos_;
   std::vector<std::vector<float>> k_cache_, v_cache_;
   std::int64_t length_ = 0;
+  Handles decode_fns_, prefill_fns_, prefill_kv_fns_;
+  StageHandle embedding_fn_, embedding_cache_fn_, lm_head_fn_;
 };
 
 } // namespace tpullm::runtime

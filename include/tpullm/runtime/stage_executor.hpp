@@ -4,9 +4,12 @@
 /// spans, so the loop never copies activations, token ids, positions or KV history.
 
 #include <cstddef>
+#include <cstdint>
 #include <span>
 #include <string>
 #include <vector>
+
+#include "tpullm/support/error.hpp"
 
 namespace tpullm::runtime {
 
@@ -26,10 +29,30 @@ MutBytes as_writable_bytes(std::span<T> s) {
   return std::as_writable_bytes(s);
 }
 
-/// Runs compiled or interpreted stage functions by name.
+/// A stage function resolved once (StageExecutor::resolve): valid while its executor lives.
+struct StageHandle {
+  std::int64_t id = -1; ///< the back end's index (-1: none)
+};
+
+/// Runs compiled or interpreted stage functions by name, or by a handle resolved once.
 class StageExecutor {
 public:
   virtual ~StageExecutor() = default;
+  /// Resolves function `name` once, so a per-token loop runs handles without building or
+  /// looking up names. The default keeps the name and runs it by name. Throws Error when
+  /// the back end has no such function.
+  virtual StageHandle resolve(const std::string& name) {
+    check(has_function(name), ErrorKind::invalid_input, "@" + name, "no such stage function");
+    names_.push_back(name);
+    return {static_cast<std::int64_t>(names_.size()) - 1};
+  }
+  /// run() of a resolved function.
+  virtual void run(StageHandle h, std::span<const ConstBytes> inputs,
+                   std::span<const MutBytes> outputs) {
+    check(h.id >= 0 && h.id < static_cast<std::int64_t>(names_.size()), ErrorKind::internal,
+          "stage executor", "unknown handle ", h.id);
+    run(names_[static_cast<std::size_t>(h.id)], inputs, outputs);
+  }
   /// Runs function `name`. inputs[i]: the bytes of argument i (exactly its size; a history
   /// argument is empty when owns_kv_cache()). outputs[j]: where result j goes (exactly its
   /// size), or empty when the caller does not need it.
@@ -40,6 +63,9 @@ public:
   /// True when the back end keeps the KV cache itself: the loop then passes no history and
   /// asks for no keys / values (the stage functions update the cache in place).
   virtual bool owns_kv_cache() const { return false; }
+
+private:
+  std::vector<std::string> names_; ///< what the default resolve() handed out
 };
 
 } // namespace tpullm::runtime
