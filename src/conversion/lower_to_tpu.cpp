@@ -194,16 +194,21 @@ private:
     }
   }
 
-  /// A packed weight operand (MatMul / MLP rhs) in `dtype`.
-  Value* packed(const Operation& op, const Value* v, bool transposed, ir::DType dtype) {
+  /// The packed weight (MatMul / MLP rhs) in `dtype` that Top weight value `v` converts to.
+  const ir::Weight& packed_weight(const Operation& op, const Value* v, bool transposed,
+                                  ir::DType dtype) {
     const ir::Weight* w = weight_of(v);
     if (!w)
       fail(op, "the Tpu MatMul / MLP needs a weight operand (a builtin.Weight), got an activation");
     try {
-      return weight_value(conv_.packed(*w, transposed, dtype));
+      return conv_.packed(*w, transposed, dtype);
     } catch (const Error& e) {
-      fail(op, e.message());
+      fail(op, e.where().empty() ? e.message() : e.where() + ": " + e.message());
     }
+  }
+  /// A packed weight operand (MatMul / MLP rhs) in `dtype`.
+  Value* packed(const Operation& op, const Value* v, bool transposed, ir::DType dtype) {
+    return weight_value(packed_weight(op, v, transposed, dtype));
   }
 
   ir::DType linear_dtype() const {
@@ -353,10 +358,20 @@ private:
 
   void lower(const Operation& op, const ir::top::MLPOp& o) {
     const ir::DType dt = linear_dtype();
+    const ir::Weight& gate = packed_weight(op, op.operand(1), o.transpose_b, dt);
+    const ir::Weight& up = packed_weight(op, op.operand(2), o.transpose_b, dt);
+    const ir::Weight& down = packed_weight(op, op.operand(3), o.transpose_b, dt);
+    // An act-order down projection reads the intermediate activation in a permuted order; the
+    // tiled MLP needs natural order, so the permutation moves into the gate / up columns.
+    WeightConverter::MlpOperands f{};
+    try {
+      f = conv_.fold_mlp_perm(gate, up, down);
+    } catch (const Error& e) {
+      fail(op, e.where().empty() ? e.message() : e.where() + ": " + e.message());
+    }
     set(op.result(0), create(op, ir::tpu::MLPOp{o.activation},
-                             {get(op.operand(0)), packed(op, op.operand(1), o.transpose_b, dt),
-                              packed(op, op.operand(2), o.transpose_b, dt),
-                              packed(op, op.operand(3), o.transpose_b, dt)}));
+                             {get(op.operand(0)), weight_value(*f.gate), weight_value(*f.up),
+                              weight_value(*f.down)}));
   }
 
   void lower(const Operation& op, const ir::top::ArgMaxOp& o) {

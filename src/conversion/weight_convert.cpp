@@ -265,47 +265,52 @@ ir::Weight make_packed_weight(std::string name, PackedWeights pw, bool act_order
   return w;
 }
 
-Int4Plain unpack_int4_weight(const ir::Weight& w) {
+QuantPlain unpack_quant_weight(const ir::Weight& w) {
   const std::string where = where_of(w);
   check(w.type.quant.has_value() && w.type.rank() == 2, ErrorKind::invalid_input, where,
         "is not a quantized [K, N] weight: ", w.type.str());
   const ir::QuantSpec& q = *w.type.quant;
-  check(w.type.dtype == ir::DType::u4, ErrorKind::unsupported, where,
-        "only 4-bit (u4) GPTQ / AWQ weights are supported, got ", w.type.str());
+  check(q.format != ir::QuantFormat::packed, ErrorKind::unsupported, where,
+        "is already packed; expected a GPTQ or AWQ weight");
+  check(w.type.dtype == ir::DType::u4 || w.type.dtype == ir::DType::u8, ErrorKind::unsupported,
+        where, "only 4-bit (u4) and 8-bit (u8) GPTQ / AWQ weights are supported, got ",
+        w.type.str());
+  const int bits = w.type.dtype == ir::DType::u4 ? 4 : 8;
+  const bool awq = q.format == ir::QuantFormat::awq;
+  check(!awq || bits == 4, ErrorKind::unsupported, where, "AWQ GEMM weights are 4-bit, got ",
+        w.type.str());
   const std::int64_t K = w.type.shape[0], N = w.type.shape[1];
   const std::int64_t group = q.group_size == 0 ? K : q.group_size;
+  const int pack = 32 / bits;
   const auto qweight = part_as<std::int32_t>(w, w.part("qweight"), ir::DType::i32);
   const auto scales = part_as<std::uint16_t>(w, w.part("scales"), ir::DType::f16);
-  const bool gptq = q.format == ir::QuantFormat::gptq;
+  const int zero_offset = q.format == ir::QuantFormat::gptq ? 1 : 0;
   std::vector<std::int32_t> qzeros;
   if (const auto* z = w.find_part("qzeros")) {
+    check(q.zero_point, ErrorKind::invalid_input, where,
+          "has a 'qzeros' part but its quant spec has no zero_point");
     qzeros = part_as<std::int32_t>(w, *z, ir::DType::i32);
   } else {
     check(!q.zero_point, ErrorKind::invalid_input, where,
           "quant spec has zero_point but the weight has no 'qzeros' part");
-    check(group > 0 && K % group == 0 && N % 8 == 0, ErrorKind::invalid_input, where, "K=", K,
-          " must be a multiple of group ", group, " and N=", N, " of 8");
-    qzeros.assign(static_cast<std::size_t>(K / group * N / 8),
-                  gptq ? std::int32_t{0x77777777}
-                       : std::int32_t{static_cast<std::int32_t>(0x88888888u)});
+    check(group > 0 && K % group == 0 && N % pack == 0, ErrorKind::invalid_input, where, "K=", K,
+          " must be a multiple of group ", group, " and N=", N, " of ", pack);
+    // No stored zeros: every zero is the midpoint 2^(bits-1) (signed values stored offset).
+    std::uint32_t word = 0;
+    for (int i = 0; i < pack; ++i)
+      word |= static_cast<std::uint32_t>((1 << (bits - 1)) - zero_offset) << (bits * i);
+    qzeros.assign(static_cast<std::size_t>(K / group * N / pack), static_cast<std::int32_t>(word));
   }
   try {
-    switch (q.format) {
-    case ir::QuantFormat::gptq: {
-      std::vector<std::int32_t> g_idx;
-      if (const auto* g = w.find_part("g_idx"))
-        g_idx = part_as<std::int32_t>(w, *g, ir::DType::i32);
-      return unpack_gptq(qweight, qzeros, scales, g_idx, K, N, group, /*v1 zeros*/ 1);
-    }
-    case ir::QuantFormat::awq:
+    if (awq)
       return unpack_awq(qweight, qzeros, scales, K, N, group);
-    case ir::QuantFormat::packed:
-      break;
-    }
+    std::vector<std::int32_t> g_idx;
+    if (const auto* g = w.find_part("g_idx"))
+      g_idx = part_as<std::int32_t>(w, *g, ir::DType::i32);
+    return unpack_gptq(qweight, qzeros, scales, g_idx, K, N, group, zero_offset, bits);
   } catch (const Error& e) {
     throw e.within(where);
   }
-  throw_error(ErrorKind::unsupported, where, "is already packed; expected a GPTQ or AWQ weight");
 }
 
 std::vector<float> float_values(const ir::Weight& w) {
@@ -359,21 +364,23 @@ const ir::Weight& WeightConverter::packed(const ir::Weight& src, bool transposed
           "a quantized weight is logical [K, N] and cannot be transposed");
     check(src.type.quant->format != ir::QuantFormat::packed, ErrorKind::invalid_input, where,
           "is already packed");
-    return memo(str_cat("q4|", identity(src)), [&] {
+    const bool eight = src.type.dtype == ir::DType::u8;
+    return memo(str_cat(eight ? "q8|" : "q4|", identity(src)), [&] {
       const std::int64_t K = src.type.shape.at(0), N = src.type.shape.at(1);
-      const std::string name = src.name + ".pq4";
+      const std::string name = src.name + (eight ? ".pq8" : ".pq4");
       if (!src.has_data()) {
-        // Types only: act-order and symmetry are decided by the data; assume asymmetric.
+        // Types only: act-order and symmetry are decided by the data; assume asymmetric 4-bit
+        // (8-bit packs only symmetrically).
         ir::Weight w{name,
-                     packed_type(WeightFormat::int4_asym, K, N,
+                     packed_type(eight ? WeightFormat::int8 : WeightFormat::int4_asym, K, N,
                                  src.type.quant->group_size == 0 ? K : src.type.quant->group_size,
                                  src.type.quant->act_order),
                      {}};
         return w;
       }
-      const Int4Plain plain = unpack_int4_weight(src);
+      const QuantPlain plain = unpack_quant_weight(src);
       try {
-        return make_packed_weight(name, repack_int4(plain), true);
+        return make_packed_weight(name, repack_quant(plain), true);
       } catch (const Error& e) {
         throw e.within(where);
       }
@@ -466,6 +473,51 @@ const ir::Weight& WeightConverter::concat_packed(const std::vector<const ir::Wei
     }
     return make_packed_weight(name, std::move(out), !views.front().k_perm.empty());
   });
+}
+
+WeightConverter::MlpOperands WeightConverter::fold_mlp_perm(const ir::Weight& gate,
+                                                            const ir::Weight& up,
+                                                            const ir::Weight& down) {
+  const bool permuted = down.has_data() ? down.find_part("k_perm") != nullptr
+                                        : down.type.quant && down.type.quant->act_order;
+  if (!permuted)
+    return {&gate, &up, &down};
+  const std::int64_t I = down.type.shape.at(0);
+  for (const ir::Weight* w : {&gate, &up})
+    check(w->type.rank() == 2 && w->type.shape[1] == I && w->has_data() == down.has_data(),
+          ErrorKind::invalid_input, where_of(*w), "cannot take the act-order permutation of @",
+          down.name, ": ", w->type.str(), " vs ", down.type.str());
+  const ir::Weight& d = memo(str_cat("noperm|", identity(down)), [&] {
+    const std::string name = down.name + ".natural";
+    if (!down.has_data()) {
+      ir::Weight w{name, down.type, {}};
+      w.type.quant->act_order = false;
+      return w;
+    }
+    PackedWeights v = packed_view(down);
+    PackedWeights out = kernels::detail::make_packed(v.format, v.K, v.N, v.group_size);
+    std::memcpy(out.data.data(), v.data.data(), v.data.size());
+    if (!v.scales.empty())
+      std::memcpy(out.scales.data(), v.scales.data(), v.scales.size() * sizeof(float));
+    if (!v.zeros.empty())
+      std::memcpy(out.zeros.data(), v.zeros.data(), v.zeros.size());
+    return make_packed_weight(name, std::move(out), false);
+  });
+  auto permuted_cols = [&](const ir::Weight& w) -> const ir::Weight& {
+    return memo(str_cat("cols|", identity(w), "|", identity(down)), [&] {
+      const std::string name = w.name + ".cols_of_" + down.name;
+      if (!w.has_data())
+        return ir::Weight{name, w.type, {}};
+      const PackedWeights v = packed_view(w);
+      const PackedWeights dv = packed_view(down);
+      try {
+        return make_packed_weight(name, kernels::permute_columns(v, dv.k_perm), !v.k_perm.empty());
+      } catch (const std::invalid_argument& e) {
+        throw Error(ErrorKind::invalid_input, where_of(w), e.what());
+      }
+    });
+  };
+  return {&permuted_cols(gate), &permuted_cols(up), &d};
 }
 
 std::int64_t WeightConverter::conversions() const {

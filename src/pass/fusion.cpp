@@ -1,6 +1,7 @@
 // Fusion rewrites on Tpu functions (pass/passes/fusion.hpp).
 #include "tpullm/pass/passes/fusion.hpp"
 
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <set>
@@ -95,6 +96,18 @@ ir::Weight concat_bias(const std::vector<const ir::Weight*>& parts) {
   return w;
 }
 
+/// True when packed weights `a` and `b` store their rows in the same order (neither has an
+/// act-order k_perm, or both have the same one).
+bool same_row_order(const ir::Weight& a, const ir::Weight& b) {
+  const ir::WeightPart* pa = a.find_part("k_perm");
+  const ir::WeightPart* pb = b.find_part("k_perm");
+  if (!pa || !pb)
+    return !pa && !pb &&
+           (a.type.quant && a.type.quant->act_order) == (b.type.quant && b.type.quant->act_order);
+  return pa->bytes.size() == pb->bytes.size() &&
+         std::equal(pa->bytes.begin(), pa->bytes.end(), pb->bytes.begin());
+}
+
 /// MatMuls of one x (rows <= max_rows): one MatMul over concatenated weights + slice views.
 struct FuseQkv : rewrite::OpPattern<ir::tpu::MatMulOp> {
   FuseQkv(ir::Module& m, std::int64_t max_rows, std::shared_ptr<conversion::WeightConverter> c)
@@ -129,6 +142,10 @@ struct FuseQkv : rewrite::OpPattern<ir::tpu::MatMulOp> {
       if (op->num_operands() == 3)
         bs.push_back(weight_of(module_, op->operand(2)));
     }
+    // Act-order weights read x in their own row order: only equal orders share one product.
+    for (const ir::Weight* w : ws)
+      if (!same_row_order(*ws.front(), *w))
+        return false;
     const ir::Weight& cat = conv_->concat_packed(ws);
     if (!module_.find_weight(cat.name))
       module_.add_weight(cat);

@@ -1,10 +1,12 @@
 #include "frontend_test_util.hpp"
 
 #include "tpullm/frontend/goldens.hpp"
+#include "tpullm/verify/golden_check.hpp"
 
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <cmath>
 
 using namespace tpullm;
 using namespace tpullm::frontend;
@@ -107,4 +109,17 @@ TEST_CASE("broken goldens are refused", "[goldens][neg]") {
     write_file(t / "goldens.safetensors", make_safetensors(ts));
     REQUIRE_THROWS_WITH(load_goldens(t.path), Contains("a: token id 8 outside the vocabulary"));
   }
+}
+
+TEST_CASE("verify's KL divergence matches the closed form", "[goldens]") {
+  using tpullm::verify::detail::kl_divergence;
+  const std::vector<float> same = {1.0f, -2.0f, 0.5f};
+  CHECK(kl_divergence(same, same) == Approx(0.0).margin(1e-15));
+  // p = softmax(0, ln 3) = (1/4, 3/4), q = softmax(5, 5) = (1/2, 1/2): logits shifts do not matter
+  const std::vector<float> p = {0.0f, static_cast<float>(std::log(3.0))}, q = {5.0f, 5.0f};
+  const double want = 0.25 * std::log(0.25 / 0.5) + 0.75 * std::log(0.75 / 0.5);
+  CHECK(kl_divergence(p, q) == Approx(want).epsilon(1e-6));
+  // KL is not symmetric: KL(q || p) = 1/2 ln(2) + 1/2 ln(2/3)
+  CHECK(kl_divergence(q, p) ==
+        Approx(0.5 * std::log(2.0) + 0.5 * std::log(2.0 / 3.0)).epsilon(1e-6));
 }

@@ -53,11 +53,11 @@ void check_linear(const frontend::QuantizedWeight& q) {
   for (std::size_t i = 0; i < scales.size(); ++i)
     scale_bits[i] = f32_to_f16(scales[i]); // f16 on disk: exact round trip
   const std::int64_t K = q.in_features, N = q.out_features;
-  const conversion::Int4Plain plain =
+  const conversion::QuantPlain plain =
       q.format == frontend::QuantFormat::gptq
           ? conversion::unpack_gptq(qw, qz, scale_bits, g_idx, K, N, q.group_size, q.zero_offset)
           : conversion::unpack_awq(qw, qz, scale_bits, K, N, q.group_size);
-  const auto packed = conversion::repack_int4(plain);
+  const auto packed = conversion::repack_quant(plain);
   const auto from_packed = kernels::dequantize(packed);
   const auto from_plain = plain.dequantize();
   REQUIRE(from_packed.size() == static_cast<std::size_t>(K * N));

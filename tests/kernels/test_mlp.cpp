@@ -186,3 +186,78 @@ TEST_CASE("plan_mlp_tiling respects the budget and rejects impossible ones", "[m
   CHECK_THROWS_AS(plan_mlp_tiling(s, g.packed, u.packed, dp.packed, 1 << 20),
                   std::invalid_argument);
 }
+
+TEST_CASE("permute_columns moves every column's weights, scales and zeros", "[mlp][packed]") {
+  for (WeightFormat f : {WeightFormat::f32, WeightFormat::bf16, WeightFormat::f16,
+                         WeightFormat::int8, WeightFormat::int4_sym, WeightFormat::int4_asym}) {
+    const bool int4 = f == WeightFormat::int4_sym || f == WeightFormat::int4_asym;
+    const auto w = make_weights(f, 64, 72, 32, 17, int4); // int4: act-order rows as well
+    std::vector<std::int32_t> cols(72);
+    for (std::int32_t n = 0; n < 72; ++n)
+      cols[static_cast<std::size_t>(n)] = (n * 29 + 5) % 72; // 29 is coprime with 72
+    const PackedWeights p = permute_columns(w.packed, cols);
+    CHECK(p.k_perm == w.packed.k_perm);
+    const auto a = dequantize(w.packed), b = dequantize(p);
+    std::int64_t bad = 0;
+    for (std::int64_t k = 0; k < 64; ++k)
+      for (std::int64_t n = 0; n < 72; ++n)
+        bad += b[k * 72 + n] != a[k * 72 + cols[static_cast<std::size_t>(n)]];
+    INFO(format_name(f));
+    CHECK(bad == 0);
+  }
+  const auto w = make_weights(WeightFormat::f32, 8, 40, 8, 1, false);
+  std::vector<std::int32_t> dup(40, 0);
+  CHECK_THROWS_AS(permute_columns(w.packed, dup), std::invalid_argument);
+}
+
+TEST_CASE("an act-order down projection folded into gate / up columns gives the same MLP",
+          "[mlp]") {
+  const std::int64_t M = 5, H = 64, I = 256;
+  for (WeightFormat f : {WeightFormat::f32, WeightFormat::int8, WeightFormat::int4_asym}) {
+    const auto g = make_weights(f, H, I, 32, 51, false);
+    const auto u = make_weights(f, H, I, 32, 52, false);
+    const auto d = make_weights(WeightFormat::int4_asym, I, H, 32, 53, true);
+    REQUIRE_FALSE(d.packed.k_perm.empty());
+    // The fold the compiler does: gate / up column j = column k_perm[j]; down in natural order.
+    const PackedWeights g2 = permute_columns(g.packed, d.packed.k_perm);
+    const PackedWeights u2 = permute_columns(u.packed, d.packed.k_perm);
+    PackedWeights d2 = permute_columns(d.packed, [&] {
+      std::vector<std::int32_t> id(static_cast<std::size_t>(H));
+      for (std::int64_t n = 0; n < H; ++n)
+        id[static_cast<std::size_t>(n)] = static_cast<std::int32_t>(n);
+      return id;
+    }());
+    d2.k_perm.clear();
+    const auto x = random_vec(static_cast<std::size_t>(M * H), 54);
+    std::vector<double> ref(static_cast<std::size_t>(M * H), 0.0);
+    double scale = 0;
+    for (std::int64_t m = 0; m < M; ++m) {
+      std::vector<double> h(static_cast<std::size_t>(I));
+      for (std::int64_t i = 0; i < I; ++i) {
+        double gs = 0, us = 0;
+        for (std::int64_t k = 0; k < H; ++k) {
+          gs += double(x[m * H + k]) * g.deq[k * I + i];
+          us += double(x[m * H + k]) * u.deq[k * I + i];
+        }
+        h[static_cast<std::size_t>(i)] = silu(gs) * us;
+      }
+      for (std::int64_t n = 0; n < H; ++n) {
+        double s = 0;
+        for (std::int64_t i = 0; i < I; ++i)
+          s += h[static_cast<std::size_t>(i)] * d.deq[i * H + n];
+        ref[static_cast<std::size_t>(m * H + n)] = s;
+        scale = std::max(scale, std::abs(s));
+      }
+    }
+    for (Isa isa : test_isas()) {
+      ScopedIsa scoped(isa);
+      std::vector<float> out = nan_vec(ref.size());
+      swiglu_mlp(x, g2, u2, d2, out, {M, H, I}, 1 << 20, {SplitDim::none, 1});
+      double worst = 0;
+      for (std::size_t e = 0; e < out.size(); ++e)
+        worst = std::max(worst, std::abs(double(out[e]) - ref[e]));
+      INFO(format_name(f) << " isa=" << isa_name(isa));
+      CHECK(worst <= 1e-4 * scale);
+    }
+  }
+}

@@ -101,7 +101,7 @@ void awq_pack(const Synthetic& s, std::vector<std::int32_t>& qweight,
       }
 }
 
-void expect_plain_equal(const Int4Plain& p, const Synthetic& s) {
+void expect_plain_equal(const QuantPlain& p, const Synthetic& s) {
   REQUIRE(p.K == s.K);
   REQUIRE(p.N == s.N);
   REQUIRE(p.q == s.q);
@@ -112,7 +112,7 @@ void expect_plain_equal(const Int4Plain& p, const Synthetic& s) {
 }
 
 // y = x · W through the repacked weights vs the plain dequantization, best ISA.
-void check_linear(const Int4Plain& p, const PackedWeights& w, std::int64_t M) {
+void check_linear(const QuantPlain& p, const PackedWeights& w, std::int64_t M) {
   const auto deq = p.dequantize();
   const std::vector<float> x = random_vec(static_cast<std::size_t>(M * p.K), 3);
   std::vector<float> y = nan_vec(static_cast<std::size_t>(M * p.N));
@@ -139,7 +139,7 @@ TEST_CASE("GPTQ unpack recovers ints, v1 zeros and scales, with and without act-
       gptq_pack(s, qw, qz);
       const auto p = unpack_gptq(qw, qz, s.scales_f16, s.g_idx, s.K, s.N, s.group);
       expect_plain_equal(p, s);
-      const auto w = repack_int4(p);
+      const auto w = repack_quant(p);
       CHECK(w.format == (sym ? WeightFormat::int4_sym : WeightFormat::int4_asym));
       CHECK(w.k_perm.empty() == !act);
       REQUIRE(dequantize(w) == p.dequantize()); // element for element, original row order
@@ -164,7 +164,7 @@ TEST_CASE("AWQ unpack recovers the 0,2,4,6,1,3,5,7 nibble order", "[quant_repack
   CHECK(((static_cast<std::uint32_t>(qw[0]) >> 4) & 0xF) == s.q[2]);
   const auto p = unpack_awq(qw, qz, s.scales_f16, s.K, s.N, s.group);
   expect_plain_equal(p, s);
-  const auto w = repack_int4(p);
+  const auto w = repack_quant(p);
   CHECK(w.format == WeightFormat::int4_asym);
   REQUIRE(dequantize(w) == p.dequantize());
   check_linear(p, w, 1);
@@ -182,7 +182,7 @@ TEST_CASE("unpack and repack reject malformed inputs", "[quant_repack]") {
   CHECK_THROWS_AS(unpack_gptq(qw, qz, s.scales_f16, bad_g, 64, 16, 32), tpullm::Error);
   bad_g[3] = 1; // group 1 gets 33 rows: not representable in the packed layout
   const auto p = unpack_gptq(qw, qz, s.scales_f16, bad_g, 64, 16, 32);
-  CHECK_THROWS_AS(repack_int4(p), tpullm::Error);
+  CHECK_THROWS_AS(repack_quant(p), tpullm::Error);
   CHECK_THROWS_AS(
       unpack_awq(std::span<const std::int32_t>(qw).first(100), qz, s.scales_f16, 64, 16, 32),
       tpullm::Error);
@@ -190,4 +190,87 @@ TEST_CASE("unpack and repack reject malformed inputs", "[quant_repack]") {
   auto qz_bad = qz;
   qz_bad[0] = -1;
   CHECK_THROWS_AS(unpack_gptq(qw, qz_bad, s.scales_f16, s.g_idx, 64, 16, 32), tpullm::Error);
+}
+
+namespace {
+// 8-bit GPTQ from the format: qweight [K/4, N] (byte i of word (r, n) = q[4r + i][n]), qzeros
+// [G, N/4] (byte i of word (g, c) = zero[g][4c + i] - offset).
+struct Synthetic8 {
+  std::int64_t K, N, group;
+  std::vector<std::uint8_t> q, zeros;
+  std::vector<std::uint16_t> scales_f16;
+  std::vector<std::int32_t> g_idx, qweight, qzeros;
+};
+Synthetic8 make_gptq8(std::int64_t K, std::int64_t N, std::int64_t group, bool sym, bool act,
+                      int offset, std::uint32_t seed) {
+  std::mt19937 rng(seed);
+  Synthetic8 s{K, N, group, {}, {}, {}, {}, {}, {}};
+  const std::int64_t G = K / group;
+  s.q.resize(K * N);
+  for (auto& v : s.q)
+    v = static_cast<std::uint8_t>(rng() % 256);
+  s.zeros.assign(G * N, 128);
+  if (!sym)
+    for (auto& v : s.zeros)
+      v = static_cast<std::uint8_t>(offset + rng() % (256 - offset));
+  s.scales_f16.resize(G * N);
+  for (auto& v : s.scales_f16)
+    v = f32_to_f16(0.0005f + static_cast<float>(rng() % 1000) * 1e-6f);
+  std::vector<std::int32_t> perm(K);
+  for (std::int64_t k = 0; k < K; ++k)
+    perm[k] = static_cast<std::int32_t>(k);
+  if (act)
+    std::shuffle(perm.begin(), perm.end(), rng);
+  s.g_idx.resize(K);
+  for (std::int64_t i = 0; i < K; ++i)
+    s.g_idx[perm[i]] = static_cast<std::int32_t>(i / group);
+  s.qweight.assign(K / 4 * N, 0);
+  for (std::int64_t k = 0; k < K; ++k)
+    for (std::int64_t n = 0; n < N; ++n)
+      reinterpret_cast<std::uint32_t&>(s.qweight[(k / 4) * N + n]) |=
+          static_cast<std::uint32_t>(s.q[k * N + n]) << (8 * (k % 4));
+  s.qzeros.assign(G * N / 4, 0);
+  for (std::int64_t g = 0; g < G; ++g)
+    for (std::int64_t n = 0; n < N; ++n)
+      reinterpret_cast<std::uint32_t&>(s.qzeros[g * (N / 4) + n / 4]) |=
+          static_cast<std::uint32_t>((s.zeros[g * N + n] - offset) & 0xFF) << (8 * (n % 4));
+  return s;
+}
+} // namespace
+
+TEST_CASE("GPTQ 8-bit unpacks 4 values a word; symmetric repacks to int8 exactly",
+          "[quant_repack]") {
+  for (bool act : {false, true})
+    for (int offset : {1, 0}) {
+      const auto s = make_gptq8(128, 40, 32, true, act, offset, act ? 31u : 32u);
+      // byte 1 of word (r=0, n=0) is row 1, column 0
+      CHECK(((static_cast<std::uint32_t>(s.qweight[0]) >> 8) & 0xFF) == s.q[s.N]);
+      const auto p =
+          unpack_gptq(s.qweight, s.qzeros, s.scales_f16, s.g_idx, s.K, s.N, s.group, offset, 8);
+      REQUIRE(p.bits == 8);
+      REQUIRE(p.q == s.q);
+      REQUIRE(p.zeros == s.zeros);
+      REQUIRE(p.g_idx == s.g_idx);
+      const auto w = repack_quant(p);
+      CHECK(w.format == WeightFormat::int8);
+      CHECK(w.k_perm.empty() == !act);
+      REQUIRE(dequantize(w) == p.dequantize());
+      check_linear(p, w, 1);
+      check_linear(p, w, 9);
+    }
+}
+
+TEST_CASE("GPTQ 8-bit asymmetric unpacks but is refused by the int8 repack", "[quant_repack]") {
+  const auto s = make_gptq8(64, 16, 32, false, false, 0, 41);
+  const auto p = unpack_gptq(s.qweight, s.qzeros, s.scales_f16, s.g_idx, s.K, s.N, s.group, 0, 8);
+  REQUIRE(p.zeros == s.zeros);
+  CHECK_THROWS_WITH(repack_quant(p),
+                    Catch::Contains("zero point") && Catch::Contains("not supported"));
+  // v1: a stored 255 is the zero 256
+  auto qz = s.qzeros;
+  qz[0] = -1;
+  CHECK_THROWS_WITH(unpack_gptq(s.qweight, qz, s.scales_f16, s.g_idx, s.K, s.N, s.group, 1, 8),
+                    Catch::Contains("outside [0, 255]"));
+  CHECK_THROWS_AS(unpack_gptq(s.qweight, s.qzeros, s.scales_f16, s.g_idx, s.K, s.N, s.group, 0, 3),
+                  tpullm::Error);
 }

@@ -27,12 +27,12 @@ namespace {
 
 bool print_reports(const std::vector<verify::ScenarioReport>& reports) {
   bool ok = true;
-  std::cout << "scenario  max|err|      err/max|golden|  argmax agree  result\n";
+  std::cout << "scenario  max|err|      err/max|golden|  argmax agree  result  mean KL\n";
   for (const auto& r : reports) {
     std::cout << std::left << std::setw(10) << r.name << std::setw(14) << std::scientific
               << std::setprecision(3) << r.max_abs_err << std::setw(17) << r.max_rel_err
               << std::setw(14) << (std::to_string(r.argmax_agree) + "/" + std::to_string(r.rows))
-              << (r.ok ? "ok" : "FAILED") << "\n";
+              << std::setw(8) << (r.ok ? "ok" : "FAILED") << r.mean_kl() << "\n";
     ok = ok && r.ok;
   }
   return ok;

@@ -8,7 +8,7 @@
 ///   "zeros"  u8  [P * G * 32]       int4 with zero points only
 ///   "k_perm" i32 [K]                act-order only: original row of each packed row
 /// and maps to kernels::PackedWeights without a copy (packed_view). GPTQ / AWQ weights go
-/// through direct: their 4-bit codes, scales and zero points are repacked, never dequantized.
+/// through direct: their 4 / 8-bit codes, scales and zero points are repacked, never dequantized.
 /// Float weights are rounded to the mode's dtype (f32 / bf16 / f16; bf16 -> f16 refuses values
 /// outside f16's range).
 
@@ -41,9 +41,10 @@ kernels::PackedWeights packed_view(const ir::Weight& w);
 /// An ir::Weight named `name` owning `pw` (its parts point into it).
 ir::Weight make_packed_weight(std::string name, kernels::PackedWeights pw, bool act_order);
 
-/// The 4-bit codes, scales and zero points of a GPTQ / AWQ Top weight (u4 logical [K, N] with
-/// parts qweight, scales, qzeros, optional g_idx), in plain form. Throws Error naming `w`.
-Int4Plain unpack_int4_weight(const ir::Weight& w);
+/// The integer codes, scales and zero points of a GPTQ / AWQ Top weight (u4 / u8 logical [K, N]
+/// with parts qweight, scales, qzeros unless the spec has no zero_point, optional g_idx), in
+/// plain form; formats gptq (v1 zeros), gptq_v2 (exact zeros), awq. Throws Error naming `w`.
+QuantPlain unpack_quant_weight(const ir::Weight& w);
 
 /// The elements of a float weight's "data" part widened to f32 (row-major, stored shape).
 std::vector<float> float_values(const ir::Weight& w);
@@ -64,6 +65,18 @@ public:
   /// Packed weights concatenated along N (q/k/v fusion); every part but the last must have N a
   /// multiple of 32 and all must share K, format, group size and row order.
   const ir::Weight& concat_packed(const std::vector<const ir::Weight*>& parts);
+
+  /// The three packed operands of a tpu.MLP with an act-order down projection's row
+  /// permutation folded into gate / up: when `down` (packed, [I, H]) has a k_perm, gate and up
+  /// ([H, I]) come back with column j = their column k_perm[j] and down without k_perm, so the
+  /// tiled MLP reads the intermediate activation in natural order; otherwise the inputs as given.
+  struct MlpOperands {
+    const ir::Weight* gate;
+    const ir::Weight* up;
+    const ir::Weight* down;
+  };
+  /// See MlpOperands.
+  MlpOperands fold_mlp_perm(const ir::Weight& gate, const ir::Weight& up, const ir::Weight& down);
 
   /// Conversions performed (cache misses).
   std::int64_t conversions() const;

@@ -52,27 +52,37 @@ inline ir::Weight plain_weight(const std::string& name, const WeightRef& ref) {
   return ir::Weight{name, ir::TensorType(t.shape, to_ir_dtype(t.dtype)), {part_of("data", t)}};
 }
 
-/// A quantized linear as `@name`: logical [K, N] u4/u8 with its QuantSpec; parts qweight,
-/// scales, qzeros (when stored) and g_idx (when stored), exactly as in the checkpoint.
+/// A quantized linear as `@name`: logical [K, N] u4/u8 with its QuantSpec (format gptq for v1
+/// zeros, gptq_v2 for exact zeros, awq); parts qweight, scales, qzeros (when stored: AWQ
+/// without zero points has none) and g_idx (when stored), exactly as in the checkpoint.
 inline ir::Weight quantized_weight(const std::string& name, const QuantizedWeight& q) {
   ir::QuantSpec spec;
-  spec.format = q.format == QuantFormat::gptq ? ir::QuantFormat::gptq : ir::QuantFormat::awq;
+  if (q.format == QuantFormat::awq) {
+    spec.format = ir::QuantFormat::awq;
+    check(q.zero_offset == 0, ErrorKind::unsupported, q.qweight.where(), "zero offset ",
+          q.zero_offset, " is not an AWQ GEMM layout (AWQ stores zeros exactly)");
+  } else {
+    check(q.zero_offset == 0 || q.zero_offset == 1, ErrorKind::unsupported, q.qweight.where(),
+          "zero offset ", q.zero_offset,
+          " is not supported (gptq: stored zero = zero - 1; gptq_v2: exact)");
+    spec.format = q.zero_offset == 1 ? ir::QuantFormat::gptq : ir::QuantFormat::gptq_v2;
+  }
   spec.group_size = q.group_size;
   spec.zero_point = q.qzeros.has_value();
   spec.act_order = !q.g_idx_trivial;
-  const int expected_offset = q.format == QuantFormat::gptq ? 1 : 0;
-  check(q.zero_offset == expected_offset, ErrorKind::unsupported, q.qweight.where(), "zero offset ",
-        q.zero_offset,
-        " (e.g. a gptq_v2 checkpoint) is not supported; tpullm "
-        "reads GPTQ v1 (stored zero = zero - 1) and AWQ GEMM");
-  check(q.bits == 4, ErrorKind::unsupported, q.qweight.where(), q.bits,
-        "-bit GPTQ/AWQ weights are not supported yet (only 4-bit)");
-  check(q.qzeros.has_value(), ErrorKind::unsupported, q.qweight.where(),
-        "quantized weights without stored zero points are not supported yet");
-  ir::Weight w{name, ir::TensorType({q.in_features, q.out_features}, ir::DType::u4, spec), {}};
+  check(q.bits == 4 || (q.bits == 8 && q.format == QuantFormat::gptq), ErrorKind::unsupported,
+        q.qweight.where(), q.bits, "-bit ", q.format == QuantFormat::gptq ? "GPTQ" : "AWQ",
+        " weights are not supported (GPTQ 4 / 8-bit, AWQ 4-bit)");
+  check(q.qzeros.has_value() || q.format == QuantFormat::awq, ErrorKind::invalid_input,
+        q.qweight.where(), "a GPTQ weight needs its qzeros tensor");
+  ir::Weight w{name,
+               ir::TensorType({q.in_features, q.out_features},
+                              q.bits == 8 ? ir::DType::u8 : ir::DType::u4, spec),
+               {}};
   w.parts.push_back(part_of("qweight", q.qweight));
   w.parts.push_back(part_of("scales", q.scales));
-  w.parts.push_back(part_of("qzeros", *q.qzeros));
+  if (q.qzeros)
+    w.parts.push_back(part_of("qzeros", *q.qzeros));
   if (q.g_idx)
     w.parts.push_back(part_of("g_idx", *q.g_idx));
   return w;

@@ -1,7 +1,7 @@
 #pragma once
 /// Materialization of module weights into interpreter tensors, once per model: plain weights
-/// are widened exactly from their stored bytes, GPTQ / AWQ 4-bit weights are dequantized to
-/// their logical [K, N] float values (exact in f32: a 4-bit integer times an f16 scale). A
+/// are widened exactly from their stored bytes, GPTQ / AWQ 4 / 8-bit weights are dequantized to
+/// their logical [K, N] float values (exact in f32: a small integer times an f16 scale). A
 /// WeightStore shared by the interpreters of every stage module of a model holds each weight
 /// once, however many modules (block_i, block_kv_i, every block_cache_i_S, embedding,
 /// embedding_cache, lm_head, ...) reference it.
@@ -23,14 +23,14 @@ namespace tpullm::interp {
 
 namespace detail {
 
-/// Dequantizes a GPTQ / AWQ weight of logical type [K, N] u4 to [K, N], labelled f32, through
-/// the converter's one unpacking of the checkpoint layouts (conversion::unpack_int4_weight).
+/// Dequantizes a GPTQ / AWQ weight of logical type [K, N] u4 / u8 to [K, N], labelled f32, through
+/// the converter's one unpacking of the checkpoint layouts (conversion::unpack_quant_weight).
 inline Tensor dequantize_weight(const ir::Weight& w) {
   check(w.type.quant->format != ir::QuantFormat::packed, ErrorKind::unsupported,
         "weight @" + w.name,
         "the kernel 'packed' layout is not a Top weight format; the interpreter reads gptq and "
         "awq checkpoint layouts");
-  const conversion::Int4Plain plain = conversion::unpack_int4_weight(w);
+  const conversion::QuantPlain plain = conversion::unpack_quant_weight(w);
   const std::vector<float> deq = plain.dequantize();
   return Tensor::from_f32({plain.K, plain.N}, deq, ir::DType::f32);
 }

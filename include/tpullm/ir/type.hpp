@@ -17,9 +17,10 @@ namespace tpullm::ir {
 
 /// How a quantized weight's integers are laid out and scaled.
 enum class QuantFormat : std::uint8_t {
-  gptq,   ///< GPTQ checkpoint layout (qweight [K/8, N] i32, qzeros stored zero-1, g_idx)
-  awq,    ///< AWQ GEMM checkpoint layout (qweight [K, N/8], nibble order 0,2,4,6,1,3,5,7)
-  packed, ///< tpullm's own kernel layout (see docs/kernels.md)
+  gptq,    ///< GPTQ checkpoint layout (qweight [K/8, N] i32, qzeros stored zero-1, g_idx)
+  awq,     ///< AWQ GEMM checkpoint layout (qweight [K, N/8], nibble order 0,2,4,6,1,3,5,7)
+  packed,  ///< tpullm's own kernel layout (see docs/kernels.md)
+  gptq_v2, ///< GPTQ layout with zeros stored exactly (checkpoint_format gptq_v2)
 };
 
 /// Text spelling of a QuantFormat.
@@ -31,13 +32,15 @@ constexpr std::string_view name(QuantFormat f) {
     return "awq";
   case QuantFormat::packed:
     return "packed";
+  case QuantFormat::gptq_v2:
+    return "gptq_v2";
   }
   return "?";
 }
 
-/// Parses "gptq" | "awq" | "packed".
+/// Parses "gptq" | "awq" | "packed" | "gptq_v2".
 inline std::optional<QuantFormat> parse_quant_format(std::string_view s) {
-  for (auto f : {QuantFormat::gptq, QuantFormat::awq, QuantFormat::packed})
+  for (auto f : {QuantFormat::gptq, QuantFormat::awq, QuantFormat::packed, QuantFormat::gptq_v2})
     if (name(f) == s)
       return f;
   return std::nullopt;

@@ -427,6 +427,40 @@ inline PackedWeights pack_int4_asym(std::span<const std::uint8_t> q, std::span<c
   return p;
 }
 
+/// W with its columns reordered: column n of the result is column `cols[n]` of `w` (weights,
+/// scales and zeros alike; rows and k_perm unchanged). `cols` must be a permutation of [0, N).
+/// Used to fold an act-order down projection's row permutation into the gate / up columns.
+inline PackedWeights permute_columns(const PackedWeights& w, std::span<const std::int32_t> cols) {
+  detail::check_perm("permute_columns", cols, w.N);
+  if (static_cast<std::int64_t>(cols.size()) != w.N)
+    throw std::invalid_argument("permute_columns: expected " + std::to_string(w.N) +
+                                " columns, got " + std::to_string(cols.size()));
+  PackedWeights out = detail::make_packed(w.format, w.K, w.N, w.group_size);
+  out.k_perm = w.k_perm;
+  const std::int64_t Kp = w.stored_rows(), G = w.groups();
+  const bool nibbles = w.format == WeightFormat::int4_sym || w.format == WeightFormat::int4_asym;
+  const std::size_t esz = static_cast<std::size_t>(
+      w.format == WeightFormat::int8 || nibbles ? 1 : row_bytes(w.format) / kPanelCols);
+  for (std::int64_t n = 0; n < w.N; ++n) {
+    const std::int64_t src = cols[static_cast<std::size_t>(n)];
+    for (std::int64_t k = 0; k < Kp; ++k) {
+      if (nibbles)
+        detail::set_nibble(out, k, n, detail::get_nibble(w, k, src));
+      else
+        std::memcpy(out.data.data() + detail::elem_offset(w.format, Kp, k, n),
+                    w.data.data() + detail::elem_offset(w.format, Kp, k, src), esz);
+    }
+    for (std::int64_t g = 0; g < (is_quantized(w.format) ? G : 0); ++g) {
+      const std::int64_t d = ((n / kPanelCols) * G + g) * kPanelCols + n % kPanelCols;
+      const std::int64_t s = ((src / kPanelCols) * G + g) * kPanelCols + src % kPanelCols;
+      out.scales[d] = w.scales[s];
+      if (!w.zeros.empty())
+        out.zeros[d] = w.zeros[s];
+    }
+  }
+  return out;
+}
+
 /// Reference dequantization: W: [K, N] row-major f32 in the ORIGINAL row order (k_perm undone).
 inline std::vector<float> dequantize(const PackedWeights& w) {
   const std::int64_t K = w.K, N = w.N, G = w.groups();

@@ -23,12 +23,33 @@ struct ScenarioReport {
   float max_rel_err = 0;         ///< max over tensors of max|err| / max|golden of that tensor|
   std::int64_t rows = 0;         ///< logits rows compared
   std::int64_t argmax_agree = 0; ///< rows whose argmax equals the golden argmax
+  double sum_kl = 0;             ///< sum over rows of KL(softmax(golden) || softmax(ours)), nats
   bool ok = false;               ///< max_rel_err <= the bound
+  /// Mean KL divergence per row of our distribution from the golden one (nats).
+  double mean_kl() const { return rows > 0 ? sum_kl / static_cast<double>(rows) : 0.0; }
 };
 
 namespace detail {
 inline std::int64_t argmax(std::span<const float> row) {
   return std::max_element(row.begin(), row.end()) - row.begin();
+}
+
+/// KL(softmax(p) || softmax(q)) in nats, computed in double from the logits (max-shifted).
+inline double kl_divergence(std::span<const float> p, std::span<const float> q) {
+  const double pm = *std::max_element(p.begin(), p.end());
+  const double qm = *std::max_element(q.begin(), q.end());
+  double zp = 0, zq = 0;
+  for (std::size_t i = 0; i < p.size(); ++i) {
+    zp += std::exp(double(p[i]) - pm);
+    zq += std::exp(double(q[i]) - qm);
+  }
+  const double lzp = std::log(zp) + pm, lzq = std::log(zq) + qm;
+  double kl = 0;
+  for (std::size_t i = 0; i < p.size(); ++i) {
+    const double lp = double(p[i]) - lzp, lq = double(q[i]) - lzq;
+    kl += std::exp(lp) * (lp - lq);
+  }
+  return std::max(0.0, kl);
 }
 
 /// Adds the comparison of `ours` ([rows, V]) against `golden` to `r`.
@@ -42,6 +63,7 @@ inline void accumulate(ScenarioReport& r, const std::vector<float>& ours,
     std::span<const float> o(ours.data() + row * golden.vocab,
                              static_cast<std::size_t>(golden.vocab));
     r.argmax_agree += argmax(o) == argmax(golden.row(row)) ? 1 : 0;
+    r.sum_kl += kl_divergence(golden.row(row), o);
   }
   r.rows += golden.rows;
 }
