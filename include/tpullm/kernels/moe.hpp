@@ -6,10 +6,11 @@
 ///   out = sum over the chosen e of p_e * swiglu_e(x).
 /// The rows are grouped by expert with a counting sort of the (row, expert) pairs: each expert
 /// with rows runs one swiglu_mlp (a GEMM, or the GEMV path for <= 4 rows) over its gathered rows,
-/// and its outputs are scattered back with their weights. An expert no row chose is never read,
-/// so a one-row decode step reads the router and exactly top_k experts' weights.
-/// The scratch (gathered rows, expert outputs, M * top_k pairs) is sized for the worst case, not
-/// for the routing: every row may choose the same expert, and the pair count is always M * top_k.
+/// and its outputs are scattered back with their weights (a row's contributions are added in
+/// expert order). An expert no row chose is never read, so a one-row decode step reads the
+/// router and exactly top_k experts' weights.
+/// The scratch (moe_scratch_bytes) is sized for the worst case, not for the routing: every row
+/// may choose the same expert, so one expert's gathered rows take [M, hidden].
 
 #include <algorithm>
 #include <cmath>
@@ -100,11 +101,12 @@ inline MoeRouting moe_route(std::span<const float> logits, const MoeShape& s) {
 }
 
 /// Scratch bytes moe_mlp allocates for `s` besides the experts' own MLP buffers: the logits
-/// [M, E], the gathered rows and the expert outputs [M * top_k, hidden] f32, and the pair
-/// indices; independent of the routing (the worst case, every row to one expert, is the same).
+/// [M, E], one expert's gathered rows and outputs (2 x [M, hidden] f32: the worst case, every
+/// row routed to the same expert), the routing and the sorted pairs (M * top_k each) and the
+/// expert offsets; fixed by the shape, whatever the routing.
 inline std::int64_t moe_scratch_bytes(const MoeShape& s) {
   const std::int64_t pairs = s.M * s.top_k;
-  return 4 * (s.M * s.experts + 2 * pairs * s.hidden) + 4 * (2 * pairs + 2 * s.experts + 1);
+  return 4 * (s.M * s.experts + 2 * s.M * s.hidden) + 4 * 4 * pairs + 4 * (2 * s.experts + 1);
 }
 
 namespace detail {
@@ -122,6 +124,7 @@ inline CoreSplit moe_split(const CoreSplit& split, std::int64_t rows) {
 /// `local_memory_bytes` is each expert MLP's tiling budget (swiglu_mlp); `split` divides every
 /// product across cores (columns for <= 4 rows, rows otherwise). Throws std::invalid_argument on
 /// shape mismatch. Returns the routing it used (tests and statistics read it).
+/// (Summation order: a row's chosen experts are added in ascending expert index.)
 inline MoeRouting moe_mlp(std::span<const float> x, const PackedWeights& router,
                           std::span<const MoeExpert> experts, std::span<float> out, MoeShape s,
                           std::size_t local_memory_bytes, CoreSplit split = {}) {
@@ -140,6 +143,12 @@ inline MoeRouting moe_mlp(std::span<const float> x, const PackedWeights& router,
     const MoeExpert& w = experts[static_cast<std::size_t>(e)];
     if (!w.gate || !w.up || !w.down)
       throw std::invalid_argument("moe_mlp: expert " + std::to_string(e) + " has no weights");
+    const std::int64_t I = s.intermediate;
+    if (w.gate->K != H || w.gate->N != I || w.up->K != H || w.up->N != I || w.down->K != I ||
+        w.down->N != H)
+      throw std::invalid_argument("moe_mlp: expert " + std::to_string(e) +
+                                  " weights do not match hidden " + std::to_string(H) +
+                                  " / intermediate " + std::to_string(I));
   }
   if (static_cast<std::int64_t>(x.size()) < M * H || static_cast<std::int64_t>(out.size()) < M * H)
     throw std::invalid_argument("moe_mlp: x or out span is smaller than [M, hidden]");
@@ -150,50 +159,50 @@ inline MoeRouting moe_mlp(std::span<const float> x, const PackedWeights& router,
          detail::moe_split(split, M));
   MoeRouting r = moe_route(logits, s);
 
-  // 2. counting sort of the (row, choice) pairs by expert
+  // 2. counting sort of the (row, choice) pairs by expert: pairs [start[e], start[e + 1]) are
+  //    expert e's, in row order
   std::vector<std::int32_t> start(static_cast<std::size_t>(E + 1), 0);
   for (std::int32_t e : r.expert)
     ++start[static_cast<std::size_t>(e) + 1];
   for (std::int64_t e = 0; e < E; ++e)
     start[static_cast<std::size_t>(e + 1)] += start[static_cast<std::size_t>(e)];
   std::vector<std::int32_t> fill(start.begin(), start.end() - 1);
-  std::vector<std::int32_t> slot(static_cast<std::size_t>(M * k)); // pair -> sorted row
-  AlignedArray<float> xs(static_cast<std::size_t>(M * k * H));
+  std::vector<std::int32_t> pair_row(static_cast<std::size_t>(M * k));
+  std::vector<float> pair_weight(static_cast<std::size_t>(M * k));
   for (std::int64_t t = 0; t < M; ++t)
     for (std::int64_t j = 0; j < k; ++j) {
       const auto pair = static_cast<std::size_t>(t * k + j);
-      const std::int32_t at = fill[static_cast<std::size_t>(r.expert[pair])]++;
-      slot[pair] = at;
-      std::copy_n(x.data() + t * H, H, xs.data() + static_cast<std::int64_t>(at) * H);
+      const auto at = static_cast<std::size_t>(fill[static_cast<std::size_t>(r.expert[pair])]++);
+      pair_row[at] = static_cast<std::int32_t>(t);
+      pair_weight[at] = r.weight[pair];
     }
 
-  // 3. one MLP per expert over its rows; experts nobody chose are not touched
-  AlignedArray<float> ys(static_cast<std::size_t>(M * k * H));
+  // 3. per expert with rows: gather them, one MLP over all of them, scatter back weighted.
+  //    An expert has at most M rows (a row chooses an expert once): the worst case, every row
+  //    to one expert, is what the two [M, hidden] buffers hold. Experts nobody chose are not
+  //    touched.
+  AlignedArray<float> xs(static_cast<std::size_t>(M * H));
+  AlignedArray<float> ys(static_cast<std::size_t>(M * H));
+  std::fill_n(out.data(), M * H, 0.0f);
   for (std::int64_t e = 0; e < E; ++e) {
-    const std::int64_t r0 = start[static_cast<std::size_t>(e)];
-    const std::int64_t rows = start[static_cast<std::size_t>(e + 1)] - r0;
+    const std::int64_t p0 = start[static_cast<std::size_t>(e)];
+    const std::int64_t rows = start[static_cast<std::size_t>(e + 1)] - p0;
     if (rows == 0)
       continue;
+    for (std::int64_t i = 0; i < rows; ++i)
+      std::copy_n(x.data() + std::int64_t{pair_row[static_cast<std::size_t>(p0 + i)]} * H, H,
+                  xs.data() + i * H);
     const MoeExpert& w = experts[static_cast<std::size_t>(e)];
-    swiglu_mlp(std::span<const float>(xs.data() + r0 * H, static_cast<std::size_t>(rows * H)),
-               *w.gate, *w.up, *w.down,
-               std::span<float>(ys.data() + r0 * H, static_cast<std::size_t>(rows * H)),
+    swiglu_mlp(std::span<const float>(xs.data(), static_cast<std::size_t>(rows * H)), *w.gate,
+               *w.up, *w.down, std::span<float>(ys.data(), static_cast<std::size_t>(rows * H)),
                {rows, H, s.intermediate}, local_memory_bytes, detail::moe_split(split, rows));
-  }
-
-  // 4. scatter back: each row sums its choices in rank order (deterministic)
-  for (std::int64_t t = 0; t < M; ++t) {
-    float* o = out.data() + t * H;
-    for (std::int64_t j = 0; j < k; ++j) {
-      const auto pair = static_cast<std::size_t>(t * k + j);
-      const float wj = r.weight[pair];
-      const float* y = ys.data() + static_cast<std::int64_t>(slot[pair]) * H;
-      if (j == 0)
-        for (std::int64_t h = 0; h < H; ++h)
-          o[h] = wj * y[h];
-      else
-        for (std::int64_t h = 0; h < H; ++h)
-          o[h] += wj * y[h];
+    for (std::int64_t i = 0; i < rows; ++i) {
+      const auto pi = static_cast<std::size_t>(p0 + i);
+      const float wi = pair_weight[pi];
+      float* o = out.data() + std::int64_t{pair_row[pi]} * H;
+      const float* y = ys.data() + i * H;
+      for (std::int64_t h = 0; h < H; ++h)
+        o[h] += wi * y[h];
     }
   }
   return r;
