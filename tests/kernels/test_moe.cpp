@@ -231,3 +231,30 @@ TEST_CASE("moe_mlp refuses mismatched weights", "[moe]") {
   CHECK_THROWS_AS(moe_mlp(x, router, bad, out, {2, 64, 32, 4, 4, true}, 1 << 20),
                   std::invalid_argument);
 }
+
+TEST_CASE("moe_mlp reads only the chosen experts", "[moe]") {
+  // Every row routes to expert 3 (top_k 1, renormalised: weight exactly 1); all other experts'
+  // weights are NaN, so reading any of them would poison the output. The result must be
+  // bitwise expert 3's own swiglu_mlp, for a decode row and for a prefill block.
+  const std::int64_t H = 64, I = 32, E = 8;
+  const auto g = make_weights(WeightFormat::bf16, H, I, 32, 71, false);
+  const auto u = make_weights(WeightFormat::bf16, H, I, 32, 72, false);
+  const auto d = make_weights(WeightFormat::bf16, I, H, 32, 73, false);
+  const PackedWeights poison_in = pack_f32(std::vector<float>(H * I, kNaN), H, I);
+  const PackedWeights poison_out = pack_f32(std::vector<float>(I * H, kNaN), I, H);
+  std::vector<MoeExpert> experts(E, MoeExpert{&poison_in, &poison_in, &poison_out});
+  experts[3] = {&g.packed, &u.packed, &d.packed};
+  const PackedWeights router = pack_f32(one_expert_router(H, E, 74), H, E);
+  for (std::int64_t M : {1, 20}) {
+    INFO("M=" << M);
+    const auto x = random_vec(static_cast<std::size_t>(M * H), 75, 0.0f, 1.0f);
+    std::vector<float> want(static_cast<std::size_t>(M * H)), got = nan_vec(want.size());
+    swiglu_mlp(x, g.packed, u.packed, d.packed, want, {M, H, I}, 1 << 20);
+    const MoeRouting r = moe_mlp(x, router, experts, got, {M, H, I, E, 1, true}, 1 << 20);
+    for (std::int64_t t = 0; t < M; ++t) {
+      CHECK(r.expert[t] == 3);
+      CHECK(r.weight[t] == 1.0f);
+    }
+    CHECK(got == want);
+  }
+}
