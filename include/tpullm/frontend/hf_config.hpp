@@ -1,6 +1,7 @@
 #pragma once
-/// Parsing a HuggingFace `config.json` of a llama-shaped decoder (llama, qwen2, qwen3, mistral)
-/// into a typed HfConfig. Everything not representable (other model types, RoPE scalings,
+/// Parsing a HuggingFace `config.json` of a llama-shaped decoder (llama, qwen2, qwen3, mistral,
+/// and the mixtures of experts qwen3_moe and mixtral: frontend/moe_config.hpp) into a typed
+/// HfConfig. Everything not representable (other model types, RoPE scalings,
 /// activations, quantization methods, sliding windows, ...) is refused with Error(unsupported)
 /// naming the field and its value; malformed values are Error(invalid_input).
 
