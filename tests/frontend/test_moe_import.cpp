@@ -5,6 +5,7 @@
 #include "frontend_test_util.hpp"
 
 #include "tpullm/frontend/make_model.hpp"
+#include "tpullm/frontend/memory_estimate.hpp"
 #include "tpullm/frontend/model_desc.hpp"
 #include "tpullm/frontend/safetensors_writer.hpp"
 #include "tpullm/frontend/stage_builder.hpp"
@@ -253,4 +254,22 @@ TEST_CASE("make-model preset qwen3-30b-a3b: the real model's size, loadable", "[
   CHECK(d.layers[1].sparse());
   CHECK(d.layers[1].moe.experts.size() == 4);
   CHECK(d.layers[1].moe.experts[3].down.tensor().shape == Shape{64, 32});
+}
+
+TEST_CASE("the memory estimate counts every expert's weights", "[moe][memory]") {
+  // The executor's converted weights (at most f32 per element) cover the whole checkpoint: all
+  // E experts of each sparse layer, not the dense intermediate_size MLP of the config.
+  for (const char* name : {"qwen3moe-e16k4", "mixtral-e8k2"}) {
+    INFO(name);
+    const ModelDesc d = load_model(model_dir(name));
+    double elements = 0;
+    for (const auto& n : d.checkpoint->names())
+      elements += static_cast<double>(d.checkpoint->at(n).numel());
+    StageParams p;
+    p.seq_length = 64;
+    p.max_input_length = 16;
+    const MemoryEstimate e = estimate_memory(d, p, Workload::run);
+    CHECK(e.weights >= 4 * elements);
+    CHECK(e.weights <= 4 * elements * 1.05);
+  }
 }
