@@ -374,6 +374,17 @@ private:
                               weight_value(*f.down)}));
   }
 
+  // The router stays f32 whatever the mode: bf16 logits flip near-tied routing decisions.
+  void lower(const Operation& op, const ir::top::MoEOp& o) {
+    const ir::DType dt = linear_dtype();
+    std::vector<Value*> in{get(op.operand(0)),
+                           packed(op, op.operand(1), o.transpose_b, ir::DType::f32)};
+    for (std::size_t i = 2; i < op.num_operands(); ++i)
+      in.push_back(packed(op, op.operand(i), o.transpose_b, dt));
+    set(op.result(0),
+        create(op, ir::tpu::MoEOp{o.experts, o.top_k, o.renormalize, o.activation}, in));
+  }
+
   void lower(const Operation& op, const ir::top::ArgMaxOp& o) {
     const auto r = op.operand(0)->type().rank();
     if (o.axis != -1 && o.axis != r - 1)

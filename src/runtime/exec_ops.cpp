@@ -9,6 +9,7 @@
 #include "tpullm/kernels/flash_attention.hpp"
 #include "tpullm/kernels/matmul.hpp"
 #include "tpullm/kernels/mlp.hpp"
+#include "tpullm/kernels/moe.hpp"
 #include "tpullm/kernels/rms_norm.hpp"
 #include "tpullm/memory/kv_geometry.hpp"
 #include "tpullm/kernels/rope_gather.hpp"
@@ -150,6 +151,20 @@ void exec(const ir::tpu::MLPOp&, Call& c) {
   const std::int64_t M = c.elems(c.in.operands[0]) / H;
   k::swiglu_mlp(span_of<float>(c.operand(0), M * H), g, u, d, mspan_of<float>(c.result(0), M * H),
                 {M, H, I}, static_cast<std::size_t>(c.local_memory), c.split);
+}
+
+void exec(const ir::tpu::MoEOp& o, Call& c) {
+  const k::PackedWeights& router = packed(c, 1);
+  std::vector<k::MoeExpert> experts(static_cast<std::size_t>(o.experts));
+  for (std::int64_t e = 0; e < o.experts; ++e) {
+    const auto i = static_cast<std::size_t>(2 + 3 * e);
+    experts[static_cast<std::size_t>(e)] = {&packed(c, i), &packed(c, i + 1), &packed(c, i + 2)};
+  }
+  const std::int64_t H = router.K, I = experts[0].gate->N;
+  const std::int64_t M = c.elems(c.in.operands[0]) / H;
+  k::moe_mlp(span_of<float>(c.operand(0), M * H), router, experts,
+             mspan_of<float>(c.result(0), M * H), {M, H, I, o.experts, o.top_k, o.renormalize},
+             static_cast<std::size_t>(c.local_memory), c.split);
 }
 
 void exec(const ir::tpu::RopeOp& o, Call& c) {

@@ -31,8 +31,10 @@ inline fs::path model_dir(const std::string& name) {
 }
 
 inline const std::vector<std::string>& model_names() {
-  static const std::vector<std::string> names = {"llama-gqa", "qwen2-tied-bias", "qwen3-headdim",
-                                                 "llama-gqa-gptq-g32", "qwen2-tied-bias-awq-g32"};
+  static const std::vector<std::string> names = {
+      "llama-gqa",          "qwen2-tied-bias",         "qwen3-headdim",
+      "llama-gqa-gptq-g32", "qwen2-tied-bias-awq-g32", "qwen3moe-e16k4",
+      "mixtral-e8k2"};
   return names;
 }
 

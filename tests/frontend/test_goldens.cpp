@@ -13,7 +13,7 @@ using namespace tpullm::frontend;
 using namespace fe_test;
 using Catch::Contains;
 
-TEST_CASE("goldens of all five models load with consistent shapes", "[goldens]") {
+TEST_CASE("goldens of all seven models load with consistent shapes", "[goldens]") {
   for (const auto& name : model_names()) {
     INFO(name);
     const Goldens g = load_goldens(model_dir(name));

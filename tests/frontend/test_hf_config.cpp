@@ -159,7 +159,7 @@ TEST_CASE("unsupported and invalid configs are refused by name", "[hf_config][ne
   SECTION("unknown model_type") {
     j["model_type"] = "gpt2";
     REQUIRE_THROWS_WITH(parse(j), "unsupported: cfg.json: model_type 'gpt2' is not supported "
-                                  "(supported: llama, qwen2, qwen3, mistral)");
+                                  "(supported: llama, qwen2, qwen3, mistral, qwen3_moe, mixtral)");
   }
   SECTION("unsupported rope type") {
     j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}};

@@ -82,14 +82,20 @@ std::int64_t decode_weight_bytes(const bundle::Bundle& b, std::int64_t S) {
     if (!use)
       continue;
     for (const auto& in : p.instrs)
-      for (const auto& r : in.operands)
+      for (std::size_t i = 0; i < in.operands.size(); ++i) {
+        const auto& r = in.operands[i];
         if (r.buffer.region == ir::Region::weight && names.insert(r.weight).second) {
-          if (in.kind() == ir::OpKind::tpu_Embedding)
+          if (const auto* moe = std::get_if<ir::tpu::MoEOp>(&in.op); moe && i >= 2) {
+            // A routed MLP reads its router and top_k of its experts: each expert's share.
+            for (const auto& part : b.find_weight(r.weight)->parts)
+              bytes += static_cast<std::int64_t>(part.bytes.size()) * moe->top_k / moe->experts;
+          } else if (in.kind() == ir::OpKind::tpu_Embedding)
             bytes += r.type.byte_size() / std::max<std::int64_t>(1, m.vocab);
           else
             for (const auto& part : b.find_weight(r.weight)->parts) // checked on open
               bytes += static_cast<std::int64_t>(part.bytes.size());
         }
+      }
   }
   return bytes;
 }
@@ -152,6 +158,37 @@ public:
 private:
   pid_t pid_ = -1;
 };
+
+/// Multiply-adds per token of a bundle with routed MLPs (0 when it has none): every packed
+/// weight [K, N] of the decode functions of variant S and of lm_head counts K * N, a routed
+/// expert's weights top_k / experts of that (the experts a token really runs).
+double moe_active_parameters(const bundle::Bundle& b, std::int64_t S) {
+  bool any = false;
+  std::set<std::string> names;
+  double macs = 0;
+  for (const auto& p : b.programs()) {
+    const bool use = (p.info.stage == ir::StageKind::decode &&
+                      p.name == frontend::StageNames::block_cache(p.info.layer, S)) ||
+                     p.name == "lm_head";
+    if (!use)
+      continue;
+    for (const auto& in : p.instrs) {
+      const auto* moe = std::get_if<ir::tpu::MoEOp>(&in.op);
+      any = any || moe;
+      for (std::size_t i = 0; i < in.operands.size(); ++i) {
+        const auto& r = in.operands[i];
+        if (r.buffer.region != ir::Region::weight || r.type.layout != ir::Layout::panels ||
+            !names.insert(r.weight).second)
+          continue;
+        const double kn = static_cast<double>(r.type.shape[0] * r.type.shape[1]);
+        macs += moe && i >= 2
+                    ? kn * static_cast<double>(moe->top_k) / static_cast<double>(moe->experts)
+                    : kn;
+      }
+    }
+  }
+  return any ? macs : 0;
+}
 
 } // namespace
 
@@ -238,10 +275,15 @@ int cmd_bench(const std::vector<std::string>& args) {
   runtime::Session& s = engine.session();
   const double read_bw = (threads >= 2 ? ceil.read_gbs_2t : ceil.read_gbs_1t) * 1e9;
   const double fma = (threads >= 2 ? ceil.f32_gflops_2t : ceil.f32_gflops_1t) * 1e9;
-  const double block_params = static_cast<double>(
-      m.layers * (m.hidden * (m.heads + 2 * m.kv_heads) * m.head_dim +
-                  m.heads * m.head_dim * m.hidden + 3 * m.hidden * m.intermediate));
   const double lm_head_params = static_cast<double>(m.vocab * m.hidden);
+  // A mixture of experts: the weights a token really multiplies (router + top_k experts).
+  const double moe_params = moe_active_parameters(*opened, opened->model().params.seq_length);
+  const double block_params =
+      moe_params > 0
+          ? moe_params - lm_head_params
+          : static_cast<double>(m.layers *
+                                (m.hidden * (m.heads + 2 * m.kv_heads) * m.head_dim +
+                                 m.heads * m.head_dim * m.hidden + 3 * m.hidden * m.intermediate));
   const double params = block_params + lm_head_params;
   // The FLOPs a prefill of P tokens needs: every row through the blocks, causal attention
   // (scores and values over the i + 1 keys of row i), and the lm_head on the last row only.

@@ -46,6 +46,8 @@ inline std::string hf_linear_prefix(ModelFamily f, std::int64_t layer, LinearSlo
   case ModelFamily::qwen2:
   case ModelFamily::qwen3:
   case ModelFamily::mistral:
+  case ModelFamily::qwen3_moe:
+  case ModelFamily::mixtral:
     break;
   }
   const std::string base = "model.layers." + std::to_string(layer) + ".";
@@ -75,6 +77,8 @@ inline std::string hf_norm_name(ModelFamily f, std::int64_t layer, NormSlot s) {
   case ModelFamily::qwen2:
   case ModelFamily::qwen3:
   case ModelFamily::mistral:
+  case ModelFamily::qwen3_moe:
+  case ModelFamily::mixtral:
     break;
   }
   const std::string base = "model.layers." + std::to_string(layer) + ".";
@@ -89,6 +93,32 @@ inline std::string hf_norm_name(ModelFamily f, std::int64_t layer, NormSlot s) {
     return base + "self_attn.k_norm.weight";
   }
   return base;
+}
+
+/// The three linears of one routed expert (SwiGLU: down(silu(gate x) * up x)).
+enum class ExpertSlot { gate, up, down };
+
+/// HF name of layer `layer`'s router weight [experts, hidden]: "model.layers.3.mlp.gate.weight"
+/// (qwen3_moe) or "model.layers.3.block_sparse_moe.gate.weight" (mixtral).
+inline std::string hf_router_name(ModelFamily f, std::int64_t layer) {
+  const std::string base = "model.layers." + std::to_string(layer) + ".";
+  return base + (f == ModelFamily::mixtral ? "block_sparse_moe.gate.weight" : "mlp.gate.weight");
+}
+
+/// HF module path of expert `e`'s linear in layer `layer`, without ".weight":
+/// "model.layers.3.mlp.experts.5.gate_proj" (qwen3_moe) or
+/// "model.layers.3.block_sparse_moe.experts.5.w1" (mixtral: w1 gate, w3 up, w2 down).
+inline std::string hf_expert_prefix(ModelFamily f, std::int64_t layer, std::int64_t e,
+                                    ExpertSlot s) {
+  const std::string base = "model.layers." + std::to_string(layer) + ".";
+  if (f == ModelFamily::mixtral) {
+    const char* w = s == ExpertSlot::gate ? "w1" : s == ExpertSlot::up ? "w3" : "w2";
+    return base + "block_sparse_moe.experts." + std::to_string(e) + "." + w;
+  }
+  const char* w = s == ExpertSlot::gate ? "gate_proj"
+                  : s == ExpertSlot::up ? "up_proj"
+                                        : "down_proj";
+  return base + "mlp.experts." + std::to_string(e) + "." + w;
 }
 
 /// HF name of the token embedding table [vocab, hidden].

@@ -1,9 +1,11 @@
 #pragma once
-/// Parsing a HuggingFace `config.json` of a llama-shaped decoder (llama, qwen2, qwen3, mistral)
-/// into a typed HfConfig. Everything not representable (other model types, RoPE scalings,
+/// Parsing a HuggingFace `config.json` of a llama-shaped decoder (llama, qwen2, qwen3, mistral,
+/// and the mixtures of experts qwen3_moe and mixtral: frontend/moe_config.hpp) into a typed
+/// HfConfig. Everything not representable (other model types, RoPE scalings,
 /// activations, quantization methods, sliding windows, ...) is refused with Error(unsupported)
 /// naming the field and its value; malformed values are Error(invalid_input).
 
+#include "tpullm/frontend/moe_config.hpp"
 #include "tpullm/frontend/safetensors.hpp"
 #include "tpullm/support/error.hpp"
 
@@ -20,7 +22,7 @@
 namespace tpullm::frontend {
 
 /// Supported model families (config.json "model_type").
-enum class ModelFamily { llama, qwen2, qwen3, mistral };
+enum class ModelFamily { llama, qwen2, qwen3, mistral, qwen3_moe, mixtral };
 
 /// The config.json spelling of a family ("llama", "qwen2", ...).
 inline constexpr std::string_view family_name(ModelFamily f) noexcept {
@@ -33,6 +35,10 @@ inline constexpr std::string_view family_name(ModelFamily f) noexcept {
     return "qwen3";
   case ModelFamily::mistral:
     return "mistral";
+  case ModelFamily::qwen3_moe:
+    return "qwen3_moe";
+  case ModelFamily::mixtral:
+    return "mixtral";
   }
   return "?";
 }
@@ -144,6 +150,8 @@ struct HfConfig {
   std::optional<DType> torch_dtype;
   RopeConfig rope;
   QuantConfig quant;
+  /// Routed experts (qwen3_moe, mixtral); layout none for dense families.
+  MoeConfig moe;
 };
 
 namespace detail {
@@ -406,9 +414,16 @@ inline HfConfig parse_hf_config(std::string_view json_text, std::string where = 
       c.family = ModelFamily::qwen3;
     else if (c.model_type == "mistral")
       c.family = ModelFamily::mistral;
-    else
+    else if (c.model_type == "qwen3_moe")
+      c.family = ModelFamily::qwen3_moe;
+    else if (c.model_type == "mixtral")
+      c.family = ModelFamily::mixtral;
+    else {
+      refuse_other_moe(c.model_type, where);
       throw_error(ErrorKind::unsupported, where, "model_type '", c.model_type,
-                  "' is not supported (supported: llama, qwen2, qwen3, mistral)");
+                  "' is not supported (supported: llama, qwen2, qwen3, mistral, qwen3_moe, "
+                  "mixtral)");
+    }
 
     c.hidden_size = r.dim("hidden_size");
     c.intermediate_size = r.dim("intermediate_size");
@@ -462,12 +477,23 @@ inline HfConfig parse_hf_config(std::string_view json_text, std::string where = 
       break;
     case ModelFamily::mistral:
       break;
+    case ModelFamily::qwen3_moe: // Qwen3's attention (q/k norm) with routed MLPs
+      c.qkv_bias = attention_bias;
+      c.o_bias = attention_bias;
+      c.qk_norm = true;
+      break;
+    case ModelFamily::mixtral: // Mistral's attention with routed MLPs
+      break;
     }
+    if (c.family == ModelFamily::qwen3_moe || c.family == ModelFamily::mixtral)
+      c.moe = parse_moe_config(
+          j, where, c.family == ModelFamily::mixtral ? MoeLayout::mixtral : MoeLayout::qwen3_moe,
+          c.num_hidden_layers, c.intermediate_size);
 
     // Sliding-window attention is not supported; a window covering the whole context is
     // plain causal attention.
-    const bool sw_enabled =
-        c.family == ModelFamily::mistral || r.bool_or(j, "use_sliding_window", false);
+    const bool sw_enabled = c.family == ModelFamily::mistral || c.family == ModelFamily::mixtral ||
+                            r.bool_or(j, "use_sliding_window", false);
     if (sw_enabled && r.has("sliding_window")) {
       const std::int64_t w = r.to_int(j["sliding_window"], "sliding_window");
       check(w >= c.max_position_embeddings, ErrorKind::unsupported, where, "sliding_window ", w,

@@ -53,6 +53,10 @@ struct ModelPreset {
   RopeConfig rope;                          ///< rope_theta and rope_scaling
   std::optional<std::int64_t> bos_token_id; ///< written only when inside the vocabulary
   std::optional<std::int64_t> eos_token_id; ///< written only when inside the vocabulary
+  /// qwen3_moe only: routed experts per layer (num_experts), experts per token
+  /// (num_experts_per_tok) and one expert's width (moe_intermediate_size); every layer sparse,
+  /// norm_topk_prob true (as Qwen3-30B-A3B).
+  std::int64_t experts = 0, top_k = 0, moe_intermediate = 0;
 
   /// Throws Error(invalid_input) naming the preset when a dimension is not positive, the
   /// heads do not group, head_dim is odd, or hidden != heads * head_dim without an explicit
@@ -72,8 +76,14 @@ struct ModelPreset {
           " must be even");
     check(head_dim_in_config || hidden == heads * head_dim, ErrorKind::invalid_input, where,
           "hidden ", hidden, " != heads * head_dim without an explicit head_dim");
-    check(family == ModelFamily::llama || family == ModelFamily::qwen2, ErrorKind::unsupported,
-          where, "family ", family_name(family), " has no config writer (llama, qwen2)");
+    check(family == ModelFamily::llama || family == ModelFamily::qwen2 ||
+              family == ModelFamily::qwen3_moe,
+          ErrorKind::unsupported, where, "family ", family_name(family),
+          " has no config writer (llama, qwen2, qwen3_moe)");
+    check(family != ModelFamily::qwen3_moe ||
+              (experts > 0 && top_k > 0 && top_k <= experts && moe_intermediate > 0),
+          ErrorKind::invalid_input, where, "a qwen3_moe preset needs 1 <= top_k (", top_k,
+          ") <= experts (", experts, ") and moe_intermediate > 0");
   }
   /// Number of weights (elements of every tensor in the checkpoint).
   std::int64_t parameters() const;
@@ -84,7 +94,10 @@ struct ModelPreset {
 /// positions), Llama-3.2-1B (llama: hidden 2048, 16 layers, 32/8 heads, head_dim 64,
 /// intermediate 8192, vocab 128256, tied, rope_theta 5e5 with llama3 scaling factor 32, low 1,
 /// high 4, original 8192, eps 1e-5, 131072 positions) and tiny (llama: hidden 64, 2 layers,
-/// 4/2 heads, head_dim 16, intermediate 128, vocab 512, untied head, 2048 positions).
+/// 4/2 heads, head_dim 16, intermediate 128, vocab 512, untied head, 2048 positions) and
+/// Qwen3-30B-A3B (qwen3_moe: hidden 2048, 48 layers, 32/4 heads of 128, q/k norm, 128 experts
+/// of width 768, top 8 renormalised, vocab 151936, untied, rope_theta 1e6, eps 1e-6, 40960
+/// positions).
 inline const std::vector<ModelPreset>& model_presets() {
   static const std::vector<ModelPreset> presets = [] {
     std::vector<ModelPreset> v;
@@ -147,6 +160,28 @@ inline const std::vector<ModelPreset>& model_presets() {
     t.bos_token_id = 1;
     t.eos_token_id = 2;
     v.push_back(t);
+
+    ModelPreset m;
+    m.name = "qwen3-30b-a3b";
+    m.family = ModelFamily::qwen3_moe;
+    m.hidden = 2048;
+    m.intermediate = 6144;
+    m.layers = 48;
+    m.heads = 32;
+    m.kv_heads = 4;
+    m.head_dim = 128;
+    m.head_dim_in_config = true;
+    m.vocab = 151936;
+    m.max_position = 40960;
+    m.tie_word_embeddings = false;
+    m.rms_norm_eps = 1e-6;
+    m.rope.theta = 1e6;
+    m.bos_token_id = 151643;
+    m.eos_token_id = 151645;
+    m.experts = 128;
+    m.top_k = 8;
+    m.moe_intermediate = 768;
+    v.push_back(m);
     return v;
   }();
   return presets;
@@ -239,8 +274,21 @@ inline nlohmann::json preset_config_json(const ModelPreset& p, DType dtype) {
     j["sliding_window"] = p.max_position;
     j["use_sliding_window"] = false;
     break;
+  case ModelFamily::qwen3_moe:
+    j["architectures"] = {"Qwen3MoeForCausalLM"};
+    j["attention_bias"] = false;
+    j["decoder_sparse_step"] = 1;
+    j["mlp_only_layers"] = nlohmann::json::array();
+    j["moe_intermediate_size"] = p.moe_intermediate;
+    j["norm_topk_prob"] = true;
+    j["num_experts"] = p.experts;
+    j["num_experts_per_tok"] = p.top_k;
+    j["sliding_window"] = nullptr;
+    j["use_sliding_window"] = false;
+    break;
   case ModelFamily::qwen3:
   case ModelFamily::mistral:
+  case ModelFamily::mixtral:
     break; // refused by validate()
   }
   return j;
@@ -286,6 +334,18 @@ inline std::vector<PresetTensor> preset_tensors(const ModelPreset& p) {
     lin(LinearSlot::v, KV, H, qkv_bias);
     lin(LinearSlot::o, H, Q, false);
     t.push_back({hf_norm_name(f, i, NormSlot::mlp), {H}, I::one_plus_noise});
+    if (f == ModelFamily::qwen3_moe) {
+      t.push_back({hf_norm_name(f, i, NormSlot::q), {p.head_dim}, I::one_plus_noise});
+      t.push_back({hf_norm_name(f, i, NormSlot::k), {p.head_dim}, I::one_plus_noise});
+      t.push_back({hf_router_name(f, i), {p.experts, H}, I::noise});
+      const std::int64_t E = p.moe_intermediate;
+      for (std::int64_t e = 0; e < p.experts; ++e) {
+        t.push_back({hf_expert_prefix(f, i, e, ExpertSlot::gate) + ".weight", {E, H}, I::noise});
+        t.push_back({hf_expert_prefix(f, i, e, ExpertSlot::up) + ".weight", {E, H}, I::noise});
+        t.push_back({hf_expert_prefix(f, i, e, ExpertSlot::down) + ".weight", {H, E}, I::noise});
+      }
+      continue;
+    }
     lin(LinearSlot::gate, p.intermediate, H, false);
     lin(LinearSlot::up, p.intermediate, H, false);
     lin(LinearSlot::down, H, p.intermediate, false);

@@ -56,6 +56,19 @@ inline double layer_elements(const ModelDims& d) {
          2 * static_cast<double>(d.head_dim);
 }
 
+/// Elements of every decoder layer's weights of `d`: a sparse layer (mixture of experts) holds
+/// its router [E, H] and E experts of 3 * H * expert_intermediate instead of the dense MLP.
+inline double all_layer_elements(const ModelDesc& d) {
+  const ModelDims& m = d.dims;
+  const double h = static_cast<double>(m.hidden), i = static_cast<double>(m.intermediate);
+  const double experts = static_cast<double>(d.moe.experts);
+  const double ei = static_cast<double>(d.moe.expert_intermediate);
+  double n = 0;
+  for (std::int64_t l = 0; l < m.layers; ++l)
+    n += layer_elements(m) + (d.moe.sparse_layer(l) ? experts * (3 * h * ei + h) - 3 * h * i : 0.0);
+  return n;
+}
+
 /// "12.3 GiB" for messages.
 inline std::string human_bytes(double b) {
   const char* units[] = {"bytes", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
@@ -107,7 +120,7 @@ inline MemoryEstimate estimate_memory(const ModelDesc& d, const StageParams& p, 
   if (w == Workload::run) {
     // Converted weights (at most f32 per element, shared by every stage program), the KV cache
     // [seq, kv_heads, head_dim] f32 for k and v of every layer, and one call's activations.
-    e.weights += 4 * (layers * detail::layer_elements(m) + 2 * vocab * h + h);
+    e.weights += 4 * (detail::all_layer_elements(d) + 2 * vocab * h + h);
     e.seq_length += 2 * layers * seq * kv_dim * 4;
     e.max_input_length += 4 * 4 * L * (3 * h + 3 * inter + 2 * kv_dim + vocab);
     return e;
@@ -116,7 +129,7 @@ inline MemoryEstimate estimate_memory(const ModelDesc& d, const StageParams& p, 
   // The interpreter widens every weight a module uses to f64, per module (block modules hold
   // their own copy of the layer weights and of the RoPE tables).
   const double blocks = layers * e.block_modules;
-  e.weights += 8 * (blocks * detail::layer_elements(m) + 3 * vocab * h + h);
+  e.weights += 8 * (e.block_modules * detail::all_layer_elements(d) + 3 * vocab * h + h);
   e.seq_length += blocks * 2 * seq * (hd / 2) * 8;
   // KV cache: k and v [seq, kv_heads, head_dim] f32 per layer, plus the history copies of the
   // largest call (f32 host tensors, their f64 interpreter form, and k/v concatenated in f64).

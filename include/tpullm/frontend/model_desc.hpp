@@ -8,6 +8,7 @@
 ///   h  = x + o( attn( rope(qk_norm(q(attn_norm(x)) + q_bias)), rope(qk_norm(k(..) + k_bias)),
 ///                     v(..) + v_bias ) ) + o_bias
 ///   y  = h + down( silu(gate(mlp_norm(h))) * up(mlp_norm(h)) )
+///        (a sparse layer: h + the routed experts of mlp_norm(h), frontend/moe_config.hpp)
 /// logits = lm_head(final_norm(x_last)).
 
 #include "tpullm/frontend/families.hpp"
@@ -114,6 +115,19 @@ struct WeightRef {
   }
 };
 
+/// One routed expert's SwiGLU linears (plain, [out, in]): gate, up [expert_intermediate, hidden];
+/// down [hidden, expert_intermediate].
+struct ExpertWeights {
+  WeightRef gate, up, down;
+};
+
+/// The routed MLP of a sparse layer: router [experts, hidden] (plain, [out, in]) and the experts
+/// in index order. Empty (no router) for a dense layer.
+struct MoeWeights {
+  WeightRef router;
+  std::vector<ExpertWeights> experts;
+};
+
 /// The weights of one decoder layer. Linears are [out, in] (plain) or QuantizedWeight.
 struct LayerWeights {
   /// [hidden] RMSNorm gamma before attention.
@@ -126,8 +140,12 @@ struct LayerWeights {
   WeightRef q_norm, k_norm;
   /// [hidden] RMSNorm gamma before the MLP.
   WeightRef mlp_norm;
-  /// gate, up: [intermediate, hidden]; down: [hidden, intermediate].
+  /// gate, up: [intermediate, hidden]; down: [hidden, intermediate] (absent in a sparse layer).
   WeightRef gate, up, down;
+  /// The routed experts of a sparse layer (MoeConfig::sparse_layer); router absent otherwise.
+  MoeWeights moe;
+  /// True when this layer's MLP is routed through experts.
+  bool sparse() const noexcept { return moe.router.present(); }
 };
 
 /// Model dimensions.
@@ -163,6 +181,8 @@ struct ModelDesc {
   bool qk_norm = false;
   /// Quantization of the layer linears (method none: all plain).
   QuantConfig quant;
+  /// Routed experts (layout none for a dense model); which layers are sparse.
+  MoeConfig moe;
   /// Beginning-of-sequence token id, when the config gives one.
   std::optional<std::int64_t> bos_token_id;
   /// End-of-sequence token ids (possibly several).
@@ -372,6 +392,12 @@ inline ModelDesc describe_model(const HfConfig& cfg, std::shared_ptr<const Check
   d.o_bias = cfg.o_bias;
   d.qk_norm = cfg.qk_norm;
   d.quant = cfg.quant;
+  d.moe = cfg.moe;
+  check(!cfg.moe.enabled() || cfg.quant.method == QuantMethod::none, ErrorKind::unsupported,
+        ckpt->dir().string(), "quantized (", quant_method_name(cfg.quant.method), ") ",
+        family_name(cfg.family),
+        " checkpoints are not supported: mixture-of-experts weights "
+        "must be F32, F16 or BF16");
   d.bos_token_id = cfg.bos_token_id;
   d.eos_token_ids = cfg.eos_token_ids;
   d.torch_dtype = cfg.torch_dtype;
@@ -408,11 +434,30 @@ inline ModelDesc describe_model(const HfConfig& cfg, std::shared_ptr<const Check
     L.k = b.linear(lp(LinearSlot::k), m.hidden, kv_dim, "k_proj [kv_heads*head_dim, hidden]");
     L.v = b.linear(lp(LinearSlot::v), m.hidden, kv_dim, "v_proj [kv_heads*head_dim, hidden]");
     L.o = b.linear(lp(LinearSlot::o), q_dim, m.hidden, "o_proj [hidden, heads*head_dim]");
-    L.gate = b.linear(lp(LinearSlot::gate), m.hidden, m.intermediate,
-                      "gate_proj [intermediate, hidden]");
-    L.up = b.linear(lp(LinearSlot::up), m.hidden, m.intermediate, "up_proj [intermediate, hidden]");
-    L.down = b.linear(lp(LinearSlot::down), m.intermediate, m.hidden,
-                      "down_proj [hidden, intermediate]");
+    if (cfg.moe.sparse_layer(i)) {
+      const MoeConfig& e = cfg.moe;
+      L.moe.router = b.plain(hf_router_name(f, i), {e.experts, m.hidden}, WeightLayout::out_in,
+                             "router [experts, hidden]");
+      for (std::int64_t x = 0; x < e.experts; ++x) {
+        const auto ep = [&](ExpertSlot s) { return hf_expert_prefix(f, i, x, s) + ".weight"; };
+        const std::int64_t I = e.expert_intermediate;
+        ExpertWeights w;
+        w.gate = b.plain(ep(ExpertSlot::gate), {I, m.hidden}, WeightLayout::out_in,
+                         "expert gate [expert_intermediate, hidden]");
+        w.up = b.plain(ep(ExpertSlot::up), {I, m.hidden}, WeightLayout::out_in,
+                       "expert up [expert_intermediate, hidden]");
+        w.down = b.plain(ep(ExpertSlot::down), {m.hidden, I}, WeightLayout::out_in,
+                         "expert down [hidden, expert_intermediate]");
+        L.moe.experts.push_back(std::move(w));
+      }
+    } else {
+      L.gate = b.linear(lp(LinearSlot::gate), m.hidden, m.intermediate,
+                        "gate_proj [intermediate, hidden]");
+      L.up =
+          b.linear(lp(LinearSlot::up), m.hidden, m.intermediate, "up_proj [intermediate, hidden]");
+      L.down = b.linear(lp(LinearSlot::down), m.intermediate, m.hidden,
+                        "down_proj [hidden, intermediate]");
+    }
     L.q_bias = b.optional_plain(lp(LinearSlot::q) + ".bias", cfg.qkv_bias, q_dim,
                                 "q_proj bias [heads*head_dim]");
     L.k_bias = b.optional_plain(lp(LinearSlot::k) + ".bias", cfg.qkv_bias, kv_dim,

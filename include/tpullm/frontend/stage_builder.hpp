@@ -63,6 +63,26 @@ inline ir::Value* mlp(ir::Builder& b, ir::Value* x, const std::string& prefix,
   return linear(b, b.create(ir::top::MulOp{}, {g, u}), prefix + "down", w.down, none);
 }
 
+/// The routed MLP of a sparse layer as one fused top.MoE: operands x, @layers.i.router, then
+/// @layers.i.expert.e.{gate,up,down} for every expert (plain weights, HF [out, in]).
+inline ir::Value* moe(ir::Builder& b, ir::Value* x, const std::string& prefix, const ModelDesc& d,
+                      const LayerWeights& w) {
+  std::vector<ir::Value*> operands{x, b.weight(slot_weight(prefix + "router", w.moe.router))};
+  for (std::size_t e = 0; e < w.moe.experts.size(); ++e) {
+    const ExpertWeights& ew = w.moe.experts[e];
+    const std::string ep = prefix + "expert." + std::to_string(e) + ".";
+    operands.push_back(b.weight(slot_weight(ep + "gate", ew.gate)));
+    operands.push_back(b.weight(slot_weight(ep + "up", ew.up)));
+    operands.push_back(b.weight(slot_weight(ep + "down", ew.down)));
+  }
+  ir::top::MoEOp op;
+  op.experts = static_cast<std::int64_t>(w.moe.experts.size());
+  op.top_k = d.moe.top_k;
+  op.renormalize = d.moe.renormalize;
+  op.transpose_b = true;
+  return b.create(op, operands);
+}
+
 } // namespace detail
 
 /// The block template: prefill (history = 0), prefill_kv (history > 0, L > 1) and decode
@@ -127,7 +147,8 @@ inline ir::Module build_block(const ModelDesc& d, const BlockShape& s, const Rop
   ir::Value* o = detail::linear(b, attn, p + "o", w.o, w.o_bias);
   ir::Value* h = b.create(ir::top::AddOp{}, {input, o});
   ir::Value* n2 = detail::rms_norm(b, h, p + "mlp_norm", w.mlp_norm, d.norm_eps);
-  ir::Value* out = b.create(ir::top::AddOp{}, {h, detail::mlp(b, n2, p, w)});
+  ir::Value* mlp_out = w.sparse() ? detail::moe(b, n2, p, d, w) : detail::mlp(b, n2, p, w);
+  ir::Value* out = b.create(ir::top::AddOp{}, {h, mlp_out});
   b.ret({out, k, v});
   return m;
 }

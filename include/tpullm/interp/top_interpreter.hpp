@@ -405,6 +405,59 @@ inline Tensor mlp(const Tensor& x, const Tensor& gate, const Tensor& up, const T
   return matmul(act, down, transpose_b, nullptr);
 }
 
+/// Routed MLP (top.MoE) in f64: x [..., H], router and expert weights as MLP's (transpose_b:
+/// [out, in]); weights = operands 1.. (router, gate_0, up_0, down_0, ...). Per row: softmax of
+/// the router logits, the top_k largest (lower expert first on ties), renormalised when asked,
+/// and the weighted sum of the chosen experts' SwiGLU MLPs.
+inline Tensor moe(const Tensor& x, std::span<const Tensor* const> w, std::int64_t experts,
+                  std::int64_t top_k, bool renormalize, bool transpose_b) {
+  check(static_cast<std::int64_t>(w.size()) == 1 + 3 * experts && top_k >= 1 && top_k <= experts,
+        ErrorKind::invalid_input, "",
+        "moe needs a router and 3 weights per expert, 1 <= top_k <= ", experts);
+  const Tensor probs = softmax(matmul(x, *w[0], transpose_b, nullptr), -1);
+  const std::int64_t H = x.dim(-1), rows = x.numel() / std::max<std::int64_t>(H, 1);
+  const double* p = probs.floats().data();
+  const double* xd = x.floats().data();
+  // choice[e]: the (row, weight) pairs that chose expert e
+  std::vector<std::vector<std::pair<std::int64_t, double>>> choice(
+      static_cast<std::size_t>(experts));
+  std::vector<std::int64_t> order(static_cast<std::size_t>(experts));
+  for (std::int64_t t = 0; t < rows; ++t) {
+    const double* pt = p + t * experts;
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(),
+                     [&](std::int64_t a, std::int64_t b) { return pt[a] > pt[b]; });
+    double chosen = 0;
+    for (std::int64_t j = 0; j < top_k; ++j)
+      chosen += pt[order[static_cast<std::size_t>(j)]];
+    for (std::int64_t j = 0; j < top_k; ++j) {
+      const std::int64_t e = order[static_cast<std::size_t>(j)];
+      choice[static_cast<std::size_t>(e)].push_back({t, renormalize ? pt[e] / chosen : pt[e]});
+    }
+  }
+  FloatArray out = FloatArray::from_shape(to_xshape(Shape{rows, H}));
+  std::fill(out.begin(), out.end(), 0.0);
+  for (std::int64_t e = 0; e < experts; ++e) {
+    const auto& c = choice[static_cast<std::size_t>(e)];
+    if (c.empty())
+      continue;
+    const auto n = static_cast<std::int64_t>(c.size());
+    FloatArray xe = FloatArray::from_shape(to_xshape(Shape{n, H}));
+    for (std::int64_t r = 0; r < n; ++r)
+      std::copy_n(xd + c[static_cast<std::size_t>(r)].first * H, H, xe.data() + r * H);
+    const auto at = static_cast<std::size_t>(1 + 3 * e);
+    const Tensor y =
+        mlp(Tensor(std::move(xe), x.dtype()), *w[at], *w[at + 1], *w[at + 2], transpose_b);
+    const double* yd = y.floats().data();
+    for (std::int64_t r = 0; r < n; ++r) {
+      const auto [t, g] = c[static_cast<std::size_t>(r)];
+      for (std::int64_t h = 0; h < H; ++h)
+        out.data()[t * H + h] += g * yd[r * H + h];
+    }
+  }
+  return Tensor(std::move(out), x.dtype()).reshaped(x.shape());
+}
+
 /// Index (i32) of the first largest element along `axis`, which becomes 1. (Written out:
 /// xtensor 0.24's xt::argmax returns the argmin of a 1-d input.)
 inline Tensor argmax(const Tensor& x, std::int64_t axis) {
@@ -638,6 +691,16 @@ private:
       break;
     }
     return one(ref::mlp(*a[0], *a[1], *a[2], *a[3], o.transpose_b));
+  }
+  Results eval(const ir::top::MoEOp& o, const Args& a) {
+    switch (o.activation) {
+    case ir::Activation::silu:
+      break;
+    }
+    std::vector<const Tensor*> w;
+    for (std::size_t i = 1; i < a.size(); ++i)
+      w.push_back(a[i].get());
+    return one(ref::moe(*a[0], w, o.experts, o.top_k, o.renormalize, o.transpose_b));
   }
   Results eval(const ir::top::ArgMaxOp& o, const Args& a) {
     return one(ref::argmax(*a[0], o.axis));

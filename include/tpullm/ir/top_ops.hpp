@@ -461,6 +461,66 @@ struct MLPOp {
   }
 };
 
+/// Routed mixture-of-experts MLP (kept fused like MLP): x [..., H], router [E, H] (or [H, E]
+/// without transpose_b), then for each expert e = 0..E-1 its gate, up [I, H] and down [H, I]
+/// (transposed as MLP's) -> [..., H]. Per row: p = softmax(x · router) over the E experts,
+/// the top_k largest p (lower expert index first on ties), divided by their sum when
+/// `renormalize`, and y = sum over the chosen e of p_e * down_e(silu(x · gate_e) * (x · up_e)).
+/// Operands: 2 + 3 * experts, in the order x, router, gate_0, up_0, down_0, gate_1, ...
+struct MoEOp {
+  static constexpr Arity operands{5, -1};
+  static constexpr int results = 1;
+  std::int64_t experts = 1; ///< E
+  std::int64_t top_k = 1;   ///< experts per token, 1 <= top_k <= E
+  bool renormalize = false; ///< divide the chosen probabilities by their sum
+  Activation activation = Activation::silu;
+  bool transpose_b = true; ///< router and expert weights stored [out, in] (HF Linear layout)
+  template <class S, class F>
+  static void attrs(S& s, F&& f) {
+    f("experts", s.experts);
+    f("top_k", s.top_k);
+    f("renormalize", s.renormalize);
+    f("activation", s.activation);
+    f("transpose_b", s.transpose_b);
+  }
+  std::vector<TensorType> infer(Types in) const {
+    detail::require(experts >= 1 && experts <= (std::int64_t{1} << 20), "experts = ", experts,
+                    " must be in [1, 2^20]");
+    detail::require(top_k >= 1 && top_k <= experts, "top_k = ", top_k,
+                    " must be in [1, experts = ", experts, "]");
+    detail::require(static_cast<std::int64_t>(in.size()) == 2 + 3 * experts, "MoE with ", experts,
+                    " experts takes 2 + 3 * ", experts,
+                    " operands (x, router, gate/up/down per "
+                    "expert), got ",
+                    in.size());
+    const auto& x = in[0];
+    detail::require_float(x, "input");
+    detail::require_min_rank(x, 1, "input");
+    const std::int64_t h = x.dim(-1);
+    auto io = [&](std::int64_t in_dim, std::int64_t out_dim) {
+      return transpose_b ? std::vector<std::int64_t>{out_dim, in_dim}
+                         : std::vector<std::int64_t>{in_dim, out_dim};
+    };
+    for (std::size_t i = 1; i < in.size(); ++i) {
+      detail::require(is_float(in[i].dtype) && !in[i].quant && in[i].layout == Layout::row_major,
+                      "MoE weight #", i, " must be a float row-major tensor, got ", in[i]);
+      detail::require(in[i].rank() == 2, "MoE weight #", i, " must be rank 2, got ", in[i]);
+    }
+    detail::require(in[1].shape == io(h, experts), "router must be ", shape_str(io(h, experts)),
+                    " for hidden ", h, " and ", experts, " experts, got ", in[1]);
+    const std::int64_t i0 = transpose_b ? in[2].shape[0] : in[2].shape[1];
+    for (std::int64_t e = 0; e < experts; ++e) {
+      const auto& g = in[static_cast<std::size_t>(2 + 3 * e)];
+      const auto& u = in[static_cast<std::size_t>(3 + 3 * e)];
+      const auto& d = in[static_cast<std::size_t>(4 + 3 * e)];
+      detail::require(g.shape == io(h, i0) && u.shape == io(h, i0) && d.shape == io(i0, h),
+                      "expert ", e, " weights do not match hidden ", h, " / intermediate ", i0,
+                      ": gate ", g, ", up ", u, ", down ", d);
+    }
+    return {x};
+  }
+};
+
 /// Index of the largest element along `axis` (first on ties); that axis becomes 1; i32.
 struct ArgMaxOp {
   static constexpr Arity operands{1, 1};

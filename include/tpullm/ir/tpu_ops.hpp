@@ -217,6 +217,57 @@ struct MLPOp {
   }
 };
 
+/// Routed mixture-of-experts MLP (top.MoE's semantics): x [..., H] f32, router packed [H, E]
+/// f32 (routing decisions are made in f32 whatever the expert weights' mode), then per expert
+/// gate/up packed [H, I] and down packed [I, H] -> [..., H] f32. Prefill groups the rows by
+/// expert (each expert one GEMM over its rows); decode reads only the chosen experts. Not
+/// row-local: its data-dependent grouping runs ungrouped, with a scratch sized for the worst
+/// case (all rows * top_k pairs, kernels/moe.hpp).
+struct MoEOp {
+  static constexpr Arity operands{5, -1};
+  static constexpr int results = 1;
+  static constexpr OpPolicy policy{.split = SplitRule::gemm};
+  std::int64_t experts = 1;
+  std::int64_t top_k = 1;
+  bool renormalize = false;
+  Activation activation = Activation::silu;
+  template <class S, class F>
+  static void attrs(S& s, F&& f) {
+    f("experts", s.experts);
+    f("top_k", s.top_k);
+    f("renormalize", s.renormalize);
+    f("activation", s.activation);
+  }
+  std::vector<TensorType> infer(Types in) const {
+    detail::require(experts >= 1 && experts <= (std::int64_t{1} << 20), "experts = ", experts,
+                    " must be in [1, 2^20]");
+    detail::require(top_k >= 1 && top_k <= experts, "top_k = ", top_k,
+                    " must be in [1, experts = ", experts, "]");
+    detail::require(static_cast<std::int64_t>(in.size()) == 2 + 3 * experts, "MoE with ", experts,
+                    " experts takes 2 + 3 * ", experts, " operands, got ", in.size());
+    detail::require_act(in[0], "input");
+    detail::require_min_rank(in[0], 1, "input");
+    const std::int64_t H = in[0].dim(-1);
+    const auto [rk, rn] = detail::require_packed(in[1], "router");
+    detail::require(in[1].dtype == DType::f32 && !in[1].quant && rk == H && rn == experts,
+                    "router must be packed [", H, ", ", experts, "] f32, got ", in[1]);
+    const auto [gk0, gn0] = detail::require_packed(in[2], "expert gate");
+    (void)gk0;
+    for (std::int64_t e = 0; e < experts; ++e) {
+      const auto& g = in[static_cast<std::size_t>(2 + 3 * e)];
+      const auto& u = in[static_cast<std::size_t>(3 + 3 * e)];
+      const auto& d = in[static_cast<std::size_t>(4 + 3 * e)];
+      const auto [gk, gn] = detail::require_packed(g, "expert gate");
+      const auto [uk, un] = detail::require_packed(u, "expert up");
+      const auto [dk, dn] = detail::require_packed(d, "expert down");
+      detail::require(gk == H && uk == H && dn == H && gn == gn0 && un == gn0 && dk == gn0,
+                      "expert ", e, " weights do not match hidden ", H, " / intermediate ", gn0,
+                      ": gate ", g, ", up ", u, ", down ", d);
+    }
+    return {in[0]};
+  }
+};
+
 /// Rotary embedding with the table gather inside: x [1, L, heads, d] f32, cos/sin tables
 /// [P, d/2] f32 (row p = position p), position_ids [1, L] i32 -> [1, L, heads, d] f32.
 struct RopeOp : top::RopeOp {
