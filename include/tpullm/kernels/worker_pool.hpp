@@ -32,7 +32,9 @@
 #include <immintrin.h>
 #endif
 
+#include <pthread.h>
 #include <sched.h>
+#include <signal.h>
 
 namespace tpullm::kernels {
 
@@ -58,8 +60,18 @@ public:
   explicit WorkerPool(int threads) : size_(std::clamp(threads, 1, kMaxThreads)) {
     slots_ = std::make_unique<Slot[]>(static_cast<std::size_t>(size_));
     workers_.reserve(static_cast<std::size_t>(size_ - 1));
+    // Workers start with the asynchronous signals blocked (they inherit this mask), so a SIGINT
+    // or SIGTERM sent to the process goes to a thread of the program's own, never to a worker:
+    // a tool that blocks them around a commit (support/temp_registry.hpp SignalBlock) is then
+    // never interrupted by a handler running on a worker.
+    sigset_t all, old;
+    sigfillset(&all);
+    for (int sync : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGABRT, SIGSYS, SIGPIPE})
+      sigdelset(&all, sync);
+    pthread_sigmask(SIG_BLOCK, &all, &old);
     for (int w = 1; w < size_; ++w)
       workers_.emplace_back([this, w] { work(w); });
+    pthread_sigmask(SIG_SETMASK, &old, nullptr);
   }
   ~WorkerPool() {
     stop_.store(true);
