@@ -234,7 +234,13 @@ __attribute__((target("avx512f,avx512vnni,avx512bw"))) double vnni_loop(std::int
   __m512i s = acc[0];
   for (int i = 1; i < 16; ++i)
     s = _mm512_add_epi32(s, acc[i]);
-  *out = static_cast<float>(_mm512_reduce_add_epi32(s));
+  // Summed in 64 bits: the lanes are large enough that an int32 reduction would overflow (UB).
+  alignas(64) std::int32_t lanes[16];
+  _mm512_store_si512(lanes, s);
+  std::int64_t total = 0;
+  for (std::int32_t x : lanes)
+    total += x;
+  *out = static_cast<float>(total);
   return static_cast<double>(iters) * 16 * 64 * 2;
 }
 
