@@ -254,7 +254,7 @@ private:
           x = exec_.resolve(name());
         return x;
       }
-    return exec_.resolve(name()); // a length outside the lists: never on the per-token path
+    throw Error(ErrorKind::internal, "session", str_cat("no compiled variant of length ", n));
   }
   StageHandle once(StageHandle& h, const char* name) {
     if (h.id < 0)
