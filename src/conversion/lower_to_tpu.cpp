@@ -278,7 +278,10 @@ private:
       fail(op, "indices must be i32, got " + idx.str());
     if (table && src_.info().stage == ir::StageKind::embedding && table->type.rank() == 2 &&
         idx.rank() == 2 && idx.shape[0] == 1) {
-      Value* t = weight_value(conv_.row_major(*table, embedding_));
+      // The table is packed as the lm_head packs it ([H, V], transposed from [V, H]): a tied
+      // checkpoint's lm_head reads the same weight, so the bundle stores it once (same key in
+      // the converter); the gather reads token v's row as column v.
+      Value* t = weight_value(conv_.packed(*table, true, embedding_));
       set(op.result(0), create(op, ir::tpu::EmbeddingOp{}, {t, get(op.operand(1))}));
       return;
     }

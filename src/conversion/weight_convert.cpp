@@ -199,7 +199,7 @@ PackedWeights packed_view(const ir::Weight& w) {
   const std::string where = where_of(w);
   auto bytes_of = [&](const char* role, std::int64_t want, ir::DType dt) {
     const ir::WeightPart* part = w.find_part(role);
-    check(part != nullptr, ErrorKind::invalid_input, where, "has no '", role, "' part");
+    check(part != nullptr, ErrorKind::invalid_input, where, "has no part '", role, "'");
     check(part->dtype == dt && static_cast<std::int64_t>(part->bytes.size()) == want,
           ErrorKind::invalid_input, where, "part '", role, "' has ", part->bytes.size(),
           " bytes of ", ir::name(part->dtype), ", expected ", want, " bytes of ", ir::name(dt));

@@ -10,6 +10,7 @@
 #include "tpullm/kernels/matmul.hpp"
 #include "tpullm/kernels/mlp.hpp"
 #include "tpullm/kernels/moe.hpp"
+#include "tpullm/kernels/packed_gather.hpp"
 #include "tpullm/kernels/rms_norm.hpp"
 #include "tpullm/memory/kv_geometry.hpp"
 #include "tpullm/kernels/rope_gather.hpp"
@@ -57,11 +58,18 @@ Rows rows_cols(const Call& c, const TensorRef& r) {
   return {c.elems(r) / std::max<std::int64_t>(cols, 1), cols};
 }
 
+const k::PackedWeights& packed(const Call& c, std::size_t i);
+
 void exec(const ir::tpu::EmbeddingOp&, Call& c) {
   const TensorRef& table = c.in.operands[0];
-  const std::int64_t V = table.type.shape[0], H = table.type.shape[1];
   const std::int64_t L = c.elems(c.in.operands[1]);
   auto ids = span_of<std::int32_t>(c.operand(1), L);
+  if (table.type.layout == ir::Layout::panels) { // the tied lm_head weight, [H, V]
+    const k::PackedWeights& w = packed(c, 0);
+    k::packed_embedding_gather(ids, w, mspan_of<float>(c.result(0), L * w.K), c.split);
+    return;
+  }
+  const std::int64_t V = table.type.shape[0], H = table.type.shape[1];
   auto out = mspan_of<float>(c.result(0), L * H);
   const k::EmbeddingShape shape{V, H};
   with_param(table, c.weight(table.weight).bytes.data(), V * H,

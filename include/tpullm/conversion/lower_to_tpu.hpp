@@ -7,7 +7,8 @@
 ///    repacked, act-order included); the embedding table and the lm_head weight may use their
 ///    own dtype (`embedding`, `lm-head` options; empty = the mode's);
 ///  - RoPE gathers its cos/sin rows inside tpu.Rope; the embedding gather becomes
-///    tpu.Embedding (producing f32, so a following Cast to f32 disappears);
+///    tpu.Embedding (producing f32, so a following Cast to f32 disappears) on the table packed
+///    as the lm_head packs it ([H, V] panels), so a tied checkpoint stores it once;
 ///  - in a block function (attributes {stage, layer}), the new keys and values it returns are
 ///    stored into the layer's KV cache (tpu.KVStore) and the Concat of history and new rows
 ///    becomes tpu.KVAppend, an address (tpu.FAttention reads the cache in place).

@@ -93,7 +93,9 @@ inline void require_positions(const TensorType& p, std::int64_t L, const char* w
 
 namespace tpu {
 
-/// Embedding lookup: table [V, H] f32/bf16/f16 row-major, ids [1, L] i32 -> [1, L, H] f32.
+/// Embedding lookup: ids [1, L] i32 -> [1, L, H] f32 from a table that is either [V, H]
+/// f32/bf16/f16 row-major or a packed [K = H, N = V] weight of any packed format (a tied
+/// checkpoint's lm_head weight, stored once: token v's row is column v).
 struct EmbeddingOp {
   static constexpr Arity operands{2, 2};
   static constexpr int results = 1;
@@ -104,11 +106,17 @@ struct EmbeddingOp {
   template <class S, class F>
   static void attrs(S&, F&&) {}
   std::vector<TensorType> infer(Types in) const {
-    detail::require_param(in[0], "table");
-    detail::require(in[0].rank() == 2, "table must be [V, H], got " + in[0].str());
+    std::int64_t H = 0;
+    if (in[0].layout == Layout::panels) {
+      H = detail::require_packed(in[0], "table").first;
+    } else {
+      detail::require_param(in[0], "table");
+      detail::require(in[0].rank() == 2, "table must be [V, H], got " + in[0].str());
+      H = in[0].shape[1];
+    }
     detail::require(in[1].dtype == DType::i32 && in[1].rank() == 2 && in[1].shape[0] == 1,
                     "ids must be [1, L] i32, got " + in[1].str());
-    return {TensorType({1, in[1].shape[1], in[0].shape[1]}, DType::f32)};
+    return {TensorType({1, in[1].shape[1], H}, DType::f32)};
   }
 };
 
