@@ -21,7 +21,7 @@ if [ "${TPULLM_TEST_SKIP_SANITIZE:-0}" != 1 ]; then
   echo "== ASan+UBSan build and tests =="
   "$root/scripts/build.sh" "$root/build-asan" -DTPULLM_SANITIZE=ON -DTPULLM_BUILD_BENCH=OFF \
     -DTPULLM_BUILD_KERNEL_TESTS=OFF \
-    -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g"
+    -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1"
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
     ctest --test-dir "$root/build-asan" -j "$jobs" --output-on-failure -E '^install:|^format:'
 fi

@@ -2,17 +2,16 @@
 #include <catch2/catch.hpp>
 
 #include "tpullm/ir/ir.hpp"
+#include "ir_test_util.hpp"
 
 using namespace tpullm::ir;
 using namespace tpullm::ir::top;     // NOLINT: the tests build Top functions
 using namespace tpullm::ir::builtin; // NOLINT
 using tpullm::DiagnosticError;
 
-namespace {
+using tpullm_test::decl;
 
-Weight decl(const std::string& name, std::vector<std::int64_t> shape, DType dt = DType::f32) {
-  return Weight{name, TensorType(std::move(shape), dt), {}};
-}
+namespace {
 
 /// A small prefill block as in the paper's Listing 1 (H=64, 4 q heads, 2 kv heads, d=16).
 Module make_block(std::int64_t L = 8) {

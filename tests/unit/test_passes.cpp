@@ -8,11 +8,15 @@
 
 #include "tpullm/ir/ir.hpp"
 #include "tpullm/pass/pass_manager.hpp"
+#include "ir_test_util.hpp"
 
 using namespace tpullm::ir;
 using namespace tpullm::ir::top;     // NOLINT: the tests build Top functions
 using namespace tpullm::ir::builtin; // NOLINT
 using namespace tpullm::pass;
+
+using tpullm_test::decl;
+using tpullm_test::op_names;
 
 namespace {
 
@@ -30,17 +34,6 @@ std::string backquoted(std::string_view name) {
   std::string s = "`";
   s.append(name).append("`");
   return s;
-}
-
-std::vector<std::string> op_names(const Function& f) {
-  std::vector<std::string> names;
-  for (const auto& op : f.ops())
-    names.emplace_back(op->name());
-  return names;
-}
-
-Weight decl(const std::string& name, std::vector<std::int64_t> shape) {
-  return Weight{name, TensorType(std::move(shape), DType::f32), {}};
 }
 
 /// x [2, 8]; two reads of weight @w, two identical matmuls, a dead op, a no-op reshape, an

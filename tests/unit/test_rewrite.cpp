@@ -5,11 +5,14 @@
 #include "tpullm/rewrite/greedy_driver.hpp"
 #include "tpullm/rewrite/op_equivalence.hpp"
 #include "tpullm/rewrite/patterns/canonical.hpp"
+#include "ir_test_util.hpp"
 
 using namespace tpullm::ir;
 using namespace tpullm::ir::top;     // NOLINT: the tests build Top functions
 using namespace tpullm::ir::builtin; // NOLINT
 using namespace tpullm::rewrite;
+
+using tpullm_test::op_names;
 
 namespace {
 
@@ -31,13 +34,6 @@ bool use_lists_exact(const Function& f) {
       if (!check(op->result(r)))
         return false;
   return true;
-}
-
-std::vector<std::string> op_names(const Function& f) {
-  std::vector<std::string> names;
-  for (const auto& op : f.ops())
-    names.emplace_back(op->name());
-  return names;
 }
 
 /// x [2, 8] -> silu -> return.

@@ -26,10 +26,6 @@ namespace {
 
 using clock_type = std::chrono::steady_clock;
 
-double since(clock_type::time_point t0) {
-  return std::chrono::duration<double>(clock_type::now() - t0).count();
-}
-
 /// A field of /proc/self/status in bytes ("VmHWM", "VmRSS"), 0 when unavailable.
 std::int64_t proc_status_bytes(const std::string& key) {
   std::ifstream f("/proc/self/status");
@@ -115,7 +111,7 @@ double decode_seconds(runtime::Session& s, std::int64_t context, std::int64_t st
       auto l = s.decode(tok);
       tok = static_cast<std::int32_t>(std::max_element(l.begin(), l.end()) - l.begin());
     }
-    best = std::min(best, since(t0) / static_cast<double>(steps));
+    best = std::min(best, seconds_since(t0) / static_cast<double>(steps));
   }
   return best;
 }
@@ -322,7 +318,7 @@ int cmd_bench(const std::vector<std::string>& args) {
       s.reset();
       const auto t0 = clock_type::now();
       auto logits = s.prefill(ids, false);
-      best = std::min(best, since(t0));
+      best = std::min(best, seconds_since(t0));
       print_progress("prefill of " + std::to_string(P) + " tokens", static_cast<std::size_t>(r + 1),
                      static_cast<std::size_t>(repeat));
     }
@@ -356,7 +352,7 @@ int cmd_bench(const std::vector<std::string>& args) {
         auto l = s.decode(tok);
         tok = static_cast<std::int32_t>(std::max_element(l.begin(), l.end()) - l.begin());
       }
-      kernel_share = ex.stats().kernel_seconds / since(t0);
+      kernel_share = ex.stats().kernel_seconds / seconds_since(t0);
       ex.set_profiling(false);
     }
     // Bytes one step reads: the weights of its variant and the valid KV history (mid-run).

@@ -2,6 +2,7 @@
 // Shared pieces of the `tpullm` driver's subcommands: exit codes, the command table entry,
 // the stage-shape options and a progress line. Each subcommand lives in its own cmd_<name>.cpp.
 #include <charconv>
+#include <chrono>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -14,6 +15,11 @@
 namespace tpullm::cli {
 
 namespace po = boost::program_options;
+
+/// Seconds of steady clock elapsed since `t0`.
+inline double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
 
 /// Exit status of every subcommand: success; a check failed; an output could not be written
 /// (run_tool maps OutputError to it); unusable input, usage or an internal error.

@@ -18,10 +18,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-double since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
 std::string mib(std::int64_t b) {
   std::ostringstream o;
   o << std::fixed << std::setprecision(1) << static_cast<double>(b) / (1 << 20) << " MiB";
@@ -127,11 +123,11 @@ CompileReport compile_bundle(const frontend::ModelDesc& desc, const frontend::St
   const auto p0 = std::chrono::steady_clock::now();
   if (progress)
     options.progress = [p0](std::size_t done, std::size_t total, const std::string& name) {
-      if (since(p0) > 1.0 || done == total)
+      if (seconds_since(p0) > 1.0 || done == total)
         print_progress("compiled " + name, done, total);
     };
   const auto cm = compiler::compile(std::move(modules), options);
-  r.compile_seconds = since(t0);
+  r.compile_seconds = seconds_since(t0);
   r.functions = cm.programs.size();
   r.max_arena = cm.max_arena;
   r.arena_lower_bound = cm.arena_lower_bound;
@@ -147,7 +143,7 @@ CompileReport compile_bundle(const frontend::ModelDesc& desc, const frontend::St
       throw;
     throw OutputError(out.string(), e.message()); // an output failure: exit status 1
   }
-  r.write_seconds = since(t1);
+  r.write_seconds = seconds_since(t1);
   if (!f.staging_path().empty())
     check_runs(f.staging_path(), out);
   if (before_commit)

@@ -118,9 +118,11 @@ inline MemoryEstimate estimate_memory(const ModelDesc& d, const StageParams& p, 
   if (w == Workload::build)
     return e;
   if (w == Workload::run) {
-    // Converted weights (at most f32 per element, shared by every stage program), the KV cache
-    // [seq, kv_heads, head_dim] f32 for k and v of every layer, and one call's activations.
-    e.weights += 4 * (detail::all_layer_elements(d) + 2 * vocab * h + h);
+    // Converted weights (at most f32 per element, shared by every stage program; a tied
+    // embedding is the lm_head's weight, one copy), the KV cache [seq, kv_heads, head_dim] f32
+    // for k and v of every layer, and one call's activations.
+    const double tables = d.tie_word_embeddings ? 1 : 2;
+    e.weights += 4 * (detail::all_layer_elements(d) + tables * vocab * h + h);
     e.seq_length += 2 * layers * seq * kv_dim * 4;
     e.max_input_length += 4 * 4 * L * (3 * h + 3 * inter + 2 * kv_dim + vocab);
     return e;
