@@ -5,8 +5,10 @@
 # then times single-stream decode of the same bundle with `tpullm bench`. Prints `uptime` first:
 # on a shared machine the figures are indicative.
 # Usage: bench/serve_bench.sh TPULLM BUNDLE [SLOTS=8] [CLIENTS=1,2,4,8] [MAX_TOKENS=64] [REQUESTS=2]
+#        [SINGLE=1] (0: skip the `tpullm bench` row)
 set -euo pipefail
 tpullm=$1 bundle=$2 slots=${3:-8} clients=${4:-1,2,4,8} max_tokens=${5:-64} requests=${6:-2}
+single=${7:-1}
 here=$(cd "$(dirname "$0")" && pwd)
 log=$(mktemp)
 trap 'kill "$pid" 2>/dev/null || true; rm -f "$log"' EXIT
@@ -25,6 +27,8 @@ sed -n 's/^tpullm serve: //p' "$log" | head -1
 node "$here/serve_load.cjs" "http://127.0.0.1:$port" "$clients" "$max_tokens" "$requests"
 kill -TERM "$pid"
 wait "$pid" || true
-echo "single stream, tpullm bench (same bundle):"
-"$tpullm" bench "$bundle" --prompt 32 --context 64 --no-contention 2>&1 | sed -n '/^decode/,+1p'
+if [ "$single" != 0 ]; then
+  echo "single stream, tpullm bench (same bundle):"
+  "$tpullm" bench "$bundle" --prompt 32 --context 64 --no-contention 2>&1 | sed -n '/^decode/,+1p'
+fi
 uptime
