@@ -67,8 +67,13 @@ struct Conversations {
 } // namespace
 
 TEST_CASE("batched decode equals each conversation decoding alone", "[batched-decode]") {
+  // GQA; q/k norms and a head_dim of its own; biases and a tied head; routed experts; 4-bit GPTQ
+  // weights (the batched linear is a GEMM over the packed panels).
+  const std::string model = GENERATE("llama-gqa", "qwen3-headdim", "qwen2-tied-bias",
+                                     "qwen3moe-e16k4", "llama-gqa-gptq-g32");
+  INFO("model " << model);
   const auto desc =
-      frontend::load_model(std::filesystem::path(TPULLM_TEST_DATA_DIR) / "models" / "llama-gqa");
+      frontend::load_model(std::filesystem::path(TPULLM_TEST_DATA_DIR) / "models" / model);
   compiler::CompileOptions o;
   o.target.cores = 2;
   const auto p = batched_params();
