@@ -59,8 +59,8 @@ void Job::finish(JobOutcome o) {
   cv_.notify_all();
 }
 
-/// One conversation: its executor, the session over it, the ids its KV cache holds, and the job
-/// it is generating (with that job's progress).
+/// One conversation: its KV slot of the shared executor, the session over it, the ids its KV
+/// cache holds, and the job it is generating (with that job's progress).
 struct Scheduler::Slot {
   std::int32_t index = 0; ///< its KV slot in the shared executor
   std::unique_ptr<runtime::CompiledStages> stages;
