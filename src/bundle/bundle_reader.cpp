@@ -282,15 +282,22 @@ struct BundleReader {
                 need / codegen::rows_of(r.type) * std::min(tile_rows, codegen::rows_of(r.type)))
           fail(w, "local buffer is smaller than one tile");
         break;
-      case ir::Region::kv:
+      case ir::Region::kv: {
+        // A batched decode's [B, ...] KV value is one row per conversation, each in its own
+        // cache at this offset: one row's bytes must fit.
+        const std::int64_t batch = r.type.rank() == 4 ? r.type.shape[0] : 1;
+        if (batch < 1 || need % batch != 0)
+          fail(w, "KV buffer is not whole rows of its batch");
+        const std::int64_t row_need = need / batch;
         if (b.pos_stride != 0) {
-          if (b.pos_stride != kv.row_bytes || b.offset % layer_bytes + need > layer_bytes)
+          if (b.pos_stride != kv.row_bytes || b.offset % layer_bytes + row_need > layer_bytes)
             fail(w, "moves with the position but is not rows of one layer's cache");
-          within(b.offset - b.offset % layer_bytes + layer_bytes, kv.bytes(), "KV cache");
+          within(b.offset - b.offset % layer_bytes + layer_bytes, kv.slot_bytes(), "KV cache");
         } else {
-          within(b.offset + need, kv.bytes(), "KV cache");
+          within(b.offset + row_need, kv.slot_bytes(), "KV cache");
         }
         break;
+      }
       case ir::Region::weight: {
         const ir::Weight* it = out.find_weight(r.weight);
         if (it == nullptr)
@@ -468,22 +475,27 @@ WeightCheck Bundle::verify_weights() const {
   return r;
 }
 
-std::unique_ptr<runtime::Executor> Bundle::make_executor(std::int64_t cores) const {
+std::unique_ptr<runtime::Executor> Bundle::make_executor(std::int64_t cores,
+                                                         std::int64_t slots) const {
   check(cores >= 0 && cores <= 4096, ErrorKind::invalid_input, "cores",
         "must be in [0, 4096] (0: the bundle target's), got ", cores);
+  check(slots >= 1 && slots <= 4096, ErrorKind::invalid_input, "slots",
+        "must be in [1, 4096], got ", slots);
+  runtime::KvGeometry kv = kv_;
+  kv.slots = slots;
   // The target's cores, but no more than this process may run on (an explicit count is obeyed).
   const std::int64_t n =
       cores > 0 ? cores : std::min<std::int64_t>(target_.cores, kernels::usable_cores());
   const std::int64_t local = std::max(target_.local_memory, max_local_);
   // What the executor allocates (the weights stay in the mapping): refuse before touching it.
-  const double need = static_cast<double>(kv_.bytes()) + static_cast<double>(max_arena_) +
+  const double need = static_cast<double>(kv.bytes()) + static_cast<double>(max_arena_) +
                       static_cast<double>(local) * static_cast<double>(n);
   const double limit = frontend::memory_limit_bytes();
   check(need <= limit, ErrorKind::invalid_input, path_, "running it needs ",
-        static_cast<std::int64_t>(need / (1 << 20)), " MiB for the KV cache (", kv_.capacity,
-        " slots) and activations, more than the ", static_cast<std::int64_t>(limit / (1 << 20)),
-        " MiB of memory available");
-  auto ex = std::make_unique<runtime::Executor>(kv_, n, local);
+        static_cast<std::int64_t>(need / (1 << 20)), " MiB for the KV cache (", slots, " x ",
+        kv_.capacity, " positions) and activations, more than the ",
+        static_cast<std::int64_t>(limit / (1 << 20)), " MiB of memory available");
+  auto ex = std::make_unique<runtime::Executor>(kv, n, local);
   for (const auto& w : weights_)
     ex->add_weight(w);
   for (const auto& p : programs_)

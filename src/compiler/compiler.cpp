@@ -153,9 +153,11 @@ CompiledModel compile(std::vector<ir::Module> modules, const CompileOptions& o) 
   return out;
 }
 
-std::unique_ptr<runtime::Executor> make_executor(const CompiledModel& model) {
+std::unique_ptr<runtime::Executor> make_executor(const CompiledModel& model, std::int64_t slots) {
+  runtime::KvGeometry kv = model.kv;
+  kv.slots = slots;
   auto ex = std::make_unique<runtime::Executor>(
-      model.kv, model.target.cores, std::max(model.target.local_memory, model.max_local));
+      kv, model.target.cores, std::max(model.target.local_memory, model.max_local));
   for (const auto& m : model.modules)
     ex->add_weights(m);
   for (const auto& p : model.programs)

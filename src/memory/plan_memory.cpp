@@ -141,7 +141,9 @@ private:
       } else if (const auto* st = op->as<ir::tpu::KVStoreOp>()) {
         const KvSlot slot{st->layer, st->kv == ir::KvKind::key ? 0 : 1, kv_row_};
         const auto [r, d] = find(id(op->operand(0)));
-        const bool eligible = o_.kv_in_place && is_plain_result(r) && d == 0 &&
+        // A batched decode's rows go to different conversations' caches: stored by copy.
+        const bool batched = op->operand(0)->type().shape.at(0) > 1;
+        const bool eligible = o_.kv_in_place && !batched && is_plain_result(r) && d == 0 &&
                               extent_[r] == bytes_of(op->result(0)->type()) && !returned_root(r);
         if (eligible) {
           alias(op->result(0), op->operand(0), 0);
@@ -480,7 +482,10 @@ std::string check_memory_plan(const ir::Function& fc) {
         return "a kv buffer in a function without a KV geometry";
       const std::int64_t cache = info->kv_capacity * info->kv_row;
       const std::int64_t start = b.offset / cache * cache;
-      if (b.end() > start + cache)
+      // A batched decode's [B, S, ...] KV value is B rows of conversations, each in its own
+      // cache at the same offset: one row's bytes must fit the layer cache.
+      const std::int64_t batch = v->type().rank() == 4 ? v->type().shape[0] : 1;
+      if (batch < 1 || b.size % batch != 0 || b.offset + b.size / batch > start + cache)
         return "a kv buffer crosses the end of its layer cache";
       break;
     }

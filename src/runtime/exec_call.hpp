@@ -24,6 +24,16 @@ struct Regions {
   std::int64_t kv_capacity = 0;
   std::int64_t local_stride = 0; ///< bytes of one core's local scratch
   std::byte* local = nullptr;    ///< core 0's local scratch (core c at + c * local_stride)
+  /// Batched decode (a program whose position_ids are [B, 1], B > 1): row b's conversation is
+  /// slot row_slots[b], its caches at kv_all + row_slots[b] * slot_bytes; `kv` is unused then.
+  std::byte* kv_all = nullptr;             ///< slot 0's caches (the whole KV region)
+  std::int64_t slot_bytes = 0;             ///< bytes of one slot's caches
+  std::span<const std::int32_t> row_slots; ///< per batch row, its slot (empty: not batched)
+  const std::int32_t* row_pos = nullptr;   ///< per batch row, its position
+  /// Row b's base in the KV region (its slot's caches), for a batched run.
+  std::byte* slot_kv(std::int64_t b) const {
+    return kv_all + static_cast<std::int64_t>(row_slots[static_cast<std::size_t>(b)]) * slot_bytes;
+  }
 };
 
 /// A weight as the handlers need it.

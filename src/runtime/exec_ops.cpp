@@ -177,7 +177,10 @@ void exec(const ir::tpu::MoEOp& o, Call& c) {
 
 void exec(const ir::tpu::RopeOp& o, Call& c) {
   const TensorRef& x = c.in.operands[0];
-  const std::int64_t L = c.rows(x), heads = x.type.shape[2], d = x.type.shape[3];
+  const std::int64_t heads = x.type.shape[2], d = x.type.shape[3];
+  // Rows: the tile's of [1, L, ...]; every row of a batched decode's [B, 1, ...] (each its own
+  // position, which rope_apply reads per row).
+  const std::int64_t L = x.type.shape[0] > 1 ? x.type.shape[0] : c.rows(x);
   const TensorRef& ct = c.in.operands[1];
   const std::int64_t P = ct.type.shape[0], half = ct.type.shape[1];
   auto table = [&](std::size_t i) -> const float* {
@@ -194,7 +197,28 @@ void exec(const ir::tpu::RopeOp& o, Call& c) {
       o.mode == ir::RopeMode::halves ? k::RopeMode::halves : k::RopeMode::interleaved, c.split);
 }
 
+/// A batched decode's KVStore: row b into slot row_slots[b]'s cache at position row_pos[b].
+void kv_store_batched(Call& c) {
+  const TensorRef& rows = c.in.operands[0];
+  const std::int64_t B = rows.type.shape[0];
+  const std::int64_t row_bytes = memory::kv_row_bytes(rows.type);
+  check(static_cast<std::int64_t>(c.reg.row_slots.size()) == B && c.reg.row_pos != nullptr,
+        ErrorKind::invalid_input, c.in.where, "a batched KV store of ", B,
+        " rows needs a KV slot per row");
+  const std::byte* src = c.operand(0, false);
+  const std::int64_t offset = c.in.results[0].buffer.offset; // the layer's cache in a slot
+  for (std::int64_t b = 0; b < B; ++b) {
+    const std::int64_t p = c.reg.row_pos[b];
+    check(p >= 0 && p < c.reg.kv_capacity, ErrorKind::invalid_input, c.in.where, "position ", p,
+          " is beyond the KV cache of ", c.reg.kv_capacity, " slots");
+    std::memcpy(c.reg.slot_kv(b) + offset + p * row_bytes, src + b * row_bytes,
+                static_cast<std::size_t>(row_bytes));
+  }
+}
+
 void exec(const ir::tpu::KVStoreOp&, Call& c) {
+  if (c.in.operands[0].type.shape[0] > 1)
+    return kv_store_batched(c);
   if (c.in.results[0].buffer.view)
     return; // its operand was produced in the cache slot already
   const TensorRef& rows = c.in.operands[0];
@@ -207,7 +231,47 @@ void exec(const ir::tpu::KVStoreOp&, Call& c) {
   std::memmove(c.result(0), c.operand(0), static_cast<std::size_t>(bytes));
 }
 
+/// A batched decode's attention: row b's one query over slot row_slots[b]'s cache up to its own
+/// position row_pos[b] (flash-decoding over that row's history, split as planned).
+void attention_batched(const ir::tpu::FAttentionOp& o, Call& c) {
+  const TensorRef& q = c.in.operands[0];
+  const TensorRef& kr = c.in.operands[1];
+  const TensorRef& vr = c.in.operands[2];
+  const std::int64_t B = q.type.shape[0], d = o.head_dim;
+  check(o.kv_form == ir::KvForm::cache && kr.buffer.region == ir::Region::kv &&
+            vr.buffer.region == ir::Region::kv &&
+            static_cast<std::int64_t>(c.reg.row_slots.size()) == B && c.reg.row_pos != nullptr,
+        ErrorKind::invalid_input, c.in.where,
+        "a batched attention reads its rows' caches from their KV slots");
+  k::AttentionShape s;
+  s.L = 1;
+  s.L_valid = 1;
+  s.q_heads = o.q_heads;
+  s.kv_heads = o.kv_heads;
+  s.head_dim = d;
+  s.scale = o.scale;
+  s.causal = o.causal;
+  s.S = kr.type.shape[1];
+  const std::int64_t kv_elems = s.S * o.kv_heads * d;
+  const std::int64_t q_elems = o.q_heads * d;
+  const float* qp = c.f32_in(0, false);
+  float* out = c.f32_out(0, false);
+  for (std::int64_t b = 0; b < B; ++b) {
+    const std::int32_t* pos = c.reg.row_pos + b;
+    s.S_valid = std::min<std::int64_t>(s.S, *pos + 1);
+    const auto* kp = reinterpret_cast<const float*>(c.reg.slot_kv(b) + kr.buffer.offset);
+    const auto* vp = reinterpret_cast<const float*>(c.reg.slot_kv(b) + vr.buffer.offset);
+    k::flash_attention<float>(span_of<float>(qp + b * q_elems, q_elems),
+                              span_of<float>(kp, kv_elems), span_of<float>(vp, kv_elems),
+                              std::span<const std::int32_t>(pos, 1),
+                              mspan_of<float>(out + b * q_elems, q_elems), s, c.split,
+                              static_cast<std::size_t>(c.local_memory));
+  }
+}
+
 void exec(const ir::tpu::FAttentionOp& o, Call& c) {
+  if (c.in.operands[0].type.shape[0] > 1)
+    return attention_batched(o, c);
   const TensorRef& q = c.in.operands[0];
   const std::int64_t L = c.rows(q), L_all = Call::rows_of(q.type);
   const std::int64_t r0 = c.sliced(q) ? c.r0 : 0;

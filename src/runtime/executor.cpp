@@ -49,8 +49,8 @@ struct Executor::Impl {
 
 Executor::Executor(KvGeometry kv, std::int64_t cores, std::int64_t local_memory)
     : impl_(std::make_unique<Impl>()), kv_(kv) {
-  check(kv.layers >= 0 && kv.capacity >= 0 && kv.row_bytes >= 0, ErrorKind::invalid_input,
-        "executor", "bad KV geometry");
+  check(kv.layers >= 0 && kv.capacity >= 0 && kv.row_bytes >= 0 && kv.slots >= 1,
+        ErrorKind::invalid_input, "executor", "bad KV geometry");
   check(cores >= 1, ErrorKind::invalid_input, "executor", "cores must be >= 1, got ", cores);
   impl_->cores = cores;
   impl_->pool = std::make_unique<kernels::WorkerPool>(
@@ -153,11 +153,14 @@ const codegen::Program& Executor::program(const std::string& name) const {
   return it->second.p;
 }
 
-std::span<float> Executor::cache(std::int64_t layer, int kind) {
-  check(layer >= 0 && layer < kv_.layers && (kind == 0 || kind == 1), ErrorKind::invalid_input,
-        "cache", "layer ", layer, " kind ", kind, " does not exist");
+std::span<float> Executor::cache(std::int64_t layer, int kind, std::int64_t slot) {
+  check(layer >= 0 && layer < kv_.layers && (kind == 0 || kind == 1) && slot >= 0 &&
+            slot < kv_.slots,
+        ErrorKind::invalid_input, "cache", "layer ", layer, " kind ", kind, " slot ", slot,
+        " does not exist");
   const std::int64_t bytes = kv_.capacity * kv_.row_bytes;
-  auto* base = reinterpret_cast<float*>(impl_->kv.data() + (2 * layer + kind) * bytes);
+  auto* base = reinterpret_cast<float*>(impl_->kv.data() + kv_.slot_offset(slot) +
+                                        kv_.cache_offset(layer, kind));
   return {base, static_cast<std::size_t>(bytes / 4)};
 }
 
@@ -235,6 +238,12 @@ Executor::run(const std::string& name, std::span<const std::span<const std::byte
 std::vector<std::span<const std::byte>>
 Executor::run(std::int64_t id, std::span<const std::span<const std::byte>> inputs,
               std::span<const std::span<std::byte>> outputs) {
+  return run(id, inputs, outputs, {});
+}
+
+std::vector<std::span<const std::byte>>
+Executor::run(std::int64_t id, std::span<const std::span<const std::byte>> inputs,
+              std::span<const std::span<std::byte>> outputs, std::span<const std::int32_t> slots) {
   const auto t0 = clock_type::now();
   const kernels::ScopedPool on_this_pool(*impl_->pool); // the kernels' splits run on our workers
   check(id >= 0 && id < static_cast<std::int64_t>(impl_->by_id.size()), ErrorKind::invalid_input,
@@ -246,9 +255,14 @@ Executor::run(std::int64_t id, std::span<const std::span<const std::byte>> input
         " inputs, got ", inputs.size());
   check(outputs.empty() || outputs.size() == p.results.size(), ErrorKind::invalid_input, where,
         "expects ", p.results.size(), " output spans (or none), got ", outputs.size());
+  for (auto sl : slots)
+    check(sl >= 0 && sl < kv_.slots, ErrorKind::invalid_input, where, "KV slot ", sl,
+          " is outside [0, ", kv_.slots, ")");
   Regions reg;
   reg.inputs = inputs;
-  reg.kv = impl_->kv.data();
+  reg.kv_all = impl_->kv.data();
+  reg.slot_bytes = kv_.slot_bytes();
+  reg.kv = impl_->kv.data() + (slots.empty() ? 0 : kv_.slot_offset(slots[0]));
   reg.arena = impl_->arena.data();
   reg.kv_capacity = kv_.capacity;
   reg.local = impl_->local.data();
@@ -271,19 +285,36 @@ Executor::run(std::int64_t id, std::span<const std::span<const std::byte>> input
     check(static_cast<std::int64_t>(in.size()) == L * 4, ErrorKind::invalid_input, where,
           "position_ids must be ", L * 4, " bytes");
     const auto* pos = reinterpret_cast<const std::int32_t*>(in.data());
-    for (std::int64_t i = 0; i < L; ++i)
-      check(pos[i] == pos[0] + i && pos[i] >= 0, ErrorKind::invalid_input, where,
-            "position_ids must be consecutive and non-negative (row ", i, " is ", pos[i], " after ",
-            pos[0], ")");
-    reg.pos0 = pos[0];
-    if (p.info.memory && p.info.memory->kv_row > 0)
-      check(pos[0] + L <= kv_.capacity, ErrorKind::invalid_input, where, "positions ", pos[0], "..",
-            pos[0] + L - 1, " do not fit the KV cache of ", kv_.capacity, " slots");
+    const std::int64_t batch = pa.type.rank() == 2 ? pa.type.shape[0] : 1;
+    if (batch > 1) {
+      // A batched decode: one token per row, each row its own slot and position.
+      check(static_cast<std::int64_t>(slots.size()) == batch, ErrorKind::invalid_input, where,
+            "a batched decode of ", batch, " rows needs ", batch, " KV slots, got ", slots.size());
+      for (std::int64_t i = 0; i < L; ++i)
+        check(pos[i] >= 0 && pos[i] < kv_.capacity, ErrorKind::invalid_input, where, "position ",
+              pos[i], " of row ", i, " is outside the KV cache of ", kv_.capacity, " positions");
+      reg.row_slots = slots;
+      reg.row_pos = pos;
+    } else {
+      check(slots.size() <= 1, ErrorKind::invalid_input, where,
+            "a single-conversation program runs on one KV slot, got ", slots.size());
+      for (std::int64_t i = 0; i < L; ++i)
+        check(pos[i] == pos[0] + i && pos[i] >= 0, ErrorKind::invalid_input, where,
+              "position_ids must be consecutive and non-negative (row ", i, " is ", pos[i],
+              " after ", pos[0], ")");
+      reg.pos0 = pos[0];
+      if (p.info.memory && p.info.memory->kv_row > 0)
+        check(pos[0] + L <= kv_.capacity, ErrorKind::invalid_input, where, "positions ", pos[0],
+              "..", pos[0] + L - 1, " do not fit the KV cache of ", kv_.capacity, " slots");
+    }
   }
   for (std::size_t i = 0; i < p.args.size(); ++i) {
     const auto& a = p.args[i];
     if (a.buffer.region == ir::Region::kv) {
       if (!inputs[i].empty()) { // tests may hand history in; the runtime never does
+        check(reg.row_slots.empty(), ErrorKind::invalid_input, where,
+              "a batched decode reads its history from the KV slots (history input ", i,
+              " must be empty)");
         check(static_cast<std::int64_t>(inputs[i].size()) == a.type.byte_size(),
               ErrorKind::invalid_input, where, "history input ", i, " must be empty or ",
               a.type.byte_size(), " bytes");

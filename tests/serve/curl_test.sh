@@ -3,7 +3,7 @@
 # and OpenAI error object of every kind of bad request (malformed JSON, wrong types, invalid
 # UTF-8, too many messages, a body over the limit, a prompt over the compiled sequence, unknown
 # routes and models, a wrong key), plus a slow client that never finishes its headers (closed by
-# the read timeout) while others are served. Usage: curl_test.sh TPULLM BUNDLE WORKDIR
+# the read timeout) and one that stalls inside its body, while others are served. Usage: curl_test.sh TPULLM BUNDLE WORKDIR
 set -euo pipefail
 tpullm=$1 bundle=$2 work=$3
 mkdir -p "$work"
@@ -84,6 +84,15 @@ start=$(date +%s)
 expect 200 '' "${auth[@]}" "${json[@]}" "$url/v1/completions" -d '{"prompt":"Hi","max_tokens":2}'
 [ $(($(date +%s) - start)) -lt 5 ] || fail "a request waited behind the slow client"
 timeout 20 cat <&3 >/dev/null || fail "the slow client's connection was not closed"
+exec 3<&-
+
+# A client that sends its headers and then stalls inside its body: the same.
+exec 3<>"/dev/tcp/127.0.0.1/$port"
+printf 'POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{"prompt":' >&3
+start=$(date +%s)
+expect 200 '' "${auth[@]}" "${json[@]}" "$url/v1/completions" -d '{"prompt":"Hi","max_tokens":2}'
+[ $(($(date +%s) - start)) -lt 5 ] || fail "a request waited behind the client stalled in its body"
+timeout 20 cat <&3 >/dev/null || fail "the stalled body's connection was not closed"
 exec 3<&-
 
 curl -s "$url/metrics" | grep -q '^tpullm_requests_total{route="other",status="404"} 1$' ||

@@ -7,6 +7,16 @@ const { spawn, spawnSync } = require('node:child_process');
 const assert = require('node:assert/strict');
 const fs = require('node:fs');
 
+// cli() blocks the event loop (spawnSync): a keep-alive socket the server closed meanwhile (its
+// 5 s idle timeout; an oracle run on a loaded machine takes longer) would be reused and fail
+// with "other side closed". Every request of the tests (the SDK's too) has its own connection.
+const plainFetch = globalThis.fetch;
+globalThis.fetch = (input, init = {}) => {
+  const headers = new Headers(init.headers);
+  headers.set('connection', 'close');
+  return plainFetch(input, { ...init, headers });
+};
+
 const tpullm = process.env.TPULLM;
 const bundle = process.env.BUNDLE;
 
@@ -28,7 +38,12 @@ async function startServer(args = [], file = bundle) {
   let out = '';
   proc.stdout.on('data', (d) => (out += d));
   proc.stderr.on('data', (d) => (log += d));
-  const exited = new Promise((resolve) => proc.on('exit', (code, signal) => resolve({ code, signal })));
+  const exited = new Promise((resolve) => proc.on('exit', (code, signal) => {
+    // A server that dies under a test says so, with its log (the test then fails on its own).
+    if (code !== 0 && signal !== 'SIGKILL' && signal !== 'SIGTERM')
+      console.error(`server exited (code ${code}, signal ${signal}); log:\n${log}`);
+    resolve({ code, signal });
+  }));
   // A failing test must not leave its server behind.
   process.on('exit', () => proc.exitCode === null && proc.signalCode === null && proc.kill('SIGKILL'));
   const port = await withTimeout(
@@ -78,7 +93,7 @@ async function main(tests) {
     try {
       await fn();
     } catch (e) {
-      console.error(`FAIL ${name}: ${e.stack || e}`);
+      console.error(`FAIL ${name}: ${e.stack || e}${e.cause ? `\ncause: ${e.cause.stack || e.cause}` : ''}`);
       process.exit(1);
     }
     console.log(`ok ${name} (${Date.now() - t0} ms)`);

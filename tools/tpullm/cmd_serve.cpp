@@ -29,8 +29,19 @@ using serve::ApiError;
 
 /// Request bodies larger than this get 413 (documented in docs/serve.md).
 constexpr std::size_t kMaxBodyBytes = 1 << 20;
-/// Slots --slots defaults to at most (more do not decode faster without batched decode).
+/// Slots --slots defaults to at most without batched decode (more do not decode faster); with
+/// it, the largest compiled decode batch when that is more.
 constexpr int kDefaultMaxSlots = 4;
+
+/// The largest batched decode the bundle was compiled with (lm_head_bB present), else 1.
+int largest_decode_batch(const bundle::Bundle& b) {
+  int best = 1;
+  for (const auto& p : b.programs())
+    for (int n = best + 1; n <= static_cast<int>(frontend::StageParams::kMaxDecodeBatch); ++n)
+      if (p.name == frontend::StageNames::lm_head(n))
+        best = n;
+  return best;
+}
 
 void send_error(httplib::Response& res, const ApiError& e) {
   res.status = e.status;
@@ -219,9 +230,12 @@ void answer(httplib::Response& res, F&& body) {
 int default_slots(const bundle::Bundle& b, std::int64_t cores) {
   const double per_slot = static_cast<double>(serve::Scheduler::slot_bytes(b, cores));
   // The weights are mapped and resident while serving; half of the rest is for slots.
-  const double room = (frontend::memory_limit_bytes() - static_cast<double>(b.file_bytes())) / 2;
+  const double room = (frontend::memory_limit_bytes() - static_cast<double>(b.file_bytes()) -
+                       static_cast<double>(serve::Scheduler::shared_bytes(b, cores))) /
+                      2;
   const double n = per_slot > 0 ? room / per_slot : 1;
-  return static_cast<int>(std::clamp(n, 1.0, static_cast<double>(kDefaultMaxSlots)));
+  const int most = std::max(kDefaultMaxSlots, largest_decode_batch(b));
+  return static_cast<int>(std::clamp(n, 1.0, static_cast<double>(most)));
 }
 
 } // namespace
@@ -371,7 +385,8 @@ int cmd_serve(const std::vector<std::string>& args) {
   std::cerr << "tpullm serve: " << file << " (" << m.family << " '" << m.source << "', seq_length "
             << m.params.seq_length << ") as model '" << s.model_id << "' with " << slots
             << " slot(s) of " << serve::Scheduler::slot_bytes(*s.bundle, cores) / (1 << 20)
-            << " MiB; listening on http://" << host << ":" << bound << std::endl;
+            << " MiB, batched decode up to " << s.scheduler->max_decode_batch()
+            << " rows; listening on http://" << host << ":" << bound << std::endl;
 
   std::thread waiter([&] {
     int sig = 0;

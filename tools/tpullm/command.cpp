@@ -21,6 +21,12 @@ po::options_description stage_options(frontend::StageParams& p) {
         p.decode_chunks = parse_id_list<std::int64_t>(v, "--decode-chunks");
       }),
       "explicit decode variants below seq_length, e.g. 512,256,128 (replaces --decode-chunk)")(
+      "decode-batches", po::value<std::string>()->notifier([&p](const std::string& v) {
+        p.decode_batches = parse_id_list<std::int64_t>(v, "--decode-batches");
+      }),
+      "batched decode sizes, e.g. 1,2,4,8: decode modules of hidden_states [B, 1, H] for each "
+      "B > 1 (one step of B conversations reads each weight once; used by `tpullm serve`); "
+      "default 1 (no batched decode)")(
       "prefill-lengths",
       po::value<std::string>()->default_value("auto")->notifier([&p](const std::string& v) {
         p.prefill_auto = v == "auto";

@@ -26,6 +26,12 @@ void Metrics::count_generation(std::int64_t prompt_tokens, std::int64_t cached_t
   }
 }
 
+void Metrics::count_decode_batch(std::int64_t rows) {
+  std::lock_guard lock(m_);
+  ++batch_calls_;
+  batch_rows_ += rows;
+}
+
 void Metrics::set_load(std::int64_t queued, std::int64_t busy, std::int64_t slots) {
   std::lock_guard lock(m_);
   queued_ = queued;
@@ -53,7 +59,7 @@ std::string Metrics::text() const {
   metric("tpullm_completion_tokens_total", "counter", "Generated tokens.");
   o << "tpullm_completion_tokens_total " << completion_ << "\n";
   metric("tpullm_time_to_first_token_seconds", "summary",
-         "From a generation's start on its slot to its first token.");
+         "From a request's arrival (queue wait included) to its first token.");
   o << "tpullm_time_to_first_token_seconds_sum " << ttft_sum_ << "\n"
     << "tpullm_time_to_first_token_seconds_count " << generations_ << "\n";
   metric("tpullm_decode_seconds_total", "counter",
@@ -64,6 +70,12 @@ std::string Metrics::text() const {
   metric("tpullm_decode_tokens_per_second", "gauge",
          "Decode speed of the last finished generation (tokens after the first / their seconds).");
   o << "tpullm_decode_tokens_per_second " << last_tps_ << "\n";
+  metric("tpullm_batched_decode_calls_total", "counter",
+         "Batched decode calls (several generating slots stepped in one call).");
+  o << "tpullm_batched_decode_calls_total " << batch_calls_ << "\n";
+  metric("tpullm_batched_decode_rows_total", "counter",
+         "Slot steps done inside batched decode calls (rows / calls = mean batch).");
+  o << "tpullm_batched_decode_rows_total " << batch_rows_ << "\n";
   metric("tpullm_queue_depth", "gauge", "Requests waiting for a slot.");
   o << "tpullm_queue_depth " << queued_ << "\n";
   metric("tpullm_slots_busy", "gauge", "Slots generating.");

@@ -17,6 +17,8 @@ public:
   /// and the seconds its later tokens took.
   void count_generation(std::int64_t prompt_tokens, std::int64_t cached_tokens,
                         std::int64_t completion_tokens, double ttft_seconds, double decode_seconds);
+  /// One batched decode call that stepped `rows` generating slots together.
+  void count_decode_batch(std::int64_t rows);
   /// Requests waiting for a slot, slots generating, slots in all (set by the scheduler).
   void set_load(std::int64_t queued, std::int64_t busy, std::int64_t slots);
   /// The Prometheus text exposition of everything above.
@@ -28,6 +30,7 @@ private:
   std::int64_t generations_ = 0, prompt_ = 0, cached_ = 0, completion_ = 0, decoded_ = 0;
   double ttft_sum_ = 0, decode_seconds_ = 0, last_tps_ = 0;
   std::int64_t queued_ = 0, busy_ = 0, slots_ = 0;
+  std::int64_t batch_calls_ = 0, batch_rows_ = 0;
 };
 
 } // namespace tpullm::cli::serve

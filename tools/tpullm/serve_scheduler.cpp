@@ -59,10 +59,10 @@ void Job::finish(JobOutcome o) {
   cv_.notify_all();
 }
 
-/// One conversation: its executor, the session over it, the ids its KV cache holds, and the job
-/// it is generating (with that job's progress).
+/// One conversation: its KV slot of the shared executor, the session over it, the ids its KV
+/// cache holds, and the job it is generating (with that job's progress).
 struct Scheduler::Slot {
-  std::unique_ptr<runtime::Executor> exec;
+  std::int32_t index = 0; ///< its KV slot in the shared executor
   std::unique_ptr<runtime::CompiledStages> stages;
   std::unique_ptr<runtime::Session> session;
   std::vector<std::int32_t> held; ///< token ids in the KV cache, in position order
@@ -93,11 +93,17 @@ struct Scheduler::Slot {
       n -= 1;
     return n;
   }
+  /// Generating tokens after its prompt (its next step is a decode of `last`).
+  bool decoding() const { return job && started && fed >= job->spec().prompt.size(); }
 };
 
-std::int64_t Scheduler::slot_bytes(const bundle::Bundle& b, std::int64_t cores) {
+std::int64_t Scheduler::slot_bytes(const bundle::Bundle& b, std::int64_t) {
+  return b.kv().slot_bytes(); // the executor's arena and scratch are shared by every slot
+}
+
+std::int64_t Scheduler::shared_bytes(const bundle::Bundle& b, std::int64_t cores) {
   const std::int64_t n = cores > 0 ? cores : b.target().cores;
-  return b.kv().bytes() + b.max_arena() + std::max(b.target().local_memory, b.max_local()) * n;
+  return b.max_arena() + std::max(b.target().local_memory, b.max_local()) * n;
 }
 
 Scheduler::Scheduler(std::shared_ptr<const bundle::Bundle> bundle, const runtime::TextSide& text,
@@ -105,10 +111,14 @@ Scheduler::Scheduler(std::shared_ptr<const bundle::Bundle> bundle, const runtime
     : bundle_(std::move(bundle)), text_(text), options_(options), metrics_(metrics) {
   check(options_.slots >= 1, ErrorKind::invalid_input, "--slots", "must be >= 1");
   const auto dims = runtime::Engine::dims_of(bundle_->model());
+  // One executor: its KV cache holds every slot's conversation, so one decode call can step
+  // them all (batched decode) and the activation arena is shared.
+  exec_ = bundle_->make_executor(options_.cores, options_.slots);
+  decoder_.emplace(*exec_, dims, bundle_->model().params);
   for (int i = 0; i < options_.slots; ++i) {
     auto s = std::make_unique<Slot>();
-    s->exec = bundle_->make_executor(options_.cores);
-    s->stages = std::make_unique<runtime::CompiledStages>(*s->exec);
+    s->index = i;
+    s->stages = std::make_unique<runtime::CompiledStages>(*exec_, i);
     s->session = std::make_unique<runtime::Session>(*s->stages, dims, bundle_->model().params);
     slots_.push_back(std::move(s));
   }
@@ -207,11 +217,60 @@ void Scheduler::loop() {
         end(*s, JobOutcome{"", {}, 0, 0, down});
       return;
     }
-    // Round robin: every busy slot takes one step (a prefill segment or a token), then the
-    // queue is looked at again.
+    // Every busy slot takes one step, then the queue is looked at again: slots still in their
+    // prompt take one prefill segment each (or their first token), and the slots generating
+    // decode their next token together, in one batched decode call when the bundle has one
+    // (continuous batching: a slot joins or leaves between steps).
+    std::vector<Slot*> decoding;
     for (Slot* s : busy)
-      step(*s);
+      if (s->decoding() && !s->job->cancelled_ && decoder_->batched())
+        decoding.push_back(s);
+      else
+        step(*s);
+    if (decoding.size() == 1)
+      step(*decoding[0]);
+    else if (!decoding.empty())
+      decode_together(decoding);
   }
+}
+
+void Scheduler::decode_together(const std::vector<Slot*>& slots) {
+  std::vector<runtime::DecodeRow> rows;
+  for (Slot* s : slots)
+    rows.push_back({s->session.get(), s->index, s->last});
+  std::vector<float> logits;
+  try {
+    logits = decoder_->decode(rows);
+  } catch (const std::exception& e) {
+    for (Slot* s : slots)
+      fail(*s, e);
+    return;
+  }
+  metrics_.count_decode_batch(static_cast<std::int64_t>(slots.size()));
+  const auto V = static_cast<std::size_t>(bundle_->model().vocab);
+  for (std::size_t r = 0; r < slots.size(); ++r) {
+    Slot& s = *slots[r];
+    s.held.push_back(s.last);
+    try {
+      consume(s, std::span<const float>(logits.data() + r * V, V));
+    } catch (const std::exception& e) {
+      fail(s, e);
+    }
+  }
+}
+
+void Scheduler::fail(Slot& s, const std::exception& e) {
+  // What the cache holds after a failed step is not known: forget it.
+  s.session->reset();
+  s.held.clear();
+  const auto* err = dynamic_cast<const Error*>(&e);
+  const bool bad_input = err && err->kind() == ErrorKind::invalid_input;
+  end(s, JobOutcome{"",
+                    {},
+                    0,
+                    0,
+                    ApiError{bad_input ? 400 : 500, e.what(),
+                             bad_input ? "invalid_request_error" : "server_error", "", ""}});
 }
 
 void Scheduler::end(Slot& s, JobOutcome o) {
@@ -239,14 +298,6 @@ void Scheduler::end(Slot& s, JobOutcome o) {
 void Scheduler::step(Slot& s) {
   Job& job = *s.job;
   const JobSpec& spec = job.spec();
-  auto outcome = [&](std::string reason) {
-    JobOutcome o;
-    o.finish_reason = std::move(reason);
-    o.usage = {static_cast<std::int64_t>(spec.prompt.size()), s.generated, s.cached};
-    o.ttft_seconds = std::chrono::duration<double>(s.t_first - s.t0).count();
-    o.decode_seconds = s.generated > 1 ? seconds_since(s.t_first) : 0.0;
-    return o;
-  };
   if (job.cancelled_) { // the client went away: the slot is free for the next job
     end(s, JobOutcome{"",
                       {},
@@ -288,63 +339,66 @@ void Scheduler::step(Slot& s) {
       logits = session.decode(s.last);
       s.held.push_back(s.last);
     }
-    const std::int32_t tok = s.sampler->sample(logits, s.context);
-    s.context.push_back(tok);
-    s.last = tok;
-    if (++s.generated == 1)
-      s.t_first = clock_type::now();
-    const auto& eos = text_.stop_ids;
-    const bool is_eos = std::find(eos.begin(), eos.end(), tok) != eos.end();
-    std::optional<std::string> reason;
-    if (is_eos) {
-      reason = "stop";
-    } else {
-      s.text += s.decoder->push(tok);
-      if (s.generated >= spec.max_tokens || session.length() >= session.params().seq_length)
-        reason = "length";
-    }
-    if (reason)
-      s.text += s.decoder->finish();
-    // A stop string ends the answer before it (searched from where it could begin).
-    std::size_t longest = 0;
-    for (const auto& st : spec.stop)
-      longest = std::max(longest, st.size());
-    const std::size_t from = s.sent > longest ? s.sent - longest : 0;
-    std::size_t cut = std::string::npos;
-    for (const auto& st : spec.stop)
-      cut = std::min(cut, s.text.find(st, from));
-    if (cut != std::string::npos) {
-      s.text.resize(cut);
-      reason = "stop";
-    }
-    std::size_t safe = s.text.size();
-    if (!reason) {
-      safe -= partial_stop(s.text, spec.stop);
-      while (safe > s.sent && (static_cast<unsigned char>(s.text[safe]) & 0xC0) == 0x80)
-        --safe; // never split a character
-    }
-    if (safe > s.sent) {
-      job.emit(s.text.substr(s.sent, safe - s.sent));
-      s.sent = safe;
-    }
-    if (reason)
-      end(s, outcome(*reason));
-  } catch (const Error& e) {
-    // What the cache holds after a failed step is not known: forget it.
-    session.reset();
-    s.held.clear();
-    const bool bad_input = e.kind() == ErrorKind::invalid_input;
-    end(s, JobOutcome{"",
-                      {},
-                      0,
-                      0,
-                      ApiError{bad_input ? 400 : 500, e.what(),
-                               bad_input ? "invalid_request_error" : "server_error", "", ""}});
+    consume(s, logits);
   } catch (const std::exception& e) { // e.g. out of memory: this job fails, the server goes on
-    session.reset();
-    s.held.clear();
-    end(s, JobOutcome{"", {}, 0, 0, ApiError{500, e.what(), "server_error", "", ""}});
+    fail(s, e);
   }
+}
+
+void Scheduler::consume(Slot& s, std::span<const float> logits) {
+  Job& job = *s.job;
+  const JobSpec& spec = job.spec();
+  runtime::Session& session = *s.session;
+  auto outcome = [&](std::string reason) {
+    JobOutcome o;
+    o.finish_reason = std::move(reason);
+    o.usage = {static_cast<std::int64_t>(spec.prompt.size()), s.generated, s.cached};
+    // Time to first token as the client sees it: queue wait included.
+    o.ttft_seconds = std::chrono::duration<double>(s.t_first - job.submitted_).count();
+    o.decode_seconds = s.generated > 1 ? seconds_since(s.t_first) : 0.0;
+    return o;
+  };
+  const std::int32_t tok = s.sampler->sample(logits, s.context);
+  s.context.push_back(tok);
+  s.last = tok;
+  if (++s.generated == 1)
+    s.t_first = clock_type::now();
+  const auto& eos = text_.stop_ids;
+  const bool is_eos = std::find(eos.begin(), eos.end(), tok) != eos.end();
+  std::optional<std::string> reason;
+  if (is_eos) {
+    reason = "stop";
+  } else {
+    s.text += s.decoder->push(tok);
+    if (s.generated >= spec.max_tokens || session.length() >= session.params().seq_length)
+      reason = "length";
+  }
+  if (reason)
+    s.text += s.decoder->finish();
+  // A stop string ends the answer before it (searched from where it could begin).
+  std::size_t longest = 0;
+  for (const auto& st : spec.stop)
+    longest = std::max(longest, st.size());
+  const std::size_t from = s.sent > longest ? s.sent - longest : 0;
+  std::size_t cut = std::string::npos;
+  for (const auto& st : spec.stop)
+    cut = std::min(cut, s.text.find(st, from));
+  if (cut != std::string::npos) {
+    s.text.resize(cut);
+    reason = "stop";
+  }
+  std::size_t safe = s.text.size();
+  if (!reason) {
+    safe -= partial_stop(s.text, spec.stop);
+    while (safe > s.sent && (static_cast<unsigned char>(s.text[safe]) & 0xC0) == 0x80)
+      --safe; // never split a character
+  }
+  if (safe > s.sent) {
+    job.emit(s.text.substr(s.sent, safe - s.sent));
+    s.sent = safe;
+  }
+  if (reason)
+    end(s, outcome(*reason));
 }
 
 } // namespace tpullm::cli::serve

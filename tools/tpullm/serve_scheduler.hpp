@@ -1,12 +1,14 @@
 #pragma once
-// The compute side of `tpullm serve`: N slots, each a conversation with its own executor (its
-// own KV cache and activation arena; the weights are the bundle's mapping, shared), a bounded
-// queue of jobs waiting for a slot, and one scheduler thread that owns all compute. It steps the
-// busy slots in turn, one prefill segment or one decode token each, so a long generation delays
-// another's first token by at most one step per busy slot. A job goes to the free slot whose
-// cached tokens share the longest prefix with its prompt (a chat client resending the whole
-// conversation prefills only the new suffix, through prefill_kv), else to the least recently
-// used one. HTTP threads only submit jobs and wait for their text.
+// The compute side of `tpullm serve`: N slots, each a conversation with its own region of one
+// executor's KV cache (memory/kv_geometry.hpp; the activation arena and the weights, the
+// bundle's mapping, are shared), a bounded queue of jobs waiting for a slot, and one scheduler
+// thread that owns all compute. Each round, slots still in their prompt take one prefill segment
+// each, and every generating slot decodes its next token: together in one batched decode call
+// (runtime/batched_decode.hpp) when the bundle was compiled with --decode-batches, else in
+// turn. A long generation delays another's first token by at most one step per busy slot. A job
+// goes to the free slot whose cached tokens share the longest prefix with its prompt (a chat client
+// resending the whole conversation prefills only the new suffix, through prefill_kv), else to the
+// least recently used one. HTTP threads only submit jobs and wait for their text.
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -15,6 +17,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -22,6 +25,7 @@
 #include "serve_api.hpp"
 #include "serve_metrics.hpp"
 #include "tpullm/bundle/bundle.hpp"
+#include "tpullm/runtime/batched_decode.hpp"
 #include "tpullm/runtime/sampler.hpp"
 #include "tpullm/runtime/text_side.hpp"
 
@@ -39,7 +43,7 @@ struct JobSpec {
 struct JobOutcome {
   std::string finish_reason;     ///< "stop" (eos token or stop string) or "length"
   Usage usage;                   ///< prompt, cached and generated tokens
-  double ttft_seconds = 0;       ///< from its start on a slot to its first token
+  double ttft_seconds = 0;       ///< from its arrival (queue wait included) to its first token
   double decode_seconds = 0;     ///< the tokens after the first
   std::optional<ApiError> error; ///< set when the job was cancelled or failed
 };
@@ -47,7 +51,8 @@ struct JobOutcome {
 /// One generation in flight, shared by its HTTP thread and the scheduler.
 class Job {
 public:
-  explicit Job(JobSpec spec) : spec_(std::move(spec)) {}
+  explicit Job(JobSpec spec)
+      : spec_(std::move(spec)), submitted_(std::chrono::steady_clock::now()) {}
   /// Waits up to `timeout` for answer text or the end; appends the new text to `text`. Returns
   /// true once the job has ended (outcome() is then final and every piece has been returned).
   bool wait(std::string& text, std::chrono::milliseconds timeout);
@@ -63,6 +68,7 @@ private:
   void finish(JobOutcome o);
 
   JobSpec spec_;
+  std::chrono::steady_clock::time_point submitted_; ///< when it arrived (TTFT counts from here)
   std::mutex m_;
   std::condition_variable cv_;
   std::string pending_;
@@ -74,15 +80,15 @@ private:
 /// Sizes of the scheduler.
 struct SchedulerOptions {
   int slots = 1;             ///< conversations with their own KV cache (>= 1)
-  std::int64_t cores = 0;    ///< cores per executor (0: the bundle target's)
+  std::int64_t cores = 0;    ///< cores of the executor (0: the bundle target's)
   std::size_t max_queue = 8; ///< jobs waiting for a slot beyond which submit() refuses
 };
 
 /// See the file comment.
 class Scheduler {
 public:
-  /// Builds `options.slots` executors over `bundle` (throws Error when memory does not allow)
-  /// and starts the scheduler thread. `text` must outlive the scheduler.
+  /// Builds one executor of `options.slots` KV slots over `bundle` (throws Error when memory
+  /// does not allow) and starts the scheduler thread. `text` must outlive the scheduler.
   Scheduler(std::shared_ptr<const bundle::Bundle> bundle, const runtime::TextSide& text,
             SchedulerOptions options, Metrics& metrics);
   ~Scheduler();
@@ -95,20 +101,29 @@ public:
   void stop();
   /// Number of slots.
   int slots() const { return static_cast<int>(slots_.size()); }
-  /// Bytes one slot's executor allocates (KV cache + activation arena + local scratch).
+  /// Bytes one slot adds (its KV cache).
   static std::int64_t slot_bytes(const bundle::Bundle& b, std::int64_t cores);
+  /// Bytes the executor allocates once for every slot (activation arena + local scratch).
+  static std::int64_t shared_bytes(const bundle::Bundle& b, std::int64_t cores);
+  /// Largest compiled batched decode (1: none).
+  std::int64_t max_decode_batch() const { return decoder_->batches().back(); }
 
 private:
   struct Slot;
   void loop();
   void assign_locked();
   void step(Slot& s);
+  void decode_together(const std::vector<Slot*>& slots);
+  void consume(Slot& s, std::span<const float> logits);
+  void fail(Slot& s, const std::exception& e);
   void end(Slot& s, JobOutcome o);
 
   std::shared_ptr<const bundle::Bundle> bundle_;
   const runtime::TextSide& text_;
   SchedulerOptions options_;
   Metrics& metrics_;
+  std::unique_ptr<runtime::Executor> exec_;
+  std::optional<runtime::BatchedDecoder> decoder_;
   std::vector<std::unique_ptr<Slot>> slots_;
   std::mutex m_;
   std::condition_variable cv_;

@@ -123,9 +123,11 @@ public:
   const std::string& compiler() const { return compiler_; } ///< "tpullm <version>"
 
   /// An executor with every program and weight (weights shared, not copied) and its own KV
-  /// cache; `cores` 0 = the target's. Throws Error(invalid_input) naming the file when the KV
-  /// cache and activation memory it would allocate exceed the memory available.
-  std::unique_ptr<runtime::Executor> make_executor(std::int64_t cores = 0) const;
+  /// cache of `slots` conversations (memory/kv_geometry.hpp); `cores` 0 = the target's. Throws
+  /// Error(invalid_input) naming the file when the KV cache and activation memory it would
+  /// allocate exceed the memory available.
+  std::unique_ptr<runtime::Executor> make_executor(std::int64_t cores = 0,
+                                                   std::int64_t slots = 1) const;
 
   /// Use open(); public for std::make_shared.
   Bundle() = default;

@@ -58,7 +58,9 @@ CompiledModel compile(std::vector<ir::Module> modules, const CompileOptions& opt
 /// same pipeline. Throws pass::PipelineError when `options.fusions` is not a pipeline.
 pass::Pipeline compile_pipeline(const CompileOptions& options, std::int64_t kv_capacity);
 
-/// An executor loaded with every program and weight of `model` (its own KV cache).
-std::unique_ptr<runtime::Executor> make_executor(const CompiledModel& model);
+/// An executor loaded with every program and weight of `model` (its own KV cache, of `slots`
+/// conversations).
+std::unique_ptr<runtime::Executor> make_executor(const CompiledModel& model,
+                                                 std::int64_t slots = 1);
 
 } // namespace tpullm::compiler

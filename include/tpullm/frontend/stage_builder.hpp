@@ -6,7 +6,10 @@
 ///   block_kv_i       + (history_k, history_v [1, seq_length - L, kv_heads, d]) -> (hidden, k, v)
 ///   block_i_P, block_kv_i_P  the same with L = P for each shorter prefill variant P
 ///   block_cache_i_S  L = 1, history [1, S, kv_heads, d] for each decode length S
+///   block_cache_i_S_bB  batched decode: input_states [B, 1, H], position_ids [B, 1], history
+///                    [B, S, kv_heads, d] (row b: its own conversation's cache) for each batch B
 ///   lm_head          (hidden [1, 1, H]) -> logits [1, 1, V] f32
+///   lm_head_bB       (hidden [B, 1, H]) -> logits [B, 1, V] f32
 ///   lm_head_greedy   (hidden [1, 1, H]) -> token [1, 1, 1] i32 (ArgMax inside)
 /// k and v are the new tokens' post-RoPE keys and values [1, L, kv_heads, d]. Every block
 /// module comes from one parameterized template (block_template), never three copies.
@@ -26,6 +29,7 @@ struct BlockShape {
   std::int64_t layer = 0;   ///< decoder layer index
   std::int64_t tokens = 1;  ///< L: new tokens per call
   std::int64_t history = 0; ///< static history slots (0: prefill without history)
+  std::int64_t batch = 1;   ///< B: independent rows (conversations); > 1 only for decode
 };
 
 namespace detail {
@@ -93,11 +97,13 @@ inline ir::Module build_block(const ModelDesc& d, const BlockShape& s, const Rop
   const auto& dims = d.dims;
   check(s.layer >= 0 && s.layer < dims.layers, ErrorKind::invalid_input, name, "layer ", s.layer,
         " out of range [0, ", dims.layers, ")");
-  check(s.tokens >= 1 && s.history >= 0, ErrorKind::invalid_input, name,
-        "bad block shape: ", s.tokens, " tokens, ", s.history, " history slots");
+  check(s.tokens >= 1 && s.history >= 0 && s.batch >= 1, ErrorKind::invalid_input, name,
+        "bad block shape: ", s.tokens, " tokens, ", s.history, " history slots, batch ", s.batch);
+  check(s.batch == 1 || (s.tokens == 1 && s.history > 0), ErrorKind::invalid_input, name,
+        "a batch above 1 is a decode block (1 token, history > 0)");
   const LayerWeights& w = d.layers[static_cast<std::size_t>(s.layer)];
   const std::string p = "layers." + std::to_string(s.layer) + ".";
-  const std::int64_t L = s.tokens, H = dims.hidden, D = dims.head_dim;
+  const std::int64_t L = s.tokens, H = dims.hidden, D = dims.head_dim, B = s.batch;
 
   ir::Module m(name);
   ir::Function& f = m.add_function(name);
@@ -107,11 +113,11 @@ inline ir::Module build_block(const ModelDesc& d, const BlockShape& s, const Rop
               s.layer, std::nullopt});
   ir::Builder b(m, f);
   b.set_loc(Location{name});
-  ir::Value* input = f.add_argument("input_states", ir::TensorType({1, L, H}, ir::DType::f32));
-  ir::Value* pos = f.add_argument("position_ids", ir::TensorType({1, L}, ir::DType::i32));
+  ir::Value* input = f.add_argument("input_states", ir::TensorType({B, L, H}, ir::DType::f32));
+  ir::Value* pos = f.add_argument("position_ids", ir::TensorType({B, L}, ir::DType::i32));
   ir::Value *hist_k = nullptr, *hist_v = nullptr;
   if (s.history > 0) {
-    const ir::TensorType ht({1, s.history, dims.kv_heads, D}, ir::DType::f32);
+    const ir::TensorType ht({B, s.history, dims.kv_heads, D}, ir::DType::f32);
     hist_k = f.add_argument("history_k", ht);
     hist_v = f.add_argument("history_v", ht);
   }
@@ -120,9 +126,9 @@ inline ir::Module build_block(const ModelDesc& d, const BlockShape& s, const Rop
   ir::Value* q = detail::linear(b, x, p + "q", w.q, w.q_bias);
   ir::Value* k = detail::linear(b, x, p + "k", w.k, w.k_bias);
   ir::Value* v = detail::linear(b, x, p + "v", w.v, w.v_bias);
-  q = b.create(ir::top::ReshapeOp{{1, L, dims.heads, D}}, {q});
-  k = b.create(ir::top::ReshapeOp{{1, L, dims.kv_heads, D}}, {k});
-  v = b.create(ir::top::ReshapeOp{{1, L, dims.kv_heads, D}}, {v});
+  q = b.create(ir::top::ReshapeOp{{B, L, dims.heads, D}}, {q});
+  k = b.create(ir::top::ReshapeOp{{B, L, dims.kv_heads, D}}, {k});
+  v = b.create(ir::top::ReshapeOp{{B, L, dims.kv_heads, D}}, {v});
   if (d.qk_norm) {
     q = detail::rms_norm(b, q, p + "q_norm", w.q_norm, d.norm_eps);
     k = detail::rms_norm(b, k, p + "k_norm", w.k_norm, d.norm_eps);
@@ -170,15 +176,17 @@ inline ir::Module build_embedding(const ModelDesc& d, std::int64_t tokens,
   return m;
 }
 
-/// `lm_head`: hidden [1, 1, H] -> logits [1, 1, V] f32 (final RMSNorm, then the head or the
-/// tied embedding); with `greedy`, returns only the argmax token [1, 1, 1] i32.
-inline ir::Module build_lm_head(const ModelDesc& d, bool greedy, const std::string& name) {
+/// `lm_head`: hidden [B, 1, H] -> logits [B, 1, V] f32 (final RMSNorm, then the head or the
+/// tied embedding); with `greedy`, returns only the argmax token [B, 1, 1] i32.
+inline ir::Module build_lm_head(const ModelDesc& d, bool greedy, const std::string& name,
+                                std::int64_t batch = 1) {
   ir::Module m(name);
   ir::Function& f = m.add_function(name);
   f.set_info({ir::StageKind::lm_head, -1, std::nullopt});
   ir::Builder b(m, f);
   b.set_loc(Location{name});
-  ir::Value* h = f.add_argument("hidden", ir::TensorType({1, 1, d.dims.hidden}, ir::DType::f32));
+  ir::Value* h =
+      f.add_argument("hidden", ir::TensorType({batch, 1, d.dims.hidden}, ir::DType::f32));
   ir::Value* n = detail::rms_norm(b, h, "final_norm", d.final_norm, d.norm_eps);
   const bool tied = d.tie_word_embeddings;
   ir::Value* head =
@@ -194,7 +202,8 @@ inline ir::Module build_lm_head(const ModelDesc& d, bool greedy, const std::stri
 /// Every stage module of the model for `params`, in a deterministic order: embedding,
 /// embedding_cache, then per layer block_i and block_kv_i (with_history) for each prefill
 /// length (max_input_length first: block_i; then block_i_P for the shorter variants),
-/// block_cache_i_S for each decode length, then lm_head and lm_head_greedy.
+/// block_cache_i_S for each decode length (then block_cache_i_S_bB for each batched decode size
+/// B), then lm_head, lm_head_greedy and lm_head_bB for each B.
 inline std::vector<ir::Module> build_top_modules(const ModelDesc& d, const StageParams& params) {
   params.validate(d.dims.max_position);
   const RopeWeights rope = rope_weights(d, params.seq_length); // one table for every block
@@ -210,9 +219,15 @@ inline std::vector<ir::Module> build_top_modules(const ModelDesc& d, const Stage
     }
     for (std::int64_t len : params.decode_lengths())
       out.push_back(build_block(d, {i, 1, len}, rope, StageNames::block_cache(i, len)));
+    for (std::int64_t batch : params.decode_batch_sizes())
+      for (std::int64_t len : params.decode_lengths())
+        out.push_back(
+            build_block(d, {i, 1, len, batch}, rope, StageNames::block_cache(i, len, batch)));
   }
   out.push_back(build_lm_head(d, false, "lm_head"));
   out.push_back(build_lm_head(d, true, "lm_head_greedy"));
+  for (std::int64_t batch : params.decode_batch_sizes())
+    out.push_back(build_lm_head(d, false, StageNames::lm_head(batch), batch));
   return out;
 }
 

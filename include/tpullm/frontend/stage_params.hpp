@@ -29,6 +29,22 @@ struct StageParams {
   /// Also the default variants kAutoPrefillChunks that are below max_input_length (what the
   /// tools compile unless told otherwise).
   bool prefill_auto = false;
+  /// Batched decode variants (e.g. {1, 2, 4, 8}): for each B > 1 a block_cache_i_S_bB per
+  /// layer and decode length (hidden_states [B, 1, H], each row its own position and KV slot)
+  /// and an lm_head_bB. Batch 1 is the plain decode stage, always built.
+  std::vector<std::int64_t> decode_batches;
+  /// The batched decode sizes above 1, ascending and distinct.
+  std::vector<std::int64_t> decode_batch_sizes() const {
+    std::vector<std::int64_t> out;
+    for (auto b : decode_batches)
+      if (b > 1)
+        out.push_back(b);
+    std::sort(out.begin(), out.end());
+    out.erase(std::unique(out.begin(), out.end()), out.end());
+    return out;
+  }
+  /// The largest batched decode size accepted (rows of one decode call).
+  static constexpr std::int64_t kMaxDecodeBatch = 256;
   /// The default shorter prefill variants (those below max_input_length are built).
   static constexpr std::int64_t kAutoPrefillChunks[] = {16, 64, 256};
 
@@ -99,6 +115,9 @@ struct StageParams {
       check(n > 0 && n <= max_input_length, ErrorKind::invalid_input, "prefill_chunks",
             "every prefill variant must be in [1, max_input_length = ", max_input_length, "], got ",
             n);
+    for (auto b : decode_batches)
+      check(b >= 1 && b <= kMaxDecodeBatch, ErrorKind::invalid_input, "decode_batches",
+            "every decode batch must be in [1, ", kMaxDecodeBatch, "], got ", b);
     check(!with_history || max_input_length < seq_length, ErrorKind::invalid_input,
           "max_input_length", "prefill_kv needs history room: max_input_length (", max_input_length,
           ") must be < seq_length (", seq_length, ")");
@@ -121,6 +140,15 @@ struct StageNames {
   }
   static std::string block_cache(std::int64_t layer, std::int64_t kv_length) {
     return "block_cache_" + std::to_string(layer) + "_" + std::to_string(kv_length);
+  }
+  /// The batched decode variant of `batch` rows (block_cache_i_S itself when batch = 1).
+  static std::string block_cache(std::int64_t layer, std::int64_t kv_length, std::int64_t batch) {
+    return batch == 1 ? block_cache(layer, kv_length)
+                      : block_cache(layer, kv_length) + "_b" + std::to_string(batch);
+  }
+  /// The lm_head of `batch` rows (lm_head itself when batch = 1).
+  static std::string lm_head(std::int64_t batch) {
+    return batch == 1 ? std::string("lm_head") : "lm_head_b" + std::to_string(batch);
   }
 };
 

@@ -89,6 +89,16 @@ inline void require_positions(const TensorType& p, std::int64_t L, const char* w
   require(p.dtype == DType::i32 && !p.quant && p.shape == std::vector<std::int64_t>{1, L},
           std::string(what) + " must be [1, " + std::to_string(L) + "] i32, got " + p.str());
 }
+/// position_ids of a block op over B rows of L tokens: [B, L] i32, where B > 1 (a batched
+/// decode: each row its own conversation) holds one token per row.
+inline void require_batch_positions(const TensorType& p, std::int64_t B, std::int64_t L,
+                                    const char* what) {
+  require(B == 1 || L == 1, "a batch of " + std::to_string(B) +
+                                " rows holds one token per row, got " + std::to_string(L));
+  require(p.dtype == DType::i32 && !p.quant && p.shape == std::vector<std::int64_t>{B, L},
+          std::string(what) + " must be [" + std::to_string(B) + ", " + std::to_string(L) +
+              "] i32, got " + p.str());
+}
 } // namespace detail
 
 namespace tpu {
@@ -276,8 +286,9 @@ struct MoEOp {
   }
 };
 
-/// Rotary embedding with the table gather inside: x [1, L, heads, d] f32, cos/sin tables
-/// [P, d/2] f32 (row p = position p), position_ids [1, L] i32 -> [1, L, heads, d] f32.
+/// Rotary embedding with the table gather inside: x [B, L, heads, d] f32 (B > 1: a batched
+/// decode, L = 1), cos/sin tables [P, d/2] f32 (row p = position p), position_ids [B, L] i32
+/// -> [B, L, heads, d] f32.
 struct RopeOp : top::RopeOp {
   static constexpr Arity operands{4, 4};
   static constexpr int results = 1;
@@ -289,15 +300,15 @@ struct RopeOp : top::RopeOp {
   std::vector<TensorType> infer(Types in) const {
     const auto &x = in[0], &c = in[1], &s = in[2];
     detail::require_act(x, "input");
-    detail::require(x.rank() == 4 && x.shape[0] == 1 && x.shape[3] % 2 == 0,
-                    "input must be [1, L, heads, d] with d even, got " + x.str());
+    detail::require(x.rank() == 4 && x.shape[0] >= 1 && x.shape[3] % 2 == 0,
+                    "input must be [B, L, heads, d] with d even, got " + x.str());
     for (const auto* t : {&c, &s})
       detail::require(t->dtype == DType::f32 && t->rank() == 2 && t->shape[1] == x.shape[3] / 2 &&
                           t->layout == Layout::row_major && !t->quant,
                       "cos/sin tables must be [P, " + std::to_string(x.shape[3] / 2) +
                           "] f32, got " + t->str());
     detail::require(c.shape == s.shape, "cos and sin tables differ: " + c.str() + " vs " + s.str());
-    detail::require_positions(in[3], x.shape[1], "position_ids");
+    detail::require_batch_positions(in[3], x.shape[0], x.shape[1], "position_ids");
     return {x};
   }
 };
@@ -305,6 +316,8 @@ struct RopeOp : top::RopeOp {
 /// The new tokens' keys or values stored into layer `layer`'s cache at their positions:
 /// rows [1, L, kv_heads, d] f32, position_ids [1, L] i32 -> the same rows, now living in the
 /// cache (slot = position; positions must be consecutive). Writes persistent state.
+/// Batched decode: rows [B, 1, kv_heads, d], position_ids [B, 1]; row b goes into the cache of
+/// the conversation the run gives row b, at its own position.
 struct KVStoreOp {
   static constexpr Arity operands{2, 2};
   static constexpr int results = 1;
@@ -321,9 +334,9 @@ struct KVStoreOp {
   }
   std::vector<TensorType> infer(Types in) const {
     detail::require_act(in[0], "rows");
-    detail::require(in[0].rank() == 4 && in[0].shape[0] == 1,
-                    "rows must be [1, L, kv_heads, d], got " + in[0].str());
-    detail::require_positions(in[1], in[0].shape[1], "position_ids");
+    detail::require(in[0].rank() == 4 && in[0].shape[0] >= 1,
+                    "rows must be [B, L, kv_heads, d], got " + in[0].str());
+    detail::require_batch_positions(in[1], in[0].shape[0], in[0].shape[1], "position_ids");
     detail::require(layer >= 0, "layer must be >= 0");
     return {in[0]};
   }
@@ -333,6 +346,8 @@ struct KVStoreOp {
 /// [1, S, kv_heads, d] (the cache), new rows [1, L, kv_heads, d] (a tpu.KVStore result of the
 /// same layer and kind), position_ids [1, L] -> the cache as [1, S + L, kv_heads, d] in which
 /// slot j holds position j for j < position_ids[0] + L (other slots are never read).
+/// Batched decode: history [B, S, kv_heads, d], new rows [B, 1, kv_heads, d], position_ids
+/// [B, 1] -> [B, S + 1, kv_heads, d], row b being the cache of row b's conversation.
 struct KVAppendOp {
   static constexpr Arity operands{3, 3};
   static constexpr int results = 1;
@@ -348,15 +363,15 @@ struct KVAppendOp {
     const auto &h = in[0], &n = in[1];
     detail::require_act(h, "history");
     detail::require_act(n, "new rows");
-    detail::require(h.rank() == 4 && n.rank() == 4 && h.shape[0] == 1 && n.shape[0] == 1 &&
+    detail::require(h.rank() == 4 && n.rank() == 4 && h.shape[0] >= 1 && n.shape[0] == h.shape[0] &&
                         h.shape[2] == n.shape[2] && h.shape[3] == n.shape[3],
-                    "history and new rows must be [1, S, kv_heads, d] and [1, L, kv_heads, d], "
+                    "history and new rows must be [B, S, kv_heads, d] and [B, L, kv_heads, d], "
                     "got " +
                         h.str() + " and " + n.str());
-    detail::require_positions(in[2], n.shape[1], "position_ids");
+    detail::require_batch_positions(in[2], n.shape[0], n.shape[1], "position_ids");
     detail::require(layer >= 0, "layer must be >= 0");
     const std::int64_t slots = detail::checked_add(h.shape[1], n.shape[1], "S + L cache slots");
-    return {TensorType({1, slots, h.shape[2], h.shape[3]}, DType::f32)};
+    return {TensorType({h.shape[0], slots, h.shape[2], h.shape[3]}, DType::f32)};
   }
 };
 
@@ -364,7 +379,8 @@ struct KVAppendOp {
 /// q [1, L, q_heads, d], k/v as `kv_form` says, position_ids [1, L] -> [1, L, q_heads * d].
 /// kv_form = rows: k/v [1, L, kv_heads, d] (history must be 0); kv_form = cache: k/v
 /// [1, history + L, kv_heads, d] from tpu.KVAppend. Query i sees keys at positions <=
-/// position_ids[i]. Positions must be consecutive.
+/// position_ids[i]. Positions must be consecutive. A batch B > 1 (batched decode, kv_form =
+/// cache, L = 1): row b attends to its own conversation's cache up to its own position.
 struct FAttentionOp : top::FAttentionOp {
   static constexpr Arity operands{4, 4};
   static constexpr int results = 1;
@@ -386,7 +402,9 @@ struct FAttentionOp : top::FAttentionOp {
                     "kv_form = rows holds no history (history must be 0)");
     auto r = top::FAttentionOp::infer(in); // the shape rule is Top's
     detail::require(in[3].dtype == DType::i32, "position_ids must be i32, got " + in[3].str());
-    detail::require(in[0].shape[0] == 1, "batch must be 1, got " + in[0].str());
+    detail::require(in[0].shape[0] == 1 || (kv_form == KvForm::cache && in[0].shape[1] == 1),
+                    "a batch above 1 needs kv_form = cache and one token per row, got " +
+                        in[0].str());
     return r;
   }
 };

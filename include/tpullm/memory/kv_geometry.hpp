@@ -1,7 +1,7 @@
 #pragma once
 /// The KV cache's geometry, one rule for the planner, the compiler, the executor and the bundle:
-/// per layer a key cache then a value cache, each `capacity` slots of `row_bytes` (one position's
-/// kv_heads x head_dim f32 values).
+/// per conversation (slot) and layer a key cache then a value cache, each `capacity` positions
+/// of `row_bytes` (one position's kv_heads x head_dim f32 values).
 
 #include <cstdint>
 
@@ -14,14 +14,22 @@ inline std::int64_t kv_row_bytes(const ir::TensorType& rows) {
   return ir::byte_size(ir::DType::f32, rows.shape.at(2) * rows.shape.at(3));
 }
 
-/// Geometry of the KV cache region: per layer a key then a value cache of `capacity` slots.
+/// Geometry of the KV cache region: `slots` conversations one after the other, each per layer a
+/// key then a value cache of `capacity` positions. A conversation's caches are therefore the
+/// single-conversation region a stage function was planned for (its addresses need no change),
+/// starting at slot_offset(slot); layer l's key cache of slot s is [capacity, kv_heads, d].
 struct KvGeometry {
   std::int64_t layers = 0;    ///< decoder layers
-  std::int64_t capacity = 0;  ///< slots per cache (positions it holds)
-  std::int64_t row_bytes = 0; ///< bytes of one slot: kv_heads * head_dim * 4
+  std::int64_t capacity = 0;  ///< positions per cache
+  std::int64_t row_bytes = 0; ///< bytes of one position: kv_heads * head_dim * 4
+  std::int64_t slots = 1;     ///< conversations (each its own caches)
+  /// Bytes of one conversation's caches (every layer's key and value cache).
+  std::int64_t slot_bytes() const { return 2 * layers * capacity * row_bytes; }
   /// Bytes of the whole region.
-  std::int64_t bytes() const { return 2 * layers * capacity * row_bytes; }
-  /// Byte offset of layer `layer`'s key (kind 0) or value (kind 1) cache in the region.
+  std::int64_t bytes() const { return slots * slot_bytes(); }
+  /// Byte offset of conversation `slot`'s caches in the region.
+  std::int64_t slot_offset(std::int64_t slot) const { return slot * slot_bytes(); }
+  /// Byte offset of layer `layer`'s key (kind 0) or value (kind 1) cache inside a slot.
   std::int64_t cache_offset(std::int64_t layer, int kind) const {
     return (2 * layer + kind) * capacity * row_bytes;
   }

@@ -8,25 +8,32 @@
 
 namespace tpullm::runtime {
 
-/// Stage functions run by an Executor.
+/// Stage functions run by an Executor, on one of its KV slots (one conversation's caches).
 class CompiledStages : public StageExecutor {
 public:
-  explicit CompiledStages(Executor& e) : exec_(e) {}
+  /// Runs on KV slot `slot` of `e` (in [0, e.kv_geometry().slots)).
+  explicit CompiledStages(Executor& e, std::int32_t slot = 0) : exec_(e), slot_(slot) {
+    check(slot >= 0 && slot < e.kv_geometry().slots, ErrorKind::invalid_input, "KV slot", slot,
+          " is outside [0, ", e.kv_geometry().slots, ")");
+  }
   void run(const std::string& name, std::span<const ConstBytes> inputs,
            std::span<const MutBytes> outputs) override {
-    exec_.run(name, inputs, outputs);
+    exec_.run(exec_.program_id(name), inputs, outputs, {&slot_, 1});
   }
   StageHandle resolve(const std::string& name) override { return {exec_.program_id(name)}; }
   void run(StageHandle h, std::span<const ConstBytes> inputs,
            std::span<const MutBytes> outputs) override {
-    exec_.run(h.id, inputs, outputs);
+    exec_.run(h.id, inputs, outputs, {&slot_, 1});
   }
+  /// The KV slot this runs on.
+  std::int32_t slot() const { return slot_; }
   bool has_function(const std::string& name) const override { return exec_.has_program(name); }
   bool owns_kv_cache() const override { return true; }
   Executor& executor() { return exec_; }
 
 private:
   Executor& exec_;
+  std::int32_t slot_;
 };
 
 } // namespace tpullm::runtime

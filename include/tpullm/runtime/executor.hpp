@@ -1,7 +1,8 @@
 #pragma once
 /// Runs Programs (planned Tpu functions, codegen/program.hpp) on the reference kernel library.
-/// The executor owns the memory regions a plan addresses: the KV cache (a key and a value cache
-/// per layer, [capacity, kv_heads, d] f32, written in place at the tokens' positions), one
+/// The executor owns the memory regions a plan addresses: the KV cache (per conversation slot, a
+/// key and a value cache per layer, [capacity, kv_heads, d] f32, written in place at the tokens'
+/// positions; memory/kv_geometry.hpp), one
 /// activation arena shared by every program (one runs at a time), and a local-memory scratch
 /// per core for the tiles of layer groups. Inputs and outputs are the caller's spans: arguments
 /// are read where they are and results are produced straight into the output spans, so nothing
@@ -74,13 +75,23 @@ public:
   std::vector<std::span<const std::byte>> run(const std::string& name,
                                               std::span<const std::span<const std::byte>> inputs,
                                               std::span<const std::span<std::byte>> outputs = {});
-  /// run() of the program with id `id` (program_id).
+  /// run() of the program with id `id` (program_id), on KV slot 0.
   std::vector<std::span<const std::byte>> run(std::int64_t id,
                                               std::span<const std::span<const std::byte>> inputs,
                                               std::span<const std::span<std::byte>> outputs = {});
+  /// run() of program `id` over the KV slots `slots` (each in [0, kv_geometry().slots)): one
+  /// slot for a single-conversation program (its caches are that slot's), one per row for a
+  /// batched decode program (position_ids [B, 1]: row b reads and writes slot slots[b] at
+  /// position_ids[b]; rows may repeat a slot only with identical inputs). Throws
+  /// Error(invalid_input) for a wrong count or a slot out of range.
+  std::vector<std::span<const std::byte>> run(std::int64_t id,
+                                              std::span<const std::span<const std::byte>> inputs,
+                                              std::span<const std::span<std::byte>> outputs,
+                                              std::span<const std::int32_t> slots);
 
-  /// The cache of layer `layer`: kind 0 = keys, 1 = values; [capacity, kv_heads, d] f32.
-  std::span<float> cache(std::int64_t layer, int kind);
+  /// The cache of layer `layer` of KV slot `slot`: kind 0 = keys, 1 = values;
+  /// [capacity, kv_heads, d] f32.
+  std::span<float> cache(std::int64_t layer, int kind, std::int64_t slot = 0);
   /// KV geometry of the owned cache.
   const KvGeometry& kv_geometry() const { return kv_; }
   /// Bytes of the activation arena and of all cores' local scratch currently allocated.

@@ -90,6 +90,15 @@ public:
     length_ = n;
   }
 
+  /// Records that a batched decode step (runtime/batched_decode.hpp) wrote one more token into
+  /// this conversation's caches at position length(). Throws Error(invalid_input) when the
+  /// cache is full.
+  void extend_one() {
+    check(length_ < params_.seq_length, ErrorKind::invalid_input, "decode",
+          "the KV cache is full (", params_.seq_length, " tokens = the compiled sequence length)");
+    length_ += 1;
+  }
+
   /// Feeds `tokens` at positions length().. in segments of max_input_length (1 prefill or
   /// prefill_kv per segment) and returns the logits [rows, vocab] of every prompt position
   /// when `all_rows`, else of the last one only. A tail too close to the end of the cache for a
@@ -210,8 +219,12 @@ public:
 
   /// The decode variant used at position p: the smallest compiled S >= p.
   std::int64_t decode_length_for(std::int64_t p) const {
+    return decode_length_for(decode_fns_.lengths, p);
+  }
+  /// The smallest of `lengths` >= p; throws Error(invalid_input) when none holds p.
+  static std::int64_t decode_length_for(const std::vector<std::int64_t>& lengths, std::int64_t p) {
     std::int64_t best = -1;
-    for (auto s : decode_fns_.lengths)
+    for (auto s : lengths)
       if (s >= p && (best < 0 || s < best))
         best = s;
     check(best >= 0, ErrorKind::invalid_input, "decode", "no decode variant holds ", p,

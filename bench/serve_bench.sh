@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# The serve load table of docs/serve.md in one run (a benchmark, not a test): starts `tpullm
+# serve` on BUNDLE with SLOTS slots on a free loopback port, drives it with bench/serve_load.cjs
+# (1, 2, 4, 8 concurrent streaming clients; a cold vs a repeated shared system prompt), stops it,
+# then times single-stream decode of the same bundle with `tpullm bench`. Prints `uptime` first:
+# on a shared machine the figures are indicative.
+# Usage: bench/serve_bench.sh TPULLM BUNDLE [SLOTS=8] [CLIENTS=1,2,4,8] [MAX_TOKENS=64] [REQUESTS=2]
+#        [SINGLE=1] (0: skip the `tpullm bench` row)
+set -euo pipefail
+tpullm=$1 bundle=$2 slots=${3:-8} clients=${4:-1,2,4,8} max_tokens=${5:-64} requests=${6:-2}
+single=${7:-1}
+here=$(cd "$(dirname "$0")" && pwd)
+log=$(mktemp)
+trap 'kill "$pid" 2>/dev/null || true; rm -f "$log"' EXIT
+uptime
+"$tpullm" serve "$bundle" --port 0 --slots "$slots" --max-queue 16 2>"$log" &
+pid=$!
+port=
+for _ in $(seq 1 600); do
+  port=$(sed -n 's/.*listening on http:\/\/[^:]*:\([0-9]*\).*/\1/p' "$log")
+  [ -n "$port" ] && break
+  kill -0 "$pid" 2>/dev/null || { cat "$log" >&2; exit 1; }
+  sleep 0.1
+done
+[ -n "$port" ] || { echo "serve_bench: the server did not start" >&2; cat "$log" >&2; exit 1; }
+sed -n 's/^tpullm serve: //p' "$log" | head -1
+node "$here/serve_load.cjs" "http://127.0.0.1:$port" "$clients" "$max_tokens" "$requests"
+kill -TERM "$pid"
+wait "$pid" || true
+if [ "$single" != 0 ]; then
+  echo "single stream, tpullm bench (same bundle):"
+  "$tpullm" bench "$bundle" --prompt 32 --context 64 --no-contention 2>&1 | sed -n '/^decode/,+1p'
+fi
+uptime

@@ -1,0 +1,73 @@
+// Batched decode through the server: a bundle compiled with --decode-batches 1,2,4 and four slots;
+// four concurrent greedy chat requests of different prompt lengths (slots at different history
+// lengths, joining and leaving the batch at different steps) each get the answer `tpullm run
+// --chat` gives alone (batch-1 decode), token for token, and the metrics show batched calls.
+// BATCHED_BUNDLE is that bundle.
+'use strict';
+const { startServer, cli, main, assert } = require('./harness.cjs');
+
+const N = 12;
+const file = process.env.BATCHED_BUNDLE;
+
+function runChat(system, user) {
+  const r = cli(['run', file, '--chat', user, '--system', system, '-n', String(N),
+    '--temperature', '0']);
+  assert.equal(r.status, 0, r.stderr);
+  const m = r.stderr.match(/stopped: (.*) after (\d+) tokens/);
+  assert.ok(m, r.stderr);
+  return { text: r.stdout.replace(/\n$/, ''), tokens: Number(m[2]), eos: m[1] === 'eos' };
+}
+
+async function post(server, body) {
+  const r = await fetch(`${server.url}/v1/chat/completions`, {
+    method: 'POST', headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ max_tokens: N, temperature: 0, ...body }),
+  });
+  assert.equal(r.status, 200);
+  return r.json();
+}
+
+async function metric(url, name) {
+  const text = await (await fetch(`${url}/metrics`)).text();
+  const m = text.match(new RegExp(`^${name} (\\S+)$`, 'm'));
+  assert.ok(m, `${name} missing`);
+  return Number(m[1]);
+}
+
+async function run() {
+  const server = await startServer(['--slots', '4'], file);
+  const system = 'Answer briefly.';
+  const users = ['Hello there', 'What is the capital of France? Tell me about it.',
+    'Hi', 'Write one line about the sea, the sky and the long road home tonight.'];
+  await main([
+    ['four concurrent greedy chats equal run --chat alone', async () => {
+      const oracle = users.map((u) => runChat(system, u));
+      const answers = await Promise.all(users.map((u) =>
+        post(server, { messages: [{ role: 'system', content: system }, { role: 'user', content: u }] })));
+      for (const [i, a] of answers.entries()) {
+        assert.equal(a.choices[0].message.content, oracle[i].text, `client ${i}`);
+        assert.equal(a.usage.completion_tokens, oracle[i].tokens, `client ${i}`);
+        assert.equal(a.choices[0].finish_reason, oracle[i].eos ? 'stop' : 'length');
+      }
+      assert.ok(await metric(server.url, 'tpullm_batched_decode_calls_total') > 0);
+      assert.ok(await metric(server.url, 'tpullm_batched_decode_rows_total') >
+        await metric(server.url, 'tpullm_batched_decode_calls_total'));
+    }],
+    ['again with prompt reuse: the same answers', async () => {
+      const oracle = users.map((u) => runChat(system, u));
+      const answers = await Promise.all(users.map((u) =>
+        post(server, { messages: [{ role: 'system', content: system }, { role: 'user', content: u }] })));
+      for (const [i, a] of answers.entries()) {
+        assert.ok(a.usage.prompt_tokens_details.cached_tokens > 0, `client ${i}`);
+        assert.equal(a.choices[0].message.content, oracle[i].text, `client ${i}`);
+        assert.equal(a.usage.completion_tokens, oracle[i].tokens, `client ${i}`);
+      }
+    }],
+  ]);
+  await server.stop();
+}
+
+run().catch((e) => {
+  console.error(`FAIL: ${e.stack || e}`);
+  process.exit(1);
+});
