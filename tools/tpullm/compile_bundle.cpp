@@ -97,7 +97,8 @@ void check_runnable(const frontend::ModelDesc& desc, const frontend::StageParams
           "' (a quantized embedding table) is not implemented; use f32, bf16 or f16");
     const bool q = !q8.empty() && (v == q8 || v == q4);
     check(q || v == "f32" || v == "bf16" || v == "f16", ErrorKind::invalid_input, option, "'", v,
-          "' is not f32, bf16, f16", q8.empty() ? "" : str_cat(", ", q8, " or ", q4));
+          "' is not ",
+          q8.empty() ? "f32, bf16 or f16" : str_cat("f32, bf16, f16, ", q8, " or ", q4));
     if (!q) {
       require_target(*ir::parse_dtype(v), v, option);
       return;
