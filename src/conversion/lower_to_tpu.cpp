@@ -1,6 +1,7 @@
 // `lower-to-tpu`: Top functions translated into Tpu functions (conversion/lower_to_tpu.hpp).
 #include "tpullm/conversion/lower_to_tpu.hpp"
 
+#include <regex>
 #include <set>
 #include <unordered_map>
 
@@ -27,6 +28,34 @@ ir::DType mode_dtype(const std::string& text, const std::string& fallback, const
               "must be f32, bf16 or f16, got '", t, "'");
 }
 
+/// How one class of linear weights is stored: a float dtype, or quantized by RTN to `bits`.
+struct WeightChoice {
+  ir::DType dtype = ir::DType::f32; ///< the float dtype (of the quantizing modes: bf16)
+  int bits = 0;                     ///< 0: float; 4 or 8: RTN-quantized
+};
+
+/// The `mode` option: f32 / bf16 / f16, or w8a16 / w4a16 (bf16 for what stays float).
+WeightChoice mode_choice(const std::string& mode) {
+  if (mode == "w8a16")
+    return {ir::DType::bf16, 8};
+  if (mode == "w4a16")
+    return {ir::DType::bf16, 4};
+  if (mode == "int8")
+    throw_error(ErrorKind::unsupported, "lower-to-tpu option 'mode'",
+                "'int8' (int8 weights and activations, W8A8) is not implemented; use w8a16 or "
+                "w4a16 for int8 / int4 weights with f32 activations");
+  check(mode.empty() || mode == "f32" || mode == "bf16" || mode == "f16", ErrorKind::invalid_input,
+        "lower-to-tpu option 'mode'", "must be f32, bf16, f16, w8a16 or w4a16, got '", mode, "'");
+  return {mode_dtype(mode, "f32", "mode"), 0};
+}
+
+/// The `lm-head` option: a float dtype or w8 / w4 (empty: the mode's float dtype).
+WeightChoice lm_head_choice(const std::string& text, const WeightChoice& mode) {
+  if (text == "w8" || text == "w4")
+    return {mode.dtype, text == "w8" ? 8 : 4};
+  return {mode_dtype(text, std::string(ir::name(mode.dtype)), "lm-head"), 0};
+}
+
 bool is_block_stage(ir::StageKind k) {
   return k == ir::StageKind::prefill || k == ir::StageKind::prefill_kv ||
          k == ir::StageKind::decode;
@@ -39,9 +68,27 @@ public:
                    const LowerOptions& o)
       : module_(m), src_(src), conv_(conv), dst_(std::make_unique<ir::Function>(src.name())),
         b_(m, *dst_) {
-    mode_ = mode_dtype(o.mode, "f32", "mode");
-    embedding_ = mode_dtype(o.embedding, o.mode, "embedding");
-    lm_head_ = mode_dtype(o.lm_head, o.mode, "lm-head");
+    mode_ = mode_choice(o.mode);
+    const std::string float_name(ir::name(mode_.dtype));
+    if (o.embedding == "w8" || o.embedding == "w4")
+      throw_error(ErrorKind::unsupported, "lower-to-tpu option 'embedding'", "'", o.embedding,
+                  "' (a quantized embedding table) is not implemented; use f32, bf16 or f16");
+    embedding_ = mode_dtype(o.embedding, float_name, "embedding");
+    lm_head_ = lm_head_choice(o.lm_head, mode_);
+    rtn_.group_size = o.group_size;
+    rtn_.symmetric = o.symmetric;
+    check(o.group_size >= 0, ErrorKind::invalid_input, "lower-to-tpu option 'group-size'",
+          "must be >= 0 (0: per output channel), got ", o.group_size);
+    if (!o.keep_float.empty()) {
+      check(mode_.bits > 0, ErrorKind::invalid_input, "lower-to-tpu option 'keep-float'",
+            "applies only to the quantizing modes w8a16 / w4a16, not '", o.mode, "'");
+      try {
+        keep_float_.emplace(o.keep_float, std::regex::ECMAScript);
+      } catch (const std::regex_error& e) {
+        throw_error(ErrorKind::invalid_input, "lower-to-tpu option 'keep-float'", "'", o.keep_float,
+                    "' is not a valid regular expression: ", e.what());
+      }
+    }
   }
 
   std::unique_ptr<ir::Function> run() {
@@ -211,8 +258,34 @@ private:
     return weight_value(packed_weight(op, v, transposed, dtype));
   }
 
-  ir::DType linear_dtype() const {
-    return src_.info().stage == ir::StageKind::lm_head ? lm_head_ : mode_;
+  /// How a linear / MLP / expert weight of this function is stored: lm_head's choice in the
+  /// lm_head function, else the mode's (a keep-float weight stays in the mode's float dtype).
+  WeightChoice linear_choice(const Value* v) const {
+    if (src_.info().stage == ir::StageKind::lm_head)
+      return lm_head_;
+    WeightChoice c = mode_;
+    const ir::Weight* w = weight_of(v);
+    if (c.bits > 0 && w && keep_float_ && std::regex_match(w->name, *keep_float_))
+      c.bits = 0;
+    return c;
+  }
+
+  /// The packed weight (MatMul / MLP / MoE expert rhs) of Top weight value `v` as this
+  /// function's choice says: RTN-quantized or in a float dtype.
+  const ir::Weight& linear_weight(const Operation& op, const Value* v, bool transposed) {
+    const WeightChoice c = linear_choice(v);
+    if (c.bits == 0)
+      return packed_weight(op, v, transposed, c.dtype);
+    const ir::Weight* w = weight_of(v);
+    if (!w)
+      fail(op, "the Tpu MatMul / MLP needs a weight operand (a builtin.Weight), got an activation");
+    RtnOptions o = rtn_;
+    o.bits = c.bits;
+    try {
+      return conv_.quantized(*w, transposed, o);
+    } catch (const Error& e) {
+      fail(op, e.where().empty() ? e.message() : e.where() + ": " + e.message());
+    }
   }
 
   /// Elementwise binary: same shapes, or one side an [N] vector over the other's last axis.
@@ -256,7 +329,7 @@ private:
 
   void lower(const Operation& op, const ir::top::MatMulOp& o) {
     std::vector<Value*> in{get(op.operand(0)),
-                           packed(op, op.operand(1), o.transpose_b, linear_dtype())};
+                           weight_value(linear_weight(op, op.operand(1), o.transpose_b))};
     if (op.num_operands() == 3) {
       const ir::Weight* bw = weight_of(op.operand(2));
       in.push_back(bw ? weight_value(conv_.row_major(*bw, ir::DType::f32)) : get(op.operand(2)));
@@ -360,10 +433,9 @@ private:
   }
 
   void lower(const Operation& op, const ir::top::MLPOp& o) {
-    const ir::DType dt = linear_dtype();
-    const ir::Weight& gate = packed_weight(op, op.operand(1), o.transpose_b, dt);
-    const ir::Weight& up = packed_weight(op, op.operand(2), o.transpose_b, dt);
-    const ir::Weight& down = packed_weight(op, op.operand(3), o.transpose_b, dt);
+    const ir::Weight& gate = linear_weight(op, op.operand(1), o.transpose_b);
+    const ir::Weight& up = linear_weight(op, op.operand(2), o.transpose_b);
+    const ir::Weight& down = linear_weight(op, op.operand(3), o.transpose_b);
     // An act-order down projection reads the intermediate activation in a permuted order; the
     // tiled MLP needs natural order, so the permutation moves into the gate / up columns.
     WeightConverter::MlpOperands f{};
@@ -379,11 +451,10 @@ private:
 
   // The router stays f32 whatever the mode: bf16 logits flip near-tied routing decisions.
   void lower(const Operation& op, const ir::top::MoEOp& o) {
-    const ir::DType dt = linear_dtype();
     std::vector<Value*> in{get(op.operand(0)),
                            packed(op, op.operand(1), o.transpose_b, ir::DType::f32)};
     for (std::size_t i = 2; i < op.num_operands(); ++i)
-      in.push_back(packed(op, op.operand(i), o.transpose_b, dt));
+      in.push_back(weight_value(linear_weight(op, op.operand(i), o.transpose_b)));
     set(op.result(0),
         create(op, ir::tpu::MoEOp{o.experts, o.top_k, o.renormalize, o.activation}, in));
   }
@@ -420,7 +491,10 @@ private:
   WeightConverter& conv_;
   std::unique_ptr<ir::Function> dst_;
   ir::Builder b_;
-  ir::DType mode_ = ir::DType::f32, embedding_ = ir::DType::f32, lm_head_ = ir::DType::f32;
+  WeightChoice mode_, lm_head_;
+  ir::DType embedding_ = ir::DType::f32;
+  RtnOptions rtn_;
+  std::optional<std::regex> keep_float_;
   std::unordered_map<const Value*, Value*> map_;
   std::unordered_map<std::string, Value*> weight_values_;
   std::set<const Operation*> lowered_;

@@ -150,6 +150,8 @@ WeightFormat packed_format(const ir::TensorType& t) {
     return WeightFormat::int4_sym;
   case ir::DType::u4:
     return WeightFormat::int4_asym;
+  case ir::DType::u8:
+    return WeightFormat::int8_asym;
   default:
     break;
   }
@@ -181,6 +183,10 @@ ir::TensorType packed_type(WeightFormat f, std::int64_t K, std::int64_t N, std::
     break;
   case WeightFormat::int4_asym:
     t.dtype = ir::DType::u4;
+    q.zero_point = true;
+    break;
+  case WeightFormat::int8_asym:
+    t.dtype = ir::DType::u8;
     q.zero_point = true;
     break;
   }
@@ -216,7 +222,7 @@ PackedWeights packed_view(const ir::Weight& w) {
           where, "scales are not 4-byte aligned");
     p.scales = kernels::AlignedArray<float>::borrow(reinterpret_cast<const float*>(s),
                                                     static_cast<std::size_t>(n));
-    if (f == WeightFormat::int4_asym)
+    if (kernels::has_zeros(f))
       p.zeros = kernels::AlignedArray<std::uint8_t>::borrow(
           reinterpret_cast<const std::uint8_t*>(bytes_of("zeros", n, ir::DType::u8)),
           static_cast<std::size_t>(n));
@@ -396,6 +402,47 @@ const ir::Weight& WeightConverter::packed(const ir::Weight& src, bool transposed
     if (!src.has_data())
       return ir::Weight{name, packed_type(f, K, N, K, false), {}};
     return make_packed_weight(name, pack_float(src, transposed, f, dtype), false);
+  });
+}
+
+const ir::Weight& WeightConverter::quantized(const ir::Weight& src, bool transposed,
+                                             const RtnOptions& o) {
+  if (src.type.quant)
+    return packed(src, transposed, ir::DType::f32); // direct-through: already integer
+  const std::string where = where_of(src);
+  check(ir::is_float(src.type.dtype) && src.type.rank() == 2, ErrorKind::invalid_input, where,
+        "must be a float matrix to be quantized, got ", src.type.str());
+  check(o.bits == 4 || o.bits == 8, ErrorKind::invalid_input, where, "cannot quantize to ", o.bits,
+        " bits (4 or 8)");
+  const std::string tag = str_cat("w", o.bits, o.symmetric ? "s" : "a", "g", o.group_size);
+  return memo(str_cat("rtn", tag, transposed ? "t|" : "|", identity(src)), [&] {
+    const std::int64_t r = src.type.shape[0], c = src.type.shape[1];
+    const std::int64_t K = transposed ? c : r, N = transposed ? r : c;
+    const std::int64_t group = o.group_size == 0 ? K : o.group_size;
+    check(group > 0 && K % group == 0 && (group == K || group % 8 == 0), ErrorKind::invalid_input,
+          where, "K = ", K, " is not a multiple of the group size ", o.group_size,
+          "; choose a group size (a multiple of 8) that divides it, or 0 (one group per output "
+          "channel)");
+    const WeightFormat f = o.bits == 4
+                               ? (o.symmetric ? WeightFormat::int4_sym : WeightFormat::int4_asym)
+                               : (o.symmetric ? WeightFormat::int8 : WeightFormat::int8_asym);
+    const std::string name = src.name + ".rtn" + tag;
+    if (!src.has_data())
+      return ir::Weight{name, packed_type(f, K, N, group, false), {}};
+    const std::vector<float> v = float_values(src);
+    std::vector<float> kn;
+    if (transposed) {
+      kn.resize(v.size());
+      for (std::int64_t n = 0; n < N; ++n)
+        for (std::int64_t k = 0; k < K; ++k)
+          kn[static_cast<std::size_t>(k * N + n)] = v[static_cast<std::size_t>(n * K + k)];
+    }
+    try {
+      const QuantPlain plain = rtn_quantize(transposed ? kn : v, K, N, o);
+      return make_packed_weight(name, repack_quant(plain, o.symmetric), false);
+    } catch (const Error& e) {
+      throw e.within(where);
+    }
   });
 }
 

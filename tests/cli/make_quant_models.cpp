@@ -339,8 +339,10 @@ void make(const fs::path& out, const fs::path& models) {
       {"gptq8-sym", "gptq", 8, 32, true, false, false, true, false},
       // 8-bit act-order, symmetric, v2 zeros, q/k/v and gate/up sharing their row order
       {"gptq8-act-sym-v2", "gptq", 8, 32, true, true, true, true, true, true},
-      // 8-bit asymmetric: refused (no int8 kernel with zero points yet)
+      // 8-bit asymmetric, v1 zeros (the int8_asym kernel format)
       {"gptq8-asym", "gptq", 8, 32, false, false, false},
+      // 8-bit asymmetric, act-order with one order per input, v2 zeros (0 allowed)
+      {"gptq8-act-asym-v2", "gptq", 8, 32, false, true, true, true, true, true},
       // AWQ GEMM without zero points (signed values, zero 8)
       {"awq4-nozp", "awq", 4, 32, true, false, false, false},
   };

@@ -64,6 +64,34 @@ TestWeights make_weights(WeightFormat f, std::int64_t K, std::int64_t N, std::in
         t.absw[k * N + n] = std::abs(scales[(k / group) * N + n]) * std::abs(float(q[k * N + n]));
     break;
   }
+  case WeightFormat::int8_asym: {
+    // codes and zeros over the whole byte range; the reference below is built from them (not
+    // from dequantize()), so it checks the packer as well as the kernels
+    std::vector<std::int32_t> perm;
+    if (act_order) {
+      perm.resize(static_cast<std::size_t>(K));
+      for (std::int64_t k = 0; k < K; ++k)
+        perm[k] = static_cast<std::int32_t>(k);
+      std::shuffle(perm.begin(), perm.end(), rng);
+    }
+    std::vector<std::uint8_t> u(kn), z(static_cast<std::size_t>(G * N));
+    for (auto& v : u)
+      v = static_cast<std::uint8_t>(rng() % 256);
+    for (auto& v : z)
+      v = static_cast<std::uint8_t>(rng() % 256);
+    t.packed = pack_int8_asym(u, scales, z, K, N, group, perm);
+    t.deq.resize(kn);
+    for (std::int64_t j = 0; j < K; ++j) {
+      const std::int64_t k = perm.empty() ? j : perm[j];
+      for (std::int64_t n = 0; n < N; ++n) {
+        const float s = scales[(j / group) * N + n];
+        const float zz = float(z[(j / group) * N + n]);
+        t.deq[k * N + n] = (float(u[j * N + n]) - zz) * s;
+        t.absw[k * N + n] = std::abs(s) * (float(u[j * N + n]) + zz);
+      }
+    }
+    return t;
+  }
   case WeightFormat::int4_sym:
   case WeightFormat::int4_asym: {
     std::vector<std::int32_t> perm;
@@ -130,8 +158,9 @@ std::vector<MatmulCase> matmul_cases() {
   const KN kns[] = {{1, 1, 1},      {7, 5, 7},     {33, 31, 33},   {64, 33, 32},
                     {897, 31, 897}, {300, 70, 60}, {256, 64, 128}, {896, 40, 64}};
   const std::int64_t Ms[] = {1, 2, 3, 4, 5, 17, 128};
-  const WeightFormat fs[] = {WeightFormat::f32,  WeightFormat::bf16,     WeightFormat::f16,
-                             WeightFormat::int8, WeightFormat::int4_sym, WeightFormat::int4_asym};
+  const WeightFormat fs[] = {
+      WeightFormat::f32,      WeightFormat::bf16,      WeightFormat::f16,      WeightFormat::int8,
+      WeightFormat::int4_sym, WeightFormat::int4_asym, WeightFormat::int8_asym};
   std::vector<MatmulCase> cases;
   int i = 0;
   for (auto kn : kns)
@@ -154,6 +183,11 @@ std::vector<MatmulCase> matmul_cases() {
   cases.push_back({350, 64, 40, 16, WeightFormat::int4_sym, false, false});
   cases.push_back({2, 35, 40, 35, WeightFormat::int4_asym, true, false}); // per-channel, K % 8 != 0
   cases.push_back({6, 35, 40, 35, WeightFormat::int8, false, false});     // K % 4 != 0
+  // int8 with zero points: per-channel with K % 4 != 0, act-order (GEMV and GEMM), 4-row groups
+  cases.push_back({3, 35, 40, 35, WeightFormat::int8_asym, true, false});
+  cases.push_back({1, 128, 70, 32, WeightFormat::int8_asym, false, true});
+  cases.push_back({21, 128, 40, 32, WeightFormat::int8_asym, true, true});
+  cases.push_back({2, 64, 33, 4, WeightFormat::int8_asym, false, false});
   // >= 4 panels: the single-row GEMV reads several panels at once (and a remainder of 1-3)
   for (auto f : fs)
     for (std::int64_t n : {161, 224})

@@ -40,8 +40,9 @@ double silu(double v) {
 } // namespace
 
 TEST_CASE("swiglu_mlp matches a double reference for every format, tiling and ISA", "[mlp]") {
-  const WeightFormat fs[] = {WeightFormat::f32,  WeightFormat::bf16,     WeightFormat::f16,
-                             WeightFormat::int8, WeightFormat::int4_sym, WeightFormat::int4_asym};
+  const WeightFormat fs[] = {
+      WeightFormat::f32,      WeightFormat::bf16,      WeightFormat::f16,      WeightFormat::int8,
+      WeightFormat::int4_sym, WeightFormat::int4_asym, WeightFormat::int8_asym};
   std::vector<MlpCase> cases;
   for (WeightFormat f : fs) {
     cases.push_back({1, 64, 96, 32, f, 1 << 20, false});       // one tile
@@ -188,9 +189,11 @@ TEST_CASE("plan_mlp_tiling respects the budget and rejects impossible ones", "[m
 }
 
 TEST_CASE("permute_columns moves every column's weights, scales and zeros", "[mlp][packed]") {
-  for (WeightFormat f : {WeightFormat::f32, WeightFormat::bf16, WeightFormat::f16,
-                         WeightFormat::int8, WeightFormat::int4_sym, WeightFormat::int4_asym}) {
-    const bool int4 = f == WeightFormat::int4_sym || f == WeightFormat::int4_asym;
+  for (WeightFormat f :
+       {WeightFormat::f32, WeightFormat::bf16, WeightFormat::f16, WeightFormat::int8,
+        WeightFormat::int4_sym, WeightFormat::int4_asym, WeightFormat::int8_asym}) {
+    const bool int4 =
+        f == WeightFormat::int4_sym || f == WeightFormat::int4_asym || f == WeightFormat::int8_asym;
     const auto w = make_weights(f, 64, 72, 32, 17, int4); // int4: act-order rows as well
     std::vector<std::int32_t> cols(72);
     for (std::int32_t n = 0; n < 72; ++n)

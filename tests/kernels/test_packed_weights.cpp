@@ -122,6 +122,28 @@ TEST_CASE("packed layouts put every element at its documented byte", "[packed]")
       for (std::int64_t n = 0; n < N; ++n)
         REQUIRE(dp[perm[j] * N + n] == float(qp[j * N + n]) * s[(j / 8) * N + n]);
   }
+  SECTION("int8_asym: the int8 quads holding unsigned codes, zeros [P][G][32]") {
+    const std::int64_t K8 = 8, G8 = 2; // two quads, group 4
+    std::vector<std::uint8_t> u(K8 * N), z(G8 * N);
+    std::vector<float> s(G8 * N);
+    for (std::size_t i = 0; i < u.size(); ++i)
+      u[i] = static_cast<std::uint8_t>((i * 37 + 11) % 256);
+    for (std::size_t i = 0; i < z.size(); ++i) {
+      z[i] = static_cast<std::uint8_t>((i * 53) % 256);
+      s[i] = 0.01f * float(i + 1);
+    }
+    const auto p = pack_int8_asym(u, s, z, K8, N, 4);
+    CHECK(p.format == WeightFormat::int8_asym);
+    // panel 1, quad 1 (rows 4..7), column 36 = word 4: byte 3 is row 7, stored unflipped
+    CHECK(p.data[(1 * K8 + 4) * 32 + 4 * 4 + 3] == u[7 * N + 36]);
+    CHECK(p.zeros[(1 * G8 + 1) * 32 + 4] == z[1 * N + 36]);
+    CHECK(p.scales[(1 * G8 + 1) * 32 + 4] == s[1 * N + 36]);
+    const auto d = dequantize(p);
+    for (std::int64_t k = 0; k < K8; ++k)
+      for (std::int64_t n = 0; n < N; ++n)
+        REQUIRE(d[k * N + n] ==
+                (float(u[k * N + n]) - float(z[(k / 4) * N + n])) * s[(k / 4) * N + n]);
+  }
   SECTION("odd K is padded to the row group with zero rows") {
     std::vector<std::int8_t> q(5 * N, 3);
     std::vector<float> sc(N, 0.5f);

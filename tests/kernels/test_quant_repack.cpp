@@ -260,12 +260,38 @@ TEST_CASE("GPTQ 8-bit unpacks 4 values a word; symmetric repacks to int8 exactly
     }
 }
 
-TEST_CASE("GPTQ 8-bit asymmetric unpacks but is refused by the int8 repack", "[quant_repack]") {
+TEST_CASE("GPTQ 8-bit asymmetric repacks to int8_asym exactly", "[quant_repack]") {
+  for (bool act : {false, true})
+    for (int offset : {1, 0}) {
+      const auto s = make_gptq8(128, 40, 32, false, act, offset, act ? 43u : 44u);
+      const auto p =
+          unpack_gptq(s.qweight, s.qzeros, s.scales_f16, s.g_idx, s.K, s.N, s.group, offset, 8);
+      REQUIRE(p.zeros == s.zeros);
+      const auto w = repack_quant(p);
+      CHECK(w.format == WeightFormat::int8_asym);
+      CHECK(w.k_perm.empty() == !act);
+      // against the format's definition: (q - zero) * f16 scale, row k in group g_idx[k]
+      std::vector<float> want(static_cast<std::size_t>(s.K * s.N));
+      for (std::int64_t k = 0; k < s.K; ++k)
+        for (std::int64_t n = 0; n < s.N; ++n) {
+          const std::int64_t g = s.g_idx[k];
+          want[k * s.N + n] = (float(s.q[k * s.N + n]) - float(s.zeros[g * s.N + n])) *
+                              f16_to_f32(s.scales_f16[g * s.N + n]);
+        }
+      REQUIRE(dequantize(w) == want);
+      check_linear(p, w, 1);
+      check_linear(p, w, 9);
+    }
+  // allow_sym = false keeps a symmetric checkpoint in the asymmetric format
+  const auto sy = make_gptq8(64, 16, 32, true, false, 1, 45);
+  const auto ps =
+      unpack_gptq(sy.qweight, sy.qzeros, sy.scales_f16, sy.g_idx, sy.K, sy.N, sy.group, 1, 8);
+  CHECK(repack_quant(ps, false).format == WeightFormat::int8_asym);
+  CHECK(repack_quant(ps).format == WeightFormat::int8);
+}
+
+TEST_CASE("GPTQ 8-bit zero points are range-checked", "[quant_repack]") {
   const auto s = make_gptq8(64, 16, 32, false, false, 0, 41);
-  const auto p = unpack_gptq(s.qweight, s.qzeros, s.scales_f16, s.g_idx, s.K, s.N, s.group, 0, 8);
-  REQUIRE(p.zeros == s.zeros);
-  CHECK_THROWS_WITH(repack_quant(p),
-                    Catch::Contains("zero point") && Catch::Contains("not supported"));
   // v1: a stored 255 is the zero 256
   auto qz = s.qzeros;
   qz[0] = -1;

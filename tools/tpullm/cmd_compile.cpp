@@ -3,6 +3,7 @@
 
 #include "command.hpp"
 #include "compile_bundle.hpp"
+#include "quant_options.hpp"
 #include "tpullm/frontend/memory_estimate.hpp"
 #include "tpullm/frontend/stage_builder.hpp"
 #include "tpullm/support/output_file.hpp"
@@ -13,12 +14,14 @@ namespace tpullm::cli {
 po::options_description compile_options(compiler::CompileOptions& c, std::string& target_file) {
   po::options_description o("compilation");
   o.add_options()("mode", po::value(&c.lower.mode)->default_value("f32"),
-                  "weight dtype of linear and MLP layers: f32, bf16, f16 (f32 accumulation; "
-                  "GPTQ / AWQ checkpoints keep their 4-bit weights)")(
+                  "weights of the linear and MLP layers: f32, bf16, f16, or w8a16 / w4a16 "
+                  "(int8 / int4 codes rounded to nearest at compile time, f32 activations; "
+                  "GPTQ / AWQ checkpoints keep their integer weights in every mode)")(
       "embedding-dtype", po::value(&c.lower.embedding),
-      "dtype of the embedding table (default: the mode's)")(
-      "lm-head-dtype", po::value(&c.lower.lm_head),
-      "dtype of the lm_head weight (default: the mode's)")(
+      "dtype of the embedding table: f32, bf16, f16 (default: the mode's; bf16 for w8a16 / "
+      "w4a16)")("lm-head-dtype", po::value(&c.lower.lm_head),
+                "dtype of the lm_head weight: f32, bf16, f16, w8 or w4 (default: the mode's; "
+                "bf16 for w8a16 / w4a16)")(
       "target", po::value(&target_file),
       "target JSON file: cores, local_memory, alignment (default: this machine)")(
       "fusions", po::value(&c.fusions)->default_value(c.fusions),
@@ -41,7 +44,9 @@ int cmd_compile(const std::vector<std::string>& args) {
                                               "checkpoint directory (config.json + safetensors)")(
       "output,o", po::value(&out)->required(),
       "bundle file to write (written to a temporary file, renamed when complete)");
+  std::string keep_float;
   o.add(compile_options(copts, target_file));
+  o.add(quantization_options(copts.lower, keep_float));
   o.add(input_options(no_mmap));
   if (!parse_model_command(args, o, params))
     return kOk;
@@ -59,7 +64,9 @@ int cmd_compile(const std::vector<std::string>& args) {
   load.access = no_mmap ? FileAccess::read : FileAccess::map;
   const auto desc = frontend::load_model(model, load);
   params.validate(desc.dims.max_position);
+  copts.lower.keep_float = keep_float; // checked as given, then mapped to the Top names
   check_runnable(desc, params, copts);
+  copts.lower.keep_float = resolve_keep_float(desc, keep_float);
   // Refuse up front what cannot be compiled here, or run from the bundle (its KV cache).
   frontend::check_memory(
       frontend::estimate_memory(desc, params, frontend::Workload::run, load.access), params, desc);

@@ -74,25 +74,50 @@ void check_runnable(const frontend::ModelDesc& desc, const frontend::StageParams
         options.tile_rows);
   check(options.threads >= 0 && options.threads <= 4096, ErrorKind::invalid_input, "--threads",
         "must be in [0, 4096] (0: the target's cores), got ", options.threads);
-  // The weight dtypes: each a float dtype the lowering knows, and one the target lists.
-  auto check_dtype = [&](const std::string& v, const char* option) {
-    // The quantizing modes of issue 16 are named so that a user learns they do not exist yet
-    // (GPTQ / AWQ checkpoints keep their integer weights in every float mode).
-    check(v != "int8" && v != "w8a16" && v != "w4a16" && v != "w8" && v != "w4",
-          ErrorKind::unsupported, option, "'", v,
-          "' (quantizing a float checkpoint at compile time) is not implemented; use f32, bf16 "
-          "or f16, or a GPTQ / AWQ checkpoint");
-    check(v == "f32" || v == "bf16" || v == "f16", ErrorKind::invalid_input, option, "'", v,
-          "' is not f32, bf16 or f16");
-    const auto d = ir::parse_dtype(v);
-    check(d && options.target.supports(*d), ErrorKind::invalid_input, option, "the target '",
-          options.target.name, "' does not list ", v, " among its weight_dtypes");
+  // The weight dtypes: each one the lowering knows, and whose element types the target lists.
+  const auto& lo = options.lower;
+  auto require_target = [&](ir::DType d, const std::string& v, const char* option) {
+    check(options.target.supports(d), ErrorKind::invalid_input, option, "the target '",
+          options.target.name, "' does not list ", ir::name(d), " among its weight_dtypes",
+          d == ir::DType::bf16 || v == ir::name(d) ? "" : str_cat(" (needed by '", v, "')"));
   };
-  check_dtype(options.lower.mode, "--mode");
-  if (!options.lower.embedding.empty())
-    check_dtype(options.lower.embedding, "--embedding-dtype");
-  if (!options.lower.lm_head.empty())
-    check_dtype(options.lower.lm_head, "--lm-head-dtype");
+  // q8 / q4: the names of the 8- and 4-bit RTN choices of this option (empty: none allowed).
+  auto check_dtype = [&](const std::string& v, const char* option, const std::string& q8,
+                         const std::string& q4) {
+    // INT8 (W8A8) and a quantized embedding are named so that a user learns they do not exist
+    // yet (GPTQ / AWQ checkpoints keep their integer weights in every mode).
+    check(v != "int8", ErrorKind::unsupported, option,
+          "'int8' (int8 weights and activations, W8A8) is not implemented; use w8a16 or w4a16 "
+          "for int8 / int4 weights with f32 activations");
+    check(!q8.empty() || (v != "w8" && v != "w4"), ErrorKind::unsupported, option, "'", v,
+          "' (a quantized embedding table) is not implemented; use f32, bf16 or f16");
+    const bool q = !q8.empty() && (v == q8 || v == q4);
+    check(q || v == "f32" || v == "bf16" || v == "f16", ErrorKind::invalid_input, option, "'", v,
+          "' is not ",
+          q8.empty() ? "f32, bf16 or f16" : str_cat("f32, bf16, f16, ", q8, " or ", q4));
+    if (!q) {
+      require_target(*ir::parse_dtype(v), v, option);
+      return;
+    }
+    require_target(ir::DType::bf16, v, option);
+    require_target(v == q8 ? (lo.symmetric ? ir::DType::i8 : ir::DType::u8)
+                           : (lo.symmetric ? ir::DType::i4 : ir::DType::u4),
+                   v, option);
+  };
+  check_dtype(lo.mode, "--mode", "w8a16", "w4a16");
+  const bool quantizing = lo.mode == "w8a16" || lo.mode == "w4a16";
+  if (!lo.embedding.empty())
+    check_dtype(lo.embedding, "--embedding-dtype", "", "");
+  if (!lo.lm_head.empty())
+    check_dtype(lo.lm_head, "--lm-head-dtype", "w8", "w4");
+  const bool any_rtn = quantizing || lo.lm_head == "w8" || lo.lm_head == "w4";
+  check(lo.group_size == 0 || lo.group_size == 32 || lo.group_size == 64 || lo.group_size == 128,
+        ErrorKind::invalid_input, "--group-size",
+        "must be 32, 64, 128 or 0 (per output channel), got ", lo.group_size);
+  check(any_rtn || !lo.symmetric, ErrorKind::invalid_input, "--symmetric",
+        "applies only to --mode w8a16 / w4a16 or --lm-head-dtype w8 / w4");
+  check(quantizing || lo.keep_float.empty(), ErrorKind::invalid_input, "--keep-float",
+        "applies only to --mode w8a16 / w4a16");
   const std::int64_t vocab = desc.dims.vocab;
   if (desc.bos_token_id)
     check(*desc.bos_token_id >= 0 && *desc.bos_token_id < vocab, ErrorKind::invalid_input,

@@ -6,6 +6,10 @@
 ///    (f32 / bf16 / f16, f32 accumulation); GPTQ / AWQ weights go through direct (int4
 ///    repacked, act-order included); the embedding table and the lm_head weight may use their
 ///    own dtype (`embedding`, `lm-head` options; empty = the mode's);
+///  - modes w8a16 / w4a16 quantize the float q/k/v/o/gate/up/down (and MoE expert) weights by
+///    round-to-nearest (conversion/rtn_quantize.hpp) per `group-size` rows, asymmetric unless
+///    `symmetric`; their float dtype (embedding, lm_head by default, `keep-float` weights,
+///    norms) is bf16, and an lm_head of `w8` / `w4` is quantized the same way;
 ///  - RoPE gathers its cos/sin rows inside tpu.Rope; the embedding gather becomes
 ///    tpu.Embedding (producing f32, so a following Cast to f32 disappears) on the table packed
 ///    as the lm_head packs it ([H, V] panels), so a tied checkpoint stores it once;
@@ -26,14 +30,25 @@ namespace tpullm::conversion {
 
 /// Options of `lower-to-tpu`.
 struct LowerOptions {
-  std::string mode = "f32"; ///< dtype of packed linear / MLP weights: f32, bf16 or f16
-  std::string embedding;    ///< dtype of the embedding table (empty: the mode's)
-  std::string lm_head;      ///< dtype of the lm_head weight (empty: the mode's)
+  std::string mode = "f32";     ///< linear / MLP weights: f32, bf16, f16, w8a16 or w4a16
+  std::string embedding;        ///< dtype of the embedding table (empty: the mode's float dtype)
+  std::string lm_head;          ///< lm_head weight: f32, bf16, f16, w8 or w4 (empty: mode's float)
+  std::int64_t group_size = 64; ///< w8a16 / w4a16 (and w8 / w4 lm_head): rows per group, 0 = K
+  bool symmetric = false;       ///< w8a16 / w4a16: no zero points
+  std::string keep_float; ///< w8a16 / w4a16: ECMAScript regex of Top weight names kept in bf16
   template <class S, class F>
   static void fields(S& s, F&& f) {
-    f("mode", s.mode, "weight dtype of linear and MLP layers: f32, bf16 or f16");
-    f("embedding", s.embedding, "dtype of the embedding table (default: the mode's)");
-    f("lm-head", s.lm_head, "dtype of the lm_head weight (default: the mode's)");
+    f("mode", s.mode,
+      "weight dtype of linear and MLP layers: f32, bf16, f16, or w8a16 / w4a16 (round-to-nearest "
+      "int8 / int4 weights, f32 activations; their float dtype is bf16)");
+    f("embedding", s.embedding, "dtype of the embedding table (default: the mode's float dtype)");
+    f("lm-head", s.lm_head,
+      "dtype of the lm_head weight: f32, bf16, f16, w8 or w4 (default: the mode's float dtype)");
+    f("group-size", s.group_size,
+      "quantizing modes: rows of K per scale group (0: one group per output channel)");
+    f("symmetric", s.symmetric, "quantizing modes: symmetric (no zero points)");
+    f("keep-float", s.keep_float,
+      "quantizing modes: regex of weight names (e.g. layers\\.0\\..*) kept in the float dtype");
   }
 };
 

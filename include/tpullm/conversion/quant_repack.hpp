@@ -202,10 +202,10 @@ inline std::vector<std::int32_t> group_sorted_rows(const QuantPlain& p) {
 }
 
 /// Packs plain 4- or 8-bit values into the kernel layout. 4-bit: all zero points == 8 gives
-/// int4_sym (no zeros stored), otherwise int4_asym. 8-bit: int8 (q - 128), which needs every
-/// zero point == 128; any other zero is refused (Error(unsupported): the int8 kernels have no
-/// zero points). Rows are group-sorted with k_perm set when g_idx is not k / group_size
-/// (act-order).
+/// int4_sym (no zeros stored), otherwise int4_asym. 8-bit: all zero points == 128 gives int8
+/// (q - 128), otherwise int8_asym (codes and zero points as given). `allow_sym` false keeps the
+/// asymmetric format even when every zero is the midpoint. Rows are group-sorted with k_perm set
+/// when g_idx is not k / group_size (act-order).
 inline kernels::PackedWeights repack_quant(const QuantPlain& p, bool allow_sym = true) {
   const std::int64_t K = p.K, N = p.N;
   bool natural = true;
@@ -218,14 +218,14 @@ inline kernels::PackedWeights repack_quant(const QuantPlain& p, bool allow_sym =
     return perm.empty() ? j : perm[static_cast<std::size_t>(j)];
   };
   if (p.bits == 8) {
-    const auto off =
-        std::find_if(p.zeros.begin(), p.zeros.end(), [](std::uint8_t z) { return z != 128; });
-    if (off != p.zeros.end()) {
-      const auto i = off - p.zeros.begin();
-      throw Error(ErrorKind::unsupported, "",
-                  "8-bit weights with zero point " + std::to_string(*off) + " (group " +
-                      std::to_string(i / N) + ", column " + std::to_string(i % N) +
-                      ") are not supported: the int8 kernels take symmetric weights (zero 128)");
+    const bool sym8 = allow_sym && std::all_of(p.zeros.begin(), p.zeros.end(),
+                                               [](std::uint8_t z) { return z == 128; });
+    if (!sym8) {
+      std::vector<std::uint8_t> u(static_cast<std::size_t>(K * N));
+      for (std::int64_t j = 0; j < K; ++j)
+        for (std::int64_t n = 0; n < N; ++n)
+          u[j * N + n] = p.q[src_row(j) * N + n];
+      return kernels::pack_int8_asym(u, p.scales, p.zeros, K, N, p.group_size, perm);
     }
     std::vector<std::int8_t> q(static_cast<std::size_t>(K * N));
     for (std::int64_t j = 0; j < K; ++j)

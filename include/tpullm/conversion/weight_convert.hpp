@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "tpullm/conversion/quant_repack.hpp"
+#include "tpullm/conversion/rtn_quantize.hpp"
 #include "tpullm/ir/module.hpp"
 #include "tpullm/kernels/packed_weights.hpp"
 
@@ -59,6 +60,11 @@ public:
   /// Linear layout) or [K, N] stored as `dtype` (f32, bf16 or f16), or a GPTQ / AWQ u4 [K, N]
   /// (repacked to int4 whatever `dtype` says).
   const ir::Weight& packed(const ir::Weight& src, bool transposed, ir::DType dtype);
+  /// Packed [K, N] operand quantized at compile time by round-to-nearest (rtn_quantize.hpp) from
+  /// float `src` ([N, K] when `transposed`, else [K, N]): int4_sym / int4_asym (4 bits) or int8 /
+  /// int8_asym (8 bits), symmetric or not as `o` says. A GPTQ / AWQ `src` goes through direct
+  /// (as packed()) whatever `o` says. Converted once per (weight, options).
+  const ir::Weight& quantized(const ir::Weight& src, bool transposed, const RtnOptions& o);
   /// A row-major float parameter stored as `dtype` (returns `src`'s twin unchanged when it is
   /// already stored so).
   const ir::Weight& row_major(const ir::Weight& src, ir::DType dtype);

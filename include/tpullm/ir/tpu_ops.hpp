@@ -55,8 +55,8 @@ inline void require_param(const TensorType& t, const char* what) {
   require(is_float(t.dtype) && t.dtype != DType::f64 && !t.quant && t.layout == Layout::row_major,
           std::string(what) + " must be an f32/bf16/f16 row-major tensor, got " + t.str());
 }
-/// A packed linear weight [K, N]: f32/bf16/f16 panels, or i8 / i4 (symmetric) / u4 (with zero
-/// points) panels with a `packed` QuantSpec. Returns {K, N}.
+/// A packed linear weight [K, N]: f32/bf16/f16 panels, or i8 / i4 (symmetric) / u4 / u8 (with
+/// zero points) panels with a `packed` QuantSpec. Returns {K, N}.
 inline std::pair<std::int64_t, std::int64_t> require_packed(const TensorType& t, const char* what) {
   require(t.rank() == 2 && t.layout == Layout::panels,
           std::string(what) + " must be a packed [K, N] weight (layout panels), got " + t.str());
@@ -65,8 +65,8 @@ inline std::pair<std::int64_t, std::int64_t> require_packed(const TensorType& t,
     require(q.format == QuantFormat::packed,
             std::string(what) + " must use the packed quantization format, got " + t.str());
     require((t.dtype == DType::i8 && !q.zero_point) || (t.dtype == DType::i4 && !q.zero_point) ||
-                (t.dtype == DType::u4 && q.zero_point),
-            std::string(what) + " must be i8 or i4 (symmetric) or u4 with zero points, got " +
+                (t.dtype == DType::u4 && q.zero_point) || (t.dtype == DType::u8 && q.zero_point),
+            std::string(what) + " must be i8 or i4 (symmetric) or u4 / u8 with zero points, got " +
                 t.str());
     require(q.group_size > 0 && t.shape[0] % q.group_size == 0,
             std::string(what) + " group size must divide K = " + std::to_string(t.shape[0]) +

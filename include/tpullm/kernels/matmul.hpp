@@ -1,7 +1,8 @@
 #pragma once
 /// Linear layer y[M, N] = x[M, K] · W[K, N] (+ bias[N]) over packed weights
 /// (kernels/packed_weights.hpp): f32 activations in and out, f32 accumulation, weights f32, bf16,
-/// f16, int8 (per-channel or group-wise), int4 group-wise symmetric / asymmetric.
+/// f16, int8 (per-channel or group-wise, symmetric or with zero points), int4 group-wise
+/// symmetric / asymmetric.
 ///
 /// Two algorithms, each with a portable, an AVX2+FMA and an AVX-512 path (chosen per call from
 /// `active_isa()`):
@@ -121,6 +122,9 @@ inline void linear_view(LinearArgs a, const CoreSplit& split, const XDigits* pre
     return;
   case WeightFormat::int4_asym:
     run_linear<WeightFormat::int4_asym>(a, split);
+    return;
+  case WeightFormat::int8_asym:
+    run_linear<WeightFormat::int8_asym>(a, split);
     return;
   }
 }

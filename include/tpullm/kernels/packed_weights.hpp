@@ -19,6 +19,7 @@
 ///             multiple of 4): quad t (rows 4t..4t+3) is 128 B whose 32-bit word c (bytes
 ///             4c..4c+3) holds column c, byte j = q[4t + j][c] (two's complement). This is the
 ///             operand layout of VPDPBUSD (4 consecutive k per dword lane).
+///   - int8_asym: 32 B, the int8 quads holding unsigned codes u in [0, 255] (no sign flip).
 ///   - int4_sym / int4_asym: 16 B. Rows are stored in *octets* of 8 (K padded to Kp, a multiple
 ///             of 8): octet t (rows 8t..8t+7) is 128 B whose word c holds column c, byte j =
 ///             u[8t + j][c] | u[8t + 4 + j][c] << 4 (unsigned nibbles u in [0, 15]), so
@@ -31,9 +32,10 @@
 /// (its single group also covers the padding rows). Otherwise group_size must be a multiple of the
 /// row group (4 for int8, 8 for int4) so groups start on quad / octet boundaries.
 ///   scales = [P][G][32] f32          (G = K / group_size; padded columns hold 0)
-///   zeros  = [P][G][32] uint8 in [0,15] (int4_asym only; empty otherwise)
+///   zeros  = [P][G][32] uint8 in [0,15] (int4_asym) or [0,255] (int8_asym); empty otherwise
 /// and dequantize as
 ///   int8      : w[k][n] = q * scale[g][n]
+///   int8_asym : w[k][n] = (u - zero[g][n]) * scale[g][n]
 ///   int4_sym  : w[k][n] = (u - 8) * scale[g][n]
 ///   int4_asym : w[k][n] = (u - zero[g][n]) * scale[g][n]
 /// with g = k / group_size. Per panel, weights, scales and zeros are each one contiguous run, so
@@ -64,9 +66,9 @@ namespace tpullm::kernels {
 inline constexpr std::int64_t kPanelCols = 32;
 
 /// Storage format of a packed weight matrix (see the file comment for the byte layouts).
-enum class WeightFormat : std::uint8_t { f32, bf16, f16, int8, int4_sym, int4_asym };
+enum class WeightFormat : std::uint8_t { f32, bf16, f16, int8, int4_sym, int4_asym, int8_asym };
 
-/// Printable name ("f32", "bf16", "f16", "int8", "int4_sym", "int4_asym").
+/// Printable name ("f32", "bf16", "f16", "int8", "int4_sym", "int4_asym", "int8_asym").
 constexpr std::string_view format_name(WeightFormat f) {
   switch (f) {
   case WeightFormat::f32:
@@ -81,6 +83,8 @@ constexpr std::string_view format_name(WeightFormat f) {
     return "int4_sym";
   case WeightFormat::int4_asym:
     return "int4_asym";
+  case WeightFormat::int8_asym:
+    return "int8_asym";
   }
   return "?";
 }
@@ -94,6 +98,7 @@ constexpr std::int64_t row_bytes(WeightFormat f) {
   case WeightFormat::f16:
     return 64;
   case WeightFormat::int8:
+  case WeightFormat::int8_asym:
     return 32;
   case WeightFormat::int4_sym:
   case WeightFormat::int4_asym:
@@ -110,6 +115,7 @@ constexpr std::int64_t row_group(WeightFormat f) {
   case WeightFormat::f16:
     return 1;
   case WeightFormat::int8:
+  case WeightFormat::int8_asym:
     return 4;
   case WeightFormat::int4_sym:
   case WeightFormat::int4_asym:
@@ -118,7 +124,7 @@ constexpr std::int64_t row_group(WeightFormat f) {
   return 1;
 }
 
-/// True for the formats that carry scales (int8, int4_sym, int4_asym).
+/// True for the formats that carry scales (int8, int4_sym, int4_asym, int8_asym).
 constexpr bool is_quantized(WeightFormat f) {
   switch (f) {
   case WeightFormat::f32:
@@ -128,9 +134,20 @@ constexpr bool is_quantized(WeightFormat f) {
   case WeightFormat::int8:
   case WeightFormat::int4_sym:
   case WeightFormat::int4_asym:
+  case WeightFormat::int8_asym:
     return true;
   }
   return false;
+}
+
+/// True for the formats with per-group zero points (int4_asym, int8_asym).
+constexpr bool has_zeros(WeightFormat f) {
+  return f == WeightFormat::int4_asym || f == WeightFormat::int8_asym;
+}
+
+/// True for the 8-bit formats stored in quads (int8, int8_asym).
+constexpr bool is_byte_format(WeightFormat f) {
+  return f == WeightFormat::int8 || f == WeightFormat::int8_asym;
 }
 
 /// 64-byte aligned, zero-initialised, move-only array of trivially copyable T; or, made by
@@ -187,7 +204,7 @@ struct PackedWeights {
   std::int64_t group_size = 0;             ///< rows per scale group; K for per-channel / floats
   AlignedArray<std::uint8_t> data;         ///< [P][Kp][row_bytes] panels (see file comment)
   AlignedArray<float> scales;              ///< [P][G][32] (quantized formats), else empty
-  AlignedArray<std::uint8_t> zeros;        ///< [P][G][32] (int4_asym), else empty
+  AlignedArray<std::uint8_t> zeros;        ///< [P][G][32] (int4_asym, int8_asym), else empty
   std::vector<std::int32_t> k_perm;        ///< [K] original row of packed row j, or empty
 
   /// Rows actually stored per panel: K rounded up to the format's row group.
@@ -243,7 +260,7 @@ inline PackedWeights make_packed(WeightFormat f, std::int64_t K, std::int64_t N,
   w.data = AlignedArray<std::uint8_t>(static_cast<std::size_t>(w.panels() * w.panel_bytes()));
   if (is_quantized(f))
     w.scales = AlignedArray<float>(static_cast<std::size_t>(w.panels() * w.groups() * kPanelCols));
-  if (f == WeightFormat::int4_asym)
+  if (has_zeros(f))
     w.zeros =
         AlignedArray<std::uint8_t>(static_cast<std::size_t>(w.panels() * w.groups() * kPanelCols));
   return w;
@@ -262,6 +279,7 @@ inline std::int64_t elem_offset(WeightFormat f, std::int64_t Kp, std::int64_t k,
   case WeightFormat::bf16:
     return base + (c < 16 ? 4 * c : 4 * (c - 16) + 2);
   case WeightFormat::int8:
+  case WeightFormat::int8_asym:
     return base + 4 * c + k % 4;
   case WeightFormat::int4_sym:
   case WeightFormat::int4_asym:
@@ -427,6 +445,29 @@ inline PackedWeights pack_int4_asym(std::span<const std::uint8_t> q, std::span<c
   return p;
 }
 
+/// Packs asymmetric int8: u: [K, N] row-major codes in [0, 255], scales and zeros: [K/group_size,
+/// N] (w = (u - zero) * scale; group_size == K: per output channel). `k_perm` as in
+/// pack_int4_sym.
+inline PackedWeights pack_int8_asym(std::span<const std::uint8_t> u, std::span<const float> scales,
+                                    std::span<const std::uint8_t> zeros, std::int64_t K,
+                                    std::int64_t N, std::int64_t group_size,
+                                    std::span<const std::int32_t> k_perm = {}) {
+  detail::check_pack_shape("pack_int8_asym", K, N, u.size(), static_cast<std::size_t>(K * N));
+  const std::int64_t G = detail::check_group("pack_int8_asym", K, group_size, 4);
+  detail::check_pack_shape("pack_int8_asym scales", G, N, scales.size(),
+                           static_cast<std::size_t>(G * N));
+  detail::check_pack_shape("pack_int8_asym zeros", G, N, zeros.size(),
+                           static_cast<std::size_t>(G * N));
+  detail::check_perm("pack_int8_asym", k_perm, K);
+  PackedWeights p = detail::make_packed(WeightFormat::int8_asym, K, N, group_size);
+  for (std::int64_t k = 0; k < K; ++k)
+    for (std::int64_t n = 0; n < N; ++n)
+      p.data[detail::elem_offset(p.format, p.stored_rows(), k, n)] = u[k * N + n];
+  detail::pack_group_params(p, scales, zeros);
+  p.k_perm.assign(k_perm.begin(), k_perm.end());
+  return p;
+}
+
 /// W with its columns reordered: column n of the result is column `cols[n]` of `w` (weights,
 /// scales and zeros alike; rows and k_perm unchanged). `cols` must be a permutation of [0, N).
 /// Used to fold an act-order down projection's row permutation into the gate / up columns.
@@ -440,7 +481,7 @@ inline PackedWeights permute_columns(const PackedWeights& w, std::span<const std
   const std::int64_t Kp = w.stored_rows(), G = w.groups();
   const bool nibbles = w.format == WeightFormat::int4_sym || w.format == WeightFormat::int4_asym;
   const std::size_t esz = static_cast<std::size_t>(
-      w.format == WeightFormat::int8 || nibbles ? 1 : row_bytes(w.format) / kPanelCols);
+      is_byte_format(w.format) || nibbles ? 1 : row_bytes(w.format) / kPanelCols);
   for (std::int64_t n = 0; n < w.N; ++n) {
     const std::int64_t src = cols[static_cast<std::size_t>(n)];
     for (std::int64_t k = 0; k < Kp; ++k) {
@@ -498,6 +539,9 @@ inline std::vector<float> dequantize(const PackedWeights& w) {
         v = static_cast<float>(static_cast<int>(detail::get_nibble(w, j, n)) -
                                static_cast<int>(w.zeros[sp])) *
             w.scales[sp];
+        break;
+      case WeightFormat::int8_asym:
+        v = static_cast<float>(static_cast<int>(*b) - static_cast<int>(w.zeros[sp])) * w.scales[sp];
         break;
       }
       out[k * N + n] = v;

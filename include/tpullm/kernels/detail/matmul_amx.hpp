@@ -11,10 +11,11 @@
 ///
 /// int8 / int4 weights: x is cut per weight group into two int8 digits, x ~= s1 (h + l / 256)
 /// with s1 = max|x_group| / 127 (residual <= s1 / 256), the weights are staged as signed int8
-/// (int8) or unsigned nibbles (int4) in B-tile quads, and per group four int32 C tiles (2 digits
-/// x 2 column halves) of 16 rows accumulate TDPBSSD (int8) or TDPBSUD (int4); after each group
-/// y += scale * s1 * ((C_h - z S_h) + (C_l - z S_l) / 256) with S the digit sums and z the zero
-/// point (0 for int8, 8 for int4_sym, the group's zero for int4_asym).
+/// (int8), unsigned codes (int8_asym) or unsigned nibbles (int4) in B-tile quads, and per group
+/// four int32 C tiles (2 digits x 2 column halves) of 16 rows accumulate TDPBSSD (int8) or
+/// TDPBSUD (int8_asym, int4); after each group y += scale * s1 * ((C_h - z S_h) + (C_l - z S_l) /
+/// 256) with S the digit sums and z the zero point (0 for int8, 8 for int4_sym, the group's zero
+/// for int4_asym and int8_asym).
 
 #include <algorithm>
 #include <cmath>
@@ -41,6 +42,7 @@ constexpr bool amx_format(WeightFormat f) {
   case WeightFormat::int8:
   case WeightFormat::int4_sym:
   case WeightFormat::int4_asym:
+  case WeightFormat::int8_asym:
     return true;
   case WeightFormat::f32:
   case WeightFormat::f16:
@@ -307,12 +309,12 @@ TPULLM_ALWAYS_INLINE void amx_int_body(const LinearArgs& a, std::int64_t ma, std
     amx_digits(a, m0, mc, Kv, seg, segp, G, s);
     for (std::int64_t p = pa; p < pb; ++p) {
       // B quads: group g's quad q at (g * segp / 4 + q) * 128; byte 4c + j = row 4q + j, column
-      // c (int8: q as stored; int4: the nibble, unsigned); padding rows are zero
+      // c (int8 / int8_asym: the byte as stored; int4: the nibble, unsigned); padding rows are zero
       std::memset(s.b.data(), 0, s.b.size());
       for (std::int64_t g = 0; g < G; ++g) {
         const std::int64_t ks = g * seg, ke = std::min(Kv, ks + seg);
         std::uint8_t* dst = s.b.data() + g * segp * 32;
-        if constexpr (F == WeightFormat::int8) {
+        if constexpr (is_byte_format(F)) {
           std::memcpy(dst, panel_row(w, p, a.v.k0 + ks), static_cast<std::size_t>((ke - ks) * 32));
         } else {
           for (std::int64_t k = ks; k < ke; k += 8) { // one octet -> two quads
@@ -344,7 +346,7 @@ TPULLM_ALWAYS_INLINE void amx_int_body(const LinearArgs& a, std::int64_t ma, std
               float z = 0.f;
               if constexpr (F == WeightFormat::int4_sym)
                 z = 8.f;
-              else if constexpr (F == WeightFormat::int4_asym)
+              else if constexpr (has_zeros(F))
                 z = static_cast<float>(panel_zeros(w, p, g0 + g)[j]);
               const float v = (static_cast<float>(ch[j]) - z * Sh) +
                               (static_cast<float>(cl[j]) - z * Sl) * (1.0f / 256.0f);

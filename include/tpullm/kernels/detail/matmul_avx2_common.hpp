@@ -36,6 +36,13 @@ TPULLM_TARGET_AVX2 inline void decode_rows_avx2(const std::uint8_t* r, __m256 (*
       w[2][i] = _mm256_cvtepi32_ps(_mm256_srai_epi32(_mm256_slli_epi32(d, 8), 24));
       w[3][i] = _mm256_cvtepi32_ps(_mm256_srai_epi32(d, 24));
     }
+  } else if constexpr (F == WeightFormat::int8_asym) {
+    const __m256i m8 = _mm256_set1_epi32(0xFF);
+    for (int i = 0; i < 4; ++i) {
+      const __m256i d = _mm256_load_si256(reinterpret_cast<const __m256i*>(r + 32 * i));
+      for (int j = 0; j < 4; ++j)
+        w[j][i] = _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(d, 8 * j), m8));
+    }
   } else {
     const __m256i m4 = _mm256_set1_epi32(0xF);
     for (int i = 0; i < 4; ++i) {
@@ -54,7 +61,7 @@ TPULLM_TARGET_AVX2 inline void group_zero_avx2(const PackedWeights& w, std::int6
   if constexpr (F == WeightFormat::int4_sym) {
     for (int i = 0; i < 4; ++i)
       z[i] = _mm256_set1_ps(8.0f);
-  } else if constexpr (F == WeightFormat::int4_asym) {
+  } else if constexpr (has_zeros(F)) {
     const std::uint8_t* zp = panel_zeros(w, p, g);
     for (int i = 0; i < 4; ++i)
       z[i] = _mm256_cvtepi32_ps(

@@ -33,6 +33,13 @@ TPULLM_TARGET_AVX512 inline void decode_rows_avx512(const std::uint8_t* r, __m51
       w[2][h] = _mm512_cvtepi32_ps(_mm512_srai_epi32(_mm512_slli_epi32(d, 8), 24));
       w[3][h] = _mm512_cvtepi32_ps(_mm512_srai_epi32(d, 24));
     }
+  } else if constexpr (F == WeightFormat::int8_asym) {
+    const __m512i m8 = _mm512_set1_epi32(0xFF);
+    for (int h = 0; h < 2; ++h) {
+      const __m512i d = _mm512_load_si512(r + 64 * h);
+      for (int j = 0; j < 4; ++j)
+        w[j][h] = _mm512_cvtepi32_ps(_mm512_and_si512(_mm512_srli_epi32(d, 8 * j), m8));
+    }
   } else {
     const __m512i m4 = _mm512_set1_epi32(0xF);
     for (int h = 0; h < 2; ++h) {
@@ -56,7 +63,7 @@ TPULLM_TARGET_AVX512 inline void group_zero_avx512(const PackedWeights& w, std::
                                                    std::int64_t g, __m512& z0, __m512& z1) {
   if constexpr (F == WeightFormat::int4_sym) {
     z0 = z1 = _mm512_set1_ps(8.0f);
-  } else if constexpr (F == WeightFormat::int4_asym) {
+  } else if constexpr (has_zeros(F)) {
     const std::uint8_t* z = panel_zeros(w, p, g);
     z0 = _mm512_cvtepi32_ps(
         _mm512_cvtepu8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(z))));

@@ -1,5 +1,6 @@
 #pragma once
-/// AVX-512 VNNI GEMV of the linear (int8 / int4 weights): VPDPBUSD over the digits of x.
+/// AVX-512 VNNI GEMV of the linear (int8 / int8_asym / int4 weights): VPDPBUSD over the digits of
+/// x.
 
 #include "tpullm/kernels/detail/matmul_avx512_common.hpp"
 #include "tpullm/kernels/detail/matmul_x_digits.hpp"
@@ -41,6 +42,17 @@ TPULLM_TARGET_AVX512_VNNI inline __m512i bcast4(const std::int8_t* p) {
   return _mm512_set1_epi32(v);
 }
 
+/// 64 weight bytes of a byte format as VPDPBUSD's unsigned operand: int8 q + 128 (sign bit
+/// flipped), int8_asym codes as stored.
+template <WeightFormat F>
+TPULLM_TARGET_AVX512_VNNI inline __m512i load_codes(const std::uint8_t* p) {
+  const __m512i v = _mm512_load_si512(p);
+  if constexpr (F == WeightFormat::int8)
+    return _mm512_xor_si512(v, _mm512_set1_epi8(static_cast<char>(0x80)));
+  else
+    return v;
+}
+
 /// Single-row VNNI GEMV for one panel with every accumulator a named register: int4 uses 12
 /// (3 digits x 2 column halves x low/high nibble rows), int8 12 (3 digits x 2 halves x 2 quads).
 template <WeightFormat F>
@@ -49,7 +61,7 @@ TPULLM_TARGET_AVX512_VNNI void gemv_panel_vnni_r1(const LinearArgs& a, const XDi
   const PackedWeights& w = *a.v.w;
   __m512 t0 = _mm512_setzero_ps(), t1 = _mm512_setzero_ps();
   const std::int64_t seg = segment_rows(a.v);
-  const __m512i m4 = _mm512_set1_epi8(0x0F), flip = _mm512_set1_epi8(static_cast<char>(0x80));
+  const __m512i m4 = _mm512_set1_epi8(0x0F);
   const std::int8_t* xh = xd.d.data() + (m0 * 3 + 0) * xd.Kv - a.v.k0;
   const std::int8_t* xl = xd.d.data() + (m0 * 3 + 1) * xd.Kv - a.v.k0;
   const std::int8_t* xt = xd.d.data() + (m0 * 3 + 2) * xd.Kv - a.v.k0;
@@ -62,14 +74,14 @@ TPULLM_TARGET_AVX512_VNNI void gemv_panel_vnni_r1(const LinearArgs& a, const XDi
     __m512i u0a = zero, u0b = zero, u1a = zero, u1b = zero; // digit t
     const std::uint8_t* row = panel_row(w, p, ks);
     std::int64_t k = ks;
-    if constexpr (F == WeightFormat::int8) {
+    if constexpr (is_byte_format(F)) {
       for (; k + 8 <= ke; k += 8, row += 256) {
         for (int b = 0; b < 256; b += 64)
           _mm_prefetch(reinterpret_cast<const char*>(row) + kGemvPf + b, _MM_HINT_T0);
-        const __m512i w0a = _mm512_xor_si512(_mm512_load_si512(row), flip);
-        const __m512i w1a = _mm512_xor_si512(_mm512_load_si512(row + 64), flip);
-        const __m512i w0b = _mm512_xor_si512(_mm512_load_si512(row + 128), flip);
-        const __m512i w1b = _mm512_xor_si512(_mm512_load_si512(row + 192), flip);
+        const __m512i w0a = load_codes<F>(row);
+        const __m512i w1a = load_codes<F>(row + 64);
+        const __m512i w0b = load_codes<F>(row + 128);
+        const __m512i w1b = load_codes<F>(row + 192);
         __m512i b = bcast4(xh + k);
         dpbusd(h0a, w0a, b);
         dpbusd(h1a, w1a, b);
@@ -90,8 +102,8 @@ TPULLM_TARGET_AVX512_VNNI void gemv_panel_vnni_r1(const LinearArgs& a, const XDi
         dpbusd(u1b, w1b, b);
       }
       for (; k < ke; k += 4, row += 128) {
-        const __m512i w0 = _mm512_xor_si512(_mm512_load_si512(row), flip);
-        const __m512i w1 = _mm512_xor_si512(_mm512_load_si512(row + 64), flip);
+        const __m512i w0 = load_codes<F>(row);
+        const __m512i w1 = load_codes<F>(row + 64);
         __m512i b = bcast4(xh + k);
         dpbusd(h0a, w0, b);
         dpbusd(h1a, w1, b);
@@ -150,14 +162,15 @@ TPULLM_TARGET_AVX512_VNNI void gemv_panel_vnni_r1(const LinearArgs& a, const XDi
 }
 
 /// VNNI GEMV (int8 / int4 only) over R rows for one panel: per weight group, three VPDPBUSD
-/// accumulations (one per activation digit) of unsigned weights u (int8: q + 128) by the signed
+/// accumulations (one per activation digit) of unsigned weights u (int8: q + 128; int8_asym: the
+/// code) by the signed
 /// digits; the group's result is s1 * sum_d 256^-d (A_d - z * S_d) * scale.
 template <WeightFormat F, int R>
 TPULLM_TARGET_AVX512_VNNI void gemv_panel_vnni(const LinearArgs& a, const XDigits& xd,
                                                std::int64_t m0, std::int64_t p) {
   constexpr int RG = static_cast<int>(row_group(F));
   constexpr bool kSplit = R <= 2; // separate lo/hi accumulators to shorten dependency chains
-  constexpr int NH = (F == WeightFormat::int8 || !kSplit) ? 1 : 2;
+  constexpr int NH = (is_byte_format(F) || !kSplit) ? 1 : 2;
   const PackedWeights& w = *a.v.w;
   __m512 t[R][2];
 #pragma GCC unroll 4
@@ -192,8 +205,8 @@ TPULLM_TARGET_AVX512_VNNI void gemv_panel_vnni(const LinearArgs& a, const XDigit
 #pragma GCC unroll 4
       for (int h = 0; h < 2; ++h) {
         const __m512i v = _mm512_load_si512(row + 64 * h);
-        if constexpr (F == WeightFormat::int8) {
-          wl[h] = _mm512_xor_si512(v, flip);
+        if constexpr (is_byte_format(F)) {
+          wl[h] = F == WeightFormat::int8 ? _mm512_xor_si512(v, flip) : v;
           wh[h] = wl[h];
         } else {
           wl[h] = _mm512_and_si512(v, m4);
@@ -207,7 +220,7 @@ TPULLM_TARGET_AVX512_VNNI void gemv_panel_vnni(const LinearArgs& a, const XDigit
           std::int32_t xl;
           std::memcpy(&xl, xdr[r][d] + k, 4);
           const __m512i bl = _mm512_set1_epi32(xl);
-          if constexpr (F == WeightFormat::int8) {
+          if constexpr (is_byte_format(F)) {
 #pragma GCC unroll 4
             for (int h = 0; h < 2; ++h)
               dpbusd(acc[r][d][h][0], wl[h], bl);
@@ -290,7 +303,7 @@ TPULLM_TARGET_AVX512_VNNI void gemv_panels_vnni_r1(const LinearArgs& a, const XD
 #pragma GCC unroll 3
       for (int d = 0; d < 3; ++d) {
         bl[d] = bcast4(xdr[d] + k);
-        if constexpr (F != WeightFormat::int8)
+        if constexpr (!is_byte_format(F))
           bh[d] = bcast4(xdr[d] + k + 4);
       }
 #pragma GCC unroll 8
@@ -301,8 +314,8 @@ TPULLM_TARGET_AVX512_VNNI void gemv_panels_vnni_r1(const LinearArgs& a, const XD
 #pragma GCC unroll 2
         for (int h = 0; h < 2; ++h) {
           const __m512i v = _mm512_load_si512(r + 64 * h);
-          if constexpr (F == WeightFormat::int8) {
-            const __m512i wl = _mm512_xor_si512(v, flip);
+          if constexpr (is_byte_format(F)) {
+            const __m512i wl = F == WeightFormat::int8 ? _mm512_xor_si512(v, flip) : v;
 #pragma GCC unroll 3
             for (int d = 0; d < 3; ++d)
               dpbusd(acc[s][d][h], wl, bl[d]);

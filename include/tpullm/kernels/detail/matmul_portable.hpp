@@ -9,7 +9,8 @@
 namespace tpullm::kernels::detail {
 
 /// Raw values of one row group (row_group(F) rows) as f32: out[j][32] for row j of the group.
-/// Ints are not scaled (int8 signed q, int4 unsigned nibbles); columns in natural order.
+/// Ints are not scaled (int8 signed q, int8_asym unsigned codes, int4 unsigned nibbles); columns
+/// in natural order.
 template <WeightFormat F>
 inline void decode_rows_raw(const std::uint8_t* r, float* out) {
   if constexpr (F == WeightFormat::f32) {
@@ -32,6 +33,10 @@ inline void decode_rows_raw(const std::uint8_t* r, float* out) {
     for (int j = 0; j < 4; ++j)
       for (int c = 0; c < 32; ++c)
         out[j * 32 + c] = static_cast<float>(static_cast<std::int8_t>(r[4 * c + j]));
+  } else if constexpr (F == WeightFormat::int8_asym) {
+    for (int j = 0; j < 4; ++j)
+      for (int c = 0; c < 32; ++c)
+        out[j * 32 + c] = static_cast<float>(r[4 * c + j]);
   } else {
     for (int j = 0; j < 4; ++j)
       for (int c = 0; c < 32; ++c) {
@@ -46,7 +51,7 @@ template <WeightFormat F>
 inline float zero_point(const PackedWeights& w, std::int64_t p, std::int64_t g, int c) {
   if constexpr (F == WeightFormat::int4_sym)
     return 8.0f;
-  else if constexpr (F == WeightFormat::int4_asym)
+  else if constexpr (has_zeros(F))
     return static_cast<float>(panel_zeros(w, p, g)[c]);
   else
     return 0.0f;

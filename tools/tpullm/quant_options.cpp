@@ -1,0 +1,75 @@
+// The weight-quantization options of compile and verify (quant_options.hpp).
+#include "quant_options.hpp"
+
+#include <regex>
+#include <utility>
+#include <vector>
+
+namespace tpullm::cli {
+
+po::options_description quantization_options(conversion::LowerOptions& l, std::string& keep_float) {
+  po::options_description o("weight quantization (--mode w8a16 / w4a16, --lm-head-dtype w8 / w4)");
+  o.add_options()("group-size", po::value(&l.group_size)->default_value(64),
+                  "rows of K sharing one scale (and zero point): 32, 64, 128, or 0 for one per "
+                  "output channel")("symmetric", po::bool_switch(&l.symmetric),
+                                    "symmetric codes, no zero points (default: asymmetric)")(
+      "keep-float", po::value(&keep_float),
+      "regex of checkpoint tensor names (e.g. 'model\\.layers\\.0\\..*') whose linear weights "
+      "stay in bf16");
+  return o;
+}
+
+namespace {
+/// `s` with the regex metacharacters escaped.
+std::string regex_escape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (std::string_view(".^$|()[]{}*+?\\").find(c) != std::string_view::npos)
+      out += '\\';
+    out += c;
+  }
+  return out;
+}
+} // namespace
+
+std::string resolve_keep_float(const frontend::ModelDesc& d, const std::string& hf) {
+  if (hf.empty())
+    return {};
+  std::regex re;
+  try {
+    re = std::regex(hf, std::regex::ECMAScript);
+  } catch (const std::regex_error& e) {
+    throw_error(ErrorKind::invalid_input, "--keep-float", "'", hf,
+                "' is not a valid regular expression: ", e.what());
+  }
+  // (Top name, slot) of every linear weight the quantizing modes quantize.
+  std::vector<std::pair<std::string, const frontend::WeightRef*>> slots;
+  for (std::size_t i = 0; i < d.layers.size(); ++i) {
+    const auto& w = d.layers[i];
+    const std::string p = "layers." + std::to_string(i) + ".";
+    for (const auto& [n, r] : {std::pair{"q", &w.q},
+                               {"k", &w.k},
+                               {"v", &w.v},
+                               {"o", &w.o},
+                               {"gate", &w.gate},
+                               {"up", &w.up},
+                               {"down", &w.down}})
+      slots.emplace_back(p + n, r);
+    for (std::size_t e = 0; e < w.moe.experts.size(); ++e) {
+      const auto& x = w.moe.experts[e];
+      const std::string ep = p + "expert." + std::to_string(e) + ".";
+      for (const auto& [n, r] : {std::pair{"gate", &x.gate}, {"up", &x.up}, {"down", &x.down}})
+        slots.emplace_back(ep + n, r);
+    }
+  }
+  std::string alt;
+  for (const auto& [top, ref] : slots)
+    if (ref->present() && std::regex_match(ref->name(), re))
+      alt += (alt.empty() ? "" : "|") + regex_escape(top);
+  check(!alt.empty(), ErrorKind::invalid_input, "--keep-float", "'", hf,
+        "' matches no linear weight's tensor name (e.g. ",
+        d.layers.empty() ? "" : d.layers[0].q.name(), ")");
+  return "^(?:" + alt + ")$";
+}
+
+} // namespace tpullm::cli
