@@ -67,6 +67,8 @@ inline std::int64_t bench_group(WeightFormat f, std::int64_t K) {
   case WeightFormat::f16:
   case WeightFormat::int8:
     return K;
+  case WeightFormat::int8_asym: // w8a16's default group
+    return K % 64 == 0 ? 64 : K;
   case WeightFormat::int4_sym:
   case WeightFormat::int4_asym:
     return K % 128 == 0 ? 128 : K;
@@ -99,6 +101,7 @@ inline PackedWeights random_packed(WeightFormat f, std::int64_t K, std::int64_t 
     }
     break;
   case WeightFormat::int8:
+  case WeightFormat::int8_asym:
   case WeightFormat::int4_sym:
   case WeightFormat::int4_asym:
     for (std::size_t i = 0; i < n; i += 4) {
@@ -110,7 +113,7 @@ inline PackedWeights random_packed(WeightFormat f, std::int64_t K, std::int64_t 
   for (std::size_t i = 0; i < w.scales.size(); ++i)
     w.scales[i] = 0.01f + 1e-5f * static_cast<float>(rng() % 1000);
   for (std::size_t i = 0; i < w.zeros.size(); ++i)
-    w.zeros[i] = static_cast<std::uint8_t>(rng() % 16);
+    w.zeros[i] = static_cast<std::uint8_t>(rng() % (f == WeightFormat::int8_asym ? 256 : 16));
   return w;
 }
 
@@ -255,8 +258,9 @@ void bm_linear_qkv(benchmark::State& state, std::string model, WeightFormat f, i
 }
 
 void register_matmul_benchmarks(bool full) {
-  const WeightFormat all[] = {WeightFormat::f32,  WeightFormat::bf16,     WeightFormat::f16,
-                              WeightFormat::int8, WeightFormat::int4_sym, WeightFormat::int4_asym};
+  const WeightFormat all[] = {
+      WeightFormat::f32,       WeightFormat::bf16,     WeightFormat::f16,      WeightFormat::int8,
+      WeightFormat::int8_asym, WeightFormat::int4_sym, WeightFormat::int4_asym};
   // q/k/v of one layer from one prepared x
   for (const char* model : {"qwen2.5-0.5b", "llama3-8b"})
     for (WeightFormat f : all)

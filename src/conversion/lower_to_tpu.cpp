@@ -49,11 +49,11 @@ WeightChoice mode_choice(const std::string& mode) {
   return {mode_dtype(mode, "f32", "mode"), 0};
 }
 
-/// The `lm-head` option: a float dtype or w8 / w4 (empty: the mode's float dtype).
-WeightChoice lm_head_choice(const std::string& text, const WeightChoice& mode) {
+/// The `lm-head` / `embedding` option: a float dtype or w8 / w4 (empty: the mode's float dtype).
+WeightChoice table_choice(const std::string& text, const WeightChoice& mode, const char* option) {
   if (text == "w8" || text == "w4")
     return {mode.dtype, text == "w8" ? 8 : 4};
-  return {mode_dtype(text, std::string(ir::name(mode.dtype)), "lm-head"), 0};
+  return {mode_dtype(text, std::string(ir::name(mode.dtype)), option), 0};
 }
 
 bool is_block_stage(ir::StageKind k) {
@@ -69,12 +69,8 @@ public:
       : module_(m), src_(src), conv_(conv), dst_(std::make_unique<ir::Function>(src.name())),
         b_(m, *dst_) {
     mode_ = mode_choice(o.mode);
-    const std::string float_name(ir::name(mode_.dtype));
-    if (o.embedding == "w8" || o.embedding == "w4")
-      throw_error(ErrorKind::unsupported, "lower-to-tpu option 'embedding'", "'", o.embedding,
-                  "' (a quantized embedding table) is not implemented; use f32, bf16 or f16");
-    embedding_ = mode_dtype(o.embedding, float_name, "embedding");
-    lm_head_ = lm_head_choice(o.lm_head, mode_);
+    embedding_ = table_choice(o.embedding, mode_, "embedding");
+    lm_head_ = table_choice(o.lm_head, mode_, "lm-head");
     rtn_.group_size = o.group_size;
     rtn_.symmetric = o.symmetric;
     check(o.group_size >= 0, ErrorKind::invalid_input, "lower-to-tpu option 'group-size'",
@@ -351,10 +347,23 @@ private:
       fail(op, "indices must be i32, got " + idx.str());
     if (table && src_.info().stage == ir::StageKind::embedding && table->type.rank() == 2 &&
         idx.rank() == 2 && idx.shape[0] == 1) {
-      // The table is packed as the lm_head packs it ([H, V], transposed from [V, H]): a tied
-      // checkpoint's lm_head reads the same weight, so the bundle stores it once (same key in
-      // the converter); the gather reads token v's row as column v.
-      Value* t = weight_value(conv_.packed(*table, true, embedding_));
+      // The table is packed as the lm_head packs it ([H, V], transposed from [V, H]; RTN-
+      // quantized for w8 / w4): a tied checkpoint's lm_head with the same choice reads the same
+      // weight, so the bundle stores it once (same key in the converter); the gather reads
+      // token v's row as column v.
+      const ir::Weight* packed_table = nullptr;
+      if (embedding_.bits == 0) {
+        packed_table = &conv_.packed(*table, true, embedding_.dtype);
+      } else {
+        RtnOptions q = rtn_;
+        q.bits = embedding_.bits;
+        try {
+          packed_table = &conv_.quantized(*table, true, q);
+        } catch (const Error& e) {
+          fail(op, e.where().empty() ? e.message() : e.where() + ": " + e.message());
+        }
+      }
+      Value* t = weight_value(*packed_table);
       set(op.result(0), create(op, ir::tpu::EmbeddingOp{}, {t, get(op.operand(1))}));
       return;
     }
@@ -491,8 +500,7 @@ private:
   WeightConverter& conv_;
   std::unique_ptr<ir::Function> dst_;
   ir::Builder b_;
-  WeightChoice mode_, lm_head_;
-  ir::DType embedding_ = ir::DType::f32;
+  WeightChoice mode_, lm_head_, embedding_;
   RtnOptions rtn_;
   std::optional<std::regex> keep_float_;
   std::unordered_map<const Value*, Value*> map_;

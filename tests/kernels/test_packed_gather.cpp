@@ -1,6 +1,7 @@
 // Embedding gather from a packed [H, V] weight (the tied lm_head stored once): column v of every
 // packed format equals the values it was packed from, by the format's definition (float bits
-// exact, q * scale, (u - 8) * scale, (u - zero) * scale), act-order rows put back in place.
+// exact, q * scale, (u - 8) * scale, (u - zero) * scale for int4 and int8), act-order rows put back
+// in place.
 
 #include <catch2/catch.hpp>
 
@@ -74,16 +75,23 @@ TEST_CASE("packed gather: integer formats dequantize by their definition", "[pac
     e = static_cast<std::uint8_t>(rng() % 16);
   for (auto& e : z4)
     e = static_cast<std::uint8_t>(rng() % 16);
-  std::vector<float> e8(K * N), e4s(K * N), e4a(K * N);
+  std::vector<std::uint8_t> u8(K * N), z8(G * N);
+  for (auto& e : u8)
+    e = static_cast<std::uint8_t>(rng() % 256);
+  for (auto& e : z8)
+    e = static_cast<std::uint8_t>(rng() % 256);
+  std::vector<float> e8(K * N), e8a(K * N), e4s(K * N), e4a(K * N);
   for (std::int64_t k = 0; k < K; ++k)
     for (std::int64_t n = 0; n < N; ++n) {
       const std::size_t i = static_cast<std::size_t>(k * N + n);
       const std::size_t gi = static_cast<std::size_t>((k / group) * N + n);
       e8[i] = static_cast<float>(q8[i]) * s[gi];
+      e8a[i] = static_cast<float>(static_cast<int>(u8[i]) - static_cast<int>(z8[gi])) * s[gi];
       e4s[i] = static_cast<float>(q4[i]) * s[gi];
       e4a[i] = static_cast<float>(static_cast<int>(u4[i]) - static_cast<int>(z4[gi])) * s[gi];
     }
   check_gather(pack_int8(q8, s, K, N, group), e8);
+  check_gather(pack_int8_asym(u8, s, z8, K, N, group), e8a);
   check_gather(pack_int4_sym(q4, s, K, N, group), e4s);
   check_gather(pack_int4_asym(u4, s, z4, K, N, group), e4a);
 

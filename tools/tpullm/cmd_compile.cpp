@@ -18,10 +18,11 @@ po::options_description compile_options(compiler::CompileOptions& c, std::string
                   "(int8 / int4 codes rounded to nearest at compile time, f32 activations; "
                   "GPTQ / AWQ checkpoints keep their integer weights in every mode)")(
       "embedding-dtype", po::value(&c.lower.embedding),
-      "dtype of the embedding table: f32, bf16, f16 (default: the mode's; bf16 for w8a16 / "
-      "w4a16)")("lm-head-dtype", po::value(&c.lower.lm_head),
-                "dtype of the lm_head weight: f32, bf16, f16, w8 or w4 (default: the mode's; "
-                "bf16 for w8a16 / w4a16)")(
+      "dtype of the embedding table: f32, bf16, f16, w8 or w4 (default: the mode's; bf16 for "
+      "w8a16 / w4a16; a tied embedding with the lm_head's dtype is stored once)")(
+      "lm-head-dtype", po::value(&c.lower.lm_head),
+      "dtype of the lm_head weight: f32, bf16, f16, w8 or w4 (default: the mode's; "
+      "bf16 for w8a16 / w4a16)")(
       "target", po::value(&target_file),
       "target JSON file: cores, local_memory, alignment (default: this machine)")(
       "fusions", po::value(&c.fusions)->default_value(c.fusions),

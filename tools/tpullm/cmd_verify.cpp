@@ -67,6 +67,8 @@ int cmd_verify(const std::vector<std::string>& args) {
       "tpu level: weights of linear and MLP layers (f32, bf16, f16, w8a16, w4a16)")(
       "lm-head-dtype", po::value(&copts.lower.lm_head),
       "tpu level: dtype of the lm_head weight (f32, bf16, f16, w8, w4; default: the mode's)")(
+      "embedding-dtype", po::value(&copts.lower.embedding),
+      "tpu level: dtype of the embedding table (f32, bf16, f16, w8, w4; default: the mode's)")(
       "target", po::value(&target_file), "tpu level: target JSON file (default: this machine)")(
       "fusions", po::value(&copts.fusions)->default_value(copts.fusions),
       "tpu level: fusion passes after lowering, a pipeline (e.g. fuse-add-rmsnorm,fuse-qkv,"
@@ -88,7 +90,8 @@ int cmd_verify(const std::vector<std::string>& args) {
     return kOk;
   const verify::Bounds bounds =
       level == "top" ? verify::bounds_for_mode("f32")
-                     : verify::bounds_for_options(copts.lower.mode, copts.lower.lm_head);
+                     : verify::bounds_for_options(copts.lower.mode, copts.lower.lm_head,
+                                                  copts.lower.embedding);
   const float rel_tol = rel_tol_given.value_or(bounds.rel_tol);
   const float min_argmax = min_argmax_given.value_or(bounds.min_argmax);
   const double max_kl = max_kl_given.value_or(bounds.max_mean_kl);
@@ -107,8 +110,9 @@ int cmd_verify(const std::vector<std::string>& args) {
   check(level == "top" || level == "tpu" || level == "bundle", ErrorKind::invalid_input, "--level",
         "must be 'top', 'tpu' or 'bundle' (got '", level, "')");
   if (level == "top")
-    for (const char* only : {"mode", "target", "fusions", "tile-rows", "no-layer-groups", "bundle",
-                             "lm-head-dtype", "group-size", "symmetric", "keep-float"})
+    for (const char* only :
+         {"mode", "target", "fusions", "tile-rows", "no-layer-groups", "bundle", "lm-head-dtype",
+          "embedding-dtype", "group-size", "symmetric", "keep-float"})
       check(vm[only].empty() || vm[only].defaulted(), ErrorKind::invalid_input,
             std::string("--") + only,
             "is used only by the compiled levels (--level tpu or bundle), not by --level top");

@@ -84,13 +84,11 @@ void check_runnable(const frontend::ModelDesc& desc, const frontend::StageParams
   // q8 / q4: the names of the 8- and 4-bit RTN choices of this option (empty: none allowed).
   auto check_dtype = [&](const std::string& v, const char* option, const std::string& q8,
                          const std::string& q4) {
-    // INT8 (W8A8) and a quantized embedding are named so that a user learns they do not exist
-    // yet (GPTQ / AWQ checkpoints keep their integer weights in every mode).
+    // INT8 (W8A8) is named so that a user learns it does not exist yet (GPTQ / AWQ
+    // checkpoints keep their integer weights in every mode).
     check(v != "int8", ErrorKind::unsupported, option,
           "'int8' (int8 weights and activations, W8A8) is not implemented; use w8a16 or w4a16 "
           "for int8 / int4 weights with f32 activations");
-    check(!q8.empty() || (v != "w8" && v != "w4"), ErrorKind::unsupported, option, "'", v,
-          "' (a quantized embedding table) is not implemented; use f32, bf16 or f16");
     const bool q = !q8.empty() && (v == q8 || v == q4);
     check(q || v == "f32" || v == "bf16" || v == "f16", ErrorKind::invalid_input, option, "'", v,
           "' is not ",
@@ -107,15 +105,16 @@ void check_runnable(const frontend::ModelDesc& desc, const frontend::StageParams
   check_dtype(lo.mode, "--mode", "w8a16", "w4a16");
   const bool quantizing = lo.mode == "w8a16" || lo.mode == "w4a16";
   if (!lo.embedding.empty())
-    check_dtype(lo.embedding, "--embedding-dtype", "", "");
+    check_dtype(lo.embedding, "--embedding-dtype", "w8", "w4");
   if (!lo.lm_head.empty())
     check_dtype(lo.lm_head, "--lm-head-dtype", "w8", "w4");
-  const bool any_rtn = quantizing || lo.lm_head == "w8" || lo.lm_head == "w4";
+  const bool any_rtn = quantizing || lo.lm_head == "w8" || lo.lm_head == "w4" ||
+                       lo.embedding == "w8" || lo.embedding == "w4";
   check(lo.group_size == 0 || lo.group_size == 32 || lo.group_size == 64 || lo.group_size == 128,
         ErrorKind::invalid_input, "--group-size",
         "must be 32, 64, 128 or 0 (per output channel), got ", lo.group_size);
   check(any_rtn || !lo.symmetric, ErrorKind::invalid_input, "--symmetric",
-        "applies only to --mode w8a16 / w4a16 or --lm-head-dtype w8 / w4");
+        "applies only to --mode w8a16 / w4a16 or --lm-head-dtype / --embedding-dtype w8 / w4");
   check(quantizing || lo.keep_float.empty(), ErrorKind::invalid_input, "--keep-float",
         "applies only to --mode w8a16 / w4a16");
   const std::int64_t vocab = desc.dims.vocab;

@@ -59,6 +59,12 @@ inline void packed_column(const PackedWeights& w, std::int64_t n, float* dst) {
       put(j, static_cast<float>(q) * scale(j));
     }
     return;
+  case WeightFormat::int8_asym:
+    for (std::int64_t j = 0; j < K; ++j) {
+      const int u = panel[(j / 4) * 128 + 4 * c + j % 4];
+      put(j, static_cast<float>(u - zeros[(j / w.group_size) * kPanelCols]) * scale(j));
+    }
+    return;
   case WeightFormat::int4_sym:
   case WeightFormat::int4_asym: {
     const bool asym = w.format == WeightFormat::int4_asym;

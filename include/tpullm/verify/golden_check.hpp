@@ -112,12 +112,15 @@ inline Bounds bounds_for_mode(const std::string& mode) {
   return {1e-4f, 0.0f};
 }
 /// The bounds of a compile's weight options: the mode's, loosened to w8a16's / w4a16's when the
-/// lm_head is quantized to w8 / w4 (a float mode with a quantized lm_head is held to the
-/// quantized mode's bounds).
-inline Bounds bounds_for_options(const std::string& mode, const std::string& lm_head) {
+/// lm_head or the embedding table is quantized to w8 / w4 (a float mode with a quantized table
+/// is held to the quantized mode's bounds).
+inline Bounds bounds_for_options(const std::string& mode, const std::string& lm_head,
+                                 const std::string& embedding = {}) {
   Bounds b = bounds_for_mode(mode);
-  const char* q = lm_head == "w8" ? "w8a16" : lm_head == "w4" ? "w4a16" : nullptr;
-  if (q) {
+  for (const std::string* table : {&lm_head, &embedding}) {
+    const char* q = *table == "w8" ? "w8a16" : *table == "w4" ? "w4a16" : nullptr;
+    if (!q)
+      continue;
     const Bounds o = bounds_for_mode(q);
     b.rel_tol = std::max(b.rel_tol, o.rel_tol);
     b.min_argmax = std::min(b.min_argmax, o.min_argmax);
