@@ -78,13 +78,13 @@ struct Variant {
   std::string layout = "";  // "gptq" | "awq" | "ct" (default: from method)
   std::string packing = ""; // AutoRound packing_format ("" = none written)
   std::string scale_dtype = "F16";
-  std::map<std::string, Override> overrides; // module name -> bits / group (16: float)
+  std::map<std::string, Override> overrides = {}; // module name -> bits / group (16: float)
   bool quant_lm_head = false;
 
   std::string the_layout() const {
     if (!layout.empty())
       return layout;
-    if (method == "awq")
+    if (method == "awq" || packing == "auto_round:auto_awq")
       return "awq";
     if (method == "compressed-tensors")
       return "ct";
@@ -136,7 +136,7 @@ Plain quantize(const std::vector<float>& hf, std::int64_t N, std::int64_t K, con
   p.gs = o.group == -1 ? K : o.group;
   p.G = K / p.gs;
   const int qmax = (1 << o.bits) - 1, mid = 1 << (o.bits - 1);
-  const bool sym = o.sym < 0 ? sym : o.sym == 1;
+  const bool sym = o.sym < 0 ? v.sym : o.sym == 1;
   p.gix.resize(static_cast<std::size_t>(K));
   std::vector<std::int64_t> order(static_cast<std::size_t>(K));
   for (std::int64_t k = 0; k < K; ++k)
@@ -254,8 +254,8 @@ void pack(const Plain& p, const Variant& v, int bits, const std::string& prefix,
         for (std::int64_t g = 0; g < G; ++g)
           for (int i = 0; i < pack; ++i)
             qz[c * G + g] |= static_cast<std::uint32_t>(p.zero[g * N + pack * c + i]) << (b * i);
-      out[prefix + ".weight_zero_point"] = {"I32", {N / pack, G},
-                                            bytes_of(qz.data(), qz.size() * 4)};
+      out[prefix + ".weight_zero_point"] = {
+          "I32", {N / pack, G}, bytes_of(qz.data(), qz.size() * 4)};
     }
     std::vector<float> st(static_cast<std::size_t>(N * G));
     for (std::int64_t n = 0; n < N; ++n)
@@ -271,8 +271,12 @@ void pack(const Plain& p, const Variant& v, int bits, const std::string& prefix,
 
 nlohmann::json quant_config(const Variant& v) {
   if (v.method == "compressed-tensors") {
-    nlohmann::json w = {{"num_bits", v.bits},    {"type", "int"},     {"symmetric", v.sym},
-                        {"dynamic", false},      {"actorder", nullptr}, {"observer", "minmax"},
+    nlohmann::json w = {{"num_bits", v.bits},
+                        {"type", "int"},
+                        {"symmetric", v.sym},
+                        {"dynamic", false},
+                        {"actorder", nullptr},
+                        {"observer", "minmax"},
                         {"strategy", v.group == -1 ? "channel" : "group"}};
     if (v.group != -1)
       w["group_size"] = v.group;
@@ -451,6 +455,65 @@ void make_broken(const fs::path& out) {
     Entry& g = e.at(l0 + "self_attn.v_proj.g_idx");
     const std::int32_t bad = 99;
     std::memcpy(g.bytes.data() + 8, &bad, 4);
+  });
+  // AutoRound, compressed-tensors and the mixed checkpoints.
+  const fs::path ar = out / "ar-gptq4-asym", ct = out / "ct4-asym-g32", mixed = out / "ar-mixed";
+  broken(ar, out / "bad-ar-marlin", set_q("packing_format", "auto_round:gptq:marlin"),
+         same_tensors);
+  broken(ar, out / "bad-ar-ipex", set_q("packing_format", "ipex_awq"), same_tensors);
+  broken(
+      ar, out / "bad-ar-bits3",
+      [](nlohmann::json& c) {
+        c["quantization_config"]["extra_config"] = {{"model.layers.1.mlp.up_proj", {{"bits", 3}}}};
+      },
+      same_tensors);
+  broken(ar, out / "bad-ar-zero-range", same_config, [&](auto& e) {
+    Entry& z = e.at(l0 + "mlp.up_proj.qzeros"); // auto_gptq: v1 zeros, stored 15 is 16
+    const std::uint32_t word = 0x0000000Fu;
+    std::memcpy(z.bytes.data() + 4, &word, 4);
+  });
+  broken(mixed, out / "bad-mixed-missing-float", same_config,
+         [&](auto& e) { e.erase(l0 + "self_attn.q_proj.weight"); });
+  broken(
+      mixed, out / "bad-mixed-float-now-quantized",
+      [](nlohmann::json& c) { c["quantization_config"]["extra_config"].erase("lm_head"); },
+      same_tensors); // the quantized head's tensors are then unexpected
+  broken(
+      ct, out / "bad-ct-fp8",
+      [](nlohmann::json& c) {
+        auto& w = c["quantization_config"]["config_groups"]["group_0"]["weights"];
+        w["type"] = "float";
+        w["num_bits"] = 8;
+        c["quantization_config"]["format"] = "float-quantized";
+      },
+      same_tensors);
+  broken(
+      ct, out / "bad-ct-w8a8",
+      [](nlohmann::json& c) {
+        c["quantization_config"]["config_groups"]["group_0"]["input_activations"] = {
+            {"num_bits", 8}, {"type", "int"}, {"strategy", "token"}, {"dynamic", true}};
+      },
+      same_tensors);
+  broken(ct, out / "bad-ct-packed-shape", same_config, [&](auto& e) {
+    Entry& q = e.at(l0 + "self_attn.k_proj.weight_packed");
+    q.shape[1] -= 1; // [N, K/8 - 1]
+    q.bytes.resize(static_cast<std::size_t>(q.shape[0] * q.shape[1]) * 4);
+  });
+  broken(ct, out / "bad-ct-missing-scale", same_config,
+         [&](auto& e) { e.erase(l0 + "mlp.gate_proj.weight_scale"); });
+  broken(ct, out / "bad-ct-missing-zero-point", same_config,
+         [&](auto& e) { e.erase(l0 + "mlp.down_proj.weight_zero_point"); });
+  broken(ct, out / "bad-ct-weight-shape", same_config, [&](auto& e) {
+    Entry& sh = e.at(l0 + "self_attn.o_proj.weight_shape");
+    const std::int64_t bad[2] = {128, 64};
+    std::memcpy(sh.bytes.data(), bad, sizeof bad);
+  });
+  broken(ct, out / "bad-ct-g_idx-range", same_config, [&](auto& e) {
+    std::vector<std::int32_t> g(128);
+    for (std::size_t k = 0; k < g.size(); ++k)
+      g[k] = static_cast<std::int32_t>(k / 32);
+    g[5] = 7; // 4 groups
+    e[l0 + "self_attn.q_proj.weight_g_idx"] = {"I32", {128}, bytes_of(g.data(), g.size() * 4)};
   });
   broken(gptq, out / "bad-scales-dtype", same_config, [&](auto& e) {
     Entry& s = e.at(l0 + "self_attn.q_proj.scales");

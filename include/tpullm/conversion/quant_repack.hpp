@@ -89,9 +89,9 @@ inline std::int64_t groups_of(const char* what, std::int64_t K, std::int64_t N,
 
 /// Unpacks GPTQ tensors of a W: [K, N] linear (HF in_features = K, out_features = N) with
 /// `bits` 4 or 8 (pack = 32 / bits): qweight: [K/pack, N], qzeros: [G, N/pack], scales: [G, N]
-/// (f32 values; an overload takes f16 bits), g_idx: [K] (empty = k / group_size). `zero_offset` is added to stored zeros: 1 for
-/// "v1" checkpoints (stored zero-1), 0 for "v2". Throws Error(invalid_input) on size mismatch,
-/// a zero point outside [0, 2^bits) or g_idx out of [0, G).
+/// (f32 values; an overload takes f16 bits), g_idx: [K] (empty = k / group_size). `zero_offset` is
+/// added to stored zeros: 1 for "v1" checkpoints (stored zero-1), 0 for "v2". Throws
+/// Error(invalid_input) on size mismatch, a zero point outside [0, 2^bits) or g_idx out of [0, G).
 inline QuantPlain unpack_gptq(std::span<const std::int32_t> qweight,
                               std::span<const std::int32_t> qzeros, std::span<const float> scales,
                               std::span<const std::int32_t> g_idx, std::int64_t K, std::int64_t N,
@@ -144,7 +144,8 @@ inline QuantPlain unpack_gptq(std::span<const std::int32_t> qweight,
 }
 
 /// Unpacks AWQ (GEMM layout) 4-bit tensors of W: [K, N]: qweight: [K, N/8], qzeros: [G, N/8],
-/// scales: [G, N] (f32 values; an overload takes f16 bits). Throws Error(invalid_input) on size mismatch.
+/// scales: [G, N] (f32 values; an overload takes f16 bits). Throws Error(invalid_input) on size
+/// mismatch.
 inline QuantPlain unpack_awq(std::span<const std::int32_t> qweight,
                              std::span<const std::int32_t> qzeros, std::span<const float> scales,
                              std::int64_t K, std::int64_t N, std::int64_t group_size) {

@@ -17,6 +17,7 @@
 #include "tpullm/support/error.hpp"
 
 #include <cstdint>
+#include <cstring>
 #include <filesystem>
 #include <memory>
 #include <optional>
@@ -38,10 +39,14 @@ enum class WeightLayout { vector, out_in, table };
 ///         sequential order; stored zero = real zero - zero_offset.
 ///   awq:  qweight [K, N/pack], qzeros [groups, N/pack], both packed along N with the
 ///         interleaved order 0,2,4,6,1,3,5,7 (conversion::kAwqOrder; 4-bit only); no zero offset.
-///   compressed: compressed-tensors pack-quantized: qweight = weight_packed [N, K/pack] (packed
-///         along K, values stored + 2^(bits-1)), scales = weight_scale [N, groups] (F16, BF16 or
-///         F32), qzeros = weight_zero_point [N/pack, groups] (packed along N, stored +
-///         2^(bits-1); absent when symmetric), g_idx = weight_g_idx [K] (optional).
+///   compressed: compressed-tensors pack-quantized, checked in its own layout (weight_packed
+///         [N, K/pack] packed along K with values stored + 2^(bits-1), weight_scale [N, groups]
+///         F16 / BF16 / F32, weight_zero_point [N/pack, groups] packed along N, stored +
+///         2^(bits-1), absent when symmetric; weight_g_idx [K] optional) and then held
+///         transposed, once, in the GPTQ layout with exact zeros: weight_packed is word for
+///         word the transpose of a GPTQ qweight [K/pack, N] (both pack K sequentially and store
+///         the unsigned value), weight_zero_point of qzeros [groups, N/pack], weight_scale of
+///         scales [groups, N] (bits unchanged). Nothing is dequantized.
 enum class QuantFormat { gptq, awq, compressed };
 
 /// A plain (unquantized) float tensor (F32, F16 or BF16) and its layout.
@@ -410,7 +415,30 @@ public:
               ": desc_act (act-order) checkpoint has no g_idx tensor '", g_name, "'");
       }
     }
+    if (ct) { // the GPTQ layout with exact zeros, once per linear (docs on QuantFormat)
+      q.qweight = transposed(q.qweight);
+      q.scales = transposed(q.scales);
+      if (q.qzeros)
+        q.qzeros = transposed(*q.qzeros);
+    }
     return WeightRef{std::move(q)};
+  }
+
+  /// The [cols, rows] transpose of a row-major [rows, cols] view (its elements' bits kept),
+  /// owning its memory; name and source are kept for error messages.
+  static TensorView transposed(const TensorView& t) {
+    const std::int64_t rows = t.shape.at(0), cols = t.shape.at(1);
+    const std::size_t es = dtype_size(t.dtype);
+    auto buf = std::make_shared<std::vector<std::byte>>(t.bytes.size());
+    for (std::int64_t r = 0; r < rows; ++r)
+      for (std::int64_t c = 0; c < cols; ++c)
+        std::memcpy(buf->data() + static_cast<std::size_t>(c * rows + r) * es,
+                    t.bytes.data() + static_cast<std::size_t>(r * cols + c) * es, es);
+    TensorView v = t;
+    v.shape = {cols, rows};
+    v.bytes = std::span<const std::byte>(*buf);
+    v.keepalive = std::shared_ptr<const void>(buf);
+    return v;
   }
 
   const HfConfig& cfg;

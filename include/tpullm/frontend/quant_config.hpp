@@ -194,8 +194,8 @@ inline std::optional<LinearQuant> linear_quant(const QuantConfig& qc, std::strin
   q.group_size = hit && hit->group_size ? *hit->group_size : qc.group_size;
   q.sym = hit && hit->sym ? *hit->sym : qc.sym;
   q.desc_act = hit && hit->desc_act ? *hit->desc_act : qc.desc_act;
-  q.zero_point = qc.layout == QuantLayout::awq ? (hit && hit->sym ? !*hit->sym : qc.zero_point)
-                                               : !q.sym;
+  q.zero_point =
+      qc.layout == QuantLayout::awq ? (hit && hit->sym ? !*hit->sym : qc.zero_point) : !q.sym;
   q.zero_offset = qc.zero_offset;
   return q;
 }
@@ -257,8 +257,8 @@ struct QuantReader {
     try {
       return std::make_shared<const std::regex>(pattern, std::regex::ECMAScript);
     } catch (const std::regex_error&) {
-      throw_error(ErrorKind::invalid_input, where, "quantization_config \"", key,
-                  "\": pattern '", pattern, "' is not a valid regular expression");
+      throw_error(ErrorKind::invalid_input, where, "quantization_config \"", key, "\": pattern '",
+                  pattern, "' is not a valid regular expression");
     }
   }
 };
@@ -307,8 +307,8 @@ inline void parse_dynamic(const QuantReader& r, const nlohmann::json& d, QuantCo
       rule.pattern = key.substr(2);
     }
     rule.re = r.regex(rule.pattern, "dynamic");
-    check(val.is_object(), ErrorKind::invalid_input, r.where, "quantization_config dynamic \"",
-          key, "\" must map to an object, got ", val.dump());
+    check(val.is_object(), ErrorKind::invalid_input, r.where, "quantization_config dynamic \"", key,
+          "\" must map to an object, got ", val.dump());
     for (const auto& [k, v] : val.items()) {
       if (v.is_null())
         continue;
@@ -410,8 +410,9 @@ inline void parse_compressed_tensors(const QuantReader& r, const nlohmann::json&
         r.where, "compressed-tensors format '", qc.format,
         "' is not supported (supported: pack-quantized)");
   if (const auto* kv = QuantReader::get(q, "kv_cache_scheme"))
-    throw_error(ErrorKind::unsupported, r.where, "compressed-tensors \"kv_cache_scheme\" = ",
-                kv->dump(), " is not supported (KV cache quantization)");
+    throw_error(ErrorKind::unsupported, r.where,
+                "compressed-tensors \"kv_cache_scheme\" = ", kv->dump(),
+                " is not supported (KV cache quantization)");
   if (const auto* sp = QuantReader::get(q, "sparsity_config")) {
     const auto* sf = QuantReader::get(*sp, "format");
     check(!sf || (sf->is_string() && sf->get<std::string>() == "dense"), ErrorKind::unsupported,
@@ -548,8 +549,8 @@ inline QuantConfig parse_quant_config(const nlohmann::json& q, const std::string
   const auto refuse_nonempty = [&](std::string_view key, std::string_view why) {
     const auto* v = detail::QuantReader::get(q, key);
     check(!v || (v->is_array() && v->empty()) || (v->is_object() && v->empty()),
-          ErrorKind::unsupported, where, "quantization_config \"", key, "\" = ",
-          v ? v->dump() : "", " is not supported for ", method, " (", why, ")");
+          ErrorKind::unsupported, where, "quantization_config \"", key, "\" = ", v ? v->dump() : "",
+          " is not supported for ", method, " (", why, ")");
   };
 
   switch (qc.method) {

@@ -4,7 +4,6 @@
 /// ir::WeightPart is a zero-copy view that keeps its file mapped.
 
 #include <cmath>
-#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -53,34 +52,11 @@ inline ir::Weight plain_weight(const std::string& name, const WeightRef& ref) {
   return ir::Weight{name, ir::TensorType(t.shape, to_ir_dtype(t.dtype)), {part_of("data", t)}};
 }
 
-namespace detail {
-
-/// The [cols, rows] transpose of a row-major [rows, cols] tensor of `esize`-byte elements
-/// (a byte shuffle: the elements keep their exact bits), as an owned weight part.
-inline ir::WeightPart transposed_part(const std::string& role, const TensorView& t) {
-  const std::int64_t rows = t.shape.at(0), cols = t.shape.at(1);
-  const std::size_t es = static_cast<std::size_t>(dtype_size(t.dtype));
-  auto buf = std::make_shared<std::vector<std::byte>>(t.bytes.size());
-  for (std::int64_t r = 0; r < rows; ++r)
-    for (std::int64_t c = 0; c < cols; ++c)
-      std::memcpy(buf->data() + static_cast<std::size_t>(c * rows + r) * es,
-                  t.bytes.data() + static_cast<std::size_t>(r * cols + c) * es, es);
-  return ir::WeightPart{role, to_ir_dtype(t.dtype), {cols, rows}, std::span<const std::byte>(*buf),
-                        std::shared_ptr<const void>(buf)};
-}
-
-} // namespace detail
-
 /// A quantized linear as `@name`: logical [K, N] u4/u8 with its QuantSpec (format gptq for v1
 /// zeros, gptq_v2 for exact zeros, awq); parts qweight, scales, qzeros (when stored: AWQ
 /// without zero points has none) and g_idx (when stored), exactly as in the checkpoint.
-/// A compressed-tensors pack-quantized linear becomes the same words in the GPTQ layout with
-/// exact zeros (gptq_v2): its weight_packed [N, K/pack] is word for word the transpose of a
-/// GPTQ qweight [K/pack, N] (both pack K sequentially and store q + 2^(bits-1) = the unsigned
-/// value), its weight_zero_point [N/pack, G] the transpose of qzeros [G, N/pack] (stored
-/// zp + 2^(bits-1) = the unsigned zero), its weight_scale [N, G] of scales [G, N] (any float
-/// dtype, bits unchanged). Nothing is dequantized; a symmetric one has no qzeros (zero
-/// 2^(bits-1)).
+/// A compressed-tensors linear (already transposed into the GPTQ layout by describe_model) is
+/// gptq_v2 (exact zeros); a symmetric one has no qzeros (zero 2^(bits-1)).
 inline ir::Weight quantized_weight(const std::string& name, const QuantizedWeight& q) {
   ir::QuantSpec spec;
   if (q.format == QuantFormat::awq) {
@@ -106,17 +82,10 @@ inline ir::Weight quantized_weight(const std::string& name, const QuantizedWeigh
                ir::TensorType({q.in_features, q.out_features},
                               q.bits == 8 ? ir::DType::u8 : ir::DType::u4, spec),
                {}};
-  if (q.format == QuantFormat::compressed) {
-    w.parts.push_back(detail::transposed_part("qweight", q.qweight));
-    w.parts.push_back(detail::transposed_part("scales", q.scales));
-    if (q.qzeros)
-      w.parts.push_back(detail::transposed_part("qzeros", *q.qzeros));
-  } else {
-    w.parts.push_back(part_of("qweight", q.qweight));
-    w.parts.push_back(part_of("scales", q.scales));
-    if (q.qzeros)
-      w.parts.push_back(part_of("qzeros", *q.qzeros));
-  }
+  w.parts.push_back(part_of("qweight", q.qweight));
+  w.parts.push_back(part_of("scales", q.scales));
+  if (q.qzeros)
+    w.parts.push_back(part_of("qzeros", *q.qzeros));
   if (q.g_idx)
     w.parts.push_back(part_of("g_idx", *q.g_idx));
   return w;
