@@ -440,7 +440,7 @@ struct RandomWeights {
   std::uint64_t seed = 0;    ///< same seed, same bytes
   DType dtype = DType::bf16; ///< F32, F16 or BF16
   double std = 0.02;         ///< noise standard deviation (real models initialize with 0.02)
-  RandomQuant quant;         ///< quantized decoder linears (method "": float)
+  RandomQuant quant = {};    ///< quantized decoder linears (method "": float)
 };
 
 /// The quantization_config of `q` (gptq or awq), as the method's own tools write it.
