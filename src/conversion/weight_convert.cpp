@@ -289,7 +289,16 @@ QuantPlain unpack_quant_weight(const ir::Weight& w) {
   const std::int64_t group = q.group_size == 0 ? K : q.group_size;
   const int pack = 32 / bits;
   const auto qweight = part_as<std::int32_t>(w, w.part("qweight"), ir::DType::i32);
-  const auto scales = part_as<std::uint16_t>(w, w.part("scales"), ir::DType::f16);
+  // Scales in any float dtype (GPTQ / AWQ store F16; compressed-tensors also BF16 / F32),
+  // widened exactly.
+  const ir::WeightPart& sp = w.part("scales");
+  check(sp.dtype == ir::DType::f16 || sp.dtype == ir::DType::bf16 || sp.dtype == ir::DType::f32,
+        ErrorKind::invalid_input, where, "part 'scales' is ", ir::name(sp.dtype),
+        ", expected f16, bf16 or f32");
+  const std::size_t s_esz = static_cast<std::size_t>(ir::byte_size(sp.dtype, 1));
+  std::vector<float> scales(sp.bytes.size() / s_esz);
+  for (std::size_t i = 0; i < scales.size(); ++i)
+    scales[i] = read_float(sp.bytes.data() + i * s_esz, sp.dtype);
   const int zero_offset = q.format == ir::QuantFormat::gptq ? 1 : 0;
   std::vector<std::int32_t> qzeros;
   if (const auto* z = w.find_part("qzeros")) {
@@ -309,11 +318,12 @@ QuantPlain unpack_quant_weight(const ir::Weight& w) {
   }
   try {
     if (awq)
-      return unpack_awq(qweight, qzeros, scales, K, N, group);
+      return unpack_awq(qweight, qzeros, std::span<const float>(scales), K, N, group);
     std::vector<std::int32_t> g_idx;
     if (const auto* g = w.find_part("g_idx"))
       g_idx = part_as<std::int32_t>(w, *g, ir::DType::i32);
-    return unpack_gptq(qweight, qzeros, scales, g_idx, K, N, group, zero_offset, bits);
+    return unpack_gptq(qweight, qzeros, std::span<const float>(scales), g_idx, K, N, group,
+                       zero_offset, bits);
   } catch (const Error& e) {
     throw e.within(where);
   }

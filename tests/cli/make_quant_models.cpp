@@ -16,7 +16,17 @@
 //        scales [G, N] f16, g_idx [K] i32 (row k in group g_idx[k])
 //   AWQ  qweight [K, N/8]: word (k, c) nibble i = q[k][8c + order[i]], order 0,2,4,6,1,3,5,7
 //        qzeros as qweight's rows (zero_point true), or none: every zero is 8
+//   compressed-tensors pack-quantized (signed values s stored as s + 2^(b-1) = the unsigned q):
+//        weight_packed [N, K/pack]: word (n, r) value i = q[pack*r + i][n]       (along K)
+//        weight_zero_point [N/pack, G] (asymmetric only): word (c, g) value i = zero[g][pack*c + i]
+//        weight_scale [N, G] (F16, BF16 or F32), weight_shape [2] I64 = [N, K]
+//   AutoRound writes the GPTQ layout (auto_round:auto_gptq: v1 zeros; auto_round: exact) or the
+//   AWQ one (auto_round:auto_awq).
 //   w[k][n] = (q[k][n] - zero[g][n]) * scale[g][n], g = g_idx[k]; HF weight[n][k] = w[k][n].
+// Per-layer overrides (mixed checkpoints): a module may keep its float weight (the float twin
+// then has the base model's tensor) or use other bits / group than the config-wide ones; the
+// quantization_config says so in the method's own words (AutoRound extra_config, GPTQModel
+// dynamic, AWQ modules_to_not_convert, compressed-tensors ignore).
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -45,10 +55,17 @@ using fe_test::Entry;
 
 namespace {
 
+/// Bits / group of one module in a mixed checkpoint; bits 16 = left in float.
+struct Override {
+  int bits = 4;
+  int group = 32;
+  int sym = -1; // -1: the variant's; 0 / 1: asymmetric / symmetric
+};
+
 /// One checkpoint kind.
 struct Variant {
   std::string name;
-  std::string method;     // "gptq" or "awq"
+  std::string method;     // "gptq", "awq", "auto-round" or "compressed-tensors"
   int bits = 4;           // 4 or 8
   int group = 32;         // rows per group; -1 = one group over K
   bool sym = false;       // zero = 2^(bits-1) everywhere
@@ -58,6 +75,26 @@ struct Variant {
   bool write_g_idx = true;
   bool shared_perm = false; // act-order: one permutation per layer input (q/k/v, gate/up), as
                             // GPTQ's Hessian order gives; else one per projection
+  std::string layout = "";  // "gptq" | "awq" | "ct" (default: from method)
+  std::string packing = ""; // AutoRound packing_format ("" = none written)
+  std::string scale_dtype = "F16";
+  std::map<std::string, Override> overrides = {}; // module name -> bits / group (16: float)
+  bool quant_lm_head = false;
+
+  std::string the_layout() const {
+    if (!layout.empty())
+      return layout;
+    if (method == "awq" || packing == "auto_round:auto_awq")
+      return "awq";
+    if (method == "compressed-tensors")
+      return "ct";
+    return "gptq";
+  }
+  /// Stored zeros are zero - 1 (GPTQ v1, AutoRound auto_gptq).
+  bool v1() const {
+    return the_layout() == "gptq" && !v2 &&
+           (method == "gptq" || packing.empty() || packing == "auto_round:auto_gptq");
+  }
 };
 
 /// splitmix64: the same stream on every platform (std distributions are not portable).
@@ -81,24 +118,25 @@ struct Plain {
   std::int64_t K = 0, N = 0, G = 0, gs = 0;
   std::vector<int> q;            // [K, N]
   std::vector<int> zero;         // [G, N]
-  std::vector<std::uint16_t> s;  // [G, N] f16 bits
+  std::vector<float> s;          // [G, N], exact in the variant's scale dtype
   std::vector<std::int32_t> gix; // [K]
   float w(std::int64_t k, std::int64_t n) const {
     const std::int64_t g = gix[static_cast<std::size_t>(k)];
-    return static_cast<float>(q[k * N + n] - zero[g * N + n]) * tpullm::f16_to_f32(s[g * N + n]);
+    return static_cast<float>(q[k * N + n] - zero[g * N + n]) * s[g * N + n];
   }
 };
 
 /// Round-to-nearest of HF weight `hf` [N, K] (f32) under variant `v`; `rng` draws the act-order
 /// permutation.
 Plain quantize(const std::vector<float>& hf, std::int64_t N, std::int64_t K, const Variant& v,
-               Rng rng) {
+               const Override& o, Rng rng) {
   Plain p;
   p.K = K;
   p.N = N;
-  p.gs = v.group == -1 ? K : v.group;
+  p.gs = o.group == -1 ? K : o.group;
   p.G = K / p.gs;
-  const int qmax = (1 << v.bits) - 1, mid = 1 << (v.bits - 1);
+  const int qmax = (1 << o.bits) - 1, mid = 1 << (o.bits - 1);
+  const bool sym = o.sym < 0 ? v.sym : o.sym == 1;
   p.gix.resize(static_cast<std::size_t>(K));
   std::vector<std::int64_t> order(static_cast<std::size_t>(K));
   for (std::int64_t k = 0; k < K; ++k)
@@ -113,8 +151,8 @@ Plain quantize(const std::vector<float>& hf, std::int64_t N, std::int64_t K, con
   p.q.assign(static_cast<std::size_t>(K * N), 0);
   p.zero.assign(static_cast<std::size_t>(p.G * N), 0);
   p.s.assign(static_cast<std::size_t>(p.G * N), 0);
-  // v1 stores zero - 1, so its zeros must be >= 1; v2 and AWQ may use 0.
-  const int zlo = (v.method == "gptq" && !v.v2) ? 1 : 0;
+  // v1 stores zero - 1, so its zeros must be >= 1; v2, AWQ and compressed-tensors may use 0.
+  const int zlo = v.v1() ? 1 : 0;
   for (std::int64_t g = 0; g < p.G; ++g)
     for (std::int64_t n = 0; n < N; ++n) {
       float mn = 0, mx = 0, amax = 0;
@@ -127,18 +165,19 @@ Plain quantize(const std::vector<float>& hf, std::int64_t N, std::int64_t K, con
         }
       float scale;
       int z;
-      if (v.sym) {
+      if (sym) {
         scale = std::max(amax, 1e-4f) / static_cast<float>(mid - 1);
         z = mid;
       } else {
         scale = std::max(mx - mn, 1e-4f) / static_cast<float>(qmax);
         z = 0; // set below from the rounded scale
       }
-      const std::uint16_t sb = tpullm::f32_to_f16(scale);
-      const float sf = tpullm::f16_to_f32(sb);
-      if (!v.sym)
+      // a scale the checkpoint's dtype holds exactly (F32 scales carry f16 values)
+      const float sf = v.scale_dtype == "BF16" ? tpullm::bf16_to_f32(tpullm::f32_to_bf16(scale))
+                                               : tpullm::f16_to_f32(tpullm::f32_to_f16(scale));
+      if (!sym)
         z = std::clamp(static_cast<int>(std::lround(-mn / sf)), zlo, qmax);
-      p.s[g * N + n] = sb;
+      p.s[g * N + n] = sf;
       p.zero[g * N + n] = z;
       for (std::int64_t k = 0; k < K; ++k)
         if (p.gix[static_cast<std::size_t>(k)] == g)
@@ -148,19 +187,31 @@ Plain quantize(const std::vector<float>& hf, std::int64_t N, std::int64_t K, con
   return p;
 }
 
-/// Checkpoint tensors of `p` at `prefix` (e.g. model.layers.0.self_attn.q_proj) under `v`.
-void pack(const Plain& p, const Variant& v, const std::string& prefix,
+/// `v` (float values) as `dtype` ("F16", "BF16" or "F32") bytes; each value is exact in it.
+std::string scale_bytes(const std::vector<float>& v, const std::string& dtype) {
+  if (dtype == "F32")
+    return bytes_of(v.data(), v.size() * 4);
+  std::vector<std::uint16_t> h(v.size());
+  for (std::size_t i = 0; i < v.size(); ++i)
+    h[i] = dtype == "BF16" ? tpullm::f32_to_bf16(v[i]) : tpullm::f32_to_f16(v[i]);
+  return bytes_of(h.data(), h.size() * 2);
+}
+
+/// Checkpoint tensors of `p` (`bits` wide) at `prefix` (e.g. model.layers.0.self_attn.q_proj)
+/// under `v`.
+void pack(const Plain& p, const Variant& v, int bits, const std::string& prefix,
           std::map<std::string, Entry>& out) {
-  const int b = v.bits, pack = 32 / b;
+  const int b = bits, pack = 32 / b;
   const std::int64_t K = p.K, N = p.N, G = p.G;
   std::vector<std::uint32_t> qw, qz;
-  if (v.method == "gptq") {
+  const std::string layout = v.the_layout();
+  if (layout == "gptq") {
     qw.assign(static_cast<std::size_t>(K / pack * N), 0);
     for (std::int64_t r = 0; r < K / pack; ++r)
       for (std::int64_t n = 0; n < N; ++n)
         for (int i = 0; i < pack; ++i)
           qw[r * N + n] |= static_cast<std::uint32_t>(p.q[(pack * r + i) * N + n]) << (b * i);
-    const int off = v.v2 ? 0 : 1;
+    const int off = v.v1() ? 1 : 0;
     qz.assign(static_cast<std::size_t>(G * N / pack), 0);
     for (std::int64_t g = 0; g < G; ++g)
       for (std::int64_t c = 0; c < N / pack; ++c)
@@ -171,7 +222,7 @@ void pack(const Plain& p, const Variant& v, const std::string& prefix,
     out[prefix + ".qzeros"] = {"I32", {G, N / pack}, bytes_of(qz.data(), qz.size() * 4)};
     if (v.write_g_idx)
       out[prefix + ".g_idx"] = {"I32", {K}, bytes_of(p.gix.data(), p.gix.size() * 4)};
-  } else {
+  } else if (layout == "awq") {
     static constexpr int kOrder[8] = {0, 2, 4, 6, 1, 3, 5, 7};
     qw.assign(static_cast<std::size_t>(K * N / 8), 0);
     for (std::int64_t k = 0; k < K; ++k)
@@ -189,19 +240,107 @@ void pack(const Plain& p, const Variant& v, const std::string& prefix,
                                    << (4 * i);
       out[prefix + ".qzeros"] = {"I32", {G, N / 8}, bytes_of(qz.data(), qz.size() * 4)};
     }
+  } else { // compressed-tensors pack-quantized
+    qw.assign(static_cast<std::size_t>(N * (K / pack)), 0);
+    for (std::int64_t n = 0; n < N; ++n)
+      for (std::int64_t r = 0; r < K / pack; ++r)
+        for (int i = 0; i < pack; ++i)
+          qw[n * (K / pack) + r] |= static_cast<std::uint32_t>(p.q[(pack * r + i) * N + n])
+                                    << (b * i);
+    out[prefix + ".weight_packed"] = {"I32", {N, K / pack}, bytes_of(qw.data(), qw.size() * 4)};
+    if (!v.sym) {
+      qz.assign(static_cast<std::size_t>(N / pack * G), 0);
+      for (std::int64_t c = 0; c < N / pack; ++c)
+        for (std::int64_t g = 0; g < G; ++g)
+          for (int i = 0; i < pack; ++i)
+            qz[c * G + g] |= static_cast<std::uint32_t>(p.zero[g * N + pack * c + i]) << (b * i);
+      out[prefix + ".weight_zero_point"] = {
+          "I32", {N / pack, G}, bytes_of(qz.data(), qz.size() * 4)};
+    }
+    std::vector<float> st(static_cast<std::size_t>(N * G));
+    for (std::int64_t n = 0; n < N; ++n)
+      for (std::int64_t g = 0; g < G; ++g)
+        st[n * G + g] = p.s[g * N + n];
+    out[prefix + ".weight_scale"] = {v.scale_dtype, {N, G}, scale_bytes(st, v.scale_dtype)};
+    const std::int64_t shape[2] = {N, K};
+    out[prefix + ".weight_shape"] = {"I64", {2}, bytes_of(shape, sizeof shape)};
+    return;
   }
-  out[prefix + ".scales"] = {"F16", {G, N}, bytes_of(p.s.data(), p.s.size() * 2)};
+  out[prefix + ".scales"] = {"F16", {G, N}, scale_bytes(p.s, "F16")};
 }
 
 nlohmann::json quant_config(const Variant& v) {
+  if (v.method == "compressed-tensors") {
+    nlohmann::json w = {{"num_bits", v.bits},
+                        {"type", "int"},
+                        {"symmetric", v.sym},
+                        {"dynamic", false},
+                        {"actorder", nullptr},
+                        {"observer", "minmax"},
+                        {"strategy", v.group == -1 ? "channel" : "group"}};
+    if (v.group != -1)
+      w["group_size"] = v.group;
+    nlohmann::json ignore = {"lm_head"};
+    for (const auto& [name, o] : v.overrides)
+      if (o.bits >= 16)
+        ignore.push_back(name);
+    return {{"quant_method", "compressed-tensors"},
+            {"format", "pack-quantized"},
+            {"quantization_status", "compressed"},
+            {"ignore", ignore},
+            {"kv_cache_scheme", nullptr},
+            {"config_groups",
+             {{"group_0",
+               {{"targets", {"Linear"}},
+                {"weights", w},
+                {"input_activations", nullptr},
+                {"output_activations", nullptr}}}}}};
+  }
   nlohmann::json q = {{"quant_method", v.method}, {"bits", v.bits}, {"group_size", v.group}};
   if (v.method == "gptq") {
     q["desc_act"] = v.act_order;
     q["sym"] = v.sym;
     q["checkpoint_format"] = v.v2 ? "gptq_v2" : "gptq";
-  } else {
+    if (v.quant_lm_head)
+      q["lm_head"] = true;
+    nlohmann::json dyn = nlohmann::json::object();
+    for (const auto& [name, o] : v.overrides) {
+      std::string re;
+      for (char c : name)
+        re += c == '.' ? std::string("\\.") : std::string(1, c);
+      if (o.bits >= 16)
+        dyn["-:" + re + "$"] = nlohmann::json::object();
+      else
+        dyn["+:" + re + "$"] = {{"bits", o.bits}, {"group_size", o.group}};
+      if (o.sym >= 0 && o.bits < 16)
+        dyn["+:" + re + "$"]["sym"] = o.sym == 1;
+    }
+    if (!dyn.empty())
+      q["dynamic"] = dyn;
+  } else if (v.method == "awq") {
     q["zero_point"] = v.zero_point;
     q["version"] = "gemm";
+    nlohmann::json keep = nlohmann::json::array();
+    for (const auto& [name, o] : v.overrides)
+      keep.push_back(name); // AWQ can only leave modules float
+    if (!keep.empty())
+      q["modules_to_not_convert"] = keep;
+  } else { // auto-round
+    q["sym"] = v.sym;
+    q["data_type"] = "int";
+    if (!v.packing.empty())
+      q["packing_format"] = v.packing;
+    nlohmann::json extra = nlohmann::json::object();
+    for (const auto& [name, o] : v.overrides)
+      extra[name] = o.bits >= 16 ? nlohmann::json{{"bits", 16}, {"data_type", "float"}}
+                                 : nlohmann::json{{"bits", o.bits}, {"group_size", o.group}};
+    for (const auto& [name, o] : v.overrides)
+      if (o.sym >= 0 && o.bits < 16)
+        extra[name]["sym"] = o.sym == 1;
+    if (v.quant_lm_head)
+      extra["lm_head"] = {{"bits", v.bits}, {"group_size", v.group}};
+    if (!extra.empty())
+      q["extra_config"] = extra;
   }
   return q;
 }
@@ -317,6 +456,65 @@ void make_broken(const fs::path& out) {
     const std::int32_t bad = 99;
     std::memcpy(g.bytes.data() + 8, &bad, 4);
   });
+  // AutoRound, compressed-tensors and the mixed checkpoints.
+  const fs::path ar = out / "ar-gptq4-asym", ct = out / "ct4-asym-g32", mixed = out / "ar-mixed";
+  broken(ar, out / "bad-ar-marlin", set_q("packing_format", "auto_round:gptq:marlin"),
+         same_tensors);
+  broken(ar, out / "bad-ar-ipex", set_q("packing_format", "ipex_awq"), same_tensors);
+  broken(
+      ar, out / "bad-ar-bits3",
+      [](nlohmann::json& c) {
+        c["quantization_config"]["extra_config"] = {{"model.layers.1.mlp.up_proj", {{"bits", 3}}}};
+      },
+      same_tensors);
+  broken(ar, out / "bad-ar-zero-range", same_config, [&](auto& e) {
+    Entry& z = e.at(l0 + "mlp.up_proj.qzeros"); // auto_gptq: v1 zeros, stored 15 is 16
+    const std::uint32_t word = 0x0000000Fu;
+    std::memcpy(z.bytes.data() + 4, &word, 4);
+  });
+  broken(mixed, out / "bad-mixed-missing-float", same_config,
+         [&](auto& e) { e.erase(l0 + "self_attn.q_proj.weight"); });
+  broken(
+      mixed, out / "bad-mixed-float-now-quantized",
+      [](nlohmann::json& c) { c["quantization_config"]["extra_config"].erase("lm_head"); },
+      same_tensors); // the quantized head's tensors are then unexpected
+  broken(
+      ct, out / "bad-ct-fp8",
+      [](nlohmann::json& c) {
+        auto& w = c["quantization_config"]["config_groups"]["group_0"]["weights"];
+        w["type"] = "float";
+        w["num_bits"] = 8;
+        c["quantization_config"]["format"] = "float-quantized";
+      },
+      same_tensors);
+  broken(
+      ct, out / "bad-ct-w8a8",
+      [](nlohmann::json& c) {
+        c["quantization_config"]["config_groups"]["group_0"]["input_activations"] = {
+            {"num_bits", 8}, {"type", "int"}, {"strategy", "token"}, {"dynamic", true}};
+      },
+      same_tensors);
+  broken(ct, out / "bad-ct-packed-shape", same_config, [&](auto& e) {
+    Entry& q = e.at(l0 + "self_attn.k_proj.weight_packed");
+    q.shape[1] -= 1; // [N, K/8 - 1]
+    q.bytes.resize(static_cast<std::size_t>(q.shape[0] * q.shape[1]) * 4);
+  });
+  broken(ct, out / "bad-ct-missing-scale", same_config,
+         [&](auto& e) { e.erase(l0 + "mlp.gate_proj.weight_scale"); });
+  broken(ct, out / "bad-ct-missing-zero-point", same_config,
+         [&](auto& e) { e.erase(l0 + "mlp.down_proj.weight_zero_point"); });
+  broken(ct, out / "bad-ct-weight-shape", same_config, [&](auto& e) {
+    Entry& sh = e.at(l0 + "self_attn.o_proj.weight_shape");
+    const std::int64_t bad[2] = {128, 64};
+    std::memcpy(sh.bytes.data(), bad, sizeof bad);
+  });
+  broken(ct, out / "bad-ct-g_idx-range", same_config, [&](auto& e) {
+    std::vector<std::int32_t> g(128);
+    for (std::size_t k = 0; k < g.size(); ++k)
+      g[k] = static_cast<std::int32_t>(k / 32);
+    g[5] = 7; // 4 groups
+    e[l0 + "self_attn.q_proj.weight_g_idx"] = {"I32", {128}, bytes_of(g.data(), g.size() * 4)};
+  });
   broken(gptq, out / "bad-scales-dtype", same_config, [&](auto& e) {
     Entry& s = e.at(l0 + "self_attn.q_proj.scales");
     s.dtype = "I16";
@@ -328,7 +526,7 @@ void make(const fs::path& out, const fs::path& models) {
   const auto base_cfg = nlohmann::json::parse(fe_test::read_file(base_dir / "config.json"));
   const auto base = tpullm::frontend::SafetensorsFile::open(base_dir / "model.safetensors");
   const auto base_goldens = tpullm::frontend::load_goldens(base_dir / "goldens.safetensors");
-  const std::vector<Variant> variants = {
+  std::vector<Variant> variants = {
       // act-order on every projection (down included), asymmetric, v1 zeros
       {"gptq4-act-asym", "gptq", 4, 32, false, true, false},
       // exact zeros (0 allowed), natural order
@@ -346,6 +544,71 @@ void make(const fs::path& out, const fs::path& models) {
       // AWQ GEMM without zero points (signed values, zero 8)
       {"awq4-nozp", "awq", 4, 32, true, false, false, false},
   };
+  // AutoRound, compressed-tensors and the mixed checkpoints.
+  const auto with = [](Variant v, const std::function<void(Variant&)>& f) {
+    f(v);
+    return v;
+  };
+  const Variant ar{"", "auto-round", 4, 32, false, false, false, true, false};
+  const Variant ct{"", "compressed-tensors", 4, 32, false, false, false, true, false};
+  variants.push_back(with(ar, [](Variant& v) { // no packing_format: auto_gptq, v1 zeros
+    v.name = "ar-gptq4-asym";
+  }));
+  variants.push_back(with(ar, [](Variant& v) {
+    v.name = "ar-gptqmodel8-sym";
+    v.packing = "auto_round:gptqmodel";
+    v.bits = 8;
+    v.sym = true;
+  }));
+  variants.push_back(with(ar, [](Variant& v) {
+    v.name = "ar-awq4-asym";
+    v.packing = "auto_round:auto_awq";
+  }));
+  variants.push_back(with(ct, [](Variant& v) { // BF16 scales, zero points packed along N
+    v.name = "ct4-asym-g32";
+    v.scale_dtype = "BF16";
+  }));
+  variants.push_back(with(ct, [](Variant& v) {
+    v.name = "ct4-sym-g64";
+    v.group = 64;
+    v.sym = true;
+    v.overrides["model.layers.0.mlp.down_proj"] = {16, 0}; // K=352: no 64-row groups
+    v.overrides["model.layers.1.mlp.down_proj"] = {16, 0};
+    v.overrides["model.layers.2.mlp.down_proj"] = {16, 0};
+  }));
+  variants.push_back(with(ct, [](Variant& v) {
+    v.name = "ct8-channel-sym";
+    v.bits = 8;
+    v.group = -1;
+    v.sym = true;
+    v.scale_dtype = "F32";
+  }));
+  // Mixed: q float next to quantized k / v (must not fuse), an 8-bit down among 4-bit gate /
+  // up, a whole float MLP, other groups, and a quantized lm_head.
+  variants.push_back(with(ar, [](Variant& v) {
+    v.name = "ar-mixed";
+    v.overrides["model.layers.0.self_attn.q_proj"] = {16, 0};
+    v.overrides["model.layers.1.mlp.down_proj"] = {8, 32, 1};
+    v.overrides["model.layers.1.self_attn.o_proj"] = {4, -1};
+    v.overrides["model.layers.2.mlp.gate_proj"] = {16, 0};
+    v.overrides["model.layers.2.mlp.up_proj"] = {16, 0};
+    v.overrides["model.layers.2.mlp.down_proj"] = {16, 0};
+    v.quant_lm_head = true;
+  }));
+  variants.push_back(with(variants[0], [](Variant& v) { // GPTQModel dynamic
+    v.name = "gptq4-dynamic";
+    v.act_order = false;
+    v.overrides["model.layers.0.self_attn.v_proj"] = {16, 0};
+    v.overrides["model.layers.2.mlp.up_proj"] = {8, -1, 1};
+  }));
+  variants.push_back(with(variants[0], [](Variant& v) { // AWQ modules_to_not_convert
+    v.name = "awq4-not-convert";
+    v.method = "awq";
+    v.act_order = false;
+    v.overrides["model.layers.1.mlp.gate_proj"] = {16, 0};
+    v.overrides["model.layers.1.mlp.up_proj"] = {16, 0};
+    v.overrides["model.layers.1.mlp.down_proj"] = {16, 0};
+  }));
   // (block, projection, input): projections of one input share its act-order row order when
   // the variant says so.
   const std::vector<std::tuple<std::string, std::string, int>> linears = {
@@ -370,24 +633,42 @@ void make(const fs::path& out, const fs::path& models) {
     }
     const std::int64_t layers = base_cfg.at("num_hidden_layers").get<std::int64_t>();
     std::uint64_t proj_index = 0;
+    // One linear at `prefix` (module name), quantized under `o` or kept float (bits 16).
+    const auto one = [&](const std::string& prefix, const Override& o, Rng rng) {
+      const auto* t = base.find(prefix + ".weight");
+      if (!t)
+        throw std::runtime_error("base model has no " + prefix + ".weight");
+      const Entry orig{std::string(tpullm::frontend::dtype_name(t->dtype)), t->shape,
+                       bytes_of(t->bytes.data(), t->bytes.size())};
+      if (o.bits >= 16) {
+        qt[prefix + ".weight"] = orig;
+        ft[prefix + ".weight"] = orig;
+        return;
+      }
+      qt.erase(prefix + ".weight");
+      const std::int64_t N = t->shape.at(0), K = t->shape.at(1);
+      const std::vector<float> hf = t->to_f32();
+      const Plain p = quantize(hf, N, K, v, o, rng);
+      pack(p, v, o.bits, prefix, qt);
+      std::vector<float> deq(static_cast<std::size_t>(N * K));
+      for (std::int64_t n = 0; n < N; ++n)
+        for (std::int64_t k = 0; k < K; ++k)
+          deq[n * K + k] = p.w(k, n);
+      ft[prefix + ".weight"] = {"F32", {N, K}, bytes_of(deq.data(), deq.size() * 4)};
+    };
+    const auto override_of = [&](const std::string& prefix) {
+      const auto it = v.overrides.find(prefix);
+      return it != v.overrides.end() ? it->second : Override{v.bits, v.group};
+    };
     for (std::int64_t l = 0; l < layers; ++l)
       for (const auto& [block, proj, input] : linears) {
         const Rng rng{vseed + static_cast<std::uint64_t>(v.shared_perm ? 10 * l + input
                                                                        : 100 + proj_index++)};
         const std::string prefix = "model.layers." + std::to_string(l) + "." + block + "." + proj;
-        const auto* t = base.find(prefix + ".weight");
-        if (!t)
-          throw std::runtime_error("base model has no " + prefix + ".weight");
-        const std::int64_t N = t->shape.at(0), K = t->shape.at(1);
-        const std::vector<float> hf = t->to_f32();
-        const Plain p = quantize(hf, N, K, v, rng);
-        pack(p, v, prefix, qt);
-        std::vector<float> deq(static_cast<std::size_t>(N * K));
-        for (std::int64_t n = 0; n < N; ++n)
-          for (std::int64_t k = 0; k < K; ++k)
-            deq[n * K + k] = p.w(k, n);
-        ft[prefix + ".weight"] = {"F32", {N, K}, bytes_of(deq.data(), deq.size() * 4)};
+        one(prefix, override_of(prefix), rng);
       }
+    if (v.quant_lm_head)
+      one("lm_head", Override{v.bits, v.group}, Rng{vseed + 999});
     const fs::path qdir = out / v.name, fdir = out / (v.name + "-float");
     fs::create_directories(qdir);
     fs::create_directories(fdir);

@@ -189,12 +189,14 @@ TEST_CASE("unsupported and invalid configs are refused by name", "[hf_config][ne
     j["quantization_config"] = {{"quant_method", "bitsandbytes"}, {"load_in_4bit", true}};
     REQUIRE_THROWS_WITH(parse(j), Contains("quant_method 'bitsandbytes' is not supported"));
   }
-  SECTION("mixed quantized modules") {
+  SECTION("another method's per-module key") {
+    // AWQ's modules_to_not_convert is honoured (test_quant_config.cpp); GPTQModel's dynamic
+    // means nothing to AWQ and is refused rather than ignored.
     j["quantization_config"] = {{"quant_method", "awq"},
                                 {"bits", 4},
                                 {"group_size", 128},
-                                {"modules_to_not_convert", {"visual"}}};
-    REQUIRE_THROWS_WITH(parse(j), Contains("\"modules_to_not_convert\" = [\"visual\"]"));
+                                {"dynamic", {{"-:.*", json::object()}}}};
+    REQUIRE_THROWS_WITH(parse(j), Contains("\"dynamic\" = {\"-:.*\":{}} is not supported for awq"));
   }
   SECTION("activation and mlp bias") {
     j["hidden_act"] = "gelu";

@@ -1,5 +1,7 @@
-// tpullm make-model --preset NAME --dtype f32|bf16 --seed S [--layers N] [--vocab V] -o DIR:
-// a HuggingFace checkpoint with random weights at a real model's shapes. DIR is built in a
+// tpullm make-model --preset NAME --dtype f32|bf16 --seed S [--layers N] [--vocab V]
+//                   [--quantize gptq|awq [--bits 4|8] [--group-size G] [--act-order]] -o DIR:
+// a HuggingFace checkpoint with random weights at a real model's shapes (with --quantize, the
+// decoder linears in that method's packed layout). DIR is built in a
 // staging directory beside it and swapped in only once written and loadable
 // (support/output_file.hpp); --force replaces an earlier make-model output, never another
 // directory.
@@ -43,6 +45,7 @@ int cmd_make_model(const std::vector<std::string>& args) {
   std::string preset_name, dtype = "bf16", out_dir;
   std::string seed_text = "0";
   std::int64_t layers = 0, vocab = 0;
+  frontend::RandomQuant quant;
   po::options_description o(
       "tpullm make-model --preset NAME --dtype f32|bf16 --seed S [--layers N] [--vocab V] -o DIR");
   o.add_options()("help,h", "show this help")("preset", po::value(&preset_name)->required(),
@@ -53,6 +56,12 @@ int cmd_make_model(const std::vector<std::string>& args) {
       "layers", po::value(&layers), "override the number of decoder layers (at most 1024)")(
       "vocab", po::value(&vocab), "override the vocabulary size (at most 2^22)")(
       "output,o", po::value(&out_dir)->required(), "checkpoint directory to create")(
+      "quantize", po::value(&quant.method),
+      "write the decoder linears as a gptq or awq checkpoint (random integers, real layout)")(
+      "bits", po::value(&quant.bits)->default_value(4),
+      "--quantize: 4 or 8 (awq: 4)")("group-size", po::value(&quant.group_size)->default_value(128),
+                                     "--quantize: rows of K per scale group, or -1 for one group")(
+      "act-order", "--quantize gptq: desc_act with a permuting g_idx")(
       "force", "replace DIR when it is an earlier make-model output holding only make-model's own "
                "files (never another directory, nor one a user has put files in)");
   po::variables_map vm;
@@ -79,6 +88,12 @@ int cmd_make_model(const std::vector<std::string>& args) {
   frontend::RandomWeights weights;
   weights.seed = seeds[0];
   weights.dtype = parse_weight_dtype(dtype);
+  quant.act_order = vm.count("act-order") > 0;
+  check(!quant.method.empty() ||
+            (vm["bits"].defaulted() && vm["group-size"].defaulted() && !quant.act_order),
+        ErrorKind::invalid_input, "--bits/--group-size/--act-order", "need --quantize gptq|awq");
+  quant.validate();
+  weights.quant = quant;
   preset.validate();
   // The size is known before anything is written: capped, and checked against the free space of
   // the file system the output goes to (the staging directory is beside the target).
@@ -128,8 +143,13 @@ int cmd_make_model(const std::vector<std::string>& args) {
   // The report is written (and checked) before the directory is swapped in: a failing standard
   // output leaves the previous output in place.
   std::cout << "wrote " << preset.name << " (layers " << preset.layers << ", vocab " << preset.vocab
-            << ", " << dtype << ", seed " << weights.seed << "): " << report.parameters
-            << " parameters, " << report.file_bytes << " bytes in " << target.string() << "\n";
+            << ", " << dtype
+            << (quant.method.empty()
+                    ? std::string()
+                    : ", " + quant.method + " " + std::to_string(quant.bits) + "-bit group " +
+                          std::to_string(quant.group_size) + (quant.act_order ? " act-order" : ""))
+            << ", seed " << weights.seed << "): " << report.parameters << " parameters, "
+            << report.file_bytes << " bytes in " << target.string() << "\n";
   flush_stdout();
   dir.commit();
   return kOk;

@@ -89,12 +89,11 @@ inline std::int64_t groups_of(const char* what, std::int64_t K, std::int64_t N,
 
 /// Unpacks GPTQ tensors of a W: [K, N] linear (HF in_features = K, out_features = N) with
 /// `bits` 4 or 8 (pack = 32 / bits): qweight: [K/pack, N], qzeros: [G, N/pack], scales: [G, N]
-/// f16 bits, g_idx: [K] (empty = k / group_size). `zero_offset` is added to stored zeros: 1 for
-/// "v1" checkpoints (stored zero-1), 0 for "v2". Throws Error(invalid_input) on size mismatch,
-/// a zero point outside [0, 2^bits) or g_idx out of [0, G).
+/// (f32 values; an overload takes f16 bits), g_idx: [K] (empty = k / group_size). `zero_offset` is
+/// added to stored zeros: 1 for "v1" checkpoints (stored zero-1), 0 for "v2". Throws
+/// Error(invalid_input) on size mismatch, a zero point outside [0, 2^bits) or g_idx out of [0, G).
 inline QuantPlain unpack_gptq(std::span<const std::int32_t> qweight,
-                              std::span<const std::int32_t> qzeros,
-                              std::span<const std::uint16_t> scales,
+                              std::span<const std::int32_t> qzeros, std::span<const float> scales,
                               std::span<const std::int32_t> g_idx, std::int64_t K, std::int64_t N,
                               std::int64_t group_size, int zero_offset = 1, int bits = 4) {
   if (bits != 4 && bits != 8)
@@ -131,9 +130,7 @@ inline QuantPlain unpack_gptq(std::span<const std::int32_t> qweight,
                           std::to_string(g) + ") is outside [0, " + std::to_string(qmax) + "]");
         p.zeros[g * N + pack * c + i] = static_cast<std::uint8_t>(z);
       }
-  p.scales.resize(static_cast<std::size_t>(G * N));
-  for (std::size_t i = 0; i < p.scales.size(); ++i)
-    p.scales[i] = f16_to_f32(scales[i]);
+  p.scales.assign(scales.begin(), scales.end());
   p.g_idx.resize(static_cast<std::size_t>(K));
   for (std::int64_t k = 0; k < K; ++k) {
     const std::int64_t g = g_idx.empty() ? k / group_size : g_idx[static_cast<std::size_t>(k)];
@@ -147,11 +144,11 @@ inline QuantPlain unpack_gptq(std::span<const std::int32_t> qweight,
 }
 
 /// Unpacks AWQ (GEMM layout) 4-bit tensors of W: [K, N]: qweight: [K, N/8], qzeros: [G, N/8],
-/// scales: [G, N] f16 bits. Throws Error(invalid_input) on size mismatch.
+/// scales: [G, N] (f32 values; an overload takes f16 bits). Throws Error(invalid_input) on size
+/// mismatch.
 inline QuantPlain unpack_awq(std::span<const std::int32_t> qweight,
-                             std::span<const std::int32_t> qzeros,
-                             std::span<const std::uint16_t> scales, std::int64_t K, std::int64_t N,
-                             std::int64_t group_size) {
+                             std::span<const std::int32_t> qzeros, std::span<const float> scales,
+                             std::int64_t K, std::int64_t N, std::int64_t group_size) {
   const std::int64_t G = detail::groups_of("unpack_awq", K, N, group_size);
   detail::expect_size("unpack_awq qweight [K, N/8]", qweight.size(), K * N / 8);
   detail::expect_size("unpack_awq qzeros [G, N/8]", qzeros.size(), G * N / 8);
@@ -170,13 +167,40 @@ inline QuantPlain unpack_awq(std::span<const std::int32_t> qweight,
     for (std::int64_t c = 0; c < N / 8; ++c)
       for (int i = 0; i < 8; ++i)
         p.zeros[g * N + 8 * c + kAwqOrder[i]] = detail::nib(qzeros[g * (N / 8) + c], i);
-  p.scales.resize(static_cast<std::size_t>(G * N));
-  for (std::size_t i = 0; i < p.scales.size(); ++i)
-    p.scales[i] = f16_to_f32(scales[i]);
+  p.scales.assign(scales.begin(), scales.end());
   p.g_idx.resize(static_cast<std::size_t>(K));
   for (std::int64_t k = 0; k < K; ++k)
     p.g_idx[static_cast<std::size_t>(k)] = static_cast<std::int32_t>(k / group_size);
   return p;
+}
+
+namespace detail {
+inline std::vector<float> widen_f16(std::span<const std::uint16_t> h) {
+  std::vector<float> f(h.size());
+  for (std::size_t i = 0; i < h.size(); ++i)
+    f[i] = f16_to_f32(h[i]);
+  return f;
+}
+} // namespace detail
+
+/// unpack_gptq with scales as f16 bits (widened exactly).
+inline QuantPlain unpack_gptq(std::span<const std::int32_t> qweight,
+                              std::span<const std::int32_t> qzeros,
+                              std::span<const std::uint16_t> scales,
+                              std::span<const std::int32_t> g_idx, std::int64_t K, std::int64_t N,
+                              std::int64_t group_size, int zero_offset = 1, int bits = 4) {
+  const std::vector<float> s = detail::widen_f16(scales);
+  return unpack_gptq(qweight, qzeros, std::span<const float>(s), g_idx, K, N, group_size,
+                     zero_offset, bits);
+}
+
+/// unpack_awq with scales as f16 bits (widened exactly).
+inline QuantPlain unpack_awq(std::span<const std::int32_t> qweight,
+                             std::span<const std::int32_t> qzeros,
+                             std::span<const std::uint16_t> scales, std::int64_t K, std::int64_t N,
+                             std::int64_t group_size) {
+  const std::vector<float> s = detail::widen_f16(scales);
+  return unpack_awq(qweight, qzeros, std::span<const float>(s), K, N, group_size);
 }
 
 /// Row order that makes groups contiguous: perm[j] = original row stored at packed row j

@@ -6,6 +6,7 @@
 /// naming the field and its value; malformed values are Error(invalid_input).
 
 #include "tpullm/frontend/moe_config.hpp"
+#include "tpullm/frontend/quant_config.hpp"
 #include "tpullm/frontend/safetensors.hpp"
 #include "tpullm/support/error.hpp"
 
@@ -76,44 +77,6 @@ struct RopeConfig {
   double high_freq_factor = 4.0;
   /// llama3 only: context length of the unscaled model (> 0).
   std::int64_t original_max_position_embeddings = 0;
-};
-
-/// Weight quantization method of the checkpoint.
-enum class QuantMethod { none, gptq, awq };
-
-/// The HF spelling of a QuantMethod ("none", "gptq", "awq").
-inline constexpr std::string_view quant_method_name(QuantMethod m) noexcept {
-  switch (m) {
-  case QuantMethod::none:
-    return "none";
-  case QuantMethod::gptq:
-    return "gptq";
-  case QuantMethod::awq:
-    return "awq";
-  }
-  return "?";
-}
-
-/// config.json "quantization_config", validated.
-///   gptq: bits 4|8, group_size > 0 or -1 (one group over all of K), desc_act, sym,
-///         checkpoint_format "gptq" (zeros stored minus 1: zero_offset 1) or "gptq_v2" (0).
-///   awq:  bits 4, group_size > 0 or -1, zero_point, version "gemm" (zero_offset 0).
-struct QuantConfig {
-  QuantMethod method = QuantMethod::none;
-  /// Bits per weight (4 or 8); 0 when not quantized.
-  int bits = 0;
-  /// Rows of K sharing one scale/zero; -1 = a single group spanning K.
-  std::int64_t group_size = 0;
-  /// GPTQ act-order: g_idx is a permutation-derived group map (requires g_idx tensors).
-  bool desc_act = false;
-  /// GPTQ symmetric quantization (zeros are the midpoint).
-  bool sym = true;
-  /// AWQ: zero points stored (qzeros present).
-  bool zero_point = true;
-  /// Added to the unpacked stored zero to get the real zero: 1 for GPTQ v1, else 0.
-  int zero_offset = 0;
-  /// GPTQ "checkpoint_format" ("gptq" or "gptq_v2"); AWQ "version" ("gemm").
-  std::string format;
 };
 
 /// A parsed, validated config.json. All dims > 0; heads % kv_heads == 0; head_dim even.
@@ -315,83 +278,7 @@ inline void parse_rope(const ConfigReader& r, HfConfig& c) {
 
 inline void parse_quant(const ConfigReader& r, HfConfig& c) {
   const nlohmann::json* q = r.get(r.j, "quantization_config");
-  c.quant = QuantConfig{};
-  if (!q)
-    return;
-  check(q->is_object(), ErrorKind::invalid_input, r.where,
-        "\"quantization_config\" must be an object");
-  const auto* m = r.get(*q, "quant_method");
-  check(m != nullptr, ErrorKind::invalid_input, r.where,
-        "\"quantization_config\" has no \"quant_method\"");
-  const std::string method = lower(r.to_string(*m, "quant_method"));
-  QuantConfig& qc = c.quant;
-  if (method == "gptq")
-    qc.method = QuantMethod::gptq;
-  else if (method == "awq")
-    qc.method = QuantMethod::awq;
-  else
-    throw_error(ErrorKind::unsupported, r.where, "quant_method '", method,
-                "' is not supported (supported: gptq, awq)");
-
-  const auto* bits = r.get(*q, "bits");
-  check(bits != nullptr, ErrorKind::invalid_input, r.where,
-        "\"quantization_config\" has no \"bits\"");
-  const std::int64_t b = r.to_int(*bits, "bits");
-  check(b == 4 || b == 8, ErrorKind::unsupported, r.where, method, " bits=", b,
-        " is not supported (supported: 4, 8)");
-  check(qc.method != QuantMethod::awq || b == 4, ErrorKind::unsupported, r.where, "awq bits=", b,
-        " is not supported (AWQ GEMM packing is 4-bit only)");
-  qc.bits = static_cast<int>(b);
-
-  const auto* gs = r.get(*q, "group_size");
-  check(gs != nullptr, ErrorKind::invalid_input, r.where,
-        "\"quantization_config\" has no \"group_size\"");
-  qc.group_size = r.to_int(*gs, "group_size");
-  check(qc.group_size == -1 || (qc.group_size > 0 && qc.group_size <= (1 << 24)),
-        ErrorKind::invalid_input, r.where, "group_size ", qc.group_size,
-        " is invalid (positive, or -1 for one group)");
-
-  const auto refuse_nonempty = [&](std::string_view key) {
-    const auto* v = r.get(*q, key);
-    check(!v || (v->is_array() && v->empty()) || (v->is_object() && v->empty()),
-          ErrorKind::unsupported, r.where, "quantization_config \"", key,
-          "\" = ", v ? v->dump() : "", " is not supported (mixed float/quantized modules)");
-  };
-  refuse_nonempty("modules_to_not_convert");
-  refuse_nonempty("dynamic");
-
-  switch (qc.method) {
-  case QuantMethod::gptq: {
-    qc.desc_act = r.bool_or(*q, "desc_act", false);
-    qc.sym = r.bool_or(*q, "sym", true);
-    qc.format = "gptq";
-    if (const auto* f = r.get(*q, "checkpoint_format"))
-      qc.format = lower(r.to_string(*f, "checkpoint_format"));
-    if (qc.format == "gptq")
-      qc.zero_offset = 1;
-    else if (qc.format == "gptq_v2")
-      qc.zero_offset = 0;
-    else
-      throw_error(ErrorKind::unsupported, r.where, "gptq checkpoint_format '", qc.format,
-                  "' is not supported (supported: gptq, gptq_v2)");
-    check(!r.bool_or(*q, "lm_head", false), ErrorKind::unsupported, r.where,
-          "gptq with a quantized lm_head is not supported");
-    break;
-  }
-  case QuantMethod::awq: {
-    qc.zero_point = r.bool_or(*q, "zero_point", true);
-    qc.sym = !qc.zero_point;
-    qc.format = "gemm";
-    if (const auto* v = r.get(*q, "version"))
-      qc.format = lower(r.to_string(*v, "version"));
-    check(qc.format == "gemm", ErrorKind::unsupported, r.where, "awq version '", qc.format,
-          "' is not supported (supported: gemm)");
-    qc.zero_offset = 0;
-    break;
-  }
-  case QuantMethod::none:
-    break;
-  }
+  c.quant = q ? parse_quant_config(*q, r.where) : QuantConfig{};
 }
 
 } // namespace detail

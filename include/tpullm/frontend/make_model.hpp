@@ -6,13 +6,16 @@
 ///
 /// Values are a pure function of (seed, tensor name, element index): every run with the same
 /// seed writes byte-identical files, and a tensor's values do not depend on the other tensors
-/// (a --layers 1 variant holds the same layer 0 as the full model). Linear weights, the
+/// (a --layers 1 variant holds the same layer 0 as the full model). With RandomQuant, the
+/// decoder linears are written in GPTQ or AWQ layout instead (random integers, not a
+/// quantization of the float values). Linear weights, the
 /// embedding and biases are approximately normal(0, std) (the sum of four uniform 16-bit
 /// integers, rescaled: Irwin-Hall, bounded at 3.46 std; integer arithmetic, so no platform's
 /// libm changes a bit); RMSNorm gammas are 1 + the same noise.
 
 #include "tpullm/frontend/families.hpp"
 #include "tpullm/frontend/hf_config.hpp"
+#include "tpullm/frontend/quant_pack.hpp"
 #include "tpullm/frontend/safetensors.hpp"
 #include "tpullm/frontend/safetensors_writer.hpp"
 #include "tpullm/support/error.hpp"
@@ -405,12 +408,138 @@ inline std::uint64_t estimate_model_bytes(const ModelPreset& p, DType dtype) {
   return static_cast<std::uint64_t>(p.parameters()) * dtype_size(dtype);
 }
 
+/// A weight-quantized checkpoint to generate (`make-model --quantize`): every decoder linear
+/// (q, k, v, o, gate, up, down) written in the method's real packed layout with random
+/// integers, scales and zeros; the embedding, norms, biases and lm_head stay float.
+///   gptq: symmetric (every zero 2^(bits-1), stored minus 1: checkpoint_format gptq), bits 4|8,
+///         g_idx written; act_order: desc_act true and g_idx a random row permutation's groups.
+///   awq:  GEMM layout, 4-bit, zero_point true (random zeros in [0, 15]).
+struct RandomQuant {
+  std::string method;            ///< "" (float checkpoint), "gptq" or "awq"
+  int bits = 4;                  ///< 4 or 8 (awq: 4)
+  std::int64_t group_size = 128; ///< rows of K per group; -1 = one group over K
+  bool act_order = false;        ///< gptq only
+  /// Throws Error(invalid_input) naming the option for an impossible combination.
+  void validate() const {
+    if (method.empty())
+      return;
+    check(method == "gptq" || method == "awq", ErrorKind::invalid_input, "--quantize", "'", method,
+          "' is not gptq or awq");
+    check(bits == 4 || bits == 8, ErrorKind::invalid_input, "--bits", "must be 4 or 8, got ", bits);
+    check(method == "gptq" || bits == 4, ErrorKind::invalid_input, "--bits",
+          "awq (GEMM layout) is 4-bit only, got ", bits);
+    check(group_size == -1 || (group_size > 0 && group_size <= (1 << 24)), ErrorKind::invalid_input,
+          "--group-size", "must be positive or -1, got ", group_size);
+    check(!act_order || method == "gptq", ErrorKind::invalid_input, "--act-order",
+          "is a GPTQ option (awq has no act-order)");
+  }
+};
+
 /// How generated weights are drawn and stored.
 struct RandomWeights {
   std::uint64_t seed = 0;    ///< same seed, same bytes
   DType dtype = DType::bf16; ///< F32, F16 or BF16
   double std = 0.02;         ///< noise standard deviation (real models initialize with 0.02)
+  RandomQuant quant = {};    ///< quantized decoder linears (method "": float)
 };
+
+/// The quantization_config of `q` (gptq or awq), as the method's own tools write it.
+inline nlohmann::json random_quant_config(const RandomQuant& q) {
+  if (q.method == "gptq")
+    return {{"quant_method", "gptq"},  {"bits", q.bits},       {"group_size", q.group_size},
+            {"desc_act", q.act_order}, {"sym", true},          {"checkpoint_format", "gptq"},
+            {"lm_head", false},        {"damp_percent", 0.01}, {"static_groups", false},
+            {"true_sequential", true}};
+  return {{"quant_method", "awq"},
+          {"bits", q.bits},
+          {"group_size", q.group_size},
+          {"zero_point", true},
+          {"version", "gemm"}};
+}
+
+namespace detail {
+
+/// True for a decoder linear's weight ("model.layers.N.<block>.<x>_proj.weight"), the tensors
+/// --quantize packs.
+inline bool is_decoder_linear(const std::string& name) {
+  return name.rfind("model.layers.", 0) == 0 && name.size() > 12 &&
+         name.compare(name.size() - 12, 12, "_proj.weight") == 0 &&
+         name.find(".experts.") == std::string::npos;
+}
+
+/// A packed tensor of a quantized linear: name, dtype, shape and its bytes.
+struct PackedTensor {
+  std::string name;
+  DType dtype;
+  std::vector<std::int64_t> shape;
+  std::vector<std::byte> bytes;
+};
+
+template <class T>
+std::vector<std::byte> bytes_of(const std::vector<T>& v) {
+  std::vector<std::byte> b(v.size() * sizeof(T));
+  std::memcpy(b.data(), v.data(), b.size());
+  return b;
+}
+
+/// The checkpoint tensors of HF linear `name` [N, K] under `q`, drawn from `key`.
+inline std::vector<PackedTensor> random_quant_linear(const std::string& name, std::int64_t N,
+                                                     std::int64_t K, const RandomQuant& q,
+                                                     std::uint64_t key, double std) {
+  const std::string prefix = name.substr(0, name.size() - 7); // drop ".weight"
+  const std::int64_t gs = q.group_size == -1 ? K : q.group_size;
+  check(K % gs == 0, ErrorKind::invalid_input, "--group-size",
+        str_cat(gs, " does not divide in_features ", K, " of ", prefix));
+  const std::int64_t G = K / gs;
+  const int levels = 1 << q.bits, mid = levels / 2;
+  std::uint64_t i = 0;
+  const auto draw = [&]() { return mix64(key + (++i) * 0x9E3779B97F4A7C15ull); };
+  std::vector<std::uint8_t> qv(static_cast<std::size_t>(K * N));
+  for (auto& x : qv)
+    x = static_cast<std::uint8_t>(draw() % static_cast<std::uint64_t>(levels));
+  // uniform integers around the zero have std ~ levels / sqrt(12): scale them to `std`
+  const double base = std / (levels / 3.4641016151377544);
+  std::vector<std::uint16_t> scales(static_cast<std::size_t>(G * N));
+  for (auto& s : scales)
+    s = f32_to_f16(
+        static_cast<float>(base * (0.75 + 0.5 * static_cast<double>(draw() % 1024) / 1024.0)));
+  std::vector<std::uint8_t> zeros(static_cast<std::size_t>(G * N), static_cast<std::uint8_t>(mid));
+  std::vector<PackedTensor> out;
+  if (q.method == "awq") {
+    for (auto& z : zeros)
+      z = static_cast<std::uint8_t>(draw() % 16);
+    out.push_back({prefix + ".qweight", DType::i32, {K, N / 8}, bytes_of(pack_awq_rows(qv, K, N))});
+    out.push_back(
+        {prefix + ".qzeros", DType::i32, {G, N / 8}, bytes_of(pack_awq_rows(zeros, G, N))});
+    out.push_back({prefix + ".scales", DType::f16, {G, N}, bytes_of(scales)});
+    return out;
+  }
+  std::vector<std::int32_t> g_idx(static_cast<std::size_t>(K));
+  std::vector<std::int64_t> order(static_cast<std::size_t>(K));
+  for (std::int64_t k = 0; k < K; ++k)
+    order[static_cast<std::size_t>(k)] = k;
+  if (q.act_order) // rows taken in a random order; groups along that order (GPTQ desc_act)
+    for (std::int64_t k = K - 1; k > 0; --k)
+      std::swap(order[static_cast<std::size_t>(k)],
+                order[static_cast<std::size_t>(draw() % static_cast<std::uint64_t>(k + 1))]);
+  for (std::int64_t j = 0; j < K; ++j)
+    g_idx[static_cast<std::size_t>(order[static_cast<std::size_t>(j)])] =
+        static_cast<std::int32_t>(j / gs);
+  const int pack = 32 / q.bits;
+  out.push_back({prefix + ".qweight",
+                 DType::i32,
+                 {K / pack, N},
+                 bytes_of(pack_gptq_qweight(qv, K, N, q.bits))});
+  out.push_back({prefix + ".qzeros",
+                 DType::i32,
+                 {G, N / pack},
+                 bytes_of(pack_gptq_qzeros(zeros, G, N, q.bits, 1))});
+  out.push_back({prefix + ".scales", DType::f16, {G, N}, bytes_of(scales)});
+  out.push_back({prefix + ".g_idx", DType::i32, {K}, bytes_of(g_idx)});
+  return out;
+}
+
+} // namespace detail
 
 /// What write_random_model wrote.
 struct MakeModelReport {
@@ -425,7 +554,13 @@ struct MakeModelReport {
 inline MakeModelReport
 write_random_model(const ModelPreset& p, const RandomWeights& w, const std::filesystem::path& dir,
                    const std::function<void(std::size_t, std::size_t)>& progress = {}) {
-  const nlohmann::json config = preset_config_json(p, w.dtype);
+  w.quant.validate();
+  nlohmann::json config = preset_config_json(p, w.dtype);
+  const bool quantized = !w.quant.method.empty();
+  check(!quantized || p.family != ModelFamily::qwen3_moe, ErrorKind::invalid_input, "--quantize",
+        "quantized mixture-of-experts checkpoints are not supported");
+  if (quantized)
+    config["quantization_config"] = random_quant_config(w.quant);
   {
     OutputFile out(dir / "config.json");
     out.write(config.dump(2) + "\n");
@@ -434,14 +569,50 @@ write_random_model(const ModelPreset& p, const RandomWeights& w, const std::file
   const auto tensors = preset_tensors(p);
   SafetensorsWriter st(dir / "model.safetensors");
   st.set_metadata("format", "pt");
-  for (const auto& t : tensors)
+  const auto quant_parts = [&](const PresetTensor& t) {
+    return detail::random_quant_linear(t.name, t.shape.at(0), t.shape.at(1), w.quant,
+                                       tensor_key(w.seed, t.name), w.std);
+  };
+  for (const auto& t : tensors) {
+    if (quantized && detail::is_decoder_linear(t.name)) {
+      // declared from a small stand-in of the same shapes: the parts' shapes only
+      const std::int64_t N = t.shape.at(0), K = t.shape.at(1), pack = 32 / w.quant.bits;
+      const std::int64_t G = K / (w.quant.group_size == -1 ? K : w.quant.group_size);
+      check(K % (w.quant.group_size == -1 ? K : w.quant.group_size) == 0 && K % pack == 0 &&
+                N % pack == 0,
+            ErrorKind::invalid_input, "--group-size",
+            str_cat("in_features ", K, " / out_features ", N, " of ", t.name,
+                    " do not fit the packing (group ", w.quant.group_size, ", ", pack,
+                    " values a word)"));
+      const std::string prefix = t.name.substr(0, t.name.size() - 7);
+      if (w.quant.method == "awq") {
+        st.declare(prefix + ".qweight", DType::i32, {K, N / 8});
+        st.declare(prefix + ".qzeros", DType::i32, {G, N / 8});
+        st.declare(prefix + ".scales", DType::f16, {G, N});
+      } else {
+        st.declare(prefix + ".qweight", DType::i32, {K / pack, N});
+        st.declare(prefix + ".qzeros", DType::i32, {G, N / pack});
+        st.declare(prefix + ".scales", DType::f16, {G, N});
+        st.declare(prefix + ".g_idx", DType::i32, {K});
+      }
+      continue;
+    }
     st.declare(t.name, w.dtype, t.shape);
+  }
   MakeModelReport report;
   const std::size_t esize = dtype_size(w.dtype);
   constexpr std::int64_t kChunk = std::int64_t{1} << 20;
   std::vector<std::byte> buf(static_cast<std::size_t>(kChunk) * esize);
   for (std::size_t ti = 0; ti < tensors.size(); ++ti) {
     const PresetTensor& t = tensors[ti];
+    if (quantized && detail::is_decoder_linear(t.name)) {
+      for (const auto& part : quant_parts(t))
+        st.write(part.name, std::span<const std::byte>(part.bytes));
+      report.parameters += t.numel();
+      if (progress)
+        progress(ti + 1, tensors.size());
+      continue;
+    }
     const std::uint64_t key = tensor_key(w.seed, t.name);
     const double base = t.init == PresetTensor::Init::one_plus_noise ? 1.0 : 0.0;
     const std::int64_t n = t.numel();

@@ -17,6 +17,7 @@
 #include "tpullm/support/error.hpp"
 
 #include <cstdint>
+#include <cstring>
 #include <filesystem>
 #include <memory>
 #include <optional>
@@ -33,12 +34,20 @@ namespace tpullm::frontend {
 ///   table:  [vocab, hidden] row-major, rows gathered by token id (embedding).
 enum class WeightLayout { vector, out_in, table };
 
-/// Packed-integer weight formats (both pack 32/bits values per int32, low bits first).
+/// Packed-integer weight formats (all pack 32/bits values per int32, low bits first).
 ///   gptq: qweight [K/pack, N] (packed along K), qzeros [groups, N/pack] (packed along N),
 ///         sequential order; stored zero = real zero - zero_offset.
 ///   awq:  qweight [K, N/pack], qzeros [groups, N/pack], both packed along N with the
 ///         interleaved order 0,2,4,6,1,3,5,7 (conversion::kAwqOrder; 4-bit only); no zero offset.
-enum class QuantFormat { gptq, awq };
+///   compressed: compressed-tensors pack-quantized, checked in its own layout (weight_packed
+///         [N, K/pack] packed along K with values stored + 2^(bits-1), weight_scale [N, groups]
+///         F16 / BF16 / F32, weight_zero_point [N/pack, groups] packed along N, stored +
+///         2^(bits-1), absent when symmetric; weight_g_idx [K] optional) and then held
+///         transposed, once, in the GPTQ layout with exact zeros: weight_packed is word for
+///         word the transpose of a GPTQ qweight [K/pack, N] (both pack K sequentially and store
+///         the unsigned value), weight_zero_point of qzeros [groups, N/pack], weight_scale of
+///         scales [groups, N] (bits unchanged). Nothing is dequantized.
+enum class QuantFormat { gptq, awq, compressed };
 
 /// A plain (unquantized) float tensor (F32, F16 or BF16) and its layout.
 struct PlainWeight {
@@ -269,79 +278,123 @@ public:
     return plain(name, {n}, WeightLayout::vector, what);
   }
 
-  /// A linear with K inputs, N outputs at `prefix`.
+  /// A linear with K inputs, N outputs at `prefix` (the module name, e.g.
+  /// "model.layers.0.mlp.up_proj"): float, or quantized as the config decides for that module.
   WeightRef linear(const std::string& prefix, std::int64_t k, std::int64_t n,
                    std::string_view what) {
-    if (cfg.quant.method == QuantMethod::none)
+    const std::optional<LinearQuant> lq = linear_quant(cfg.quant, prefix);
+    if (!lq)
       return plain(prefix + ".weight", {n, k}, WeightLayout::out_in, what);
-    const QuantConfig& qc = cfg.quant;
+    return quantized(prefix, *lq, k, n, what);
+  }
+
+  /// The tensors of a quantized linear at `prefix` under `lq`, checked against its layout.
+  WeightRef quantized(const std::string& prefix, const LinearQuant& lq, std::int64_t k,
+                      std::int64_t n, std::string_view what) {
+    const char* method = quant_method_name(cfg.quant.method).data();
     QuantizedWeight q;
-    q.bits = qc.bits;
+    q.bits = lq.bits;
     q.in_features = k;
     q.out_features = n;
-    q.zero_offset = qc.zero_offset;
-    q.sym = qc.sym;
-    q.act_order = qc.desc_act;
-    q.group_size = qc.group_size == -1 ? k : qc.group_size;
+    q.zero_offset = lq.zero_offset;
+    q.sym = lq.sym;
+    q.act_order = lq.desc_act;
+    q.group_size = lq.group_size == -1 ? k : lq.group_size;
     q.groups = (k + q.group_size - 1) / q.group_size;
-    const std::int64_t pack = 32 / qc.bits;
+    const std::int64_t pack = 32 / lq.bits;
     const std::string where = str_cat(ckpt.dir().string(), ": ", prefix);
     check(n % pack == 0, ErrorKind::unsupported, where, what, ": out_features ", n,
-          " is not a multiple of ", pack, " (", qc.bits, "-bit packing)");
-    const std::string qw_what = str_cat(what, " ", quant_method_name(qc.method), " qweight");
-    switch (qc.method) {
-    case QuantMethod::gptq: {
+          " is not a multiple of ", pack, " (", lq.bits, "-bit packing)");
+    const bool ct = lq.layout == QuantLayout::ct_packed;
+    const std::string qw_name = prefix + (ct ? ".weight_packed" : ".qweight");
+    const std::string qw_what = str_cat(what, " ", method, ct ? " weight_packed" : " qweight");
+    switch (lq.layout) {
+    case QuantLayout::gptq:
       q.format = QuantFormat::gptq;
       check(k % pack == 0, ErrorKind::unsupported, where, what, ": in_features ", k,
-            " is not a multiple of ", pack, " (", qc.bits, "-bit packing)");
-      q.qweight = need(prefix + ".qweight", qw_what);
+            " is not a multiple of ", pack, " (", lq.bits, "-bit packing)");
+      q.qweight = need(qw_name, qw_what);
       expect_i32(q.qweight);
       expect_shape(q.qweight, {k / pack, n}, str_cat(qw_what, " [K/", pack, ", N]"));
       break;
-    }
-    case QuantMethod::awq: {
+    case QuantLayout::awq:
       q.format = QuantFormat::awq;
-      q.qweight = need(prefix + ".qweight", qw_what);
+      check(lq.bits == 4, ErrorKind::unsupported, where, what, ": ", lq.bits,
+            "-bit AWQ GEMM weights are not supported (the layout is 4-bit only)");
+      q.qweight = need(qw_name, qw_what);
       expect_i32(q.qweight);
       expect_shape(q.qweight, {k, n / pack}, str_cat(qw_what, " [K, N/", pack, "]"));
       break;
-    }
-    case QuantMethod::none:
+    case QuantLayout::ct_packed: {
+      q.format = QuantFormat::compressed;
+      check(k % pack == 0, ErrorKind::unsupported, where, what, ": in_features ", k,
+            " is not a multiple of ", pack, " (", lq.bits, "-bit packing)");
+      q.qweight = need(qw_name, qw_what);
+      expect_i32(q.qweight);
+      expect_shape(q.qweight, {n, k / pack}, str_cat(qw_what, " [N, K/", pack, "]"));
+      if (const TensorView* shape = maybe(prefix + ".weight_shape")) {
+        check(shape->dtype == DType::i32 || shape->dtype == DType::i64, ErrorKind::invalid_input,
+              shape->where(), "dtype ", dtype_name(shape->dtype), ", expected I32 or I64");
+        expect_shape(*shape, {2}, "weight_shape [2]");
+        std::int64_t dims[2];
+        for (int i = 0; i < 2; ++i)
+          dims[i] = shape->dtype == DType::i32 ? shape->to_i32()[static_cast<std::size_t>(i)]
+                                               : shape->to_i64()[static_cast<std::size_t>(i)];
+        check(dims[0] == n && dims[1] == k, ErrorKind::invalid_input, shape->where(),
+              "weight_shape [", dims[0], ", ", dims[1], "] is not the linear's [", n, ", ", k, "]");
+      }
       break;
+    }
     }
     // What every consumer of a quantized linear needs (the interpreter's dequantizer and the
     // kernel repacking alike) is checked here, once, so import and verify accept the same files.
     check(q.group_size > 0 && k % q.group_size == 0, ErrorKind::unsupported, where, what,
           ": group_size ", q.group_size, " does not divide in_features ", k);
-    check(qc.bits != 4 || (k % 8 == 0 && n % 8 == 0), ErrorKind::unsupported, where, what,
+    check(lq.bits != 4 || (k % 8 == 0 && n % 8 == 0), ErrorKind::unsupported, where, what,
           ": 4-bit weights need in_features and out_features that are multiples of 8, got ", k,
           " and ", n);
-    q.scales = need(prefix + ".scales", str_cat(what, " scales"));
-    check(q.scales.dtype == DType::f16, ErrorKind::unsupported, q.scales.where(), "dtype ",
-          dtype_name(q.scales.dtype), " is not supported for ", quant_method_name(qc.method),
-          " scales (F16 only)");
-    expect_shape(q.scales, {q.groups, n}, str_cat(what, " scales [K/group, N]"));
-    const bool zeros_expected = q.format == QuantFormat::gptq || qc.zero_point;
-    if (zeros_expected) {
-      q.qzeros = need(prefix + ".qzeros", str_cat(what, " qzeros"));
+    if (ct) {
+      q.scales = need(prefix + ".weight_scale", str_cat(what, " weight_scale"));
+      expect_float(q.scales);
+      expect_shape(q.scales, {n, q.groups}, str_cat(what, " weight_scale [N, K/group]"));
+    } else {
+      q.scales = need(prefix + ".scales", str_cat(what, " scales"));
+      check(q.scales.dtype == DType::f16, ErrorKind::unsupported, q.scales.where(), "dtype ",
+            dtype_name(q.scales.dtype), " is not supported for ", method, " scales (F16 only)");
+      expect_shape(q.scales, {q.groups, n}, str_cat(what, " scales [K/group, N]"));
+    }
+    const std::string z_name = prefix + (ct ? ".weight_zero_point" : ".qzeros");
+    const TensorView* z = nullptr;
+    if (q.format == QuantFormat::gptq || (q.format == QuantFormat::awq && lq.zero_point) ||
+        (ct && !lq.sym))
+      z = &need(z_name, str_cat(what, ct ? " weight_zero_point" : " qzeros"));
+    else if (q.format == QuantFormat::awq)
+      z = maybe(z_name); // symmetric AWQ-layout exports may still store their (midpoint) zeros
+    if (z) {
+      q.qzeros = *z;
       expect_i32(*q.qzeros);
-      expect_shape(*q.qzeros, {q.groups, n / pack},
-                   str_cat(what, " qzeros [K/group, N/", pack, "]"));
+      if (ct)
+        expect_shape(*q.qzeros, {n / pack, q.groups},
+                     str_cat(what, " weight_zero_point [N/", pack, ", K/group]"));
+      else
+        expect_shape(*q.qzeros, {q.groups, n / pack},
+                     str_cat(what, " qzeros [K/group, N/", pack, "]"));
       if (opts.check_g_idx_values && q.zero_offset != 0) {
-        const auto z = q.qzeros->to_i32();
-        const std::uint32_t mask = (1u << qc.bits) - 1;
-        for (std::size_t i = 0; i < z.size(); ++i)
-          for (int j = 0; j < pack; ++j) {
+        const auto zv = q.qzeros->to_i32();
+        const std::uint32_t mask = (1u << lq.bits) - 1;
+        for (std::size_t i = 0; i < zv.size(); ++i)
+          for (std::int64_t j = 0; j < pack; ++j) {
             const std::int64_t zero =
-                ((static_cast<std::uint32_t>(z[i]) >> (qc.bits * j)) & mask) + q.zero_offset;
+                ((static_cast<std::uint32_t>(zv[i]) >> (lq.bits * j)) & mask) + q.zero_offset;
             check(zero >= 0 && zero <= static_cast<std::int64_t>(mask), ErrorKind::invalid_input,
                   q.qzeros->where(), "zero point ", zero, " (stored ", zero - q.zero_offset,
                   " + offset ", q.zero_offset, ") at element ", i, " is outside [0, ", mask, "]");
           }
       }
     }
-    if (q.format == QuantFormat::gptq) {
-      if (const TensorView* g = maybe(prefix + ".g_idx")) {
+    if (q.format != QuantFormat::awq) {
+      const std::string g_name = prefix + (ct ? ".weight_g_idx" : ".g_idx");
+      if (const TensorView* g = maybe(g_name)) {
         expect_i32(*g);
         expect_shape(*g, {k}, str_cat(what, " g_idx [K]"));
         q.g_idx = *g;
@@ -358,11 +411,34 @@ public:
           q.g_idx_trivial = false;
         }
       } else {
-        check(!qc.desc_act, ErrorKind::invalid_input, where, what,
-              ": desc_act (act-order) checkpoint has no g_idx tensor '", prefix, ".g_idx'");
+        check(!lq.desc_act, ErrorKind::invalid_input, where, what,
+              ": desc_act (act-order) checkpoint has no g_idx tensor '", g_name, "'");
       }
     }
+    if (ct) { // the GPTQ layout with exact zeros, once per linear (docs on QuantFormat)
+      q.qweight = transposed(q.qweight);
+      q.scales = transposed(q.scales);
+      if (q.qzeros)
+        q.qzeros = transposed(*q.qzeros);
+    }
     return WeightRef{std::move(q)};
+  }
+
+  /// The [cols, rows] transpose of a row-major [rows, cols] view (its elements' bits kept),
+  /// owning its memory; name and source are kept for error messages.
+  static TensorView transposed(const TensorView& t) {
+    const std::int64_t rows = t.shape.at(0), cols = t.shape.at(1);
+    const std::size_t es = dtype_size(t.dtype);
+    auto buf = std::make_shared<std::vector<std::byte>>(t.bytes.size());
+    for (std::int64_t r = 0; r < rows; ++r)
+      for (std::int64_t c = 0; c < cols; ++c)
+        std::memcpy(buf->data() + static_cast<std::size_t>(c * rows + r) * es,
+                    t.bytes.data() + static_cast<std::size_t>(r * cols + c) * es, es);
+    TensorView v = t;
+    v.shape = {cols, rows};
+    v.bytes = std::span<const std::byte>(*buf);
+    v.keepalive = std::shared_ptr<const void>(buf);
+    return v;
   }
 
   const HfConfig& cfg;
@@ -413,10 +489,14 @@ inline ModelDesc describe_model(const HfConfig& cfg, std::shared_ptr<const Check
                         "embedding [vocab, hidden]");
   d.final_norm =
       b.plain(hf_final_norm_name(f), {m.hidden}, WeightLayout::vector, "final norm [hidden]");
+  check(!cfg.tie_word_embeddings || !linear_quant(cfg.quant, "lm_head"), ErrorKind::unsupported,
+        ckpt->dir().string(), "a quantized lm_head tied to the float embedding is not supported");
   if (cfg.tie_word_embeddings) {
     d.lm_head = WeightRef{PlainWeight{d.embedding.tensor(), WeightLayout::out_in}};
     if (ckpt->contains(hf_lm_head_name(f)))
       b.used.insert(hf_lm_head_name(f)); // a saved copy of a tied head is ignored, as in HF
+  } else if (linear_quant(cfg.quant, "lm_head")) {
+    d.lm_head = b.linear("lm_head", m.hidden, m.vocab, "lm_head [vocab, hidden] (quantized)");
   } else {
     d.lm_head = b.plain(hf_lm_head_name(f), {m.vocab, m.hidden}, WeightLayout::out_in,
                         "lm_head [vocab, hidden] (tie_word_embeddings is false)");

@@ -191,7 +191,10 @@ inline ir::Module build_lm_head(const ModelDesc& d, bool greedy, const std::stri
   const bool tied = d.tie_word_embeddings;
   ir::Value* head =
       b.weight(slot_weight(tied ? "embedding" : "lm_head", tied ? d.embedding : d.lm_head));
-  ir::Value* logits = b.create(ir::top::MatMulOp{true}, {n, head});
+  // A quantized head is logical [hidden, vocab] (like every quantized linear), a float one
+  // [vocab, hidden].
+  const bool quantized_head = !tied && d.lm_head.is_quantized();
+  ir::Value* logits = b.create(ir::top::MatMulOp{!quantized_head}, {n, head});
   if (greedy)
     b.ret({b.create(ir::top::ArgMaxOp{-1}, {logits})});
   else

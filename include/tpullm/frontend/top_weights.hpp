@@ -55,12 +55,16 @@ inline ir::Weight plain_weight(const std::string& name, const WeightRef& ref) {
 /// A quantized linear as `@name`: logical [K, N] u4/u8 with its QuantSpec (format gptq for v1
 /// zeros, gptq_v2 for exact zeros, awq); parts qweight, scales, qzeros (when stored: AWQ
 /// without zero points has none) and g_idx (when stored), exactly as in the checkpoint.
+/// A compressed-tensors linear (already transposed into the GPTQ layout by describe_model) is
+/// gptq_v2 (exact zeros); a symmetric one has no qzeros (zero 2^(bits-1)).
 inline ir::Weight quantized_weight(const std::string& name, const QuantizedWeight& q) {
   ir::QuantSpec spec;
   if (q.format == QuantFormat::awq) {
     spec.format = ir::QuantFormat::awq;
     check(q.zero_offset == 0, ErrorKind::unsupported, q.qweight.where(), "zero offset ",
           q.zero_offset, " is not an AWQ GEMM layout (AWQ stores zeros exactly)");
+  } else if (q.format == QuantFormat::compressed) {
+    spec.format = ir::QuantFormat::gptq_v2;
   } else {
     check(q.zero_offset == 0 || q.zero_offset == 1, ErrorKind::unsupported, q.qweight.where(),
           "zero offset ", q.zero_offset,
@@ -70,10 +74,9 @@ inline ir::Weight quantized_weight(const std::string& name, const QuantizedWeigh
   spec.group_size = q.group_size;
   spec.zero_point = q.qzeros.has_value();
   spec.act_order = !q.g_idx_trivial;
-  check(q.bits == 4 || (q.bits == 8 && q.format == QuantFormat::gptq), ErrorKind::unsupported,
-        q.qweight.where(), q.bits, "-bit ", q.format == QuantFormat::gptq ? "GPTQ" : "AWQ",
-        " weights are not supported (GPTQ 4 / 8-bit, AWQ 4-bit)");
-  check(q.qzeros.has_value() || q.format == QuantFormat::awq, ErrorKind::invalid_input,
+  check(q.bits == 4 || (q.bits == 8 && q.format != QuantFormat::awq), ErrorKind::unsupported,
+        q.qweight.where(), q.bits, "-bit AWQ weights are not supported (AWQ GEMM is 4-bit)");
+  check(q.qzeros.has_value() || q.format != QuantFormat::gptq, ErrorKind::invalid_input,
         q.qweight.where(), "a GPTQ weight needs its qzeros tensor");
   ir::Weight w{name,
                ir::TensorType({q.in_features, q.out_features},
