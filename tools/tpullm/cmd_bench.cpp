@@ -66,9 +66,10 @@ std::vector<std::int32_t> prompt_ids(std::int64_t n, std::int64_t vocab) {
 }
 
 /// Bytes of weights one decode step reads: every weight of the decode functions of variant S
-/// and of lm_head, the embedding table counted as one row.
+/// and of lm_head, the embedding table counted as one row (a tied table is also the lm_head's
+/// weight, read whole there: the gather's row is counted apart, so it cannot hide that read).
 std::int64_t decode_weight_bytes(const bundle::Bundle& b, std::int64_t S) {
-  std::set<std::string> names;
+  std::set<std::string> names, gathered;
   std::int64_t bytes = 0;
   const auto& m = b.model();
   for (const auto& p : b.programs()) {
@@ -80,14 +81,19 @@ std::int64_t decode_weight_bytes(const bundle::Bundle& b, std::int64_t S) {
     for (const auto& in : p.instrs)
       for (std::size_t i = 0; i < in.operands.size(); ++i) {
         const auto& r = in.operands[i];
-        if (r.buffer.region == ir::Region::weight && names.insert(r.weight).second) {
+        if (r.buffer.region != ir::Region::weight)
+          continue;
+        if (in.kind() == ir::OpKind::tpu_Embedding) {
+          if (gathered.insert(r.weight).second)
+            bytes += r.type.byte_size() / std::max<std::int64_t>(1, m.vocab);
+          continue;
+        }
+        if (names.insert(r.weight).second) {
           if (const auto* moe = std::get_if<ir::tpu::MoEOp>(&in.op); moe && i >= 2) {
             // A routed MLP reads its router and top_k of its experts: each expert's share.
             for (const auto& part : b.find_weight(r.weight)->parts)
               bytes += static_cast<std::int64_t>(part.bytes.size()) * moe->top_k / moe->experts;
-          } else if (in.kind() == ir::OpKind::tpu_Embedding)
-            bytes += r.type.byte_size() / std::max<std::int64_t>(1, m.vocab);
-          else
+          } else
             for (const auto& part : b.find_weight(r.weight)->parts) // checked on open
               bytes += static_cast<std::int64_t>(part.bytes.size());
         }
