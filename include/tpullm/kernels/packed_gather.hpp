@@ -14,6 +14,7 @@
 #include <string>
 
 #include "tpullm/kernels/core_split.hpp"
+#include "tpullm/kernels/embedding_gather.hpp"
 #include "tpullm/kernels/packed_weights.hpp"
 #include "tpullm/support/float16.hpp"
 
@@ -89,15 +90,8 @@ inline void packed_column(const PackedWeights& w, std::int64_t n, float* dst) {
 inline void packed_embedding_gather(std::span<const std::int32_t> ids, const PackedWeights& w,
                                     std::span<float> out, const CoreSplit& split = {}) {
   const std::int64_t H = w.K, V = w.N;
-  if (out.size() < ids.size() * static_cast<std::size_t>(H))
-    throw std::invalid_argument(
-        "packed_embedding_gather: out has " + std::to_string(out.size()) +
-        " elements, needs L*H = " + std::to_string(ids.size() * static_cast<std::size_t>(H)));
-  for (std::size_t i = 0; i < ids.size(); ++i)
-    if (ids[i] < 0 || ids[i] >= V)
-      throw std::out_of_range("embedding_gather: token id " + std::to_string(ids[i]) +
-                              " at position " + std::to_string(i) +
-                              " is outside [0, V=" + std::to_string(V) + ")");
+  // The row-major gather's checks: ids in [0, V), out holding L * H (the table is W itself).
+  detail::embedding_check(ids, static_cast<std::size_t>(V * H), out.size(), {V, H});
   parallel_for(split, static_cast<std::int64_t>(ids.size()), 1,
                [&](std::int64_t b, std::int64_t e) {
                  for (std::int64_t l = b; l < e; ++l)

@@ -75,15 +75,6 @@ public:
   }
 
 private:
-  template <class T>
-  static ConstBytes cbytes(const T* p, std::int64_t n) {
-    return as_bytes(std::span<const T>(p, static_cast<std::size_t>(n)));
-  }
-  template <class T>
-  static MutBytes mbytes(T* p, std::int64_t n) {
-    return as_writable_bytes(std::span<T>(p, static_cast<std::size_t>(n)));
-  }
-
   /// One decode call of the smallest batch holding `rows` (at most the largest batch).
   void step(std::span<const DecodeRow> rows, std::vector<float>& logits) {
     const auto n = static_cast<std::int64_t>(rows.size());

@@ -241,15 +241,6 @@ private:
             " is outside the vocabulary [0, ", dims_.vocab, ")");
   }
 
-  template <class T>
-  static ConstBytes cbytes(const T* p, std::int64_t n) {
-    return as_bytes(std::span<const T>(p, static_cast<std::size_t>(n)));
-  }
-  template <class T>
-  static MutBytes mbytes(T* p, std::int64_t n) {
-    return as_writable_bytes(std::span<T>(p, static_cast<std::size_t>(n)));
-  }
-
   /// Stage functions of one kind per (compiled length, layer), resolved on first use.
   struct Handles {
     std::vector<std::int64_t> lengths;        ///< the compiled lengths (variants)

@@ -18,6 +18,17 @@ using ConstBytes = std::span<const std::byte>;
 /// Writable bytes of one result.
 using MutBytes = std::span<std::byte>;
 
+/// The bytes of n elements of T at p, read-only (a stage argument).
+template <class T>
+ConstBytes cbytes(const T* p, std::int64_t n) {
+  return std::as_bytes(std::span<const T>(p, static_cast<std::size_t>(n)));
+}
+/// The bytes of n elements of T at p, writable (a stage result).
+template <class T>
+MutBytes mbytes(T* p, std::int64_t n) {
+  return std::as_writable_bytes(std::span<T>(p, static_cast<std::size_t>(n)));
+}
+
 /// Bytes of a typed span.
 template <class T>
 ConstBytes as_bytes(std::span<const T> s) {
