@@ -99,12 +99,7 @@ public:
   const std::vector<codegen::Program>& programs() const { return programs_; } ///< in order
   const std::vector<ir::Weight>& weights() const { return weights_; }         ///< sorted by name
   /// The weight `name`, or null (binary search: weights are sorted by name).
-  const ir::Weight* find_weight(const std::string& name) const {
-    auto it =
-        std::lower_bound(weights_.begin(), weights_.end(), name,
-                         [](const ir::Weight& w, const std::string& n) { return w.name < n; });
-    return it != weights_.end() && it->name == name ? &*it : nullptr;
-  }
+  const ir::Weight* find_weight(const std::string& name) const;
   std::int64_t file_bytes() const { return file_bytes_; }         ///< size of the file
   std::int64_t blob_bytes() const { return blob_bytes_; }         ///< size of the weight blob
   std::int64_t max_arena() const { return max_arena_; }           ///< largest activation arena

@@ -40,60 +40,10 @@ inline constexpr std::string_view slot_name(LinearSlot s) noexcept {
 
 /// HF module path of a linear, without the ".weight"/".qweight" suffix, e.g.
 /// "model.layers.3.self_attn.q_proj". All four families share the llama naming.
-inline std::string hf_linear_prefix(ModelFamily f, std::int64_t layer, LinearSlot s) {
-  switch (f) {
-  case ModelFamily::llama:
-  case ModelFamily::qwen2:
-  case ModelFamily::qwen3:
-  case ModelFamily::mistral:
-  case ModelFamily::qwen3_moe:
-  case ModelFamily::mixtral:
-    break;
-  }
-  const std::string base = "model.layers." + std::to_string(layer) + ".";
-  switch (s) {
-  case LinearSlot::q:
-    return base + "self_attn.q_proj";
-  case LinearSlot::k:
-    return base + "self_attn.k_proj";
-  case LinearSlot::v:
-    return base + "self_attn.v_proj";
-  case LinearSlot::o:
-    return base + "self_attn.o_proj";
-  case LinearSlot::gate:
-    return base + "mlp.gate_proj";
-  case LinearSlot::up:
-    return base + "mlp.up_proj";
-  case LinearSlot::down:
-    return base + "mlp.down_proj";
-  }
-  return base;
-}
+std::string hf_linear_prefix(ModelFamily f, std::int64_t layer, LinearSlot s);
 
 /// HF tensor name of a layer's norm gamma, e.g. "model.layers.3.input_layernorm.weight".
-inline std::string hf_norm_name(ModelFamily f, std::int64_t layer, NormSlot s) {
-  switch (f) {
-  case ModelFamily::llama:
-  case ModelFamily::qwen2:
-  case ModelFamily::qwen3:
-  case ModelFamily::mistral:
-  case ModelFamily::qwen3_moe:
-  case ModelFamily::mixtral:
-    break;
-  }
-  const std::string base = "model.layers." + std::to_string(layer) + ".";
-  switch (s) {
-  case NormSlot::attn:
-    return base + "input_layernorm.weight";
-  case NormSlot::mlp:
-    return base + "post_attention_layernorm.weight";
-  case NormSlot::q:
-    return base + "self_attn.q_norm.weight";
-  case NormSlot::k:
-    return base + "self_attn.k_norm.weight";
-  }
-  return base;
-}
+std::string hf_norm_name(ModelFamily f, std::int64_t layer, NormSlot s);
 
 /// The three linears of one routed expert (SwiGLU: down(silu(gate x) * up x)).
 enum class ExpertSlot { gate, up, down };
@@ -108,18 +58,7 @@ inline std::string hf_router_name(ModelFamily f, std::int64_t layer) {
 /// HF module path of expert `e`'s linear in layer `layer`, without ".weight":
 /// "model.layers.3.mlp.experts.5.gate_proj" (qwen3_moe) or
 /// "model.layers.3.block_sparse_moe.experts.5.w1" (mixtral: w1 gate, w3 up, w2 down).
-inline std::string hf_expert_prefix(ModelFamily f, std::int64_t layer, std::int64_t e,
-                                    ExpertSlot s) {
-  const std::string base = "model.layers." + std::to_string(layer) + ".";
-  if (f == ModelFamily::mixtral) {
-    const char* w = s == ExpertSlot::gate ? "w1" : s == ExpertSlot::up ? "w3" : "w2";
-    return base + "block_sparse_moe.experts." + std::to_string(e) + "." + w;
-  }
-  const char* w = s == ExpertSlot::gate ? "gate_proj"
-                  : s == ExpertSlot::up ? "up_proj"
-                                        : "down_proj";
-  return base + "mlp.experts." + std::to_string(e) + "." + w;
-}
+std::string hf_expert_prefix(ModelFamily f, std::int64_t layer, std::int64_t e, ExpertSlot s);
 
 /// HF name of the token embedding table [vocab, hidden].
 inline std::string hf_embedding_name(ModelFamily) {

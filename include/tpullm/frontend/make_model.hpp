@@ -64,30 +64,7 @@ struct ModelPreset {
   /// Throws Error(invalid_input) naming the preset when a dimension is not positive, the
   /// heads do not group, head_dim is odd, or hidden != heads * head_dim without an explicit
   /// head_dim.
-  void validate() const {
-    const std::string where = "preset " + name;
-    const std::initializer_list<std::pair<std::int64_t, const char*>> dims = {
-        {hidden, "hidden"}, {intermediate, "intermediate"}, {layers, "layers"},
-        {heads, "heads"},   {kv_heads, "kv_heads"},         {head_dim, "head_dim"},
-        {vocab, "vocab"},   {max_position, "max_position"}};
-    for (const auto& [v, what] : dims)
-      check(v > 0 && v <= (std::int64_t{1} << 31), ErrorKind::invalid_input, where, what, " = ", v,
-            " must be in [1, 2^31]");
-    check(heads % kv_heads == 0, ErrorKind::invalid_input, where, "heads ", heads,
-          " is not a multiple of kv_heads ", kv_heads);
-    check(head_dim % 2 == 0, ErrorKind::invalid_input, where, "head_dim ", head_dim,
-          " must be even");
-    check(head_dim_in_config || hidden == heads * head_dim, ErrorKind::invalid_input, where,
-          "hidden ", hidden, " != heads * head_dim without an explicit head_dim");
-    check(family == ModelFamily::llama || family == ModelFamily::qwen2 ||
-              family == ModelFamily::qwen3_moe,
-          ErrorKind::unsupported, where, "family ", family_name(family),
-          " has no config writer (llama, qwen2, qwen3_moe)");
-    check(family != ModelFamily::qwen3_moe ||
-              (experts > 0 && top_k > 0 && top_k <= experts && moe_intermediate > 0),
-          ErrorKind::invalid_input, where, "a qwen3_moe preset needs 1 <= top_k (", top_k,
-          ") <= experts (", experts, ") and moe_intermediate > 0");
-  }
+  void validate() const;
   /// Number of weights (elements of every tensor in the checkpoint).
   std::int64_t parameters() const;
 };
@@ -101,201 +78,14 @@ struct ModelPreset {
 /// Qwen3-30B-A3B (qwen3_moe: hidden 2048, 48 layers, 32/4 heads of 128, q/k norm, 128 experts
 /// of width 768, top 8 renormalised, vocab 151936, untied, rope_theta 1e6, eps 1e-6, 40960
 /// positions).
-inline const std::vector<ModelPreset>& model_presets() {
-  static const std::vector<ModelPreset> presets = [] {
-    std::vector<ModelPreset> v;
-    ModelPreset q;
-    q.name = "qwen2.5-0.5b";
-    q.family = ModelFamily::qwen2;
-    q.hidden = 896;
-    q.intermediate = 4864;
-    q.layers = 24;
-    q.heads = 14;
-    q.kv_heads = 2;
-    q.head_dim = 64;
-    q.vocab = 151936;
-    q.max_position = 32768;
-    q.tie_word_embeddings = true;
-    q.rms_norm_eps = 1e-6;
-    q.rope.theta = 1e6;
-    q.bos_token_id = 151643;
-    q.eos_token_id = 151643;
-    v.push_back(q);
-
-    ModelPreset l;
-    l.name = "llama3.2-1b";
-    l.family = ModelFamily::llama;
-    l.hidden = 2048;
-    l.intermediate = 8192;
-    l.layers = 16;
-    l.heads = 32;
-    l.kv_heads = 8;
-    l.head_dim = 64;
-    l.head_dim_in_config = true;
-    l.vocab = 128256;
-    l.max_position = 131072;
-    l.tie_word_embeddings = true;
-    l.rms_norm_eps = 1e-5;
-    l.rope.type = RopeType::llama3;
-    l.rope.theta = 5e5;
-    l.rope.factor = 32;
-    l.rope.low_freq_factor = 1;
-    l.rope.high_freq_factor = 4;
-    l.rope.original_max_position_embeddings = 8192;
-    l.bos_token_id = 128000;
-    l.eos_token_id = 128001;
-    v.push_back(l);
-
-    ModelPreset t;
-    t.name = "tiny";
-    t.family = ModelFamily::llama;
-    t.hidden = 64;
-    t.intermediate = 128;
-    t.layers = 2;
-    t.heads = 4;
-    t.kv_heads = 2;
-    t.head_dim = 16;
-    t.vocab = 512;
-    t.max_position = 2048;
-    t.tie_word_embeddings = false;
-    t.rms_norm_eps = 1e-5;
-    t.rope.theta = 10000;
-    t.bos_token_id = 1;
-    t.eos_token_id = 2;
-    v.push_back(t);
-
-    ModelPreset m;
-    m.name = "qwen3-30b-a3b";
-    m.family = ModelFamily::qwen3_moe;
-    m.hidden = 2048;
-    m.intermediate = 6144;
-    m.layers = 48;
-    m.heads = 32;
-    m.kv_heads = 4;
-    m.head_dim = 128;
-    m.head_dim_in_config = true;
-    m.vocab = 151936;
-    m.max_position = 40960;
-    m.tie_word_embeddings = false;
-    m.rms_norm_eps = 1e-6;
-    m.rope.theta = 1e6;
-    m.bos_token_id = 151643;
-    m.eos_token_id = 151645;
-    m.experts = 128;
-    m.top_k = 8;
-    m.moe_intermediate = 768;
-    v.push_back(m);
-    return v;
-  }();
-  return presets;
-}
+const std::vector<ModelPreset>& model_presets();
 
 /// The preset called `name`; throws Error(invalid_input) listing the known names.
-inline ModelPreset find_preset(std::string_view name) {
-  std::string known;
-  for (const auto& p : model_presets()) {
-    if (p.name == name)
-      return p;
-    known += (known.empty() ? "" : ", ") + p.name;
-  }
-  throw_error(ErrorKind::invalid_input, "--preset", "unknown preset '", name, "' (known: ", known,
-              ")");
-}
+ModelPreset find_preset(std::string_view name);
 
 /// config.json of `p` in its family's HuggingFace format (keys sorted, as transformers writes
 /// them), with torch_dtype naming `dtype` (F32, F16 or BF16).
-inline nlohmann::json preset_config_json(const ModelPreset& p, DType dtype) {
-  p.validate();
-  nlohmann::json j = nlohmann::json::object();
-  const auto torch = [&]() -> std::string {
-    switch (dtype) {
-    case DType::f32:
-      return "float32";
-    case DType::f16:
-      return "float16";
-    case DType::bf16:
-      return "bfloat16";
-    case DType::f64:
-    case DType::i64:
-    case DType::i32:
-    case DType::i16:
-    case DType::i8:
-    case DType::u8:
-    case DType::boolean:
-      break;
-    }
-    throw_error(ErrorKind::invalid_input, "--dtype", "weights cannot be stored as ",
-                dtype_name(dtype), " (F32, F16, BF16)");
-  }();
-  j["attention_dropout"] = 0.0;
-  j["hidden_act"] = "silu";
-  j["hidden_size"] = p.hidden;
-  j["initializer_range"] = 0.02;
-  j["intermediate_size"] = p.intermediate;
-  j["max_position_embeddings"] = p.max_position;
-  j["model_type"] = std::string(family_name(p.family));
-  j["num_attention_heads"] = p.heads;
-  j["num_hidden_layers"] = p.layers;
-  j["num_key_value_heads"] = p.kv_heads;
-  j["rms_norm_eps"] = p.rms_norm_eps;
-  j["rope_theta"] = p.rope.theta;
-  j["tie_word_embeddings"] = p.tie_word_embeddings;
-  j["torch_dtype"] = torch;
-  j["use_cache"] = true;
-  j["vocab_size"] = p.vocab;
-  if (p.bos_token_id && *p.bos_token_id < p.vocab)
-    j["bos_token_id"] = *p.bos_token_id;
-  if (p.eos_token_id && *p.eos_token_id < p.vocab)
-    j["eos_token_id"] = *p.eos_token_id;
-  if (p.head_dim_in_config)
-    j["head_dim"] = p.head_dim;
-  switch (p.rope.type) {
-  case RopeType::default_:
-    break;
-  case RopeType::linear:
-    j["rope_scaling"] = {{"rope_type", "linear"}, {"factor", p.rope.factor}};
-    break;
-  case RopeType::llama3:
-    j["rope_scaling"] = {
-        {"rope_type", "llama3"},
-        {"factor", p.rope.factor},
-        {"low_freq_factor", p.rope.low_freq_factor},
-        {"high_freq_factor", p.rope.high_freq_factor},
-        {"original_max_position_embeddings", p.rope.original_max_position_embeddings}};
-    break;
-  }
-  switch (p.family) {
-  case ModelFamily::llama:
-    j["architectures"] = {"LlamaForCausalLM"};
-    j["attention_bias"] = false;
-    j["mlp_bias"] = false;
-    j["pretraining_tp"] = 1;
-    break;
-  case ModelFamily::qwen2:
-    j["architectures"] = {"Qwen2ForCausalLM"};
-    j["max_window_layers"] = p.layers;
-    j["sliding_window"] = p.max_position;
-    j["use_sliding_window"] = false;
-    break;
-  case ModelFamily::qwen3_moe:
-    j["architectures"] = {"Qwen3MoeForCausalLM"};
-    j["attention_bias"] = false;
-    j["decoder_sparse_step"] = 1;
-    j["mlp_only_layers"] = nlohmann::json::array();
-    j["moe_intermediate_size"] = p.moe_intermediate;
-    j["norm_topk_prob"] = true;
-    j["num_experts"] = p.experts;
-    j["num_experts_per_tok"] = p.top_k;
-    j["sliding_window"] = nullptr;
-    j["use_sliding_window"] = false;
-    break;
-  case ModelFamily::qwen3:
-  case ModelFamily::mistral:
-  case ModelFamily::mixtral:
-    break; // refused by validate()
-  }
-  return j;
-}
+nlohmann::json preset_config_json(const ModelPreset& p, DType dtype);
 
 /// One tensor of a generated checkpoint: its HF name, shape and how it is initialized.
 struct PresetTensor {
@@ -305,66 +95,14 @@ struct PresetTensor {
   std::vector<std::int64_t> shape; ///< row-major, outermost first
   Init init = Init::noise;         ///< value distribution
   /// Number of elements.
-  std::int64_t numel() const {
-    std::int64_t n = 1;
-    for (auto d : shape)
-      n *= d;
-    return n;
-  }
+  std::int64_t numel() const;
 };
 
 /// The tensors of `p`'s checkpoint in the order they are written: the embedding [vocab, hidden],
 /// per layer its norms [hidden], q [heads*head_dim, hidden], k/v [kv_heads*head_dim, hidden]
 /// (with [out] biases for qwen2), o [hidden, heads*head_dim], gate/up [intermediate, hidden],
 /// down [hidden, intermediate]; the final norm [hidden]; lm_head [vocab, hidden] when untied.
-inline std::vector<PresetTensor> preset_tensors(const ModelPreset& p) {
-  p.validate();
-  using I = PresetTensor::Init;
-  const ModelFamily f = p.family;
-  const std::int64_t H = p.hidden, Q = p.heads * p.head_dim, KV = p.kv_heads * p.head_dim;
-  const bool qkv_bias = f == ModelFamily::qwen2;
-  std::vector<PresetTensor> t;
-  t.push_back({hf_embedding_name(f), {p.vocab, H}, I::noise});
-  for (std::int64_t i = 0; i < p.layers; ++i) {
-    const auto lin = [&](LinearSlot s, std::int64_t out, std::int64_t in, bool bias) {
-      t.push_back({hf_linear_prefix(f, i, s) + ".weight", {out, in}, I::noise});
-      if (bias)
-        t.push_back({hf_linear_prefix(f, i, s) + ".bias", {out}, I::noise});
-    };
-    t.push_back({hf_norm_name(f, i, NormSlot::attn), {H}, I::one_plus_noise});
-    lin(LinearSlot::q, Q, H, qkv_bias);
-    lin(LinearSlot::k, KV, H, qkv_bias);
-    lin(LinearSlot::v, KV, H, qkv_bias);
-    lin(LinearSlot::o, H, Q, false);
-    t.push_back({hf_norm_name(f, i, NormSlot::mlp), {H}, I::one_plus_noise});
-    if (f == ModelFamily::qwen3_moe) {
-      t.push_back({hf_norm_name(f, i, NormSlot::q), {p.head_dim}, I::one_plus_noise});
-      t.push_back({hf_norm_name(f, i, NormSlot::k), {p.head_dim}, I::one_plus_noise});
-      t.push_back({hf_router_name(f, i), {p.experts, H}, I::noise});
-      const std::int64_t E = p.moe_intermediate;
-      for (std::int64_t e = 0; e < p.experts; ++e) {
-        t.push_back({hf_expert_prefix(f, i, e, ExpertSlot::gate) + ".weight", {E, H}, I::noise});
-        t.push_back({hf_expert_prefix(f, i, e, ExpertSlot::up) + ".weight", {E, H}, I::noise});
-        t.push_back({hf_expert_prefix(f, i, e, ExpertSlot::down) + ".weight", {H, E}, I::noise});
-      }
-      continue;
-    }
-    lin(LinearSlot::gate, p.intermediate, H, false);
-    lin(LinearSlot::up, p.intermediate, H, false);
-    lin(LinearSlot::down, H, p.intermediate, false);
-  }
-  t.push_back({hf_final_norm_name(f), {H}, I::one_plus_noise});
-  if (!p.tie_word_embeddings)
-    t.push_back({hf_lm_head_name(f), {p.vocab, H}, I::noise});
-  return t;
-}
-
-inline std::int64_t ModelPreset::parameters() const {
-  std::int64_t n = 0;
-  for (const auto& t : preset_tensors(*this))
-    n += t.numel();
-  return n;
-}
+std::vector<PresetTensor> preset_tensors(const ModelPreset& p);
 
 namespace detail {
 /// splitmix64's finalizer: a bijective 64-bit mix.
@@ -420,19 +158,7 @@ struct RandomQuant {
   std::int64_t group_size = 128; ///< rows of K per group; -1 = one group over K
   bool act_order = false;        ///< gptq only
   /// Throws Error(invalid_input) naming the option for an impossible combination.
-  void validate() const {
-    if (method.empty())
-      return;
-    check(method == "gptq" || method == "awq", ErrorKind::invalid_input, "--quantize", "'", method,
-          "' is not gptq or awq");
-    check(bits == 4 || bits == 8, ErrorKind::invalid_input, "--bits", "must be 4 or 8, got ", bits);
-    check(method == "gptq" || bits == 4, ErrorKind::invalid_input, "--bits",
-          "awq (GEMM layout) is 4-bit only, got ", bits);
-    check(group_size == -1 || (group_size > 0 && group_size <= (1 << 24)), ErrorKind::invalid_input,
-          "--group-size", "must be positive or -1, got ", group_size);
-    check(!act_order || method == "gptq", ErrorKind::invalid_input, "--act-order",
-          "is a GPTQ option (awq has no act-order)");
-  }
+  void validate() const;
 };
 
 /// How generated weights are drawn and stored.
@@ -444,18 +170,7 @@ struct RandomWeights {
 };
 
 /// The quantization_config of `q` (gptq or awq), as the method's own tools write it.
-inline nlohmann::json random_quant_config(const RandomQuant& q) {
-  if (q.method == "gptq")
-    return {{"quant_method", "gptq"},  {"bits", q.bits},       {"group_size", q.group_size},
-            {"desc_act", q.act_order}, {"sym", true},          {"checkpoint_format", "gptq"},
-            {"lm_head", false},        {"damp_percent", 0.01}, {"static_groups", false},
-            {"true_sequential", true}};
-  return {{"quant_method", "awq"},
-          {"bits", q.bits},
-          {"group_size", q.group_size},
-          {"zero_point", true},
-          {"version", "gemm"}};
-}
+nlohmann::json random_quant_config(const RandomQuant& q);
 
 namespace detail {
 
@@ -483,61 +198,9 @@ std::vector<std::byte> bytes_of(const std::vector<T>& v) {
 }
 
 /// The checkpoint tensors of HF linear `name` [N, K] under `q`, drawn from `key`.
-inline std::vector<PackedTensor> random_quant_linear(const std::string& name, std::int64_t N,
-                                                     std::int64_t K, const RandomQuant& q,
-                                                     std::uint64_t key, double std) {
-  const std::string prefix = name.substr(0, name.size() - 7); // drop ".weight"
-  const std::int64_t gs = q.group_size == -1 ? K : q.group_size;
-  check(K % gs == 0, ErrorKind::invalid_input, "--group-size",
-        str_cat(gs, " does not divide in_features ", K, " of ", prefix));
-  const std::int64_t G = K / gs;
-  const int levels = 1 << q.bits, mid = levels / 2;
-  std::uint64_t i = 0;
-  const auto draw = [&]() { return mix64(key + (++i) * 0x9E3779B97F4A7C15ull); };
-  std::vector<std::uint8_t> qv(static_cast<std::size_t>(K * N));
-  for (auto& x : qv)
-    x = static_cast<std::uint8_t>(draw() % static_cast<std::uint64_t>(levels));
-  // uniform integers around the zero have std ~ levels / sqrt(12): scale them to `std`
-  const double base = std / (levels / 3.4641016151377544);
-  std::vector<std::uint16_t> scales(static_cast<std::size_t>(G * N));
-  for (auto& s : scales)
-    s = f32_to_f16(
-        static_cast<float>(base * (0.75 + 0.5 * static_cast<double>(draw() % 1024) / 1024.0)));
-  std::vector<std::uint8_t> zeros(static_cast<std::size_t>(G * N), static_cast<std::uint8_t>(mid));
-  std::vector<PackedTensor> out;
-  if (q.method == "awq") {
-    for (auto& z : zeros)
-      z = static_cast<std::uint8_t>(draw() % 16);
-    out.push_back({prefix + ".qweight", DType::i32, {K, N / 8}, bytes_of(pack_awq_rows(qv, K, N))});
-    out.push_back(
-        {prefix + ".qzeros", DType::i32, {G, N / 8}, bytes_of(pack_awq_rows(zeros, G, N))});
-    out.push_back({prefix + ".scales", DType::f16, {G, N}, bytes_of(scales)});
-    return out;
-  }
-  std::vector<std::int32_t> g_idx(static_cast<std::size_t>(K));
-  std::vector<std::int64_t> order(static_cast<std::size_t>(K));
-  for (std::int64_t k = 0; k < K; ++k)
-    order[static_cast<std::size_t>(k)] = k;
-  if (q.act_order) // rows taken in a random order; groups along that order (GPTQ desc_act)
-    for (std::int64_t k = K - 1; k > 0; --k)
-      std::swap(order[static_cast<std::size_t>(k)],
-                order[static_cast<std::size_t>(draw() % static_cast<std::uint64_t>(k + 1))]);
-  for (std::int64_t j = 0; j < K; ++j)
-    g_idx[static_cast<std::size_t>(order[static_cast<std::size_t>(j)])] =
-        static_cast<std::int32_t>(j / gs);
-  const int pack = 32 / q.bits;
-  out.push_back({prefix + ".qweight",
-                 DType::i32,
-                 {K / pack, N},
-                 bytes_of(pack_gptq_qweight(qv, K, N, q.bits))});
-  out.push_back({prefix + ".qzeros",
-                 DType::i32,
-                 {G, N / pack},
-                 bytes_of(pack_gptq_qzeros(zeros, G, N, q.bits, 1))});
-  out.push_back({prefix + ".scales", DType::f16, {G, N}, bytes_of(scales)});
-  out.push_back({prefix + ".g_idx", DType::i32, {K}, bytes_of(g_idx)});
-  return out;
-}
+std::vector<PackedTensor> random_quant_linear(const std::string& name, std::int64_t N,
+                                              std::int64_t K, const RandomQuant& q,
+                                              std::uint64_t key, double std);
 
 } // namespace detail
 
@@ -551,97 +214,8 @@ struct MakeModelReport {
 /// `p` with weights drawn by `w`; `dir` must exist. `progress(done, total)` is called after
 /// each tensor. Each file is written atomically (OutputFile). Throws tpullm::Error on a bad preset
 /// or dtype and on I/O failure.
-inline MakeModelReport
+MakeModelReport
 write_random_model(const ModelPreset& p, const RandomWeights& w, const std::filesystem::path& dir,
-                   const std::function<void(std::size_t, std::size_t)>& progress = {}) {
-  w.quant.validate();
-  nlohmann::json config = preset_config_json(p, w.dtype);
-  const bool quantized = !w.quant.method.empty();
-  check(!quantized || p.family != ModelFamily::qwen3_moe, ErrorKind::invalid_input, "--quantize",
-        "quantized mixture-of-experts checkpoints are not supported");
-  if (quantized)
-    config["quantization_config"] = random_quant_config(w.quant);
-  {
-    OutputFile out(dir / "config.json");
-    out.write(config.dump(2) + "\n");
-    out.commit();
-  }
-  const auto tensors = preset_tensors(p);
-  SafetensorsWriter st(dir / "model.safetensors");
-  st.set_metadata("format", "pt");
-  const auto quant_parts = [&](const PresetTensor& t) {
-    return detail::random_quant_linear(t.name, t.shape.at(0), t.shape.at(1), w.quant,
-                                       tensor_key(w.seed, t.name), w.std);
-  };
-  for (const auto& t : tensors) {
-    if (quantized && detail::is_decoder_linear(t.name)) {
-      // declared from a small stand-in of the same shapes: the parts' shapes only
-      const std::int64_t N = t.shape.at(0), K = t.shape.at(1), pack = 32 / w.quant.bits;
-      const std::int64_t G = K / (w.quant.group_size == -1 ? K : w.quant.group_size);
-      check(K % (w.quant.group_size == -1 ? K : w.quant.group_size) == 0 && K % pack == 0 &&
-                N % pack == 0,
-            ErrorKind::invalid_input, "--group-size",
-            str_cat("in_features ", K, " / out_features ", N, " of ", t.name,
-                    " do not fit the packing (group ", w.quant.group_size, ", ", pack,
-                    " values a word)"));
-      const std::string prefix = t.name.substr(0, t.name.size() - 7);
-      if (w.quant.method == "awq") {
-        st.declare(prefix + ".qweight", DType::i32, {K, N / 8});
-        st.declare(prefix + ".qzeros", DType::i32, {G, N / 8});
-        st.declare(prefix + ".scales", DType::f16, {G, N});
-      } else {
-        st.declare(prefix + ".qweight", DType::i32, {K / pack, N});
-        st.declare(prefix + ".qzeros", DType::i32, {G, N / pack});
-        st.declare(prefix + ".scales", DType::f16, {G, N});
-        st.declare(prefix + ".g_idx", DType::i32, {K});
-      }
-      continue;
-    }
-    st.declare(t.name, w.dtype, t.shape);
-  }
-  MakeModelReport report;
-  const std::size_t esize = dtype_size(w.dtype);
-  constexpr std::int64_t kChunk = std::int64_t{1} << 20;
-  std::vector<std::byte> buf(static_cast<std::size_t>(kChunk) * esize);
-  for (std::size_t ti = 0; ti < tensors.size(); ++ti) {
-    const PresetTensor& t = tensors[ti];
-    if (quantized && detail::is_decoder_linear(t.name)) {
-      for (const auto& part : quant_parts(t))
-        st.write(part.name, std::span<const std::byte>(part.bytes));
-      report.parameters += t.numel();
-      if (progress)
-        progress(ti + 1, tensors.size());
-      continue;
-    }
-    const std::uint64_t key = tensor_key(w.seed, t.name);
-    const double base = t.init == PresetTensor::Init::one_plus_noise ? 1.0 : 0.0;
-    const std::int64_t n = t.numel();
-    for (std::int64_t at = 0; at < n; at += kChunk) {
-      const std::int64_t len = std::min(kChunk, n - at);
-      for (std::int64_t k = 0; k < len; ++k) {
-        const auto v = static_cast<float>(
-            base + w.std * random_normal(key, static_cast<std::uint64_t>(at + k)));
-        std::byte* dst = buf.data() + k * static_cast<std::int64_t>(esize);
-        if (w.dtype == DType::bf16) {
-          const std::uint16_t h = f32_to_bf16(v);
-          std::memcpy(dst, &h, 2);
-        } else if (w.dtype == DType::f16) {
-          const std::uint16_t h = f32_to_f16(v);
-          std::memcpy(dst, &h, 2);
-        } else {
-          std::memcpy(dst, &v, 4);
-        }
-      }
-      st.write(t.name,
-               std::span<const std::byte>(buf.data(), static_cast<std::size_t>(len) * esize));
-    }
-    report.parameters += n;
-    if (progress)
-      progress(ti + 1, tensors.size());
-  }
-  st.finish();
-  report.file_bytes = st.header().size() + st.data_size();
-  return report;
-}
+                   const std::function<void(std::size_t, std::size_t)>& progress = {});
 
 } // namespace tpullm::frontend

@@ -46,23 +46,7 @@ public:
 
   /// Declares the next tensor: `name` (non-empty, unique, not "__metadata__"), element type and
   /// row-major shape (outermost first). Only before the first write().
-  void declare(const std::string& name, DType dtype, std::vector<std::int64_t> shape) {
-    check(!started_, ErrorKind::internal, where(name), "declared after writing began");
-    check(!name.empty() && name != "__metadata__", ErrorKind::invalid_input, path_.string(),
-          "invalid tensor name '", name, "'");
-    check(names_.insert(name).second, ErrorKind::invalid_input, where(name), "declared twice");
-    std::uint64_t n = dtype_size(dtype);
-    for (auto d : shape) {
-      check(d >= 0, ErrorKind::invalid_input, where(name), "negative dimension in shape ",
-            shape_str(shape));
-      const auto p = checked_mul(n, static_cast<std::uint64_t>(d));
-      check(p.has_value(), ErrorKind::invalid_input, where(name), "shape ", shape_str(shape),
-            " overflows 64 bits");
-      n = *p;
-    }
-    tensors_.push_back({name, dtype, std::move(shape), data_size_, data_size_ + n});
-    data_size_ += n;
-  }
+  void declare(const std::string& name, DType dtype, std::vector<std::int64_t> shape);
 
   /// Sets a "__metadata__" entry (e.g. {"format", "pt"}). Only before the first write().
   void set_metadata(const std::string& key, const std::string& value) {
@@ -71,53 +55,16 @@ public:
   }
 
   /// The header bytes (8-byte length + padded JSON) for the declarations so far.
-  std::string header() const {
-    nlohmann::json h = nlohmann::json::object();
-    if (!metadata_.empty())
-      h["__metadata__"] = metadata_;
-    for (const auto& t : tensors_)
-      h[t.name] = {{"dtype", std::string(dtype_name(t.dtype))},
-                   {"shape", t.shape},
-                   {"data_offsets", {t.begin, t.end}}};
-    std::string json = h.dump();
-    json.append((8 - json.size() % 8) % 8, ' ');
-    const std::uint64_t n = json.size();
-    std::string out(8, '\0');
-    std::memcpy(out.data(), &n, 8);
-    return out + json;
-  }
+  std::string header() const;
 
   /// Appends `bytes` to tensor `name`, which must be the first declared tensor not yet
   /// complete (tensors are written in declaration order; a tensor may take several chunks).
   /// The first call writes the header.
-  void write(std::string_view name, std::span<const std::byte> bytes) {
-    if (!started_)
-      start();
-    if (bytes.empty())
-      return;
-    skip_complete();
-    check(current_ < tensors_.size(), ErrorKind::internal, where(std::string(name)),
-          "written after every declared tensor is complete");
-    Entry& t = tensors_[current_];
-    check(t.name == name, ErrorKind::internal, where(std::string(name)),
-          "written out of order: tensor '", t.name, "' is not complete yet");
-    check(bytes.size() <= t.end - t.begin - t.written, ErrorKind::internal, where(t.name),
-          bytes.size(), " more bytes than its remaining ", t.end - t.begin - t.written);
-    put(bytes.data(), bytes.size());
-    t.written += bytes.size();
-  }
+  void write(std::string_view name, std::span<const std::byte> bytes);
 
   /// Checks that every declared byte was written, then commits the file (flush, fsync, close,
   /// rename into place; OutputError naming the file on failure).
-  void finish() {
-    if (!started_)
-      start();
-    skip_complete();
-    check(current_ == tensors_.size(), ErrorKind::internal,
-          current_ < tensors_.size() ? where(tensors_[current_].name) : path_.string(),
-          "finished before all its bytes were written");
-    out_->commit();
-  }
+  void finish();
 
   /// Size of the data region declared so far, in bytes.
   std::uint64_t data_size() const { return data_size_; }
@@ -136,12 +83,7 @@ private:
   std::string where(const std::string& name) const {
     return str_cat(path_.string(), ": tensor '", name, "'");
   }
-  void start() {
-    started_ = true;
-    out_.emplace(path_, options_);
-    const std::string h = header();
-    put(h.data(), h.size());
-  }
+  void start();
   void put(const void* p, std::size_t n) {
     out_->write(std::string_view(static_cast<const char*>(p), n));
   }

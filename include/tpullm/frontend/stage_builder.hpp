@@ -36,14 +36,8 @@ namespace detail {
 
 /// Emits y = x W (+ bias) for a linear slot: plain weights are [out, in] (transpose_b),
 /// quantized ones logical [in, out].
-inline ir::Value* linear(ir::Builder& b, ir::Value* x, const std::string& name, const WeightRef& w,
-                         const WeightRef& bias) {
-  ir::Value* wv = b.weight(slot_weight(name, w));
-  std::vector<ir::Value*> operands{x, wv};
-  if (bias.present())
-    operands.push_back(b.weight(slot_weight(name + "_bias", bias)));
-  return b.create(ir::top::MatMulOp{!w.is_quantized()}, operands);
-}
+ir::Value* linear(ir::Builder& b, ir::Value* x, const std::string& name, const WeightRef& w,
+                  const WeightRef& bias);
 
 inline ir::Value* rms_norm(ir::Builder& b, ir::Value* x, const std::string& name,
                            const WeightRef& gamma, double eps) {
@@ -53,185 +47,34 @@ inline ir::Value* rms_norm(ir::Builder& b, ir::Value* x, const std::string& name
 
 /// The gated MLP: fused top.MLP when the three weights share one orientation, else the same
 /// computation spelled with MatMul, SiLU and Mul.
-inline ir::Value* mlp(ir::Builder& b, ir::Value* x, const std::string& prefix,
-                      const LayerWeights& w) {
-  const bool q = w.gate.is_quantized();
-  if (w.up.is_quantized() == q && w.down.is_quantized() == q)
-    return b.create(ir::top::MLPOp{ir::Activation::silu, !q},
-                    {x, b.weight(slot_weight(prefix + "gate", w.gate)),
-                     b.weight(slot_weight(prefix + "up", w.up)),
-                     b.weight(slot_weight(prefix + "down", w.down))});
-  const WeightRef none;
-  ir::Value* g = b.create(ir::top::SiLUOp{}, {linear(b, x, prefix + "gate", w.gate, none)});
-  ir::Value* u = linear(b, x, prefix + "up", w.up, none);
-  return linear(b, b.create(ir::top::MulOp{}, {g, u}), prefix + "down", w.down, none);
-}
+ir::Value* mlp(ir::Builder& b, ir::Value* x, const std::string& prefix, const LayerWeights& w);
 
 /// The routed MLP of a sparse layer as one fused top.MoE: operands x, @layers.i.router, then
 /// @layers.i.expert.e.{gate,up,down} for every expert (plain weights, HF [out, in]).
-inline ir::Value* moe(ir::Builder& b, ir::Value* x, const std::string& prefix, const ModelDesc& d,
-                      const LayerWeights& w) {
-  std::vector<ir::Value*> operands{x, b.weight(slot_weight(prefix + "router", w.moe.router))};
-  for (std::size_t e = 0; e < w.moe.experts.size(); ++e) {
-    const ExpertWeights& ew = w.moe.experts[e];
-    const std::string ep = prefix + "expert." + std::to_string(e) + ".";
-    operands.push_back(b.weight(slot_weight(ep + "gate", ew.gate)));
-    operands.push_back(b.weight(slot_weight(ep + "up", ew.up)));
-    operands.push_back(b.weight(slot_weight(ep + "down", ew.down)));
-  }
-  ir::top::MoEOp op;
-  op.experts = static_cast<std::int64_t>(w.moe.experts.size());
-  op.top_k = d.moe.top_k;
-  op.renormalize = d.moe.renormalize;
-  op.transpose_b = true;
-  return b.create(op, operands);
-}
+ir::Value* moe(ir::Builder& b, ir::Value* x, const std::string& prefix, const ModelDesc& d,
+               const LayerWeights& w);
 
 } // namespace detail
 
 /// The block template: prefill (history = 0), prefill_kv (history > 0, L > 1) and decode
 /// (L = 1) all come from here; `rope` are the model's tables (rope_weights), `name` is the
 /// function's name.
-inline ir::Module build_block(const ModelDesc& d, const BlockShape& s, const RopeWeights& rope,
-                              const std::string& name) {
-  const auto& dims = d.dims;
-  check(s.layer >= 0 && s.layer < dims.layers, ErrorKind::invalid_input, name, "layer ", s.layer,
-        " out of range [0, ", dims.layers, ")");
-  check(s.tokens >= 1 && s.history >= 0 && s.batch >= 1, ErrorKind::invalid_input, name,
-        "bad block shape: ", s.tokens, " tokens, ", s.history, " history slots, batch ", s.batch);
-  check(s.batch == 1 || (s.tokens == 1 && s.history > 0), ErrorKind::invalid_input, name,
-        "a batch above 1 is a decode block (1 token, history > 0)");
-  const LayerWeights& w = d.layers[static_cast<std::size_t>(s.layer)];
-  const std::string p = "layers." + std::to_string(s.layer) + ".";
-  const std::int64_t L = s.tokens, H = dims.hidden, D = dims.head_dim, B = s.batch;
-
-  ir::Module m(name);
-  ir::Function& f = m.add_function(name);
-  f.set_info({s.history == 0  ? ir::StageKind::prefill
-              : s.tokens == 1 ? ir::StageKind::decode
-                              : ir::StageKind::prefill_kv,
-              s.layer, std::nullopt});
-  ir::Builder b(m, f);
-  b.set_loc(Location{name});
-  ir::Value* input = f.add_argument("input_states", ir::TensorType({B, L, H}, ir::DType::f32));
-  ir::Value* pos = f.add_argument("position_ids", ir::TensorType({B, L}, ir::DType::i32));
-  ir::Value *hist_k = nullptr, *hist_v = nullptr;
-  if (s.history > 0) {
-    const ir::TensorType ht({B, s.history, dims.kv_heads, D}, ir::DType::f32);
-    hist_k = f.add_argument("history_k", ht);
-    hist_v = f.add_argument("history_v", ht);
-  }
-
-  ir::Value* x = detail::rms_norm(b, input, p + "attn_norm", w.attn_norm, d.norm_eps);
-  ir::Value* q = detail::linear(b, x, p + "q", w.q, w.q_bias);
-  ir::Value* k = detail::linear(b, x, p + "k", w.k, w.k_bias);
-  ir::Value* v = detail::linear(b, x, p + "v", w.v, w.v_bias);
-  q = b.create(ir::top::ReshapeOp{{B, L, dims.heads, D}}, {q});
-  k = b.create(ir::top::ReshapeOp{{B, L, dims.kv_heads, D}}, {k});
-  v = b.create(ir::top::ReshapeOp{{B, L, dims.kv_heads, D}}, {v});
-  if (d.qk_norm) {
-    q = detail::rms_norm(b, q, p + "q_norm", w.q_norm, d.norm_eps);
-    k = detail::rms_norm(b, k, p + "k_norm", w.k_norm, d.norm_eps);
-  }
-  ir::Value* cos = b.create(ir::top::GatherOp{0}, {b.weight(rope.cos), pos});
-  ir::Value* sin = b.create(ir::top::GatherOp{0}, {b.weight(rope.sin), pos});
-  q = b.create(ir::top::RopeOp{ir::RopeMode::halves}, {q, cos, sin});
-  k = b.create(ir::top::RopeOp{ir::RopeMode::halves}, {k, cos, sin});
-  ir::Value *k_all = k, *v_all = v;
-  if (s.history > 0) {
-    k_all = b.create(ir::top::ConcatOp{1}, {hist_k, k});
-    v_all = b.create(ir::top::ConcatOp{1}, {hist_v, v});
-  }
-  ir::top::FAttentionOp fa;
-  fa.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
-  fa.q_heads = dims.heads;
-  fa.kv_heads = dims.kv_heads;
-  fa.head_dim = D;
-  fa.history = s.history;
-  fa.causal = true;
-  ir::Value* attn = b.create(fa, {q, k_all, v_all, pos});
-  ir::Value* o = detail::linear(b, attn, p + "o", w.o, w.o_bias);
-  ir::Value* h = b.create(ir::top::AddOp{}, {input, o});
-  ir::Value* n2 = detail::rms_norm(b, h, p + "mlp_norm", w.mlp_norm, d.norm_eps);
-  ir::Value* mlp_out = w.sparse() ? detail::moe(b, n2, p, d, w) : detail::mlp(b, n2, p, w);
-  ir::Value* out = b.create(ir::top::AddOp{}, {h, mlp_out});
-  b.ret({out, k, v});
-  return m;
-}
+ir::Module build_block(const ModelDesc& d, const BlockShape& s, const RopeWeights& rope,
+                       const std::string& name);
 
 /// `embedding` (L = tokens): input_ids [1, L] i32 -> hidden [1, L, H] f32.
-inline ir::Module build_embedding(const ModelDesc& d, std::int64_t tokens,
-                                  const std::string& name) {
-  ir::Module m(name);
-  ir::Function& f = m.add_function(name);
-  f.set_info({ir::StageKind::embedding, -1, std::nullopt});
-  ir::Builder b(m, f);
-  b.set_loc(Location{name});
-  ir::Value* ids = f.add_argument("input_ids", ir::TensorType({1, tokens}, ir::DType::i32));
-  ir::Value* h =
-      b.create(ir::top::GatherOp{0}, {b.weight(slot_weight("embedding", d.embedding)), ids});
-  if (h->type().dtype != ir::DType::f32)
-    h = b.create(ir::top::CastOp{ir::DType::f32}, {h});
-  b.ret({h});
-  return m;
-}
+ir::Module build_embedding(const ModelDesc& d, std::int64_t tokens, const std::string& name);
 
 /// `lm_head`: hidden [B, 1, H] -> logits [B, 1, V] f32 (final RMSNorm, then the head or the
 /// tied embedding); with `greedy`, returns only the argmax token [B, 1, 1] i32.
-inline ir::Module build_lm_head(const ModelDesc& d, bool greedy, const std::string& name,
-                                std::int64_t batch = 1) {
-  ir::Module m(name);
-  ir::Function& f = m.add_function(name);
-  f.set_info({ir::StageKind::lm_head, -1, std::nullopt});
-  ir::Builder b(m, f);
-  b.set_loc(Location{name});
-  ir::Value* h =
-      f.add_argument("hidden", ir::TensorType({batch, 1, d.dims.hidden}, ir::DType::f32));
-  ir::Value* n = detail::rms_norm(b, h, "final_norm", d.final_norm, d.norm_eps);
-  const bool tied = d.tie_word_embeddings;
-  ir::Value* head =
-      b.weight(slot_weight(tied ? "embedding" : "lm_head", tied ? d.embedding : d.lm_head));
-  // A quantized head is logical [hidden, vocab] (like every quantized linear), a float one
-  // [vocab, hidden].
-  const bool quantized_head = !tied && d.lm_head.is_quantized();
-  ir::Value* logits = b.create(ir::top::MatMulOp{!quantized_head}, {n, head});
-  if (greedy)
-    b.ret({b.create(ir::top::ArgMaxOp{-1}, {logits})});
-  else
-    b.ret({logits});
-  return m;
-}
+ir::Module build_lm_head(const ModelDesc& d, bool greedy, const std::string& name,
+                         std::int64_t batch = 1);
 
 /// Every stage module of the model for `params`, in a deterministic order: embedding,
 /// embedding_cache, then per layer block_i and block_kv_i (with_history) for each prefill
 /// length (max_input_length first: block_i; then block_i_P for the shorter variants),
 /// block_cache_i_S for each decode length (then block_cache_i_S_bB for each batched decode size
 /// B), then lm_head, lm_head_greedy and lm_head_bB for each B.
-inline std::vector<ir::Module> build_top_modules(const ModelDesc& d, const StageParams& params) {
-  params.validate(d.dims.max_position);
-  const RopeWeights rope = rope_weights(d, params.seq_length); // one table for every block
-  std::vector<ir::Module> out;
-  out.push_back(build_embedding(d, params.max_input_length, "embedding"));
-  out.push_back(build_embedding(d, 1, "embedding_cache"));
-  for (std::int64_t i = 0; i < d.dims.layers; ++i) {
-    for (std::int64_t len : params.prefill_lengths()) {
-      out.push_back(build_block(d, {i, len, 0}, rope, StageNames::block(i, len, params)));
-      if (params.with_history)
-        out.push_back(build_block(d, {i, len, params.prefill_kv_history(len)}, rope,
-                                  StageNames::block_kv(i, len, params)));
-    }
-    for (std::int64_t len : params.decode_lengths())
-      out.push_back(build_block(d, {i, 1, len}, rope, StageNames::block_cache(i, len)));
-    for (std::int64_t batch : params.decode_batch_sizes())
-      for (std::int64_t len : params.decode_lengths())
-        out.push_back(
-            build_block(d, {i, 1, len, batch}, rope, StageNames::block_cache(i, len, batch)));
-  }
-  out.push_back(build_lm_head(d, false, "lm_head"));
-  out.push_back(build_lm_head(d, true, "lm_head_greedy"));
-  for (std::int64_t batch : params.decode_batch_sizes())
-    out.push_back(build_lm_head(d, false, StageNames::lm_head(batch), batch));
-  return out;
-}
+std::vector<ir::Module> build_top_modules(const ModelDesc& d, const StageParams& params);
 
 } // namespace tpullm::frontend

@@ -88,15 +88,7 @@ using FloatArray = Array<double>;
 using IntArray = Array<std::int64_t>;
 
 /// Number of elements of `shape` (1 for a scalar); throws on a negative dimension.
-inline std::int64_t num_elements(const Shape& shape) {
-  std::int64_t n = 1;
-  for (auto d : shape) {
-    check(d >= 0, ErrorKind::invalid_input, "", "negative dimension in shape ",
-          ir::shape_str(shape));
-    n *= d;
-  }
-  return n;
-}
+std::int64_t num_elements(const Shape& shape);
 
 /// `shape` as an xtensor shape (unsigned extents); throws on a negative dimension.
 inline std::vector<std::size_t> to_xshape(const Shape& shape) {
@@ -113,27 +105,7 @@ Shape from_xshape(const S& shape) {
 /// `x` rounded to the nearest value of float type `t` (ties to even): f64 unchanged; f32 by the
 /// C++ conversion; bf16 / f16 through f32 and support/float16.hpp (as a device holding f32
 /// activations narrows them). Integer targets are an error.
-inline double round_to(double x, ir::DType t) {
-  switch (t) {
-  case ir::DType::f64:
-    return x;
-  case ir::DType::f32:
-    return static_cast<double>(static_cast<float>(x));
-  case ir::DType::bf16:
-    return static_cast<double>(bf16_to_f32(f32_to_bf16(static_cast<float>(x))));
-  case ir::DType::f16:
-    return static_cast<double>(f16_to_f32(f32_to_f16(static_cast<float>(x))));
-  case ir::DType::i8:
-  case ir::DType::u8:
-  case ir::DType::i4:
-  case ir::DType::u4:
-  case ir::DType::i32:
-  case ir::DType::i64:
-  case ir::DType::i1:
-    break;
-  }
-  throw_error(ErrorKind::internal, "round_to", "target ", ir::name(t), " is not a float type");
-}
+double round_to(double x, ir::DType t);
 
 /// A dense row-major tensor: a FloatArray (float dtypes) or an IntArray (integer dtypes) and
 /// the IR dtype it is labelled with.
@@ -143,12 +115,7 @@ public:
   Tensor() : Tensor(Shape{}, ir::DType::f32) {}
 
   /// Zero-filled tensor of `shape` and `dtype`.
-  Tensor(const Shape& shape, ir::DType dtype) : dtype_(dtype) {
-    if (ir::is_float(dtype))
-      v_ = zeros<double>(shape);
-    else
-      v_ = zeros<std::int64_t>(shape);
-  }
+  Tensor(const Shape& shape, ir::DType dtype);
 
   /// Float tensor holding `values` (not rounded), labelled `dtype` (a float type).
   Tensor(FloatArray values, ir::DType dtype) : v_(std::move(values)), dtype_(dtype) {
@@ -186,128 +153,14 @@ public:
   /// Tensor from raw little-endian row-major bytes of `dtype` (i4/u4 packed two per byte, low
   /// nibble first; i1 one byte each). Widening is exact. Throws when the byte count differs.
   /// Large inputs (a model's weights) are widened on all OpenMP threads.
-  static Tensor from_bytes(const Shape& shape, ir::DType dtype, std::span<const std::byte> bytes) {
-    const std::int64_t n = num_elements(shape);
-    check(static_cast<std::int64_t>(bytes.size()) == ir::byte_size(dtype, n),
-          ErrorKind::invalid_input, "Tensor::from_bytes", bytes.size(), " bytes for ", n, " ",
-          ir::name(dtype), " elements of shape ", ir::shape_str(shape), " (expected ",
-          ir::byte_size(dtype, n), ")");
-    const std::byte* p = bytes.data();
-    auto nibble = [p](std::int64_t i) {
-      const auto byte = std::to_integer<unsigned>(p[i / 2]);
-      return (i % 2 == 0) ? (byte & 0xFu) : (byte >> 4);
-    };
-    switch (dtype) {
-    case ir::DType::f32:
-      return widened<double>(shape, dtype, [p](std::int64_t i) { return load<float>(p, i); });
-    case ir::DType::f64:
-      return widened<double>(shape, dtype, [p](std::int64_t i) { return load<double>(p, i); });
-    case ir::DType::f16:
-      return widened<double>(shape, dtype,
-                             [p](std::int64_t i) { return f16_to_f32(load<std::uint16_t>(p, i)); });
-    case ir::DType::bf16:
-      return widened<double>(
-          shape, dtype, [p](std::int64_t i) { return bf16_to_f32(load<std::uint16_t>(p, i)); });
-    case ir::DType::i8:
-      return widened<std::int64_t>(shape, dtype,
-                                   [p](std::int64_t i) { return load<std::int8_t>(p, i); });
-    case ir::DType::u8:
-    case ir::DType::i1:
-      return widened<std::int64_t>(shape, dtype,
-                                   [p](std::int64_t i) { return load<std::uint8_t>(p, i); });
-    case ir::DType::i32:
-      return widened<std::int64_t>(shape, dtype,
-                                   [p](std::int64_t i) { return load<std::int32_t>(p, i); });
-    case ir::DType::i64:
-      return widened<std::int64_t>(shape, dtype,
-                                   [p](std::int64_t i) { return load<std::int64_t>(p, i); });
-    case ir::DType::u4:
-      return widened<std::int64_t>(shape, dtype, nibble);
-    case ir::DType::i4:
-      return widened<std::int64_t>(shape, dtype, [nibble](std::int64_t i) {
-        const unsigned nib = nibble(i);
-        return nib >= 8 ? static_cast<std::int64_t>(nib) - 16 : static_cast<std::int64_t>(nib);
-      });
-    }
-    throw_error(ErrorKind::internal, "Tensor::from_bytes", "unknown dtype");
-  }
+  static Tensor from_bytes(const Shape& shape, ir::DType dtype, std::span<const std::byte> bytes);
 
   /// Raw little-endian row-major bytes in this tensor's dtype (floats rounded to nearest even,
   /// integers must fit the type: throws otherwise).
-  std::vector<std::byte> to_bytes() const {
-    const std::int64_t n = numel();
-    std::vector<std::byte> out(static_cast<std::size_t>(ir::byte_size(dtype_, n)));
-    auto store_all = [&]<class T>(T, auto convert) {
-      for (std::int64_t i = 0; i < n; ++i) {
-        const T v = convert(i);
-        std::memcpy(out.data() + i * static_cast<std::int64_t>(sizeof(T)), &v, sizeof(T));
-      }
-    };
-    auto fl = [this](std::int64_t i) { return f(i); };
-    auto fits = [this](std::int64_t lo, std::int64_t hi) {
-      return [this, lo, hi](std::int64_t k) {
-        const std::int64_t v = this->i(k);
-        check(v >= lo && v <= hi, ErrorKind::invalid_input, "Tensor::to_bytes", "value ", v,
-              " does not fit ", ir::name(dtype_));
-        return v;
-      };
-    };
-    switch (dtype_) {
-    case ir::DType::f32:
-      store_all(float{}, [&](std::int64_t i) { return static_cast<float>(fl(i)); });
-      break;
-    case ir::DType::f64:
-      store_all(double{}, fl);
-      break;
-    case ir::DType::f16:
-      store_all(std::uint16_t{},
-                [&](std::int64_t i) { return f32_to_f16(static_cast<float>(fl(i))); });
-      break;
-    case ir::DType::bf16:
-      store_all(std::uint16_t{},
-                [&](std::int64_t i) { return f32_to_bf16(static_cast<float>(fl(i))); });
-      break;
-    case ir::DType::i8:
-      store_all(std::int8_t{},
-                [g = fits(-128, 127)](std::int64_t i) { return static_cast<std::int8_t>(g(i)); });
-      break;
-    case ir::DType::u8:
-      store_all(std::uint8_t{},
-                [g = fits(0, 255)](std::int64_t i) { return static_cast<std::uint8_t>(g(i)); });
-      break;
-    case ir::DType::i1:
-      store_all(std::uint8_t{},
-                [g = fits(0, 1)](std::int64_t i) { return static_cast<std::uint8_t>(g(i)); });
-      break;
-    case ir::DType::i32:
-      store_all(std::int32_t{}, [g = fits(INT32_MIN, INT32_MAX)](std::int64_t i) {
-        return static_cast<std::int32_t>(g(i));
-      });
-      break;
-    case ir::DType::i64:
-      store_all(std::int64_t{}, [this](std::int64_t k) { return this->i(k); });
-      break;
-    case ir::DType::u4:
-    case ir::DType::i4: {
-      const auto g = dtype_ == ir::DType::i4 ? fits(-8, 7) : fits(0, 15);
-      for (std::int64_t k = 0; k < n; ++k) {
-        const std::int64_t x = g(k) & 0xF;
-        out[static_cast<std::size_t>(k / 2)] |= static_cast<std::byte>(k % 2 == 0 ? x : x << 4);
-      }
-      break;
-    }
-    }
-    return out;
-  }
+  std::vector<std::byte> to_bytes() const;
 
   /// Element values as f32 (float tensors only), row-major, e.g. to compare with a golden file.
-  std::vector<float> to_f32() const {
-    const FloatArray& a = floats();
-    std::vector<float> out(a.size());
-    for (std::size_t i = 0; i < a.size(); ++i)
-      out[i] = static_cast<float>(a.data()[i]);
-    return out;
-  }
+  std::vector<float> to_f32() const;
   /// Element values as f64 (float tensors only), row-major.
   std::vector<double> float_values() const {
     const FloatArray& a = floats();
@@ -332,15 +185,7 @@ public:
     return std::visit([](const auto& a) { return static_cast<std::int64_t>(a.dimension()); }, v_);
   }
   /// Dimension `i`, negative counting from the back.
-  std::int64_t dim(std::int64_t i) const {
-    const std::int64_t r = rank();
-    const std::int64_t a = i < 0 ? i + r : i;
-    check(a >= 0 && a < r, ErrorKind::invalid_input, "Tensor::dim", "axis ", i,
-          " out of range for rank ", r);
-    return std::visit(
-        [a](const auto& x) { return static_cast<std::int64_t>(x.shape()[static_cast<size_t>(a)]); },
-        v_);
-  }
+  std::int64_t dim(std::int64_t i) const;
   /// Number of elements (1 for a scalar).
   std::int64_t numel() const {
     return std::visit([](const auto& a) { return static_cast<std::int64_t>(a.size()); }, v_);
@@ -371,23 +216,10 @@ public:
   }
 
   /// Same elements with another shape of equal element count.
-  Tensor reshaped(const Shape& shape) const {
-    check(num_elements(shape) == numel(), ErrorKind::invalid_input, "Tensor::reshaped",
-          ir::shape_str(this->shape()), " -> ", ir::shape_str(shape), " changes the element count");
-    Tensor t = *this;
-    std::visit([&](auto& a) { a.reshape(to_xshape(shape)); }, t.v_);
-    return t;
-  }
+  Tensor reshaped(const Shape& shape) const;
 
   /// A float copy with every element rounded to float type `dtype` (what top.Cast computes).
-  Tensor cast(ir::DType dtype) const {
-    check(ir::is_float(dtype), ErrorKind::invalid_input, "Tensor::cast", "target ", ir::name(dtype),
-          " is not a float type");
-    FloatArray a = floats();
-    for (double* v = a.data(); v != a.data() + a.size(); ++v)
-      *v = round_to(*v, dtype);
-    return Tensor(std::move(a), dtype);
-  }
+  Tensor cast(ir::DType dtype) const;
 
 private:
   template <class T>
@@ -438,20 +270,7 @@ private:
           std::is_same_v<A, FloatArray> ? "a float type" : "an integer type");
     return *a;
   }
-  std::size_t flat_index(std::initializer_list<std::int64_t> idx) const {
-    const Shape s = shape();
-    check(idx.size() == s.size(), ErrorKind::invalid_input, "Tensor", idx.size(),
-          " indices for rank ", s.size());
-    std::int64_t flat = 0;
-    std::size_t a = 0;
-    for (auto v : idx) {
-      check(v >= 0 && v < s[a], ErrorKind::invalid_input, "Tensor", "index ", v,
-            " out of range for axis ", a, " of ", ir::shape_str(s));
-      flat = flat * s[a] + v;
-      ++a;
-    }
-    return static_cast<std::size_t>(flat);
-  }
+  std::size_t flat_index(std::initializer_list<std::int64_t> idx) const;
 
   std::variant<FloatArray, IntArray> v_;
   ir::DType dtype_ = ir::DType::f32;

@@ -25,15 +25,7 @@ namespace detail {
 
 /// Dequantizes a GPTQ / AWQ weight of logical type [K, N] u4 / u8 to [K, N], labelled f32, through
 /// the converter's one unpacking of the checkpoint layouts (conversion::unpack_quant_weight).
-inline Tensor dequantize_weight(const ir::Weight& w) {
-  check(w.type.quant->format != ir::QuantFormat::packed, ErrorKind::unsupported,
-        "weight @" + w.name,
-        "the kernel 'packed' layout is not a Top weight format; the interpreter reads gptq and "
-        "awq checkpoint layouts");
-  const conversion::QuantPlain plain = conversion::unpack_quant_weight(w);
-  const std::vector<float> deq = plain.dequantize();
-  return Tensor::from_f32({plain.K, plain.N}, deq, ir::DType::f32);
-}
+Tensor dequantize_weight(const ir::Weight& w);
 
 } // namespace detail
 
@@ -45,27 +37,7 @@ inline Tensor dequantize_weight(const ir::Weight& w) {
 /// Both keep the declared layout ([out, in] stays [out, in]): the interpreter's products read
 /// either orientation in place, so nothing is transposed. Throws tpullm::Error naming the
 /// weight when it has no data or its parts are malformed.
-inline Tensor materialize_weight(const ir::Weight& w) {
-  const std::string where = "weight @" + w.name;
-  check(w.has_data(), ErrorKind::invalid_input, where,
-        "has no data (module parsed from text?); the interpreter needs weight bytes");
-  if (w.type.quant)
-    return detail::dequantize_weight(w);
-  const ir::WeightPart& p = w.part("data");
-  check(num_elements(p.shape) == w.type.num_elements(), ErrorKind::invalid_input, where,
-        "stored shape ", ir::shape_str(p.shape), " does not match the declared ", w.type.str());
-  check(ir::is_float(p.dtype) == ir::is_float(w.type.dtype), ErrorKind::unsupported, where,
-        "stored ", ir::name(p.dtype), " cannot be read as declared ", w.type.str());
-  Tensor t;
-  try {
-    t = Tensor::from_bytes(w.type.shape, p.dtype, p.bytes);
-  } catch (const Error& e) {
-    throw e.within(where);
-  }
-  if (p.dtype != w.type.dtype)
-    t = t.is_float() ? t.cast(w.type.dtype) : Tensor(std::move(t.ints()), w.type.dtype);
-  return t;
-}
+Tensor materialize_weight(const ir::Weight& w);
 
 /// The materialized weights of one model, shared by the interpreters of all its stage modules.
 /// A weight is identified by its declared type and the exact bytes it views (part roles,
@@ -78,19 +50,7 @@ class WeightStore {
 public:
   /// The materialized `w` (widened / dequantized on first request). Throws tpullm::Error
   /// naming the weight when it has no data or malformed parts.
-  std::shared_ptr<const Tensor> get(const ir::Weight& w) {
-    const std::string key = key_of(w);
-    std::lock_guard<std::mutex> lock(mutex_);
-    auto it = entries_.find(key);
-    if (it != entries_.end())
-      return it->second.tensor;
-    Entry e;
-    e.tensor = std::make_shared<const Tensor>(materialize_weight(w));
-    for (const auto& p : w.parts)
-      e.owners.push_back(p.owner);
-    bytes_ += static_cast<std::size_t>(e.tensor->numel()) * 8;
-    return entries_.emplace(key, std::move(e)).first->second.tensor;
-  }
+  std::shared_ptr<const Tensor> get(const ir::Weight& w);
   /// Number of distinct weights materialized so far.
   std::size_t size() const {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -113,17 +73,7 @@ private:
     std::shared_ptr<const Tensor> tensor;
     std::vector<std::shared_ptr<const void>> owners;
   };
-  static std::string key_of(const ir::Weight& w) {
-    std::string k = w.type.str();
-    for (const auto& p : w.parts) {
-      char addr[64];
-      std::snprintf(addr, sizeof addr, "%p+%zu", static_cast<const void*>(p.bytes.data()),
-                    p.bytes.size());
-      k +=
-          "|" + p.role + ":" + std::string(ir::name(p.dtype)) + ir::shape_str(p.shape) + "@" + addr;
-    }
-    return k;
-  }
+  static std::string key_of(const ir::Weight& w);
 
   mutable std::mutex mutex_;
   std::map<std::string, Entry> entries_;

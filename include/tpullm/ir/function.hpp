@@ -91,12 +91,7 @@ public:
   void set_info(FunctionInfo i) { info_ = i; }
 
   /// Appends an argument `%name: type` and returns it.
-  Value* add_argument(const std::string& name, TensorType type) {
-    args_.push_back(
-        std::make_unique<Value>(std::move(type), nullptr, static_cast<unsigned>(args_.size())));
-    arg_names_.push_back(name);
-    return args_.back().get();
-  }
+  Value* add_argument(const std::string& name, TensorType type);
   std::size_t num_arguments() const { return args_.size(); }
   Value* argument(std::size_t i) const { return args_.at(i).get(); }
   const std::string& argument_name(std::size_t i) const { return arg_names_.at(i); }
@@ -111,12 +106,7 @@ public:
   iterator end() { return ops_.end(); }
 
   /// Inserts `op` before `pos` and returns it.
-  Operation* insert(iterator pos, std::unique_ptr<Operation> op) {
-    op->parent_ = this;
-    Operation* raw = op.get();
-    raw->self_ = ops_.insert(pos, std::move(op));
-    return raw;
-  }
+  Operation* insert(iterator pos, std::unique_ptr<Operation> op);
   /// Appends `op`.
   Operation* append(std::unique_ptr<Operation> op) { return insert(ops_.end(), std::move(op)); }
   /// Position of `op` in this function, O(1). Throws Error(internal) if `op` is not ours.
@@ -126,30 +116,11 @@ public:
     return op->self_;
   }
   /// Erases `op`, which must have no used results. O(1) plus its operands' use lists.
-  void erase(Operation* op) {
-    check(op->results_unused(), ErrorKind::internal, "@" + name_, "erasing ", op->name(),
-          " whose results are still used");
-    auto it = find(op);
-    op->drop_operands();
-    ops_.erase(it);
-  }
+  void erase(Operation* op);
   /// Numbers the ops 0, 1, ... in program order (Operation::number()) and returns the count.
-  std::int64_t number_ops() {
-    std::int64_t n = 0;
-    for (auto& op : ops_)
-      op->number_ = n++;
-    return n;
-  }
+  std::int64_t number_ops();
   /// Replaces every use of `from` with `to`.
-  static void replace_all_uses(Value* from, Value* to) {
-    if (from == to)
-      return;
-    auto users = from->users_;
-    for (auto* user : users)
-      for (std::size_t i = 0; i < user->num_operands(); ++i)
-        if (user->operand(i) == from)
-          user->set_operand(i, to);
-  }
+  static void replace_all_uses(Value* from, Value* to);
   /// The terminating builtin.Return, or nullptr when missing.
   Operation* return_op() const {
     return !ops_.empty() && ops_.back()->is<builtin::ReturnOp>() ? ops_.back().get() : nullptr;
@@ -170,33 +141,6 @@ using ValueMap = std::unordered_map<const Value*, Value*>;
 
 /// Copies `src` into the empty function `dst` (arguments, ops with their plans, buffers and
 /// locations, result types, info), recording src value -> dst value in `map`.
-inline void clone_function(const Function& src, Function& dst, ValueMap& map) {
-  check(dst.num_arguments() == 0 && dst.ops().empty(), ErrorKind::internal, "@" + dst.name(),
-        "clone target must be empty");
-  dst.set_loc(src.loc());
-  dst.set_info(src.info());
-  dst.set_result_types(src.result_types());
-  for (std::size_t i = 0; i < src.num_arguments(); ++i) {
-    Value* a = dst.add_argument(src.argument_name(i), src.argument(i)->type());
-    a->set_buffer(src.argument(i)->buffer());
-    map[src.argument(i)] = a;
-  }
-  for (const auto& op : src.ops()) {
-    std::vector<Value*> operands;
-    for (auto* v : op->operands()) {
-      auto it = map.find(v);
-      check(it != map.end(), ErrorKind::internal, "@" + src.name(), op->name(),
-            " uses a value defined outside the function");
-      operands.push_back(it->second);
-    }
-    auto* c = dst.append(
-        std::make_unique<Operation>(op->op(), std::move(operands), op->result_types(), op->loc()));
-    c->set_plan(op->plan());
-    for (std::size_t r = 0; r < op->num_results(); ++r) {
-      c->result(r)->set_buffer(op->result(r)->buffer());
-      map[op->result(r)] = c->result(r);
-    }
-  }
-}
+void clone_function(const Function& src, Function& dst, ValueMap& map);
 
 } // namespace tpullm::ir

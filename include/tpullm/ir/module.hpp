@@ -33,18 +33,8 @@ struct Weight {
 
   bool has_data() const { return !parts.empty(); }
   /// The part with `role`; throws Error(invalid_input) naming the weight when absent.
-  const WeightPart& part(const std::string& role) const {
-    for (const auto& p : parts)
-      if (p.role == role)
-        return p;
-    throw Error(ErrorKind::invalid_input, "weight @" + name, "has no part '" + role + "'");
-  }
-  const WeightPart* find_part(const std::string& role) const {
-    for (const auto& p : parts)
-      if (p.role == role)
-        return &p;
-    return nullptr;
-  }
+  const WeightPart& part(const std::string& role) const;
+  const WeightPart* find_part(const std::string& role) const;
 };
 
 /// A compilation unit: weights (ordered by name) and functions (in insertion order).
@@ -60,17 +50,7 @@ public:
   void set_name(std::string n) { name_ = std::move(n); }
 
   /// Adds a weight; a second weight with the same name must be identical in type.
-  const Weight& add_weight(Weight w) {
-    auto it = weights_.find(w.name);
-    if (it != weights_.end()) {
-      if (!(it->second.type == w.type))
-        throw Error(ErrorKind::invalid_input, "",
-                    "weight @" + w.name + " redeclared as " + w.type.str() + ", was " +
-                        it->second.type.str());
-      return it->second;
-    }
-    return weights_.emplace(w.name, std::move(w)).first->second;
-  }
+  const Weight& add_weight(Weight w);
   const Weight* find_weight(const std::string& name) const {
     auto it = weights_.find(name);
     return it == weights_.end() ? nullptr : &it->second;
@@ -85,30 +65,12 @@ public:
   void erase_weight(const std::string& name) { weights_.erase(name); }
 
   /// Adds a function and returns it; names must be unique.
-  Function& add_function(std::string name) {
-    if (find_function(name))
-      throw Error(ErrorKind::invalid_input, "",
-                  "function @" + name + " already exists in module @" + name_);
-    functions_.push_back(std::make_unique<Function>(std::move(name)));
-    return *functions_.back();
-  }
-  Function* find_function(const std::string& name) const {
-    for (const auto& f : functions_)
-      if (f->name() == name)
-        return f.get();
-    return nullptr;
-  }
+  Function& add_function(std::string name);
+  Function* find_function(const std::string& name) const;
   const std::vector<std::unique_ptr<Function>>& functions() const { return functions_; }
   /// Puts `f` in the place of function @name (same position; `f` keeps its own name) and
   /// returns the old one. Throws Error(internal) when there is no @name.
-  std::unique_ptr<Function> replace_function(const std::string& name, std::unique_ptr<Function> f) {
-    for (auto& slot : functions_)
-      if (slot->name() == name) {
-        std::swap(slot, f);
-        return f;
-      }
-    throw Error(ErrorKind::internal, "module @" + name_, "has no function @" + name);
-  }
+  std::unique_ptr<Function> replace_function(const std::string& name, std::unique_ptr<Function> f);
 
 private:
   std::string name_;

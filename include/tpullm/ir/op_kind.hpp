@@ -110,14 +110,7 @@ constexpr OpKind kind_of() {
 }
 
 /// A default-constructed op struct of kind `k` (the parser fills its attributes).
-inline OpVariant make_op(OpKind k) {
-  OpVariant v;
-  [&]<std::size_t... I>(std::index_sequence<I...>) {
-    ((static_cast<std::size_t>(k) == I ? (v.template emplace<I>(), 0) : 0), ...);
-  }
-  (std::make_index_sequence<kNumOpKinds>{});
-  return v;
-}
+OpVariant make_op(OpKind k);
 
 /// The dialect of op struct T.
 template <class T>

@@ -56,13 +56,7 @@ private:
 class Operation {
 public:
   Operation(OpVariant op, std::vector<Value*> operands, const std::vector<TensorType>& result_types,
-            Location loc)
-      : op_(std::move(op)), loc_(std::move(loc)) {
-    for (auto* v : operands)
-      add_operand(v);
-    for (unsigned i = 0; i < result_types.size(); ++i)
-      results_.push_back(std::make_unique<Value>(result_types[i], this, i));
-  }
+            Location loc);
   Operation(const Operation&) = delete;
   Operation& operator=(const Operation&) = delete;
   ~Operation() { drop_operands(); }
@@ -88,12 +82,7 @@ public:
   std::size_t num_operands() const { return operands_.size(); }
   Value* operand(std::size_t i) const { return operands_.at(i); }
   const std::vector<Value*>& operands() const { return operands_; }
-  std::vector<TensorType> operand_types() const {
-    std::vector<TensorType> t;
-    for (auto* v : operands_)
-      t.push_back(v->type());
-    return t;
-  }
+  std::vector<TensorType> operand_types() const;
   /// Points operand i at v, keeping both use lists exact.
   void set_operand(std::size_t i, Value* v) {
     remove_use(operands_.at(i));
@@ -108,12 +97,7 @@ public:
 
   std::size_t num_results() const { return results_.size(); }
   Value* result(std::size_t i = 0) const { return results_.at(i).get(); }
-  std::vector<TensorType> result_types() const {
-    std::vector<TensorType> t;
-    for (const auto& r : results_)
-      t.push_back(r->type());
-    return t;
-  }
+  std::vector<TensorType> result_types() const;
   /// True when no result has a use.
   bool results_unused() const {
     return std::none_of(results_.begin(), results_.end(),
@@ -142,12 +126,7 @@ private:
     operands_.push_back(v);
     v->users_.push_back(this);
   }
-  void remove_use(Value* v) {
-    auto& u = v->users_;
-    auto it = std::find(u.begin(), u.end(), this);
-    if (it != u.end())
-      u.erase(it);
-  }
+  void remove_use(Value* v);
 
   OpVariant op_;
   std::vector<Value*> operands_;

@@ -57,48 +57,16 @@ inline void require_param(const TensorType& t, const char* what) {
 }
 /// A packed linear weight [K, N]: f32/bf16/f16 panels, or i8 / i4 (symmetric) / u4 / u8 (with
 /// zero points) panels with a `packed` QuantSpec. Returns {K, N}.
-inline std::pair<std::int64_t, std::int64_t> require_packed(const TensorType& t, const char* what) {
-  require(t.rank() == 2 && t.layout == Layout::panels,
-          std::string(what) + " must be a packed [K, N] weight (layout panels), got " + t.str());
-  if (t.quant) {
-    const QuantSpec& q = *t.quant;
-    require(q.format == QuantFormat::packed,
-            std::string(what) + " must use the packed quantization format, got " + t.str());
-    require((t.dtype == DType::i8 && !q.zero_point) || (t.dtype == DType::i4 && !q.zero_point) ||
-                (t.dtype == DType::u4 && q.zero_point) || (t.dtype == DType::u8 && q.zero_point),
-            std::string(what) + " must be i8 or i4 (symmetric) or u4 / u8 with zero points, got " +
-                t.str());
-    require(q.group_size > 0 && t.shape[0] % q.group_size == 0,
-            std::string(what) + " group size must divide K = " + std::to_string(t.shape[0]) +
-                ", got " + t.str());
-  } else {
-    require(t.dtype == DType::f32 || t.dtype == DType::bf16 || t.dtype == DType::f16,
-            std::string(what) + " must be f32, bf16 or f16 panels or quantized, got " + t.str());
-  }
-  require(t.shape[0] > 0 && t.shape[1] > 0, std::string(what) + " must not be empty");
-  return {t.shape[0], t.shape[1]};
-}
+std::pair<std::int64_t, std::int64_t> require_packed(const TensorType& t, const char* what);
 /// An f32 or i32 row-major tensor (what the copy ops move).
-inline void require_copyable(const TensorType& t, const char* what) {
-  require(t.dtype == DType::f32 || t.dtype == DType::i32,
-          std::string(what) + " must be f32 or i32, got " + t.str());
-  require(t.layout == Layout::row_major && !t.quant,
-          std::string(what) + " must be row-major, got " + t.str());
-}
+void require_copyable(const TensorType& t, const char* what);
 inline void require_positions(const TensorType& p, std::int64_t L, const char* what) {
   require(p.dtype == DType::i32 && !p.quant && p.shape == std::vector<std::int64_t>{1, L},
           std::string(what) + " must be [1, " + std::to_string(L) + "] i32, got " + p.str());
 }
 /// position_ids of a block op over B rows of L tokens: [B, L] i32, where B > 1 (a batched
 /// decode: each row its own conversation) holds one token per row.
-inline void require_batch_positions(const TensorType& p, std::int64_t B, std::int64_t L,
-                                    const char* what) {
-  require(B == 1 || L == 1, "a batch of " + std::to_string(B) +
-                                " rows holds one token per row, got " + std::to_string(L));
-  require(p.dtype == DType::i32 && !p.quant && p.shape == std::vector<std::int64_t>{B, L},
-          std::string(what) + " must be [" + std::to_string(B) + ", " + std::to_string(L) +
-              "] i32, got " + p.str());
-}
+void require_batch_positions(const TensorType& p, std::int64_t B, std::int64_t L, const char* what);
 } // namespace detail
 
 namespace tpu {
@@ -115,19 +83,7 @@ struct EmbeddingOp {
                                    .split_operand = 1};
   template <class S, class F>
   static void attrs(S&, F&&) {}
-  std::vector<TensorType> infer(Types in) const {
-    std::int64_t H = 0;
-    if (in[0].layout == Layout::panels) {
-      H = detail::require_packed(in[0], "table").first;
-    } else {
-      detail::require_param(in[0], "table");
-      detail::require(in[0].rank() == 2, "table must be [V, H], got " + in[0].str());
-      H = in[0].shape[1];
-    }
-    detail::require(in[1].dtype == DType::i32 && in[1].rank() == 2 && in[1].shape[0] == 1,
-                    "ids must be [1, L] i32, got " + in[1].str());
-    return {TensorType({1, in[1].shape[1], H}, DType::f32)};
-  }
+  std::vector<TensorType> infer(Types in) const;
 };
 
 /// RMSNorm over the last axis: x [..., H] f32, gamma [H] -> [..., H] f32.
@@ -157,17 +113,7 @@ struct AddRMSNormOp {
   static void attrs(S& s, F&& f) {
     f("eps", s.eps);
   }
-  std::vector<TensorType> infer(Types in) const {
-    detail::require_act(in[0], "input");
-    detail::require_act(in[1], "residual");
-    detail::require(in[0].shape == in[1].shape,
-                    "input and residual differ: " + in[0].str() + " vs " + in[1].str());
-    detail::require_param(in[2], "gamma");
-    detail::require(in[0].rank() >= 1 && in[2].shape == std::vector<std::int64_t>{in[0].dim(-1)},
-                    "gamma must be [H], got " + in[2].str() + " for " + in[0].str());
-    detail::require(eps >= 0, "eps must be >= 0");
-    return {in[0], in[0]};
-  }
+  std::vector<TensorType> infer(Types in) const;
 };
 
 /// Linear layer: x [..., K] f32, w packed [K, N], bias [N] f32 (optional) -> [..., N] f32.
@@ -178,18 +124,7 @@ struct MatMulOp {
       .row_local = true, .row_operands = operand_set({0}), .split = SplitRule::gemm};
   template <class S, class F>
   static void attrs(S&, F&&) {}
-  std::vector<TensorType> infer(Types in) const {
-    detail::require_act(in[0], "lhs");
-    const auto [K, N] = detail::require_packed(in[1], "rhs");
-    detail::require(in[0].rank() >= 1 && in[0].dim(-1) == K,
-                    "lhs " + in[0].str() + " does not contract with rhs " + in[1].str());
-    if (in.size() == 3)
-      detail::require(in[2].dtype == DType::f32 && in[2].shape == std::vector<std::int64_t>{N},
-                      "bias must be [" + std::to_string(N) + "] f32, got " + in[2].str());
-    auto shape = in[0].shape;
-    shape.back() = N;
-    return {TensorType(shape, DType::f32)};
-  }
+  std::vector<TensorType> infer(Types in) const;
 };
 
 /// Greedy lm_head: x [1, 1, H] f32, w packed [H, V] -> [1, 1, 1] i32, the index of the largest
@@ -200,14 +135,7 @@ struct MatMulArgMaxOp {
   static constexpr OpPolicy policy{.split = SplitRule::gemm};
   template <class S, class F>
   static void attrs(S&, F&&) {}
-  std::vector<TensorType> infer(Types in) const {
-    detail::require_act(in[0], "lhs");
-    const auto [K, N] = detail::require_packed(in[1], "rhs");
-    (void)N;
-    detail::require(in[0].shape == std::vector<std::int64_t>{1, 1, K},
-                    "lhs must be [1, 1, " + std::to_string(K) + "], got " + in[0].str());
-    return {TensorType({1, 1, 1}, DType::i32)};
-  }
+  std::vector<TensorType> infer(Types in) const;
 };
 
 /// Gated MLP: x [..., H] f32, gate/up packed [H, I], down packed [I, H] ->
@@ -222,17 +150,7 @@ struct MLPOp {
   static void attrs(S& s, F&& f) {
     f("activation", s.activation);
   }
-  std::vector<TensorType> infer(Types in) const {
-    detail::require_act(in[0], "input");
-    const auto [gk, gn] = detail::require_packed(in[1], "gate");
-    const auto [uk, un] = detail::require_packed(in[2], "up");
-    const auto [dk, dn] = detail::require_packed(in[3], "down");
-    const std::int64_t H = in[0].rank() >= 1 ? in[0].dim(-1) : -1;
-    detail::require(gk == H && uk == H && dn == H && gn == un && dk == gn,
-                    "MLP weights do not match hidden " + std::to_string(H) + ": gate " +
-                        in[1].str() + ", up " + in[2].str() + ", down " + in[3].str());
-    return {in[0]};
-  }
+  std::vector<TensorType> infer(Types in) const;
 };
 
 /// Routed mixture-of-experts MLP (top.MoE's semantics): x [..., H] f32, router packed [H, E]
@@ -256,34 +174,7 @@ struct MoEOp {
     f("renormalize", s.renormalize);
     f("activation", s.activation);
   }
-  std::vector<TensorType> infer(Types in) const {
-    detail::require(experts >= 1 && experts <= (std::int64_t{1} << 20), "experts = ", experts,
-                    " must be in [1, 2^20]");
-    detail::require(top_k >= 1 && top_k <= experts, "top_k = ", top_k,
-                    " must be in [1, experts = ", experts, "]");
-    detail::require(static_cast<std::int64_t>(in.size()) == 2 + 3 * experts, "MoE with ", experts,
-                    " experts takes 2 + 3 * ", experts, " operands, got ", in.size());
-    detail::require_act(in[0], "input");
-    detail::require_min_rank(in[0], 1, "input");
-    const std::int64_t H = in[0].dim(-1);
-    const auto [rk, rn] = detail::require_packed(in[1], "router");
-    detail::require(in[1].dtype == DType::f32 && !in[1].quant && rk == H && rn == experts,
-                    "router must be packed [", H, ", ", experts, "] f32, got ", in[1]);
-    const auto [gk0, gn0] = detail::require_packed(in[2], "expert gate");
-    (void)gk0;
-    for (std::int64_t e = 0; e < experts; ++e) {
-      const auto& g = in[static_cast<std::size_t>(2 + 3 * e)];
-      const auto& u = in[static_cast<std::size_t>(3 + 3 * e)];
-      const auto& d = in[static_cast<std::size_t>(4 + 3 * e)];
-      const auto [gk, gn] = detail::require_packed(g, "expert gate");
-      const auto [uk, un] = detail::require_packed(u, "expert up");
-      const auto [dk, dn] = detail::require_packed(d, "expert down");
-      detail::require(gk == H && uk == H && dn == H && gn == gn0 && un == gn0 && dk == gn0,
-                      "expert ", e, " weights do not match hidden ", H, " / intermediate ", gn0,
-                      ": gate ", g, ", up ", u, ", down ", d);
-    }
-    return {in[0]};
-  }
+  std::vector<TensorType> infer(Types in) const;
 };
 
 /// Rotary embedding with the table gather inside: x [B, L, heads, d] f32 (B > 1: a batched
@@ -297,20 +188,7 @@ struct RopeOp : top::RopeOp {
                                    .split = SplitRule::rows_if_large,
                                    .in_place = true,
                                    .positions = 3};
-  std::vector<TensorType> infer(Types in) const {
-    const auto &x = in[0], &c = in[1], &s = in[2];
-    detail::require_act(x, "input");
-    detail::require(x.rank() == 4 && x.shape[0] >= 1 && x.shape[3] % 2 == 0,
-                    "input must be [B, L, heads, d] with d even, got " + x.str());
-    for (const auto* t : {&c, &s})
-      detail::require(t->dtype == DType::f32 && t->rank() == 2 && t->shape[1] == x.shape[3] / 2 &&
-                          t->layout == Layout::row_major && !t->quant,
-                      "cos/sin tables must be [P, " + std::to_string(x.shape[3] / 2) +
-                          "] f32, got " + t->str());
-    detail::require(c.shape == s.shape, "cos and sin tables differ: " + c.str() + " vs " + s.str());
-    detail::require_batch_positions(in[3], x.shape[0], x.shape[1], "position_ids");
-    return {x};
-  }
+  std::vector<TensorType> infer(Types in) const;
 };
 
 /// The new tokens' keys or values stored into layer `layer`'s cache at their positions:
@@ -332,14 +210,7 @@ struct KVStoreOp {
     f("layer", s.layer);
     f("kv", s.kv);
   }
-  std::vector<TensorType> infer(Types in) const {
-    detail::require_act(in[0], "rows");
-    detail::require(in[0].rank() == 4 && in[0].shape[0] >= 1,
-                    "rows must be [B, L, kv_heads, d], got " + in[0].str());
-    detail::require_batch_positions(in[1], in[0].shape[0], in[0].shape[1], "position_ids");
-    detail::require(layer >= 0, "layer must be >= 0");
-    return {in[0]};
-  }
+  std::vector<TensorType> infer(Types in) const;
 };
 
 /// The paper's Concat of history and new keys as an address, not a copy: history
@@ -359,20 +230,7 @@ struct KVAppendOp {
     f("layer", s.layer);
     f("kv", s.kv);
   }
-  std::vector<TensorType> infer(Types in) const {
-    const auto &h = in[0], &n = in[1];
-    detail::require_act(h, "history");
-    detail::require_act(n, "new rows");
-    detail::require(h.rank() == 4 && n.rank() == 4 && h.shape[0] >= 1 && n.shape[0] == h.shape[0] &&
-                        h.shape[2] == n.shape[2] && h.shape[3] == n.shape[3],
-                    "history and new rows must be [B, S, kv_heads, d] and [B, L, kv_heads, d], "
-                    "got " +
-                        h.str() + " and " + n.str());
-    detail::require_batch_positions(in[2], n.shape[0], n.shape[1], "position_ids");
-    detail::require(layer >= 0, "layer must be >= 0");
-    const std::int64_t slots = detail::checked_add(h.shape[1], n.shape[1], "S + L cache slots");
-    return {TensorType({h.shape[0], slots, h.shape[2], h.shape[3]}, DType::f32)};
-  }
+  std::vector<TensorType> infer(Types in) const;
 };
 
 /// Causal attention with GQA, tiled flash attention with an online softmax:
@@ -395,18 +253,7 @@ struct FAttentionOp : top::FAttentionOp {
     top::FAttentionOp::attrs(s, f);
     f("kv_form", s.kv_form);
   }
-  std::vector<TensorType> infer(Types in) const {
-    for (int i = 0; i < 3; ++i)
-      detail::require_act(in[i], i == 0 ? "q" : i == 1 ? "k" : "v");
-    detail::require(kv_form == KvForm::cache || history == 0,
-                    "kv_form = rows holds no history (history must be 0)");
-    auto r = top::FAttentionOp::infer(in); // the shape rule is Top's
-    detail::require(in[3].dtype == DType::i32, "position_ids must be i32, got " + in[3].str());
-    detail::require(in[0].shape[0] == 1 || (kv_form == KvForm::cache && in[0].shape[1] == 1),
-                    "a batch above 1 needs kv_form = cache and one token per row, got " +
-                        in[0].str());
-    return r;
-  }
+  std::vector<TensorType> infer(Types in) const;
 };
 
 /// Elementwise a + b: a [..., N] f32, b the same shape or [N] (broadcast over rows) -> a's type.
@@ -420,15 +267,7 @@ struct AddOp {
                                    .in_place = true};
   template <class S, class F>
   static void attrs(S&, F&&) {}
-  std::vector<TensorType> infer(Types in) const {
-    detail::require_act(in[0], "lhs");
-    detail::require_act(in[1], "rhs");
-    detail::require(in[0].shape == in[1].shape ||
-                        (in[1].rank() == 1 && in[0].rank() >= 1 && in[1].shape[0] == in[0].dim(-1)),
-                    "rhs must have lhs's shape or be [N] with N its last dimension, got " +
-                        in[0].str() + " and " + in[1].str());
-    return {in[0]};
-  }
+  std::vector<TensorType> infer(Types in) const;
 };
 
 /// Elementwise a * b with the broadcasting rules of tpu.Add.
@@ -490,12 +329,7 @@ struct RoundOp {
   static void attrs(S& s, F&& f) {
     f("dtype", s.dtype);
   }
-  std::vector<TensorType> infer(Types in) const {
-    detail::require_act(in[0], "input");
-    detail::require(dtype == DType::f32 || dtype == DType::bf16 || dtype == DType::f16,
-                    "round target must be f32, bf16 or f16, got " + std::string(name(dtype)));
-    return {in[0]};
-  }
+  std::vector<TensorType> infer(Types in) const;
 };
 
 /// Same bytes, new static shape (a view).
@@ -538,13 +372,7 @@ struct ConcatOp : top::ConcatOp {
   static constexpr Arity operands{1, -1};
   static constexpr int results = 1;
   static constexpr OpPolicy policy{};
-  std::vector<TensorType> infer(Types in) const {
-    for (const auto& t : in)
-      detail::require((t.dtype == DType::f32 || t.dtype == DType::i32) &&
-                          t.layout == Layout::row_major,
-                      "operands must be f32 or i32 row-major, got ", t);
-    return top::ConcatOp::infer(in);
-  }
+  std::vector<TensorType> infer(Types in) const;
 };
 
 /// Rows of a row-major table picked along axis 0: table [R, ...] (f32/bf16/f16), indices (i32)
@@ -555,15 +383,7 @@ struct GatherOp {
   static constexpr OpPolicy policy{};
   template <class S, class F>
   static void attrs(S&, F&&) {}
-  std::vector<TensorType> infer(Types in) const {
-    detail::require_param(in[0], "table");
-    detail::require(in[0].rank() >= 1, "table must have rank >= 1");
-    detail::require(in[1].dtype == DType::i32 && !in[1].quant,
-                    "indices must be i32, got " + in[1].str());
-    auto r = top::GatherOp{0}.infer(in);
-    r[0].dtype = DType::f32;
-    return r;
-  }
+  std::vector<TensorType> infer(Types in) const;
 };
 
 /// Index of the largest element along the last axis (first on ties): [..., N] f32 ->

@@ -39,12 +39,7 @@ constexpr std::string_view name(QuantFormat f) {
 }
 
 /// Parses "gptq" | "awq" | "packed" | "gptq_v2".
-inline std::optional<QuantFormat> parse_quant_format(std::string_view s) {
-  for (auto f : {QuantFormat::gptq, QuantFormat::awq, QuantFormat::packed, QuantFormat::gptq_v2})
-    if (name(f) == s)
-      return f;
-  return std::nullopt;
-}
+std::optional<QuantFormat> parse_quant_format(std::string_view s);
 
 /// Quantization of a weight tensor of logical shape [K, N]: group-wise scales along K
 /// (group_size == 0 means one scale per output channel), optional zero points.
@@ -86,46 +81,15 @@ struct TensorType {
   std::int64_t rank() const { return static_cast<std::int64_t>(shape.size()); }
   /// Why this type breaks the limits (a dimension outside [0, kMaxDim], more than kMaxElements
   /// elements), or nullopt when it is within them. Linear in the rank; never overflows.
-  std::optional<std::string> limit_violation() const {
-    std::int64_t n = 1; // stays <= kMaxElements
-    bool zero = false, too_many = false;
-    for (std::size_t i = 0; i < shape.size(); ++i) {
-      const std::int64_t d = shape[i];
-      if (d < 0 || d > kMaxDim)
-        return "dimension #" + std::to_string(i) + " = " + std::to_string(d) +
-               " is outside [0, 2^48] in " + summary();
-      if (d == 0)
-        zero = true;
-      else if (!too_many && n > kMaxElements / d)
-        too_many = true;
-      else if (!too_many)
-        n *= d;
-    }
-    if (too_many && !zero)
-      return "more than 2^48 elements in " + summary();
-    return std::nullopt;
-  }
+  std::optional<std::string> limit_violation() const;
   /// Product of the dimensions (1 for a scalar). Throws Error(invalid_input) when the type
   /// breaks the limits (see limit_violation), so the product never overflows.
-  std::int64_t num_elements() const {
-    if (auto why = limit_violation())
-      throw Error(ErrorKind::invalid_input, "", *why);
-    std::int64_t n = 1;
-    for (auto d : shape)
-      n *= d;
-    return n;
-  }
+  std::int64_t num_elements() const;
   /// Storage bytes for the elements (sub-byte types packed).
   std::int64_t byte_size() const { return ir::byte_size(dtype, num_elements()); }
   /// Dimension `i`, negative counting from the back. Throws Error(invalid_input) when the
   /// tensor has no such axis (e.g. dim(-1) of a scalar).
-  std::int64_t dim(std::int64_t i) const {
-    const std::int64_t a = i < 0 ? i + rank() : i;
-    if (a < 0 || a >= rank())
-      throw Error(ErrorKind::invalid_input, "",
-                  "axis " + std::to_string(i) + " does not exist in " + str());
-    return shape[static_cast<std::size_t>(a)];
-  }
+  std::int64_t dim(std::int64_t i) const;
   /// Same type with another shape.
   TensorType with_shape(std::vector<std::int64_t> s) const {
     return {std::move(s), dtype, quant, layout};
@@ -134,34 +98,10 @@ struct TensorType {
   friend bool operator==(const TensorType&, const TensorType&) = default;
 
   /// str() for messages, shortened for a large rank ("tensor<1x2x...(20000 dims)xf32>").
-  std::string summary() const {
-    if (shape.size() <= 16)
-      return str();
-    std::string s = "tensor<";
-    for (std::size_t i = 0; i < 8; ++i)
-      s += std::to_string(shape[i]) + "x";
-    return s + "...(" + std::to_string(shape.size()) + " dims)x" + std::string(name(dtype)) + ">";
-  }
+  std::string summary() const;
 
   /// Text spelling, e.g. "tensor<1x128x896xf32>".
-  std::string str() const {
-    std::string s = "tensor<";
-    for (auto d : shape)
-      s += std::to_string(d) + "x";
-    s += std::string(name(dtype));
-    if (layout == Layout::panels)
-      s += ", panels";
-    if (quant) {
-      s += ", quant<" + std::string(name(quant->format)) +
-           ", group = " + std::to_string(quant->group_size);
-      if (quant->zero_point)
-        s += ", zero_point";
-      if (quant->act_order)
-        s += ", act_order";
-      s += ">";
-    }
-    return s + ">";
-  }
+  std::string str() const;
 };
 
 /// Streams t.str() (so that messages can format a type lazily: `str_cat("got ", t)`).
@@ -183,11 +123,6 @@ inline std::int64_t matrix_rows(const TensorType& t) {
 }
 
 /// "[1, 128, 896]" for messages.
-inline std::string shape_str(const std::vector<std::int64_t>& shape) {
-  std::string s = "[";
-  for (std::size_t i = 0; i < shape.size(); ++i)
-    s += (i ? ", " : "") + std::to_string(shape[i]);
-  return s + "]";
-}
+std::string shape_str(const std::vector<std::int64_t>& shape);
 
 } // namespace tpullm::ir

@@ -45,12 +45,7 @@ public:
   const std::vector<DiagnosticError>& diagnostics() const { return diagnostics_; }
 
 private:
-  static std::string join(const std::vector<DiagnosticError>& d) {
-    std::string s;
-    for (const auto& e : d)
-      append_item(s, "\n", e.what());
-    return s;
-  }
+  static std::string join(const std::vector<DiagnosticError>& d);
   std::string pass_;
   std::vector<DiagnosticError> diagnostics_;
 };
@@ -83,61 +78,15 @@ public:
     return *this;
   }
   /// Appends an unregistered pass (embedders and tests; tools use the registry).
-  PassManager& add(std::string name, std::function<void(ir::Module&)> fn) {
-    PipelineEntry e;
-    e.text = std::move(name);
-    e.run = [fn = std::move(fn)](ir::Module& m, const PassContext&) { fn(m); };
-    add_entry(std::move(e));
-    return *this;
-  }
+  PassManager& add(std::string name, std::function<void(ir::Module&)> fn);
 
   /// The pipeline as text (canonical spelling).
-  std::string pipeline() const {
-    std::string s;
-    for (const auto& e : entries_)
-      append_item(s, ",", e.text);
-    return s;
-  }
+  std::string pipeline() const;
   std::size_t size() const { return entries_.size(); }
 
   /// Runs every pass over `m`. Throws PassFailure when the input does not verify, a pass throws,
   /// or (verify_each) a pass leaves the IR invalid.
-  void run(ir::Module& m) {
-    using clock = std::chrono::steady_clock;
-    if (config_.verify_each)
-      check(m, "", "input IR does not verify: ");
-    for (std::size_t i = 0; i < entries_.size(); ++i) {
-      PipelineEntry& e = entries_[i];
-      const auto t0 = clock::now();
-      try {
-        e.run(m, config_.context);
-      } catch (const DiagnosticError& err) {
-        throw PassFailure(name_of(e),
-                          {DiagnosticError(err.location(),
-                                           "pass '" + name_of(e) + "' failed: " + err.message())});
-      } catch (const Error& err) {
-        const std::string what =
-            err.where().empty() ? err.message() : err.where() + ": " + err.message();
-        throw PassFailure(
-            name_of(e), {DiagnosticError(Location{}, "pass '" + name_of(e) + "' failed: " + what)});
-      } catch (const std::exception& err) {
-        throw PassFailure(name_of(e), {DiagnosticError(Location{}, "pass '" + name_of(e) +
-                                                                       "' failed: " + err.what())});
-      }
-      const auto t1 = clock::now();
-      if (config_.verify_each)
-        check(m, name_of(e), "after pass '" + name_of(e) + "': ");
-      const auto t2 = clock::now();
-      if (config_.timing) {
-        timings_[i].seconds += std::chrono::duration<double>(t1 - t0).count();
-        timings_[i].verify_seconds += std::chrono::duration<double>(t2 - t1).count();
-      }
-      if (prints_after(e)) {
-        std::ostream& os = config_.print_stream ? *config_.print_stream : std::cerr;
-        os << "// ----- IR after pass '" << e.text << "' -----\n" << ir::text::print_module(m);
-      }
-    }
-  }
+  void run(ir::Module& m);
 
   /// Accumulated timings, one per pipeline entry (zero unless config.timing).
   const std::vector<PassTiming>& timings() const { return timings_; }
@@ -146,47 +95,16 @@ public:
       t.seconds = t.verify_seconds = 0;
   }
   /// Prints the timing table: one row per pass, then the verifier and the total.
-  void print_timing(std::ostream& os) const {
-    double total = 0, verify = 0;
-    for (const auto& t : timings_) {
-      total += t.seconds + t.verify_seconds;
-      verify += t.verify_seconds;
-    }
-    auto row = [&](double s, const std::string& what) {
-      char buf[64];
-      std::snprintf(buf, sizeof buf, "  %10.6f  %5.1f%%  ", s, total > 0 ? 100.0 * s / total : 0.0);
-      os << buf << what << "\n";
-    };
-    os << "===== pass timing (wall clock) =====\n";
-    os << "    seconds     share  pass\n";
-    for (const auto& t : timings_)
-      row(t.seconds, t.pass);
-    if (config_.verify_each)
-      row(verify, "(verifier, after each pass)");
-    row(total, "total");
-  }
+  void print_timing(std::ostream& os) const;
 
 private:
   static std::string name_of(const PipelineEntry& e) { return e.info ? e.info->name : e.text; }
-  bool prints_after(const PipelineEntry& e) const {
-    const auto& pa = config_.print_after;
-    return std::find(pa.begin(), pa.end(), "all") != pa.end() ||
-           std::find(pa.begin(), pa.end(), name_of(e)) != pa.end() ||
-           std::find(pa.begin(), pa.end(), e.text) != pa.end();
-  }
+  bool prints_after(const PipelineEntry& e) const;
   void add_entry(PipelineEntry e) {
     timings_.push_back({e.text, 0, 0});
     entries_.push_back(std::move(e));
   }
-  static void check(const ir::Module& m, const std::string& pass, const std::string& prefix) {
-    auto errs = ir::verify_module(m);
-    if (errs.empty())
-      return;
-    std::vector<DiagnosticError> out;
-    for (const auto& e : errs)
-      out.emplace_back(e.location(), prefix + e.message());
-    throw PassFailure(pass, std::move(out));
-  }
+  static void check(const ir::Module& m, const std::string& pass, const std::string& prefix);
 
   PassManagerConfig config_;
   std::vector<PipelineEntry> entries_;

@@ -34,24 +34,10 @@ bool attributes_equal(const T& a, const T& b) {
 }
 
 /// True when `a` and `b` hold the same op kind with equal attributes.
-inline bool attributes_equal(const ir::OpVariant& a, const ir::OpVariant& b) {
-  if (a.index() != b.index())
-    return false;
-  return ir::visit_op(a, [&](const auto& sa) {
-    using T = std::decay_t<decltype(sa)>;
-    return attributes_equal(sa, std::get<T>(b));
-  });
-}
+bool attributes_equal(const ir::OpVariant& a, const ir::OpVariant& b);
 
 /// Hash of an op's kind and attributes (consistent with attributes_equal).
-inline std::size_t attributes_hash(const ir::OpVariant& op) {
-  std::size_t h = op.index();
-  ir::visit_op(op, [&](const auto& s) {
-    using T = std::decay_t<decltype(s)>;
-    T::attrs(s, [&](const char*, const auto& v) { ir::hash_combine(h, ir::attr_hash(v)); });
-  });
-  return h;
-}
+std::size_t attributes_hash(const ir::OpVariant& op);
 
 /// True when `a` and `b` compute the same thing: same kind, equal attributes, the very same
 /// operand values in the same order, and equal result types.
@@ -61,11 +47,6 @@ inline bool ops_equivalent(const ir::Operation& a, const ir::Operation& b) {
 }
 
 /// Hash consistent with ops_equivalent (kind, attributes and operand identities).
-inline std::size_t op_hash(const ir::Operation& op) {
-  std::size_t h = attributes_hash(op.op());
-  for (const auto* v : op.operands())
-    ir::hash_combine(h, std::hash<const void*>{}(v));
-  return h;
-}
+std::size_t op_hash(const ir::Operation& op);
 
 } // namespace tpullm::rewrite

@@ -72,28 +72,14 @@ public:
     return *this;
   }
   /// Moves all patterns of `other` into this set.
-  PatternSet& add(PatternSet&& other) {
-    for (auto& p : other.patterns_)
-      patterns_.push_back(std::move(p));
-    other.patterns_.clear();
-    return *this;
-  }
+  PatternSet& add(PatternSet&& other);
 
   const std::vector<std::unique_ptr<Pattern>>& patterns() const { return patterns_; }
   std::size_t size() const { return patterns_.size(); }
 
   /// Patterns that may match an op of kind `k` (rooted at k, or at any op), highest benefit
   /// first; equal benefits keep insertion order.
-  std::vector<const Pattern*> for_kind(ir::OpKind k) const {
-    std::vector<const Pattern*> out;
-    for (const auto& p : patterns_)
-      if (!p->root_kind() || *p->root_kind() == k)
-        out.push_back(p.get());
-    std::stable_sort(out.begin(), out.end(), [](const Pattern* a, const Pattern* b) {
-      return a->benefit() > b->benefit();
-    });
-    return out;
-  }
+  std::vector<const Pattern*> for_kind(ir::OpKind k) const;
 
 private:
   std::vector<std::unique_ptr<Pattern>> patterns_;

@@ -17,12 +17,7 @@ struct Location {
   int col = 0;      ///< 1-based column, 0 when unknown
 
   /// "file:line:col", "name", or "<unknown>".
-  std::string str() const {
-    if (line > 0)
-      return (file.empty() ? std::string("<input>") : file) + ":" + std::to_string(line) + ":" +
-             std::to_string(col);
-    return file.empty() ? std::string("<unknown>") : file;
-  }
+  std::string str() const;
   bool known() const { return line > 0 || !file.empty(); }
 };
 

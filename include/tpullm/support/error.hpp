@@ -58,12 +58,7 @@ public:
   const std::string& message() const noexcept { return message_; }
 
   /// The same error with an outer location prepended: "outer: where".
-  Error within(std::string_view outer) const {
-    if (outer.empty())
-      return *this;
-    return Error(kind_, where_.empty() ? std::string(outer) : str_cat(outer, ": ", where_),
-                 message_);
-  }
+  Error within(std::string_view outer) const;
 
 protected:
   /// For subclasses that format what() themselves (e.g. "file:line:col: message").
@@ -72,16 +67,7 @@ protected:
         message_(std::move(message)) {}
 
 private:
-  static std::string compose(ErrorKind kind, const std::string& where, const std::string& msg) {
-    std::string s(to_string(kind));
-    s += ": ";
-    if (!where.empty()) {
-      s += where;
-      s += ": ";
-    }
-    s += msg;
-    return s;
-  }
+  static std::string compose(ErrorKind kind, const std::string& where, const std::string& msg);
 
   ErrorKind kind_;
   std::string where_;

@@ -26,22 +26,7 @@ namespace tpullm {
 /// The directory temporary files go to: $TMPDIR when set and non-empty, else /tmp. Throws
 /// Error(invalid_input) naming TMPDIR (or /tmp) when it is not an existing, writable and
 /// searchable directory.
-inline std::filesystem::path temp_directory() {
-  const char* env = std::getenv("TMPDIR");
-  const bool from_env = env != nullptr && *env != '\0';
-  const std::string dir = from_env ? env : "/tmp";
-  const std::string where = from_env ? "TMPDIR (" + dir + ")" : dir;
-  struct stat st {};
-  if (::stat(dir.c_str(), &st) != 0)
-    throw Error(ErrorKind::invalid_input, where,
-                std::string("cannot be used for temporary files: ") + std::strerror(errno));
-  if (!S_ISDIR(st.st_mode))
-    throw Error(ErrorKind::invalid_input, where, "is not a directory");
-  if (::access(dir.c_str(), W_OK | X_OK) != 0)
-    throw Error(ErrorKind::invalid_input, where,
-                std::string("cannot be used for temporary files: ") + std::strerror(errno));
-  return dir;
-}
+std::filesystem::path temp_directory();
 
 /// One temporary file (see the top of this header). Move-only.
 class TemporaryFile {
@@ -49,18 +34,7 @@ public:
   /// Creates `dir`/`prefix`XXXXXX`suffix` exclusively. Throws Error(io) naming `dir` when it
   /// cannot.
   TemporaryFile(const std::filesystem::path& dir, const std::string& prefix,
-                const std::string& suffix) {
-    std::string tmpl = (dir / (prefix + "XXXXXX" + suffix)).string();
-    std::vector<char> buf(tmpl.begin(), tmpl.end());
-    buf.push_back('\0');
-    const int fd = ::mkstemps(buf.data(), static_cast<int>(suffix.size()));
-    if (fd < 0)
-      throw Error(ErrorKind::io, dir.string(),
-                  std::string("cannot create a temporary file: ") + std::strerror(errno));
-    ::close(fd);
-    path_ = buf.data();
-    slot_ = temp_registry::add(path_.string(), false);
-  }
+                const std::string& suffix);
   TemporaryFile(TemporaryFile&& o) noexcept
       : path_(std::exchange(o.path_, {})), slot_(std::exchange(o.slot_, -1)) {}
   TemporaryFile& operator=(TemporaryFile&&) = delete;

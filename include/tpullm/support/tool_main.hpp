@@ -43,39 +43,11 @@ inline char g_tool_program[128] = "tpullm";
 inline int g_tool_internal_exit = 2;
 
 /// `text` on one line: newlines become "; ".
-inline std::string one_line(std::string_view text) {
-  std::string out;
-  out.reserve(text.size());
-  for (char c : text) {
-    if (c == '\n')
-      out += "; ";
-    else if (c != '\r')
-      out += c;
-  }
-  return out;
-}
+std::string one_line(std::string_view text);
 
-inline void report_line(std::string_view message) noexcept {
-  try {
-    std::cerr << g_tool_program << ": " << message << std::endl;
-  } catch (...) {
-  }
-}
+void report_line(std::string_view message) noexcept;
 
-[[noreturn]] inline void on_terminate() noexcept {
-  std::string what = "terminate called without an active exception";
-  if (auto e = std::current_exception()) {
-    try {
-      std::rethrow_exception(e);
-    } catch (const std::exception& x) {
-      what = x.what();
-    } catch (...) {
-      what = "unknown exception";
-    }
-  }
-  report_line("internal error: " + one_line(what));
-  std::_Exit(g_tool_internal_exit);
-}
+[[noreturn]] void on_terminate() noexcept;
 
 } // namespace detail
 

@@ -35,56 +35,15 @@ inline std::int64_t argmax(std::span<const float> row) {
 }
 
 /// KL(softmax(p) || softmax(q)) in nats, computed in double from the logits (max-shifted).
-inline double kl_divergence(std::span<const float> p, std::span<const float> q) {
-  const double pm = *std::max_element(p.begin(), p.end());
-  const double qm = *std::max_element(q.begin(), q.end());
-  double zp = 0, zq = 0;
-  for (std::size_t i = 0; i < p.size(); ++i) {
-    zp += std::exp(double(p[i]) - pm);
-    zq += std::exp(double(q[i]) - qm);
-  }
-  const double lzp = std::log(zp) + pm, lzq = std::log(zq) + qm;
-  double kl = 0;
-  for (std::size_t i = 0; i < p.size(); ++i) {
-    const double lp = double(p[i]) - lzp, lq = double(q[i]) - lzq;
-    kl += std::exp(lp) * (lp - lq);
-  }
-  return std::max(0.0, kl);
-}
+double kl_divergence(std::span<const float> p, std::span<const float> q);
 
 /// Adds the comparison of `ours` ([rows, V]) against `golden` to `r`.
-inline void accumulate(ScenarioReport& r, const std::vector<float>& ours,
-                       const frontend::GoldenLogits& golden, float rel_tol) {
-  auto m = frontend::compare_logits(ours, golden, rel_tol);
-  const float scale = golden.max_abs();
-  r.max_abs_err = std::max(r.max_abs_err, m.max_abs_err);
-  r.max_rel_err = std::max(r.max_rel_err, scale > 0 ? m.max_abs_err / scale : m.max_abs_err);
-  for (std::int64_t row = 0; row < golden.rows; ++row) {
-    std::span<const float> o(ours.data() + row * golden.vocab,
-                             static_cast<std::size_t>(golden.vocab));
-    r.argmax_agree += argmax(o) == argmax(golden.row(row)) ? 1 : 0;
-    r.sum_kl += kl_divergence(golden.row(row), o);
-  }
-  r.rows += golden.rows;
-}
+void accumulate(ScenarioReport& r, const std::vector<float>& ours,
+                const frontend::GoldenLogits& golden, float rel_tol);
 
 /// Prefill (optionally all rows) then teacher-forced decode of one scenario.
-inline ScenarioReport run_scenario(runtime::Session& s, const std::string& name,
-                                   const frontend::GoldenScenario& g, float rel_tol) {
-  ScenarioReport r;
-  r.name = name;
-  check(s.length() == g.start_position, ErrorKind::internal, "scenario " + name, "starts at ",
-        g.start_position, " but the session holds ", s.length(), " tokens");
-  accumulate(r, s.prefill(g.prompt, !g.last_only), g.prefill_logits, rel_tol);
-  std::vector<float> decoded;
-  for (auto tok : g.decode_tokens) {
-    auto l = s.decode(tok);
-    decoded.insert(decoded.end(), l.begin(), l.end());
-  }
-  accumulate(r, decoded, g.decode_logits, rel_tol);
-  r.ok = r.max_rel_err <= rel_tol;
-  return r;
-}
+ScenarioReport run_scenario(runtime::Session& s, const std::string& name,
+                            const frontend::GoldenScenario& g, float rel_tol);
 } // namespace detail
 
 /// The documented bounds of a weight mode (docs/backend.md "Accuracy"): f32 is held to
@@ -100,55 +59,19 @@ struct Bounds {
   float min_argmax = 0;   ///< fraction of rows whose argmax must agree, per scenario
   double max_mean_kl = 0; ///< mean KL(golden || ours) per row, nats, per scenario (0: none)
 };
-inline Bounds bounds_for_mode(const std::string& mode) {
-  if (mode == "bf16")
-    return {5e-2f, 0.85f};
-  if (mode == "f16")
-    return {1e-2f, 0.90f};
-  if (mode == "w8a16")
-    return {0.3f, 0.75f, 0.01};
-  if (mode == "w4a16")
-    return {1.5f, 0.05f, 1.2};
-  return {1e-4f, 0.0f};
-}
+Bounds bounds_for_mode(const std::string& mode);
 /// The bounds of a compile's weight options: the mode's, loosened to w8a16's / w4a16's when the
 /// lm_head or the embedding table is quantized to w8 / w4 (a float mode with a quantized table
 /// is held to the quantized mode's bounds).
-inline Bounds bounds_for_options(const std::string& mode, const std::string& lm_head,
-                                 const std::string& embedding = {}) {
-  Bounds b = bounds_for_mode(mode);
-  for (const std::string* table : {&lm_head, &embedding}) {
-    const char* q = *table == "w8" ? "w8a16" : *table == "w4" ? "w4a16" : nullptr;
-    if (!q)
-      continue;
-    const Bounds o = bounds_for_mode(q);
-    b.rel_tol = std::max(b.rel_tol, o.rel_tol);
-    b.min_argmax = std::min(b.min_argmax, o.min_argmax);
-    b.max_mean_kl = std::max(b.max_mean_kl, o.max_mean_kl);
-  }
-  return b;
-}
+Bounds bounds_for_options(const std::string& mode, const std::string& lm_head,
+                          const std::string& embedding = {});
 
 /// Runs scenarios a, b (continuing a's cache) and c (fresh) on `session`; a scenario is ok
 /// when its error is within `rel_tol`, at least `min_argmax` of its rows agree on argmax and
 /// (when `max_mean_kl` > 0) its mean KL divergence is at most `max_mean_kl`.
 /// Throws Error(invalid_input) naming "--rel-tol" unless rel_tol is finite and > 0.
-inline std::vector<ScenarioReport> check_goldens(runtime::Session& session,
-                                                 const frontend::Goldens& g, float rel_tol = 1e-4f,
-                                                 float min_argmax = 0, double max_mean_kl = 0) {
-  frontend::check_rel_tol(rel_tol);
-  std::vector<ScenarioReport> out;
-  session.reset();
-  out.push_back(detail::run_scenario(session, "a", g.a, rel_tol));
-  out.push_back(detail::run_scenario(session, "b", g.b, rel_tol));
-  session.reset();
-  out.push_back(detail::run_scenario(session, "c", g.c, rel_tol));
-  for (auto& r : out)
-    r.ok = r.ok &&
-           static_cast<double>(r.argmax_agree) >=
-               static_cast<double>(min_argmax) * static_cast<double>(r.rows) - 1e-9 &&
-           (max_mean_kl <= 0 || r.mean_kl() <= max_mean_kl);
-  return out;
-}
+std::vector<ScenarioReport> check_goldens(runtime::Session& session, const frontend::Goldens& g,
+                                          float rel_tol = 1e-4f, float min_argmax = 0,
+                                          double max_mean_kl = 0);
 
 } // namespace tpullm::verify

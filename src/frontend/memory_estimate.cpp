@@ -1,0 +1,145 @@
+// Out-of-line definitions of tpullm/frontend/memory_estimate.hpp (compiled once into tpullm_core).
+#include "tpullm/frontend/memory_estimate.hpp"
+
+namespace tpullm::frontend::detail {
+
+double layer_elements(const ModelDims& d) {
+  const double h = static_cast<double>(d.hidden), i = static_cast<double>(d.intermediate);
+  const double q = static_cast<double>(d.heads) * static_cast<double>(d.head_dim);
+  const double kv = static_cast<double>(d.kv_heads) * static_cast<double>(d.head_dim);
+  return h * q + 2 * h * kv + q * h + 3 * h * i + 2 * h + q + 2 * kv + h +
+         2 * static_cast<double>(d.head_dim);
+}
+
+double all_layer_elements(const ModelDesc& d) {
+  const ModelDims& m = d.dims;
+  const double h = static_cast<double>(m.hidden), i = static_cast<double>(m.intermediate);
+  const double experts = static_cast<double>(d.moe.experts);
+  const double ei = static_cast<double>(d.moe.expert_intermediate);
+  double n = 0;
+  for (std::int64_t l = 0; l < m.layers; ++l)
+    n += layer_elements(m) + (d.moe.sparse_layer(l) ? experts * (3 * h * ei + h) - 3 * h * i : 0.0);
+  return n;
+}
+
+std::string human_bytes(double b) {
+  const char* units[] = {"bytes", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  int u = 0;
+  while (b >= 1024 && u < 6) {
+    b /= 1024;
+    ++u;
+  }
+  std::ostringstream os;
+  os.precision(b < 10 ? 2 : 3);
+  os << b << " " << units[u];
+  return os.str();
+}
+
+std::optional<double> read_limit_file(const std::string& path) {
+  std::ifstream in(path);
+  std::string s;
+  if (!(in >> s) || s.empty() || s.find_first_not_of("0123456789") != std::string::npos)
+    return std::nullopt;
+  return std::stod(s);
+}
+
+} // namespace tpullm::frontend::detail
+
+namespace tpullm::frontend {
+
+MemoryEstimate estimate_memory(const ModelDesc& d, const StageParams& p, Workload w,
+                               FileAccess access) {
+  const ModelDims& m = d.dims;
+  const double seq = static_cast<double>(p.seq_length);
+  const double L = static_cast<double>(p.max_input_length);
+  const double hd = static_cast<double>(m.head_dim);
+  const double kv_dim = static_cast<double>(m.kv_heads) * hd;
+  const double q_heads = static_cast<double>(m.heads);
+  const double h = static_cast<double>(m.hidden), inter = static_cast<double>(m.intermediate);
+  const double vocab = static_cast<double>(m.vocab), layers = static_cast<double>(m.layers);
+  const double decode_variants = static_cast<double>(p.decode_lengths().size());
+  MemoryEstimate e;
+  e.block_modules = 1 + (p.with_history ? 1 : 0) + decode_variants;
+
+  // RoPE cos and sin tables [seq, head_dim / 2] f32, shared by every block module.
+  e.seq_length += 2 * seq * (hd / 2) * 4;
+  if (access == FileAccess::read && d.checkpoint)
+    for (const auto& shard : d.checkpoint->shards())
+      e.weights += static_cast<double>(shard.data_size());
+  if (w == Workload::build)
+    return e;
+  if (w == Workload::run) {
+    // Converted weights (at most f32 per element, shared by every stage program; a tied
+    // embedding is the lm_head's weight, one copy), the KV cache [seq, kv_heads, head_dim] f32
+    // for k and v of every layer, and one call's activations.
+    const double tables = d.tie_word_embeddings ? 1 : 2;
+    e.weights += 4 * (detail::all_layer_elements(d) + tables * vocab * h + h);
+    e.seq_length += 2 * layers * seq * kv_dim * 4;
+    e.max_input_length += 4 * 4 * L * (3 * h + 3 * inter + 2 * kv_dim + vocab);
+    return e;
+  }
+
+  // The interpreter widens every weight a module uses to f64, per module (block modules hold
+  // their own copy of the layer weights and of the RoPE tables).
+  const double blocks = layers * e.block_modules;
+  e.weights += 8 * (e.block_modules * detail::all_layer_elements(d) + 3 * vocab * h + h);
+  e.seq_length += blocks * 2 * seq * (hd / 2) * 8;
+  // KV cache: k and v [seq, kv_heads, head_dim] f32 per layer, plus the history copies of the
+  // largest call (f32 host tensors, their f64 interpreter form, and k/v concatenated in f64).
+  e.seq_length += 2 * layers * seq * kv_dim * 4 + 2 * seq * kv_dim * (4 + 8 + 8);
+  // Prefill activations: attention scores [q_heads, L, seq] and the per-token rows.
+  e.max_input_length +=
+      8 * (q_heads * L * seq + 4 * L * (3 * h + 3 * inter + 2 * kv_dim) + L * vocab);
+  return e;
+}
+
+double memory_limit_bytes() {
+  double limit = static_cast<double>(::sysconf(_SC_PHYS_PAGES)) *
+                 static_cast<double>(::sysconf(_SC_PAGE_SIZE));
+  if (!(limit > 0))
+    limit = std::numeric_limits<double>::infinity();
+  std::ifstream cg("/proc/self/cgroup");
+  for (std::string line; std::getline(cg, line);) {
+    if (line.rfind("0::", 0) == 0)
+      if (auto v = detail::read_limit_file("/sys/fs/cgroup" + line.substr(3) + "/memory.max"))
+        limit = std::min(limit, *v);
+  }
+  if (auto v = detail::read_limit_file("/sys/fs/cgroup/memory.max"))
+    limit = std::min(limit, *v);
+  if (auto v = detail::read_limit_file("/sys/fs/cgroup/memory/memory.limit_in_bytes"))
+    limit = std::min(limit, *v);
+  for (int res : {RLIMIT_AS, RLIMIT_DATA}) {
+    struct rlimit rl {};
+    if (::getrlimit(res, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
+      limit = std::min(limit, static_cast<double>(rl.rlim_cur));
+  }
+  return limit;
+}
+
+void check_memory(const MemoryEstimate& e, const StageParams& p, const ModelDesc& d, double limit) {
+  if (!(e.total() > limit))
+    return;
+  std::string where, advice;
+  if (e.seq_length >= e.max_input_length && e.seq_length >= e.weights) {
+    where = "--seq-length";
+    advice = str_cat("lower --seq-length (", p.seq_length, ")");
+  } else if (e.max_input_length >= e.weights) {
+    where = "--max-input-length";
+    advice = str_cat("lower --max-input-length (", p.max_input_length, ")");
+  } else if (e.block_modules > 2) {
+    where = "--decode-chunk";
+    advice = "fewer decode variants (a larger --decode-chunk, or 0) or --no-history, or a "
+             "smaller model";
+  } else {
+    where = d.dir.string();
+    advice = "a smaller model or a machine with more memory";
+  }
+  throw_error(ErrorKind::invalid_input, where, "this run needs about ",
+              detail::human_bytes(e.total()), " (", detail::human_bytes(e.seq_length),
+              " growing with --seq-length, ", detail::human_bytes(e.max_input_length),
+              " with --max-input-length, ", detail::human_bytes(e.weights),
+              " for the weights), more than the ", detail::human_bytes(limit),
+              " of memory available; ", advice);
+}
+
+} // namespace tpullm::frontend

@@ -1,0 +1,85 @@
+// Out-of-line definitions of tpullm/ir/type.hpp (compiled once into tpullm_core).
+#include "tpullm/ir/type.hpp"
+
+namespace tpullm::ir {
+
+std::optional<QuantFormat> parse_quant_format(std::string_view s) {
+  for (auto f : {QuantFormat::gptq, QuantFormat::awq, QuantFormat::packed, QuantFormat::gptq_v2})
+    if (name(f) == s)
+      return f;
+  return std::nullopt;
+}
+
+auto TensorType::limit_violation() const -> std::optional<std::string> {
+  std::int64_t n = 1; // stays <= kMaxElements
+  bool zero = false, too_many = false;
+  for (std::size_t i = 0; i < shape.size(); ++i) {
+    const std::int64_t d = shape[i];
+    if (d < 0 || d > kMaxDim)
+      return "dimension #" + std::to_string(i) + " = " + std::to_string(d) +
+             " is outside [0, 2^48] in " + summary();
+    if (d == 0)
+      zero = true;
+    else if (!too_many && n > kMaxElements / d)
+      too_many = true;
+    else if (!too_many)
+      n *= d;
+  }
+  if (too_many && !zero)
+    return "more than 2^48 elements in " + summary();
+  return std::nullopt;
+}
+
+auto TensorType::num_elements() const -> std::int64_t {
+  if (auto why = limit_violation())
+    throw Error(ErrorKind::invalid_input, "", *why);
+  std::int64_t n = 1;
+  for (auto d : shape)
+    n *= d;
+  return n;
+}
+
+auto TensorType::dim(std::int64_t i) const -> std::int64_t {
+  const std::int64_t a = i < 0 ? i + rank() : i;
+  if (a < 0 || a >= rank())
+    throw Error(ErrorKind::invalid_input, "",
+                "axis " + std::to_string(i) + " does not exist in " + str());
+  return shape[static_cast<std::size_t>(a)];
+}
+
+auto TensorType::summary() const -> std::string {
+  if (shape.size() <= 16)
+    return str();
+  std::string s = "tensor<";
+  for (std::size_t i = 0; i < 8; ++i)
+    s += std::to_string(shape[i]) + "x";
+  return s + "...(" + std::to_string(shape.size()) + " dims)x" + std::string(name(dtype)) + ">";
+}
+
+auto TensorType::str() const -> std::string {
+  std::string s = "tensor<";
+  for (auto d : shape)
+    s += std::to_string(d) + "x";
+  s += std::string(name(dtype));
+  if (layout == Layout::panels)
+    s += ", panels";
+  if (quant) {
+    s += ", quant<" + std::string(name(quant->format)) +
+         ", group = " + std::to_string(quant->group_size);
+    if (quant->zero_point)
+      s += ", zero_point";
+    if (quant->act_order)
+      s += ", act_order";
+    s += ">";
+  }
+  return s + ">";
+}
+
+std::string shape_str(const std::vector<std::int64_t>& shape) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < shape.size(); ++i)
+    s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+} // namespace tpullm::ir

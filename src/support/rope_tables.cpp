@@ -1,0 +1,76 @@
+// Out-of-line definitions of tpullm/support/rope_tables.hpp (compiled once into tpullm_core).
+#include "tpullm/support/rope_tables.hpp"
+
+namespace tpullm::kernels {
+
+std::vector<float> rope_inv_freq(std::int64_t head_dim, double theta, const RopeScaling& scaling) {
+  if (head_dim <= 0 || head_dim % 2 != 0)
+    throw std::invalid_argument("rope: head_dim " + std::to_string(head_dim) +
+                                " must be positive and even");
+  if (!(theta > 0.0))
+    throw std::invalid_argument("rope: rope_theta " + std::to_string(theta) + " must be > 0");
+  const std::int64_t half = head_dim / 2;
+  std::vector<float> inv(static_cast<std::size_t>(half));
+  for (std::int64_t i = 0; i < half; ++i) {
+    const float e = static_cast<float>(2 * i) / static_cast<float>(head_dim);
+    const float p = static_cast<float>(std::pow(theta, static_cast<double>(e)));
+    inv[static_cast<std::size_t>(i)] = 1.0f / p;
+  }
+  switch (scaling.kind) {
+  case RopeScaling::Kind::none:
+    break;
+  case RopeScaling::Kind::linear:
+    if (!(scaling.factor > 0.0))
+      throw std::invalid_argument("rope: linear scaling factor must be > 0");
+    for (float& f : inv)
+      f = static_cast<float>(f / scaling.factor);
+    break;
+  case RopeScaling::Kind::llama3: {
+    const double factor = scaling.factor, lo = scaling.low_freq_factor,
+                 hi = scaling.high_freq_factor;
+    const double old_len = static_cast<double>(scaling.original_max_position_embeddings);
+    if (!(factor > 0.0) || !(lo > 0.0) || !(hi > lo) || !(old_len > 0.0))
+      throw std::invalid_argument(
+          "rope: llama3 scaling needs factor > 0, 0 < low_freq_factor < high_freq_factor, "
+          "original_max_position_embeddings > 0");
+    const double low_wavelen = old_len / lo, high_wavelen = old_len / hi;
+    const double two_pi = 6.283185307179586;
+    for (float& f : inv) {
+      const double fr = f;
+      const double wavelen = two_pi / fr;
+      double out = fr;
+      if (wavelen > low_wavelen) {
+        out = fr / factor;
+      } else if (wavelen >= high_wavelen) {
+        const double smooth = (old_len / wavelen - lo) / (hi - lo);
+        out = (1.0 - smooth) * fr / factor + smooth * fr;
+      }
+      f = static_cast<float>(out);
+    }
+    break;
+  }
+  }
+  return inv;
+}
+
+RopeTables build_rope_tables(std::int64_t seq_length, std::int64_t head_dim, double theta,
+                             const RopeScaling& scaling) {
+  if (seq_length <= 0)
+    throw std::invalid_argument("rope: seq_length " + std::to_string(seq_length) + " must be > 0");
+  const std::vector<float> inv = rope_inv_freq(head_dim, theta, scaling);
+  RopeTables t;
+  t.seq_length = seq_length;
+  t.half_dim = head_dim / 2;
+  t.cos.resize(static_cast<std::size_t>(seq_length * t.half_dim));
+  t.sin.resize(t.cos.size());
+  for (std::int64_t p = 0; p < seq_length; ++p)
+    for (std::int64_t i = 0; i < t.half_dim; ++i) {
+      const float angle = static_cast<float>(p) * inv[static_cast<std::size_t>(i)];
+      const auto k = static_cast<std::size_t>(p * t.half_dim + i);
+      t.cos[k] = static_cast<float>(std::cos(static_cast<double>(angle)));
+      t.sin[k] = static_cast<float>(std::sin(static_cast<double>(angle)));
+    }
+  return t;
+}
+
+} // namespace tpullm::kernels
