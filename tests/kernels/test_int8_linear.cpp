@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "tpullm/kernels/detail/w4a8_gemv_avx512.hpp"
 #include "tpullm/kernels/int8_linear.hpp"
 
 #include "kernel_test_util.hpp"
@@ -314,4 +315,59 @@ TEST_CASE("linear_w8a8 refuses what it cannot compute", "[int8][matmul]") {
   CHECK_THROWS_AS(W8A8Input(x, 2, 9, dyn()), std::invalid_argument);
   const W8A8Input xin(x, 2, 8, dyn());
   CHECK_THROWS_AS(linear_w8a8(xin, w, {}, y, {1, 8, 4}), std::invalid_argument);
+}
+
+TEST_CASE("W4A8 GEMV experiment: its formula, and its loss against the exact int4 product",
+          "[int8][w4a8]") {
+  if (!cpu_features().avx512_vnni) {
+    WARN("SKIPPED W4A8 experiment: needs AVX-512 VNNI");
+    return;
+  }
+  ScopedIsa isa(Isa::avx512);
+  const std::int64_t K = 256, N = 200;
+  std::mt19937 rng(3);
+  for (std::int64_t group : {std::int64_t{64}, K})
+    for (WeightFormat f : {WeightFormat::int4_sym, WeightFormat::int4_asym}) {
+      const std::int64_t G = K / group;
+      std::vector<std::int8_t> qs(static_cast<std::size_t>(K * N));
+      std::vector<std::uint8_t> qa(qs.size()), zs(static_cast<std::size_t>(G * N));
+      std::vector<float> sc(static_cast<std::size_t>(G * N));
+      for (auto& v : qs)
+        v = static_cast<std::int8_t>(static_cast<int>(rng() % 16) - 8);
+      for (auto& v : qa)
+        v = static_cast<std::uint8_t>(rng() % 16);
+      for (auto& v : zs)
+        v = static_cast<std::uint8_t>(rng() % 16);
+      for (auto& v : sc)
+        v = 0.01f + 0.001f * static_cast<float>(rng() % 10);
+      const PackedWeights w = f == WeightFormat::int4_sym ? pack_int4_sym(qs, sc, K, N, group)
+                                                          : pack_int4_asym(qa, sc, zs, K, N, group);
+      const std::vector<float> x = tpullm_test::normal_vec(static_cast<std::size_t>(K), 1.f, 4);
+      const std::vector<float> bias = tpullm_test::random_vec(static_cast<std::size_t>(N), 8);
+      detail::W4A8Row r;
+      std::vector<float> y(static_cast<std::size_t>(N)), ref(y.size()), exact(y.size());
+      detail::w4a8_gemv_experimental(x.data(), w, bias.data(), y.data(), {SplitDim::cols, 2}, r);
+      detail::w4a8_gemv_ref(r, w, bias.data(), ref.data());
+      INFO(format_name(f) << " group=" << group);
+      CHECK(w8a8_test::rel_err(y, ref) <= 1e-5);
+      // the loss: |y - exact| <= (s_x / 2) sum_k |w[k][n]| (activation rounding) + f32 slack
+      linear(x, w, bias, exact, {1, K, N});
+      const std::vector<float> wd = dequantize(w);
+      double worst = 0;
+      for (std::int64_t n = 0; n < N; ++n) {
+        double sw = 0;
+        for (std::int64_t k = 0; k < K; ++k)
+          sw += std::abs(double(wd[static_cast<std::size_t>(k * N + n)]));
+        const double bound = 0.5 * r.sx * sw * (1 + 1e-5) + 1e-5 * std::abs(double(exact[n]));
+        worst = std::max(worst, std::abs(double(y[n]) - double(exact[n])) / bound);
+      }
+      INFO("worst loss / bound = " << worst);
+      CHECK(worst <= 1.0);
+      CHECK(worst > 0.0); // lossy indeed: W4A8 is not the exact int4 path
+    }
+  detail::W4A8Row r;
+  const PackedWeights w8 = w8a8_test::make_w8(8, 4, 1);
+  std::vector<float> x(8), y(4);
+  CHECK_THROWS_AS(detail::w4a8_gemv_experimental(x.data(), w8, nullptr, y.data(), {}, r),
+                  std::invalid_argument);
 }
