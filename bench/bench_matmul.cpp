@@ -21,6 +21,7 @@
 #include <benchmark/benchmark.h>
 
 #include "roofline.hpp"
+#include "tpullm/kernels/detail/w4a8_gemv_avx512.hpp"
 #include "tpullm/kernels/int8_linear.hpp"
 #include "tpullm/kernels/matmul.hpp"
 
@@ -314,7 +315,35 @@ void bm_linear_w8a8(benchmark::State& state, Proj p, W8A8BenchPath path, std::in
   state.counters["copies"] = static_cast<double>(ws.size());
 }
 
-/// linear_w8a8/qwen2.5-0.5b/{gate_proj,down_proj}/<path>/M:{1,512}/threads:{1,2}.
+/// The W4A8 GEMV experiment (issue 17; detail/w4a8_gemv_avx512.hpp) on int4_sym weights (group
+/// 128) at M = 1, bytes read against the read ceiling; compare with the digit path's
+/// linear/<model>/<proj>/int4_sym/M:1 rows. Skipped without AVX-512 VNNI.
+void bm_w4a8_experiment(benchmark::State& state, Proj p, int threads) {
+  if (!kernels::cpu_features().avx512_vnni) {
+    state.SkipWithError("W4A8 experiment needs AVX-512 VNNI");
+    return;
+  }
+  const WeightFormat f = WeightFormat::int4_sym;
+  const auto& ws = bench_weights(f, p.K, p.N, rotation_copies(packed_bytes(f, p.K, p.N)));
+  std::vector<float> x(static_cast<std::size_t>(p.K));
+  for (std::size_t i = 0; i < x.size(); ++i)
+    x[i] = static_cast<float>(static_cast<int>(i % 19) - 9) * 0.05f;
+  std::vector<float> y(static_cast<std::size_t>(p.N));
+  kernels::detail::W4A8Row r;
+  std::size_t i = 0;
+  for (auto _ : state) {
+    kernels::detail::w4a8_gemv_experimental(x.data(), ws[i], nullptr, y.data(),
+                                            {kernels::SplitDim::cols, threads}, r);
+    benchmark::DoNotOptimize(y.data());
+    benchmark::ClobberMemory();
+    i = (i + 1) % ws.size();
+  }
+  report_bandwidth(state, static_cast<double>(ws[0].total_bytes()), threads);
+  state.counters["copies"] = static_cast<double>(ws.size());
+}
+
+/// linear_w8a8/qwen2.5-0.5b/{gate_proj,down_proj}/<path>/M:{1,512}/threads:{1,2}, and the W4A8
+/// experiment's w4a8_experiment/qwen2.5-0.5b/<proj>/int4_sym/M:1/threads:{1,2}.
 void register_w8a8_benchmarks() {
   for (const Proj& p : projections()) {
     const std::string pn = p.name;
@@ -331,6 +360,14 @@ void register_w8a8_benchmarks() {
               ->Unit(benchmark::kMicrosecond)
               ->MinTime(M == 1 ? 0.2 : 0.3);
         }
+    for (int threads : {1, 2}) {
+      const std::string name = std::string("w4a8_experiment/") + p.model + "/" + p.name +
+                               "/int4_sym/M:1/threads:" + std::to_string(threads);
+      benchmark::RegisterBenchmark(name.c_str(), bm_w4a8_experiment, p, threads)
+          ->UseRealTime()
+          ->Unit(benchmark::kMicrosecond)
+          ->MinTime(0.2);
+    }
   }
 }
 
