@@ -33,10 +33,11 @@ inline bool& w8a8_avx_vnni_disabled() {
   return disabled;
 }
 
-/// Rows of the AVX-VNNI GEMM tile (3 x 32 int32 = 12 ymm accumulators).
-inline constexpr int kW8A8MrAvxVnni = 3;
-/// Rows of the AVX2 (VPMADDWD) GEMM tile; each pass covers 8 of a panel's 32 columns.
-inline constexpr int kW8A8MrAvx2 = 6;
+/// Rows of the AVX-VNNI GEMM tile (2 x 32 int32 = 8 ymm accumulators; 3 rows spill with GCC 12).
+inline constexpr int kW8A8MrAvxVnni = 2;
+/// Rows of the AVX2 (VPMADDWD) GEMM tile; each pass covers 8 of a panel's 32 columns (6 rows
+/// spill accumulators with 16 ymm registers).
+inline constexpr int kW8A8MrAvx2 = 4;
 
 /// acc += VPDPBUSD(u8 a, s8 b) on ymm (VEX encoding), in place.
 TPULLM_TARGET_AVX_VNNI inline __attribute__((always_inline)) void dpbusd_vex(__m256i& acc,
@@ -110,11 +111,11 @@ TPULLM_TARGET_AVX_VNNI void w8a8_tile_avxvnni(const W8A8Tile& t) {
 #pragma GCC unroll 4
     for (int j = 0; j < 4; ++j) {
       const __m256i w = _mm256_load_si256(reinterpret_cast<const __m256i*>(wq + 32 * j));
-      if constexpr (kStream)
-        dpbusd_vex(cs[j], ones, w);
+      if constexpr (kStream) // value form (see w8a8_tile_avx512)
+        cs[j] = _mm256_dpbusd_avx_epi32(cs[j], ones, w);
 #pragma GCC unroll 4
       for (int r = 0; r < R; ++r)
-        dpbusd_vex(acc[r][j], b[r], w);
+        acc[r][j] = _mm256_dpbusd_avx_epi32(acc[r][j], b[r], w);
     }
   }
   const __m256i zc = _mm256_set1_epi32(t.zc);
@@ -169,8 +170,8 @@ TPULLM_TARGET_AVX2 void w8a8_tile_avx2(const W8A8Tile& t, int c0, bool stream) {
     }
 }
 
-/// One panel, any row count the kind allows, on the AVX2 VPMADDWD tile: GEMV (rows <= 4) in one
-/// or two column passes per panel (each cache line read once), GEMM rows (<= 6) in 4 passes.
+/// One panel of 1..4 rows on the AVX2 VPMADDWD tile: 1 row in one pass, 2 rows in two column
+/// passes (each cache line read once), 3-4 rows (the GEMM's tile) in four.
 inline void w8a8_panel_avx2(const W8A8Tile& t, int rows, bool stream) {
   switch (rows) {
   case 1:
@@ -183,25 +184,16 @@ inline void w8a8_panel_avx2(const W8A8Tile& t, int rows, bool stream) {
   default:
     break;
   }
-  // 3..6 rows: four passes of 8 columns
-  for (int c0 = 0; c0 < 8; c0 += 2)
-    switch (rows) {
-    case 3:
+  // 3 or 4 rows: four passes of 8 columns
+  for (int c0 = 0; c0 < 8; c0 += 2) {
+    if (rows == 3)
       w8a8_tile_avx2<3, 2>(t, c0, stream);
-      break;
-    case 4:
+    else
       w8a8_tile_avx2<4, 2>(t, c0, stream);
-      break;
-    case 5:
-      w8a8_tile_avx2<5, 2>(t, c0, stream);
-      break;
-    default:
-      w8a8_tile_avx2<6, 2>(t, c0, stream);
-      break;
-    }
+  }
 }
 
-/// One panel on the AVX-VNNI tile (rows <= 3 for the GEMM; the GEMV splits 4 rows as 2 + 2).
+/// One panel on the AVX-VNNI tile (rows <= 2 for the GEMM; the GEMV splits 3-4 rows into 2 + 1-2).
 inline void w8a8_panel_avxvnni(const W8A8Tile& t, int rows, bool stream) {
   if (stream) {
     if (rows == 1) {
@@ -220,17 +212,10 @@ inline void w8a8_panel_avxvnni(const W8A8Tile& t, int rows, bool stream) {
     }
     return;
   }
-  switch (rows) {
-  case 1:
+  if (rows == 1)
     w8a8_tile_avxvnni<1, false>(t);
-    return;
-  case 2:
+  else
     w8a8_tile_avxvnni<2, false>(t);
-    return;
-  default:
-    w8a8_tile_avxvnni<3, false>(t);
-    return;
-  }
 }
 
 #pragma GCC diagnostic pop

@@ -16,8 +16,12 @@ namespace tpullm::kernels::detail {
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wpsabi"
 
-/// Rows of the VNNI GEMM's register tile (14 x 32 int32 = 28 zmm accumulators).
-inline constexpr int kW8A8MrVnni = 14;
+#ifndef TPULLM_W8A8_MR_VNNI
+#define TPULLM_W8A8_MR_VNNI 12
+#endif
+/// Rows of the VNNI GEMM's register tile (12 x 32 int32 = 24 zmm accumulators: with 14 GCC 12
+/// spills accumulators inside the k loop).
+inline constexpr int kW8A8MrVnni = TPULLM_W8A8_MR_VNNI;
 
 TPULLM_TARGET_AVX512_VNNI inline __m512i bcast_code(const std::uint8_t* p) {
   std::int32_t v;
@@ -54,7 +58,7 @@ TPULLM_TARGET_AVX512_VNNI void w8a8_tile_avx512(const W8A8Tile& t) {
 #pragma GCC unroll 8
   for (int s = 0; s < S; ++s) {
     cs[s][0] = cs[s][1] = zero;
-#pragma GCC unroll 14
+#pragma GCC unroll 16
     for (int r = 0; r < R; ++r)
       acc[s][r][0] = acc[s][r][1] = zero;
   }
@@ -71,18 +75,20 @@ TPULLM_TARGET_AVX512_VNNI void w8a8_tile_avx512(const W8A8Tile& t) {
       }
       w[s][0] = _mm512_load_si512(p);
       w[s][1] = _mm512_load_si512(p + 64);
-      if constexpr (kStream) {
-        dpbusd(cs[s][0], ones, w[s][0]);
-        dpbusd(cs[s][1], ones, w[s][1]);
+      if constexpr (kStream) { // value-form intrinsics: the asm helper's "+v" operand on an
+        // array element keeps the accumulators in memory
+        cs[s][0] = _mm512_dpbusd_epi32(cs[s][0], ones, w[s][0]);
+        cs[s][1] = _mm512_dpbusd_epi32(cs[s][1], ones, w[s][1]);
       }
     }
-#pragma GCC unroll 14
+#pragma GCC unroll 16
     for (int r = 0; r < R; ++r) {
-      const __m512i b = bcast_code(aq + r * t.a_rs);
+      // GEMM strips hold a row's quad at 4 * r: a compile-time offset frees the address registers
+      const __m512i b = bcast_code(aq + r * (kStream ? t.a_rs : 4));
 #pragma GCC unroll 8
       for (int s = 0; s < S; ++s) {
-        dpbusd(acc[s][r][0], b, w[s][0]);
-        dpbusd(acc[s][r][1], b, w[s][1]);
+        acc[s][r][0] = _mm512_dpbusd_epi32(acc[s][r][0], b, w[s][0]);
+        acc[s][r][1] = _mm512_dpbusd_epi32(acc[s][r][1], b, w[s][1]);
       }
     }
   }
@@ -110,7 +116,7 @@ TPULLM_TARGET_AVX512_VNNI void w8a8_tile_avx512(const W8A8Tile& t) {
       b0 = _mm512_maskz_loadu_ps(m0, t.bias + 32 * s);
       b1 = _mm512_maskz_loadu_ps(m1, t.bias + 32 * s + 16);
     }
-#pragma GCC unroll 14
+#pragma GCC unroll 16
     for (int r = 0; r < R; ++r) {
       const __m512 sr = _mm512_set1_ps(t.rs[r]);
       __m512 y0 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(acc[s][r][0], c0)),
@@ -128,7 +134,58 @@ TPULLM_TARGET_AVX512_VNNI void w8a8_tile_avx512(const W8A8Tile& t) {
   }
 }
 
-/// GEMM tile of 1..14 rows (run-time row count, one panel, column sums given).
+/// The GEMM's full 12 x 32 tile with every accumulator a named variable (GCC 12 keeps an array
+/// of accumulators in memory around VPDPBUSD, whether through the intrinsic or the asm helper).
+TPULLM_TARGET_AVX512_VNNI inline void w8a8_gemm12_avx512(const W8A8Tile& t) {
+#define TPULLM_W8A8_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11)
+#define TPULLM_W8A8_DECL(r) __m512i a##r##_0 = _mm512_setzero_si512(), a##r##_1 = a##r##_0;
+#define TPULLM_W8A8_STEP(r)                                                                        \
+  {                                                                                                \
+    const __m512i b = bcast_code(aq + 4 * (r));                                                    \
+    dpbusd(a##r##_0, b, w0);                                                                       \
+    dpbusd(a##r##_1, b, w1);                                                                       \
+  }
+#define TPULLM_W8A8_STORE(r) store(r, a##r##_0, a##r##_1);
+  TPULLM_W8A8_ROWS(TPULLM_W8A8_DECL)
+  const std::uint8_t* wq = t.w;
+  const std::uint8_t* aq = t.a;
+  for (std::int64_t q = 0; q < t.Kq; ++q, wq += 128, aq += t.a_qs) {
+    const __m512i w0 = _mm512_load_si512(wq), w1 = _mm512_load_si512(wq + 64);
+    TPULLM_W8A8_ROWS(TPULLM_W8A8_STEP)
+  }
+  const int nc = tile_cols(t, 0);
+  const __mmask16 m0 = static_cast<__mmask16>(nc >= 16 ? 0xFFFF : (1u << nc) - 1u);
+  const __mmask16 m1 = static_cast<__mmask16>(nc >= 32   ? 0xFFFF
+                                              : nc <= 16 ? 0
+                                                         : (1u << (nc - 16)) - 1u);
+  const __m512i zc = _mm512_set1_epi32(t.zc);
+  const __m512i c0 = _mm512_mullo_epi32(_mm512_loadu_si512(t.colsum), zc);
+  const __m512i c1 = _mm512_mullo_epi32(_mm512_loadu_si512(t.colsum + 16), zc);
+  const __m512 ws0 = _mm512_loadu_ps(t.ws), ws1 = _mm512_loadu_ps(t.ws + 16);
+  __m512 b0 = _mm512_setzero_ps(), b1 = b0;
+  if (t.bias) {
+    b0 = _mm512_maskz_loadu_ps(m0, t.bias);
+    b1 = _mm512_maskz_loadu_ps(m1, t.bias + 16);
+  }
+  auto store = [&](int r, __m512i x0, __m512i x1) TPULLM_TARGET_AVX512_VNNI {
+    const __m512 sr = _mm512_set1_ps(t.rs[r]);
+    __m512 y0 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(x0, c0)), _mm512_mul_ps(sr, ws0));
+    __m512 y1 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(x1, c1)), _mm512_mul_ps(sr, ws1));
+    if (t.bias) {
+      y0 = _mm512_add_ps(y0, b0);
+      y1 = _mm512_add_ps(y1, b1);
+    }
+    _mm512_mask_storeu_ps(t.y + r * t.ldy, m0, y0);
+    _mm512_mask_storeu_ps(t.y + r * t.ldy + 16, m1, y1);
+  };
+  TPULLM_W8A8_ROWS(TPULLM_W8A8_STORE)
+#undef TPULLM_W8A8_STORE
+#undef TPULLM_W8A8_STEP
+#undef TPULLM_W8A8_DECL
+#undef TPULLM_W8A8_ROWS
+}
+
+/// GEMM tile of 1..12 rows (run-time row count, one panel, column sums given).
 template <std::size_t... I>
 constexpr auto w8a8_gemm_table_avx512(std::index_sequence<I...>) {
   return std::array<void (*)(const W8A8Tile&), sizeof...(I)>{
@@ -136,6 +193,10 @@ constexpr auto w8a8_gemm_table_avx512(std::index_sequence<I...>) {
 }
 
 inline void w8a8_gemm_tile_avx512(const W8A8Tile& t, int rows) {
+  if (rows == 12) {
+    w8a8_gemm12_avx512(t);
+    return;
+  }
   static constexpr auto table = w8a8_gemm_table_avx512(std::make_index_sequence<kW8A8MrVnni>{});
   table[static_cast<std::size_t>(rows - 1)](t);
 }
