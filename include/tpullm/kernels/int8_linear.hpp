@@ -170,7 +170,9 @@ public:
     detail::quantize_rows(x.data(), K, M, K, (K + 3) / 4 * 4, detail::quant_params(aq),
                           active_isa(), q_);
   }
+  /// Rows of x.
   std::int64_t M() const { return q_.M; }
+  /// Columns of x (input features).
   std::int64_t K() const { return q_.K; }
   /// How x was quantized.
   const ActQuant& act_quant() const { return aq_; }
