@@ -3,7 +3,7 @@
 /// int8 weights as stored (signed, the quads of WeightFormat::int8 are its operand layout), so
 /// sum_k (q - z) w = acc - (128 + z) * colsum(w). The GEMV (M <= 4) streams each panel once and
 /// sums the weight columns in the same pass (one more VPDPBUSD by ones per weight vector); the
-/// GEMM passes precomputed column sums (w8a8_colsum_avx512) and keeps 14 x 32 accumulators.
+/// GEMM passes precomputed column sums (w8a8_colsum_avx512) and keeps 12 x 32 accumulators.
 
 #include "tpullm/kernels/detail/int8_tile.hpp"
 #include "tpullm/kernels/detail/matmul_common.hpp"
