@@ -21,6 +21,8 @@
 #include <benchmark/benchmark.h>
 
 #include "roofline.hpp"
+#include "tpullm/kernels/detail/w4a8_gemv_avx512.hpp"
+#include "tpullm/kernels/int8_linear.hpp"
 #include "tpullm/kernels/matmul.hpp"
 
 namespace tpullm::bench {
@@ -257,7 +259,120 @@ void bm_linear_qkv(benchmark::State& state, std::string model, WeightFormat f, i
   state.counters["copies"] = copies;
 }
 
+// ---- W8A8 (--mode int8): int8 activations x int8 weights, int32 sums -------------------------
+
+/// A W8A8 path the benchmarks force, and the int8 ceiling its GEMM is judged against.
+struct W8A8BenchPath {
+  const char* name;
+  kernels::Isa isa;
+  bool no_avx_vnni, available;
+  Ceiling ceiling;
+};
+
+inline std::vector<W8A8BenchPath> w8a8_bench_paths() {
+  const auto& f = kernels::cpu_features();
+  return {{"avx512-vnni", kernels::Isa::avx512, false, f.avx512_vnni, Ceiling::int8_vnni},
+          {"avx-vnni", kernels::Isa::avx2, false, f.avx_vnni, Ceiling::int8_avx_vnni},
+          {"avx2", kernels::Isa::avx2, true, f.avx2, Ceiling::int8_avx2}};
+}
+
+/// linear_w8a8 (dynamic per-row activations) forced onto one path: M <= 4 reports bytes read
+/// (weights + scales, rotated over copies so they come from DRAM) against the read ceiling, M > 4
+/// reports 2 M K N ops against the int8 peak of the path's instruction.
+void bm_linear_w8a8(benchmark::State& state, Proj p, W8A8BenchPath path, std::int64_t M,
+                    int threads) {
+  if (!path.available) {
+    state.SkipWithError("W8A8 path not available on this CPU");
+    return;
+  }
+  kernels::ScopedIsa isa(path.isa);
+#if TPULLM_X86
+  const bool saved = kernels::detail::w8a8_avx_vnni_disabled();
+  kernels::detail::w8a8_avx_vnni_disabled() = path.no_avx_vnni;
+#endif
+  const WeightFormat f = WeightFormat::int8;
+  const int copies = M <= 4 ? rotation_copies(packed_bytes(f, p.K, p.N)) : 1;
+  const auto& ws = bench_weights(f, p.K, p.N, copies);
+  std::vector<float> x(static_cast<std::size_t>(M * p.K));
+  for (std::size_t i = 0; i < x.size(); ++i)
+    x[i] = static_cast<float>(static_cast<int>(i % 19) - 9) * 0.05f;
+  std::vector<float> y(static_cast<std::size_t>(M * p.N));
+  const kernels::CoreSplit split = bench_split(M, p.N, threads);
+  std::size_t i = 0;
+  for (auto _ : state) {
+    kernels::linear_w8a8(x, ws[i], {}, y, {M, p.K, p.N}, kernels::ActQuant{}, split);
+    benchmark::DoNotOptimize(y.data());
+    benchmark::ClobberMemory();
+    i = (i + 1) % ws.size();
+  }
+#if TPULLM_X86
+  kernels::detail::w8a8_avx_vnni_disabled() = saved;
+#endif
+  if (M <= 4)
+    report_bandwidth(state, static_cast<double>(ws[0].total_bytes()), threads);
+  else
+    report(state, 2.0 * static_cast<double>(M * p.K * p.N), threads, path.ceiling);
+  state.counters["copies"] = static_cast<double>(ws.size());
+}
+
+/// The W4A8 GEMV experiment (issue 17; detail/w4a8_gemv_avx512.hpp) on int4_sym weights (group
+/// 128) at M = 1, bytes read against the read ceiling; compare with the digit path's
+/// linear/<model>/<proj>/int4_sym/M:1 rows. Skipped without AVX-512 VNNI.
+void bm_w4a8_experiment(benchmark::State& state, Proj p, int threads) {
+  if (!kernels::cpu_features().avx512_vnni) {
+    state.SkipWithError("W4A8 experiment needs AVX-512 VNNI");
+    return;
+  }
+  const WeightFormat f = WeightFormat::int4_sym;
+  const auto& ws = bench_weights(f, p.K, p.N, rotation_copies(packed_bytes(f, p.K, p.N)));
+  std::vector<float> x(static_cast<std::size_t>(p.K));
+  for (std::size_t i = 0; i < x.size(); ++i)
+    x[i] = static_cast<float>(static_cast<int>(i % 19) - 9) * 0.05f;
+  std::vector<float> y(static_cast<std::size_t>(p.N));
+  kernels::detail::W4A8Row r;
+  std::size_t i = 0;
+  for (auto _ : state) {
+    kernels::detail::w4a8_gemv_experimental(x.data(), ws[i], nullptr, y.data(),
+                                            {kernels::SplitDim::cols, threads}, r);
+    benchmark::DoNotOptimize(y.data());
+    benchmark::ClobberMemory();
+    i = (i + 1) % ws.size();
+  }
+  report_bandwidth(state, static_cast<double>(ws[0].total_bytes()), threads);
+  state.counters["copies"] = static_cast<double>(ws.size());
+}
+
+/// linear_w8a8/qwen2.5-0.5b/{gate_proj,down_proj}/<path>/M:{1,512}/threads:{1,2}, and the W4A8
+/// experiment's w4a8_experiment/qwen2.5-0.5b/<proj>/int4_sym/M:1/threads:{1,2}.
+void register_w8a8_benchmarks() {
+  for (const Proj& p : projections()) {
+    const std::string pn = p.name;
+    if (std::string(p.model) != "qwen2.5-0.5b" || (pn != "gate_proj" && pn != "down_proj"))
+      continue;
+    for (const W8A8BenchPath& path : w8a8_bench_paths())
+      for (std::int64_t M : {1, 512})
+        for (int threads : {1, 2}) {
+          const std::string name = std::string("linear_w8a8/") + p.model + "/" + p.name + "/" +
+                                   path.name + "/M:" + std::to_string(M) +
+                                   "/threads:" + std::to_string(threads);
+          benchmark::RegisterBenchmark(name.c_str(), bm_linear_w8a8, p, path, M, threads)
+              ->UseRealTime()
+              ->Unit(benchmark::kMicrosecond)
+              ->MinTime(M == 1 ? 0.2 : 0.3);
+        }
+    for (int threads : {1, 2}) {
+      const std::string name = std::string("w4a8_experiment/") + p.model + "/" + p.name +
+                               "/int4_sym/M:1/threads:" + std::to_string(threads);
+      benchmark::RegisterBenchmark(name.c_str(), bm_w4a8_experiment, p, threads)
+          ->UseRealTime()
+          ->Unit(benchmark::kMicrosecond)
+          ->MinTime(0.2);
+    }
+  }
+}
+
 void register_matmul_benchmarks(bool full) {
+  register_w8a8_benchmarks();
   const WeightFormat all[] = {
       WeightFormat::f32,       WeightFormat::bf16,     WeightFormat::f16,      WeightFormat::int8,
       WeightFormat::int8_asym, WeightFormat::int4_sym, WeightFormat::int4_asym};

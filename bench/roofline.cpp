@@ -25,6 +25,18 @@ void report(benchmark::State& state, double amount_per_iter, int threads, Ceilin
     name = "AMX-int8";
     unit = "GOP/s";
     break;
+  case Ceiling::int8_vnni:
+    name = "int8-VNNI512";
+    unit = "GOP/s";
+    break;
+  case Ceiling::int8_avx_vnni:
+    name = "int8-AVX-VNNI";
+    unit = "GOP/s";
+    break;
+  case Ceiling::int8_avx2:
+    name = "int8-AVX2-vpmaddwd";
+    unit = "GOP/s";
+    break;
   }
   state.counters[which == Ceiling::read ? "bytes_per_second" : "flops"] =
       benchmark::Counter(amount_per_iter, benchmark::Counter::kIsIterationInvariantRate);

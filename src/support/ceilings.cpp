@@ -9,6 +9,8 @@
 //    enough to cover the FMA latency times two FMA ports; best of 5.
 //  - bf16 / int8: the same with vdpbf16ps (32 MACs = 64 flops per zmm instruction) and vpdpbusd
 //    (64 MACs = 128 ops per zmm instruction).
+//  - int8 of the W8A8 paths: vpdpbusd zmm (above), VEX vpdpbusd ymm (AVX-VNNI: 32 MACs = 64
+//    ops) and vpmaddwd ymm (AVX2: 16 MACs = 32 ops), 1 and 2 threads.
 //  - AMX (only where cpu_features().amx): tdpbf16ps / tdpbssd on 4 accumulator tiles from 2 + 2
 //    register-resident source tiles (16 x 16 x 32 bf16 = 16384 flops, 16 x 16 x 64 int8 = 32768
 //    ops per instruction), best of 5. Elsewhere the AMX ceilings are 0 and printed as absent.
@@ -244,6 +246,47 @@ __attribute__((target("avx512f,avx512vnni,avx512bw"))) double vnni_loop(std::int
   return static_cast<double>(iters) * 16 * 64 * 2;
 }
 
+/// The 12 ymm int32 accumulators of the int8 loops, summed in 64 bits into *out.
+__attribute__((target("avx2"))) void sum_lanes_avx2(const __m256i* acc, float* out) {
+  std::int64_t total = 0;
+  for (int i = 0; i < 12; ++i) {
+    alignas(32) std::int32_t lanes[8];
+    _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), acc[i]);
+    for (std::int32_t x : lanes)
+      total += x;
+  }
+  *out = static_cast<float>(total);
+}
+
+__attribute__((target("avx2,avxvnni"))) double avx_vnni_loop(std::int64_t iters, float* out) {
+  __m256i acc[12];
+  for (int i = 0; i < 12; ++i)
+    acc[i] = _mm256_setzero_si256();
+  const __m256i a = _mm256_set1_epi8(1), b = _mm256_set1_epi8(1);
+  for (std::int64_t it = 0; it < iters; ++it)
+#pragma GCC unroll 12
+    for (int i = 0; i < 12; ++i)
+      __asm__("%{vex%} vpdpbusd %2, %1, %0" : "+x"(acc[i]) : "x"(a), "x"(b));
+  sum_lanes_avx2(acc, out);
+  return static_cast<double>(iters) * 12 * 32 * 2;
+}
+
+__attribute__((target("avx2"))) double madd16_loop(std::int64_t iters, float* out) {
+  __m256i acc[12];
+  for (int i = 0; i < 12; ++i)
+    acc[i] = _mm256_setzero_si256();
+  const __m256i a = _mm256_set1_epi16(1), b = _mm256_set1_epi16(1);
+  for (std::int64_t it = 0; it < iters; ++it)
+#pragma GCC unroll 12
+    for (int i = 0; i < 12; ++i) { // the AVX2 path's pair: vpmaddwd, then vpaddd into the sum
+      __m256i t; // volatile: a product of loop-invariant operands must not be hoisted
+      __asm__ volatile("vpmaddwd %2, %1, %0" : "=x"(t) : "x"(a), "x"(b));
+      acc[i] = _mm256_add_epi32(acc[i], t);
+    }
+  sum_lanes_avx2(acc, out);
+  return static_cast<double>(iters) * 12 * 16 * 2;
+}
+
 /// The 64-byte LDTILECFG operand: palette 1, tiles 0-7 all 16 rows x 64 bytes.
 struct alignas(64) AmxConfig {
   std::uint8_t palette = 1, start_row = 0, reserved[14] = {};
@@ -376,8 +419,18 @@ const Ceilings& measure_ceilings() {
   }
   if (f.avx512_bf16)
     c.bf16_gflops_2t = peak_g(bf16_loop, 2);
-  if (f.avx512_vnni)
+  if (f.avx512_vnni) {
+    c.int8_gops_1t = peak_g(vnni_loop, 1);
     c.int8_gops_2t = peak_g(vnni_loop, 2);
+  }
+  if (f.avx_vnni) {
+    c.int8_avx_vnni_gops_1t = peak_g(avx_vnni_loop, 1);
+    c.int8_avx_vnni_gops_2t = peak_g(avx_vnni_loop, 2);
+  }
+  if (f.avx2) {
+    c.int8_avx2_gops_1t = peak_g(madd16_loop, 1);
+    c.int8_avx2_gops_2t = peak_g(madd16_loop, 2);
+  }
   c.amx = f.amx;
   if (f.amx) {
     c.amx_bf16_gflops_1t = peak_g(amx_bf16_loop, 1, 2'000'000);
@@ -417,8 +470,12 @@ void print_ceilings(const Ceilings& c) {
               c.f32_gflops_1t, c.f32_gflops_2t);
   std::printf("  bf16 vdpbf16ps                              2 threads %8.1f GFLOP/s\n",
               c.bf16_gflops_2t);
-  std::printf("  int8 vpdpbusd                               2 threads %8.1f GOP/s\n",
+  std::printf("  int8 vpdpbusd    1 thread %8.1f GOP/s   2 threads %8.1f GOP/s\n", c.int8_gops_1t,
               c.int8_gops_2t);
+  std::printf("  int8 AVX-VNNI    1 thread %8.1f GOP/s   2 threads %8.1f GOP/s   (vpdpbusd ymm)\n",
+              c.int8_avx_vnni_gops_1t, c.int8_avx_vnni_gops_2t);
+  std::printf("  int8 AVX2        1 thread %8.1f GOP/s   2 threads %8.1f GOP/s   (vpmaddwd ymm)\n",
+              c.int8_avx2_gops_1t, c.int8_avx2_gops_2t);
   if (c.amx) {
     std::printf("  AMX bf16 peak    1 thread %8.1f GFLOP/s 2 threads %8.1f GFLOP/s\n",
                 c.amx_bf16_gflops_1t, c.amx_bf16_gflops_2t);
@@ -445,6 +502,12 @@ double ceiling_value(Ceiling which, int threads) {
     return (two ? c.amx_bf16_gflops_2t : c.amx_bf16_gflops_1t) * 1e9;
   case Ceiling::amx_int8:
     return (two ? c.amx_int8_gops_2t : c.amx_int8_gops_1t) * 1e9;
+  case Ceiling::int8_vnni:
+    return (two ? c.int8_gops_2t : c.int8_gops_1t) * 1e9;
+  case Ceiling::int8_avx_vnni:
+    return (two ? c.int8_avx_vnni_gops_2t : c.int8_avx_vnni_gops_1t) * 1e9;
+  case Ceiling::int8_avx2:
+    return (two ? c.int8_avx2_gops_2t : c.int8_avx2_gops_1t) * 1e9;
   }
   return 0;
 }

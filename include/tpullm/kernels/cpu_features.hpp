@@ -59,6 +59,7 @@ struct CpuFeatures {
   bool avx512_bf16 = false; ///< VDPBF16PS
   bool avx512_vnni = false; ///< VPDPBUSD
   bool avx512_fp16 = false; ///< AVX512-FP16 arithmetic
+  bool avx_vnni = false;    ///< AVX-VNNI: VEX-encoded 256-bit VPDPBUSD (with AVX2)
   bool amx_cpuid = false;   ///< CPUID reports AMX-TILE + AMX-BF16 + AMX-INT8 (with AVX-512)
   bool amx = false; ///< amx_cpuid, tile state enabled in XCR0 and tile data granted by Linux
 
@@ -88,8 +89,10 @@ struct CpuFeatures {
     f.avx512_vnni = f.avx512 && ((c >> 11) & 1);
     f.avx512_fp16 = f.avx512 && ((d >> 23) & 1);
     unsigned a1 = 0, b1 = 0, c1 = 0, d1 = 0;
-    if (__get_cpuid_count(7, 1, &a1, &b1, &c1, &d1))
+    if (__get_cpuid_count(7, 1, &a1, &b1, &c1, &d1)) {
       f.avx512_bf16 = f.avx512 && ((a1 >> 5) & 1);
+      f.avx_vnni = f.avx2 && ((a1 >> 4) & 1); // leaf 7.1 EAX bit 4
+    }
     // leaf 7 EDX: bit 22 AMX-BF16, bit 24 AMX-TILE, bit 25 AMX-INT8; XCR0 bits 17-18 tile state
     f.amx_cpuid = f.avx512 && ((d >> 22) & 1) && ((d >> 24) & 1) && ((d >> 25) & 1);
     const bool tile_os = ((xcr0 >> 17) & 3) == 3;

@@ -15,8 +15,12 @@
 /// The integer sums are exact; fast paths may differ from this reference only in the f32 rounding
 /// of the epilogue (relative 1e-6 of |y|'s scale).
 ///
-/// This file holds the portable reference implementation; the ISA paths (AVX-512 VNNI, AVX2,
-/// AMX-INT8) dispatch from these same entry points.
+/// This file holds the portable reference implementation (detail::linear_w8a8_ref, kept for the
+/// tests) and the entry points, which run the ISA paths chosen per call (detail::w8a8_path:
+/// AVX-512 VNNI, AVX-VNNI, AVX2, AMX-INT8, portable; kernels/detail/int8_*.hpp). Every path
+/// quantizes x to the reference's codes exactly and sums the products exactly in int32, then
+/// applies the epilogue in the reference's operation order, so its results equal the
+/// reference's bit for bit (the tests still allow the contract's 1e-6 relative).
 
 #include <algorithm>
 #include <cmath>
@@ -27,6 +31,7 @@
 #include <vector>
 
 #include "tpullm/kernels/core_split.hpp"
+#include "tpullm/kernels/detail/int8_linear_drivers.hpp"
 #include "tpullm/kernels/matmul.hpp"
 #include "tpullm/kernels/mlp.hpp"
 #include "tpullm/kernels/packed_weights.hpp"
@@ -111,36 +116,183 @@ inline void linear_w8a8_ref(const float* x, const PackedWeights& w, const float*
 
 } // namespace detail
 
+namespace detail {
+
+/// ActQuant as the kernels' plain parameters.
+inline QuantParams quant_params(const ActQuant& aq) {
+  QuantParams p;
+  p.dynamic = aq.kind == ActQuant::Kind::dynamic_row;
+  p.scale = aq.scale;
+  p.zero = aq.zero;
+  return p;
+}
+
+/// Rows [m0, m0 + M) of prepared x times w into y [M, N] (checked arguments).
+inline void linear_w8a8_rows(const QuantRows& q, std::int64_t m0, std::int64_t M,
+                             const PackedWeights& w, const float* bias, float* y,
+                             const CoreSplit& split) {
+  W8A8Args a;
+  a.q = &q;
+  a.qm0 = m0;
+  a.M = M;
+  a.w = &w;
+  a.bias = bias;
+  a.y = y;
+  a.ldy = w.N;
+  run_w8a8(a, split);
+}
+
+/// Per-call quantized x of the span overload, one per thread (no allocation in steady state).
+inline QuantRows& tls_quant_rows() {
+  thread_local QuantRows q;
+  return q;
+}
+
+} // namespace detail
+
+/// Activations x: [M, K] row-major f32 quantized once as `aq` says, for several W8A8 linears
+/// that read the same x (q / k / v, or gate / up): holds the int8 codes [M][K rounded up to 4]
+/// and the row scales (a copy; x may change or go away afterwards).
+class W8A8Input {
+public:
+  /// x: [M, K] row-major. Throws std::invalid_argument on a bad size or a bad static scale.
+  W8A8Input(std::span<const float> x, std::int64_t M, std::int64_t K, const ActQuant& aq)
+      : aq_(aq) {
+    if (M <= 0 || K <= 0 || static_cast<std::int64_t>(x.size()) < M * K)
+      throw std::invalid_argument("W8A8Input: x has " + std::to_string(x.size()) +
+                                  " elements, needs [M=" + std::to_string(M) +
+                                  ", K=" + std::to_string(K) + "] (both > 0)");
+    if (aq.kind == ActQuant::Kind::static_tensor &&
+        (!(aq.scale > 0.0f) || !std::isfinite(aq.scale) || aq.zero < -128 || aq.zero > 127))
+      throw std::invalid_argument("W8A8Input: static activation scale must be finite and > 0 and "
+                                  "zero in [-128, 127], got scale=" +
+                                  std::to_string(aq.scale) + " zero=" + std::to_string(aq.zero));
+    detail::quantize_rows(x.data(), K, M, K, (K + 3) / 4 * 4, detail::quant_params(aq),
+                          active_isa(), q_);
+  }
+  /// Rows of x.
+  std::int64_t M() const { return q_.M; }
+  /// Columns of x (input features).
+  std::int64_t K() const { return q_.K; }
+  /// How x was quantized.
+  const ActQuant& act_quant() const { return aq_; }
+  /// The quantized rows (codes q + 128, [M][Kp]; row scales [M]).
+  const detail::QuantRows& rows() const { return q_; }
+
+private:
+  ActQuant aq_;
+  detail::QuantRows q_;
+};
+
 /// y = W8A8(x) · W + bias. x: [M, K] row-major f32; w: WeightFormat::int8, group_size == K, no
 /// act-order; bias: [N] or empty; y: [M, N] row-major f32 (fully overwritten). `aq`: how x is
-/// quantized. `split` divides N by panels (or M for M > 4) across workers. Throws
-/// std::invalid_argument on a shape mismatch or weights that are not W8A8's.
+/// quantized. `split` divides N by panels (SplitDim::cols) or M (SplitDim::rows, M > 4 only)
+/// across workers, as kernels::linear does. Throws std::invalid_argument on a shape mismatch,
+/// SplitDim::heads or weights that are not W8A8's. K > 65536 runs the reference (int32 sums).
 inline void linear_w8a8(std::span<const float> x, const PackedWeights& w,
                         std::span<const float> bias, std::span<float> y, LinearShape s,
                         const ActQuant& aq, CoreSplit split = {}) {
   detail::check_w8a8("linear_w8a8", w, aq);
   detail::check_linear(x, w, bias, y, s);
-  (void)split;
-  detail::linear_w8a8_ref(x.data(), w, bias.empty() ? nullptr : bias.data(), y.data(), s, aq);
+  if (split.dim == SplitDim::heads)
+    throw std::invalid_argument("linear_w8a8: CoreSplit over heads is not meaningful");
+  if (s.K > detail::kW8A8MaxK) {
+    detail::linear_w8a8_ref(x.data(), w, bias.empty() ? nullptr : bias.data(), y.data(), s, aq);
+    return;
+  }
+  detail::QuantRows& q = detail::tls_quant_rows();
+  detail::quantize_rows(x.data(), s.K, s.M, s.K, w.stored_rows(), detail::quant_params(aq),
+                        active_isa(), q);
+  detail::linear_w8a8_rows(q, 0, s.M, w, bias.empty() ? nullptr : bias.data(), y.data(), split);
 }
 
-/// out = down( silu(x · gate) * (x · up) ) with every product W8A8: x is quantized by `aq_in` (for
-/// gate and up), the SwiGLU activation h by `aq_down` (for down). Shapes as swiglu_mlp; all three
-/// weights int8 per-channel. `local_memory_bytes` bounds the [rows, intermediate] buffers as in
-/// swiglu_mlp (the reference ignores it). Throws std::invalid_argument on bad shapes / weights.
+/// y = W8A8(x) · W + bias with x quantized once (W8A8Input, [M, K] = [s.M, s.K], its ActQuant):
+/// the same contract and results as the span overload.
+inline void linear_w8a8(const W8A8Input& x, const PackedWeights& w, std::span<const float> bias,
+                        std::span<float> y, LinearShape s, CoreSplit split = {}) {
+  detail::check_w8a8("linear_w8a8", w, x.act_quant());
+  if (s.M != x.M() || s.K != x.K())
+    throw std::invalid_argument("linear_w8a8: shape [M=" + std::to_string(s.M) +
+                                ", K=" + std::to_string(s.K) + "] does not match the prepared x [" +
+                                std::to_string(x.M()) + ", " + std::to_string(x.K()) + "]");
+  if (s.K != w.K || s.N != w.N || static_cast<std::int64_t>(y.size()) < s.M * s.N ||
+      (!bias.empty() && static_cast<std::int64_t>(bias.size()) != s.N))
+    throw std::invalid_argument("linear_w8a8: weights [K=" + std::to_string(w.K) +
+                                ", N=" + std::to_string(w.N) +
+                                "], y or bias do not match [M=" + std::to_string(s.M) +
+                                ", K=" + std::to_string(s.K) + ", N=" + std::to_string(s.N) + "]");
+  if (split.dim == SplitDim::heads)
+    throw std::invalid_argument("linear_w8a8: CoreSplit over heads is not meaningful");
+  if (s.K > detail::kW8A8MaxK)
+    throw std::invalid_argument("linear_w8a8: a prepared x supports K <= 65536, got K=" +
+                                std::to_string(s.K));
+  detail::linear_w8a8_rows(x.rows(), 0, s.M, w, bias.empty() ? nullptr : bias.data(), y.data(),
+                           split);
+}
+
+/// Rows of x per pass of swiglu_mlp_w8a8 within `budget_bytes`: the gate and up buffers of a
+/// pass, [rows, intermediate] f32 each, fit the budget (whole rows, so the down projection's
+/// dynamic per-row scale sees the full row of h, as the reference's). Throws
+/// std::invalid_argument when not even one row fits.
+inline std::int64_t w8a8_mlp_row_tile(MlpShape s, std::size_t budget_bytes) {
+  const std::int64_t per_row = 2 * static_cast<std::int64_t>(sizeof(float)) * s.intermediate;
+  const std::int64_t rows = static_cast<std::int64_t>(budget_bytes) / per_row;
+  if (rows < 1)
+    throw std::invalid_argument("swiglu_mlp_w8a8: local-memory budget of " +
+                                std::to_string(budget_bytes) + " bytes is below one row of the " +
+                                "gate and up buffers (" + std::to_string(per_row) + " bytes)");
+  return std::min(rows, s.M);
+}
+
+/// out = down( silu(x · gate) * (x · up) ) with every product W8A8: x is quantized once by
+/// `aq_in` (for gate and up), the SwiGLU activation h by `aq_down` (for down). Shapes as
+/// swiglu_mlp; all three weights int8 per-channel. Rows are processed in passes whose [rows,
+/// intermediate] gate and up buffers fit `local_memory_bytes` (w8a8_mlp_row_tile). Throws
+/// std::invalid_argument on bad shapes / weights / budget.
 inline void swiglu_mlp_w8a8(std::span<const float> x, const PackedWeights& gate,
                             const PackedWeights& up, const PackedWeights& down,
                             std::span<float> out, MlpShape s, const ActQuant& aq_in,
                             const ActQuant& aq_down, std::size_t local_memory_bytes,
                             CoreSplit split = {}) {
-  (void)local_memory_bytes;
   const std::int64_t H = s.hidden, I = s.intermediate;
-  std::vector<float> g(static_cast<std::size_t>(s.M * I)), u(g.size());
-  linear_w8a8(x, gate, {}, g, {s.M, H, I}, aq_in, split);
-  linear_w8a8(x, up, {}, u, {s.M, H, I}, aq_in, split);
-  for (std::int64_t m = 0; m < s.M; ++m)
-    detail::silu_mul(g.data() + m * I, u.data() + m * I, I);
-  linear_w8a8(g, down, {}, out, {s.M, I, H}, aq_down, split);
+  if (s.M <= 0 || H <= 0 || I <= 0)
+    throw std::invalid_argument("swiglu_mlp_w8a8: shape must be positive");
+  detail::check_w8a8("swiglu_mlp_w8a8 gate", gate, aq_in);
+  detail::check_w8a8("swiglu_mlp_w8a8 up", up, aq_in);
+  detail::check_w8a8("swiglu_mlp_w8a8 down", down, aq_down);
+  if (gate.K != H || gate.N != I || up.K != H || up.N != I || down.K != I || down.N != H)
+    throw std::invalid_argument("swiglu_mlp_w8a8: weights do not match [hidden=" +
+                                std::to_string(H) + ", intermediate=" + std::to_string(I) + "]");
+  if (static_cast<std::int64_t>(x.size()) < s.M * H ||
+      static_cast<std::int64_t>(out.size()) < s.M * H)
+    throw std::invalid_argument("swiglu_mlp_w8a8: x or out span is smaller than [M, hidden]");
+  if (split.dim == SplitDim::heads)
+    throw std::invalid_argument("swiglu_mlp_w8a8: CoreSplit over heads is not meaningful");
+  if (std::max(H, I) > detail::kW8A8MaxK) { // int32 sums: the reference's composition
+    std::vector<float> g(static_cast<std::size_t>(s.M * I)), u(g.size());
+    linear_w8a8(x, gate, {}, g, {s.M, H, I}, aq_in, split);
+    linear_w8a8(x, up, {}, u, {s.M, H, I}, aq_in, split);
+    for (std::int64_t m = 0; m < s.M; ++m)
+      detail::silu_mul(g.data() + m * I, u.data() + m * I, I);
+    linear_w8a8(g, down, {}, out, {s.M, I, H}, aq_down, split);
+    return;
+  }
+  const std::int64_t rt = w8a8_mlp_row_tile(s, local_memory_bytes);
+  const Isa isa = active_isa();
+  detail::QuantRows xq, hq;
+  detail::quantize_rows(x.data(), H, s.M, H, gate.stored_rows(), detail::quant_params(aq_in), isa,
+                        xq);
+  AlignedArray<float> g(static_cast<std::size_t>(rt * I)), u(g.size());
+  for (std::int64_t m0 = 0; m0 < s.M; m0 += rt) {
+    const std::int64_t mr = std::min(rt, s.M - m0);
+    detail::linear_w8a8_rows(xq, m0, mr, gate, nullptr, g.data(), split);
+    detail::linear_w8a8_rows(xq, m0, mr, up, nullptr, u.data(), split);
+    for (std::int64_t m = 0; m < mr; ++m)
+      detail::silu_mul(g.data() + m * I, u.data() + m * I, I);
+    detail::quantize_rows(g.data(), I, mr, I, down.stored_rows(), detail::quant_params(aq_down),
+                          isa, hq);
+    detail::linear_w8a8_rows(hq, 0, mr, down, nullptr, out.data() + m0 * H, split);
+  }
 }
 
 } // namespace tpullm::kernels

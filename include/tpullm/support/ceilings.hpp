@@ -11,25 +11,32 @@ namespace tpullm::machine {
 
 /// Ceilings of this machine (0 when an instruction is not available).
 struct Ceilings {
-  double read_gbs_1t = 0;        ///< read bandwidth, 1 thread, GB/s: best over access patterns
-  double read_gbs_2t = 0;        ///< read bandwidth, 2 threads, GB/s: best over access patterns
-  std::string read_best_1t;      ///< the pattern that reached read_gbs_1t ("4 streams, pf 1 KiB")
-  std::string read_best_2t;      ///< the pattern that reached read_gbs_2t
-  double read1_gbs_1t = 0;       ///< one stream per thread (best prefetch distance), 1 thread
-  double read1_gbs_2t = 0;       ///< one stream per thread (best prefetch distance), 2 threads
-  double f32_gflops_1t = 0;      ///< f32 FMA peak, 1 thread, GFLOP/s (FMA = 2 flops)
-  double f32_gflops_2t = 0;      ///< f32 FMA peak, 2 threads, GFLOP/s
-  double bf16_gflops_2t = 0;     ///< vdpbf16ps peak, 2 threads, GFLOP/s (0 without AVX512_BF16)
-  double int8_gops_2t = 0;       ///< vpdpbusd peak, 2 threads, GOP/s (0 without AVX512_VNNI)
-  bool amx = false;              ///< AMX usable (CPUID + XCR0 + Linux tile-data permission)
-  double amx_bf16_gflops_1t = 0; ///< tdpbf16ps peak (register-resident tile loop), 1 thread
-  double amx_bf16_gflops_2t = 0; ///< tdpbf16ps peak, 2 threads
-  double amx_int8_gops_1t = 0;   ///< tdpbssd peak, 1 thread, GOP/s (MAC = 2 ops)
-  double amx_int8_gops_2t = 0;   ///< tdpbssd peak, 2 threads
+  double read_gbs_1t = 0;    ///< read bandwidth, 1 thread, GB/s: best over access patterns
+  double read_gbs_2t = 0;    ///< read bandwidth, 2 threads, GB/s: best over access patterns
+  std::string read_best_1t;  ///< the pattern that reached read_gbs_1t ("4 streams, pf 1 KiB")
+  std::string read_best_2t;  ///< the pattern that reached read_gbs_2t
+  double read1_gbs_1t = 0;   ///< one stream per thread (best prefetch distance), 1 thread
+  double read1_gbs_2t = 0;   ///< one stream per thread (best prefetch distance), 2 threads
+  double f32_gflops_1t = 0;  ///< f32 FMA peak, 1 thread, GFLOP/s (FMA = 2 flops)
+  double f32_gflops_2t = 0;  ///< f32 FMA peak, 2 threads, GFLOP/s
+  double bf16_gflops_2t = 0; ///< vdpbf16ps peak, 2 threads, GFLOP/s (0 without AVX512_BF16)
+  double int8_gops_2t = 0;   ///< vpdpbusd peak, 2 threads, GOP/s (0 without AVX512_VNNI)
+  double int8_gops_1t = 0;   ///< vpdpbusd zmm peak, 1 thread, GOP/s (MAC = 2 ops)
+  double int8_avx_vnni_gops_1t = 0; ///< VEX vpdpbusd ymm peak, 1 thread (0 without AVX-VNNI)
+  double int8_avx_vnni_gops_2t = 0; ///< VEX vpdpbusd ymm peak, 2 threads
+  double int8_avx2_gops_1t = 0;     ///< vpmaddwd ymm peak, 1 thread, GOP/s (16 MACs = 32 ops each)
+  double int8_avx2_gops_2t = 0;     ///< vpmaddwd ymm peak, 2 threads (the AVX2 W8A8 path's op)
+  bool amx = false;                 ///< AMX usable (CPUID + XCR0 + Linux tile-data permission)
+  double amx_bf16_gflops_1t = 0;    ///< tdpbf16ps peak (register-resident tile loop), 1 thread
+  double amx_bf16_gflops_2t = 0;    ///< tdpbf16ps peak, 2 threads
+  double amx_int8_gops_1t = 0;      ///< tdpbssd peak, 1 thread, GOP/s (MAC = 2 ops)
+  double amx_int8_gops_2t = 0;      ///< tdpbssd peak, 2 threads
 };
 
 /// The ceiling a figure is a fraction of.
-enum class Ceiling { read, f32_fma, amx_bf16, amx_int8 };
+/// int8_vnni / int8_avx_vnni / int8_avx2: the multiply-add peak of the instruction each W8A8
+/// path is built on (vpdpbusd zmm, vpdpbusd ymm, vpmaddwd ymm), in ops (MAC = 2).
+enum class Ceiling { read, f32_fma, amx_bf16, amx_int8, int8_vnni, int8_avx_vnni, int8_avx2 };
 
 /// Measures the ceilings (a few seconds; called by main before the benchmarks run).
 const Ceilings& measure_ceilings();
