@@ -16,6 +16,7 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -49,6 +50,12 @@ namespace detail {
 inline void require_act(const TensorType& t, const char* what) {
   require(t.dtype == DType::f32 && !t.quant && t.layout == Layout::row_major,
           std::string(what) + " must be an f32 activation, got " + t.str());
+}
+/// A KV cache tensor: f32, f16 or bf16 row-major, unquantized (the cache's element type).
+inline void require_kv(const TensorType& t, const char* what) {
+  require((t.dtype == DType::f32 || t.dtype == DType::f16 || t.dtype == DType::bf16) && !t.quant &&
+              t.layout == Layout::row_major,
+          std::string(what) + " must be an f32, f16 or bf16 KV tensor, got " + t.str());
 }
 /// A small float parameter stored row-major (norm gamma, bias, RoPE table, embedding table).
 inline void require_param(const TensorType& t, const char* what) {
@@ -314,7 +321,8 @@ struct RopeOp : top::RopeOp {
 };
 
 /// The new tokens' keys or values stored into layer `layer`'s cache at their positions:
-/// rows [1, L, kv_heads, d] f32, position_ids [1, L] i32 -> the same rows, now living in the
+/// rows [1, L, kv_heads, d] f32, position_ids [1, L] i32 -> the same rows in the cache's dtype
+/// (`dtype`: f32 when absent, f16 or bf16, rounded to nearest even on store), now living in the
 /// cache (slot = position; positions must be consecutive). Writes persistent state.
 /// Batched decode: rows [B, 1, kv_heads, d], position_ids [B, 1]; row b goes into the cache of
 /// the conversation the run gives row b, at its own position.
@@ -327,10 +335,12 @@ struct KVStoreOp {
                                    .effect = MemoryEffect::writes_kv};
   std::int64_t layer = 0;
   KvKind kv = KvKind::key;
+  std::optional<DType> dtype; ///< the cache's element type: f32 (absent), f16 or bf16
   template <class S, class F>
   static void attrs(S& s, F&& f) {
     f("layer", s.layer);
     f("kv", s.kv);
+    f("dtype", s.dtype);
   }
   std::vector<TensorType> infer(Types in) const {
     detail::require_act(in[0], "rows");
@@ -338,14 +348,18 @@ struct KVStoreOp {
                     "rows must be [B, L, kv_heads, d], got " + in[0].str());
     detail::require_batch_positions(in[1], in[0].shape[0], in[0].shape[1], "position_ids");
     detail::require(layer >= 0, "layer must be >= 0");
-    return {in[0]};
+    const DType t = dtype.value_or(DType::f32);
+    detail::require(t == DType::f32 || t == DType::f16 || t == DType::bf16,
+                    "dtype must be f32, f16 or bf16, got " + std::string(name(t)));
+    return {TensorType(in[0].shape, t)};
   }
 };
 
 /// The paper's Concat of history and new keys as an address, not a copy: history
 /// [1, S, kv_heads, d] (the cache), new rows [1, L, kv_heads, d] (a tpu.KVStore result of the
 /// same layer and kind), position_ids [1, L] -> the cache as [1, S + L, kv_heads, d] in which
-/// slot j holds position j for j < position_ids[0] + L (other slots are never read).
+/// slot j holds position j for j < position_ids[0] + L (other slots are never read). History,
+/// new rows and result share the cache's dtype (f32, f16 or bf16).
 /// Batched decode: history [B, S, kv_heads, d], new rows [B, 1, kv_heads, d], position_ids
 /// [B, 1] -> [B, S + 1, kv_heads, d], row b being the cache of row b's conversation.
 struct KVAppendOp {
@@ -361,8 +375,10 @@ struct KVAppendOp {
   }
   std::vector<TensorType> infer(Types in) const {
     const auto &h = in[0], &n = in[1];
-    detail::require_act(h, "history");
-    detail::require_act(n, "new rows");
+    detail::require_kv(h, "history");
+    detail::require_kv(n, "new rows");
+    detail::require(h.dtype == n.dtype,
+                    "history and new rows must have one dtype, got " + h.str() + " and " + n.str());
     detail::require(h.rank() == 4 && n.rank() == 4 && h.shape[0] >= 1 && n.shape[0] == h.shape[0] &&
                         h.shape[2] == n.shape[2] && h.shape[3] == n.shape[3],
                     "history and new rows must be [B, S, kv_heads, d] and [B, L, kv_heads, d], "
@@ -371,14 +387,15 @@ struct KVAppendOp {
     detail::require_batch_positions(in[2], n.shape[0], n.shape[1], "position_ids");
     detail::require(layer >= 0, "layer must be >= 0");
     const std::int64_t slots = detail::checked_add(h.shape[1], n.shape[1], "S + L cache slots");
-    return {TensorType({h.shape[0], slots, h.shape[2], h.shape[3]}, DType::f32)};
+    return {TensorType({h.shape[0], slots, h.shape[2], h.shape[3]}, h.dtype)};
   }
 };
 
 /// Causal attention with GQA, tiled flash attention with an online softmax:
 /// q [1, L, q_heads, d], k/v as `kv_form` says, position_ids [1, L] -> [1, L, q_heads * d].
 /// kv_form = rows: k/v [1, L, kv_heads, d] (history must be 0); kv_form = cache: k/v
-/// [1, history + L, kv_heads, d] from tpu.KVAppend. Query i sees keys at positions <=
+/// [1, history + L, kv_heads, d] from tpu.KVAppend. k and v are f32, f16 or bf16 (one dtype: the
+/// KV cache's), q and the result f32. Query i sees keys at positions <=
 /// position_ids[i]. Positions must be consecutive. A batch B > 1 (batched decode, kv_form =
 /// cache, L = 1): row b attends to its own conversation's cache up to its own position.
 struct FAttentionOp : top::FAttentionOp {
@@ -396,8 +413,11 @@ struct FAttentionOp : top::FAttentionOp {
     f("kv_form", s.kv_form);
   }
   std::vector<TensorType> infer(Types in) const {
-    for (int i = 0; i < 3; ++i)
-      detail::require_act(in[i], i == 0 ? "q" : i == 1 ? "k" : "v");
+    detail::require_act(in[0], "q");
+    detail::require_kv(in[1], "k");
+    detail::require_kv(in[2], "v");
+    detail::require(in[1].dtype == in[2].dtype,
+                    "k and v must have one dtype, got " + in[1].str() + " and " + in[2].str());
     detail::require(kv_form == KvForm::cache || history == 0,
                     "kv_form = rows holds no history (history must be 0)");
     auto r = top::FAttentionOp::infer(in); // the shape rule is Top's
