@@ -1,6 +1,7 @@
 // kernels::flash_attention at the attention shapes of Qwen2.5-0.5B (14 q / 2 kv heads, d 64:
 // GQA 7:1), Llama-3-8B (32 / 8, d 128: GQA 4:1), Llama-2-7B (32 / 32, d 128: MHA) and Gemma-2B
-// (8 / 1, d 256: MQA), f32 cache.
+// (8 / 1, d 256: MQA), f32 cache; decode also with f16 / bf16 caches (--kv-dtype), whose bytes
+// read are 2*S*kv*d*2.
 //   decode  (L = 1 at position S-1 of an S-slot cache, S = 512/4096/8192; flash-decoding):
 //           bandwidth-bound, reported against the read ceiling with bytes = K and V actually read
 //           (2*S*kv*d*4). The caches rotate over >= dram_rotation_bytes() of copies so every
@@ -8,7 +9,8 @@
 //   prefill (L = 128/512, S = L, positions 0..L-1): compute-bound, reported against the f32 FMA
 //           peak with flops = 4 * d * q_heads * (visible pairs) = 4*d*qh*L(L+1)/2 (the causal
 //           half is not counted as work).
-// Names: attention/<model>/<decode|prefill>/L:<L>/S:<S>/threads:<T>.
+// Names: attention/<model>/<decode|prefill>/L:<L>/S:<S>/threads:<T>; the 16-bit caches
+// attention_<f16|bf16>/<model>/decode/L:1/S:<S>/threads:<T>.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -20,15 +22,28 @@
 #include "roofline.hpp"
 #include "tpullm/kernels/flash_attention.hpp"
 #include "tpullm/kernels/packed_weights.hpp"
+#include "tpullm/support/float16.hpp"
 
 namespace tpullm::bench {
 namespace {
+
+/// x in cache storage type KV (float, bf16_t or f16_t), rounded to nearest even.
+template <class KV>
+KV to_kv(float x) {
+  if constexpr (std::is_same_v<KV, float>)
+    return x;
+  else if constexpr (std::is_same_v<KV, bf16_t>)
+    return bf16_t{f32_to_bf16(x)};
+  else
+    return f16_t{f32_to_f16(x)};
+}
 
 struct AttnModel {
   const char* name;
   std::int64_t q_heads, kv_heads, head_dim;
 };
 
+template <class KV = float>
 void bm_attention(benchmark::State& state, AttnModel m, std::int64_t L, std::int64_t S,
                   int threads);
 
@@ -42,6 +57,7 @@ void bm_attention_amx(benchmark::State& state, AttnModel m, std::int64_t L, int 
   bm_attention(state, m, L, L, threads);
 }
 
+template <class KV>
 void bm_attention(benchmark::State& state, AttnModel m, std::int64_t L, std::int64_t S,
                   int threads) {
   const std::int64_t d = m.head_dim;
@@ -49,20 +65,20 @@ void bm_attention(benchmark::State& state, AttnModel m, std::int64_t L, std::int
   for (std::size_t i = 0; i < q.size(); ++i)
     q[i] = static_cast<float>(i % 17) * 0.01f;
   const auto kv_elems = static_cast<std::size_t>(S * m.kv_heads * d);
-  const long long set_bytes = 2LL * static_cast<long long>(kv_elems * sizeof(float));
+  const long long set_bytes = 2LL * static_cast<long long>(kv_elems * sizeof(KV));
   const int copies =
       L == 1 ? static_cast<int>(std::max<long long>(1, dram_rotation_bytes() / set_bytes + 1)) : 1;
   // 64-byte aligned caches, as the runtime allocates them (rows of d floats then never straddle
   // cache lines for d % 16 == 0)
-  std::vector<kernels::AlignedArray<float>> ks(static_cast<std::size_t>(copies)), vs(ks.size());
+  std::vector<kernels::AlignedArray<KV>> ks(static_cast<std::size_t>(copies)), vs(ks.size());
   for (int c = 0; c < copies; ++c) {
     auto& k = ks[static_cast<std::size_t>(c)];
     auto& v = vs[static_cast<std::size_t>(c)];
-    k = kernels::AlignedArray<float>(kv_elems);
-    v = kernels::AlignedArray<float>(kv_elems);
+    k = kernels::AlignedArray<KV>(kv_elems);
+    v = kernels::AlignedArray<KV>(kv_elems);
     for (std::size_t i = 0; i < kv_elems; ++i) {
-      k[i] = static_cast<float>(i % 13) * 0.01f;
-      v[i] = static_cast<float>(i % 11) * 0.01f;
+      k[i] = to_kv<KV>(static_cast<float>(i % 13) * 0.01f);
+      v[i] = to_kv<KV>(static_cast<float>(i % 11) * 0.01f);
     }
   }
   std::vector<float> out(q.size());
@@ -75,14 +91,14 @@ void bm_attention(benchmark::State& state, AttnModel m, std::int64_t L, std::int
                                  threads};
   std::size_t ci = 0;
   for (auto _ : state) {
-    kernels::flash_attention<float>(q, ks[ci].span(), vs[ci].span(), pos, out, shape, split);
+    kernels::flash_attention<KV>(q, ks[ci].span(), vs[ci].span(), pos, out, shape, split);
     benchmark::DoNotOptimize(out.data());
     benchmark::ClobberMemory();
     ci = (ci + 1) % ks.size();
   }
   state.counters["copies"] = copies;
   if (L == 1) {
-    report_bandwidth(state, 2.0 * double(S * m.kv_heads * d) * sizeof(float), threads);
+    report_bandwidth(state, 2.0 * double(S * m.kv_heads * d) * sizeof(KV), threads);
   } else {
     double pairs = 0;
     for (std::int64_t i = 0; i < L; ++i)
@@ -114,7 +130,7 @@ const bool registered = [] {
         const std::string name = std::string("attention/") + m.name +
                                  "/decode/L:1/S:" + std::to_string(S) +
                                  "/threads:" + std::to_string(threads);
-        benchmark::RegisterBenchmark(name.c_str(), bm_attention, m, 1, S, threads)
+        benchmark::RegisterBenchmark(name.c_str(), bm_attention<float>, m, 1, S, threads)
             ->UseRealTime()
             ->Unit(benchmark::kMicrosecond)
             ->MinTime(0.2);
@@ -126,12 +142,27 @@ const bool registered = [] {
         const std::string name = std::string("attention/") + m.name +
                                  "/prefill/L:" + std::to_string(L) + "/S:" + std::to_string(L) +
                                  "/threads:" + std::to_string(threads);
-        benchmark::RegisterBenchmark(name.c_str(), bm_attention, m, L, L, threads)
+        benchmark::RegisterBenchmark(name.c_str(), bm_attention<float>, m, L, L, threads)
             ->UseRealTime()
             ->Unit(benchmark::kMillisecond)
             ->MinTime(0.2);
       }
     }
+  // 16-bit caches (--kv-dtype f16 / bf16): the decode shapes of the two base models.
+  for (const AttnModel& m : {models[0], models[1]})
+    for (int threads : {1, 2})
+      for (std::int64_t S : {4096, 8192, 32768})
+        for (const char* kv : {"f16", "bf16"}) {
+          const std::string name = std::string("attention_") + kv + "/" + m.name +
+                                   "/decode/L:1/S:" + std::to_string(S) +
+                                   "/threads:" + std::to_string(threads);
+          auto* b = std::string(kv) == "f16"
+                        ? benchmark::RegisterBenchmark(name.c_str(), bm_attention<f16_t>, m, 1, S,
+                                                       threads)
+                        : benchmark::RegisterBenchmark(name.c_str(), bm_attention<bf16_t>, m, 1, S,
+                                                       threads);
+          b->UseRealTime()->Unit(benchmark::kMicrosecond)->MinTime(0.2);
+        }
   return true;
 }();
 

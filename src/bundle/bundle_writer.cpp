@@ -210,7 +210,8 @@ WriteStats write_bundle(const compiler::CompiledModel& model, const ModelInfo& i
   auto isa = b.CreateString(host_isa());
   auto tg = fb::CreateTarget(b, tn, model.target.cores, model.target.local_memory,
                              model.target.alignment, dtv, isa);
-  auto kv = fb::CreateKvCache(b, model.kv.layers, model.kv.capacity, model.kv.row_bytes);
+  auto kv_dtype = b.CreateString(std::string(ir::name(model.kv.dtype)));
+  auto kv = fb::CreateKvCache(b, model.kv.layers, model.kv.capacity, model.kv.row_bytes, kv_dtype);
   auto fv = b.CreateVector(functions);
   auto wv = b.CreateVector(weights);
   auto comp = b.CreateString("tpullm " + std::string(kVersionString));

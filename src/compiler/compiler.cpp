@@ -32,9 +32,10 @@ void compile_module(ir::Module& m, const pass::Pipeline& pipeline,
   }
 }
 
-/// The largest KV view any module needs and the slot size they agree on.
+/// The largest KV view any module needs and the slot size they agree on, in bytes of `dtype`
+/// (the KV cache's element type; Top blocks carry f32 keys and values).
 std::pair<std::int64_t, std::int64_t> kv_needs(const std::vector<ir::Module>& modules,
-                                               std::int64_t* layers) {
+                                               ir::DType dtype, std::int64_t* layers) {
   std::int64_t cap = 0, row = 0;
   for (const auto& m : modules)
     for (const auto& f : m.functions()) {
@@ -46,12 +47,12 @@ std::pair<std::int64_t, std::int64_t> kv_needs(const std::vector<ir::Module>& mo
             c && op->num_operands() == 2 && op->result(0)->type().rank() == 4) {
           const auto& t = op->result(0)->type();
           cap = std::max(cap, t.shape[1]);
-          row = memory::kv_row_bytes(t);
+          row = memory::kv_row_bytes(ir::TensorType(t.shape, dtype));
         }
         if (op->is<ir::top::FAttentionOp>()) {
           const auto& t = op->operand(1)->type();
           cap = std::max(cap, t.shape[1]);
-          row = memory::kv_row_bytes(t);
+          row = memory::kv_row_bytes(ir::TensorType(t.shape, dtype));
         }
       }
     }
@@ -84,9 +85,11 @@ CompiledModel compile(std::vector<ir::Module> modules, const CompileOptions& o) 
   CompiledModel out;
   out.target = o.target;
   std::int64_t layers = 0;
-  const auto [need, row] = kv_needs(modules, &layers);
+  const ir::DType kv_dtype = conversion::kv_cache_dtype(o.lower);
+  const auto [need, row] = kv_needs(modules, kv_dtype, &layers);
   const std::int64_t capacity = std::max(need, o.kv_capacity);
   out.kv = {layers, row > 0 ? capacity : 0, row};
+  out.kv.dtype = kv_dtype;
   const pass::Pipeline pipeline = compile_pipeline(o, capacity);
   out.pipeline = pipeline.text();
   conversion::WeightConverter conv;

@@ -71,6 +71,7 @@ public:
     mode_ = mode_choice(o.mode);
     embedding_ = table_choice(o.embedding, mode_, "embedding");
     lm_head_ = table_choice(o.lm_head, mode_, "lm-head");
+    kv_dtype_ = kv_cache_dtype(o);
     rtn_.group_size = o.group_size;
     rtn_.symmetric = o.symmetric;
     check(o.group_size >= 0, ErrorKind::invalid_input, "lower-to-tpu option 'group-size'",
@@ -90,9 +91,13 @@ public:
   std::unique_ptr<ir::Function> run() {
     dst_->set_loc(src_.loc());
     dst_->set_info(src_.info());
-    for (std::size_t i = 0; i < src_.num_arguments(); ++i)
-      map_[src_.argument(i)] = dst_->add_argument(src_.argument_name(i), src_.argument(i)->type());
     prepare_block();
+    for (std::size_t i = 0; i < src_.num_arguments(); ++i) {
+      TensorType t = src_.argument(i)->type();
+      if (history_args_.count(i))
+        t.dtype = kv_dtype_; // the history is the cache, in its element type
+      map_[src_.argument(i)] = dst_->add_argument(src_.argument_name(i), t);
+    }
     for (const auto& op : src_.ops())
       if (!absorbed(*op))
         lower_op(*op);
@@ -160,6 +165,8 @@ private:
       ir::tpu::KVStoreOp s;
       s.layer = src_.info().layer;
       s.kv = top == key_out_ ? ir::KvKind::key : ir::KvKind::value;
+      if (kv_dtype_ != ir::DType::f32)
+        s.dtype = kv_dtype_;
       tpu = b_.create(s, {tpu, get(positions_)});
     }
     map_[top] = tpu;
@@ -189,6 +196,11 @@ private:
         throw DiagnosticError(loc, "a block's keys and values must be computed [1, L, kv_heads, "
                                    "d] tensors, got " +
                                        kv->type().str());
+    // History arguments (the first operand of a KV append) take the cache's element type.
+    for (const auto& op : src_.ops())
+      if (const auto* c = op->as<ir::top::ConcatOp>())
+        if (is_kv_append(*op, *c))
+          history_args_.insert(op->operand(0)->index());
   }
 
   /// Gathers whose every user is a Rope that reads the table itself are not lowered on their own.
@@ -391,11 +403,16 @@ private:
     set(op.result(0), create(op, ir::tpu::SliceOp{o}, {get(op.operand(0))}));
   }
 
+  /// Whether `op` is the paper's Concat(history argument, returned new keys / values).
+  bool is_kv_append(const Operation& op, const ir::top::ConcatOp& o) const {
+    return positions_ && op.num_operands() == 2 && (o.axis == 1 || o.axis == -3) &&
+           op.operand(0)->is_argument() && op.operand(0)->index() >= 2 &&
+           (op.operand(1) == key_out_ || op.operand(1) == value_out_);
+  }
+
   void lower(const Operation& op, const ir::top::ConcatOp& o) {
     // The paper's Concat(history, new) of a block: an address in the KV cache.
-    if (positions_ && op.num_operands() == 2 && (o.axis == 1 || o.axis == -3) &&
-        op.operand(0)->is_argument() && op.operand(0)->index() >= 2 &&
-        (op.operand(1) == key_out_ || op.operand(1) == value_out_)) {
+    if (is_kv_append(op, o)) {
       ir::tpu::KVAppendOp a;
       a.layer = src_.info().layer;
       a.kv = op.operand(1) == key_out_ ? ir::KvKind::key : ir::KvKind::value;
@@ -501,6 +518,8 @@ private:
   std::unique_ptr<ir::Function> dst_;
   ir::Builder b_;
   WeightChoice mode_, lm_head_, embedding_;
+  ir::DType kv_dtype_ = ir::DType::f32; ///< the KV cache's element type
+  std::set<std::size_t> history_args_;  ///< argument indices that are the KV cache
   RtnOptions rtn_;
   std::optional<std::regex> keep_float_;
   std::unordered_map<const Value*, Value*> map_;
@@ -522,6 +541,12 @@ void require_dialect(const ir::Module& m, ir::Dialect dialect, const char* after
                                        "; only " + std::string(ir::dialect_name(dialect)) +
                                        " and builtin ops are legal here");
       }
+}
+
+ir::DType kv_cache_dtype(const LowerOptions& o) {
+  if (o.kv_dtype.empty())
+    return o.mode.empty() || o.mode == "f32" ? ir::DType::f32 : ir::DType::f16;
+  return mode_dtype(o.kv_dtype, "f32", "kv-dtype");
 }
 
 void lower_to_tpu(ir::Module& m, const LowerOptions& options, WeightConverter* converter) {

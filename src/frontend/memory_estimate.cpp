@@ -48,7 +48,7 @@ std::optional<double> read_limit_file(const std::string& path) {
 namespace tpullm::frontend {
 
 MemoryEstimate estimate_memory(const ModelDesc& d, const StageParams& p, Workload w,
-                               FileAccess access) {
+                               FileAccess access, std::int64_t kv_value_bytes) {
   const ModelDims& m = d.dims;
   const double seq = static_cast<double>(p.seq_length);
   const double L = static_cast<double>(p.max_input_length);
@@ -70,11 +70,11 @@ MemoryEstimate estimate_memory(const ModelDesc& d, const StageParams& p, Workloa
     return e;
   if (w == Workload::run) {
     // Converted weights (at most f32 per element, shared by every stage program; a tied
-    // embedding is the lm_head's weight, one copy), the KV cache [seq, kv_heads, head_dim] f32
-    // for k and v of every layer, and one call's activations.
+    // embedding is the lm_head's weight, one copy), the KV cache [seq, kv_heads, head_dim] in
+    // its dtype for k and v of every layer, and one call's activations.
     const double tables = d.tie_word_embeddings ? 1 : 2;
     e.weights += 4 * (detail::all_layer_elements(d) + tables * vocab * h + h);
-    e.seq_length += 2 * layers * seq * kv_dim * 4;
+    e.seq_length += 2 * layers * seq * kv_dim * static_cast<double>(kv_value_bytes);
     e.max_input_length += 4 * 4 * L * (3 * h + 3 * inter + 2 * kv_dim + vocab);
     return e;
   }

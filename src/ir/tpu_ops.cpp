@@ -155,13 +155,18 @@ auto KVStoreOp::infer(Types in) const -> std::vector<TensorType> {
                   "rows must be [B, L, kv_heads, d], got " + in[0].str());
   detail::require_batch_positions(in[1], in[0].shape[0], in[0].shape[1], "position_ids");
   detail::require(layer >= 0, "layer must be >= 0");
-  return {in[0]};
+  const DType t = dtype.value_or(DType::f32);
+  detail::require(t == DType::f32 || t == DType::f16 || t == DType::bf16,
+                  "dtype must be f32, f16 or bf16, got " + std::string(name(t)));
+  return {TensorType(in[0].shape, t)};
 }
 
 auto KVAppendOp::infer(Types in) const -> std::vector<TensorType> {
   const auto &h = in[0], &n = in[1];
-  detail::require_act(h, "history");
-  detail::require_act(n, "new rows");
+  detail::require_kv(h, "history");
+  detail::require_kv(n, "new rows");
+  detail::require(h.dtype == n.dtype,
+                  "history and new rows must have one dtype, got " + h.str() + " and " + n.str());
   detail::require(h.rank() == 4 && n.rank() == 4 && h.shape[0] >= 1 && n.shape[0] == h.shape[0] &&
                       h.shape[2] == n.shape[2] && h.shape[3] == n.shape[3],
                   "history and new rows must be [B, S, kv_heads, d] and [B, L, kv_heads, d], "
@@ -170,12 +175,15 @@ auto KVAppendOp::infer(Types in) const -> std::vector<TensorType> {
   detail::require_batch_positions(in[2], n.shape[0], n.shape[1], "position_ids");
   detail::require(layer >= 0, "layer must be >= 0");
   const std::int64_t slots = detail::checked_add(h.shape[1], n.shape[1], "S + L cache slots");
-  return {TensorType({h.shape[0], slots, h.shape[2], h.shape[3]}, DType::f32)};
+  return {TensorType({h.shape[0], slots, h.shape[2], h.shape[3]}, h.dtype)};
 }
 
 auto FAttentionOp::infer(Types in) const -> std::vector<TensorType> {
-  for (int i = 0; i < 3; ++i)
-    detail::require_act(in[i], i == 0 ? "q" : i == 1 ? "k" : "v");
+  detail::require_act(in[0], "q");
+  detail::require_kv(in[1], "k");
+  detail::require_kv(in[2], "v");
+  detail::require(in[1].dtype == in[2].dtype,
+                  "k and v must have one dtype, got " + in[1].str() + " and " + in[2].str());
   detail::require(kv_form == KvForm::cache || history == 0,
                   "kv_form = rows holds no history (history must be 0)");
   auto r = top::FAttentionOp::infer(in); // the shape rule is Top's

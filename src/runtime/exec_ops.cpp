@@ -197,11 +197,29 @@ void exec(const ir::tpu::RopeOp& o, Call& c) {
       o.mode == ir::RopeMode::halves ? k::RopeMode::halves : k::RopeMode::interleaved, c.split);
 }
 
+/// Stores n f32 values into a KV cache of element type `t` (f32 copied; f16 / bf16 rounded to
+/// nearest even).
+void kv_convert_store(const float* src, std::byte* dst, std::int64_t n, ir::DType t) {
+  if (t == ir::DType::f16) {
+    auto* d = reinterpret_cast<std::uint16_t*>(dst);
+    for (std::int64_t i = 0; i < n; ++i)
+      d[i] = f32_to_f16(src[i]);
+  } else if (t == ir::DType::bf16) {
+    auto* d = reinterpret_cast<std::uint16_t*>(dst);
+    for (std::int64_t i = 0; i < n; ++i)
+      d[i] = f32_to_bf16(src[i]);
+  } else {
+    std::memmove(dst, src, static_cast<std::size_t>(n) * sizeof(float));
+  }
+}
+
 /// A batched decode's KVStore: row b into slot row_slots[b]'s cache at position row_pos[b].
 void kv_store_batched(Call& c) {
   const TensorRef& rows = c.in.operands[0];
   const std::int64_t B = rows.type.shape[0];
-  const std::int64_t row_bytes = memory::kv_row_bytes(rows.type);
+  const ir::DType dt = c.in.results[0].type.dtype;
+  const std::int64_t row_elems = rows.type.shape[2] * rows.type.shape[3];
+  const std::int64_t row_bytes = ir::byte_size(dt, row_elems);
   check(static_cast<std::int64_t>(c.reg.row_slots.size()) == B && c.reg.row_pos != nullptr,
         ErrorKind::invalid_input, c.in.where, "a batched KV store of ", B,
         " rows needs a KV slot per row");
@@ -211,8 +229,8 @@ void kv_store_batched(Call& c) {
     const std::int64_t p = c.reg.row_pos[b];
     check(p >= 0 && p < c.reg.kv_capacity, ErrorKind::invalid_input, c.in.where, "position ", p,
           " is beyond the KV cache of ", c.reg.kv_capacity, " slots");
-    std::memcpy(c.reg.slot_kv(b) + offset + p * row_bytes, src + b * row_bytes,
-                static_cast<std::size_t>(row_bytes));
+    kv_convert_store(reinterpret_cast<const float*>(src) + b * row_elems,
+                     c.reg.slot_kv(b) + offset + p * row_bytes, row_elems, dt);
   }
 }
 
@@ -222,13 +240,13 @@ void exec(const ir::tpu::KVStoreOp&, Call& c) {
   if (c.in.results[0].buffer.view)
     return; // its operand was produced in the cache slot already
   const TensorRef& rows = c.in.operands[0];
-  const std::int64_t bytes = c.elems(rows) * 4;
+  const std::int64_t n = c.elems(rows);
   const std::int64_t cap = c.reg.kv_capacity;
-  const std::int64_t row_bytes = memory::kv_row_bytes(rows.type);
+  const std::int64_t row_elems = rows.type.shape[2] * rows.type.shape[3];
   const std::int64_t first = c.reg.pos0 + (c.sliced(rows) ? c.r0 : 0);
-  check(first + bytes / row_bytes <= cap, ErrorKind::invalid_input, c.in.where, "positions ", first,
-        "..", first + bytes / row_bytes - 1, " are beyond the KV cache of ", cap, " slots");
-  std::memmove(c.result(0), c.operand(0), static_cast<std::size_t>(bytes));
+  check(first + n / row_elems <= cap, ErrorKind::invalid_input, c.in.where, "positions ", first,
+        "..", first + n / row_elems - 1, " are beyond the KV cache of ", cap, " slots");
+  kv_convert_store(c.f32_in(0), c.result(0), n, c.in.results[0].type.dtype);
 }
 
 /// A batched decode's attention: row b's one query over slot row_slots[b]'s cache up to its own
@@ -259,13 +277,15 @@ void attention_batched(const ir::tpu::FAttentionOp& o, Call& c) {
   for (std::int64_t b = 0; b < B; ++b) {
     const std::int32_t* pos = c.reg.row_pos + b;
     s.S_valid = std::min<std::int64_t>(s.S, *pos + 1);
-    const auto* kp = reinterpret_cast<const float*>(c.reg.slot_kv(b) + kr.buffer.offset);
-    const auto* vp = reinterpret_cast<const float*>(c.reg.slot_kv(b) + vr.buffer.offset);
-    k::flash_attention<float>(span_of<float>(qp + b * q_elems, q_elems),
-                              span_of<float>(kp, kv_elems), span_of<float>(vp, kv_elems),
-                              std::span<const std::int32_t>(pos, 1),
-                              mspan_of<float>(out + b * q_elems, q_elems), s, c.split,
-                              static_cast<std::size_t>(c.local_memory));
+    const std::byte* vp = c.reg.slot_kv(b) + vr.buffer.offset;
+    with_param(kr, c.reg.slot_kv(b) + kr.buffer.offset, kv_elems, [&](auto ks) {
+      using KV = typename decltype(ks)::element_type;
+      k::flash_attention<std::remove_const_t<KV>>(
+          span_of<float>(qp + b * q_elems, q_elems), ks,
+          span_of<std::remove_const_t<KV>>(vp, kv_elems), std::span<const std::int32_t>(pos, 1),
+          mspan_of<float>(out + b * q_elems, q_elems), s, c.split,
+          static_cast<std::size_t>(c.local_memory));
+    });
   }
 }
 
@@ -286,8 +306,8 @@ void exec(const ir::tpu::FAttentionOp& o, Call& c) {
   s.scale = o.scale;
   s.causal = o.causal;
   const TensorRef& kr = c.in.operands[1];
-  const float* kp = c.f32_in(1, false);
-  const float* vp = c.f32_in(2, false);
+  const std::byte* kp = c.operand(1, false);
+  const std::byte* vp = c.operand(2, false);
   std::vector<std::int32_t> rel;
   std::span<const std::int32_t> positions(pos, static_cast<std::size_t>(L));
   if (o.kv_form == ir::KvForm::cache) {
@@ -305,10 +325,14 @@ void exec(const ir::tpu::FAttentionOp& o, Call& c) {
     s.S_valid = r0 + L;
   }
   const std::int64_t kv_elems = s.S * o.kv_heads * d;
-  k::flash_attention<float>(span_of<float>(c.operand(0), L * o.q_heads * d),
-                            span_of<float>(kp, kv_elems), span_of<float>(vp, kv_elems), positions,
-                            mspan_of<float>(c.result(0), L * o.q_heads * d), s, c.split,
-                            static_cast<std::size_t>(c.local_memory));
+  // keys and values in the cache's dtype (f32, f16 or bf16), widened inside the kernel
+  with_param(kr, kp, kv_elems, [&](auto ks) {
+    using KV = std::remove_const_t<typename decltype(ks)::element_type>;
+    k::flash_attention<KV>(span_of<float>(c.operand(0), L * o.q_heads * d), ks,
+                           span_of<KV>(vp, kv_elems), positions,
+                           mspan_of<float>(c.result(0), L * o.q_heads * d), s, c.split,
+                           static_cast<std::size_t>(c.local_memory));
+  });
 }
 
 template <k::BinaryOp Op>

@@ -158,6 +158,8 @@ std::span<float> Executor::cache(std::int64_t layer, int kind, std::int64_t slot
             slot < kv_.slots,
         ErrorKind::invalid_input, "cache", "layer ", layer, " kind ", kind, " slot ", slot,
         " does not exist");
+  check(kv_.dtype == ir::DType::f32, ErrorKind::unsupported, "cache", "the KV cache holds ",
+        ir::name(kv_.dtype), " values, not f32");
   const std::int64_t bytes = kv_.capacity * kv_.row_bytes;
   auto* base = reinterpret_cast<float*>(impl_->kv.data() + kv_.slot_offset(slot) +
                                         kv_.cache_offset(layer, kind));

@@ -68,9 +68,22 @@ Bounds bounds_for_mode(const std::string& mode) {
   return {1e-4f, 0.0f};
 }
 
+Bounds bounds_for_kv_dtype(const std::string& kv_dtype) {
+  if (kv_dtype == "f16")
+    return {5e-3f, 0.90f};
+  if (kv_dtype == "bf16")
+    return {5e-2f, 0.85f};
+  return {};
+}
+
 Bounds bounds_for_options(const std::string& mode, const std::string& lm_head,
-                          const std::string& embedding) {
+                          const std::string& embedding, const std::string& kv_dtype) {
   Bounds b = bounds_for_mode(mode);
+  if (!kv_dtype.empty() && kv_dtype != "f32") {
+    const Bounds k = bounds_for_kv_dtype(kv_dtype);
+    b.rel_tol = std::max(b.rel_tol, k.rel_tol);
+    b.min_argmax = b.min_argmax > 0 ? std::min(b.min_argmax, k.min_argmax) : k.min_argmax;
+  }
   for (const std::string* table : {&lm_head, &embedding}) {
     const char* q = *table == "w8" ? "w8a16" : *table == "w4" ? "w4a16" : nullptr;
     if (!q)

@@ -256,6 +256,34 @@ TEST_CASE("flash_attention 16-bit caches", "[kernels][attention]") {
   run_case<f16_t>(c3);
 }
 
+// A KV cache in f16 or bf16 (--kv-dtype) goes through every path the f32 cache does: prefill
+// tiles, history, the AMX emulator, flash-decoding chunks and their merge. The reference reads
+// the same rounded keys and values, so the f32 bound holds (the storage rounding is verify's).
+// A 16-bit cache's key tiles are widened into f32 tile buffers, so its smallest tile needs more
+// local memory (25920 bytes at d = 64): the tiny-tiles budget is raised to that for these caches
+// (still the smallest tile), and the f32 case's 20 KiB is refused with the reason.
+TEST_CASE("flash_attention f16 and bf16 caches on every case", "[kernels][attention]") {
+  for (FaCase c : numerics_cases()) {
+    SECTION(c.name) {
+      if (c.budget > 0 && c.budget < 25920) {
+        const std::int64_t n = c.S * c.kv_heads * c.d;
+        std::vector<f16_t> kv(static_cast<std::size_t>(n));
+        std::vector<float> q(static_cast<std::size_t>(c.L * c.q_heads * c.d)), out(q.size());
+        std::vector<std::int32_t> pos(static_cast<std::size_t>(c.L), 0);
+        const AttentionShape sh{c.L,        c.L_valid, c.S,    c.S_valid, c.q_heads,
+                                c.kv_heads, c.d,       0.125f, c.causal};
+        ScopedIsa guard(Isa::portable);
+        CHECK_THROWS_WITH(
+            flash_attention<f16_t>(q, kv, kv, pos, out, sh, c.split, c.budget),
+            Catch::Contains("below the smallest 16x16 tile (25920 bytes for head_dim 64)"));
+        c.budget = 25920;
+      }
+      run_case<f16_t>(c);
+      run_case<bf16_t>(c);
+    }
+  }
+}
+
 TEST_CASE("flash_attention tile choice respects the budget", "[kernels][attention]") {
   const auto t = choose_attention_tiles(1000, 64, 1 << 20);
   CHECK(t.q_rows == 64);

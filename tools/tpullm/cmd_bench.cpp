@@ -315,7 +315,8 @@ int cmd_bench(const std::vector<std::string>& args) {
                    {"seq_length", m.params.seq_length},
                    {"max_input_length", m.params.max_input_length},
                    {"linear_parameters", params},
-                   {"kv_cache_bytes", opened->kv().bytes()}};
+                   {"kv_cache_bytes", opened->kv().bytes()},
+                   {"kv_dtype", std::string(ir::name(opened->kv().dtype))}};
 
   nlohmann::ordered_json pre = nlohmann::ordered_json::array();
   for (auto P : prompts) {

@@ -23,6 +23,9 @@ po::options_description compile_options(compiler::CompileOptions& c, std::string
       "lm-head-dtype", po::value(&c.lower.lm_head),
       "dtype of the lm_head weight: f32, bf16, f16, w8 or w4 (default: the mode's; "
       "bf16 for w8a16 / w4a16)")(
+      "kv-dtype", po::value(&c.lower.kv_dtype),
+      "element type of the KV cache: f32, f16 or bf16 (default: f32 for --mode f32, f16 for "
+      "every other mode)")(
       "target", po::value(&target_file),
       "target JSON file: cores, local_memory, alignment (default: this machine)")(
       "fusions", po::value(&c.fusions)->default_value(c.fusions),
@@ -70,7 +73,9 @@ int cmd_compile(const std::vector<std::string>& args) {
   copts.lower.keep_float = resolve_keep_float(desc, keep_float);
   // Refuse up front what cannot be compiled here, or run from the bundle (its KV cache).
   frontend::check_memory(
-      frontend::estimate_memory(desc, params, frontend::Workload::run, load.access), params, desc);
+      frontend::estimate_memory(desc, params, frontend::Workload::run, load.access,
+                                ir::byte_size(conversion::kv_cache_dtype(copts.lower), 1)),
+      params, desc);
   // The report goes out (and is checked) before the bundle replaces -o: a failing standard
   // output leaves the previous bundle in place.
   compile_bundle(desc, params, copts, out, true, [&](const CompileReport& r) {

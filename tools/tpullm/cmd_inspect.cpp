@@ -89,6 +89,7 @@ int cmd_inspect(const std::vector<std::string>& args) {
                  {"alignment", t.alignment}};
   j["memory"] = {{"kv_cache_bytes", b->kv().bytes()},
                  {"kv_capacity", b->kv().capacity},
+                 {"kv_dtype", std::string(ir::name(b->kv().dtype))},
                  {"max_arena_bytes", b->max_arena()},
                  {"arena_lower_bound_bytes", b->arena_lower_bound()},
                  {"max_local_bytes", b->max_local()}};
@@ -164,9 +165,9 @@ int cmd_inspect(const std::vector<std::string>& args) {
             << "text    " << text_line << "\n"
             << "target  " << t.name << ": " << t.cores << " cores, local memory " << t.local_memory
             << " B\n"
-            << "memory  KV cache " << mib(b->kv().bytes()) << " (" << b->kv().capacity
-            << " slots), arena " << b->max_arena() << " B (lower bound " << b->arena_lower_bound()
-            << " B), local " << b->max_local() << " B per core\n"
+            << "memory  KV cache " << mib(b->kv().bytes()) << " (" << b->kv().capacity << " slots, "
+            << ir::name(b->kv().dtype) << "), arena " << b->max_arena() << " B (lower bound "
+            << b->arena_lower_bound() << " B), local " << b->max_local() << " B per core\n"
             << "weights " << b->weights().size() << " tensors, " << mib(weight_bytes) << " "
             << j["weights"]["bytes_by_dtype"].dump() << "\n"
             << "checks  CRC-32C per " << mib(static_cast<std::int64_t>(b->weight_chunk_bytes()))

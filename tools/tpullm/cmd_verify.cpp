@@ -69,7 +69,10 @@ int cmd_verify(const std::vector<std::string>& args) {
       "tpu level: dtype of the lm_head weight (f32, bf16, f16, w8, w4; default: the mode's)")(
       "embedding-dtype", po::value(&copts.lower.embedding),
       "tpu level: dtype of the embedding table (f32, bf16, f16, w8, w4; default: the mode's)")(
-      "target", po::value(&target_file), "tpu level: target JSON file (default: this machine)")(
+      "kv-dtype", po::value(&copts.lower.kv_dtype),
+      "tpu level: element type of the KV cache (f32, f16, bf16; default: f32 for --mode f32, "
+      "f16 otherwise)")("target", po::value(&target_file),
+                        "tpu level: target JSON file (default: this machine)")(
       "fusions", po::value(&copts.fusions)->default_value(copts.fusions),
       "tpu level: fusion passes after lowering, a pipeline (e.g. fuse-add-rmsnorm,fuse-qkv,"
       "fuse-lm-head-argmax; empty: none)")(
@@ -91,7 +94,7 @@ int cmd_verify(const std::vector<std::string>& args) {
   const verify::Bounds bounds =
       level == "top" ? verify::bounds_for_mode("f32")
                      : verify::bounds_for_options(copts.lower.mode, copts.lower.lm_head,
-                                                  copts.lower.embedding);
+                                                  copts.lower.embedding, copts.lower.kv_dtype);
   const float rel_tol = rel_tol_given.value_or(bounds.rel_tol);
   const float min_argmax = min_argmax_given.value_or(bounds.min_argmax);
   const double max_kl = max_kl_given.value_or(bounds.max_mean_kl);
@@ -112,7 +115,7 @@ int cmd_verify(const std::vector<std::string>& args) {
   if (level == "top")
     for (const char* only :
          {"mode", "target", "fusions", "tile-rows", "no-layer-groups", "bundle", "lm-head-dtype",
-          "embedding-dtype", "group-size", "symmetric", "keep-float"})
+          "embedding-dtype", "kv-dtype", "group-size", "symmetric", "keep-float"})
       check(vm[only].empty() || vm[only].defaulted(), ErrorKind::invalid_input,
             std::string("--") + only,
             "is used only by the compiled levels (--level tpu or bundle), not by --level top");

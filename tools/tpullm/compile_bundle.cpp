@@ -108,6 +108,9 @@ void check_runnable(const frontend::ModelDesc& desc, const frontend::StageParams
     check_dtype(lo.embedding, "--embedding-dtype", "w8", "w4");
   if (!lo.lm_head.empty())
     check_dtype(lo.lm_head, "--lm-head-dtype", "w8", "w4");
+  check(lo.kv_dtype.empty() || lo.kv_dtype == "f32" || lo.kv_dtype == "f16" ||
+            lo.kv_dtype == "bf16",
+        ErrorKind::invalid_input, "--kv-dtype", "'", lo.kv_dtype, "' is not f32, f16 or bf16");
   const bool any_rtn = quantizing || lo.lm_head == "w8" || lo.lm_head == "w4" ||
                        lo.embedding == "w8" || lo.embedding == "w4";
   check(lo.group_size == 0 || lo.group_size == 32 || lo.group_size == 64 || lo.group_size == 128,

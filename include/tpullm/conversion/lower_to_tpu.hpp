@@ -36,6 +36,8 @@ struct LowerOptions {
   std::int64_t group_size = 64; ///< w8a16 / w4a16 (and w8 / w4 lm_head): rows per group, 0 = K
   bool symmetric = false;       ///< w8a16 / w4a16: no zero points
   std::string keep_float; ///< w8a16 / w4a16: ECMAScript regex of Top weight names kept in bf16
+  /// KV cache element type: f32, f16 or bf16 (empty: f32 for mode f32, f16 for every other mode)
+  std::string kv_dtype;
   template <class S, class F>
   static void fields(S& s, F&& f) {
     f("mode", s.mode,
@@ -49,8 +51,14 @@ struct LowerOptions {
     f("symmetric", s.symmetric, "quantizing modes: symmetric (no zero points)");
     f("keep-float", s.keep_float,
       "quantizing modes: regex of weight names (e.g. layers\\.0\\..*) kept in the float dtype");
+    f("kv-dtype", s.kv_dtype,
+      "KV cache element type: f32, f16 or bf16 (default: f32 for mode f32, f16 otherwise)");
   }
 };
+
+/// The KV cache element type `options` choose: kv_dtype when given (f32, f16 or bf16; anything
+/// else throws Error(invalid_input)), else f32 for mode f32 and f16 for every other mode.
+ir::DType kv_cache_dtype(const LowerOptions& options);
 
 /// Lowers every function of `m` to Tpu ops, converting weights through `converter` (shared by
 /// all modules of one compilation, so a weight is converted once); with nullptr a private

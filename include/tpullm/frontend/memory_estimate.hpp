@@ -64,8 +64,10 @@ std::optional<double> read_limit_file(const std::string& path);
 
 /// The memory `d` under `p` needs for `w` (see Workload). `access` says whether the checkpoint
 /// is mapped (its pages are the page cache's, not counted) or read into memory (counted).
+/// `kv_value_bytes`: bytes of one KV cache element of a compiled run (4 f32, 2 f16 / bf16).
 MemoryEstimate estimate_memory(const ModelDesc& d, const StageParams& p, Workload w,
-                               FileAccess access = FileAccess::map);
+                               FileAccess access = FileAccess::map,
+                               std::int64_t kv_value_bytes = 4);
 
 /// Memory this process may use: physical memory, lowered by the cgroup limit (v2 or v1) and by
 /// RLIMIT_AS / RLIMIT_DATA when they are set.

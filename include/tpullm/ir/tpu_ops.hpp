@@ -16,6 +16,7 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -49,6 +50,12 @@ namespace detail {
 inline void require_act(const TensorType& t, const char* what) {
   require(t.dtype == DType::f32 && !t.quant && t.layout == Layout::row_major,
           std::string(what) + " must be an f32 activation, got " + t.str());
+}
+/// A KV cache tensor: f32, f16 or bf16 row-major, unquantized (the cache's element type).
+inline void require_kv(const TensorType& t, const char* what) {
+  require((t.dtype == DType::f32 || t.dtype == DType::f16 || t.dtype == DType::bf16) && !t.quant &&
+              t.layout == Layout::row_major,
+          std::string(what) + " must be an f32, f16 or bf16 KV tensor, got " + t.str());
 }
 /// A small float parameter stored row-major (norm gamma, bias, RoPE table, embedding table).
 inline void require_param(const TensorType& t, const char* what) {
@@ -192,7 +199,8 @@ struct RopeOp : top::RopeOp {
 };
 
 /// The new tokens' keys or values stored into layer `layer`'s cache at their positions:
-/// rows [1, L, kv_heads, d] f32, position_ids [1, L] i32 -> the same rows, now living in the
+/// rows [1, L, kv_heads, d] f32, position_ids [1, L] i32 -> the same rows in the cache's dtype
+/// (`dtype`: f32 when absent, f16 or bf16, rounded to nearest even on store), now living in the
 /// cache (slot = position; positions must be consecutive). Writes persistent state.
 /// Batched decode: rows [B, 1, kv_heads, d], position_ids [B, 1]; row b goes into the cache of
 /// the conversation the run gives row b, at its own position.
@@ -205,10 +213,12 @@ struct KVStoreOp {
                                    .effect = MemoryEffect::writes_kv};
   std::int64_t layer = 0;
   KvKind kv = KvKind::key;
+  std::optional<DType> dtype; ///< the cache's element type: f32 (absent), f16 or bf16
   template <class S, class F>
   static void attrs(S& s, F&& f) {
     f("layer", s.layer);
     f("kv", s.kv);
+    f("dtype", s.dtype);
   }
   std::vector<TensorType> infer(Types in) const;
 };
@@ -216,7 +226,8 @@ struct KVStoreOp {
 /// The paper's Concat of history and new keys as an address, not a copy: history
 /// [1, S, kv_heads, d] (the cache), new rows [1, L, kv_heads, d] (a tpu.KVStore result of the
 /// same layer and kind), position_ids [1, L] -> the cache as [1, S + L, kv_heads, d] in which
-/// slot j holds position j for j < position_ids[0] + L (other slots are never read).
+/// slot j holds position j for j < position_ids[0] + L (other slots are never read). History,
+/// new rows and result share the cache's dtype (f32, f16 or bf16).
 /// Batched decode: history [B, S, kv_heads, d], new rows [B, 1, kv_heads, d], position_ids
 /// [B, 1] -> [B, S + 1, kv_heads, d], row b being the cache of row b's conversation.
 struct KVAppendOp {
@@ -236,7 +247,8 @@ struct KVAppendOp {
 /// Causal attention with GQA, tiled flash attention with an online softmax:
 /// q [1, L, q_heads, d], k/v as `kv_form` says, position_ids [1, L] -> [1, L, q_heads * d].
 /// kv_form = rows: k/v [1, L, kv_heads, d] (history must be 0); kv_form = cache: k/v
-/// [1, history + L, kv_heads, d] from tpu.KVAppend. Query i sees keys at positions <=
+/// [1, history + L, kv_heads, d] from tpu.KVAppend. k and v are f32, f16 or bf16 (one dtype: the
+/// KV cache's), q and the result f32. Query i sees keys at positions <=
 /// position_ids[i]. Positions must be consecutive. A batch B > 1 (batched decode, kv_form =
 /// cache, L = 1): row b attends to its own conversation's cache up to its own position.
 struct FAttentionOp : top::FAttentionOp {

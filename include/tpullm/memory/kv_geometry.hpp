@@ -1,7 +1,8 @@
 #pragma once
 /// The KV cache's geometry, one rule for the planner, the compiler, the executor and the bundle:
 /// per conversation (slot) and layer a key cache then a value cache, each `capacity` positions
-/// of `row_bytes` (one position's kv_heads x head_dim f32 values).
+/// of `row_bytes` (one position's kv_heads x head_dim values of the cache's dtype: f32, f16 or
+/// bf16).
 
 #include <cstdint>
 
@@ -9,9 +10,9 @@
 
 namespace tpullm::memory {
 
-/// Bytes of one KV slot of rows [1, S, kv_heads, d] (f32): kv_heads * d * 4.
+/// Bytes of one KV slot of rows [1, S, kv_heads, d] in their dtype: kv_heads * d * (4 or 2).
 inline std::int64_t kv_row_bytes(const ir::TensorType& rows) {
-  return ir::byte_size(ir::DType::f32, rows.shape.at(2) * rows.shape.at(3));
+  return ir::byte_size(rows.dtype, rows.shape.at(2) * rows.shape.at(3));
 }
 
 /// Geometry of the KV cache region: `slots` conversations one after the other, each per layer a
@@ -19,10 +20,11 @@ inline std::int64_t kv_row_bytes(const ir::TensorType& rows) {
 /// single-conversation region a stage function was planned for (its addresses need no change),
 /// starting at slot_offset(slot); layer l's key cache of slot s is [capacity, kv_heads, d].
 struct KvGeometry {
-  std::int64_t layers = 0;    ///< decoder layers
-  std::int64_t capacity = 0;  ///< positions per cache
-  std::int64_t row_bytes = 0; ///< bytes of one position: kv_heads * head_dim * 4
-  std::int64_t slots = 1;     ///< conversations (each its own caches)
+  std::int64_t layers = 0;          ///< decoder layers
+  std::int64_t capacity = 0;        ///< positions per cache
+  std::int64_t row_bytes = 0;       ///< bytes of one position: kv_heads * head_dim * sizeof(dtype)
+  std::int64_t slots = 1;           ///< conversations (each its own caches)
+  ir::DType dtype = ir::DType::f32; ///< element type of the cache: f32, f16 or bf16
   /// Bytes of one conversation's caches (every layer's key and value cache).
   std::int64_t slot_bytes() const { return 2 * layers * capacity * row_bytes; }
   /// Bytes of the whole region.

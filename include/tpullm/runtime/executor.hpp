@@ -1,12 +1,12 @@
 #pragma once
 /// Runs Programs (planned Tpu functions, codegen/program.hpp) on the reference kernel library.
 /// The executor owns the memory regions a plan addresses: the KV cache (per conversation slot, a
-/// key and a value cache per layer, [capacity, kv_heads, d] f32, written in place at the tokens'
-/// positions; memory/kv_geometry.hpp), one
-/// activation arena shared by every program (one runs at a time), and a local-memory scratch
-/// per core for the tiles of layer groups. Inputs and outputs are the caller's spans: arguments
-/// are read where they are and results are produced straight into the output spans, so nothing
-/// is copied on the way in or out, and history is never copied (it is the cache).
+/// key and a value cache per layer, [capacity, kv_heads, d] of f32 / f16 / bf16, written in place
+/// at the tokens' positions; memory/kv_geometry.hpp), one activation arena shared by every program
+/// (one runs at a time), and a local-memory scratch per core for the tiles of layer groups. Inputs
+/// and outputs are the caller's spans: arguments are read where they are and results are produced
+/// straight into the output spans, so nothing is copied on the way in or out, and history is never
+/// copied (it is the cache).
 ///
 /// A layer group runs tile by tile as planned: its tiles are dealt to cores (split {tiles, p}),
 /// each core with its own local scratch holding the group's intermediate rows; ungrouped ops
@@ -90,7 +90,7 @@ public:
                                               std::span<const std::int32_t> slots);
 
   /// The cache of layer `layer` of KV slot `slot`: kind 0 = keys, 1 = values;
-  /// [capacity, kv_heads, d] f32.
+  /// [capacity, kv_heads, d] f32 (an f16 / bf16 cache throws Error(unsupported)).
   std::span<float> cache(std::int64_t layer, int kind, std::int64_t slot = 0);
   /// KV geometry of the owned cache.
   const KvGeometry& kv_geometry() const { return kv_; }

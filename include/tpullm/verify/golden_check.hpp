@@ -60,11 +60,17 @@ struct Bounds {
   double max_mean_kl = 0; ///< mean KL(golden || ours) per row, nats, per scenario (0: none)
 };
 Bounds bounds_for_mode(const std::string& mode);
+/// The bounds a KV cache in `kv_dtype` adds to f32 weights (docs/guarantees.md "KV cache
+/// dtype"): f16 5e-3 x max|golden| with argmax agreement on >= 90% of the rows, bf16 5e-2 with
+/// >= 85% (the shared checkpoints reach 3.2e-3 / 97% and 1.7e-2 / 89% on f32 weights); f32 (or
+/// empty) adds nothing.
+Bounds bounds_for_kv_dtype(const std::string& kv_dtype);
 /// The bounds of a compile's weight options: the mode's, loosened to w8a16's / w4a16's when the
 /// lm_head or the embedding table is quantized to w8 / w4 (a float mode with a quantized table
-/// is held to the quantized mode's bounds).
+/// is held to the quantized mode's bounds), and to the KV cache dtype's (bounds_for_kv_dtype)
+/// when `kv_dtype` is given and looser than the mode's (an f32 compile with --kv-dtype f16).
 Bounds bounds_for_options(const std::string& mode, const std::string& lm_head,
-                          const std::string& embedding = {});
+                          const std::string& embedding = {}, const std::string& kv_dtype = {});
 
 /// Runs scenarios a, b (continuing a's cache) and c (fresh) on `session`; a scenario is ok
 /// when its error is within `rel_tol`, at least `min_argmax` of its rows agree on argmax and

@@ -102,8 +102,116 @@ TPULLM_ALWAYS_INLINE void fd_item_generic(const FdItem<KV>& it) {
     }
 }
 
+#if TPULLM_X86
+/// Head dimensions up to which the AVX2 16-bit decode item widens key blocks on the stack.
+inline constexpr std::int64_t kFdWideMaxD = 256;
+
+/// 8 elements of a 16-bit K / V row as f32: F16C for f16, a 16-bit shift for bf16.
+template <class KV>
+TPULLM_TARGET_AVX2 inline __m256 fd_widen8_avx2(const KV* p) {
+  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  if constexpr (std::is_same_v<KV, bf16_t>)
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+  else
+    return _mm256_cvtph_ps(h);
+}
+
+/// Sum of the 8 lanes of v.
+TPULLM_TARGET_AVX2 inline float fd_hsum_avx2(__m256 v) {
+  __m128 x = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  x = _mm_hadd_ps(x, x);
+  x = _mm_hadd_ps(x, x);
+  return _mm_cvtss_f32(x);
+}
+
+/// One decode item over a 16-bit cache on AVX2: each block of kFdBlock keys of a kv head is
+/// widened once (F16C / bf16 shift, 8 lanes at a time) into two small stack buffers that the
+/// head's G query heads then read as f32, so every K / V byte is read from the cache once.
+template <class KV>
+TPULLM_TARGET_AVX2 void fd_item_avx2_kv16(const FdItem<KV>& it) {
+  const std::int64_t d = it.d, H = it.H, G = it.G, d8 = d / 8 * 8;
+  alignas(64) float kb[kFdBlock * kFdWideMaxD], vb[kFdBlock * kFdWideMaxD];
+  float s[kFdBlock], p[kFdBlock];
+  for (std::int64_t h = it.h0; h < it.h1; ++h) {
+    for (std::int64_t g = 0; g < G; ++g) {
+      const std::int64_t qh = h * G + g;
+      it.m[qh] = -__builtin_inff();
+      it.l[qh] = 0.f;
+      std::fill(it.o + qh * d, it.o + (qh + 1) * d, 0.f);
+    }
+    for (std::int64_t jb = it.j0; jb < it.j1; jb += kFdBlock) {
+      const std::int64_t n = std::min(kFdBlock, it.j1 - jb);
+      for (std::int64_t j = 0; j < n; ++j) {
+        const KV* kr = it.k + ((jb + j) * H + h) * d;
+        const KV* vr = it.v + ((jb + j) * H + h) * d;
+        std::int64_t x = 0;
+        for (; x < d8; x += 8) {
+          _mm256_storeu_ps(kb + j * d + x, fd_widen8_avx2(kr + x));
+          _mm256_storeu_ps(vb + j * d + x, fd_widen8_avx2(vr + x));
+        }
+        for (; x < d; ++x) {
+          kb[j * d + x] = to_f32(kr[x]);
+          vb[j * d + x] = to_f32(vr[x]);
+        }
+      }
+      for (std::int64_t g = 0; g < G; ++g) {
+        const std::int64_t qh = h * G + g;
+        const float* q = it.qs + qh * d;
+        float bmax = -__builtin_inff();
+        for (std::int64_t j = 0; j < n; ++j) {
+          const float* kr = kb + j * d;
+          __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+          std::int64_t x = 0;
+          for (; x + 16 <= d8; x += 16) {
+            a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + x), _mm256_loadu_ps(kr + x), a0);
+            a1 = _mm256_fmadd_ps(_mm256_loadu_ps(q + x + 8), _mm256_loadu_ps(kr + x + 8), a1);
+          }
+          for (; x < d8; x += 8)
+            a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + x), _mm256_loadu_ps(kr + x), a0);
+          float acc = fd_hsum_avx2(_mm256_add_ps(a0, a1));
+          for (; x < d; ++x)
+            acc += q[x] * kr[x];
+          s[j] = acc;
+          bmax = acc > bmax ? acc : bmax;
+        }
+        const float m = it.m[qh];
+        const float mnew = bmax > m ? bmax : m;
+        const float alpha = exp2_approx(m - mnew);
+        float sum = 0.f;
+        for (std::int64_t j = 0; j < n; ++j) {
+          p[j] = exp2_approx(s[j] - mnew);
+          sum += p[j];
+        }
+        it.l[qh] = it.l[qh] * alpha + sum;
+        it.m[qh] = mnew;
+        float* o = it.o + qh * d;
+        const __m256 av = _mm256_set1_ps(alpha);
+        std::int64_t x = 0;
+        for (; x < d8; x += 8) {
+          __m256 acc = _mm256_mul_ps(_mm256_loadu_ps(o + x), av);
+          for (std::int64_t j = 0; j < n; ++j)
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(p[j]), _mm256_loadu_ps(vb + j * d + x), acc);
+          _mm256_storeu_ps(o + x, acc);
+        }
+        for (; x < d; ++x) {
+          float acc = o[x] * alpha;
+          for (std::int64_t j = 0; j < n; ++j)
+            acc += p[j] * vb[j * d + x];
+          o[x] = acc;
+        }
+      }
+    }
+  }
+}
+#endif
+
 template <class KV>
 TPULLM_TARGET_AVX2 void fd_item_avx2(const FdItem<KV>& it) {
+#if TPULLM_X86
+  if constexpr (!std::is_same_v<KV, float>)
+    if (it.d <= kFdWideMaxD)
+      return fd_item_avx2_kv16(it);
+#endif
   fd_item_generic(it);
 }
 /// One decode item on the portable path's xsimd vectors: dot products and P V over d (K / V
