@@ -15,7 +15,10 @@
 /// Shapes: L = new tokens, S = history slots, H = hidden, d = head_dim, P = positions.
 
 #include <array>
+#include <cmath>
 #include <cstdint>
+#include <initializer_list>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -42,6 +45,16 @@ template <>
 struct EnumNames<KvForm> {
   static constexpr std::array<std::pair<KvForm, std::string_view>, 2> items = {
       {{KvForm::rows, "rows"}, {KvForm::cache, "cache"}}};
+};
+
+/// How a W8A8 linear (`--mode int8`) quantizes its input activation to int8
+/// (kernels/int8_linear.hpp ActQuant): `dynamic` computes a scale per row at run time;
+/// `static` uses the op's calibrated per-tensor `act_scale` / `act_zero`.
+enum class ActQuantKind : std::uint8_t { dynamic, static_tensor };
+template <>
+struct EnumNames<ActQuantKind> {
+  static constexpr std::array<std::pair<ActQuantKind, std::string_view>, 2> items = {
+      {{ActQuantKind::dynamic, "dynamic"}, {ActQuantKind::static_tensor, "static"}}};
 };
 
 namespace detail {
@@ -98,6 +111,32 @@ inline void require_batch_positions(const TensorType& p, std::int64_t B, std::in
   require(p.dtype == DType::i32 && !p.quant && p.shape == std::vector<std::int64_t>{B, L},
           std::string(what) + " must be [" + std::to_string(B) + ", " + std::to_string(L) +
               "] i32, got " + p.str());
+}
+/// The activation-quantization attributes of a W8A8 op: without `kind` none of scale / zero may
+/// be set (the op reads f32 activations, whatever its weights); with it every
+/// weight is i8 with one scale per output channel (group = K), `dynamic` takes no scale / zero,
+/// `static` needs a finite scale > 0 and a zero point in [-128, 127] (absent: 0).
+inline void require_act_quant(const std::optional<ActQuantKind>& kind,
+                              const std::optional<float>& scale,
+                              const std::optional<std::int64_t>& zero, const char* scale_name,
+                              std::initializer_list<const TensorType*> weights) {
+  if (!kind) {
+    require(!scale && !zero, std::string(scale_name) + " needs act_quant");
+    return;
+  }
+  for (const TensorType* w : weights)
+    require(w->dtype == DType::i8 && w->quant && w->quant->group_size == w->shape[0] &&
+                !w->quant->act_order,
+            "act_quant needs i8 weights with one scale per output channel, got " + w->str());
+  if (*kind == ActQuantKind::dynamic) {
+    require(!scale && !zero, std::string("act_quant = dynamic takes no ") + scale_name);
+    return;
+  }
+  require(scale && std::isfinite(*scale) && *scale > 0,
+          std::string("act_quant = static needs a finite ") + scale_name + " > 0");
+  require(!zero || (*zero >= -128 && *zero <= 127),
+          std::string(scale_name) + "'s zero point must be in [-128, 127], got " +
+              std::to_string(zero.value_or(0)));
 }
 } // namespace detail
 
@@ -176,11 +215,20 @@ struct MatMulOp {
   static constexpr int results = 1;
   static constexpr OpPolicy policy{
       .row_local = true, .row_operands = operand_set({0}), .split = SplitRule::gemm};
+  /// W8A8 (`--mode int8`): how lhs is quantized; absent for the float and weight-only modes.
+  std::optional<ActQuantKind> act_quant;
+  std::optional<float> act_scale;       ///< static: lhs ~= act_scale * (q - act_zero)
+  std::optional<std::int64_t> act_zero; ///< static: zero point (absent: 0, symmetric)
   template <class S, class F>
-  static void attrs(S&, F&&) {}
+  static void attrs(S& s, F&& f) {
+    f("act_quant", s.act_quant);
+    f("act_scale", s.act_scale);
+    f("act_zero", s.act_zero);
+  }
   std::vector<TensorType> infer(Types in) const {
     detail::require_act(in[0], "lhs");
     const auto [K, N] = detail::require_packed(in[1], "rhs");
+    detail::require_act_quant(act_quant, act_scale, act_zero, "act_scale", {&in[1]});
     detail::require(in[0].rank() >= 1 && in[0].dim(-1) == K,
                     "lhs " + in[0].str() + " does not contract with rhs " + in[1].str());
     if (in.size() == 3)
@@ -218,15 +266,29 @@ struct MLPOp {
   static constexpr OpPolicy policy{
       .row_local = true, .row_operands = operand_set({0}), .split = SplitRule::gemm};
   Activation activation = Activation::silu;
+  /// W8A8 (`--mode int8`): how the input (for gate / up) and the activation entering down are
+  /// quantized; absent for the float and weight-only modes.
+  std::optional<ActQuantKind> act_quant;
+  std::optional<float> act_scale;            ///< static: the input's scale
+  std::optional<std::int64_t> act_zero;      ///< static: the input's zero point (absent: 0)
+  std::optional<float> down_act_scale;       ///< static: the down projection input's scale
+  std::optional<std::int64_t> down_act_zero; ///< static: its zero point (absent: 0)
   template <class S, class F>
   static void attrs(S& s, F&& f) {
     f("activation", s.activation);
+    f("act_quant", s.act_quant);
+    f("act_scale", s.act_scale);
+    f("act_zero", s.act_zero);
+    f("down_act_scale", s.down_act_scale);
+    f("down_act_zero", s.down_act_zero);
   }
   std::vector<TensorType> infer(Types in) const {
     detail::require_act(in[0], "input");
     const auto [gk, gn] = detail::require_packed(in[1], "gate");
     const auto [uk, un] = detail::require_packed(in[2], "up");
     const auto [dk, dn] = detail::require_packed(in[3], "down");
+    detail::require_act_quant(act_quant, act_scale, act_zero, "act_scale", {&in[1], &in[2]});
+    detail::require_act_quant(act_quant, down_act_scale, down_act_zero, "down_act_scale", {&in[3]});
     const std::int64_t H = in[0].rank() >= 1 ? in[0].dim(-1) : -1;
     detail::require(gk == H && uk == H && dn == H && gn == un && dk == gn,
                     "MLP weights do not match hidden " + std::to_string(H) + ": gate " +
