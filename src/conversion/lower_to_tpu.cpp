@@ -362,9 +362,13 @@ private:
   /// The static parameters of the input of the linear whose weight is `w`; `x` is the Top
   /// input value (its smoothing, if any, shrinks the range), nullptr for the MLP's down input.
   StaticActParams static_params(const Operation& op, const Value* w, const Value* x) const {
-    const CalibEntry& e = entry_of(op, w);
+    CalibEntry e = entry_of(op, w);
     float shrink = 1.0f;
     if (const std::vector<float>* s = x ? smoothing_of(x) : nullptr) {
+      // A clipping threshold measured before smoothing does not carry over to the smoothed
+      // distribution (the clipped elements are other ones): the smoothed range is estimated from
+      // the whole one.
+      e.threshold = e.absmax;
       if (e.channel_absmax.size() != s->size())
         fail(op, "calibration input '" + e.name + "' has " +
                      std::to_string(e.channel_absmax.size()) + " channels, the smoothing " +

@@ -41,14 +41,20 @@ struct Recorder {
   bool keep_values;
   Ptr last_x; ///< held, so that no later tensor reuses its address
   std::string last_name;
+  /// Rows of the current segment that are real tokens: a segment padded to its prefill
+  /// variant's length has padding rows after them, which are not recorded.
+  std::int64_t valid_rows = 0;
 
   void record(const std::string& name, const Ptr& x) {
     if (x == last_x && !last_name.empty()) {
       alias.emplace(name, last_name);
       return;
     }
-    const std::vector<float> v = x->to_f32();
+    std::vector<float> v = x->to_f32();
     const std::int64_t K = x->shape().empty() ? 1 : x->shape().back();
+    const auto keep = static_cast<std::size_t>(valid_rows * K);
+    if (v.size() > keep)
+      v.resize(keep);
     stats[name].add(v, K, keep_values);
     last_x = x;
     last_name = name;
@@ -143,11 +149,21 @@ conversion::CalibTable calibrate(const frontend::ModelDesc& desc,
             return;
           i = next++;
         }
-        Recorder rec{per_sample[i], aliases[i], keep, nullptr, {}};
+        Recorder rec{per_sample[i], aliases[i], keep, nullptr, {}, 0};
         exec.set_observer(
             [&rec](const ir::Operation& op, const std::vector<Ptr>& a) { rec(op, a); });
         session.reset();
-        (void)session.prefill(samples[i], false);
+        // One segment per call, so that the recorder knows how many rows are real.
+        const auto& s = samples[i];
+        const auto L = static_cast<std::size_t>(params.max_input_length);
+        for (std::size_t at = 0; at < s.size(); at += L) {
+          const std::vector<std::int32_t> seg(
+              s.begin() + static_cast<std::ptrdiff_t>(at),
+              s.begin() + static_cast<std::ptrdiff_t>(std::min(s.size(), at + L)));
+          rec.valid_rows = static_cast<std::int64_t>(seg.size());
+          rec.last_x = nullptr;
+          (void)session.prefill(seg, false);
+        }
         exec.set_observer({});
         std::lock_guard<std::mutex> lock(mu);
         ++done;

@@ -58,7 +58,14 @@ expect 0 "all scenarios within 0.8 . max.golden. with argmax agreement >= 0.4 an
   "$tpullm" verify "$llama" --level tpu --mode int8 --act-quant static --calib a.json
 expect 0 "all scenarios within 0.9 . max.golden. with argmax agreement >= 0.25 and mean KL <= 0.15" \
   "$tpullm" verify "$llama" --level bundle --mode int8 --act-quant static --act-asymmetric \
-  --calib kl.json --smooth-alpha 0.5
+  --calib a.json --smooth-alpha 0.5
+# Padding rows are not recorded: 8 ids through the 16-row prefill variant (8 rows of padding)
+# give the same table as through an exact 8-row one.
+printf '1 2 3 4 5 6 7 8\n' > ids8.txt
+expect 0 "wrote p16.json" "$tpullm" calibrate "$llama" -o p16.json --samples ids8.txt
+expect 0 "wrote p8.json" "$tpullm" calibrate "$llama" -o p8.json --samples ids8.txt \
+  --max-input-length 8 --prefill-lengths none
+cmp p16.json p8.json || { fail=1; echo "FAIL: padding rows changed the table"; }
 # The table of another model, and malformed ones.
 expect 2 "a.json: was measured on another model .llama, [0-9]+ layers" "$tpullm" verify "$qwen3" \
   --level tpu --mode int8 --act-quant static --calib a.json
@@ -89,7 +96,7 @@ expect 2 "--act-quant: applies only to --mode int8" "$tpullm" compile "$llama" -
   --mode bf16 --act-quant static
 expect 2 "--mode: int8 .W8A8. does not support mixture-of-experts models" "$tpullm" compile \
   "$models/qwen3moe-e16k4" -o x.bundle --mode int8
-expect 2 "--mode: int8 quantizes float checkpoints; 'model.layers.0.self_attn.q_proj' is already quantized" \
+expect 2 "--mode: int8 quantizes float checkpoints; 'model.layers.0.self_attn.q_proj.qweight' is already quantized" \
   "$tpullm" compile "$models/llama-gqa-gptq-g32" -o x.bundle --mode int8
 expect 2 "--act-quant: is used only by the compiled levels" "$tpullm" verify "$llama" \
   --act-quant static

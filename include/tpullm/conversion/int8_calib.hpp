@@ -15,7 +15,9 @@
 ///   weight rows before quantization. After smoothing the input's range is estimated without
 ///   re-running the model: shrink = max_j(max|X_j| / s_j) / absmax (every channel's own
 ///   maximum divided by its factor; the per-tensor maximum of the smoothed input cannot exceed
-///   it, and equals it when the channel maxima are reached on one row).
+///   it, and equals it when the channel maxima are reached on one row). A smoothed input's static
+///   range starts from absmax, not from the method's threshold: a clipping threshold measured
+///   before smoothing clips other elements after it (docs/quantization.md).
 
 #include <cstdint>
 #include <span>
