@@ -1,10 +1,15 @@
 // `lower-to-tpu`: Top functions translated into Tpu functions (conversion/lower_to_tpu.hpp).
 #include "tpullm/conversion/lower_to_tpu.hpp"
 
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <mutex>
 #include <regex>
 #include <set>
 #include <unordered_map>
 
+#include "tpullm/conversion/int8_calib.hpp"
 #include "tpullm/ir/builder.hpp"
 #include "tpullm/ir/verifier.hpp"
 
@@ -32,6 +37,7 @@ ir::DType mode_dtype(const std::string& text, const std::string& fallback, const
 struct WeightChoice {
   ir::DType dtype = ir::DType::f32; ///< the float dtype (of the quantizing modes: bf16)
   int bits = 0;                     ///< 0: float; 4 or 8: RTN-quantized
+  bool w8a8 = false;                ///< int8: 8 bits, symmetric per channel, int8 activations
 };
 
 /// The `mode` option: f32 / bf16 / f16, or w8a16 / w4a16 (bf16 for what stays float).
@@ -41,11 +47,10 @@ WeightChoice mode_choice(const std::string& mode) {
   if (mode == "w4a16")
     return {ir::DType::bf16, 4};
   if (mode == "int8")
-    throw_error(ErrorKind::unsupported, "lower-to-tpu option 'mode'",
-                "'int8' (int8 weights and activations, W8A8) is not implemented; use w8a16 or "
-                "w4a16 for int8 / int4 weights with f32 activations");
+    return {ir::DType::bf16, 8, true};
   check(mode.empty() || mode == "f32" || mode == "bf16" || mode == "f16", ErrorKind::invalid_input,
-        "lower-to-tpu option 'mode'", "must be f32, bf16, f16, w8a16 or w4a16, got '", mode, "'");
+        "lower-to-tpu option 'mode'", "must be f32, bf16, f16, w8a16, w4a16 or int8, got '", mode,
+        "'");
   return {mode_dtype(mode, "f32", "mode"), 0};
 }
 
@@ -54,6 +59,18 @@ WeightChoice table_choice(const std::string& text, const WeightChoice& mode, con
   if (text == "w8" || text == "w4")
     return {mode.dtype, text == "w8" ? 8 : 4};
   return {mode_dtype(text, std::string(ir::name(mode.dtype)), option), 0};
+}
+
+/// The calibration table at `path`, parsed once per process and path (every module of a
+/// compilation lowers with the same options).
+std::shared_ptr<const CalibTable> calib_table(const std::string& path) {
+  static std::mutex mu;
+  static std::map<std::string, std::shared_ptr<const CalibTable>> cache;
+  std::lock_guard<std::mutex> lock(mu);
+  auto& t = cache[path];
+  if (!t)
+    t = std::make_shared<const CalibTable>(load_calib_table(path));
+  return t;
 }
 
 bool is_block_stage(ir::StageKind k) {
@@ -74,11 +91,12 @@ public:
     kv_dtype_ = kv_cache_dtype(o);
     rtn_.group_size = o.group_size;
     rtn_.symmetric = o.symmetric;
+    setup_int8(o);
     check(o.group_size >= 0, ErrorKind::invalid_input, "lower-to-tpu option 'group-size'",
           "must be >= 0 (0: per output channel), got ", o.group_size);
     if (!o.keep_float.empty()) {
       check(mode_.bits > 0, ErrorKind::invalid_input, "lower-to-tpu option 'keep-float'",
-            "applies only to the quantizing modes w8a16 / w4a16, not '", o.mode, "'");
+            "applies only to the quantizing modes w8a16 / w4a16 / int8, not '", o.mode, "'");
       try {
         keep_float_.emplace(o.keep_float, std::regex::ECMAScript);
       } catch (const std::regex_error& e) {
@@ -86,6 +104,33 @@ public:
                     "' is not a valid regular expression: ", e.what());
       }
     }
+  }
+
+  /// The int8 options: checked together, the table loaded when static or smoothing.
+  void setup_int8(const LowerOptions& o) {
+    const char* opt = "lower-to-tpu option";
+    check(o.act_quant == "dynamic" || o.act_quant == "static", ErrorKind::invalid_input,
+          std::string(opt) + " 'act-quant'", "must be dynamic or static, got '", o.act_quant, "'");
+    static_ = o.act_quant == "static";
+    asymmetric_ = o.act_asymmetric;
+    alpha_ = o.smooth_alpha;
+    if (!mode_.w8a8) {
+      check(!static_ && !asymmetric_ && o.calib.empty() && alpha_ == 0, ErrorKind::invalid_input,
+            std::string(opt) + "s 'act-quant' / 'act-asymmetric' / 'calib' / 'smooth-alpha'",
+            "apply only to mode int8, not '", o.mode, "'");
+      return;
+    }
+    check(!asymmetric_ || static_, ErrorKind::invalid_input, std::string(opt) + " 'act-asymmetric'",
+          "applies only to act-quant=static (dynamic scales are symmetric per row)");
+    check(alpha_ == 0 || (alpha_ > 0 && alpha_ < 1), ErrorKind::invalid_input,
+          std::string(opt) + " 'smooth-alpha'", "must be in (0, 1) (0: no smoothing), got ",
+          alpha_);
+    check(!static_ || !o.calib.empty(), ErrorKind::invalid_input, std::string(opt) + " 'act-quant'",
+          "static needs a calibration table (calib=FILE)");
+    check(alpha_ == 0 || !o.calib.empty(), ErrorKind::invalid_input,
+          std::string(opt) + " 'smooth-alpha'", "needs a calibration table (calib=FILE)");
+    if (!o.calib.empty())
+      table_ = calib_table(o.calib);
   }
 
   std::unique_ptr<ir::Function> run() {
@@ -273,14 +318,19 @@ private:
       return lm_head_;
     WeightChoice c = mode_;
     const ir::Weight* w = weight_of(v);
-    if (c.bits > 0 && w && keep_float_ && std::regex_match(w->name, *keep_float_))
+    if (c.bits > 0 && w && keep_float_ && std::regex_match(w->name, *keep_float_)) {
       c.bits = 0;
+      c.w8a8 = false;
+    }
     return c;
   }
 
   /// The packed weight (MatMul / MLP / MoE expert rhs) of Top weight value `v` as this
   /// function's choice says: RTN-quantized or in a float dtype.
-  const ir::Weight& linear_weight(const Operation& op, const Value* v, bool transposed) {
+  /// `reads_input`: the weight reads op's operand 0 (false for the MLP's down projection), whose
+  /// SmoothQuant factors then scale its rows.
+  const ir::Weight& linear_weight(const Operation& op, const Value* v, bool transposed,
+                                  bool reads_input = true) {
     const WeightChoice c = linear_choice(v);
     if (c.bits == 0)
       return packed_weight(op, v, transposed, c.dtype);
@@ -289,11 +339,171 @@ private:
       fail(op, "the Tpu MatMul / MLP needs a weight operand (a builtin.Weight), got an activation");
     RtnOptions o = rtn_;
     o.bits = c.bits;
+    ir::Weight smoothed;
+    if (c.w8a8) {
+      if (w->type.quant)
+        fail(op, "mode int8 quantizes float weights; @" + w->name +
+                     " is already quantized (a GPTQ / AWQ checkpoint): compile it without "
+                     "--mode int8 (its integer weights go through direct in every other mode)");
+      o.group_size = 0; // one scale per output channel
+      o.symmetric = true;
+      if (const std::vector<float>* s = reads_input ? smoothing_of(op.operand(0)) : nullptr) {
+        smoothed = smoothed_weight(op, *w, transposed, *s);
+        w = &smoothed;
+      }
+    }
     try {
       return conv_.quantized(*w, transposed, o);
     } catch (const Error& e) {
       fail(op, e.where().empty() ? e.message() : e.where() + ": " + e.message());
     }
+  }
+
+  // ---- int8: calibration and smoothing ----------------------------------------------------
+
+  /// The table entry of the linear reading Top weight value `w`; fails naming it when absent.
+  const CalibEntry& entry_of(const Operation& op, const Value* w) const {
+    const ir::Weight* wt = weight_of(w);
+    const CalibEntry* e = wt && table_ ? table_->find(wt->name) : nullptr;
+    if (!e)
+      fail(op, "the calibration table has no input '" + (wt ? wt->name : std::string("?")) +
+                   "' (was it measured on this model by tpullm calibrate?)");
+    return *e;
+  }
+
+  /// The static parameters of the input of the linear whose weight is `w`; `x` is the Top
+  /// input value (its smoothing, if any, shrinks the range), nullptr for the MLP's down input.
+  StaticActParams static_params(const Operation& op, const Value* w, const Value* x) const {
+    CalibEntry e = entry_of(op, w);
+    float shrink = 1.0f;
+    if (const std::vector<float>* s = x ? smoothing_of(x) : nullptr) {
+      // A clipping threshold measured before smoothing does not carry over to the smoothed
+      // distribution (the clipped elements are other ones): the smoothed range is estimated from
+      // the whole one.
+      e.threshold = e.absmax;
+      if (e.channel_absmax.size() != s->size())
+        fail(op, "calibration input '" + e.name + "' has " +
+                     std::to_string(e.channel_absmax.size()) + " channels, the smoothing " +
+                     std::to_string(s->size()));
+      shrink = smoothed_shrink(e.channel_absmax, *s, e.absmax);
+    }
+    try {
+      return static_act_params(e, asymmetric_, shrink);
+    } catch (const Error& err) {
+      fail(op, err.where() + ": " + err.message());
+    }
+  }
+
+  /// The SmoothQuant factors of Top value `x` (an RMSNorm's output), or nullptr.
+  const std::vector<float>* smoothing_of(const Value* x) const {
+    auto it = smooth_.find(x);
+    return it == smooth_.end() ? nullptr : &it->second;
+  }
+
+  /// Largest |W[j][n]| over n of each input row j of float weight `w` ([N, K] when
+  /// `transposed`), into `out` [K] (max-accumulated).
+  static void weight_row_absmax(const ir::Weight& w, bool transposed, std::vector<float>& out) {
+    const std::vector<float> v = float_values(w);
+    const std::int64_t r = w.type.shape[0], c = w.type.shape[1];
+    for (std::int64_t i = 0; i < r; ++i)
+      for (std::int64_t j = 0; j < c; ++j) {
+        const std::size_t k = static_cast<std::size_t>(transposed ? j : i);
+        out[k] = std::max(out[k], std::fabs(v[static_cast<std::size_t>(i * c + j)]));
+      }
+  }
+
+  /// With smoothing on: when every user of RMSNorm `norm`'s output is an int8 linear (MatMul
+  /// or MLP reading it as its input), computes and records the factors over all of them (q/k/v
+  /// together, gate/up together). nullptr when smoothing does not apply.
+  const std::vector<float>* prepare_smoothing(const Operation& norm) {
+    if (alpha_ == 0 || !mode_.w8a8 || !is_block_stage(src_.info().stage))
+      return nullptr;
+    const Value* y = norm.result(0);
+    std::vector<std::pair<const Value*, bool>> weights; // (weight value, transposed)
+    for (const Operation* u : y->users()) {
+      if (const auto* m = u->as<ir::top::MatMulOp>()) {
+        if (u->operand(0) != y || !weight_of(u->operand(1)) || !linear_choice(u->operand(1)).w8a8)
+          return nullptr;
+        weights.emplace_back(u->operand(1), m->transpose_b);
+      } else if (const auto* mlp = u->as<ir::top::MLPOp>()) {
+        if (u->operand(0) != y || !weight_of(u->operand(1)) || !weight_of(u->operand(2)) ||
+            !linear_choice(u->operand(1)).w8a8)
+          return nullptr;
+        weights.emplace_back(u->operand(1), mlp->transpose_b);
+        weights.emplace_back(u->operand(2), mlp->transpose_b);
+      } else {
+        return nullptr;
+      }
+    }
+    if (weights.empty())
+      return nullptr;
+    const std::int64_t K = y->type().dim(-1);
+    std::vector<float> xa(static_cast<std::size_t>(K), 0.0f), wa(xa.size(), 0.0f);
+    for (const auto& [wv, transposed] : weights) {
+      const CalibEntry& e = entry_of(norm, wv);
+      if (static_cast<std::int64_t>(e.channel_absmax.size()) != K)
+        fail(norm, "calibration input '" + e.name + "' has " +
+                       std::to_string(e.channel_absmax.size()) + " channels, the input has " +
+                       std::to_string(K));
+      for (std::size_t j = 0; j < xa.size(); ++j)
+        xa[j] = std::max(xa[j], e.channel_absmax[j]);
+      const ir::Weight& w = *weight_of(wv);
+      if (!w.has_data())
+        fail(norm, "smoothing needs the weights' values; @" + w.name + " has no data");
+      weight_row_absmax(w, transposed, wa);
+    }
+    return &(smooth_[y] = smooth_factors(xa, wa, alpha_));
+  }
+
+  /// A name suffix that tells smoothed weights of different alphas apart.
+  std::string smooth_suffix() const {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, ".sq%.4g", alpha_);
+    return buf;
+  }
+
+  /// The norm's gamma divided by the factors, as an f32 weight.
+  const ir::Weight& smoothed_gamma(const Operation& norm, const std::vector<float>& s) {
+    const ir::Weight* g = weight_of(norm.operand(1));
+    if (!g || !g->has_data())
+      fail(norm, "smoothing folds its factors into the norm's gamma, which must be a weight "
+                 "with data");
+    std::vector<float> v = float_values(*g);
+    if (v.size() != s.size())
+      fail(norm, "gamma has " + std::to_string(v.size()) + " elements, the input " +
+                     std::to_string(s.size()) + " channels");
+    for (std::size_t j = 0; j < v.size(); ++j)
+      v[j] /= s[j];
+    const std::string name = g->name + smooth_suffix();
+    if (const ir::Weight* have = module_.find_weight(name))
+      return *have;
+    return module_.add_weight(f32_weight(name, {static_cast<std::int64_t>(v.size())}, v));
+  }
+
+  /// Float weight `w` with each input row j scaled by s[j] (a new Top-side f32 weight).
+  ir::Weight smoothed_weight(const Operation& op, const ir::Weight& w, bool transposed,
+                             const std::vector<float>& s) const {
+    if (!w.has_data())
+      fail(op, "smoothing needs the weights' values; @" + w.name + " has no data");
+    std::vector<float> v = float_values(w);
+    const std::int64_t r = w.type.shape[0], c = w.type.shape[1];
+    if (static_cast<std::int64_t>(s.size()) != (transposed ? c : r))
+      fail(op, "@" + w.name + " does not read the smoothed input's " + std::to_string(s.size()) +
+                   " channels");
+    for (std::int64_t i = 0; i < r; ++i)
+      for (std::int64_t j = 0; j < c; ++j)
+        v[static_cast<std::size_t>(i * c + j)] *= s[static_cast<std::size_t>(transposed ? j : i)];
+    return f32_weight(w.name + smooth_suffix(), w.type.shape, v);
+  }
+
+  /// An f32 row-major weight owning `values`.
+  static ir::Weight f32_weight(const std::string& name, const std::vector<std::int64_t>& shape,
+                               std::vector<float> values) {
+    auto buf = std::make_shared<std::vector<float>>(std::move(values));
+    ir::Weight w{name, ir::TensorType(shape, ir::DType::f32), {}};
+    w.parts.push_back({"data", ir::DType::f32, shape, std::as_bytes(std::span<const float>(*buf)),
+                       std::shared_ptr<const void>(buf)});
+    return w;
   }
 
   /// Elementwise binary: same shapes, or one side an [N] vector over the other's last axis.
@@ -342,12 +552,26 @@ private:
       const ir::Weight* bw = weight_of(op.operand(2));
       in.push_back(bw ? weight_value(conv_.row_major(*bw, ir::DType::f32)) : get(op.operand(2)));
     }
-    set(op.result(0), create(op, ir::tpu::MatMulOp{}, in));
+    ir::tpu::MatMulOp t;
+    if (linear_choice(op.operand(1)).w8a8) {
+      t.act_quant = static_ ? ir::ActQuantKind::static_tensor : ir::ActQuantKind::dynamic;
+      if (static_) {
+        const StaticActParams p = static_params(op, op.operand(1), op.operand(0));
+        t.act_scale = p.scale;
+        if (p.zero != 0)
+          t.act_zero = p.zero;
+      }
+    }
+    set(op.result(0), create(op, t, in));
   }
 
   void lower(const Operation& op, const ir::top::RMSNormOp& o) {
-    set(op.result(0),
-        create(op, ir::tpu::RMSNormOp{o}, {get(op.operand(0)), param(op.operand(1))}));
+    Value* gamma = nullptr;
+    if (const std::vector<float>* s = prepare_smoothing(op))
+      gamma = weight_value(smoothed_gamma(op, *s));
+    else
+      gamma = param(op.operand(1));
+    set(op.result(0), create(op, ir::tpu::RMSNormOp{o}, {get(op.operand(0)), gamma}));
   }
 
   void lower(const Operation& op, const ir::top::GatherOp& o) {
@@ -461,7 +685,7 @@ private:
   void lower(const Operation& op, const ir::top::MLPOp& o) {
     const ir::Weight& gate = linear_weight(op, op.operand(1), o.transpose_b);
     const ir::Weight& up = linear_weight(op, op.operand(2), o.transpose_b);
-    const ir::Weight& down = linear_weight(op, op.operand(3), o.transpose_b);
+    const ir::Weight& down = linear_weight(op, op.operand(3), o.transpose_b, false);
     // An act-order down projection reads the intermediate activation in a permuted order; the
     // tiled MLP needs natural order, so the permutation moves into the gate / up columns.
     WeightConverter::MlpOperands f{};
@@ -470,13 +694,36 @@ private:
     } catch (const Error& e) {
       fail(op, e.where().empty() ? e.message() : e.where() + ": " + e.message());
     }
-    set(op.result(0), create(op, ir::tpu::MLPOp{o.activation},
+    ir::tpu::MLPOp t;
+    t.activation = o.activation;
+    const bool gq = linear_choice(op.operand(1)).w8a8, uq = linear_choice(op.operand(2)).w8a8,
+               dq = linear_choice(op.operand(3)).w8a8;
+    if (gq != uq || gq != dq)
+      fail(op, "mode int8 quantizes the MLP's gate, up and down together: keep-float must name "
+               "all three or none");
+    if (gq) {
+      t.act_quant = static_ ? ir::ActQuantKind::static_tensor : ir::ActQuantKind::dynamic;
+      if (static_) {
+        const StaticActParams in = static_params(op, op.operand(1), op.operand(0));
+        const StaticActParams dn = static_params(op, op.operand(3), nullptr);
+        t.act_scale = in.scale;
+        if (in.zero != 0)
+          t.act_zero = in.zero;
+        t.down_act_scale = dn.scale;
+        if (dn.zero != 0)
+          t.down_act_zero = dn.zero;
+      }
+    }
+    set(op.result(0), create(op, t,
                              {get(op.operand(0)), weight_value(*f.gate), weight_value(*f.up),
                               weight_value(*f.down)}));
   }
 
   // The router stays f32 whatever the mode: bf16 logits flip near-tied routing decisions.
   void lower(const Operation& op, const ir::top::MoEOp& o) {
+    if (mode_.w8a8)
+      fail(op, "mode int8 (W8A8) does not support mixture-of-experts layers; compile this model "
+               "with --mode w8a16 or w4a16");
     std::vector<Value*> in{get(op.operand(0)),
                            packed(op, op.operand(1), o.transpose_b, ir::DType::f32)};
     for (std::size_t i = 2; i < op.num_operands(); ++i)
@@ -522,6 +769,11 @@ private:
   std::set<std::size_t> history_args_;  ///< argument indices that are the KV cache
   RtnOptions rtn_;
   std::optional<std::regex> keep_float_;
+  bool static_ = false, asymmetric_ = false; ///< int8: act-quant=static, act-asymmetric
+  double alpha_ = 0;                         ///< int8: smooth-alpha (0: off)
+  std::shared_ptr<const CalibTable> table_;  ///< int8: the calibration table, when given
+  /// int8 smoothing: factors per smoothed RMSNorm output (Top value).
+  std::unordered_map<const Value*, std::vector<float>> smooth_;
   std::unordered_map<const Value*, Value*> map_;
   std::unordered_map<std::string, Value*> weight_values_;
   std::set<const Operation*> lowered_;

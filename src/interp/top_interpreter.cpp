@@ -426,6 +426,8 @@ auto TopInterpreter::run(const ir::Function& f, const std::vector<Tensor>& input
             " uses a value that is not defined before it");
       args.push_back(it->second);
     }
+    if (observer_)
+      observer_(op, args);
     if (op.is<ir::builtin::ReturnOp>()) {
       std::vector<Tensor> out;
       for (const auto& a : args)

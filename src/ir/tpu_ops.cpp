@@ -41,6 +41,28 @@ void require_batch_positions(const TensorType& p, std::int64_t B, std::int64_t L
               "] i32, got " + p.str());
 }
 
+void require_act_quant(const std::optional<ActQuantKind>& kind, const std::optional<float>& scale,
+                       const std::optional<std::int64_t>& zero, const char* scale_name,
+                       std::initializer_list<const TensorType*> weights) {
+  if (!kind) {
+    require(!scale && !zero, std::string(scale_name) + " needs act_quant");
+    return;
+  }
+  for (const TensorType* w : weights)
+    require(w->dtype == DType::i8 && w->quant && w->quant->group_size == w->shape[0] &&
+                !w->quant->act_order,
+            "act_quant needs i8 weights with one scale per output channel, got " + w->str());
+  if (*kind == ActQuantKind::dynamic) {
+    require(!scale && !zero, std::string("act_quant = dynamic takes no ") + scale_name);
+    return;
+  }
+  require(scale && std::isfinite(*scale) && *scale > 0,
+          std::string("act_quant = static needs a finite ") + scale_name + " > 0");
+  require(!zero || (*zero >= -128 && *zero <= 127),
+          std::string(scale_name) + "'s zero point must be in [-128, 127], got " +
+              std::to_string(zero.value_or(0)));
+}
+
 } // namespace tpullm::ir::detail
 
 namespace tpullm::ir::tpu {
@@ -74,6 +96,7 @@ auto AddRMSNormOp::infer(Types in) const -> std::vector<TensorType> {
 auto MatMulOp::infer(Types in) const -> std::vector<TensorType> {
   detail::require_act(in[0], "lhs");
   const auto [K, N] = detail::require_packed(in[1], "rhs");
+  detail::require_act_quant(act_quant, act_scale, act_zero, "act_scale", {&in[1]});
   detail::require(in[0].rank() >= 1 && in[0].dim(-1) == K,
                   "lhs " + in[0].str() + " does not contract with rhs " + in[1].str());
   if (in.size() == 3)
@@ -98,6 +121,8 @@ auto MLPOp::infer(Types in) const -> std::vector<TensorType> {
   const auto [gk, gn] = detail::require_packed(in[1], "gate");
   const auto [uk, un] = detail::require_packed(in[2], "up");
   const auto [dk, dn] = detail::require_packed(in[3], "down");
+  detail::require_act_quant(act_quant, act_scale, act_zero, "act_scale", {&in[1], &in[2]});
+  detail::require_act_quant(act_quant, down_act_scale, down_act_zero, "down_act_scale", {&in[3]});
   const std::int64_t H = in[0].rank() >= 1 ? in[0].dim(-1) : -1;
   detail::require(gk == H && uk == H && dn == H && gn == un && dk == gn,
                   "MLP weights do not match hidden " + std::to_string(H) + ": gate " + in[1].str() +

@@ -55,8 +55,8 @@ struct FuseLmHeadArgMax : rewrite::OpPattern<ir::tpu::ArgMaxOp> {
   bool rewrite_op(Operation* am, const ir::tpu::ArgMaxOp&, rewrite::Rewriter& rw) const override {
     Operation* mm = am->operand(0)->defining_op();
     if (!mm || !mm->is<ir::tpu::MatMulOp>() || mm->num_operands() != 2 ||
-        mm->result(0)->users().size() != 1)
-      return false;
+        mm->result(0)->users().size() != 1 || mm->as<ir::tpu::MatMulOp>()->act_quant)
+      return false; // (a W8A8 product has no argmax kernel)
     const ir::TensorType& x = mm->operand(0)->type();
     if (x.shape != std::vector<std::int64_t>{1, 1, x.shape.size() == 3 ? x.shape[2] : -1})
       return false;
@@ -113,7 +113,7 @@ struct FuseQkv : rewrite::OpPattern<ir::tpu::MatMulOp> {
   FuseQkv(ir::Module& m, std::int64_t max_rows, std::shared_ptr<conversion::WeightConverter> c)
       : OpPattern("fuse-qkv"), module_(m), max_rows_(max_rows), conv_(std::move(c)) {}
 
-  bool rewrite_op(Operation* first, const ir::tpu::MatMulOp&,
+  bool rewrite_op(Operation* first, const ir::tpu::MatMulOp& first_op,
                   rewrite::Rewriter& rw) const override {
     Value* x = first->operand(0);
     const ir::TensorType& xt = x->type();
@@ -157,7 +157,7 @@ struct FuseQkv : rewrite::OpPattern<ir::tpu::MatMulOp> {
         module_.add_weight(b);
       operands.push_back(rw.create(ir::builtin::WeightOp{{b.name}}, {}));
     }
-    Value* y = rw.create(ir::tpu::MatMulOp{}, operands);
+    Value* y = rw.create(first_op, operands); // the act_quant attributes too (all equal)
     std::int64_t n0 = 0;
     for (Operation* op : group) {
       const ir::TensorType& t = op->result(0)->type();
@@ -178,6 +178,11 @@ private:
       return false;
     if (a->num_operands() == 3 &&
         (!weight_of(module_, a->operand(2)) || !weight_of(module_, b->operand(2))))
+      return false;
+    // W8A8 products share one activation quantization only when their attributes agree.
+    const auto& ma = *a->as<ir::tpu::MatMulOp>();
+    const auto& mb = *b->as<ir::tpu::MatMulOp>();
+    if (ma.act_quant != mb.act_quant || ma.act_scale != mb.act_scale || ma.act_zero != mb.act_zero)
       return false;
     return wa->type.dtype == wb->type.dtype && wa->type.quant == wb->type.quant &&
            wa->type.shape[0] == wb->type.shape[0] && wa->has_data() == wb->has_data();

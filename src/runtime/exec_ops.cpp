@@ -7,6 +7,7 @@
 #include "tpullm/kernels/elementwise.hpp"
 #include "tpullm/kernels/embedding_gather.hpp"
 #include "tpullm/kernels/flash_attention.hpp"
+#include "tpullm/kernels/int8_linear.hpp"
 #include "tpullm/kernels/matmul.hpp"
 #include "tpullm/kernels/mlp.hpp"
 #include "tpullm/kernels/moe.hpp"
@@ -107,7 +108,19 @@ const k::PackedWeights& packed(const Call& c, std::size_t i) {
   return *ref.packed;
 }
 
-void exec(const ir::tpu::MatMulOp&, Call& c) {
+/// The kernel's activation quantization of a W8A8 op's attributes (static: scale, zero).
+k::ActQuant act_quant(ir::ActQuantKind kind, const std::optional<float>& scale,
+                      const std::optional<std::int64_t>& zero) {
+  k::ActQuant a;
+  if (kind == ir::ActQuantKind::static_tensor) {
+    a.kind = k::ActQuant::Kind::static_tensor;
+    a.scale = scale.value_or(0.0f);
+    a.zero = static_cast<std::int32_t>(zero.value_or(0));
+  }
+  return a;
+}
+
+void exec(const ir::tpu::MatMulOp& o, Call& c) {
   const k::PackedWeights& w = packed(c, 1);
   const std::int64_t M = c.elems(c.in.operands[0]) / w.K;
   std::span<const float> bias;
@@ -116,6 +129,12 @@ void exec(const ir::tpu::MatMulOp&, Call& c) {
     const void* bp = b.buffer.region == ir::Region::weight ? c.weight(b.weight).bytes.data()
                                                            : c.operand(2, false);
     bias = span_of<float>(bp, w.N);
+  }
+  if (o.act_quant) { // W8A8 (--mode int8)
+    k::linear_w8a8(span_of<float>(c.operand(0), M * w.K), w, bias,
+                   mspan_of<float>(c.result(0), M * w.N), {M, w.K, w.N},
+                   act_quant(*o.act_quant, o.act_scale, o.act_zero), c.split);
+    return;
   }
   k::linear(span_of<float>(c.operand(0), M * w.K), w, bias, mspan_of<float>(c.result(0), M * w.N),
             {M, w.K, w.N}, c.split);
@@ -151,12 +170,20 @@ void exec(const ir::tpu::MatMulArgMaxOp&, Call& c) {
   *reinterpret_cast<std::int32_t*>(c.result(0)) = static_cast<std::int32_t>(best_i);
 }
 
-void exec(const ir::tpu::MLPOp&, Call& c) {
+void exec(const ir::tpu::MLPOp& o, Call& c) {
   const k::PackedWeights& g = packed(c, 1);
   const k::PackedWeights& u = packed(c, 2);
   const k::PackedWeights& d = packed(c, 3);
   const std::int64_t H = g.K, I = g.N;
   const std::int64_t M = c.elems(c.in.operands[0]) / H;
+  if (o.act_quant) { // W8A8 (--mode int8)
+    k::swiglu_mlp_w8a8(span_of<float>(c.operand(0), M * H), g, u, d,
+                       mspan_of<float>(c.result(0), M * H), {M, H, I},
+                       act_quant(*o.act_quant, o.act_scale, o.act_zero),
+                       act_quant(*o.act_quant, o.down_act_scale, o.down_act_zero),
+                       static_cast<std::size_t>(c.local_memory), c.split);
+    return;
+  }
   k::swiglu_mlp(span_of<float>(c.operand(0), M * H), g, u, d, mspan_of<float>(c.result(0), M * H),
                 {M, H, I}, static_cast<std::size_t>(c.local_memory), c.split);
 }

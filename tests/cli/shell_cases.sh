@@ -23,7 +23,7 @@ expect() { # expect RC REGEX CMD...
   fi
 }
 expect 2 "^tpullm compile: invalid input: --output: the output path is empty$" "$tpullm" compile "$model" -o ""
-expect 2 "--mode: '' is not f32, bf16, f16, w8a16 or w4a16" "$tpullm" compile "$model" -o x.bundle --mode ''
+expect 2 "--mode: '' is not f32, bf16, f16, w8a16, w4a16 or int8" "$tpullm" compile "$model" -o x.bundle --mode ''
 expect 2 "--embedding-dtype: 'i8' is not f32, bf16, f16, w8 or w4" "$tpullm" compile "$model" -o x.bundle --embedding-dtype i8
 expect 2 "names a directory, not a file" "$tpullm" compile "$model" -o "$work/sub/"
 [ -e "$work/-" ] && { fail=1; echo "FAIL: a file named '-' was created"; }

@@ -14,9 +14,10 @@ namespace tpullm::cli {
 po::options_description compile_options(compiler::CompileOptions& c, std::string& target_file) {
   po::options_description o("compilation");
   o.add_options()("mode", po::value(&c.lower.mode)->default_value("f32"),
-                  "weights of the linear and MLP layers: f32, bf16, f16, or w8a16 / w4a16 "
+                  "weights of the linear and MLP layers: f32, bf16, f16, w8a16 / w4a16 "
                   "(int8 / int4 codes rounded to nearest at compile time, f32 activations; "
-                  "GPTQ / AWQ checkpoints keep their integer weights in every mode)")(
+                  "GPTQ / AWQ checkpoints keep their integer weights in every mode), or int8 "
+                  "(W8A8: int8 weights per output channel and int8 activations, see --act-quant)")(
       "embedding-dtype", po::value(&c.lower.embedding),
       "dtype of the embedding table: f32, bf16, f16, w8 or w4 (default: the mode's; bf16 for "
       "w8a16 / w4a16; a tied embedding with the lm_head's dtype is stored once)")(

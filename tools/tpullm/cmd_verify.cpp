@@ -39,6 +39,16 @@ bool print_reports(const std::vector<verify::ScenarioReport>& reports) {
   return ok;
 }
 
+/// The bounds_for_mode key of the lowering options: the mode, or for int8 its activation scheme
+/// (int8, int8-static, int8-static-asym, int8-static-smooth).
+std::string int8_bounds_key(const conversion::LowerOptions& l) {
+  if (l.mode != "int8" || l.act_quant != "static")
+    return l.mode;
+  if (l.smooth_alpha > 0)
+    return "int8-static-smooth";
+  return l.act_asymmetric ? "int8-static-asym" : "int8-static";
+}
+
 } // namespace
 
 int cmd_verify(const std::vector<std::string>& args) {
@@ -64,7 +74,7 @@ int cmd_verify(const std::vector<std::string>& args) {
       "fraction of rows per scenario whose argmax must agree with the golden one (default by "
       "mode: f32 0, f16 0.9, bf16 0.85)")(
       "mode", po::value(&copts.lower.mode)->default_value("f32"),
-      "tpu level: weights of linear and MLP layers (f32, bf16, f16, w8a16, w4a16)")(
+      "tpu level: weights of linear and MLP layers (f32, bf16, f16, w8a16, w4a16, int8)")(
       "lm-head-dtype", po::value(&copts.lower.lm_head),
       "tpu level: dtype of the lm_head weight (f32, bf16, f16, w8, w4; default: the mode's)")(
       "embedding-dtype", po::value(&copts.lower.embedding),
@@ -93,7 +103,7 @@ int cmd_verify(const std::vector<std::string>& args) {
     return kOk;
   const verify::Bounds bounds =
       level == "top" ? verify::bounds_for_mode("f32")
-                     : verify::bounds_for_options(copts.lower.mode, copts.lower.lm_head,
+                     : verify::bounds_for_options(int8_bounds_key(copts.lower), copts.lower.lm_head,
                                                   copts.lower.embedding, copts.lower.kv_dtype);
   const float rel_tol = rel_tol_given.value_or(bounds.rel_tol);
   const float min_argmax = min_argmax_given.value_or(bounds.min_argmax);
@@ -115,7 +125,8 @@ int cmd_verify(const std::vector<std::string>& args) {
   if (level == "top")
     for (const char* only :
          {"mode", "target", "fusions", "tile-rows", "no-layer-groups", "bundle", "lm-head-dtype",
-          "embedding-dtype", "kv-dtype", "group-size", "symmetric", "keep-float"})
+          "embedding-dtype", "kv-dtype", "group-size", "symmetric", "keep-float", "act-quant",
+          "act-asymmetric", "calib", "smooth-alpha"})
       check(vm[only].empty() || vm[only].defaulted(), ErrorKind::invalid_input,
             std::string("--") + only,
             "is used only by the compiled levels (--level tpu or bundle), not by --level top");

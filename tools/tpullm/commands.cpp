@@ -14,6 +14,7 @@ int cmd_chat(const std::vector<std::string>& args);
 int cmd_bench(const std::vector<std::string>& args);
 int cmd_tokenize(const std::vector<std::string>& args);
 int cmd_serve(const std::vector<std::string>& args);
+int cmd_calibrate(const std::vector<std::string>& args);
 
 const std::vector<Command>& commands() {
   static const std::vector<Command> table = {
@@ -33,6 +34,12 @@ const std::vector<Command>& commands() {
       {"compile",
        "compile MODEL_DIR -o FILE.bundle     compile a checkpoint into one deployable bundle",
        cmd_compile},
+      {"calibrate",
+       "calibrate MODEL_DIR -o calib.json    record the activation ranges of a float model on "
+       "sample\n"
+       "                                       prompts (for compile --mode int8 --act-quant "
+       "static)",
+       cmd_calibrate},
       {"run",
        "run FILE.bundle --prompt-ids 1,2,3   generate tokens from a bundle (greedy or sampled)",
        cmd_run},

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "command.hpp"
+#include "tpullm/frontend/hf_config.hpp"
 #include "tpullm/frontend/stage_builder.hpp"
 #include "tpullm/runtime/engine.hpp"
 #include "tpullm/support/output_file.hpp"
@@ -67,6 +68,46 @@ void check_session_runs(runtime::Session& s, bool with_history, const std::strin
   }
 }
 
+conversion::CalibModel calib_model(const frontend::ModelDesc& d) {
+  return {std::string(frontend::family_name(d.family)), d.dims.layers, d.dims.hidden,
+          d.dims.intermediate, d.dims.vocab};
+}
+
+void check_int8_options(const frontend::ModelDesc& desc, const conversion::LowerOptions& lo) {
+  const bool int8 = lo.mode == "int8";
+  if (!int8) {
+    for (const auto& [given, option] : {std::pair{lo.act_quant != "dynamic", "--act-quant"},
+                                        {lo.act_asymmetric, "--act-asymmetric"},
+                                        {!lo.calib.empty(), "--calib"},
+                                        {lo.smooth_alpha != 0, "--smooth-alpha"}})
+      check(!given, ErrorKind::invalid_input, option, "applies only to --mode int8");
+    return;
+  }
+  check(lo.act_quant == "dynamic" || lo.act_quant == "static", ErrorKind::invalid_input,
+        "--act-quant", "must be dynamic or static, got '", lo.act_quant, "'");
+  const bool stat = lo.act_quant == "static";
+  check(!lo.act_asymmetric || stat, ErrorKind::invalid_input, "--act-asymmetric",
+        "applies only to --act-quant static (dynamic scales are symmetric per row)");
+  check(!stat || !lo.calib.empty(), ErrorKind::invalid_input, "--act-quant",
+        "static needs a calibration table: --calib FILE (written by tpullm calibrate)");
+  check(lo.smooth_alpha == 0 || (lo.smooth_alpha > 0 && lo.smooth_alpha < 1),
+        ErrorKind::invalid_input, "--smooth-alpha", "must be in (0, 1) (typical 0.5), got ",
+        lo.smooth_alpha);
+  check(lo.smooth_alpha == 0 || !lo.calib.empty(), ErrorKind::invalid_input, "--smooth-alpha",
+        "needs a calibration table: --calib FILE (written by tpullm calibrate)");
+  for (const auto& l : desc.layers)
+    check(!l.sparse(), ErrorKind::unsupported, "--mode",
+          "int8 (W8A8) does not support mixture-of-experts models; use --mode w8a16 or w4a16");
+  for (const auto& l : desc.layers)
+    for (const frontend::WeightRef* w : {&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down})
+      check(!w->is_quantized(), ErrorKind::unsupported, "--mode",
+            "int8 quantizes float checkpoints; '", w->name(),
+            "' is already quantized (GPTQ / AWQ weights go through direct in the other modes)");
+  if (!lo.calib.empty())
+    conversion::check_calib_model(conversion::load_calib_table(lo.calib), calib_model(desc),
+                                  lo.calib);
+}
+
 void check_runnable(const frontend::ModelDesc& desc, const frontend::StageParams& params,
                     const compiler::CompileOptions& options) {
   (void)params;
@@ -84,15 +125,13 @@ void check_runnable(const frontend::ModelDesc& desc, const frontend::StageParams
   // q8 / q4: the names of the 8- and 4-bit RTN choices of this option (empty: none allowed).
   auto check_dtype = [&](const std::string& v, const char* option, const std::string& q8,
                          const std::string& q4) {
-    // INT8 (W8A8) is named so that a user learns it does not exist yet (GPTQ / AWQ
-    // checkpoints keep their integer weights in every mode).
-    check(v != "int8", ErrorKind::unsupported, option,
-          "'int8' (int8 weights and activations, W8A8) is not implemented; use w8a16 or w4a16 "
-          "for int8 / int4 weights with f32 activations");
     const bool q = !q8.empty() && (v == q8 || v == q4);
     check(q || v == "f32" || v == "bf16" || v == "f16", ErrorKind::invalid_input, option, "'", v,
           "' is not ",
-          q8.empty() ? "f32, bf16 or f16" : str_cat("f32, bf16, f16, ", q8, " or ", q4));
+          q8.empty() ? "f32, bf16 or f16"
+          : std::string_view(option) == "--mode"
+              ? str_cat("f32, bf16, f16, ", q8, ", ", q4, " or int8")
+              : str_cat("f32, bf16, f16, ", q8, " or ", q4));
     if (!q) {
       require_target(*ir::parse_dtype(v), v, option);
       return;
@@ -102,8 +141,15 @@ void check_runnable(const frontend::ModelDesc& desc, const frontend::StageParams
                            : (lo.symmetric ? ir::DType::i4 : ir::DType::u4),
                    v, option);
   };
-  check_dtype(lo.mode, "--mode", "w8a16", "w4a16");
-  const bool quantizing = lo.mode == "w8a16" || lo.mode == "w4a16";
+  const bool int8 = lo.mode == "int8";
+  if (int8) {
+    require_target(ir::DType::bf16, lo.mode, "--mode");
+    require_target(ir::DType::i8, lo.mode, "--mode");
+  } else {
+    check_dtype(lo.mode, "--mode", "w8a16", "w4a16");
+  }
+  check_int8_options(desc, lo);
+  const bool quantizing = lo.mode == "w8a16" || lo.mode == "w4a16" || int8;
   if (!lo.embedding.empty())
     check_dtype(lo.embedding, "--embedding-dtype", "w8", "w4");
   if (!lo.lm_head.empty())
@@ -119,7 +165,7 @@ void check_runnable(const frontend::ModelDesc& desc, const frontend::StageParams
   check(any_rtn || !lo.symmetric, ErrorKind::invalid_input, "--symmetric",
         "applies only to --mode w8a16 / w4a16 or --lm-head-dtype / --embedding-dtype w8 / w4");
   check(quantizing || lo.keep_float.empty(), ErrorKind::invalid_input, "--keep-float",
-        "applies only to --mode w8a16 / w4a16");
+        "applies only to --mode w8a16 / w4a16 / int8");
   const std::int64_t vocab = desc.dims.vocab;
   if (desc.bos_token_id)
     check(*desc.bos_token_id >= 0 && *desc.bos_token_id < vocab, ErrorKind::invalid_input,

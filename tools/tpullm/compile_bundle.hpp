@@ -6,6 +6,7 @@
 
 #include "tpullm/bundle/bundle.hpp"
 #include "tpullm/compiler/compiler.hpp"
+#include "tpullm/conversion/calib_table.hpp"
 #include "tpullm/frontend/model_desc.hpp"
 #include "tpullm/frontend/stage_params.hpp"
 #include "tpullm/runtime/session.hpp"
@@ -41,6 +42,14 @@ CompileReport compile_bundle(const frontend::ModelDesc& desc, const frontend::St
 /// resets it; an Error on the way (a plan the executor cannot run) becomes
 /// Error(invalid_input, `what`, the reason). What compile and verify --level tpu check first.
 void check_session_runs(runtime::Session& s, bool with_history, const std::string& what);
+
+/// The int8 options of `lo` (--act-quant, --act-asymmetric, --calib, --smooth-alpha) against each
+/// other, the mode and the model (no MoE layers, no pre-quantized linears, a table measured on
+/// this model). Throws Error naming the option.
+void check_int8_options(const frontend::ModelDesc& desc, const conversion::LowerOptions& lo);
+
+/// The identity a calibration table records for model `d`.
+conversion::CalibModel calib_model(const frontend::ModelDesc& d);
 
 /// Refuses (Error(invalid_input) naming the option) what would compile into a bundle the
 /// runtime cannot run or that misbehaves: a negative --tile-rows or --threads, --tile-rows

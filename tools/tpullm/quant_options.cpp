@@ -8,7 +8,8 @@
 namespace tpullm::cli {
 
 po::options_description quantization_options(conversion::LowerOptions& l, std::string& keep_float) {
-  po::options_description o("weight quantization (--mode w8a16 / w4a16, --lm-head-dtype w8 / w4)");
+  po::options_description o(
+      "weight quantization (--mode w8a16 / w4a16 / int8, --lm-head-dtype w8 / w4)");
   o.add_options()("group-size", po::value(&l.group_size)->default_value(64),
                   "rows of K sharing one scale (and zero point): 32, 64, 128, or 0 for one per "
                   "output channel")("symmetric", po::bool_switch(&l.symmetric),
@@ -16,6 +17,16 @@ po::options_description quantization_options(conversion::LowerOptions& l, std::s
       "keep-float", po::value(&keep_float),
       "regex of checkpoint tensor names (e.g. 'model\\.layers\\.0\\..*') whose linear weights "
       "stay in bf16");
+  o.add_options()("act-quant", po::value(&l.act_quant)->default_value("dynamic"),
+                  "--mode int8: activation quantization, dynamic (a scale per token row, computed "
+                  "at run time) or static (one calibrated scale per tensor; needs --calib)")(
+      "act-asymmetric", po::bool_switch(&l.act_asymmetric),
+      "--mode int8 --act-quant static: a zero point from the calibrated min / max (default: "
+      "symmetric)")("calib", po::value(&l.calib),
+                    "--mode int8: calibration table written by `tpullm calibrate` for this model")(
+      "smooth-alpha", po::value(&l.smooth_alpha)->default_value(0.0, "0"),
+      "--mode int8: SmoothQuant migration strength in (0, 1), typical 0.5 (needs --calib; 0: no "
+      "smoothing)");
   return o;
 }
 

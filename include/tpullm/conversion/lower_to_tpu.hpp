@@ -10,6 +10,11 @@
 ///    round-to-nearest (conversion/rtn_quantize.hpp) per `group-size` rows, asymmetric unless
 ///    `symmetric`; their float dtype (embedding, lm_head by default, `keep-float` weights,
 ///    norms) is bf16, and an lm_head of `w8` / `w4` is quantized the same way;
+///  - mode int8 (W8A8) quantizes the same weights to int8, symmetric, one scale per output
+///    channel, and marks their tpu.MatMul / tpu.MLP with how activations are quantized
+///    (`act_quant`; static: `act_scale` / `act_zero` from the calibration table `calib`, and
+///    `down_act_scale` / `down_act_zero` for the MLP's down projection); `smooth-alpha` applies
+///    SmoothQuant to the inputs that follow an RMSNorm (conversion/int8_calib.hpp);
 ///  - RoPE gathers its cos/sin rows inside tpu.Rope; the embedding gather becomes
 ///    tpu.Embedding (producing f32, so a following Cast to f32 disappears) on the table packed
 ///    as the lm_head packs it ([H, V] panels), so a tied checkpoint stores it once;
@@ -38,11 +43,16 @@ struct LowerOptions {
   std::string keep_float; ///< w8a16 / w4a16: ECMAScript regex of Top weight names kept in bf16
   /// KV cache element type: f32, f16 or bf16 (empty: f32 for mode f32, f16 for every other mode)
   std::string kv_dtype;
+  // --- int8 (W8A8) ---
+  std::string act_quant = "dynamic"; ///< int8: dynamic (a scale per row) or static (per tensor)
+  bool act_asymmetric = false;       ///< int8 static: a zero point from the table's min / max
+  std::string calib;                 ///< int8: calibration table (conversion/calib_table.hpp)
+  double smooth_alpha = 0;           ///< int8: SmoothQuant migration strength in (0, 1); 0: off
   template <class S, class F>
   static void fields(S& s, F&& f) {
     f("mode", s.mode,
-      "weight dtype of linear and MLP layers: f32, bf16, f16, or w8a16 / w4a16 (round-to-nearest "
-      "int8 / int4 weights, f32 activations; their float dtype is bf16)");
+      "weight dtype of linear and MLP layers: f32, bf16, f16, w8a16 / w4a16 (round-to-nearest "
+      "int8 / int4 weights, f32 activations; their float dtype is bf16) or int8 (W8A8)");
     f("embedding", s.embedding, "dtype of the embedding table (default: the mode's float dtype)");
     f("lm-head", s.lm_head,
       "dtype of the lm_head weight: f32, bf16, f16, w8 or w4 (default: the mode's float dtype)");
@@ -53,6 +63,13 @@ struct LowerOptions {
       "quantizing modes: regex of weight names (e.g. layers\\.0\\..*) kept in the float dtype");
     f("kv-dtype", s.kv_dtype,
       "KV cache element type: f32, f16 or bf16 (default: f32 for mode f32, f16 otherwise)");
+    f("act-quant", s.act_quant,
+      "int8: activation quantization, dynamic (a scale per row at run time) or static (one "
+      "calibrated scale per tensor, needs calib)");
+    f("act-asymmetric", s.act_asymmetric, "int8 static: a zero point from the calibrated range");
+    f("calib", s.calib, "int8: calibration table file (tpullm calibrate)");
+    f("smooth-alpha", s.smooth_alpha,
+      "int8: SmoothQuant strength in (0, 1) (needs calib; 0: no smoothing)");
   }
 };
 

@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <exception>
 #include <limits>
+#include <functional>
 #include <memory>
 #include <numeric>
 #include <stdexcept>
@@ -204,12 +205,20 @@ public:
   /// The weight store (possibly shared with other interpreters).
   WeightStore& weights() { return *weights_; }
 
+  /// Called before each op of run() is evaluated, with its operand values (an observation hook:
+  /// `tpullm calibrate` records the inputs of the linears). Empty: none.
+  using Observer =
+      std::function<void(const ir::Operation&, const std::vector<std::shared_ptr<const Tensor>>&)>;
+  /// Installs `o` (replacing any earlier observer).
+  void set_observer(Observer o) { observer_ = std::move(o); }
+
 private:
   using Ptr = std::shared_ptr<const Tensor>;
   using Args = std::vector<Ptr>;
   using Results = std::vector<Ptr>;
 
   static Results one(Tensor t) { return {std::make_shared<const Tensor>(std::move(t))}; }
+  Observer observer_;
 
   /// The ops.def-driven dispatch: one eval() per op kind of the top / builtin dialects (a kind
   /// of those without an overload fails to compile); any other dialect is refused at run time.

@@ -15,7 +15,9 @@
 /// Shapes: L = new tokens, S = history slots, H = hidden, d = head_dim, P = positions.
 
 #include <array>
+#include <cmath>
 #include <cstdint>
+#include <initializer_list>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -43,6 +45,16 @@ template <>
 struct EnumNames<KvForm> {
   static constexpr std::array<std::pair<KvForm, std::string_view>, 2> items = {
       {{KvForm::rows, "rows"}, {KvForm::cache, "cache"}}};
+};
+
+/// How a W8A8 linear (`--mode int8`) quantizes its input activation to int8
+/// (kernels/int8_linear.hpp ActQuant): `dynamic` computes a scale per row at run time;
+/// `static` uses the op's calibrated per-tensor `act_scale` / `act_zero`.
+enum class ActQuantKind : std::uint8_t { dynamic, static_tensor };
+template <>
+struct EnumNames<ActQuantKind> {
+  static constexpr std::array<std::pair<ActQuantKind, std::string_view>, 2> items = {
+      {{ActQuantKind::dynamic, "dynamic"}, {ActQuantKind::static_tensor, "static"}}};
 };
 
 namespace detail {
@@ -74,6 +86,13 @@ inline void require_positions(const TensorType& p, std::int64_t L, const char* w
 /// position_ids of a block op over B rows of L tokens: [B, L] i32, where B > 1 (a batched
 /// decode: each row its own conversation) holds one token per row.
 void require_batch_positions(const TensorType& p, std::int64_t B, std::int64_t L, const char* what);
+/// The activation-quantization attributes of a W8A8 op: without `kind` none of scale / zero may
+/// be set (the op reads f32 activations, whatever its weights); with it every
+/// weight is i8 with one scale per output channel (group = K), `dynamic` takes no scale / zero,
+/// `static` needs a finite scale > 0 and a zero point in [-128, 127] (absent: 0).
+void require_act_quant(const std::optional<ActQuantKind>& kind, const std::optional<float>& scale,
+                       const std::optional<std::int64_t>& zero, const char* scale_name,
+                       std::initializer_list<const TensorType*> weights);
 } // namespace detail
 
 namespace tpu {
@@ -129,8 +148,16 @@ struct MatMulOp {
   static constexpr int results = 1;
   static constexpr OpPolicy policy{
       .row_local = true, .row_operands = operand_set({0}), .split = SplitRule::gemm};
+  /// W8A8 (`--mode int8`): how lhs is quantized; absent for the float and weight-only modes.
+  std::optional<ActQuantKind> act_quant;
+  std::optional<float> act_scale;       ///< static: lhs ~= act_scale * (q - act_zero)
+  std::optional<std::int64_t> act_zero; ///< static: zero point (absent: 0, symmetric)
   template <class S, class F>
-  static void attrs(S&, F&&) {}
+  static void attrs(S& s, F&& f) {
+    f("act_quant", s.act_quant);
+    f("act_scale", s.act_scale);
+    f("act_zero", s.act_zero);
+  }
   std::vector<TensorType> infer(Types in) const;
 };
 
@@ -153,9 +180,21 @@ struct MLPOp {
   static constexpr OpPolicy policy{
       .row_local = true, .row_operands = operand_set({0}), .split = SplitRule::gemm};
   Activation activation = Activation::silu;
+  /// W8A8 (`--mode int8`): how the input (for gate / up) and the activation entering down are
+  /// quantized; absent for the float and weight-only modes.
+  std::optional<ActQuantKind> act_quant;
+  std::optional<float> act_scale;            ///< static: the input's scale
+  std::optional<std::int64_t> act_zero;      ///< static: the input's zero point (absent: 0)
+  std::optional<float> down_act_scale;       ///< static: the down projection input's scale
+  std::optional<std::int64_t> down_act_zero; ///< static: its zero point (absent: 0)
   template <class S, class F>
   static void attrs(S& s, F&& f) {
     f("activation", s.activation);
+    f("act_quant", s.act_quant);
+    f("act_scale", s.act_scale);
+    f("act_zero", s.act_zero);
+    f("down_act_scale", s.down_act_scale);
+    f("down_act_zero", s.down_act_zero);
   }
   std::vector<TensorType> infer(Types in) const;
 };

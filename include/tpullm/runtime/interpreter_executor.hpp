@@ -32,6 +32,11 @@ public:
            std::span<const MutBytes> outputs) override;
 
   const std::vector<ir::Module>& modules() const { return modules_; }
+  /// Installs observation hook `o` on every module's interpreter (TopInterpreter::set_observer).
+  void set_observer(const interp::TopInterpreter::Observer& o) {
+    for (auto& [name, e] : by_function_)
+      e.interp->set_observer(o);
+  }
   /// The weight store every module's interpreter shares.
   interp::WeightStore& weights() { return *weights_; }
 

@@ -53,7 +53,8 @@ ScenarioReport run_scenario(runtime::Session& s, const std::string& name,
 /// The lossy modes also bound the mean KL divergence per scenario: w8a16 (round-to-nearest
 /// int8 weights, any group size, with or without zero points) 0.3 x max|golden|, argmax >= 75%,
 /// mean KL <= 0.01 nats; w4a16 (int4) 1.5, >= 5%, <= 1.2 nats (the shared random checkpoints
-/// reach 0.24 / 83% / 4.8e-3 and 1.0 / 11% / 0.83 at worst).
+/// reach 0.24 / 83% / 4.8e-3 and 1.0 / 11% / 0.83 at worst). int8 (W8A8) is keyed by its
+/// activation scheme: "int8" (dynamic), "int8-static", "int8-static-asym", "int8-static-smooth".
 struct Bounds {
   float rel_tol = 1e-4f;  ///< |ours - golden| <= rel_tol * max|golden| per logits tensor
   float min_argmax = 0;   ///< fraction of rows whose argmax must agree, per scenario

@@ -1,0 +1,216 @@
+// --mode int8 end to end below the CLI: the calibration statistics and thresholds against hand
+// computations, the table independent of threads, the static / smoothed attributes surviving a
+// bundle (what is written is what is read), and a bundle running to the in-memory logits.
+#include "test_data_dir.hpp"
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <unistd.h>
+
+#include "tpullm/bundle/bundle.hpp"
+#include "tpullm/compiler/compiler.hpp"
+#include "tpullm/conversion/calib_stats.hpp"
+#include "tpullm/conversion/int8_calib.hpp"
+#include "tpullm/frontend/stage_builder.hpp"
+#include "tpullm/rewrite/op_equivalence.hpp"
+#include "tpullm/runtime/calibrate.hpp"
+#include "tpullm/runtime/compiled_stages.hpp"
+#include "tpullm/runtime/engine.hpp"
+
+using namespace tpullm;
+namespace fs = std::filesystem;
+
+namespace {
+
+fs::path int8_model_dir(const std::string& name) {
+  return fs::path(TPULLM_TEST_DATA_DIR) / "models" / name;
+}
+
+frontend::StageParams int8_params() {
+  frontend::StageParams p;
+  p.seq_length = 64;
+  p.max_input_length = 16;
+  p.decode_chunks = {64};
+  return p;
+}
+
+/// A file in the temporary directory, removed at scope exit.
+struct Int8TempFile {
+  fs::path path;
+  explicit Int8TempFile(const std::string& tag) {
+    static int n = 0;
+    path = fs::temp_directory_path() /
+           ("tpullm-int8-" + std::to_string(::getpid()) + "-" + std::to_string(n++) + tag);
+  }
+  ~Int8TempFile() {
+    std::error_code ec;
+    fs::remove(path, ec);
+  }
+};
+
+} // namespace
+
+TEST_CASE("calibration thresholds follow their definitions", "[int8]") {
+  // Nearest rank: the ceil(0.9999 * 20000) = 19998th smallest of 1..20000.
+  std::vector<float> v(20000);
+  for (std::size_t i = 0; i < v.size(); ++i)
+    v[i] = static_cast<float>(v.size() - i); // descending: order must not matter
+  CHECK(conversion::percentile_threshold(v) == 19998.0f);
+  CHECK(conversion::percentile_threshold({}) == 0.0f);
+  // A bulk in [0, 1) and one outlier at 1000: every candidate clips the outlier alike, so KL
+  // takes the smallest, 128 bins: (128 + 0.5) * 1000 / 2048; a uniform distribution over
+  // [0, 1000] keeps nearly the whole range.
+  std::vector<float> bulk;
+  for (int i = 0; i < 10000; ++i)
+    bulk.push_back(static_cast<float>(i % 1000) / 1000.0f);
+  bulk.push_back(1000.0f);
+  CHECK(conversion::kl_threshold(bulk, 1000.0f) == Approx(128.5 * 1000 / 2048));
+  std::vector<float> uni;
+  for (int i = 0; i <= 100000; ++i)
+    uni.push_back(static_cast<float>(i) / 100.0f);
+  CHECK(conversion::kl_threshold(uni, 1000.0f) > 900.0f);
+  CHECK(conversion::kl_threshold(uni, 1000.0f) <= 1000.0f);
+}
+
+TEST_CASE("static parameters and smoothing factors by hand", "[int8]") {
+  conversion::CalibEntry e{"x", -2.0f, 6.0f, 6.0f, 4.0f, {6.0f, 1.0f}};
+  const auto sym = conversion::static_act_params(e, false);
+  CHECK(sym.scale == Approx(4.0 / 127));
+  CHECK(sym.zero == 0);
+  // Asymmetric: [-2, min(6, 4)] over 255 levels; -2 maps to -128.
+  const auto asym = conversion::static_act_params(e, true);
+  CHECK(asym.scale == Approx(6.0 / 255));
+  CHECK(asym.zero == static_cast<int>(std::nearbyint(-128 + 2.0 / (6.0 / 255))));
+  // s = x^a / w^(1-a): 16^0.5 / 4^0.5 = 2; a zero channel keeps 1.
+  const auto s =
+      conversion::smooth_factors(std::vector<float>{16, 0, 9}, std::vector<float>{4, 3, 1}, 0.5);
+  CHECK(s[0] == Approx(2.0));
+  CHECK(s[1] == 1.0f);
+  CHECK(s[2] == Approx(3.0));
+  // max(16 / 2, 0, 9 / 3) / 16.
+  CHECK(conversion::smoothed_shrink(std::vector<float>{16, 0, 9}, s, 16) == Approx(0.5));
+  CHECK_THROWS_AS(conversion::smooth_factors(std::vector<float>{1}, std::vector<float>{1}, 1.0),
+                  Error);
+  conversion::CalibEntry zero{"z", 0, 0, 0, 0, {0}};
+  CHECK_THROWS_WITH(conversion::static_act_params(zero, false),
+                    Catch::Contains("is all zero on the calibration samples"));
+}
+
+TEST_CASE("calibration: stats of the first input match a direct computation", "[int8]") {
+  // layers.0.q reads rms_norm(embedding[ids]) * gamma: computed here from the interpreter-free
+  // definition on the checkpoint's own tensors, in double.
+  const auto desc = frontend::load_model(int8_model_dir("llama-gqa"));
+  const auto samples = runtime::builtin_calib_samples(desc.dims.vocab, 12, 2);
+  runtime::CalibrateOptions o;
+  const auto t = runtime::calibrate(desc, int8_params(), samples, o);
+  REQUIRE(t.inputs.size() == static_cast<std::size_t>(7 * desc.dims.layers));
+  const conversion::CalibEntry* q = t.find("layers.0.q");
+  REQUIRE(q != nullptr);
+  const std::int64_t H = desc.dims.hidden;
+  const auto emb = desc.embedding.tensor().to_f32();
+  const auto gamma = desc.layers[0].attn_norm.tensor().to_f32();
+  double mn = 1e30, mx = -1e30;
+  std::vector<double> ch(static_cast<std::size_t>(H), 0.0);
+  for (const auto& s : samples)
+    for (std::int32_t id : s) {
+      const float* row = emb.data() + static_cast<std::int64_t>(id) * H;
+      double ss = 0;
+      for (std::int64_t j = 0; j < H; ++j)
+        ss += double(row[j]) * row[j];
+      const double r = 1.0 / std::sqrt(ss / static_cast<double>(H) + desc.norm_eps);
+      for (std::int64_t j = 0; j < H; ++j) {
+        const double y = row[j] * r * gamma[static_cast<std::size_t>(j)];
+        mn = std::min(mn, y);
+        mx = std::max(mx, y);
+        ch[static_cast<std::size_t>(j)] = std::max(ch[static_cast<std::size_t>(j)], std::fabs(y));
+      }
+    }
+  CHECK(q->min == Approx(mn).epsilon(1e-5));
+  CHECK(q->max == Approx(mx).epsilon(1e-5));
+  CHECK(q->threshold == q->absmax); // method max
+  REQUIRE(q->channel_absmax.size() == static_cast<std::size_t>(H));
+  for (std::int64_t j = 0; j < H; ++j)
+    CHECK(q->channel_absmax[static_cast<std::size_t>(j)] ==
+          Approx(ch[static_cast<std::size_t>(j)]).epsilon(1e-5));
+  // k and v read the same tensor; down reads the wider SwiGLU activation.
+  CHECK(t.find("layers.0.k")->channel_absmax == q->channel_absmax);
+  CHECK(t.find("layers.0.down")->channel_absmax.size() ==
+        static_cast<std::size_t>(desc.dims.intermediate));
+  CHECK(t.samples == 2);
+  CHECK(t.tokens == 24);
+  // The same table on two threads, and for every method its text parses back to itself.
+  o.threads = 2;
+  CHECK(conversion::format_calib_table(runtime::calibrate(desc, int8_params(), samples, o)) ==
+        conversion::format_calib_table(t));
+  for (const char* m : {"percentile", "kl"}) {
+    o.method = m;
+    const auto tm = runtime::calibrate(desc, int8_params(), samples, o);
+    const std::string text = conversion::format_calib_table(tm);
+    CHECK(conversion::format_calib_table(conversion::parse_calib_table(text, "t")) == text);
+    for (const auto& e : tm.inputs)
+      CHECK((e.threshold > 0 && e.threshold <= e.absmax));
+  }
+}
+
+TEST_CASE("int8 static attributes survive a bundle and run to the in-memory logits", "[int8]") {
+  const auto desc = frontend::load_model(int8_model_dir("qwen3-headdim"));
+  runtime::CalibrateOptions co;
+  const auto table = runtime::calibrate(desc, int8_params(),
+                                        runtime::builtin_calib_samples(desc.dims.vocab, 16, 2), co);
+  Int8TempFile calib(".json");
+  std::ofstream(calib.path) << conversion::format_calib_table(table);
+  compiler::CompileOptions o;
+  o.lower.mode = "int8";
+  o.lower.act_quant = "static";
+  o.lower.act_asymmetric = true;
+  o.lower.smooth_alpha = 0.5;
+  o.lower.calib = calib.path.string();
+  o.target.cores = 2;
+  const auto cm = compiler::compile(frontend::build_top_modules(desc, int8_params()), o);
+  const auto info = bundle::make_model_info(desc, int8_params(), "int8");
+  std::ostringstream os;
+  bundle::write_bundle(cm, info, os);
+  Int8TempFile file(".bundle");
+  {
+    std::ofstream f(file.path, std::ios::binary);
+    const std::string bytes = os.str();
+    f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  }
+  {
+    const auto b = bundle::Bundle::open(file.path);
+    REQUIRE(b->programs().size() == cm.programs.size());
+    std::size_t static_ops = 0, zero_points = 0;
+    for (std::size_t i = 0; i < cm.programs.size(); ++i) {
+      REQUIRE(b->programs()[i].instrs.size() == cm.programs[i].instrs.size());
+      for (std::size_t k = 0; k < cm.programs[i].instrs.size(); ++k) {
+        const auto& got = b->programs()[i].instrs[k].op;
+        CHECK(rewrite::attributes_equal(got, cm.programs[i].instrs[k].op));
+        if (const auto* m = std::get_if<ir::tpu::MLPOp>(&got)) {
+          static_ops += m->act_quant == ir::ActQuantKind::static_tensor && m->down_act_scale;
+          zero_points += m->act_zero.has_value();
+        }
+        if (const auto* m = std::get_if<ir::tpu::MatMulOp>(&got)) {
+          static_ops += m->act_quant == ir::ActQuantKind::static_tensor && m->act_scale;
+          zero_points += m->act_zero.has_value();
+        }
+      }
+    }
+    CHECK(static_ops > 0);
+    CHECK(zero_points > 0);
+  }
+  auto exec = compiler::make_executor(cm);
+  runtime::CompiledStages stages(*exec);
+  runtime::Session mem(stages, runtime::Engine::dims_of(info), int8_params());
+  runtime::Engine engine(file.path);
+  const std::vector<std::int32_t> prompt{1,  5,  9,  2,  7,  3,  8,  4,  6,  10,
+                                         11, 12, 13, 14, 15, 16, 17, 18, 19, 20};
+  const auto a = mem.prefill(prompt, true);
+  const auto b = engine.session().prefill(prompt, true);
+  REQUIRE(a.size() == b.size());
+  CHECK(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
+}
