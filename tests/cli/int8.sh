@@ -101,4 +101,13 @@ expect 2 "--mode: int8 quantizes float checkpoints; 'model.layers.0.self_attn.q_
 expect 2 "--act-quant: is used only by the compiled levels" "$tpullm" verify "$llama" \
   --act-quant static
 [ -e x.bundle ] && { fail=1; echo "FAIL: a refused compile wrote x.bundle"; }
+# -o onto a file the command reads: refused before any work, the file left as it was.
+cp a.json keep.json
+expect 2 "is the --calib file 'keep.json' this command reads" "$tpullm" compile "$llama" \
+  -o keep.json --mode int8 --act-quant static --calib keep.json
+cmp a.json keep.json || { fail=1; echo "FAIL: compile -o onto its --calib file changed it"; }
+cp ids.txt keep.txt
+expect 2 "is the --samples file 'keep.txt' this command reads" "$tpullm" calibrate "$llama" \
+  -o keep.txt --samples keep.txt
+cmp ids.txt keep.txt || { fail=1; echo "FAIL: calibrate -o onto its --samples file changed it"; }
 exit $fail

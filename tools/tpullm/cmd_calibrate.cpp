@@ -110,6 +110,7 @@ int cmd_calibrate(const std::vector<std::string>& args) {
         "must be in [1, 256], got ", copt.threads);
   detail::check_output_name(out);
   refuse_output_over_model_file(out, model);
+  refuse_output_over_input(out, samples_file, "--samples");
   const auto t0 = std::chrono::steady_clock::now();
   frontend::LoadOptions load;
   load.access = no_mmap ? FileAccess::read : FileAccess::map;

@@ -83,6 +83,15 @@ void refuse_output_over_model_file(const std::string& output, const std::string&
   }
 }
 
+void refuse_output_over_input(const std::string& output, const std::string& input,
+                              const char* option) {
+  std::error_code ec;
+  if (!input.empty() && std::filesystem::equivalent(output, input, ec))
+    throw Error(ErrorKind::invalid_input, "--output",
+                "'" + output + "' is the " + option + " file '" + input +
+                    "' this command reads; writing there would destroy it");
+}
+
 bool parse_model_command(const std::vector<std::string>& args, po::options_description& o,
                          frontend::StageParams& params, po::variables_map* parsed) {
   o.add(stage_options(params));

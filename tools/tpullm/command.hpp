@@ -84,6 +84,12 @@ void refuse_output_over_model(const std::string& output, const std::string& mode
 /// destroy the checkpoint being read.
 void refuse_output_over_model_file(const std::string& output, const std::string& model);
 
+/// Refuses (Error(invalid_input) naming "--output") an output file that is the file `input`
+/// names (an existing path, the same file through any link): the command reads `input`, and
+/// replacing it would lose it. `option` names where `input` came from (e.g. "--calib").
+void refuse_output_over_input(const std::string& output, const std::string& input,
+                              const char* option);
+
 /// Progress on stderr: an updating line on a terminal, nothing when redirected.
 void print_progress(const std::string& what, std::size_t done, std::size_t total);
 

@@ -189,6 +189,7 @@ CompileReport compile_bundle(const frontend::ModelDesc& desc, const frontend::St
         "is a directory; -o names the bundle file to write");
   check_runnable(desc, params, options);
   refuse_output_over_model_file(out.string(), desc.dir.string());
+  refuse_output_over_input(out.string(), options.lower.calib, "--calib");
   // Staged beside the target and renamed over it only on commit (support/output_file.hpp); a
   // bad target (a symbolic link, a device, a missing directory) is refused before the work.
   OutputFile f(out);
