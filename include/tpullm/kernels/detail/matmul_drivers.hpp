@@ -191,11 +191,28 @@ void gemv_range(const LinearArgs& a, Isa isa, std::int64_t pa, std::int64_t pb) 
   }
 }
 
+/// Rows split of a GEMM whose rows make fewer than kMinRowTilesPerPart tiles of `align` rows
+/// per part are split over columns instead.
+inline constexpr std::int64_t kMinRowTilesPerPart = 4;
+
+/// `split` with a rows split of a short activation (M rows in tiles of `align`) turned into a
+/// columns split: over rows, a 16-row prompt on 2 cores with 14-row tiles runs 14 rows on one
+/// core and 2 on the other, and every core streams the whole weight matrix; over columns each
+/// core reads its share of the weights once and all cores do equal work.
+inline CoreSplit skinny_split(const CoreSplit& split, std::int64_t M, std::int64_t align) {
+  CoreSplit s = split;
+  if (s.dim == SplitDim::rows && s.parts > 1 &&
+      (M + align - 1) / align < kMinRowTilesPerPart * s.parts)
+    s.dim = SplitDim::cols;
+  return s;
+}
+
 template <WeightFormat F>
-void run_linear(const LinearArgs& a, const CoreSplit& split) {
+void run_linear(const LinearArgs& a, const CoreSplit& planned) {
   const Isa isa = active_isa();
   const std::int64_t P = a.v.p1 - a.v.p0;
   if (a.M <= kGemvMaxRows) {
+    const CoreSplit& split = planned;
     switch (split.dim) {
     case SplitDim::none:
     case SplitDim::rows: // M <= 4 rows are not worth splitting: run on the calling thread
@@ -222,6 +239,7 @@ void run_linear(const LinearArgs& a, const CoreSplit& split) {
   bool emulated = false;
   if constexpr (amx_format(F)) {
     if (amx_linear_applies<F>(a.M, emulated)) { // bf16 / int8 / int4 on the tile unit
+      const CoreSplit split = skinny_split(planned, a.M, 32);
       switch (split.dim) {
       case SplitDim::none:
         amx_linear_range<F>(a, emulated, 0, a.M, a.v.p0, a.v.p1);
@@ -248,6 +266,7 @@ void run_linear(const LinearArgs& a, const CoreSplit& split) {
       throw std::invalid_argument("linear: CoreSplit over heads is not meaningful for a matmul");
     }
   }
+  const CoreSplit split = skinny_split(planned, a.M, micro_rows(isa));
   switch (split.dim) {
   case SplitDim::none:
     gemm_range<F>(a, isa, 0, a.M, a.v.p0, a.v.p1);
