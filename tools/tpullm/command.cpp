@@ -35,7 +35,7 @@ po::options_description stage_options(frontend::StageParams& p) {
           p.prefill_chunks = parse_id_list<std::int64_t>(v, "--prefill-lengths");
       }),
       "shorter prefill / prefill_kv variants below max-input-length, e.g. 16,64 (a prompt "
-      "segment runs through the smallest that holds it); auto: those of 16,64,256 below "
+      "segment runs through the smallest that holds it); auto: those of 16,64,128,256 below "
       "max-input-length; none: max-input-length only")(
       "no-history", "do not build prefill_kv (block_kv_i) modules");
   return o;

@@ -21,7 +21,7 @@ struct StageParams {
   /// Explicit decode variants below seq_length (e.g. {512, 256, 128}); when not empty it
   /// replaces the halving rule of decode_chunk.
   std::vector<std::int64_t> decode_chunks;
-  /// Shorter prefill / prefill_kv variants below max_input_length (e.g. {16, 64, 256}): each a
+  /// Shorter prefill / prefill_kv variants below max_input_length (e.g. {16, 64, 128, 256}): each a
   /// block_i_P / block_kv_i_P function sharing the layer's weights; a prompt segment runs
   /// through the smallest variant that holds it, so a short prompt costs what its length does,
   /// not a whole padded max_input_length. Empty: max_input_length only.
@@ -38,7 +38,7 @@ struct StageParams {
   /// The largest batched decode size accepted (rows of one decode call).
   static constexpr std::int64_t kMaxDecodeBatch = 256;
   /// The default shorter prefill variants (those below max_input_length are built).
-  static constexpr std::int64_t kAutoPrefillChunks[] = {16, 64, 256};
+  static constexpr std::int64_t kAutoPrefillChunks[] = {16, 64, 128, 256};
 
   /// Static history slots of block_kv_i: the cache capacity left beside one segment.
   std::int64_t prefill_kv_history() const { return seq_length - max_input_length; }
