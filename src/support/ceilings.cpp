@@ -28,6 +28,7 @@
 #include <unistd.h>
 
 #include "tpullm/kernels/cpu_features.hpp"
+#include "tpullm/kernels/int8_linear.hpp"
 
 #if TPULLM_X86
 #include <immintrin.h>
@@ -510,6 +511,25 @@ double ceiling_value(Ceiling which, int threads) {
     return (two ? c.int8_avx2_gops_2t : c.int8_avx2_gops_1t) * 1e9;
   }
   return 0;
+}
+
+std::optional<Ceiling> w8a8_ceiling(std::int64_t rows, std::string& path) {
+  const kernels::detail::W8A8Path p = kernels::detail::w8a8_path(rows);
+  path = kernels::detail::w8a8_path_name(p);
+  switch (p) {
+  case kernels::detail::W8A8Path::amx:
+    return Ceiling::amx_int8;
+  case kernels::detail::W8A8Path::vnni512:
+    return Ceiling::int8_vnni;
+  case kernels::detail::W8A8Path::avx_vnni:
+    return Ceiling::int8_avx_vnni;
+  case kernels::detail::W8A8Path::avx2:
+    return Ceiling::int8_avx2;
+  case kernels::detail::W8A8Path::portable:
+  case kernels::detail::W8A8Path::amx_emulated:
+    break;
+  }
+  return std::nullopt;
 }
 
 } // namespace tpullm::machine

@@ -337,6 +337,17 @@ int cmd_bench(const std::vector<std::string>& args) {
                    {"time_to_first_token_ms", best * 1e3},
                    {"gflops", flops / 1e9},
                    {"fma_peak_frac", fma > 0 ? flops / fma : 0}});
+    // W8A8 products run on an integer dot-product unit: also the fraction of that unit's peak
+    // (the FLOPs counted are all of them, the f32 attention included, so this is a bound from
+    // above on the int8 units' use)
+    if (m.mode == "int8") {
+      std::string path;
+      const auto c = machine::w8a8_ceiling(P, path);
+      const double peak = c ? machine::ceiling_value(*c, static_cast<int>(threads)) : 0;
+      pre.back()["int8_path"] = path;
+      pre.back()["int8_peak_gops"] = peak / 1e9;
+      pre.back()["int8_peak_frac"] = peak > 0 ? flops / peak : 0;
+    }
   }
   nlohmann::ordered_json dec = nlohmann::ordered_json::array();
   for (auto C : contexts) {
@@ -446,12 +457,20 @@ int cmd_bench(const std::vector<std::string>& args) {
             << "bundle: " << file << " (" << m.family << ", mode " << m.mode << ", "
             << opened->file_bytes() / (1 << 20) << " MiB)\n\n"
             << "prefill  prompt  tokens/s   TTFT ms   GFLOP/s  of FMA peak\n";
-  for (const auto& p : pre)
+  for (const auto& p : pre) {
     std::cout << "         " << std::setw(6) << p["prompt"].get<std::int64_t>() << std::setw(10)
               << p["tokens_per_s"].get<double>() << std::setw(10)
               << p["time_to_first_token_ms"].get<double>() << std::setw(10)
               << p["gflops"].get<double>() << std::setw(12) << std::setprecision(3)
-              << p["fma_peak_frac"].get<double>() << std::setprecision(1) << "\n";
+              << p["fma_peak_frac"].get<double>() << std::setprecision(1);
+    if (p.contains("int8_peak_frac") && p["int8_peak_gops"].get<double>() <= 0)
+      std::cout << "   int8 path " << p["int8_path"].get<std::string>() << ": no measured peak";
+    else if (p.contains("int8_peak_frac"))
+      std::cout << "   " << std::setprecision(3) << p["int8_peak_frac"].get<double>() << " of the "
+                << p["int8_path"].get<std::string>() << " int8 peak (" << std::setprecision(0)
+                << p["int8_peak_gops"].get<double>() << " GOP/s)" << std::setprecision(1);
+    std::cout << "\n";
+  }
   std::cout
       << "decode   context tokens/s  ms/token  MB/token  GB/s    of read roofline  in kernels\n";
   for (const auto& d : dec)

@@ -5,6 +5,8 @@
 /// the AMX peaks where the CPU has AMX. Figures are judged against these (bench/roofline.hpp for
 /// the kernel benchmarks, `tpullm bench` for a bundle).
 
+#include <cstdint>
+#include <optional>
 #include <string>
 
 namespace tpullm::machine {
@@ -54,6 +56,11 @@ void print_ceilings(const Ceilings& c);
 
 /// Bytes / byte-per-second of a ceiling for `threads` (0 if not measured or not available).
 double ceiling_value(Ceiling which, int threads);
+
+/// The ceiling of the W8A8 path a product of `rows` rows takes on this CPU now (AMX-INT8,
+/// vpdpbusd zmm or ymm, vpmaddwd ymm; see kernels::w8a8_path), with the path's name in `path`;
+/// nullopt on the portable path, which has no measured peak.
+std::optional<Ceiling> w8a8_ceiling(std::int64_t rows, std::string& path);
 
 /// Bytes a benchmark rotates its inputs over so every iteration reads DRAM, not the last-level
 /// cache: max(1 GiB, 2 x L3), at most 4 GiB.
