@@ -81,26 +81,19 @@ TPULLM_TARGET_AVX_VNNI inline void w8a8_colsum_avxvnni(const std::uint8_t* panel
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(colsum + 8 * j), c[j]);
 }
 
-/// AVX-VNNI tile: R rows x one panel (4 ymm of 8 columns per row); kStream: column sums in the
-/// same pass (GEMV), else t.colsum (GEMM).
-template <int R, bool kStream>
+/// AVX-VNNI GEMM tile: R rows x one panel (4 ymm of 8 columns per row), column sums given
+/// (t.colsum); the GEMV has its own kernel (w8a8_gemv_panel_avxvnni).
+template <int R>
 TPULLM_TARGET_AVX_VNNI void w8a8_tile_avxvnni(const W8A8Tile& t) {
-  __m256i acc[R][4], cs[4];
-  const __m256i zero = _mm256_setzero_si256(), ones = _mm256_set1_epi8(1);
+  __m256i acc[R][4];
 #pragma GCC unroll 4
-  for (int j = 0; j < 4; ++j) {
-    cs[j] = zero;
+  for (int j = 0; j < 4; ++j)
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r)
-      acc[r][j] = zero;
-  }
+      acc[r][j] = _mm256_setzero_si256();
   const std::uint8_t* wq = t.w;
   const std::uint8_t* aq = t.a;
   for (std::int64_t q = 0; q < t.Kq; ++q, wq += 128, aq += t.a_qs) {
-    if constexpr (kStream) {
-      _mm_prefetch(reinterpret_cast<const char*>(wq) + kGemvPf, _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(wq) + kGemvPf + 64, _MM_HINT_T0);
-    }
     __m256i b[R];
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) {
@@ -111,8 +104,6 @@ TPULLM_TARGET_AVX_VNNI void w8a8_tile_avxvnni(const W8A8Tile& t) {
 #pragma GCC unroll 4
     for (int j = 0; j < 4; ++j) {
       const __m256i w = _mm256_load_si256(reinterpret_cast<const __m256i*>(wq + 32 * j));
-      if constexpr (kStream) // value form (see w8a8_tile_avx512)
-        cs[j] = _mm256_dpbusd_avx_epi32(cs[j], ones, w);
 #pragma GCC unroll 4
       for (int r = 0; r < R; ++r)
         acc[r][j] = _mm256_dpbusd_avx_epi32(acc[r][j], b[r], w);
@@ -121,9 +112,8 @@ TPULLM_TARGET_AVX_VNNI void w8a8_tile_avxvnni(const W8A8Tile& t) {
   const __m256i zc = _mm256_set1_epi32(t.zc);
 #pragma GCC unroll 4
   for (int j = 0; j < 4; ++j) {
-    const __m256i c =
-        kStream ? cs[j] : _mm256_loadu_si256(reinterpret_cast<const __m256i*>(t.colsum + 8 * j));
-    const __m256i corr = _mm256_mullo_epi32(c, zc);
+    const __m256i corr = _mm256_mullo_epi32(
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(t.colsum + 8 * j)), zc);
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r)
       w8a8_store8_avx2(t, 0, j, r, _mm256_sub_epi32(acc[r][j], corr));
@@ -270,16 +260,16 @@ inline void w8a8_gemv_panel_avx2(const W8A8Tile& t, int rows) {
   }
 }
 
-/// One panel of 1..4 rows on the AVX2 VPMADDWD tile: 1 row in one pass, 2 rows in two column
-/// passes (each cache line read once), 3-4 rows (the GEMM's tile) in four.
-inline void w8a8_panel_avx2(const W8A8Tile& t, int rows, bool stream) {
+/// One GEMM panel of 1..4 rows on the AVX2 VPMADDWD tile: 1 row in one pass, 2 rows in two
+/// column passes, 3-4 rows (the GEMM's tile) in four.
+inline void w8a8_panel_avx2(const W8A8Tile& t, int rows) {
   switch (rows) {
   case 1:
-    w8a8_tile_avx2<1, 8>(t, 0, stream);
+    w8a8_tile_avx2<1, 8>(t, 0, false);
     return;
   case 2:
-    w8a8_tile_avx2<2, 4>(t, 0, stream);
-    w8a8_tile_avx2<2, 4>(t, 4, stream);
+    w8a8_tile_avx2<2, 4>(t, 0, false);
+    w8a8_tile_avx2<2, 4>(t, 4, false);
     return;
   default:
     break;
@@ -287,9 +277,9 @@ inline void w8a8_panel_avx2(const W8A8Tile& t, int rows, bool stream) {
   // 3 or 4 rows: four passes of 8 columns
   for (int c0 = 0; c0 < 8; c0 += 2) {
     if (rows == 3)
-      w8a8_tile_avx2<3, 2>(t, c0, stream);
+      w8a8_tile_avx2<3, 2>(t, c0, false);
     else
-      w8a8_tile_avx2<4, 2>(t, c0, stream);
+      w8a8_tile_avx2<4, 2>(t, c0, false);
   }
 }
 
@@ -312,9 +302,9 @@ inline void w8a8_gemv_rows_avxvnni(const W8A8Tile& t, int rows) {
 /// One GEMM panel on the AVX-VNNI tile (rows <= 2, column sums given).
 inline void w8a8_panel_avxvnni(const W8A8Tile& t, int rows) {
   if (rows == 1)
-    w8a8_tile_avxvnni<1, false>(t);
+    w8a8_tile_avxvnni<1>(t);
   else
-    w8a8_tile_avxvnni<2, false>(t);
+    w8a8_tile_avxvnni<2>(t);
 }
 
 #pragma GCC diagnostic pop

@@ -49,15 +49,14 @@ TPULLM_TARGET_AVX512_VNNI inline void w8a8_colsum_avx512(const std::uint8_t* pan
   _mm512_storeu_si512(colsum + 16, _mm512_add_epi32(c1, d1));
 }
 
-/// The tile: R rows x S panels; kStream: GEMV (column sums in the same pass, software prefetch of
-/// the weight stream), else GEMM (t.colsum given).
-template <int R, int S, bool kStream>
+/// The GEMM tile: R rows x S panels, column sums given (t.colsum); the GEMV has its own kernel
+/// (w8a8_gemv_panel_avx512).
+template <int R, int S>
 TPULLM_TARGET_AVX512_VNNI void w8a8_tile_avx512(const W8A8Tile& t) {
-  __m512i acc[S][R][2], cs[S][2];
-  const __m512i zero = _mm512_setzero_si512(), ones = _mm512_set1_epi8(1);
+  __m512i acc[S][R][2];
+  const __m512i zero = _mm512_setzero_si512();
 #pragma GCC unroll 8
   for (int s = 0; s < S; ++s) {
-    cs[s][0] = cs[s][1] = zero;
 #pragma GCC unroll 16
     for (int r = 0; r < R; ++r)
       acc[s][r][0] = acc[s][r][1] = zero;
@@ -69,22 +68,13 @@ TPULLM_TARGET_AVX512_VNNI void w8a8_tile_avx512(const W8A8Tile& t) {
 #pragma GCC unroll 8
     for (int s = 0; s < S; ++s) {
       const std::uint8_t* p = wq + s * t.pbytes;
-      if constexpr (kStream) {
-        _mm_prefetch(reinterpret_cast<const char*>(p) + kGemvPf, _MM_HINT_T0);
-        _mm_prefetch(reinterpret_cast<const char*>(p) + kGemvPf + 64, _MM_HINT_T0);
-      }
       w[s][0] = _mm512_load_si512(p);
       w[s][1] = _mm512_load_si512(p + 64);
-      if constexpr (kStream) { // value-form intrinsics: the asm helper's "+v" operand on an
-        // array element keeps the accumulators in memory
-        cs[s][0] = _mm512_dpbusd_epi32(cs[s][0], ones, w[s][0]);
-        cs[s][1] = _mm512_dpbusd_epi32(cs[s][1], ones, w[s][1]);
-      }
     }
 #pragma GCC unroll 16
     for (int r = 0; r < R; ++r) {
       // GEMM strips hold a row's quad at 4 * r: a compile-time offset frees the address registers
-      const __m512i b = bcast_code(aq + r * (kStream ? t.a_rs : 4));
+      const __m512i b = bcast_code(aq + r * 4);
 #pragma GCC unroll 8
       for (int s = 0; s < S; ++s) {
         acc[s][r][0] = _mm512_dpbusd_epi32(acc[s][r][0], b, w[s][0]);
@@ -100,16 +90,8 @@ TPULLM_TARGET_AVX512_VNNI void w8a8_tile_avx512(const W8A8Tile& t) {
     const __mmask16 m1 = static_cast<__mmask16>(nc >= 32   ? 0xFFFF
                                                 : nc <= 16 ? 0
                                                            : (1u << (nc - 16)) - 1u);
-    __m512i c0, c1;
-    if constexpr (kStream) {
-      c0 = cs[s][0];
-      c1 = cs[s][1];
-    } else {
-      c0 = _mm512_loadu_si512(t.colsum + 32 * s);
-      c1 = _mm512_loadu_si512(t.colsum + 32 * s + 16);
-    }
-    c0 = _mm512_mullo_epi32(c0, zc);
-    c1 = _mm512_mullo_epi32(c1, zc);
+    const __m512i c0 = _mm512_mullo_epi32(_mm512_loadu_si512(t.colsum + 32 * s), zc);
+    const __m512i c1 = _mm512_mullo_epi32(_mm512_loadu_si512(t.colsum + 32 * s + 16), zc);
     const __m512 ws0 = _mm512_loadu_ps(t.ws + 32 * s), ws1 = _mm512_loadu_ps(t.ws + 32 * s + 16);
     __m512 b0 = _mm512_setzero_ps(), b1 = b0;
     if (t.bias) {
@@ -189,7 +171,7 @@ TPULLM_TARGET_AVX512_VNNI inline void w8a8_gemm12_avx512(const W8A8Tile& t) {
 template <std::size_t... I>
 constexpr auto w8a8_gemm_table_avx512(std::index_sequence<I...>) {
   return std::array<void (*)(const W8A8Tile&), sizeof...(I)>{
-      {&w8a8_tile_avx512<static_cast<int>(I) + 1, 1, false>...}};
+      {&w8a8_tile_avx512<static_cast<int>(I) + 1, 1>...}};
 }
 
 inline void w8a8_gemm_tile_avx512(const W8A8Tile& t, int rows) {

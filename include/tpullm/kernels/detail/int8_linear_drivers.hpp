@@ -307,7 +307,7 @@ inline void w8a8_gemm_range(const W8A8Args& a, W8A8Path path, std::int64_t ma, s
         else if (path == W8A8Path::avx_vnni)
           w8a8_panel_avxvnni(t, rows);
         else
-          w8a8_panel_avx2(t, rows, false);
+          w8a8_panel_avx2(t, rows);
       }
   }
 #endif
