@@ -189,6 +189,40 @@ TEST_CASE("linear_w8a8 matches the reference on every path, shape and quantizati
   CHECK(runs > 5 * 7 * 4 * 3 * vector_paths);
 }
 
+TEST_CASE("linear_w8a8 GEMV over a long K: k-piece streams, their tail and few panels per thread",
+          "[int8][matmul]") {
+  using namespace w8a8_test;
+  report_skipped();
+  // K = 4864 (down_proj's: 1216 quads, 4 equal pieces) and 4861 (Kp 4864 with padding codes) and
+  // 4870 (1218 quads: pieces of 304 plus a 2-quad tail); N = 200: 7 panels, the last one 8
+  // columns wide, so 2 or 3 threads get whole panels of unequal counts
+  for (const std::int64_t K : {std::int64_t{4864}, std::int64_t{4861}, std::int64_t{4870}}) {
+    const std::int64_t N = 200;
+    const PackedWeights w = make_w8(K, N, static_cast<std::uint32_t>(K));
+    const std::vector<float> bias = tpullm_test::random_vec(static_cast<std::size_t>(N), 3);
+    for (std::int64_t M = 1; M <= 4; ++M)
+      for (const ActQuant& aq : {dyn(), stat(0.02f, -21)}) {
+        const std::vector<float> x = tpullm_test::normal_vec(static_cast<std::size_t>(M * K), 1.0f,
+                                                             static_cast<std::uint32_t>(M + K));
+        const std::vector<float> ref = ref_linear(x, w, bias, M, aq);
+        for (const auto& p : all_paths()) {
+          if (!p.available || is_amx(p))
+            continue;
+          ForcePath force(p);
+          for (const CoreSplit& split :
+               {CoreSplit{}, CoreSplit{SplitDim::cols, 2}, CoreSplit{SplitDim::cols, 3}}) {
+            std::vector<float> y = tpullm_test::nan_vec(static_cast<std::size_t>(M * N));
+            linear_w8a8(x, w, bias, y, {M, K, N}, aq, split);
+            const double e = rel_err(y, ref);
+            INFO("path=" << p.name << " M=" << M << " K=" << K << " " << aq_name(aq)
+                         << " parts=" << split.parts << " rel err=" << e);
+            REQUIRE(e <= kTol);
+          }
+        }
+      }
+  }
+}
+
 TEST_CASE("linear_w8a8 extreme values: codes +-127 / -128 against weights -128 / 127",
           "[int8][matmul]") {
   using namespace w8a8_test;

@@ -142,6 +142,16 @@ inline void linear_w8a8_rows(const QuantRows& q, std::int64_t m0, std::int64_t M
   run_w8a8(a, split);
 }
 
+/// swiglu_mlp_w8a8's buffers, one set per thread (grown on demand: no allocation per token).
+struct W8A8MlpScratch {
+  QuantRows xq, hq;        ///< x (gate / up input) and h (down input) quantized
+  std::vector<float> g, u; ///< gate and up results of one row pass, [rows][intermediate]
+};
+inline W8A8MlpScratch& w8a8_mlp_scratch() {
+  thread_local W8A8MlpScratch s;
+  return s;
+}
+
 /// Per-call quantized x of the span overload, one per thread (no allocation in steady state).
 inline QuantRows& tls_quant_rows() {
   thread_local QuantRows q;
@@ -279,18 +289,33 @@ inline void swiglu_mlp_w8a8(std::span<const float> x, const PackedWeights& gate,
   }
   const std::int64_t rt = w8a8_mlp_row_tile(s, local_memory_bytes);
   const Isa isa = active_isa();
-  detail::QuantRows xq, hq;
+  detail::W8A8MlpScratch& sc = detail::w8a8_mlp_scratch();
+  detail::QuantRows &xq = sc.xq, &hq = sc.hq;
   detail::quantize_rows(x.data(), H, s.M, H, gate.stored_rows(), detail::quant_params(aq_in), isa,
                         xq);
-  AlignedArray<float> g(static_cast<std::size_t>(rt * I)), u(g.size());
+  sc.g.resize(static_cast<std::size_t>(rt * I));
+  sc.u.resize(sc.g.size());
+  float *g = sc.g.data(), *u = sc.u.data();
   for (std::int64_t m0 = 0; m0 < s.M; m0 += rt) {
     const std::int64_t mr = std::min(rt, s.M - m0);
-    detail::linear_w8a8_rows(xq, m0, mr, gate, nullptr, g.data(), split);
-    detail::linear_w8a8_rows(xq, m0, mr, up, nullptr, u.data(), split);
+    if (mr <= detail::kGemvMaxRows) { // decode: gate and up in one fork / join
+      detail::W8A8Args ab[2];
+      for (int i = 0; i < 2; ++i) {
+        ab[i].q = &xq;
+        ab[i].qm0 = m0;
+        ab[i].M = mr;
+        ab[i].w = i == 0 ? &gate : &up;
+        ab[i].y = i == 0 ? g : u;
+        ab[i].ldy = I;
+      }
+      detail::run_w8a8_gemvs(ab, split);
+    } else {
+      detail::linear_w8a8_rows(xq, m0, mr, gate, nullptr, g, split);
+      detail::linear_w8a8_rows(xq, m0, mr, up, nullptr, u, split);
+    }
     for (std::int64_t m = 0; m < mr; ++m)
-      detail::silu_mul(g.data() + m * I, u.data() + m * I, I);
-    detail::quantize_rows(g.data(), I, mr, I, down.stored_rows(), detail::quant_params(aq_down),
-                          isa, hq);
+      detail::silu_mul(g + m * I, u + m * I, I);
+    detail::quantize_rows(g, I, mr, I, down.stored_rows(), detail::quant_params(aq_down), isa, hq);
     detail::linear_w8a8_rows(hq, 0, mr, down, nullptr, out.data() + m0 * H, split);
   }
 }

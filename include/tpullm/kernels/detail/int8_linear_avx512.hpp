@@ -49,15 +49,14 @@ TPULLM_TARGET_AVX512_VNNI inline void w8a8_colsum_avx512(const std::uint8_t* pan
   _mm512_storeu_si512(colsum + 16, _mm512_add_epi32(c1, d1));
 }
 
-/// The tile: R rows x S panels; kStream: GEMV (column sums in the same pass, software prefetch of
-/// the weight stream), else GEMM (t.colsum given).
-template <int R, int S, bool kStream>
+/// The GEMM tile: R rows x S panels, column sums given (t.colsum); the GEMV has its own kernel
+/// (w8a8_gemv_panel_avx512).
+template <int R, int S>
 TPULLM_TARGET_AVX512_VNNI void w8a8_tile_avx512(const W8A8Tile& t) {
-  __m512i acc[S][R][2], cs[S][2];
-  const __m512i zero = _mm512_setzero_si512(), ones = _mm512_set1_epi8(1);
+  __m512i acc[S][R][2];
+  const __m512i zero = _mm512_setzero_si512();
 #pragma GCC unroll 8
   for (int s = 0; s < S; ++s) {
-    cs[s][0] = cs[s][1] = zero;
 #pragma GCC unroll 16
     for (int r = 0; r < R; ++r)
       acc[s][r][0] = acc[s][r][1] = zero;
@@ -69,22 +68,13 @@ TPULLM_TARGET_AVX512_VNNI void w8a8_tile_avx512(const W8A8Tile& t) {
 #pragma GCC unroll 8
     for (int s = 0; s < S; ++s) {
       const std::uint8_t* p = wq + s * t.pbytes;
-      if constexpr (kStream) {
-        _mm_prefetch(reinterpret_cast<const char*>(p) + kGemvPf, _MM_HINT_T0);
-        _mm_prefetch(reinterpret_cast<const char*>(p) + kGemvPf + 64, _MM_HINT_T0);
-      }
       w[s][0] = _mm512_load_si512(p);
       w[s][1] = _mm512_load_si512(p + 64);
-      if constexpr (kStream) { // value-form intrinsics: the asm helper's "+v" operand on an
-        // array element keeps the accumulators in memory
-        cs[s][0] = _mm512_dpbusd_epi32(cs[s][0], ones, w[s][0]);
-        cs[s][1] = _mm512_dpbusd_epi32(cs[s][1], ones, w[s][1]);
-      }
     }
 #pragma GCC unroll 16
     for (int r = 0; r < R; ++r) {
       // GEMM strips hold a row's quad at 4 * r: a compile-time offset frees the address registers
-      const __m512i b = bcast_code(aq + r * (kStream ? t.a_rs : 4));
+      const __m512i b = bcast_code(aq + r * 4);
 #pragma GCC unroll 8
       for (int s = 0; s < S; ++s) {
         acc[s][r][0] = _mm512_dpbusd_epi32(acc[s][r][0], b, w[s][0]);
@@ -100,16 +90,8 @@ TPULLM_TARGET_AVX512_VNNI void w8a8_tile_avx512(const W8A8Tile& t) {
     const __mmask16 m1 = static_cast<__mmask16>(nc >= 32   ? 0xFFFF
                                                 : nc <= 16 ? 0
                                                            : (1u << (nc - 16)) - 1u);
-    __m512i c0, c1;
-    if constexpr (kStream) {
-      c0 = cs[s][0];
-      c1 = cs[s][1];
-    } else {
-      c0 = _mm512_loadu_si512(t.colsum + 32 * s);
-      c1 = _mm512_loadu_si512(t.colsum + 32 * s + 16);
-    }
-    c0 = _mm512_mullo_epi32(c0, zc);
-    c1 = _mm512_mullo_epi32(c1, zc);
+    const __m512i c0 = _mm512_mullo_epi32(_mm512_loadu_si512(t.colsum + 32 * s), zc);
+    const __m512i c1 = _mm512_mullo_epi32(_mm512_loadu_si512(t.colsum + 32 * s + 16), zc);
     const __m512 ws0 = _mm512_loadu_ps(t.ws + 32 * s), ws1 = _mm512_loadu_ps(t.ws + 32 * s + 16);
     __m512 b0 = _mm512_setzero_ps(), b1 = b0;
     if (t.bias) {
@@ -189,7 +171,7 @@ TPULLM_TARGET_AVX512_VNNI inline void w8a8_gemm12_avx512(const W8A8Tile& t) {
 template <std::size_t... I>
 constexpr auto w8a8_gemm_table_avx512(std::index_sequence<I...>) {
   return std::array<void (*)(const W8A8Tile&), sizeof...(I)>{
-      {&w8a8_tile_avx512<static_cast<int>(I) + 1, 1, false>...}};
+      {&w8a8_tile_avx512<static_cast<int>(I) + 1, 1>...}};
 }
 
 inline void w8a8_gemm_tile_avx512(const W8A8Tile& t, int rows) {
@@ -201,41 +183,127 @@ inline void w8a8_gemm_tile_avx512(const W8A8Tile& t, int rows) {
   table[static_cast<std::size_t>(rows - 1)](t);
 }
 
-/// GEMV over panels [0, P) of a tile whose fields point at panel 0: rows 1..4, four panel streams
-/// at once for one row.
-inline void w8a8_gemv_avx512(W8A8Tile t, int rows, std::int64_t P) {
-  std::int64_t p = 0;
-  auto step = [&](auto fn, int np) {
-    fn(t);
-    t.w += np * t.pbytes;
-    t.ws += 32 * np;
-    if (t.bias)
-      t.bias += 32 * np;
-    t.y += 32 * np;
-    t.ncols -= 32 * np;
-    p += np;
-  };
-  if (rows == 1) {
-    while (p + 4 <= P)
-      step(&w8a8_tile_avx512<1, 4, true>, 4);
-    while (p + 2 <= P)
-      step(&w8a8_tile_avx512<1, 2, true>, 2);
-    while (p < P)
-      step(&w8a8_tile_avx512<1, 1, true>, 1);
-    return;
+/// The GEMV's panel kernel: R rows (1..4) x one panel (t's fields point at it), its Kq quads read
+/// as S streams of Kq / S consecutive quads each (k pieces of the panel, in lockstep: S DRAM
+/// streams per thread, as the read ceiling's best pattern) that all add into the same register
+/// accumulators (the integer sums are exact, so the order of k does not change them); the tail
+/// quads of Kq % S follow on one stream. Every cache line is prefetched kW8A8GemvPf bytes ahead in
+/// its stream; near a piece's end the prefetch moves to the same piece of the next panel (what
+/// this stream reads next), so the next panel starts warm. Column sums ride along (VPDPBUSD by
+/// ones). R <= 2 keeps two accumulator sets (even / odd streams) to halve the VPDPBUSD chains.
+template <int R, int S>
+TPULLM_TARGET_AVX512_VNNI void w8a8_gemv_panel_avx512(const W8A8Tile& t) {
+  constexpr int A = R <= 2 ? 2 : 1;
+  __m512i acc[A][R][2], cs[A][2];
+  const __m512i zero = _mm512_setzero_si512(), ones = _mm512_set1_epi8(1);
+#pragma GCC unroll 2
+  for (int h = 0; h < A; ++h) {
+    cs[h][0] = cs[h][1] = zero;
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r)
+      acc[h][r][0] = acc[h][r][1] = zero;
   }
-  while (p < P)
+  const std::int64_t piece = t.Kq / S;
+  constexpr std::int64_t dq = kW8A8GemvPf / 128; // prefetch distance in quads
+  const std::int64_t wrap = (t.Kq - piece) * 128;
+  const std::uint8_t* a = t.a;
+  for (std::int64_t i = 0; i < piece; ++i) {
+    const std::int64_t pf = i + dq < piece ? dq * 128 : dq * 128 + wrap;
+#pragma GCC unroll 8
+    for (int s = 0; s < S; ++s) {
+      const std::int64_t q = s * piece + i;
+      const std::uint8_t* p = t.w + q * 128;
+      _mm_prefetch(reinterpret_cast<const char*>(p) + pf, _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(p) + pf + 64, _MM_HINT_T0);
+      const __m512i w0 = _mm512_load_si512(p), w1 = _mm512_load_si512(p + 64);
+      const int h = A == 2 ? s % 2 : 0;
+      cs[h][0] = _mm512_dpbusd_epi32(cs[h][0], ones, w0);
+      cs[h][1] = _mm512_dpbusd_epi32(cs[h][1], ones, w1);
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) {
+        const __m512i b = bcast_code(a + r * t.a_rs + 4 * q);
+        acc[h][r][0] = _mm512_dpbusd_epi32(acc[h][r][0], b, w0);
+        acc[h][r][1] = _mm512_dpbusd_epi32(acc[h][r][1], b, w1);
+      }
+    }
+  }
+  for (std::int64_t q = S * piece; q < t.Kq; ++q) {
+    const std::uint8_t* p = t.w + q * 128;
+    const __m512i w0 = _mm512_load_si512(p), w1 = _mm512_load_si512(p + 64);
+    cs[0][0] = _mm512_dpbusd_epi32(cs[0][0], ones, w0);
+    cs[0][1] = _mm512_dpbusd_epi32(cs[0][1], ones, w1);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      const __m512i b = bcast_code(a + r * t.a_rs + 4 * q);
+      acc[0][r][0] = _mm512_dpbusd_epi32(acc[0][r][0], b, w0);
+      acc[0][r][1] = _mm512_dpbusd_epi32(acc[0][r][1], b, w1);
+    }
+  }
+  if constexpr (A == 2) {
+    cs[0][0] = _mm512_add_epi32(cs[0][0], cs[1][0]);
+    cs[0][1] = _mm512_add_epi32(cs[0][1], cs[1][1]);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      acc[0][r][0] = _mm512_add_epi32(acc[0][r][0], acc[1][r][0]);
+      acc[0][r][1] = _mm512_add_epi32(acc[0][r][1], acc[1][r][1]);
+    }
+  }
+  const int nc = tile_cols(t, 0);
+  const __mmask16 m0 = static_cast<__mmask16>(nc >= 16 ? 0xFFFF : (1u << nc) - 1u);
+  const __mmask16 m1 = static_cast<__mmask16>(nc >= 32   ? 0xFFFF
+                                              : nc <= 16 ? 0
+                                                         : (1u << (nc - 16)) - 1u);
+  const __m512i zc = _mm512_set1_epi32(t.zc);
+  const __m512i c0 = _mm512_mullo_epi32(cs[0][0], zc), c1 = _mm512_mullo_epi32(cs[0][1], zc);
+  const __m512 ws0 = _mm512_loadu_ps(t.ws), ws1 = _mm512_loadu_ps(t.ws + 16);
+  __m512 b0 = _mm512_setzero_ps(), b1 = b0;
+  if (t.bias) {
+    b0 = _mm512_maskz_loadu_ps(m0, t.bias);
+    b1 = _mm512_maskz_loadu_ps(m1, t.bias + 16);
+  }
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) {
+    const __m512 sr = _mm512_set1_ps(t.rs[r]);
+    __m512 y0 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(acc[0][r][0], c0)),
+                              _mm512_mul_ps(sr, ws0));
+    __m512 y1 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(acc[0][r][1], c1)),
+                              _mm512_mul_ps(sr, ws1));
+    if (t.bias) {
+      y0 = _mm512_add_ps(y0, b0);
+      y1 = _mm512_add_ps(y1, b1);
+    }
+    float* yr = t.y + r * t.ldy;
+    _mm512_mask_storeu_ps(yr, m0, y0);
+    _mm512_mask_storeu_ps(yr + 16, m1, y1);
+  }
+}
+
+/// GEMV over panels [0, P) of a tile whose fields point at panel 0: rows 1..4, one panel at a
+/// time on kW8A8GemvStreams k-piece streams (w8a8_gemv_panel_avx512).
+inline void w8a8_gemv_avx512(W8A8Tile t, int rows, std::int64_t P) {
+  constexpr int S = kW8A8GemvStreams;
+  for (std::int64_t p = 0; p < P; ++p) {
     switch (rows) {
+    case 1:
+      w8a8_gemv_panel_avx512<1, S>(t);
+      break;
     case 2:
-      step(&w8a8_tile_avx512<2, 1, true>, 1);
+      w8a8_gemv_panel_avx512<2, S>(t);
       break;
     case 3:
-      step(&w8a8_tile_avx512<3, 1, true>, 1);
+      w8a8_gemv_panel_avx512<3, S>(t);
       break;
     default:
-      step(&w8a8_tile_avx512<4, 1, true>, 1);
+      w8a8_gemv_panel_avx512<4, S>(t);
       break;
     }
+    t.w += t.pbytes;
+    t.ws += 32;
+    if (t.bias)
+      t.bias += 32;
+    t.y += 32;
+    t.ncols -= 32;
+  }
 }
 
 #pragma GCC diagnostic pop

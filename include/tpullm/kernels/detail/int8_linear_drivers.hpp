@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <span>
 #include <stdexcept>
 #include <vector>
 
@@ -173,7 +174,7 @@ inline void w8a8_gemv_range(const W8A8Args& a, W8A8Path path, std::int64_t pa, s
       t.a = a.q->row(a.qm0);
       t.a_rs = a.q->Kp;
       t.a_qs = 4;
-      w8a8_panel_avxvnni(t, rows, true);
+      w8a8_gemv_rows_avxvnni(t, rows);
     }
     return;
   case W8A8Path::avx2:
@@ -182,15 +183,7 @@ inline void w8a8_gemv_range(const W8A8Args& a, W8A8Path path, std::int64_t pa, s
       t.a = reinterpret_cast<const std::uint8_t*>(a.a16);
       t.a_rs = a.q->Kp * 2;
       t.a_qs = 8;
-      if (rows <= 2) {
-        w8a8_panel_avx2(t, rows, true);
-      } else { // 3 / 4 rows as 2 + 1 / 2 + 2, each pass reading the panel's lines once
-        w8a8_panel_avx2(t, 2, true);
-        t.a += 2 * t.a_rs;
-        t.rs += 2;
-        t.y += 2 * t.ldy;
-        w8a8_panel_avx2(t, rows - 2, true);
-      }
+      w8a8_gemv_panel_avx2(t, rows);
     }
     return;
 #else
@@ -312,40 +305,60 @@ inline void w8a8_gemm_range(const W8A8Args& a, W8A8Path path, std::int64_t ma, s
         if (path == W8A8Path::vnni512)
           w8a8_gemm_tile_avx512(t, rows);
         else if (path == W8A8Path::avx_vnni)
-          w8a8_panel_avxvnni(t, rows, false);
+          w8a8_panel_avxvnni(t, rows);
         else
-          w8a8_panel_avx2(t, rows, false);
+          w8a8_panel_avx2(t, rows);
       }
   }
 #endif
 }
 
-/// Runs one product on `split`'s workers: the GEMV by panel ranges (SplitDim::cols; fewer
-/// threads when the weights are small, as kernels::linear does), the GEMM by row ranges
-/// (SplitDim::rows, multiples of the register tile) or panel ranges (SplitDim::cols).
+/// GEMVs (M <= 4) of products that read the same quantized rows (gate and up: a.q, a.qm0, a.M
+/// equal) on `split`'s workers in one fork / join: their panels concatenated, whole panels per
+/// range (each panel's k pieces are the thread's streams; no alignment, so 28 panels on 2 threads
+/// are 14 + 14), fewer threads when the weights are small, as kernels::linear does.
+inline void run_w8a8_gemvs(std::span<W8A8Args> prods, const CoreSplit& split) {
+  const W8A8Args& a0 = prods.front();
+  const W8A8Path path = w8a8_path(a0.M);
+  if (path == W8A8Path::avx2 || path == W8A8Path::portable) {
+    std::vector<std::int16_t>& a16 = w8a8_scratch().a16;
+    w8a8_rows_int16(*a0.q, a0.qm0, a0.M, a16);
+    for (W8A8Args& a : prods)
+      a.a16 = a16.data();
+  }
+  std::int64_t P = 0, bytes = 0;
+  for (const W8A8Args& a : prods) {
+    P += a.w->panels();
+    bytes += a.w->panels() * a.w->panel_bytes();
+  }
+  auto range = [&](std::int64_t b, std::int64_t e) {
+    std::int64_t p0 = 0;
+    for (const W8A8Args& a : prods) {
+      const std::int64_t n = a.w->panels();
+      w8a8_gemv_range(a, path, std::clamp<std::int64_t>(b - p0, 0, n),
+                      std::clamp<std::int64_t>(e - p0, 0, n));
+      p0 += n;
+    }
+  };
+  if (split.dim != SplitDim::cols) {
+    range(0, P);
+    return;
+  }
+  CoreSplit s = split;
+  s.parts = static_cast<int>(
+      std::clamp<std::int64_t>(bytes / kGemvBytesPerThread, 1, std::max(1, split.parts)));
+  parallel_for(s, P, 1, range);
+}
+
+/// Runs one product on `split`'s workers: the GEMV by panel ranges (run_w8a8_gemvs), the GEMM by
+/// row ranges (SplitDim::rows, multiples of the register tile) or panel ranges (SplitDim::cols).
 inline void run_w8a8(W8A8Args a, const CoreSplit& split) {
-  const PackedWeights& w = *a.w;
-  const std::int64_t P = w.panels();
+  const std::int64_t P = a.w->panels();
   const W8A8Path path = w8a8_path(a.M);
   if (split.dim == SplitDim::heads)
     throw std::invalid_argument("linear_w8a8: CoreSplit over heads is not meaningful for a matmul");
   if (a.M <= kGemvMaxRows) {
-    if (path == W8A8Path::avx2 || path == W8A8Path::portable) {
-      std::vector<std::int16_t>& a16 = w8a8_scratch().a16;
-      w8a8_rows_int16(*a.q, a.qm0, a.M, a16);
-      a.a16 = a16.data();
-    }
-    if (split.dim != SplitDim::cols) {
-      w8a8_gemv_range(a, path, 0, P);
-      return;
-    }
-    const std::int64_t bytes = P * w.panel_bytes();
-    CoreSplit s = split;
-    s.parts = static_cast<int>(
-        std::clamp<std::int64_t>(bytes / kGemvBytesPerThread, 1, std::max(1, split.parts)));
-    const std::int64_t align = P >= 2 * 4 * s.parts ? 4 : 1;
-    parallel_for(s, P, align,
-                 [&](std::int64_t b, std::int64_t e) { w8a8_gemv_range(a, path, b, e); });
+    run_w8a8_gemvs({&a, 1}, split);
     return;
   }
   switch (split.dim) {

@@ -14,6 +14,19 @@
 
 namespace tpullm::kernels::detail {
 
+#ifndef TPULLM_W8A8_GEMV_STREAMS
+#define TPULLM_W8A8_GEMV_STREAMS 4
+#endif
+/// DRAM streams per thread of the W8A8 GEMV (M <= 4): each panel's K is read as this many
+/// pieces in lockstep (the read ceiling's best pattern is 4 streams per thread).
+inline constexpr int kW8A8GemvStreams = TPULLM_W8A8_GEMV_STREAMS;
+#ifndef TPULLM_W8A8_GEMV_PREFETCH
+#define TPULLM_W8A8_GEMV_PREFETCH 1024
+#endif
+/// Software prefetch distance (bytes, a multiple of 128) of each W8A8 GEMV weight stream.
+inline constexpr std::int64_t kW8A8GemvPf = TPULLM_W8A8_GEMV_PREFETCH;
+static_assert(kW8A8GemvPf % 128 == 0 && kW8A8GemvStreams >= 1);
+
 /// Largest K the W8A8 kernels accumulate in int32 (|(q + 128) * w| <= 255 * 128 per term).
 inline constexpr std::int64_t kW8A8MaxK = 65536;
 
