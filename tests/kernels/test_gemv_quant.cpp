@@ -1,0 +1,197 @@
+// The weight-only int GEMV (M <= 4; int8, int8_asym, int4_sym, int4_asym) on every path this
+// CPU has, each forced explicitly: the VNNI digit path (Isa::avx512 with AVX512_VNNI; test_matmul
+// reaches it only when avx512 is the machine's best ISA, not on AMX machines where the best is
+// amx), the AVX-512 f32-FMA path (VNNI disabled), AVX2 and portable. Shapes are the decode ones
+// that matter for speed: 1 to 9 panels (every remainder of the 4-stream grouping), groups of 32 /
+// 64 / 128 rows and per channel, K = 896 (Qwen2.5-0.5B's hidden size), and x with outliers (a
+// few elements 30x the rest, as real activations have), which the digit decomposition (scaled by
+// each group's largest |x|) must also carry at f32-rounding level.
+//
+// Oracle: a double-precision product of x with the weights built from the integer codes, scales
+// and zero points by the format's definition (w = q s, (u - z) s, (u - 8) s), never from the
+// library's dequantize(). Bound as in test_matmul.cpp (docs/kernels.md):
+//   |y - y_ref| <= tol * sum_k |x[k]| * |s| (|q| + |z|),   tol = 3e-6 sqrt(K) + 1e-6.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "tpullm/kernels/matmul.hpp"
+
+#include "kernel_test_util.hpp"
+
+using namespace tpullm;
+using namespace tpullm::kernels;
+using namespace tpullm_test;
+
+namespace {
+
+/// Quantized weights with their reference W and bound weights A (both [K, N] row-major).
+struct QuantCase {
+  PackedWeights packed;
+  std::vector<double> w, a;
+};
+
+QuantCase make_quant(WeightFormat f, std::int64_t K, std::int64_t N, std::int64_t group,
+                     std::uint32_t seed) {
+  std::mt19937 rng(seed);
+  const std::int64_t G = K / group;
+  const auto kn = static_cast<std::size_t>(K * N);
+  std::vector<float> s(static_cast<std::size_t>(G * N));
+  for (auto& v : s) // scales of both signs over two decades
+    v = static_cast<float>((rng() % 2 ? 1 : -1) *
+                           std::ldexp(1.0 + (rng() % 1000) / 1000.0, -static_cast<int>(rng() % 7)));
+  std::vector<std::uint8_t> z(static_cast<std::size_t>(G * N), 0);
+  const unsigned levels = is_byte_format(f) ? 256 : 16;
+  if (has_zeros(f))
+    for (auto& v : z)
+      v = static_cast<std::uint8_t>(rng() % levels);
+  std::vector<std::uint8_t> u(kn);
+  for (auto& v : u)
+    v = static_cast<std::uint8_t>(rng() % levels);
+  QuantCase c;
+  c.w.resize(kn);
+  c.a.resize(kn);
+  for (std::int64_t k = 0; k < K; ++k)
+    for (std::int64_t n = 0; n < N; ++n) {
+      const std::size_t i = static_cast<std::size_t>(k * N + n);
+      const std::size_t gi = static_cast<std::size_t>((k / group) * N + n);
+      double q = 0, zz = 0; // w = (q - zz) * s
+      switch (f) {
+      case WeightFormat::int8:
+        q = static_cast<double>(static_cast<int>(u[i]) - 128);
+        break;
+      case WeightFormat::int4_sym:
+        q = u[i];
+        zz = 8;
+        break;
+      default:
+        q = u[i];
+        zz = z[gi];
+        break;
+      }
+      c.w[i] = (q - zz) * double(s[gi]);
+      c.a[i] = std::abs(double(s[gi])) * (std::abs(q) + zz);
+    }
+  switch (f) {
+  case WeightFormat::int8: {
+    std::vector<std::int8_t> q(kn);
+    for (std::size_t i = 0; i < kn; ++i)
+      q[i] = static_cast<std::int8_t>(static_cast<int>(u[i]) - 128);
+    c.packed = pack_int8(q, s, K, N, group);
+    break;
+  }
+  case WeightFormat::int8_asym:
+    c.packed = pack_int8_asym(u, s, z, K, N, group);
+    break;
+  case WeightFormat::int4_sym: {
+    std::vector<std::int8_t> q(kn);
+    for (std::size_t i = 0; i < kn; ++i)
+      q[i] = static_cast<std::int8_t>(static_cast<int>(u[i]) - 8);
+    c.packed = pack_int4_sym(q, s, K, N, group);
+    break;
+  }
+  case WeightFormat::int4_asym:
+    c.packed = pack_int4_asym(u, s, z, K, N, group);
+    break;
+  default:
+    break;
+  }
+  return c;
+}
+
+/// x [M, K]: N(0, 1) with every 97th element 30x larger (outliers set each group's digit scale).
+std::vector<float> outlier_x(std::int64_t M, std::int64_t K, std::uint32_t seed) {
+  std::vector<float> x = normal_vec(static_cast<std::size_t>(M * K), 1.0f, seed);
+  for (std::size_t i = 5; i < x.size(); i += 97)
+    x[i] *= 30.0f;
+  return x;
+}
+
+struct GemvPath {
+  Isa isa;
+  bool no_vnni;
+  const char* name;
+};
+
+/// Every int GEMV path this CPU can run, each named.
+std::vector<GemvPath> gemv_paths() {
+  std::vector<GemvPath> p{{Isa::portable, false, "portable"}};
+  const auto& f = cpu_features();
+  if (f.avx2)
+    p.push_back({Isa::avx2, false, "avx2"});
+  if (vector_isa(f.best()) == Isa::avx512) {
+    p.push_back({Isa::avx512, true, "avx512 f32-FMA"});
+    if (f.avx512_vnni)
+      p.push_back({Isa::avx512, false, "avx512 VNNI digits"});
+  }
+  return p;
+}
+
+} // namespace
+
+TEST_CASE("int GEMV (M <= 4) matches the codes' double product on every path, stream remainders "
+          "and groupings included",
+          "[matmul][gemv_quant]") {
+  struct Shape {
+    std::int64_t K, group;
+  };
+  const Shape shapes[] = {{896, 128}, {896, 64}, {896, 896}, {256, 32}, {200, 40}};
+  const WeightFormat formats[] = {WeightFormat::int8, WeightFormat::int8_asym,
+                                  WeightFormat::int4_sym, WeightFormat::int4_asym};
+  const std::int64_t panel_counts[] = {1, 2, 3, 4, 5, 7, 9};
+  const CoreSplit splits[] = {{SplitDim::none, 1}, {SplitDim::cols, 2}};
+  const auto paths = gemv_paths();
+  int runs = 0;
+  std::uint32_t seed = 1;
+  for (WeightFormat f : formats)
+    for (const Shape& sh : shapes)
+      for (std::int64_t P : panel_counts) {
+        if (!is_byte_format(f) && sh.group % 8 != 0 && sh.group != sh.K)
+          continue;
+        const std::int64_t N = 32 * P - (P % 2) * 7; // odd panel counts end in a partial panel
+        const QuantCase qc = make_quant(f, sh.K, N, sh.group, ++seed);
+        const double tol = matmul_tol(sh.K);
+        for (std::int64_t M = 1; M <= 4; M += (P % 3 == 0 ? 1 : 3)) {
+          const auto x = outlier_x(M, sh.K, seed * 7);
+          std::vector<double> ref(static_cast<std::size_t>(M * N)), bnd(ref.size());
+          for (std::int64_t m = 0; m < M; ++m)
+            for (std::int64_t n = 0; n < N; ++n) {
+              double s = 0, b = 0;
+              for (std::int64_t k = 0; k < sh.K; ++k) {
+                const std::size_t i = static_cast<std::size_t>(k * N + n);
+                s += double(x[static_cast<std::size_t>(m * sh.K + k)]) * qc.w[i];
+                b += std::abs(double(x[static_cast<std::size_t>(m * sh.K + k)])) * qc.a[i];
+              }
+              ref[static_cast<std::size_t>(m * N + n)] = s;
+              bnd[static_cast<std::size_t>(m * N + n)] = tol * b + 1e-30;
+            }
+          for (const GemvPath& path : paths)
+            for (const CoreSplit& split : splits) {
+              ScopedIsa scoped(path.isa);
+              detail::vnni_disabled() = path.no_vnni;
+              std::vector<float> y = nan_vec(static_cast<std::size_t>(M * N));
+              linear(x, qc.packed, {}, y, {M, sh.K, N}, split);
+              detail::vnni_disabled() = false;
+              ++runs;
+              std::int64_t bad = 0;
+              double worst = 0;
+              for (std::size_t i = 0; i < y.size(); ++i) {
+                const double err = std::abs(double(y[i]) - ref[i]);
+                if (!(err <= bnd[i]))
+                  ++bad;
+                worst = std::max(worst, std::isfinite(err) ? err / bnd[i] : 1e9);
+              }
+              INFO(format_name(f) << " K=" << sh.K << " g=" << sh.group << " N=" << N << " M=" << M
+                                  << " path=" << path.name << " split=" << int(split.dim)
+                                  << " worst err / bound=" << worst);
+              REQUIRE(bad == 0);
+            }
+        }
+      }
+  INFO("runs " << runs);
+  CHECK(runs >= 200);
+}
