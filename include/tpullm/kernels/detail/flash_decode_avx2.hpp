@@ -188,12 +188,12 @@ TPULLM_TARGET_AVX2 TPULLM_ALWAYS_INLINE float fd_hsum_avx2(__m256 v) {
   return _mm_cvtss_f32(x);
 }
 
-/// One decode work item on AVX2 (the steps are in the file comment); DP = the padded row width
-/// when it is a compile-time constant (the common head dims), 0 = read it from the item.
+/// One decode work item on AVX2 (the steps are in the file comment); DP = d when it is a
+/// compile-time width (the common head dims), 0 = the run-time width of the item.
 template <class KV, int DP>
 TPULLM_TARGET_AVX2 void fd_item_avx2_t(const FdItem<KV>& it) {
   const std::int64_t dp = DP > 0 ? DP : it.dp;
-  const std::int64_t d = it.d, H = it.H, G = it.G, stride = H * d;
+  const std::int64_t d = DP > 0 ? dp : it.d, H = it.H, G = it.G, stride = H * d;
   const std::int64_t r0 = it.h0 * G, R = (it.h1 - it.h0) * G;
   const __m256 ninf = _mm256_set1_ps(-__builtin_inff());
   const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
@@ -261,7 +261,7 @@ TPULLM_TARGET_AVX2 void fd_item_avx2_t(const FdItem<KV>& it) {
 /// other on the run-time one.
 template <class KV>
 TPULLM_TARGET_AVX2 void fd_item_avx2(const FdItem<KV>& it) {
-  switch (it.dp) {
+  switch (it.d == it.dp ? it.dp : 0) {
   case 64:
     return fd_item_avx2_t<KV, 64>(it);
   case 128:

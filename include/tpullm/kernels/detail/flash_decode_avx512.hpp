@@ -2,10 +2,11 @@
 /// AVX-512 flash-decoding work item (see flash_decode.hpp for the split and the merge).
 ///
 /// Per block of 16 keys of one kv head:
-///  1. the block's K and V rows are widened to f32 once, into two [16][dp] blocks (dp = d
-///     rounded up to 16; pad lanes and rows past the item's last key are zero), so a 16-bit row
-///     is converted once and then read by all G query rows of the GQA group (an f32 cache is
-///     copied the same way: every stride is then the compile-time dp of the common head dims);
+///  1. the block's K rows are widened to f32 once into a [16][dp] block (dp = d rounded up to
+///     16), so a 16-bit row is converted once and then read by all G query rows of the GQA
+///     group; an f32 cache, or a group of one row, reads K in place. V is widened as the P V
+///     tiles read it (once per tile). The last block of an item (rows past its keys zero) and
+///     head dims that are not a multiple of 16 (lanes past d zero) widen K and V into blocks;
 ///  2. per query row, 16 scores: one d-vectorized dot product per key (q in registers, K from
 ///     the block) and a transposing add tree (fd_reduce16) that leaves the 16 sums in key order;
 ///  3. online softmax on that 16-lane vector: the running max m moves only when a score exceeds
@@ -94,10 +95,11 @@ TPULLM_TARGET_AVX512 TPULLM_ALWAYS_INLINE __m512 fd_reduce16(const __m512* a) {
 inline constexpr int kFdPerm[16] = {0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15};
 
 /// Scores of one query row (q: dp = 16 * nc floats, zero past d) against the 16 keys of a block
-/// (kb: [16] rows of stride ks floats), in key order: per 16-float column c, the 16 keys'
-/// products accumulate into 16 independent vectors (key j in accumulator kFdPerm[j]), reduced
-/// once at the end.
-TPULLM_TARGET_AVX512 TPULLM_ALWAYS_INLINE __m512 fd_scores16_avx512(const float* q, const float* kb,
+/// (kb: [16] rows of stride ks elements, f32 or the cache's 16-bit type widened as it is read),
+/// in key order: per 16-element column c, the 16 keys' products accumulate into 16 independent
+/// vectors (key j in accumulator kFdPerm[j]), reduced once at the end.
+template <class T>
+TPULLM_TARGET_AVX512 TPULLM_ALWAYS_INLINE __m512 fd_scores16_avx512(const float* q, const T* kb,
                                                                     std::int64_t ks,
                                                                     std::int64_t nc) {
   __m512 acc[16];
@@ -106,19 +108,50 @@ TPULLM_TARGET_AVX512 TPULLM_ALWAYS_INLINE __m512 fd_scores16_avx512(const float*
     acc[i] = _mm512_setzero_ps();
   for (std::int64_t c = 0; c < nc; ++c) {
     const __m512 qc = _mm512_loadu_ps(q + 16 * c);
-    const float* kc = kb + 16 * c;
+    const T* kc = kb + 16 * c;
 #pragma GCC unroll 16
     for (int j = 0; j < 16; ++j)
-      acc[kFdPerm[j]] = _mm512_fmadd_ps(qc, _mm512_loadu_ps(kc + j * ks), acc[kFdPerm[j]]);
+      acc[kFdPerm[j]] = _mm512_fmadd_ps(qc, fd_load<T, true>(kc + j * ks, 0xFFFF), acc[kFdPerm[j]]);
   }
   return fd_reduce16(acc);
 }
 
-/// o[r][0 .. 16*NC) += sum_j p[r][j] v_j[0 .. 16*NC) for RT rows (o row stride os floats, p
-/// [RT][16]) and the 16 keys of a block (v row stride vs floats), o in registers.
-template <int RT, int NC>
+/// One block of one kv head for its G query rows (q: [G][dp]; m: [G] running maxima; o: [G][dp];
+/// p, lv: [G][16]): the 16 scores of each row (keys past the block's valid mask are -inf), the
+/// running max moved and o, l rescaled only when a score exceeds it, p = 2^(s - m), l += p.
+template <class T>
 TPULLM_TARGET_AVX512 TPULLM_ALWAYS_INLINE void
-fd_pv_tile_avx512(float* o, std::int64_t os, const float* p, const float* v, std::int64_t vs) {
+fd_softmax_rows_avx512(const float* q, const T* kb, std::int64_t ks, std::int64_t nc,
+                       std::int64_t G, __mmask16 valid, float* m, float* o, float* p, float* lv) {
+  const std::int64_t dp = 16 * nc;
+  const __m512 ninf = _mm512_set1_ps(-__builtin_inff());
+  for (std::int64_t r = 0; r < G; ++r) {
+    __m512 s = fd_scores16_avx512<T>(q + r * dp, kb, ks, nc);
+    s = _mm512_mask_blend_ps(valid, ninf, s);
+    float mr = m[r];
+    float* lr = lv + r * kFdBlock;
+    if (_mm512_cmp_ps_mask(s, _mm512_set1_ps(mr), _CMP_GT_OQ) != 0) {
+      const float mnew = std::max(mr, _mm512_reduce_max_ps(s));
+      const __m512 a = _mm512_set1_ps(exp2_approx(mr - mnew));
+      float* orow = o + r * dp;
+      for (std::int64_t c = 0; c < dp; c += 16)
+        _mm512_storeu_ps(orow + c, _mm512_mul_ps(_mm512_loadu_ps(orow + c), a));
+      _mm512_storeu_ps(lr, _mm512_mul_ps(_mm512_loadu_ps(lr), a));
+      mr = mnew;
+      m[r] = mr;
+    }
+    const __m512 pv = exp2_avx512(_mm512_sub_ps(s, _mm512_set1_ps(mr)));
+    _mm512_storeu_ps(p + r * kFdBlock, pv);
+    _mm512_storeu_ps(lr, _mm512_add_ps(_mm512_loadu_ps(lr), pv));
+  }
+}
+
+/// o[r][0 .. 16*NC) += sum_j p[r][j] v_j[0 .. 16*NC) for RT rows (o row stride os floats, p
+/// [RT][16]) and the 16 keys of a block (v row stride vs elements, f32 or 16-bit widened as it
+/// is read: once per tile), o in registers.
+template <class T, int RT, int NC>
+TPULLM_TARGET_AVX512 TPULLM_ALWAYS_INLINE void
+fd_pv_tile_avx512(float* o, std::int64_t os, const float* p, const T* v, std::int64_t vs) {
   __m512 acc[RT][NC];
 #pragma GCC unroll 8
   for (int r = 0; r < RT; ++r)
@@ -130,7 +163,7 @@ fd_pv_tile_avx512(float* o, std::int64_t os, const float* p, const float* v, std
     __m512 vv[NC];
 #pragma GCC unroll 8
     for (int c = 0; c < NC; ++c)
-      vv[c] = _mm512_loadu_ps(v + j * vs + 16 * c);
+      vv[c] = fd_load<T, true>(v + j * vs + 16 * c, 0xFFFF);
 #pragma GCC unroll 8
     for (int r = 0; r < RT; ++r) {
       const __m512 pb = _mm512_set1_ps(p[r * kFdBlock + j]);
@@ -148,50 +181,50 @@ fd_pv_tile_avx512(float* o, std::int64_t os, const float* p, const float* v, std
 
 /// P V of RT rows over all nc vectors of o: tiles of NC vectors (RT * NC <= 16 accumulators),
 /// then single vectors.
-template <int RT>
+template <class T, int RT>
 TPULLM_TARGET_AVX512 TPULLM_ALWAYS_INLINE void fd_pv_rows_avx512(float* o, std::int64_t os,
-                                                                 const float* p, const float* v,
+                                                                 const float* p, const T* v,
                                                                  std::int64_t vs, std::int64_t nc) {
   constexpr int NC = RT <= 2 ? 8 : RT <= 4 ? 4 : 2;
   std::int64_t c = 0;
   for (; c + NC <= nc; c += NC)
-    fd_pv_tile_avx512<RT, NC>(o + 16 * c, os, p, v + 16 * c, vs);
+    fd_pv_tile_avx512<T, RT, NC>(o + 16 * c, os, p, v + 16 * c, vs);
   for (; c < nc; ++c)
-    fd_pv_tile_avx512<RT, 1>(o + 16 * c, os, p, v + 16 * c, vs);
+    fd_pv_tile_avx512<T, RT, 1>(o + 16 * c, os, p, v + 16 * c, vs);
 }
 
 /// P V of `rows` rows (o: [rows][os], p: [rows][16]) in row tiles of up to 8.
-TPULLM_TARGET_AVX512 TPULLM_ALWAYS_INLINE void fd_pv_avx512(float* o, std::int64_t os,
-                                                            const float* p, const float* v,
-                                                            std::int64_t vs, std::int64_t rows,
-                                                            std::int64_t nc) {
+template <class T>
+TPULLM_TARGET_AVX512 TPULLM_ALWAYS_INLINE void
+fd_pv_avx512(float* o, std::int64_t os, const float* p, const T* v, std::int64_t vs,
+             std::int64_t rows, std::int64_t nc) {
   for (std::int64_t r = 0; r < rows; r += 8) {
     float* orow = o + r * os;
     const float* prow = p + r * kFdBlock;
     switch (std::min<std::int64_t>(8, rows - r)) {
     case 8:
-      fd_pv_rows_avx512<8>(orow, os, prow, v, vs, nc);
+      fd_pv_rows_avx512<T, 8>(orow, os, prow, v, vs, nc);
       break;
     case 7:
-      fd_pv_rows_avx512<7>(orow, os, prow, v, vs, nc);
+      fd_pv_rows_avx512<T, 7>(orow, os, prow, v, vs, nc);
       break;
     case 6:
-      fd_pv_rows_avx512<6>(orow, os, prow, v, vs, nc);
+      fd_pv_rows_avx512<T, 6>(orow, os, prow, v, vs, nc);
       break;
     case 5:
-      fd_pv_rows_avx512<5>(orow, os, prow, v, vs, nc);
+      fd_pv_rows_avx512<T, 5>(orow, os, prow, v, vs, nc);
       break;
     case 4:
-      fd_pv_rows_avx512<4>(orow, os, prow, v, vs, nc);
+      fd_pv_rows_avx512<T, 4>(orow, os, prow, v, vs, nc);
       break;
     case 3:
-      fd_pv_rows_avx512<3>(orow, os, prow, v, vs, nc);
+      fd_pv_rows_avx512<T, 3>(orow, os, prow, v, vs, nc);
       break;
     case 2:
-      fd_pv_rows_avx512<2>(orow, os, prow, v, vs, nc);
+      fd_pv_rows_avx512<T, 2>(orow, os, prow, v, vs, nc);
       break;
     default:
-      fd_pv_rows_avx512<1>(orow, os, prow, v, vs, nc);
+      fd_pv_rows_avx512<T, 1>(orow, os, prow, v, vs, nc);
       break;
     }
   }
@@ -204,15 +237,16 @@ TPULLM_TARGET_AVX512 inline void fd_prefetch(const void* p, std::int64_t bytes) 
     _mm_prefetch(c + b, _MM_HINT_T0);
 }
 
-/// One decode work item on AVX-512 (the steps are in the file comment); NC = dp / 16 when it is
-/// a compile-time constant (the common head dims: every stride and trip count folds), 0 = read
-/// it from the item.
+/// One decode work item on AVX-512 (the steps are in the file comment). NC = dp / 16 when d is
+/// 16 * NC, a compile-time width (the common head dims: strides and trip counts fold, and full
+/// blocks read V, and K where no group shares it, in place); 0 = the run-time width of the item,
+/// every block widened.
 template <class KV, int NC>
 TPULLM_TARGET_AVX512 void fd_item_avx512_t(const FdItem<KV>& it) {
   const std::int64_t nc = NC > 0 ? NC : it.dp / 16, dp = 16 * nc;
-  const std::int64_t d = it.d, H = it.H, G = it.G, stride = H * d;
+  const std::int64_t d = NC > 0 ? dp : it.d, H = it.H, G = it.G, stride = H * d;
   const std::int64_t r0 = it.h0 * G, R = (it.h1 - it.h0) * G;
-  const __m512 ninf = _mm512_set1_ps(-__builtin_inff());
+  constexpr bool kF32 = std::is_same_v<KV, float>;
   // kb, vb [16][dp]; o [R][dp]; p, l [R][16]
   thread_local std::vector<float> buf;
   buf.resize(static_cast<std::size_t>(2 * kFdBlock * dp + R * dp + 2 * R * kFdBlock + 16));
@@ -236,29 +270,31 @@ TPULLM_TARGET_AVX512 void fd_item_avx512_t(const FdItem<KV>& it) {
       fd_prefetch(it.v + off, block_bytes);
     }
     for (std::int64_t h = it.h0; h < it.h1; ++h) {
-      fd_widen16_avx512(it.k + (jb * H + h) * d, stride, n, d, dp, kb);
-      fd_widen16_avx512(it.v + (jb * H + h) * d, stride, n, d, dp, vb);
+      const KV* kh = it.k + (jb * H + h) * d;
+      const KV* vh = it.v + (jb * H + h) * d;
       const std::int64_t hr = (h - it.h0) * G; // the head's first row in the item
-      for (std::int64_t g = 0; g < G; ++g) {
-        const std::int64_t r = hr + g;
-        __m512 s = fd_scores16_avx512(it.qp + (r0 + r) * dp, kb, dp, nc);
-        s = _mm512_mask_blend_ps(valid, ninf, s);
-        float m = it.m[r0 + r];
-        if (_mm512_cmp_ps_mask(s, _mm512_set1_ps(m), _CMP_GT_OQ) != 0) {
-          const float mnew = std::max(m, _mm512_reduce_max_ps(s));
-          const __m512 a = _mm512_set1_ps(exp2_approx(m - mnew));
-          float* orow = o + r * dp;
-          for (std::int64_t c = 0; c < dp; c += 16)
-            _mm512_storeu_ps(orow + c, _mm512_mul_ps(_mm512_loadu_ps(orow + c), a));
-          _mm512_storeu_ps(lv + r * kFdBlock, _mm512_mul_ps(_mm512_loadu_ps(lv + r * kFdBlock), a));
-          m = mnew;
-          it.m[r0 + r] = m;
+      const float* q = it.qp + (r0 + hr) * dp;
+      float* m = it.m + r0 + hr;
+      if (NC > 0 && n == kFdBlock) {
+        // full block, d == dp: V (and K when only one row reads it, or when it is f32) read in
+        // place, K of a GQA group widened once
+        if (kF32 || G == 1) {
+          fd_softmax_rows_avx512<KV>(q, kh, stride, nc, G, valid, m, o + hr * dp, p + hr * kFdBlock,
+                                     lv + hr * kFdBlock);
+        } else {
+          fd_widen16_avx512(kh, stride, n, d, dp, kb);
+          fd_softmax_rows_avx512<float>(q, kb, dp, nc, G, valid, m, o + hr * dp, p + hr * kFdBlock,
+                                        lv + hr * kFdBlock);
         }
-        const __m512 pv = exp2_avx512(_mm512_sub_ps(s, _mm512_set1_ps(m)));
-        _mm512_storeu_ps(p + r * kFdBlock, pv);
-        _mm512_storeu_ps(lv + r * kFdBlock, _mm512_add_ps(_mm512_loadu_ps(lv + r * kFdBlock), pv));
+        fd_pv_avx512<KV>(o + hr * dp, dp, p + hr * kFdBlock, vh, stride, G, nc);
+      } else {
+        // the last block of the item (rows past it zero) or a run-time width (lanes past d zero)
+        fd_widen16_avx512(kh, stride, n, d, dp, kb);
+        fd_widen16_avx512(vh, stride, n, d, dp, vb);
+        fd_softmax_rows_avx512<float>(q, kb, dp, nc, G, valid, m, o + hr * dp, p + hr * kFdBlock,
+                                      lv + hr * kFdBlock);
+        fd_pv_avx512<float>(o + hr * dp, dp, p + hr * kFdBlock, vb, dp, G, nc);
       }
-      fd_pv_avx512(o + hr * dp, dp, p + hr * kFdBlock, vb, dp, G, nc);
     }
   }
   for (std::int64_t r = 0; r < R; ++r) {
@@ -271,7 +307,7 @@ TPULLM_TARGET_AVX512 void fd_item_avx512_t(const FdItem<KV>& it) {
 /// other on the run-time one.
 template <class KV>
 TPULLM_TARGET_AVX512 void fd_item_avx512(const FdItem<KV>& it) {
-  switch (it.dp) {
+  switch (it.d == it.dp ? it.dp : 0) {
   case 64:
     return fd_item_avx512_t<KV, 4>(it);
   case 128:

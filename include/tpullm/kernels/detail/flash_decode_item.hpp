@@ -11,8 +11,11 @@ namespace tpullm::kernels::detail {
 inline constexpr std::int64_t kFdMinChunkKeys = 256;
 /// Keys per block of the decode loop.
 inline constexpr std::int64_t kFdBlock = 16;
+#ifndef TPULLM_FD_PREFETCH_BLOCKS
+#define TPULLM_FD_PREFETCH_BLOCKS 4
+#endif
 /// Software prefetch distance of the decode loop, in blocks.
-inline constexpr std::int64_t kFdPrefetchBlocks = 4;
+inline constexpr std::int64_t kFdPrefetchBlocks = TPULLM_FD_PREFETCH_BLOCKS;
 #ifndef TPULLM_FD_PREFETCH
 #define TPULLM_FD_PREFETCH 0
 #endif
