@@ -38,6 +38,9 @@ struct FaCase {
   std::size_t budget = 0;          ///< local memory bytes (0 = default)
   CoreSplit split = {};
   double tol = 2e-5;
+  /// keys of slot j scaled by 1 + k_ramp * j / S: > 0 makes later scores keep passing the running
+  /// max (the decode items' rescale path on most blocks), < 0 lets the first block hold it
+  double k_ramp = 0;
 };
 
 template <class KV>
@@ -60,7 +63,8 @@ void run_case(const FaCase& c) {
     for (std::int64_t e = 0; e < c.kv_heads * d; ++e) {
       const auto i = static_cast<std::size_t>(j * c.kv_heads * d + e);
       // a larger spread of k makes the softmax peaky, exercising the running-max rescale
-      k[i] = from_f32<KV>(j < c.S_valid ? 2.0f * nd(rng) : nan);
+      const float ramp = static_cast<float>(1.0 + c.k_ramp * double(j) / double(c.S));
+      k[i] = from_f32<KV>(j < c.S_valid ? 2.0f * ramp * nd(rng) : nan);
       v[i] = from_f32<KV>(j < c.S_valid ? nd(rng) : nan);
     }
   std::vector<std::int32_t> pos(static_cast<std::size_t>(c.L));
@@ -222,6 +226,25 @@ std::vector<FaCase> numerics_cases() {
   cs.push_back({"fd d256 mqa", 1, 1, 700, 620, 4, 1, 256, 619, true, false, 0, cols2});
   cs.push_back({"fd non-causal", 1, 1, 600, 555, 4, 2, 64, 3, false, false, 0, cols2});
   cs.push_back({"fd L_valid 1 of 3", 3, 1, 700, 600, 6, 2, 64, 599, true, false, 0, cols2});
+  // the decode items of every ISA: GQA groups 1..16 (row tiles of 8 and 4 with remainders),
+  // head dims on compiled-in widths (64, 128, 256) and run-time ones (96, 48, 24), 16-key blocks
+  // cut by S_valid and by the position, rising and falling scores (rescale on most blocks / on
+  // the first only), and a split into 4 chunks
+  const CoreSplit heads4{SplitDim::heads, 4};
+  cs.push_back({"fd gqa8 d128 2 chunks", 1, 1, 700, 613, 16, 2, 128, 612, true, false, 0, heads2});
+  cs.push_back({"fd gqa16 d64", 1, 1, 300, 283, 16, 1, 64, 282});
+  cs.push_back({"fd gqa5 d96", 1, 1, 200, 150, 10, 2, 96, 149});
+  cs.push_back({"fd gqa3 d48", 1, 1, 100, 77, 9, 3, 48, 76});
+  cs.push_back({"fd mha d24", 1, 1, 60, 45, 4, 4, 24, 44});
+  cs.push_back({"fd gqa8 d256 mqa", 1, 1, 300, 270, 8, 1, 256, 269, true, false, 0, cols2});
+  cs.push_back({"fd gqa7 4 chunks", 1, 1, 2100, 2085, 14, 2, 64, 2084, true, false, 0, heads4});
+  cs.push_back({"fd position masks keys", 1, 1, 900, 850, 14, 2, 64, 600, true, false, 0, cols2});
+  FaCase rising{"fd rising scores", 1, 1, 640, 600, 8, 2, 128, 599, true, false, 0, heads2};
+  rising.k_ramp = 3.0;
+  cs.push_back(rising);
+  FaCase falling{"fd falling scores", 1, 1, 640, 601, 14, 2, 64, 600, true, false, 0, heads2};
+  falling.k_ramp = -0.9;
+  cs.push_back(falling);
   // position beyond S_valid: every valid key is visible
   cs.push_back({"pos beyond S_valid", 3, 3, 64, 20, 2, 1, 64, 40});
   // small budget forces 16x16 tiles; order-independent masking; non-causal
