@@ -8,7 +8,7 @@ namespace tpullm::kernels::detail {
 
 /// Rows [k0, k1) of a panel cut into S streams for the float GEMVs: streams 0..S-2 take L rows
 /// each (a multiple of U, the rows per stream per step), the last the rest (L plus fewer than
-/// S * U rows, read alone after the interleaved steps). Each stream's prefetch runs kGemvPf
+/// S * U rows, read alone after the interleaved steps). Each stream's prefetch runs PF
 /// bytes ahead and, past its end, on into the same stream of the next panel, so a thread's S
 /// streams stay prefetched across panels as the read ceiling's streams are.
 struct GemvStreamPlan {

@@ -15,7 +15,7 @@ namespace tpullm::kernels::detail {
 /// y rows m0..m0+R-1 over panels [pa, pb): f32 FMAs of x with weights decoded in registers, S
 /// streams per panel of U rows (kGemvStreamBytes) each per step, NA accumulator sets along the
 /// step's rows. Float formats only (no scale groups).
-template <WeightFormat F, int R, int S = kGemvStreams, std::int64_t PF = kGemvPf,
+template <WeightFormat F, int R, int S = kGemvStreams, std::int64_t PF = kGemvStreamPf,
           std::int64_t SB = kGemvStreamBytes, int HINT = _MM_HINT_T0>
 TPULLM_TARGET_AVX512 void gemv_streams_avx512(const LinearArgs& a, std::int64_t m0, std::int64_t pa,
                                               std::int64_t pb) {
