@@ -192,6 +192,14 @@ std::vector<MatmulCase> matmul_cases() {
   for (auto f : fs)
     for (std::int64_t n : {161, 224})
       cases.push_back({1, 96, n, 32, f, n == 161, false});
+  // the float GEMVs' K streams (M 1..4): K = 79 leaves the last stream the most rows past the 4
+  // interleaved streams (15 bf16 / f16 rows, 7 f32 rows), K = 2051 long streams whose prefetch
+  // runs on into the next panel, N not a multiple of the 32-column panel
+  for (WeightFormat f : {WeightFormat::f32, WeightFormat::bf16, WeightFormat::f16})
+    for (std::int64_t M = 1; M <= 4; ++M) {
+      cases.push_back({M, 79, 97, 79, f, M % 2 == 1, false});
+      cases.push_back({M, 2051, 67, 2051, f, M % 2 == 0, false});
+    }
   return cases;
 }
 

@@ -68,6 +68,18 @@ inline constexpr std::int64_t kGemvPf = TPULLM_GEMV_PREFETCH;
 #endif
 /// Panels a single-row GEMV reads at once (interleaved DRAM streams per thread).
 inline constexpr int kGemvStreams = TPULLM_GEMV_STREAMS;
+#ifndef TPULLM_GEMV_STREAM_BYTES
+#define TPULLM_GEMV_STREAM_BYTES 256
+#endif
+/// Bytes the float-format GEMVs read from each of their streams per step (4 cache lines, as the
+/// read ceiling's streams do).
+inline constexpr std::int64_t kGemvStreamBytes = TPULLM_GEMV_STREAM_BYTES;
+#ifndef TPULLM_GEMV_STREAM_PREFETCH
+#define TPULLM_GEMV_STREAM_PREFETCH 1024
+#endif
+/// Software prefetch distance (bytes, in each stream) of the AVX-512 float-format GEMV: 1 KiB as
+/// the read ceiling's best pattern (the AVX2 one keeps kGemvPf, which measured faster there).
+inline constexpr std::int64_t kGemvStreamPf = TPULLM_GEMV_STREAM_PREFETCH;
 #ifndef TPULLM_GEMV_STREAMS_VNNI
 #define TPULLM_GEMV_STREAMS_VNNI 4
 #endif

@@ -225,7 +225,9 @@ void run_linear(const LinearArgs& a, const CoreSplit& planned) {
       CoreSplit s = split;
       s.parts = static_cast<int>(
           std::clamp<std::int64_t>(bytes / kGemvBytesPerThread, 1, std::max(1, split.parts)));
-      const std::int64_t align = P >= 2 * kGemvStreams * s.parts ? kGemvStreams : 1;
+      // (the float formats' GEMV streams lie inside each panel: any panel range will do)
+      const std::int64_t align =
+          is_quantized(F) && P >= 2 * kGemvStreams * s.parts ? kGemvStreams : 1;
       parallel_for(s, P, align, [&](std::int64_t b, std::int64_t e) {
         gemv_range<F>(a, isa, a.v.p0 + b, a.v.p0 + e);
       });

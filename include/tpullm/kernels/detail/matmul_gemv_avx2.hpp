@@ -2,6 +2,7 @@
 /// AVX2 GEMV of the linear (M <= 4, all formats): f32 FMAs on weights dequantized in registers.
 
 #include "tpullm/kernels/detail/matmul_avx2_common.hpp"
+#include "tpullm/kernels/detail/matmul_gemv_streams_avx2.hpp"
 
 namespace tpullm::kernels::detail {
 
@@ -81,6 +82,10 @@ TPULLM_TARGET_AVX2 void gemv_panel_avx2(const LinearArgs& a, std::int64_t m0, st
 
 template <WeightFormat F>
 TPULLM_TARGET_AVX2 void gemv_avx2(const LinearArgs& a, std::int64_t pa, std::int64_t pb) {
+  if constexpr (!is_quantized(F)) { // f32 / bf16 / f16: K-interleaved streams per panel
+    gemv_float_avx2<F>(a, pa, pb);
+    return;
+  }
   for (std::int64_t p = pa; p < pb; ++p) {
     std::int64_t m = 0;
     for (; m + 2 <= a.M; m += 2)

@@ -2,6 +2,7 @@
 /// AVX-512 GEMV of the linear (M <= 4, all formats): f32 FMAs on weights dequantized in registers.
 
 #include "tpullm/kernels/detail/matmul_avx512_common.hpp"
+#include "tpullm/kernels/detail/matmul_gemv_streams_avx512.hpp"
 
 namespace tpullm::kernels::detail {
 
@@ -195,6 +196,10 @@ TPULLM_TARGET_AVX512 void gemv_r1_rest_avx512(const LinearArgs& a, std::int64_t 
 
 template <WeightFormat F>
 TPULLM_TARGET_AVX512 void gemv_avx512(const LinearArgs& a, std::int64_t pa, std::int64_t pb) {
+  if constexpr (!is_quantized(F)) { // f32 / bf16 / f16: K-interleaved streams per panel
+    gemv_float_avx512<F>(a, pa, pb);
+    return;
+  }
   if (a.M == 1) {
     constexpr int S = kGemvStreams;
     std::int64_t p = pa;
