@@ -333,3 +333,19 @@ TEST_CASE("linear over a prepared LinearInput matches the span overload bit for 
   CHECK_THROWS_AS(linear(in, tw.packed, {}, y, {2, 16, 8}), std::invalid_argument);
   CHECK_THROWS_AS(LinearInput(x, 3, 32), std::invalid_argument);
 }
+
+TEST_CASE("a rows split of a short GEMM runs over columns", "[matmul][split]") {
+  using tpullm::kernels::CoreSplit;
+  using tpullm::kernels::skinny_split;
+  using tpullm::kernels::SplitDim;
+  // 16 rows in 14-row tiles on 2 parts: 2 tiles, fewer than 4 per part
+  CHECK(skinny_split({SplitDim::rows, 2}, 16, 14).dim == SplitDim::cols);
+  CHECK(skinny_split({SplitDim::rows, 2}, 97, 14).dim == SplitDim::cols); // 7 tiles
+  // 8 tiles of 14 rows: 4 per part, kept
+  CHECK(skinny_split({SplitDim::rows, 2}, 112, 14).dim == SplitDim::rows);
+  CHECK(skinny_split({SplitDim::rows, 2}, 112, 14).parts == 2);
+  // one part, or another planned dimension, is left as planned
+  CHECK(skinny_split({SplitDim::rows, 1}, 16, 14).dim == SplitDim::rows);
+  CHECK(skinny_split({SplitDim::cols, 2}, 512, 14).dim == SplitDim::cols);
+  CHECK(skinny_split({SplitDim::none, 2}, 16, 14).dim == SplitDim::none);
+}

@@ -1,8 +1,10 @@
 #pragma once
 /// The core-split decision a kernel executes: which dimension is divided and into how many parts.
-/// The compiler's Tpu ops carry this; the runtime passes it to the kernel unchanged, so what was
-/// planned is what runs. Parallel regions run on the worker pool (worker_pool.hpp): the
-/// executor's while it runs a program, else one made once per process.
+/// The compiler's Tpu ops carry this; the runtime passes it to the kernel unchanged. One
+/// refinement is the kernels' own, because only they know their row-tile height at run time:
+/// a planned rows split of a GEMM too short to feed every part runs over columns (skinny_split).
+/// Parallel regions run on the worker pool (worker_pool.hpp): the executor's while it runs a
+/// program, else one made once per process.
 
 #include <algorithm>
 #include <cstdint>
@@ -20,6 +22,22 @@ struct CoreSplit {
   SplitDim dim = SplitDim::none; ///< dimension divided across cores
   int parts = 1;                 ///< number of workers (1 = run on the calling thread)
 };
+
+/// Rows split of a GEMM whose rows make fewer than kMinRowTilesPerPart tiles of `align` rows
+/// per part are split over columns instead.
+inline constexpr std::int64_t kMinRowTilesPerPart = 4;
+
+/// `split` with a rows split of a short activation (M rows in tiles of `align`) turned into a
+/// columns split: over rows, a 16-row prompt on 2 cores with 14-row tiles runs 14 rows on one
+/// core and 2 on the other, and every core streams the whole weight matrix; over columns each
+/// core reads its share of the weights once and all cores do equal work.
+inline CoreSplit skinny_split(const CoreSplit& split, std::int64_t M, std::int64_t align) {
+  CoreSplit s = split;
+  if (s.dim == SplitDim::rows && s.parts > 1 &&
+      (M + align - 1) / align < kMinRowTilesPerPart * s.parts)
+    s.dim = SplitDim::cols;
+  return s;
+}
 
 /// Half-open range [begin, end) of `n` items that part `p` of `parts` owns, with chunks
 /// rounded to multiples of `align` (the last part takes the remainder).

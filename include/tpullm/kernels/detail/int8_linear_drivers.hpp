@@ -352,15 +352,16 @@ inline void run_w8a8_gemvs(std::span<W8A8Args> prods, const CoreSplit& split) {
 
 /// Runs one product on `split`'s workers: the GEMV by panel ranges (run_w8a8_gemvs), the GEMM by
 /// row ranges (SplitDim::rows, multiples of the register tile) or panel ranges (SplitDim::cols).
-inline void run_w8a8(W8A8Args a, const CoreSplit& split) {
+inline void run_w8a8(W8A8Args a, const CoreSplit& planned) {
   const std::int64_t P = a.w->panels();
   const W8A8Path path = w8a8_path(a.M);
-  if (split.dim == SplitDim::heads)
+  if (planned.dim == SplitDim::heads)
     throw std::invalid_argument("linear_w8a8: CoreSplit over heads is not meaningful for a matmul");
   if (a.M <= kGemvMaxRows) {
-    run_w8a8_gemvs({&a, 1}, split);
+    run_w8a8_gemvs({&a, 1}, planned);
     return;
   }
+  const CoreSplit split = skinny_split(planned, a.M, w8a8_mr(path));
   switch (split.dim) {
   case SplitDim::none:
     w8a8_gemm_range(a, path, 0, a.M, 0, P);

@@ -191,22 +191,6 @@ void gemv_range(const LinearArgs& a, Isa isa, std::int64_t pa, std::int64_t pb) 
   }
 }
 
-/// Rows split of a GEMM whose rows make fewer than kMinRowTilesPerPart tiles of `align` rows
-/// per part are split over columns instead.
-inline constexpr std::int64_t kMinRowTilesPerPart = 4;
-
-/// `split` with a rows split of a short activation (M rows in tiles of `align`) turned into a
-/// columns split: over rows, a 16-row prompt on 2 cores with 14-row tiles runs 14 rows on one
-/// core and 2 on the other, and every core streams the whole weight matrix; over columns each
-/// core reads its share of the weights once and all cores do equal work.
-inline CoreSplit skinny_split(const CoreSplit& split, std::int64_t M, std::int64_t align) {
-  CoreSplit s = split;
-  if (s.dim == SplitDim::rows && s.parts > 1 &&
-      (M + align - 1) / align < kMinRowTilesPerPart * s.parts)
-    s.dim = SplitDim::cols;
-  return s;
-}
-
 template <WeightFormat F>
 void run_linear(const LinearArgs& a, const CoreSplit& planned) {
   const Isa isa = active_isa();
