@@ -20,6 +20,7 @@
 //        weight_packed [N, K/pack]: word (n, r) value i = q[pack*r + i][n]       (along K)
 //        weight_zero_point [N/pack, G] (asymmetric only): word (c, g) value i = zero[g][pack*c + i]
 //        weight_scale [N, G] (F16, BF16 or F32), weight_shape [2] I64 = [N, K]
+//        weight_g_idx [K] I32 (actorder "group" only): row k in group g_idx[k]
 //   AutoRound writes the GPTQ layout (auto_round:auto_gptq: v1 zeros; auto_round: exact) or the
 //   AWQ one (auto_round:auto_awq).
 //   w[k][n] = (q[k][n] - zero[g][n]) * scale[g][n], g = g_idx[k]; HF weight[n][k] = w[k][n].
@@ -264,6 +265,8 @@ void pack(const Plain& p, const Variant& v, int bits, const std::string& prefix,
     out[prefix + ".weight_scale"] = {v.scale_dtype, {N, G}, scale_bytes(st, v.scale_dtype)};
     const std::int64_t shape[2] = {N, K};
     out[prefix + ".weight_shape"] = {"I64", {2}, bytes_of(shape, sizeof shape)};
+    if (v.act_order) // actorder "group": rows keep their order, g_idx [K] names each row's group
+      out[prefix + ".weight_g_idx"] = {"I32", {K}, bytes_of(p.gix.data(), p.gix.size() * 4)};
     return;
   }
   out[prefix + ".scales"] = {"F16", {G, N}, scale_bytes(p.s, "F16")};
@@ -275,7 +278,7 @@ nlohmann::json quant_config(const Variant& v) {
                         {"type", "int"},
                         {"symmetric", v.sym},
                         {"dynamic", false},
-                        {"actorder", nullptr},
+                        {"actorder", v.act_order ? nlohmann::json("group") : nlohmann::json()},
                         {"observer", "minmax"},
                         {"strategy", v.group == -1 ? "channel" : "group"}};
     if (v.group != -1)
@@ -575,6 +578,10 @@ void make(const fs::path& out, const fs::path& models) {
     v.overrides["model.layers.0.mlp.down_proj"] = {16, 0}; // K=352: no 64-row groups
     v.overrides["model.layers.1.mlp.down_proj"] = {16, 0};
     v.overrides["model.layers.2.mlp.down_proj"] = {16, 0};
+  }));
+  variants.push_back(with(ct, [](Variant& v) { // actorder group: a permuting weight_g_idx
+    v.name = "ct4-actorder-asym";
+    v.act_order = true;
   }));
   variants.push_back(with(ct, [](Variant& v) {
     v.name = "ct8-channel-sym";
