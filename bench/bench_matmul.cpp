@@ -199,8 +199,11 @@ void bm_linear(benchmark::State& state, Proj p, WeightFormat f, std::int64_t M, 
 
 /// The ceiling a GEMM of format f with M rows is judged against: the AMX peak when it runs on
 /// the tile unit (bf16: AMX-bf16; int8 / int4: AMX-int8, counting 2 M K N useful ops although
-/// the two-digit scheme issues twice as many), else the f32 FMA peak.
+/// the two-digit scheme issues twice as many), the vdpbf16ps peak when bf16 runs on AVX512_BF16,
+/// else the f32 FMA peak.
 Ceiling compute_ceiling(WeightFormat f, std::int64_t M) {
+  if (f == WeightFormat::bf16 && kernels::detail::bf16_dot_applies(M))
+    return Ceiling::bf16_dot;
   if (kernels::active_isa() != kernels::Isa::amx || !kernels::detail::amx_format(f) ||
       M < kernels::detail::kAmxMinRows)
     return Ceiling::f32_fma;

@@ -57,8 +57,10 @@ void bm_mlp(benchmark::State& state, MlpModel m, WeightFormat f, std::int64_t M,
   } else {
     const bool amx = kernels::active_isa() == kernels::Isa::amx && kernels::detail::amx_format(f) &&
                      M >= kernels::detail::kAmxMinRows;
+    const bool dot = f == WeightFormat::bf16 && kernels::detail::bf16_dot_applies(M);
     report(state, 6.0 * double(M * m.hidden * m.intermediate), threads,
-           !amx                      ? Ceiling::f32_fma
+           dot                       ? Ceiling::bf16_dot
+           : !amx                    ? Ceiling::f32_fma
            : f == WeightFormat::bf16 ? Ceiling::amx_bf16
                                      : Ceiling::amx_int8);
   }

@@ -17,6 +17,10 @@ void report(benchmark::State& state, double amount_per_iter, int threads, Ceilin
     name = "f32-FMA";
     unit = "GFLOP/s";
     break;
+  case Ceiling::bf16_dot:
+    name = "bf16-vdpbf16ps";
+    unit = "GFLOP/s";
+    break;
   case Ceiling::amx_bf16:
     name = "AMX-bf16";
     unit = "GFLOP/s";

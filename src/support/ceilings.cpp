@@ -418,8 +418,10 @@ const Ceilings& measure_ceilings() {
     c.f32_gflops_1t = peak_g(fma, 1);
     c.f32_gflops_2t = peak_g(fma, 2);
   }
-  if (f.avx512_bf16)
+  if (f.avx512_bf16) {
+    c.bf16_gflops_1t = peak_g(bf16_loop, 1);
     c.bf16_gflops_2t = peak_g(bf16_loop, 2);
+  }
   if (f.avx512_vnni) {
     c.int8_gops_1t = peak_g(vnni_loop, 1);
     c.int8_gops_2t = peak_g(vnni_loop, 2);
@@ -469,8 +471,8 @@ void print_ceilings(const Ceilings& c) {
               c.read1_gbs_1t, c.read1_gbs_2t);
   std::printf("  f32 FMA peak     1 thread %8.1f GFLOP/s 2 threads %8.1f GFLOP/s\n",
               c.f32_gflops_1t, c.f32_gflops_2t);
-  std::printf("  bf16 vdpbf16ps                              2 threads %8.1f GFLOP/s\n",
-              c.bf16_gflops_2t);
+  std::printf("  bf16 vdpbf16ps   1 thread %8.1f GFLOP/s 2 threads %8.1f GFLOP/s\n",
+              c.bf16_gflops_1t, c.bf16_gflops_2t);
   std::printf("  int8 vpdpbusd    1 thread %8.1f GOP/s   2 threads %8.1f GOP/s\n", c.int8_gops_1t,
               c.int8_gops_2t);
   std::printf("  int8 AVX-VNNI    1 thread %8.1f GOP/s   2 threads %8.1f GOP/s   (vpdpbusd ymm)\n",
@@ -499,6 +501,8 @@ double ceiling_value(Ceiling which, int threads) {
     return (two ? c.read_gbs_2t : c.read_gbs_1t) * 1e9;
   case Ceiling::f32_fma:
     return (two ? c.f32_gflops_2t : c.f32_gflops_1t) * 1e9;
+  case Ceiling::bf16_dot:
+    return (two ? c.bf16_gflops_2t : c.bf16_gflops_1t) * 1e9;
   case Ceiling::amx_bf16:
     return (two ? c.amx_bf16_gflops_2t : c.amx_bf16_gflops_1t) * 1e9;
   case Ceiling::amx_int8:

@@ -180,6 +180,11 @@ std::vector<MatmulCase> matmul_cases() {
   cases.push_back({1, 128, 40, 32, WeightFormat::int4_sym, false, true});
   cases.push_back({9, 128, 40, 32, WeightFormat::int4_asym, true, true});
   cases.push_back({350, 64, 40, 64, WeightFormat::bf16, true, false});
+  // bf16 GEMMs over several K blocks of the VDPBF16PS path (512 rows each), odd K in and
+  // across blocks, 14-row strips with a remainder
+  cases.push_back({40, 1100, 70, 1100, WeightFormat::bf16, false, false});
+  cases.push_back({20, 1025, 33, 1025, WeightFormat::bf16, true, false});
+  cases.push_back({31, 33, 97, 33, WeightFormat::bf16, false, false});
   cases.push_back({350, 64, 40, 16, WeightFormat::int4_sym, false, false});
   cases.push_back({2, 35, 40, 35, WeightFormat::int4_asym, true, false}); // per-channel, K % 8 != 0
   cases.push_back({6, 35, 40, 35, WeightFormat::int8, false, false});     // K % 4 != 0
@@ -230,7 +235,7 @@ TEST_CASE("linear matches a double reference for every format, shape and ISA", "
     const CoreSplit splits[] = {{SplitDim::none, 1}, {SplitDim::cols, 2}, {SplitDim::rows, 2}};
     struct Path {
       Isa isa;
-      bool no_vnni, amx_emulated;
+      bool no_vnni, amx_emulated, bf16_dot = false;
     };
     std::vector<Path> paths;
     for (Isa isa : test_isas())
@@ -240,6 +245,11 @@ TEST_CASE("linear matches a double reference for every format, shape and ISA", "
     if (detail::amx_format(c.format) && c.M >= detail::kAmxMinRows &&
         c.M * c.K * c.N <= 600'000) // the scalar emulator is slow: the smaller shapes only
       paths.push_back({Isa::portable, false, true}); // the AMX path on the tile emulator
+    // bf16 GEMM on VDPBF16PS (x rounded to bf16 as on AMX); the plain avx512 entry above then
+    // runs the f32-FMA GEMM with it disabled
+    if (c.format == WeightFormat::bf16 && c.M >= detail::kBf16DotMinRows &&
+        cpu_features().avx512_bf16)
+      paths.push_back({Isa::avx512, false, false, true});
     std::vector<double> amx_bound; // the looser bound of the AMX paths (isa amx, M >= 16)
     if (detail::amx_format(c.format)) {
       amx_bound = amx_linear_bound(tw, std::vector<double>(x.begin(), x.end()), c.M, c.K, c.N);
@@ -247,12 +257,15 @@ TEST_CASE("linear matches a double reference for every format, shape and ISA", "
         for (std::int64_t n = 0; n < c.N; ++n)
           amx_bound[m * c.N + n] += tol * (c.bias ? std::abs(bias[n]) : 0.0) + 1e-30;
     }
-    for (auto [isa, no_vnni, amx_emulated] : paths) {
+    for (auto [isa, no_vnni, amx_emulated, bf16_dot] : paths) {
       ScopedIsa scoped(isa);
       std::optional<amx::ScopedEmulation> emu;
       if (amx_emulated)
         emu.emplace();
-      const bool on_amx = (isa == Isa::amx || amx_emulated) && !amx_bound.empty();
+      detail::bf16_dot_disabled() = !bf16_dot;
+      if (bf16_dot)
+        REQUIRE(detail::bf16_dot_applies(c.M));
+      const bool on_amx = (isa == Isa::amx || amx_emulated || bf16_dot) && !amx_bound.empty();
       const auto& bnd = on_amx ? amx_bound : bound;
       for (const CoreSplit& split : splits) {
         std::vector<float> y = nan_vec(static_cast<std::size_t>(c.M * c.N));
@@ -269,12 +282,16 @@ TEST_CASE("linear matches a double reference for every format, shape and ISA", "
         }
         detail::vnni_disabled() = false;
         INFO(describe(c) << " isa=" << isa_name(isa) << (no_vnni ? " (no vnni)" : "")
-                         << (amx_emulated ? " (amx emulated)" : "") << " split=" << int(split.dim)
+                         << (amx_emulated ? " (amx emulated)" : "")
+                         << (bf16_dot ? " (vdpbf16ps)" : "") << " split=" << int(split.dim)
                          << " worst normalized err=" << worst << " tol=" << tol);
         REQUIRE(bad == 0);
       }
     }
   }
+  detail::bf16_dot_disabled() = false;
+  if (!cpu_features().avx512_bf16)
+    WARN("SKIPPED the VDPBF16PS bf16 GEMM: this CPU has no AVX512_BF16");
   INFO("runs " << runs);
   CHECK(runs > 600);
 }

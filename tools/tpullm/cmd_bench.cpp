@@ -16,6 +16,7 @@
 
 #include "command.hpp"
 #include "tpullm/kernels/cpu_features.hpp"
+#include "tpullm/kernels/detail/matmul_gemm_bf16dot.hpp"
 #include "tpullm/kernels/worker_pool.hpp"
 #include "tpullm/runtime/engine.hpp"
 #include "tpullm/support/ceilings.hpp"
@@ -348,6 +349,15 @@ int cmd_bench(const std::vector<std::string>& args) {
       pre.back()["int8_peak_gops"] = peak / 1e9;
       pre.back()["int8_peak_frac"] = peak > 0 ? flops / peak : 0;
     }
+    // bf16 products of 16 rows or more run on VDPBF16PS where the CPU has AVX512_BF16 and no
+    // AMX: also the fraction of its peak (again all FLOPs, the f32 attention included)
+    if (m.mode == "bf16" && kernels::detail::bf16_dot_applies(std::min<std::int64_t>(P, 16))) {
+      const double peak =
+          machine::ceiling_value(machine::Ceiling::bf16_dot, static_cast<int>(threads));
+      pre.back()["bf16_path"] = "vdpbf16ps";
+      pre.back()["bf16_dot_peak_gflops"] = peak / 1e9;
+      pre.back()["bf16_dot_peak_frac"] = peak > 0 ? flops / peak : 0;
+    }
   }
   nlohmann::ordered_json dec = nlohmann::ordered_json::array();
   for (auto C : contexts) {
@@ -469,6 +479,10 @@ int cmd_bench(const std::vector<std::string>& args) {
       std::cout << "   " << std::setprecision(3) << p["int8_peak_frac"].get<double>() << " of the "
                 << p["int8_path"].get<std::string>() << " int8 peak (" << std::setprecision(0)
                 << p["int8_peak_gops"].get<double>() << " GOP/s)" << std::setprecision(1);
+    if (p.contains("bf16_dot_peak_frac"))
+      std::cout << "   " << std::setprecision(3) << p["bf16_dot_peak_frac"].get<double>()
+                << " of the vdpbf16ps peak (" << std::setprecision(0)
+                << p["bf16_dot_peak_gflops"].get<double>() << " GFLOP/s)" << std::setprecision(1);
     std::cout << "\n";
   }
   std::cout

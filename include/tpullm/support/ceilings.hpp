@@ -21,6 +21,7 @@ struct Ceilings {
   double read1_gbs_2t = 0;   ///< one stream per thread (best prefetch distance), 2 threads
   double f32_gflops_1t = 0;  ///< f32 FMA peak, 1 thread, GFLOP/s (FMA = 2 flops)
   double f32_gflops_2t = 0;  ///< f32 FMA peak, 2 threads, GFLOP/s
+  double bf16_gflops_1t = 0; ///< vdpbf16ps peak, 1 thread, GFLOP/s (0 without AVX512_BF16)
   double bf16_gflops_2t = 0; ///< vdpbf16ps peak, 2 threads, GFLOP/s (0 without AVX512_BF16)
   double int8_gops_2t = 0;   ///< vpdpbusd peak, 2 threads, GOP/s (0 without AVX512_VNNI)
   double int8_gops_1t = 0;   ///< vpdpbusd zmm peak, 1 thread, GOP/s (MAC = 2 ops)
@@ -38,7 +39,17 @@ struct Ceilings {
 /// The ceiling a figure is a fraction of.
 /// int8_vnni / int8_avx_vnni / int8_avx2: the multiply-add peak of the instruction each W8A8
 /// path is built on (vpdpbusd zmm, vpdpbusd ymm, vpmaddwd ymm), in ops (MAC = 2).
-enum class Ceiling { read, f32_fma, amx_bf16, amx_int8, int8_vnni, int8_avx_vnni, int8_avx2 };
+/// bf16_dot: the vdpbf16ps peak the bf16 GEMM on AVX512_BF16 (no AMX) is built on.
+enum class Ceiling {
+  read,
+  f32_fma,
+  bf16_dot,
+  amx_bf16,
+  amx_int8,
+  int8_vnni,
+  int8_avx_vnni,
+  int8_avx2
+};
 
 /// Measures the ceilings (a few seconds; called by main before the benchmarks run).
 const Ceilings& measure_ceilings();

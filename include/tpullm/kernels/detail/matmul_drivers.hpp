@@ -3,6 +3,7 @@
 /// range of panels on one thread, and the OpenMP split of one call (run_linear).
 
 #include "tpullm/kernels/detail/matmul_amx.hpp"
+#include "tpullm/kernels/detail/matmul_gemm_bf16dot.hpp"
 #include "tpullm/kernels/detail/matmul_portable.hpp"
 #if TPULLM_X86
 #include "tpullm/kernels/detail/matmul_gemv_avx512.hpp"
@@ -252,22 +253,27 @@ void run_linear(const LinearArgs& a, const CoreSplit& planned) {
       throw std::invalid_argument("linear: CoreSplit over heads is not meaningful for a matmul");
     }
   }
-  const CoreSplit split = skinny_split(planned, a.M, micro_rows(isa));
+  // bf16 weights on AVX512_BF16 without AMX: VDPBF16PS on bf16-rounded x (the AMX numerics)
+  const bool dot = F == WeightFormat::bf16 && bf16_dot_applies(a.M);
+  const int MR = dot ? kBf16DotMr : micro_rows(isa);
+  const auto range = [&](std::int64_t ma, std::int64_t mb, std::int64_t pa, std::int64_t pb) {
+    if (dot)
+      gemm_range_bf16dot(a, ma, mb, pa, pb);
+    else
+      gemm_range<F>(a, isa, ma, mb, pa, pb);
+  };
+  const CoreSplit split = skinny_split(planned, a.M, MR);
   switch (split.dim) {
   case SplitDim::none:
-    gemm_range<F>(a, isa, 0, a.M, a.v.p0, a.v.p1);
+    range(0, a.M, a.v.p0, a.v.p1);
     return;
   case SplitDim::rows:
     parallel_for(
-        split, a.M, micro_rows(isa),
-        [&](std::int64_t b, std::int64_t e) { gemm_range<F>(a, isa, b, e, a.v.p0, a.v.p1); }, 1);
+        split, a.M, MR, [&](std::int64_t b, std::int64_t e) { range(b, e, a.v.p0, a.v.p1); }, 1);
     return;
   case SplitDim::cols:
     parallel_for(
-        split, P, 1,
-        [&](std::int64_t b, std::int64_t e) {
-          gemm_range<F>(a, isa, 0, a.M, a.v.p0 + b, a.v.p0 + e);
-        },
+        split, P, 1, [&](std::int64_t b, std::int64_t e) { range(0, a.M, a.v.p0 + b, a.v.p0 + e); },
         1);
     return;
   case SplitDim::heads:
