@@ -11,6 +11,7 @@
 
 #include "command.hpp"
 #include "tpullm/kernels/cpu_features.hpp"
+#include "tpullm/kernels/detail/matmul_gemm_bf16dot.hpp"
 #include "tpullm/support/tool_main.hpp"
 #include "tpullm/version.hpp"
 
@@ -27,8 +28,8 @@ void print_usage(std::ostream& os) {
         "Run 'tpullm <command> --help' for the options of a command.\n";
 }
 
-/// A bad TPULLM_ISA is a usage error, reported before any work (the kernels would otherwise
-/// throw it from the middle of a run).
+/// A bad TPULLM_ISA or TPULLM_BF16_DOT is a usage error, reported before any work (the kernels
+/// would otherwise throw it from the middle of a run).
 void check_isa_environment() {
   // OMP_NUM_THREADS sets the default target's cores: a value the target would refuse is named
   // as what it is, not as a target.cores the user never gave.
@@ -39,6 +40,11 @@ void check_isa_environment() {
     check(r.ec == std::errc() && r.ptr == first.data() + first.size() && n >= 1 && n <= 4096,
           ErrorKind::invalid_input, "OMP_NUM_THREADS", "'", omp,
           "' is not a thread count in [1, 4096]");
+  }
+  try {
+    (void)kernels::detail::bf16_dot_disabled(); // reads TPULLM_BF16_DOT
+  } catch (const std::invalid_argument& e) {
+    throw Error(ErrorKind::invalid_input, "TPULLM_BF16_DOT", e.what());
   }
   const char* env = std::getenv("TPULLM_ISA");
   if (env == nullptr || *env == '\0')
