@@ -180,7 +180,7 @@ std::vector<MatmulCase> matmul_cases() {
   cases.push_back({1, 128, 40, 32, WeightFormat::int4_sym, false, true});
   cases.push_back({9, 128, 40, 32, WeightFormat::int4_asym, true, true});
   cases.push_back({350, 64, 40, 64, WeightFormat::bf16, true, false});
-  // bf16 GEMMs over several K blocks of the VDPBF16PS path (512 rows each), odd K in and
+  // bf16 GEMMs over several K blocks of the VDPBF16PS path (256 rows each), odd K in and
   // across blocks, 14-row strips with a remainder
   cases.push_back({40, 1100, 70, 1100, WeightFormat::bf16, false, false});
   cases.push_back({20, 1025, 33, 1025, WeightFormat::bf16, true, false});

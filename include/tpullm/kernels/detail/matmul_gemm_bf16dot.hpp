@@ -33,6 +33,12 @@ namespace tpullm::kernels::detail {
 
 /// Fewest rows of x for which a bf16 linear takes the VDPBF16PS GEMM (as the AMX path).
 inline constexpr std::int64_t kBf16DotMinRows = 16;
+#ifndef TPULLM_BF16DOT_KC
+#define TPULLM_BF16DOT_KC 256
+#endif
+/// K rows per block of the VDPBF16PS GEMM (even): its [kc / 2, 32] dword weight block (16 KiB)
+/// and a 14-row x strip (7 KiB) share L1.
+inline constexpr std::int64_t kBf16DotKc = TPULLM_BF16DOT_KC;
 /// Rows of the VDPBF16PS micro-kernel (2 * 14 accumulators + 2 weight registers + 1 spare).
 inline constexpr int kBf16DotMr = 14;
 
@@ -189,7 +195,7 @@ inline void gemm_range_bf16dot(const LinearArgs& a, std::int64_t ma, std::int64_
   constexpr int MR = kBf16DotMr;
   const PackedWeights& w = *a.v.w;
   const std::int64_t kv = a.v.k1 - a.v.k0;
-  const std::int64_t kc_max = std::min<std::int64_t>(2 * kKc, (kv + 1) / 2 * 2);
+  const std::int64_t kc_max = std::min<std::int64_t>(kBf16DotKc, (kv + 1) / 2 * 2);
   const std::int64_t mc_l2 = std::clamp<std::int64_t>(
       static_cast<std::int64_t>(default_local_memory_bytes()) / 6144 / MR * MR, MR, kMcMax);
   const std::int64_t mc_max = std::min<std::int64_t>(mc_l2, mb - ma);
