@@ -130,7 +130,7 @@ std::size_t widest_function_bytes(const std::vector<ir::Module>& modules) {
   return widest;
 }
 
-std::string mib(std::size_t bytes) {
+std::string calib_mib(std::size_t bytes) {
   char b[32];
   std::snprintf(b, sizeof b, "%.2f MiB", static_cast<double>(bytes) / (1024.0 * 1024.0));
   return b;
@@ -190,8 +190,9 @@ conversion::CalibTable calibrate(const frontend::ModelDesc& desc,
   const std::size_t budget =
       options.memory_budget > 0 ? options.memory_budget : std::max(kDefaultCalibBudget, min_budget);
   check(budget >= min_budget, ErrorKind::invalid_input, "--memory-budget",
-        mib(options.memory_budget), " cannot hold the ", mib(min_budget), " of f64 weights that ",
-        threads, " thread(s) use at once (one layer each); give at least that or fewer --threads");
+        calib_mib(options.memory_budget), " cannot hold the ", calib_mib(min_budget),
+        " of f64 weights that ", threads, " thread(s) use at once (one layer each); give at least ",
+        (min_budget + (std::size_t{1} << 20) - 1) >> 20, threads > 1 ? " or fewer --threads" : "");
   auto weights = std::make_shared<interp::WeightStore>(budget);
   std::vector<Stats> per_sample(samples.size());
   std::vector<std::map<std::string, std::string>> aliases(samples.size());

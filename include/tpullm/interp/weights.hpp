@@ -4,7 +4,9 @@
 /// their logical [K, N] float values (exact in f32: a small integer times an f16 scale). A
 /// WeightStore shared by the interpreters of every stage module of a model holds each weight
 /// once, however many modules (block_i, block_kv_i, every block_cache_i_S, embedding,
-/// embedding_cache, lm_head, ...) reference it.
+/// embedding_cache, lm_head, ...) reference it; with a byte budget it keeps only the most
+/// recently used (calibrate), and a table that is only gathered is read by rows
+/// (gather_weight_rows) without being widened whole.
 
 #include <cstdint>
 #include <cstdio>
