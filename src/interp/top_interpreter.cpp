@@ -416,6 +416,13 @@ auto TopInterpreter::run(const ir::Function& f, const std::vector<Tensor>& input
           want.str(), ", got ", inputs[i].type().str());
     env[f.argument(i)] = std::make_shared<const Tensor>(inputs[i]);
   }
+  // Tables only gathered by rows (the embedding) are never widened whole: their builtin.Weight
+  // binds nothing (null) and each Gather widens the rows it reads.
+  std::unordered_map<const ir::Value*, const ir::Weight*> by_rows;
+  for (const auto& op : f.ops())
+    if (const auto* w = op->as<ir::builtin::WeightOp>(); w && gathered_by_rows(*op))
+      if (const ir::Weight* table = module_.find_weight(w->name.name))
+        by_rows[op->result(0)] = table;
   n = 0;
   for (const auto& op_ptr : f.ops()) {
     const ir::Operation& op = *op_ptr;
@@ -438,7 +445,13 @@ auto TopInterpreter::run(const ir::Function& f, const std::vector<Tensor>& input
                            (op.loc().known() ? " at " + op.loc().str() : std::string());
     Results results;
     try {
-      results = evaluate(op, args);
+      const auto rows = op.num_operands() > 0 ? by_rows.find(op.operand(0)) : by_rows.end();
+      if (op.is<ir::builtin::WeightOp>() && by_rows.count(op.result(0)))
+        results = {nullptr};
+      else if (rows != by_rows.end())
+        results = one(gather_weight_rows(*rows->second, *args[1]));
+      else
+        results = evaluate(op, args);
     } catch (const Error& e) {
       throw e.within(at);
     } catch (const std::exception& e) {
@@ -448,9 +461,11 @@ auto TopInterpreter::run(const ir::Function& f, const std::vector<Tensor>& input
           " results, the op declares ", op.num_results());
     for (std::size_t r = 0; r < results.size(); ++r) {
       const ir::TensorType& want = op.result(r)->type();
-      check(results[r]->shape() == want.shape && (want.quant || results[r]->dtype() == want.dtype),
-            ErrorKind::internal, at, "result #", r, " is ", results[r]->type().str(),
-            " but the op declares ", want.str());
+      if (results[r]) // null: a table gathered by rows only, never materialized
+        check(results[r]->shape() == want.shape &&
+                  (want.quant || results[r]->dtype() == want.dtype),
+              ErrorKind::internal, at, "result #", r, " is ", results[r]->type().str(),
+              " but the op declares ", want.str());
       env[op.result(r)] = results[r];
     }
     for (const ir::Value* v : op.operands())
@@ -459,6 +474,23 @@ auto TopInterpreter::run(const ir::Function& f, const std::vector<Tensor>& input
     ++n;
   }
   throw_error(ErrorKind::invalid_input, where, "has no builtin.Return");
+}
+
+bool gathered_by_rows(const ir::Operation& op) {
+  const auto* w = op.as<ir::builtin::WeightOp>();
+  if (!w || op.num_results() != 1 || !op.result(0)->has_uses())
+    return false;
+  const ir::TensorType& t = op.result(0)->type();
+  if (t.quant || !ir::is_float(t.dtype) || t.shape.empty())
+    return false;
+  const auto rank = static_cast<std::int64_t>(t.shape.size());
+  for (const ir::Operation* u : op.result(0)->users()) {
+    const auto* g = u->as<ir::top::GatherOp>();
+    if (!g || (g->axis != 0 && g->axis != -rank) || u->num_operands() != 2 ||
+        u->operand(0) != op.result(0) || u->operand(1) == op.result(0))
+      return false;
+  }
+  return true;
 }
 
 auto TopInterpreter::weight(const std::string& name) -> std::shared_ptr<const Tensor> {

@@ -1,6 +1,10 @@
 // Out-of-line definitions of tpullm/interp/weights.hpp (compiled once into tpullm_core).
 #include "tpullm/interp/weights.hpp"
 
+#include <algorithm>
+
+#include "tpullm/interp/top_interpreter.hpp"
+
 namespace tpullm::interp::detail {
 
 Tensor dequantize_weight(const ir::Weight& w) {
@@ -39,18 +43,94 @@ Tensor materialize_weight(const ir::Weight& w) {
   return t;
 }
 
+Tensor gather_weight_rows(const ir::Weight& w, const Tensor& indices) {
+  const std::string where = "weight @" + w.name;
+  const Shape& ws = w.type.shape;
+  check(!ws.empty(), ErrorKind::invalid_input, where, "is a scalar; gather needs a table");
+  const bool by_rows = !w.type.quant && w.has_data() && w.parts.size() == 1 &&
+                       w.parts[0].role == "data" && ir::is_float(w.parts[0].dtype) &&
+                       ir::is_float(w.type.dtype) &&
+                       num_elements(w.parts[0].shape) == w.type.num_elements();
+  if (!by_rows)
+    return ref::gather(materialize_weight(w), indices, 0);
+  const ir::WeightPart& p = w.part("data");
+  const std::int64_t D = ws[0], inner = w.type.num_elements() / std::max<std::int64_t>(D, 1);
+  const auto row = static_cast<std::size_t>(ir::byte_size(p.dtype, inner));
+  check(p.bytes.size() == row * static_cast<std::size_t>(D), ErrorKind::invalid_input, where,
+        "holds ", p.bytes.size(), " bytes; ", ir::shape_str(p.shape), " ", ir::name(p.dtype),
+        " needs ", row * static_cast<std::size_t>(D));
+  check(!indices.is_float(), ErrorKind::invalid_input, where, "gather indices must be integers");
+  const IntArray& idx = indices.ints();
+  const auto J = static_cast<std::int64_t>(idx.size());
+  std::vector<std::byte> rows(row * static_cast<std::size_t>(J));
+  for (std::int64_t j = 0; j < J; ++j) {
+    const std::int64_t ix = idx.data()[j];
+    check(ix >= 0 && ix < D, ErrorKind::invalid_input, "", "gather index ", ix,
+          " (at flat position ", j, ") is out of range [0, ", D, ") of axis 0 of ",
+          ir::shape_str(ws));
+    std::memcpy(rows.data() + static_cast<std::size_t>(j) * row,
+                p.bytes.data() + static_cast<std::size_t>(ix) * row, row);
+  }
+  Shape shape = indices.shape();
+  shape.insert(shape.end(), ws.begin() + 1, ws.end());
+  Tensor t;
+  try {
+    t = Tensor::from_bytes(shape, p.dtype, rows);
+  } catch (const Error& e) {
+    throw e.within(where);
+  }
+  if (p.dtype != w.type.dtype)
+    t = t.cast(w.type.dtype);
+  return t;
+}
+
+WeightStore::WeightStore(std::size_t budget_bytes) : budget_(budget_bytes) {
+  check(budget_bytes > 0, ErrorKind::invalid_input, "weight store", "the byte budget must be > 0");
+}
+
 auto WeightStore::get(const ir::Weight& w) -> std::shared_ptr<const Tensor> {
   const std::string key = key_of(w);
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = entries_.find(key);
-  if (it != entries_.end())
+  if (it != entries_.end()) {
+    it->second.last_use = ++tick_;
     return it->second.tensor;
+  }
+  const auto need = static_cast<std::size_t>(w.type.num_elements()) * 8;
+  if (budget_ > 0)
+    make_room(need, w.name);
   Entry e;
   e.tensor = std::make_shared<const Tensor>(materialize_weight(w));
   for (const auto& p : w.parts)
     e.owners.push_back(p.owner);
-  bytes_ += static_cast<std::size_t>(e.tensor->numel()) * 8;
+  e.bytes = static_cast<std::size_t>(e.tensor->numel()) * 8;
+  e.last_use = ++tick_;
+  bytes_ += e.bytes;
+  peak_ = std::max(peak_, bytes_);
+  ++materialized_;
   return entries_.emplace(key, std::move(e)).first->second.tensor;
+}
+
+auto WeightStore::make_room(std::size_t need, const std::string& name) -> void {
+  while (bytes_ + need > budget_) {
+    auto victim = entries_.end();
+    for (auto it = entries_.begin(); it != entries_.end(); ++it)
+      if (it->second.tensor.use_count() == 1 &&
+          (victim == entries_.end() || it->second.last_use < victim->second.last_use))
+        victim = it;
+    if (victim == entries_.end()) {
+      constexpr double MiB = 1024.0 * 1024.0;
+      char msg[256];
+      std::snprintf(msg, sizeof msg,
+                    "needs %.2f MiB but %.2f MiB of weights are in use and the budget is "
+                    "%.2f MiB: raise the budget",
+                    static_cast<double>(need) / MiB, static_cast<double>(bytes_) / MiB,
+                    static_cast<double>(budget_) / MiB);
+      throw_error(ErrorKind::invalid_input, "weight @" + name, msg);
+    }
+    bytes_ -= victim->second.bytes;
+    entries_.erase(victim);
+  }
 }
 
 auto WeightStore::key_of(const ir::Weight& w) -> std::string {

@@ -5,6 +5,7 @@
 #include <map>
 #include <mutex>
 #include <random>
+#include <set>
 #include <thread>
 
 #include "tpullm/conversion/calib_stats.hpp"
@@ -83,6 +84,58 @@ struct Recorder {
   }
 };
 
+/// The interpreter, less the lm_head: calibration reads the blocks' inputs, never the logits a
+/// Session computes for a prompt's last row, so the head (for a tied model the whole embedding
+/// table, widened) is never materialized. Its outputs are zeros.
+class NoLogitsExecutor : public StageExecutor {
+public:
+  explicit NoLogitsExecutor(InterpreterExecutor& exec) : exec_(exec) {
+    for (const auto& m : exec.modules())
+      for (const auto& f : m.functions())
+        if (f->info().stage == ir::StageKind::lm_head)
+          skipped_.insert(f->name());
+  }
+  bool has_function(const std::string& name) const override { return exec_.has_function(name); }
+  using StageExecutor::run;
+  void run(const std::string& name, std::span<const ConstBytes> inputs,
+           std::span<const MutBytes> outputs) override {
+    if (skipped_.count(name) == 0)
+      return exec_.run(name, inputs, outputs);
+    for (const MutBytes& o : outputs)
+      std::fill(o.begin(), o.end(), std::byte{0});
+  }
+
+private:
+  InterpreterExecutor& exec_;
+  std::set<std::string> skipped_;
+};
+
+/// Bytes (8 per element) of the weights one run of the widest function of `modules` holds,
+/// lm_head functions left out and tables only gathered by rows not counted.
+std::size_t widest_function_bytes(const std::vector<ir::Module>& modules) {
+  std::size_t widest = 0;
+  for (const auto& m : modules)
+    for (const auto& f : m.functions()) {
+      if (f->info().stage == ir::StageKind::lm_head)
+        continue;
+      std::set<std::string> names;
+      std::size_t sum = 0;
+      for (const auto& op : f->ops())
+        if (const auto* w = op->as<ir::builtin::WeightOp>(); w && !interp::gathered_by_rows(*op))
+          if (const ir::Weight* wt = m.find_weight(w->name.name);
+              wt && names.insert(wt->name).second)
+            sum += static_cast<std::size_t>(wt->type.num_elements()) * 8;
+      widest = std::max(widest, sum);
+    }
+  return widest;
+}
+
+std::string calib_mib(std::size_t bytes) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.2f MiB", static_cast<double>(bytes) / (1024.0 * 1024.0));
+  return b;
+}
+
 } // namespace
 
 std::vector<std::vector<std::int32_t>> builtin_calib_samples(std::int64_t vocab,
@@ -131,16 +184,27 @@ conversion::CalibTable calibrate(const frontend::ModelDesc& desc,
   const SessionDims dims{desc.dims.layers, desc.dims.hidden, desc.dims.kv_heads, desc.dims.head_dim,
                          desc.dims.vocab};
   const int threads = std::min<int>(options.threads, static_cast<int>(samples.size()));
-  auto weights = std::make_shared<interp::WeightStore>();
+  // Worker 0's modules, built first: they size the budget.
+  std::vector<ir::Module> first = frontend::build_top_modules(desc, params);
+  const std::size_t min_budget = static_cast<std::size_t>(threads) * widest_function_bytes(first);
+  const std::size_t budget =
+      options.memory_budget > 0 ? options.memory_budget : std::max(kDefaultCalibBudget, min_budget);
+  check(budget >= min_budget, ErrorKind::invalid_input, "--memory-budget",
+        calib_mib(options.memory_budget), " cannot hold the ", calib_mib(min_budget),
+        " of f64 weights that ", threads, " thread(s) use at once (one layer each); give at least ",
+        (min_budget + (std::size_t{1} << 20) - 1) >> 20, threads > 1 ? " or fewer --threads" : "");
+  auto weights = std::make_shared<interp::WeightStore>(budget);
   std::vector<Stats> per_sample(samples.size());
   std::vector<std::map<std::string, std::string>> aliases(samples.size());
   std::mutex mu;
   std::size_t next = 0, done = 0;
   std::exception_ptr failure;
-  auto worker = [&] {
+  auto worker = [&](bool is_first) {
     try {
-      InterpreterExecutor exec(frontend::build_top_modules(desc, params), weights);
-      Session session(exec, dims, params);
+      InterpreterExecutor exec(
+          is_first ? std::move(first) : frontend::build_top_modules(desc, params), weights);
+      NoLogitsExecutor no_logits(exec);
+      Session session(no_logits, dims, params);
       for (;;) {
         std::size_t i = 0;
         {
@@ -178,12 +242,14 @@ conversion::CalibTable calibrate(const frontend::ModelDesc& desc,
   };
   std::vector<std::thread> pool;
   for (int t = 1; t < threads; ++t)
-    pool.emplace_back(worker);
-  worker();
+    pool.emplace_back(worker, false);
+  worker(true);
   for (auto& t : pool)
     t.join();
   if (failure)
     std::rethrow_exception(failure);
+  if (options.stats)
+    *options.stats = {budget, min_budget, weights->peak_bytes(), weights->materializations()};
 
   Stats all;
   std::map<std::string, std::string> alias;

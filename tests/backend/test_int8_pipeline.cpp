@@ -157,6 +157,51 @@ TEST_CASE("calibration: stats of the first input match a direct computation", "[
   }
 }
 
+TEST_CASE("calibration in a small weight budget: the same table, the budget kept", "[int8]") {
+  const auto desc = frontend::load_model(int8_model_dir("llama-gqa"));
+  REQUIRE(desc.dims.layers >= 2);
+  const auto samples = runtime::builtin_calib_samples(desc.dims.vocab, 12, 3);
+  runtime::CalibrateStats all;
+  runtime::CalibrateOptions o;
+  o.stats = &all;
+  const std::string want =
+      conversion::format_calib_table(runtime::calibrate(desc, int8_params(), samples, o));
+  // The default budget holds the tiny model whole: each weight is widened once, and neither
+  // the embedding table (gathered by rows) nor the lm_head (not run) is among them.
+  CHECK(all.budget_bytes == runtime::kDefaultCalibBudget);
+  CHECK(all.peak_bytes < all.budget_bytes);
+  const auto emb = static_cast<std::size_t>(desc.dims.vocab * desc.dims.hidden) * 8;
+  std::size_t block_bytes = 0;
+  for (const auto& l : desc.layers)
+    for (const frontend::WeightRef* w : {&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down})
+      block_bytes += static_cast<std::size_t>(w->tensor().numel()) * 8;
+  CHECK(all.peak_bytes >= block_bytes);
+  CHECK(all.peak_bytes < block_bytes + emb);
+  for (int threads : {1, 2}) {
+    INFO("threads " << threads);
+    // The least budget this run accepts: one layer per thread, so every sample widens every
+    // layer again; the table is byte-equal and the store stayed within the budget.
+    runtime::CalibrateStats st;
+    runtime::CalibrateOptions small;
+    small.threads = threads;
+    small.stats = &st;
+    small.memory_budget = all.min_budget_bytes * static_cast<std::size_t>(threads);
+    CHECK(conversion::format_calib_table(runtime::calibrate(desc, int8_params(), samples, small)) ==
+          want);
+    CHECK(st.min_budget_bytes == small.memory_budget);
+    CHECK(st.budget_bytes == small.memory_budget);
+    CHECK(st.peak_bytes <= small.memory_budget);
+    CHECK(st.peak_bytes > 0);
+    CHECK(st.materializations > all.materializations);
+    // One byte less is refused before any work, naming the minimum.
+    small.memory_budget -= 1;
+    CHECK_THROWS_WITH(runtime::calibrate(desc, int8_params(), samples, small),
+                      Catch::Contains("--memory-budget") &&
+                          Catch::Contains("of f64 weights that " + std::to_string(threads) +
+                                          " thread(s) use at once"));
+  }
+}
+
 TEST_CASE("int8 static attributes survive a bundle and run to the in-memory logits", "[int8]") {
   const auto desc = frontend::load_model(int8_model_dir("qwen3-headdim"));
   runtime::CalibrateOptions co;

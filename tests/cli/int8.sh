@@ -33,6 +33,21 @@ expect 0 "wrote a.json" "$tpullm" calibrate "$llama" -o a.json
 expect 0 "wrote b.json" "$tpullm" calibrate "$llama" -o b.json
 expect 0 "wrote c.json" "$tpullm" calibrate "$llama" -o c.json --threads 2
 cmp a.json b.json || { fail=1; echo "FAIL: two calibrate runs differ"; }
+# A budget below the model's widened weights (3 layers of 1.41 MiB, f64): every sample widens
+# them again, the table is the same bytes, the store stays within the budget.
+expect 0 "peaked at 1\.[0-9]+ of 2\.00 MiB" "$tpullm" calibrate "$llama" -o m.json --memory-budget 2
+expect 0 "peaked at 2\.[0-9]+ of 3\.00 MiB" "$tpullm" calibrate "$llama" -o m2.json \
+  --memory-budget 3 --threads 2
+cmp a.json m.json || { fail=1; echo "FAIL: calibrate --memory-budget 2 changed the table"; }
+cmp a.json m2.json || { fail=1; echo "FAIL: calibrate --memory-budget 3 --threads 2 changed the table"; }
+expect 2 "--memory-budget: 1.00 MiB cannot hold the 1.41 MiB .* 1 thread.s. use at once .*give at least 2$" \
+  "$tpullm" calibrate "$llama" -o t.json --memory-budget 1
+expect 2 "--memory-budget: .* 2 thread.s. use at once .*give at least 3 or fewer --threads" \
+  "$tpullm" calibrate "$llama" -o t.json --memory-budget 2 --threads 2
+for bad in 0 -1; do
+  expect 2 "--memory-budget: must be a whole number of MiB in \[1, 2\^30\], got $bad" \
+    "$tpullm" calibrate "$llama" -o t.json --memory-budget "$bad"
+done
 cmp a.json c.json || { fail=1; echo "FAIL: --threads 2 changed the table"; }
 grep -q '"name": "layers.1.down"' a.json || { fail=1; echo "FAIL: no layers.1.down entry"; }
 # Samples as token ids; a method per run.

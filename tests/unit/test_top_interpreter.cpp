@@ -607,7 +607,8 @@ TEST_CASE("interp runs a whole block and caches its weights", "[interp]") {
   REQUIRE(out.size() == 3);
   CHECK(out[0].shape() == Shape{1, L, H});
   CHECK(out[1].shape() == Shape{1, L, KVH, D});
-  CHECK(interp.weights().size() == m.weights().size());
+  // Every weight but the rope cos / sin tables, which are only gathered by rows.
+  CHECK(interp.weights().size() == m.weights().size() - 2);
   auto again = interp.run("block_0", {xin, pin});
   CHECK(again[0].float_values() == out[0].float_values());
   for (double e : out[0].float_values())
@@ -721,6 +722,79 @@ TEST_CASE("one WeightStore shares a weight between modules, never two weights of
   TopInterpreter alone(m1);
   CHECK(alone.weight("w") != i1.weight("w"));
   CHECK(alone.weight("w")->float_values() == i1.weight("w")->float_values());
+}
+
+TEST_CASE("a WeightStore with a budget drops the least recently used free weights",
+          "[interp][weights]") {
+  // Three 2x2 weights of 32 bytes each (8 per element) under a 64-byte budget.
+  const Weight a = data_weight("a", {2, 2}, {1, 2, 3, 4}, DType::bf16);
+  const Weight b = data_weight("b", {2, 2}, {5, 6, 7, 8}, DType::bf16);
+  const Weight c = data_weight("c", {2, 2}, {9, 10, 11, 12}, DType::bf16);
+  tpullm::interp::WeightStore store(64);
+  CHECK(store.budget() == 64);
+  (void)store.get(a);
+  (void)store.get(b);
+  (void)store.get(a); // a is now more recent than b
+  (void)store.get(c); // b goes
+  CHECK(store.size() == 2);
+  CHECK(store.bytes() == 64);
+  CHECK(store.materializations() == 3);
+  (void)store.get(a); // still held
+  CHECK(store.materializations() == 3);
+  const auto held_b = store.get(b); // c is the least recent: it goes, b is widened again
+  CHECK(store.materializations() == 4);
+  CHECK(held_b->float_values() == std::vector<double>{5, 6, 7, 8});
+  // a is free, b is in use: c evicts a, and then nothing more can go.
+  const auto held_c = store.get(c);
+  CHECK(held_c->float_values() == std::vector<double>{9, 10, 11, 12});
+  CHECK_THROWS_WITH(store.get(a), Catch::Contains("weight @a: needs 0.00 MiB but 0.00 MiB of "
+                                                  "weights are in use and the budget is 0.00 MiB"));
+  CHECK(store.peak_bytes() == 64);
+  // A weight larger than the whole budget, and a zero budget.
+  tpullm::interp::WeightStore small(31);
+  CHECK_THROWS_WITH(small.get(a), Catch::Contains("raise the budget"));
+  CHECK(small.peak_bytes() == 0);
+  CHECK_THROWS_WITH(tpullm::interp::WeightStore(0), Catch::Contains("budget must be > 0"));
+}
+
+TEST_CASE("a table only gathered widens the rows it reads, not the table", "[interp][weights]") {
+  // bf16 stored, declared f32 (rounded as a whole-table widening would): the rows equal
+  // ref::gather of the materialized table, and the store never holds the table.
+  const std::vector<double> vals = rnd(5 * 3, 7);
+  Weight table = data_weight("table", {5, 3}, vals, DType::bf16);
+  table.type = TensorType({5, 3}, DType::f32);
+  Module m("m");
+  Function& f = m.add_function("f");
+  Builder b(m, f);
+  Value* ids = f.add_argument("ids", TensorType({1, 4}, DType::i32));
+  Value* t = b.weight(table);
+  b.ret({b.create(GatherOp{0}, {t, ids}), b.create(GatherOp{-2}, {t, ids})});
+  CHECK(tpullm::interp::gathered_by_rows(*t->defining_op()));
+  auto store = std::make_shared<tpullm::interp::WeightStore>();
+  TopInterpreter interp(m, store);
+  const Tensor in = Tensor::from_ints({1, 4}, {4, 0, 4, 2}, DType::i32);
+  const auto out = interp.run("f", {in});
+  CHECK(store->size() == 0);
+  const Tensor want = tpullm::interp::ref::gather(tpullm::interp::materialize_weight(table), in, 0);
+  CHECK(out[0].shape() == Shape{1, 4, 3});
+  CHECK(out[0].dtype() == DType::f32);
+  CHECK(out[0].float_values() == want.float_values());
+  CHECK(out[1].float_values() == want.float_values());
+  CHECK_THROWS_WITH(interp.run("f", {Tensor::from_ints({1, 4}, {0, 5, 0, 0}, DType::i32)}),
+                    Catch::Contains("gather index 5 (at flat position 1) is out of range [0, 5)"));
+  // Another use (here a MatMul) makes the table a plain weight again.
+  Module m2("m2");
+  Function& g = m2.add_function("g");
+  Builder b2(m2, g);
+  Value* ids2 = g.add_argument("ids", TensorType({1, 4}, DType::i32));
+  Value* x = g.add_argument("x", TensorType({1, 3}, DType::f32));
+  Value* t2 = b2.weight(table);
+  b2.ret({b2.create(GatherOp{0}, {t2, ids2}), b2.create(MatMulOp{true}, {x, t2})});
+  CHECK_FALSE(tpullm::interp::gathered_by_rows(*t2->defining_op()));
+  TopInterpreter interp2(m2, store);
+  const auto out2 = interp2.run("g", {in, ftensor({1, 3}, {1, 0, 0})});
+  CHECK(out2[0].float_values() == want.float_values());
+  CHECK(store->size() == 1);
 }
 
 TEST_CASE("the interpreter evaluates the top and builtin dialects and refuses others",

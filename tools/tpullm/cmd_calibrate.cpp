@@ -83,6 +83,7 @@ std::vector<std::vector<std::int32_t>> read_samples(const std::string& file, con
 int cmd_calibrate(const std::vector<std::string>& args) {
   std::string model, out, samples_file;
   bool no_mmap = false;
+  std::int64_t budget_mib = 0;
   runtime::CalibrateOptions copt;
   frontend::StageParams params;
   po::options_description o("tpullm calibrate MODEL_DIR -o calib.json [options]");
@@ -97,9 +98,15 @@ int cmd_calibrate(const std::vector<std::string>& args) {
                             "threshold of each input: max (absmax), percentile (99.99th "
                             "percentile of |x|) or kl (TensorRT's entropy calibration)")(
       "threads", po::value(&copt.threads)->default_value(1),
-      "samples run at once (the weights are shared; the table is the same for any value)");
+      "samples run at once (the weights are shared; the table is the same for any value)")(
+      "memory-budget", po::value(&budget_mib),
+      "MiB of widened (f64, 8 bytes per element) weights held at once; the least recently used "
+      "are dropped and widened again when needed. At least --threads x one layer's weights "
+      "(smaller is refused, naming the minimum); the table is the same for any value "
+      "(default: 1024, raised to that minimum)");
   o.add(input_options(no_mmap));
-  if (!parse_model_command(args, o, params))
+  po::variables_map vm;
+  if (!parse_model_command(args, o, params, &vm))
     return kOk;
   check(out != "-", ErrorKind::invalid_input, "--output",
         "the table is written to a file (atomically); give a file name");
@@ -108,6 +115,11 @@ int cmd_calibrate(const std::vector<std::string>& args) {
         "'");
   check(copt.threads >= 1 && copt.threads <= 256, ErrorKind::invalid_input, "--threads",
         "must be in [1, 256], got ", copt.threads);
+  check(vm.count("memory-budget") == 0 ||
+            (budget_mib >= 1 && budget_mib <= (std::int64_t{1} << 30)),
+        ErrorKind::invalid_input, "--memory-budget",
+        "must be a whole number of MiB in [1, 2^30], got ", budget_mib);
+  copt.memory_budget = static_cast<std::size_t>(budget_mib) << 20;
   detail::check_output_name(out);
   refuse_output_over_model_file(out, model);
   refuse_output_over_input(out, samples_file, "--samples");
@@ -127,12 +139,17 @@ int cmd_calibrate(const std::vector<std::string>& args) {
   copt.progress = [](std::size_t done, std::size_t total) {
     print_progress("calibrated sample", done, total);
   };
+  runtime::CalibrateStats stats;
+  copt.stats = &stats;
   const conversion::CalibTable t = runtime::calibrate(desc, params, samples, copt);
   f.stream() << conversion::format_calib_table(t);
   f.commit();
   std::cerr << "calibrated " << t.inputs.size() << " inputs of " << model << " on " << t.samples
             << " samples (" << t.tokens << " tokens, method " << t.method << ") in " << std::fixed
-            << std::setprecision(2) << seconds_since(t0) << " s\n";
+            << std::setprecision(2) << seconds_since(t0) << " s; widened weights peaked at "
+            << static_cast<double>(stats.peak_bytes) / (1024.0 * 1024.0) << " of "
+            << static_cast<double>(stats.budget_bytes) / (1024.0 * 1024.0) << " MiB ("
+            << stats.materializations << " widenings)\n";
   std::cout << "wrote " << out << "\n";
   flush_stdout();
   return kOk;

@@ -179,6 +179,11 @@ constexpr bool interprets(std::string_view op_name) {
   return dialect == "top" || dialect == "builtin";
 }
 
+/// True when `op` is a builtin.Weight of a float, unquantized table whose every use is the table
+/// (operand 0) of a top.Gather along axis 0: the interpreter then widens only the rows each
+/// Gather reads (gather_weight_rows) and never materializes the whole table in the store.
+bool gathered_by_rows(const ir::Operation& op);
+
 /// Evaluates functions of one Top module. Weights come from a WeightStore, shared with the
 /// interpreters of the model's other stage modules when one is given (the module must outlive
 /// the interpreter).
@@ -206,7 +211,8 @@ public:
   WeightStore& weights() { return *weights_; }
 
   /// Called before each op of run() is evaluated, with its operand values (an observation hook:
-  /// `tpullm calibrate` records the inputs of the linears). Empty: none.
+  /// `tpullm calibrate` records the inputs of the linears). Empty: none. A table gathered by
+  /// rows only (gathered_by_rows) is never materialized: its value is null there.
   using Observer =
       std::function<void(const ir::Operation&, const std::vector<std::shared_ptr<const Tensor>>&)>;
   /// Installs `o` (replacing any earlier observer).
