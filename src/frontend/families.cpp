@@ -3,7 +3,10 @@
 
 namespace tpullm::frontend {
 
-std::string hf_linear_prefix(ModelFamily f, std::int64_t layer, LinearSlot s) {
+namespace {
+/// "model.layers.N.", where every family's checkpoint keeps layer N's tensors; the switch names
+/// each family so that a new one, whose layers might live elsewhere, fails -Wswitch here.
+std::string hf_layer_prefix(ModelFamily f, std::int64_t layer) {
   switch (f) {
   case ModelFamily::llama:
   case ModelFamily::qwen2:
@@ -13,7 +16,12 @@ std::string hf_linear_prefix(ModelFamily f, std::int64_t layer, LinearSlot s) {
   case ModelFamily::mixtral:
     break;
   }
-  const std::string base = "model.layers." + std::to_string(layer) + ".";
+  return "model.layers." + std::to_string(layer) + ".";
+}
+} // namespace
+
+std::string hf_linear_prefix(ModelFamily f, std::int64_t layer, LinearSlot s) {
+  const std::string base = hf_layer_prefix(f, layer);
   switch (s) {
   case LinearSlot::q:
     return base + "self_attn.q_proj";
@@ -34,16 +42,7 @@ std::string hf_linear_prefix(ModelFamily f, std::int64_t layer, LinearSlot s) {
 }
 
 std::string hf_norm_name(ModelFamily f, std::int64_t layer, NormSlot s) {
-  switch (f) {
-  case ModelFamily::llama:
-  case ModelFamily::qwen2:
-  case ModelFamily::qwen3:
-  case ModelFamily::mistral:
-  case ModelFamily::qwen3_moe:
-  case ModelFamily::mixtral:
-    break;
-  }
-  const std::string base = "model.layers." + std::to_string(layer) + ".";
+  const std::string base = hf_layer_prefix(f, layer);
   switch (s) {
   case NormSlot::attn:
     return base + "input_layernorm.weight";
@@ -58,7 +57,7 @@ std::string hf_norm_name(ModelFamily f, std::int64_t layer, NormSlot s) {
 }
 
 std::string hf_expert_prefix(ModelFamily f, std::int64_t layer, std::int64_t e, ExpertSlot s) {
-  const std::string base = "model.layers." + std::to_string(layer) + ".";
+  const std::string base = hf_layer_prefix(f, layer);
   if (f == ModelFamily::mixtral) {
     const char* w = s == ExpertSlot::gate ? "w1" : s == ExpertSlot::up ? "w3" : "w2";
     return base + "block_sparse_moe.experts." + std::to_string(e) + "." + w;

@@ -28,91 +28,34 @@ auto ModelPreset::validate() const -> void {
 }
 
 const std::vector<ModelPreset>& model_presets() {
-  static const std::vector<ModelPreset> presets = [] {
-    std::vector<ModelPreset> v;
-    ModelPreset q;
-    q.name = "qwen2.5-0.5b";
-    q.family = ModelFamily::qwen2;
-    q.hidden = 896;
-    q.intermediate = 4864;
-    q.layers = 24;
-    q.heads = 14;
-    q.kv_heads = 2;
-    q.head_dim = 64;
-    q.vocab = 151936;
-    q.max_position = 32768;
-    q.tie_word_embeddings = true;
-    q.rms_norm_eps = 1e-6;
-    q.rope.theta = 1e6;
-    q.bos_token_id = 151643;
-    q.eos_token_id = 151643;
-    v.push_back(q);
-
-    ModelPreset l;
-    l.name = "llama3.2-1b";
-    l.family = ModelFamily::llama;
-    l.hidden = 2048;
-    l.intermediate = 8192;
-    l.layers = 16;
-    l.heads = 32;
-    l.kv_heads = 8;
-    l.head_dim = 64;
-    l.head_dim_in_config = true;
-    l.vocab = 128256;
-    l.max_position = 131072;
-    l.tie_word_embeddings = true;
-    l.rms_norm_eps = 1e-5;
-    l.rope.type = RopeType::llama3;
-    l.rope.theta = 5e5;
-    l.rope.factor = 32;
-    l.rope.low_freq_factor = 1;
-    l.rope.high_freq_factor = 4;
-    l.rope.original_max_position_embeddings = 8192;
-    l.bos_token_id = 128000;
-    l.eos_token_id = 128001;
-    v.push_back(l);
-
-    ModelPreset t;
-    t.name = "tiny";
-    t.family = ModelFamily::llama;
-    t.hidden = 64;
-    t.intermediate = 128;
-    t.layers = 2;
-    t.heads = 4;
-    t.kv_heads = 2;
-    t.head_dim = 16;
-    t.vocab = 512;
-    t.max_position = 2048;
-    t.tie_word_embeddings = false;
-    t.rms_norm_eps = 1e-5;
-    t.rope.theta = 10000;
-    t.bos_token_id = 1;
-    t.eos_token_id = 2;
-    v.push_back(t);
-
-    ModelPreset m;
-    m.name = "qwen3-30b-a3b";
-    m.family = ModelFamily::qwen3_moe;
-    m.hidden = 2048;
-    m.intermediate = 6144;
-    m.layers = 48;
-    m.heads = 32;
-    m.kv_heads = 4;
-    m.head_dim = 128;
-    m.head_dim_in_config = true;
-    m.vocab = 151936;
-    m.max_position = 40960;
-    m.tie_word_embeddings = false;
-    m.rms_norm_eps = 1e-6;
-    m.rope.theta = 1e6;
-    m.bos_token_id = 151643;
-    m.eos_token_id = 151645;
-    m.experts = 128;
-    m.top_k = 8;
-    m.moe_intermediate = 768;
-    v.push_back(m);
-    return v;
-  }();
+  // One preset a paragraph, by designated initializers (the fields a preset leaves out keep
+  // ModelPreset's defaults); clang-format would put every field on a line of its own.
+  // clang-format off
+  static const std::vector<ModelPreset> presets = {
+      {.name = "qwen2.5-0.5b", .family = ModelFamily::qwen2,
+       .hidden = 896, .intermediate = 4864, .layers = 24, .heads = 14, .kv_heads = 2,
+       .head_dim = 64, .vocab = 151936, .max_position = 32768,
+       .tie_word_embeddings = true, .rms_norm_eps = 1e-6, .rope = {.theta = 1e6},
+       .bos_token_id = 151643, .eos_token_id = 151643},
+      {.name = "llama3.2-1b", .family = ModelFamily::llama,
+       .hidden = 2048, .intermediate = 8192, .layers = 16, .heads = 32, .kv_heads = 8,
+       .head_dim = 64, .head_dim_in_config = true, .vocab = 128256, .max_position = 131072,
+       .tie_word_embeddings = true, .rms_norm_eps = 1e-5,
+       .rope = {.type = RopeType::llama3, .theta = 5e5, .factor = 32, .low_freq_factor = 1,
+                .high_freq_factor = 4, .original_max_position_embeddings = 8192},
+       .bos_token_id = 128000, .eos_token_id = 128001},
+      {.name = "tiny", .family = ModelFamily::llama,
+       .hidden = 64, .intermediate = 128, .layers = 2, .heads = 4, .kv_heads = 2,
+       .head_dim = 16, .vocab = 512, .max_position = 2048,
+       .tie_word_embeddings = false, .rms_norm_eps = 1e-5, .rope = {.theta = 10000},
+       .bos_token_id = 1, .eos_token_id = 2},
+      {.name = "qwen3-30b-a3b", .family = ModelFamily::qwen3_moe,
+       .hidden = 2048, .intermediate = 6144, .layers = 48, .heads = 32, .kv_heads = 4,
+       .head_dim = 128, .head_dim_in_config = true, .vocab = 151936, .max_position = 40960,
+       .tie_word_embeddings = false, .rms_norm_eps = 1e-6, .rope = {.theta = 1e6},
+       .bos_token_id = 151643, .eos_token_id = 151645,
+       .experts = 128, .top_k = 8, .moe_intermediate = 768}};
+  // clang-format on
   return presets;
 }
 

@@ -291,20 +291,14 @@ __attribute__((target("avx2"))) double madd16_loop(std::int64_t iters, float* ou
 /// The 64-byte LDTILECFG operand: palette 1, tiles 0-7 all 16 rows x 64 bytes.
 struct alignas(64) AmxConfig {
   std::uint8_t palette = 1, start_row = 0, reserved[14] = {};
-  std::uint16_t colsb[16] = {};
-  std::uint8_t rows[16] = {};
+  std::uint16_t colsb[16] = {64, 64, 64, 64, 64, 64, 64, 64};
+  std::uint8_t rows[16] = {16, 16, 16, 16, 16, 16, 16, 16};
 };
 
-__attribute__((target("amx-tile,amx-bf16"))) double amx_bf16_loop(std::int64_t iters, float* out) {
-  AmxConfig cfg;
-  for (int i = 0; i < 8; ++i) {
-    cfg.colsb[i] = 64;
-    cfg.rows[i] = 16;
-  }
-  alignas(64) static thread_local std::uint16_t src[16 * 32];
-  alignas(64) static thread_local float dst[16 * 16];
-  for (auto& v : src)
-    v = 0x3c00; // bf16 2^-7: sums stay finite and normal
+/// What both AMX loops do before their tile products: configure the tiles, zero the accumulator
+/// tiles 0-3 and load the source tiles 4-7 (16 rows of 64 bytes each) from `src`.
+__attribute__((target("amx-tile"), always_inline)) inline void amx_begin(const void* src) {
+  const AmxConfig cfg;
   _tile_loadconfig(&cfg);
   _tile_zero(0);
   _tile_zero(1);
@@ -314,45 +308,44 @@ __attribute__((target("amx-tile,amx-bf16"))) double amx_bf16_loop(std::int64_t i
   _tile_loadd(5, src, 64);
   _tile_loadd(6, src, 64);
   _tile_loadd(7, src, 64);
+}
+
+/// And after them: tile 0 into `dst` (16 rows of 64 bytes), tiles released.
+__attribute__((target("amx-tile"), always_inline)) inline void amx_end(void* dst) {
+  _tile_stored(0, dst, 64);
+  _tile_release();
+}
+
+__attribute__((target("amx-tile,amx-bf16"))) double amx_bf16_loop(std::int64_t iters, float* out) {
+  alignas(64) static thread_local std::uint16_t src[16 * 32];
+  alignas(64) static thread_local float dst[16 * 16];
+  for (auto& v : src)
+    v = 0x3c00; // bf16 2^-7: sums stay finite and normal
+  amx_begin(src);
   for (std::int64_t it = 0; it < iters; ++it) {
     _tile_dpbf16ps(0, 4, 6);
     _tile_dpbf16ps(1, 4, 7);
     _tile_dpbf16ps(2, 5, 6);
     _tile_dpbf16ps(3, 5, 7);
   }
-  _tile_stored(0, dst, 64);
-  _tile_release();
+  amx_end(dst);
   *out = dst[0];
   return static_cast<double>(iters) * 4 * 16 * 16 * 32 * 2;
 }
 
 __attribute__((target("amx-tile,amx-int8"))) double amx_int8_loop(std::int64_t iters, float* out) {
-  AmxConfig cfg;
-  for (int i = 0; i < 8; ++i) {
-    cfg.colsb[i] = 64;
-    cfg.rows[i] = 16;
-  }
   alignas(64) static thread_local std::int8_t src[16 * 64];
   alignas(64) static thread_local std::int32_t dst[16 * 16];
   for (auto& v : src)
     v = 1;
-  _tile_loadconfig(&cfg);
-  _tile_zero(0);
-  _tile_zero(1);
-  _tile_zero(2);
-  _tile_zero(3);
-  _tile_loadd(4, src, 64);
-  _tile_loadd(5, src, 64);
-  _tile_loadd(6, src, 64);
-  _tile_loadd(7, src, 64);
+  amx_begin(src);
   for (std::int64_t it = 0; it < iters; ++it) {
     _tile_dpbssd(0, 4, 6);
     _tile_dpbssd(1, 4, 7);
     _tile_dpbssd(2, 5, 6);
     _tile_dpbssd(3, 5, 7);
   }
-  _tile_stored(0, dst, 64);
-  _tile_release();
+  amx_end(dst);
   *out = static_cast<float>(dst[0]);
   return static_cast<double>(iters) * 4 * 16 * 16 * 64 * 2;
 }

@@ -396,27 +396,24 @@ struct ReshapeOp : top::ReshapeOp {
   }
 };
 
-/// Axis permutation (a strided copy): result.shape[i] = x.shape[order[i]].
-struct PermuteOp : top::PermuteOp {
+/// A one-input Top op that Tpu runs as a copy (tpu.Permute, tpu.Slice): Top's attributes and
+/// shape rule, over an f32 or i32 row-major input.
+template <class TopOp>
+struct CopyOp : TopOp {
   static constexpr Arity operands{1, 1};
   static constexpr int results = 1;
   static constexpr OpPolicy policy{};
   std::vector<TensorType> infer(Types in) const {
     detail::require_copyable(in[0], "input");
-    return top::PermuteOp::infer(in);
+    return TopOp::infer(in);
   }
 };
 
+/// Axis permutation (a strided copy): result.shape[i] = x.shape[order[i]].
+using PermuteOp = CopyOp<top::PermuteOp>;
+
 /// Static box copy: result[i...] = x[offsets + i...].
-struct SliceOp : top::SliceOp {
-  static constexpr Arity operands{1, 1};
-  static constexpr int results = 1;
-  static constexpr OpPolicy policy{};
-  std::vector<TensorType> infer(Types in) const {
-    detail::require_copyable(in[0], "input");
-    return top::SliceOp::infer(in);
-  }
-};
+using SliceOp = CopyOp<top::SliceOp>;
 
 /// Concatenation along `axis` (a copy).
 struct ConcatOp : top::ConcatOp {

@@ -166,6 +166,8 @@ inline void silu_portable(const float* x, const float* g, float* y, std::int64_t
   }
 }
 
+// name##_generic cloned for AVX-512 and AVX2, and name##_isa dispatching on the ISA to them or
+// to the hand-written name##_portable.
 #define TPULLM_EW_CLONES_X86(name, params, args)                                                   \
   TPULLM_TARGET_AVX512 inline void name##_avx512 params {                                          \
     name##_generic args;                                                                           \
@@ -188,30 +190,12 @@ inline void silu_portable(const float* x, const float* g, float* y, std::int64_t
     }                                                                                              \
   }
 
+// The same, with name##_portable the generic body too.
 #define TPULLM_EW_CLONES(name, params, args)                                                       \
-  TPULLM_TARGET_AVX512 inline void name##_avx512 params {                                          \
-    name##_generic args;                                                                           \
-  }                                                                                                \
-  TPULLM_TARGET_AVX2 inline void name##_avx2 params {                                              \
-    name##_generic args;                                                                           \
-  }                                                                                                \
   inline void name##_portable params {                                                             \
     name##_generic args;                                                                           \
   }                                                                                                \
-  inline void name##_isa(Isa isa, auto&&... a) {                                                   \
-    switch (isa) {                                                                                 \
-    case Isa::amx:                                                                                 \
-    case Isa::avx512:                                                                              \
-      name##_avx512(a...);                                                                         \
-      return;                                                                                      \
-    case Isa::avx2:                                                                                \
-      name##_avx2(a...);                                                                           \
-      return;                                                                                      \
-    case Isa::portable:                                                                            \
-      name##_portable(a...);                                                                       \
-      return;                                                                                      \
-    }                                                                                              \
-  }
+  TPULLM_EW_CLONES_X86(name, params, args)
 
 #if TPULLM_X86
 TPULLM_AVX512_BEGIN

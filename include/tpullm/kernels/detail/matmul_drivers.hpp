@@ -192,6 +192,32 @@ void gemv_range(const LinearArgs& a, Isa isa, std::int64_t pa, std::int64_t pb) 
   }
 }
 
+/// A GEMM path of run_linear over rows [0, a.M) and panels [a.v.p0, a.v.p1) as `split` says:
+/// range(ma, mb, pa, pb) on the calling thread, over row ranges in multiples of `row_align`, or
+/// over panel ranges. Throws std::invalid_argument for a split over heads.
+template <class Range>
+void run_gemm_split(const CoreSplit& split, const LinearArgs& a, std::int64_t row_align,
+                    Range&& range) {
+  switch (split.dim) {
+  case SplitDim::none:
+    range(0, a.M, a.v.p0, a.v.p1);
+    return;
+  case SplitDim::rows:
+    parallel_for(
+        split, a.M, row_align, [&](std::int64_t b, std::int64_t e) { range(b, e, a.v.p0, a.v.p1); },
+        1);
+    return;
+  case SplitDim::cols:
+    parallel_for(
+        split, a.v.p1 - a.v.p0, 1,
+        [&](std::int64_t b, std::int64_t e) { range(0, a.M, a.v.p0 + b, a.v.p0 + e); }, 1);
+    return;
+  case SplitDim::heads:
+    break;
+  }
+  throw std::invalid_argument("linear: CoreSplit over heads is not meaningful for a matmul");
+}
+
 template <WeightFormat F>
 void run_linear(const LinearArgs& a, const CoreSplit& planned) {
   const Isa isa = active_isa();
@@ -226,60 +252,25 @@ void run_linear(const LinearArgs& a, const CoreSplit& planned) {
   bool emulated = false;
   if constexpr (amx_format(F)) {
     if (amx_linear_applies<F>(a.M, emulated)) { // bf16 / int8 / int4 on the tile unit
-      const CoreSplit split = skinny_split(planned, a.M, 32);
-      switch (split.dim) {
-      case SplitDim::none:
-        amx_linear_range<F>(a, emulated, 0, a.M, a.v.p0, a.v.p1);
-        return;
-      case SplitDim::rows:
-        parallel_for(
-            split, a.M, 32,
-            [&](std::int64_t b, std::int64_t e) {
-              amx_linear_range<F>(a, emulated, b, e, a.v.p0, a.v.p1);
-            },
-            1);
-        return;
-      case SplitDim::cols:
-        parallel_for(
-            split, P, 1,
-            [&](std::int64_t b, std::int64_t e) {
-              amx_linear_range<F>(a, emulated, 0, a.M, a.v.p0 + b, a.v.p0 + e);
-            },
-            1);
-        return;
-      case SplitDim::heads:
-        break;
-      }
-      throw std::invalid_argument("linear: CoreSplit over heads is not meaningful for a matmul");
+      run_gemm_split(skinny_split(planned, a.M, 32), a, 32,
+                     [&](std::int64_t ma, std::int64_t mb, std::int64_t pa, std::int64_t pb) {
+                       amx_linear_range<F>(a, emulated, ma, mb, pa, pb);
+                     });
+      return;
     }
   }
   // bf16 weights on AVX512_BF16 without AMX: VDPBF16PS on bf16-rounded x (the AMX numerics)
-  const bool dot = F == WeightFormat::bf16 && bf16_dot_applies(a.M);
-  const int MR = dot ? kBf16DotMr : micro_rows(isa);
-  const auto range = [&](std::int64_t ma, std::int64_t mb, std::int64_t pa, std::int64_t pb) {
-    if (dot)
-      gemm_range_bf16dot(a, ma, mb, pa, pb);
-    else
-      gemm_range<F>(a, isa, ma, mb, pa, pb);
-  };
-  const CoreSplit split = skinny_split(planned, a.M, MR);
-  switch (split.dim) {
-  case SplitDim::none:
-    range(0, a.M, a.v.p0, a.v.p1);
+  if (F == WeightFormat::bf16 && bf16_dot_applies(a.M)) {
+    run_gemm_split(skinny_split(planned, a.M, kBf16DotMr), a, kBf16DotMr,
+                   [&](std::int64_t ma, std::int64_t mb, std::int64_t pa, std::int64_t pb) {
+                     gemm_range_bf16dot(a, ma, mb, pa, pb);
+                   });
     return;
-  case SplitDim::rows:
-    parallel_for(
-        split, a.M, MR, [&](std::int64_t b, std::int64_t e) { range(b, e, a.v.p0, a.v.p1); }, 1);
-    return;
-  case SplitDim::cols:
-    parallel_for(
-        split, P, 1, [&](std::int64_t b, std::int64_t e) { range(0, a.M, a.v.p0 + b, a.v.p0 + e); },
-        1);
-    return;
-  case SplitDim::heads:
-    break;
   }
-  throw std::invalid_argument("linear: CoreSplit over heads is not meaningful for a matmul");
+  run_gemm_split(skinny_split(planned, a.M, micro_rows(isa)), a, micro_rows(isa),
+                 [&](std::int64_t ma, std::int64_t mb, std::int64_t pa, std::int64_t pb) {
+                   gemm_range<F>(a, isa, ma, mb, pa, pb);
+                 });
 }
 
 } // namespace tpullm::kernels::detail
