@@ -127,34 +127,45 @@ TEST_CASE("swiglu_mlp matches a double reference for every format, tiling and IS
     const MlpShape shape{c.M, c.H, c.I};
     const MlpTiling t = plan_mlp_tiling(shape, g.packed, u.packed, d.packed, c.budget);
     REQUIRE(t.buffer_bytes <= static_cast<std::int64_t>(c.budget));
-    std::vector<std::pair<Isa, bool>> paths; // (isa, AMX on the tile emulator)
+    struct Path {
+      Isa isa;
+      bool amx_emulated, bf16_dot = false; // AMX on the tile emulator; bf16 on VDPBF16PS
+    };
+    std::vector<Path> paths;
     for (Isa isa : test_isas())
       paths.push_back({isa, false});
     if (!amx_bound.empty() && c.M >= detail::kAmxMinRows && c.M * c.H * c.I <= 1'000'000)
       paths.push_back({Isa::portable, true});
-    for (auto [isa, amx_emulated] : paths) {
+    // bf16 rows tiles of >= 16 rows on VDPBF16PS (x rounded to bf16: the AMX bound); the plain
+    // avx512 entry runs the f32-FMA GEMM with it disabled
+    if (c.format == WeightFormat::bf16 && cpu_features().avx512_bf16 &&
+        t.row_tile >= detail::kBf16DotMinRows)
+      paths.push_back({Isa::avx512, false, true});
+    for (auto [isa, amx_emulated, bf16_dot] : paths) {
       ScopedIsa scoped(isa);
       std::optional<amx::ScopedEmulation> emu;
       if (amx_emulated)
         emu.emplace();
+      detail::bf16_dot_disabled() = !bf16_dot;
       for (CoreSplit split : {CoreSplit{SplitDim::none, 1}, CoreSplit{SplitDim::cols, 2},
                               CoreSplit{SplitDim::rows, 2}}) {
         std::vector<float> out = nan_vec(ref.size());
         swiglu_mlp(x, g.packed, u.packed, d.packed, out, shape, c.budget, split);
         ++runs;
         const auto& bnd =
-            (isa == Isa::amx || amx_emulated) && !amx_bound.empty() ? amx_bound : bound;
+            (isa == Isa::amx || amx_emulated || bf16_dot) && !amx_bound.empty() ? amx_bound : bound;
         std::int64_t bad = 0;
         for (std::size_t i = 0; i < out.size(); ++i)
           if (!(std::abs(double(out[i]) - ref[i]) <= bnd[i]))
             ++bad;
         INFO("M=" << c.M << " H=" << c.H << " I=" << c.I << " " << format_name(c.format)
-                  << " budget=" << c.budget << " tiles rows=" << t.row_tile
-                  << " inter=" << t.inter_tile << " isa=" << isa_name(isa)
-                  << (amx_emulated ? " amx-emu" : "") << " split=" << int(split.dim));
+                  << " budget=" << c.budget << " tiles rows=" << t.row_tile << " inter="
+                  << t.inter_tile << " isa=" << isa_name(isa) << (amx_emulated ? " amx-emu" : "")
+                  << (bf16_dot ? " vdpbf16ps" : "") << " split=" << int(split.dim));
         REQUIRE(bad == 0);
       }
     }
+    detail::bf16_dot_disabled() = false;
   }
   CHECK(runs >= static_cast<int>(cases.size() * test_isas().size() * 3));
 }

@@ -148,8 +148,14 @@ TEST_CASE("moe_mlp matches a double reference (decode, prefill, one hot expert)"
         REQUIRE(row[0] == 3); // the case really routes every row to one expert
 
     const MoeShape shape{c.M, c.H, c.I, c.E, c.k, c.renormalize};
-    for (Isa isa : test_isas()) {
+    std::vector<std::pair<Isa, bool>> paths; // (isa, bf16 on VDPBF16PS)
+    for (Isa isa : test_isas())
+      paths.push_back({isa, false});
+    if (c.format == WeightFormat::bf16 && cpu_features().avx512_bf16)
+      paths.push_back({Isa::avx512, true}); // the expert GEMMs of >= 16 rows, x rounded to bf16
+    for (auto [isa, bf16_dot] : paths) {
       ScopedIsa scoped(isa);
+      detail::bf16_dot_disabled() = !bf16_dot;
       for (CoreSplit split : {CoreSplit{SplitDim::none, 1}, CoreSplit{SplitDim::cols, 2},
                               CoreSplit{SplitDim::rows, 2}}) {
         std::vector<float> out = nan_vec(ref.out.size());
@@ -157,7 +163,7 @@ TEST_CASE("moe_mlp matches a double reference (decode, prefill, one hot expert)"
         ++runs;
         INFO("case " << ci << " M=" << c.M << " E=" << c.E << " k=" << c.k << " "
                      << format_name(c.format) << " isa=" << isa_name(isa)
-                     << " split=" << int(split.dim));
+                     << (bf16_dot ? " vdpbf16ps" : "") << " split=" << int(split.dim));
         REQUIRE(r.expert.size() == static_cast<std::size_t>(c.M * c.k));
         for (std::int64_t t = 0; t < c.M; ++t) {
           if (!ref.clear[static_cast<std::size_t>(t)])
@@ -170,7 +176,8 @@ TEST_CASE("moe_mlp matches a double reference (decode, prefill, one hot expert)"
           if (c.renormalize)
             CHECK(std::abs(wsum - 1.0) < 1e-6);
         }
-        const bool amx_bf16 = isa == Isa::amx && c.format == WeightFormat::bf16;
+        // x rounded to bf16 (AMX-BF16, VDPBF16PS): the bf16 activations' bound
+        const bool amx_bf16 = (isa == Isa::amx || bf16_dot) && c.format == WeightFormat::bf16;
         const double tol = (amx_bf16 ? 2e-2 : 1e-5) * scale;
         std::int64_t bad = 0;
         double worst = 0;
@@ -185,7 +192,9 @@ TEST_CASE("moe_mlp matches a double reference (decode, prefill, one hot expert)"
       }
     }
   }
-  CHECK(runs == static_cast<int>(cases.size() * test_isas().size() * 3));
+  detail::bf16_dot_disabled() = false;
+  const int dot_cases = cpu_features().avx512_bf16 ? 3 : 0; // the bf16 cases
+  CHECK(runs == static_cast<int>((cases.size() * test_isas().size() + dot_cases) * 3));
 }
 
 TEST_CASE("moe_route: softmax, top-k with ties to the lower expert, renormalisation", "[moe]") {
