@@ -208,8 +208,10 @@ inline void gemm_range_bf16dot(const LinearArgs& a, std::int64_t ma, std::int64_
   float bias_pad[32];
   for (std::int64_t m0 = ma; m0 < mb; m0 += mc_max) {
     const std::int64_t mc = std::min(mc_max, mb - m0);
+    // strips of equal height (16 rows: 8 + 8, not 14 + 2, whose 2-row kernel is load-bound)
+    const int mr = static_cast<int>((mc + (mc + MR - 1) / MR - 1) / ((mc + MR - 1) / MR));
     for (std::int64_t kb = a.v.k0; kb < a.v.k1; kb += kc_max)
-      pack_a_bf16dot(a.x, a.ldx, m0, mc, kb - a.v.k0, std::min(kc_max, a.v.k1 - kb), MR,
+      pack_a_bf16dot(a.x, a.ldx, m0, mc, kb - a.v.k0, std::min(kc_max, a.v.k1 - kb), mr,
                      ap + (kb - a.v.k0) / 2 * mc_round);
     for (std::int64_t pn = pa; pn < pb; pn += kNb) {
       const std::int64_t pe = std::min(pb, pn + kNb);
@@ -228,8 +230,8 @@ inline void gemm_range_bf16dot(const LinearArgs& a, std::int64_t ma, std::int64_
               std::copy(a.bias + c0, a.bias + c0 + nc, bias_pad);
             }
           }
-          for (std::int64_t s = 0; s < mc; s += MR) {
-            const int rows = static_cast<int>(std::min<std::int64_t>(MR, mc - s));
+          for (std::int64_t s = 0; s < mc; s += mr) {
+            const int rows = static_cast<int>(std::min<std::int64_t>(mr, mc - s));
             table[static_cast<std::size_t>(rows - 1)](apk + s * pairs, btp, pairs,
                                                       a.y + (m0 + s) * a.ldy + c0, a.ldy, nc, init,
                                                       bias_pad);
