@@ -124,14 +124,7 @@ void gemm_range(const LinearArgs& a, Isa isa, std::int64_t ma, std::int64_t mb, 
           const std::int64_t pf_step = (next_bytes / 64 + strips - 1) / strips * 64;
           const std::int64_t c0 = (p - a.v.p0) * kPanelCols;
           const int nc = static_cast<int>(std::min<std::int64_t>(kPanelCols, w.N - p * kPanelCols));
-          TileInit init = TileInit::load;
-          if (kb == a.v.k0 && !a.accumulate) {
-            init = a.bias ? TileInit::bias : TileInit::zero;
-            if (a.bias) {
-              std::fill(bias_pad, bias_pad + 32, 0.0f);
-              std::copy(a.bias + c0, a.bias + c0 + nc, bias_pad);
-            }
-          }
+          const TileInit init = block_init(a, kb, c0, nc, bias_pad);
           std::int64_t pf = 0;
           for (std::int64_t s = 0; s < mc; s += MR) {
             for (std::int64_t e = pf + pf_step; next && pf < std::min(e, next_bytes); pf += 64)

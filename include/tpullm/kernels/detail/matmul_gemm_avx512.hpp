@@ -90,13 +90,12 @@ TPULLM_TARGET_AVX512 inline void pack_a_avx512(const float* x, std::int64_t ldx,
   }
 }
 
-/// MR x 32 micro-kernel: C[MR, ncols] (=|+=) Ap[kc][MR] · B[kc][32].
+/// Starts an MR x 32 tile's accumulators (columns masked by m0 / m1) as `init` says: zero, the
+/// bias row, or C's rows (stride ldc).
 template <int MR>
-TPULLM_TARGET_AVX512 void micro_avx512(const float* ap, const float* b, std::int64_t kc, float* c,
-                                       std::int64_t ldc, int ncols, TileInit init,
-                                       const float* bias) {
-  __m512 acc[MR][2];
-  const __mmask16 m0 = col_mask(ncols, 0), m1 = col_mask(ncols, 1);
+TPULLM_TARGET_AVX512 __attribute__((always_inline)) inline void
+tile_start_avx512(__m512 (&acc)[MR][2], TileInit init, const float* c, std::int64_t ldc,
+                  const float* bias, __mmask16 m0, __mmask16 m1) {
 #pragma GCC unroll 14
   for (int i = 0; i < MR; ++i) {
     switch (init) {
@@ -113,6 +112,28 @@ TPULLM_TARGET_AVX512 void micro_avx512(const float* ap, const float* b, std::int
       break;
     }
   }
+}
+
+/// Stores an MR x 32 tile's accumulators into C (stride ldc, columns masked by m0 / m1).
+template <int MR>
+TPULLM_TARGET_AVX512 __attribute__((always_inline)) inline void
+tile_store_avx512(const __m512 (&acc)[MR][2], float* c, std::int64_t ldc, __mmask16 m0,
+                  __mmask16 m1) {
+#pragma GCC unroll 14
+  for (int i = 0; i < MR; ++i) {
+    _mm512_mask_storeu_ps(c + i * ldc, m0, acc[i][0]);
+    _mm512_mask_storeu_ps(c + i * ldc + 16, m1, acc[i][1]);
+  }
+}
+
+/// MR x 32 micro-kernel: C[MR, ncols] (=|+=) Ap[kc][MR] · B[kc][32].
+template <int MR>
+TPULLM_TARGET_AVX512 void micro_avx512(const float* ap, const float* b, std::int64_t kc, float* c,
+                                       std::int64_t ldc, int ncols, TileInit init,
+                                       const float* bias) {
+  __m512 acc[MR][2];
+  const __mmask16 m0 = col_mask(ncols, 0), m1 = col_mask(ncols, 1);
+  tile_start_avx512<MR>(acc, init, c, ldc, bias, m0, m1);
   for (std::int64_t k = 0; k < kc; ++k) {
     const __m512 b0 = _mm512_load_ps(b + 32 * k), b1 = _mm512_load_ps(b + 32 * k + 16);
 #pragma GCC unroll 14
@@ -122,11 +143,7 @@ TPULLM_TARGET_AVX512 void micro_avx512(const float* ap, const float* b, std::int
       acc[i][1] = _mm512_fmadd_ps(av, b1, acc[i][1]);
     }
   }
-#pragma GCC unroll 14
-  for (int i = 0; i < MR; ++i) {
-    _mm512_mask_storeu_ps(c + i * ldc, m0, acc[i][0]);
-    _mm512_mask_storeu_ps(c + i * ldc + 16, m1, acc[i][1]);
-  }
+  tile_store_avx512<MR>(acc, c, ldc, m0, m1);
 }
 
 #pragma GCC diagnostic pop

@@ -27,6 +27,7 @@
 #include "tpullm/kernels/detail/matmul_portable.hpp"
 #if TPULLM_X86
 #include "tpullm/kernels/detail/matmul_avx512_common.hpp"
+#include "tpullm/kernels/detail/matmul_gemm_avx512.hpp"
 #endif
 
 namespace tpullm::kernels::detail {
@@ -131,22 +132,7 @@ TPULLM_TARGET_AVX512_BF16 void micro_bf16dot(const std::uint32_t* ap, const std:
                                              int ncols, TileInit init, const float* bias) {
   __m512 acc[MR][2];
   const __mmask16 m0 = col_mask(ncols, 0), m1 = col_mask(ncols, 1);
-#pragma GCC unroll 14
-  for (int i = 0; i < MR; ++i) {
-    switch (init) {
-    case TileInit::zero:
-      acc[i][0] = acc[i][1] = _mm512_setzero_ps();
-      break;
-    case TileInit::bias:
-      acc[i][0] = _mm512_maskz_loadu_ps(m0, bias);
-      acc[i][1] = _mm512_maskz_loadu_ps(m1, bias + 16);
-      break;
-    case TileInit::load:
-      acc[i][0] = _mm512_maskz_loadu_ps(m0, c + i * ldc);
-      acc[i][1] = _mm512_maskz_loadu_ps(m1, c + i * ldc + 16);
-      break;
-    }
-  }
+  tile_start_avx512<MR>(acc, init, c, ldc, bias, m0, m1);
   for (std::int64_t j = 0; j < pairs; ++j) {
     const __m512bh b0 = (__m512bh)_mm512_load_si512(b + 32 * j);
     const __m512bh b1 = (__m512bh)_mm512_load_si512(b + 32 * j + 16);
@@ -157,11 +143,7 @@ TPULLM_TARGET_AVX512_BF16 void micro_bf16dot(const std::uint32_t* ap, const std:
       acc[i][1] = _mm512_dpbf16_ps(acc[i][1], av, b1);
     }
   }
-#pragma GCC unroll 14
-  for (int i = 0; i < MR; ++i) {
-    _mm512_mask_storeu_ps(c + i * ldc, m0, acc[i][0]);
-    _mm512_mask_storeu_ps(c + i * ldc + 16, m1, acc[i][1]);
-  }
+  tile_store_avx512<MR>(acc, c, ldc, m0, m1);
 }
 
 #pragma GCC diagnostic pop
@@ -222,14 +204,7 @@ inline void gemm_range_bf16dot(const LinearArgs& a, std::int64_t ma, std::int64_
           decode_block_bf16dot(w, p, kb, kc, btp);
           const std::int64_t c0 = (p - a.v.p0) * kPanelCols;
           const int nc = static_cast<int>(std::min<std::int64_t>(kPanelCols, w.N - p * kPanelCols));
-          TileInit init = TileInit::load;
-          if (kb == a.v.k0 && !a.accumulate) {
-            init = a.bias ? TileInit::bias : TileInit::zero;
-            if (a.bias) {
-              std::fill(bias_pad, bias_pad + 32, 0.0f);
-              std::copy(a.bias + c0, a.bias + c0 + nc, bias_pad);
-            }
-          }
+          const TileInit init = block_init(a, kb, c0, nc, bias_pad);
           for (std::int64_t s = 0; s < mc; s += mr) {
             const int rows = static_cast<int>(std::min<std::int64_t>(mr, mc - s));
             table[static_cast<std::size_t>(rows - 1)](apk + s * pairs, btp, pairs,

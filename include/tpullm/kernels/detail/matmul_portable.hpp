@@ -146,6 +146,19 @@ inline void pack_a(const float* x, std::int64_t ldx, std::int64_t m0, std::int64
 /// How a micro-kernel starts its accumulators.
 enum class TileInit : std::uint8_t { zero, bias, load };
 
+/// How the GEMM tile of K block kb, columns [c0, c0 + nc) of the view, starts: from y (a later K
+/// block, or accumulate), else from the bias (copied into bias_pad [32], zero past nc) or zero.
+inline TileInit block_init(const LinearArgs& a, std::int64_t kb, std::int64_t c0, int nc,
+                           float* bias_pad) {
+  if (kb != a.v.k0 || a.accumulate)
+    return TileInit::load;
+  if (!a.bias)
+    return TileInit::zero;
+  std::fill(bias_pad, bias_pad + 32, 0.0f);
+  std::copy(a.bias + c0, a.bias + c0 + nc, bias_pad);
+  return TileInit::bias;
+}
+
 /// MR x 32 micro-kernel of the portable path: rows of C in 16-column halves of PVec
 /// accumulators (4 rows x 16 columns = 16 SSE registers).
 inline void micro_portable(const float* ap, const float* b, std::int64_t kc, int rows, float* c,
