@@ -351,7 +351,7 @@ int cmd_bench(const std::vector<std::string>& args) {
     }
     // bf16 products of 16 rows or more run on VDPBF16PS where the CPU has AVX512_BF16 and no
     // AMX: also the fraction of its peak (again all FLOPs, the f32 attention included)
-    if (m.mode == "bf16" && kernels::detail::bf16_dot_applies(std::min<std::int64_t>(P, 16))) {
+    if (m.mode == "bf16" && kernels::detail::bf16_dot_applies(P)) {
       const double peak =
           machine::ceiling_value(machine::Ceiling::bf16_dot, static_cast<int>(threads));
       pre.back()["bf16_path"] = "vdpbf16ps";

@@ -23,6 +23,7 @@
 #include <utility>
 
 #include "tpullm/kernels/vec_math.hpp"
+#include "tpullm/support/float16.hpp"
 #include "tpullm/kernels/detail/matmul_common.hpp"
 #include "tpullm/kernels/detail/matmul_portable.hpp"
 #if TPULLM_X86
@@ -76,15 +77,6 @@ inline bool bf16_dot_applies(std::int64_t M) {
   __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512bf16,avx2,fma,f16c,bmi2,"        \
                         "prefer-vector-width=512")))
 
-/// Round-to-nearest-even bf16 bits of f (NaN kept a quiet NaN), as VCVTNEPS2BF16.
-inline std::uint32_t bf16_bits_rne(float f) {
-  std::uint32_t u = 0;
-  std::memcpy(&u, &f, 4);
-  if ((u & 0x7FFFFFFFu) > 0x7F800000u)
-    return (u >> 16) | 0x40u;
-  return (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
-}
-
 /// x rows [m0, m0 + mc) x cols [kb, kb + kc) (kc <= the view's columns from kb) into MR-row
 /// strips of bf16 pairs [pairs][rows] (rows past mc, and the odd column past kc, are zero).
 inline void pack_a_bf16dot(const float* x, std::int64_t ldx, std::int64_t m0, std::int64_t mc,
@@ -96,8 +88,8 @@ inline void pack_a_bf16dot(const float* x, std::int64_t ldx, std::int64_t m0, st
     for (int i = 0; i < rows; ++i) {
       const float* xr = x + (m0 + s + i) * ldx + kb;
       for (std::int64_t j = 0; j < pairs; ++j) {
-        const std::uint32_t lo = bf16_bits_rne(xr[2 * j]);
-        const std::uint32_t hi = 2 * j + 1 < kc ? bf16_bits_rne(xr[2 * j + 1]) : 0u;
+        const std::uint32_t lo = tpullm::f32_to_bf16(xr[2 * j]);
+        const std::uint32_t hi = 2 * j + 1 < kc ? tpullm::f32_to_bf16(xr[2 * j + 1]) : 0u;
         o[j * rows + i] = lo | (hi << 16);
       }
     }
