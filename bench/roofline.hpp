@@ -12,7 +12,8 @@
 /// Each sets a rate counter (`bytes_per_second` or `flops`), `roofline_frac` = achieved rate /
 /// the ceiling for that thread count (threads >= 2 compare against the 2-thread ceiling), and a
 /// label naming the ceiling and its value, so every printed figure states what it is a fraction
-/// of.
+/// of. The read ceiling of a row is measured again right after it (machine::read_ceiling_now:
+/// a VM's memory bandwidth moves within minutes); the label shows that and the start-up figure.
 
 #include <string>
 

@@ -1,10 +1,11 @@
 // Measures the machine ceilings of support/ceilings.hpp.
 //  - read bandwidth: the best over access patterns of a buffer of dram_rotation_bytes()
-//    (max(1 GiB, 2 x L3)): S = 1, 2, 4 or 8 interleaved streams per thread (the thread's part cut
-//    into S pieces read 256 bytes from each in turn), software prefetch 0, 1 or 4 KiB ahead in
-//    every stream, widest vector loads available, best of 3 passes each; 2 threads each read
-//    their own half. The one-stream figure is kept too (what a kernel reading one sequential
-//    stream per thread can hope for).
+//    (max(1 GiB, 2 x the last-level cache)): S = 1, 2, 4 or 8 interleaved streams per thread (the
+//    thread's part cut into S pieces read 256 bytes from each in turn), software prefetch 0, 1 or 4
+//    KiB ahead in every stream, widest vector loads available, best of 3 passes each; 2 threads
+//    each read their own half. The one-stream figure is kept too (what a kernel reading one
+//    sequential stream per thread can hope for). read_bandwidth_now sweeps the same patterns once
+//    each over a caller's region: the ceiling next to a figure.
 //  - f32 FMA peak: 16 independent vfmadd231ps chains per thread (zmm on AVX-512, ymm on AVX2),
 //    enough to cover the FMA latency times two FMA ports; best of 5.
 //  - bf16 / int8: the same with vdpbf16ps (32 MACs = 64 flops per zmm instruction) and vpdpbusd
@@ -22,6 +23,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <string>
 
 #include <omp.h>
@@ -140,13 +142,13 @@ struct ReadResult {
   std::string pattern;
 };
 
-ReadResult read_bandwidth_gbs(float* buf, std::size_t bytes, int threads) {
+ReadResult read_bandwidth_gbs(const float* buf, std::size_t bytes, int threads, int passes = 3) {
   const std::size_t n = bytes / sizeof(float);
   ReadResult r;
   volatile float sink = 0;
   for (int S : {1, 2, 4, 8})
     for (std::size_t pf : {std::size_t{0}, std::size_t{256}, std::size_t{1024}})
-      for (int rep = 0; rep < 3; ++rep) {
+      for (int rep = 0; rep < passes; ++rep) {
         const auto t0 = Clock::now();
         float total = 0;
         std::size_t read = 0;
@@ -380,10 +382,66 @@ bool& measured() {
 
 } // namespace
 
-long long dram_rotation_bytes() {
+ReadNow read_bandwidth_now(const void* p, std::size_t bytes, int threads) {
+  const auto a = reinterpret_cast<std::uintptr_t>(p);
+  const std::uintptr_t b = (a + 4095) / 4096 * 4096, e = (a + bytes) / 4096 * 4096;
+  if (p == nullptr || e <= b || e - b < read_now_min_bytes() || threads < 1)
+    return {};
+  const ReadResult r = read_bandwidth_gbs(reinterpret_cast<const float*>(b), e - b, threads, 1);
+  return {r.best, r.pattern};
+}
+
+std::size_t read_now_min_bytes() {
+  return std::max<std::size_t>(std::size_t{256} << 20,
+                               4 * static_cast<std::size_t>(last_level_cache_bytes()));
+}
+
+long long last_level_cache_bytes() {
+  // sysfs first: glibc's sysconf answers from CPUID, which in a VM can describe the host (seen:
+  // 384 MiB on a 2-core Zen 5 VM whose sysfs and lscpu say 32 MiB).
+  long long best = 0;
+  int best_level = 0;
+  for (int i = 0; i < 8; ++i) {
+    const std::string dir = "/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(i) + "/";
+    std::ifstream level(dir + "level"), size(dir + "size");
+    int lv = 0;
+    std::string text;
+    if (!(level >> lv) || !(size >> text) || text.empty())
+      continue;
+    long long bytes = 0;
+    try {
+      bytes = std::stoll(text);
+    } catch (const std::exception&) {
+      continue;
+    }
+    const char unit = text.back();
+    bytes *= unit == 'K' ? 1024LL : unit == 'M' ? 1LL << 20 : unit == 'G' ? 1LL << 30 : 1LL;
+    if (lv > best_level || (lv == best_level && bytes > best)) {
+      best_level = lv;
+      best = bytes;
+    }
+  }
+  if (best > 0)
+    return best;
   const long l3 = ::sysconf(_SC_LEVEL3_CACHE_SIZE);
+  return std::max(0L, l3 > 0 ? l3 : ::sysconf(_SC_LEVEL2_CACHE_SIZE));
+}
+
+ReadNow read_ceiling_now(int threads) {
+  static const std::size_t bytes =
+      std::min<std::size_t>(read_now_min_bytes(), std::size_t{1} << 30);
+  static float* buf = [] {
+    auto* q = static_cast<float*>(std::aligned_alloc(4096, bytes));
+    if (q)
+      std::fill(q, q + bytes / sizeof(float), 1.0f);
+    return q;
+  }();
+  return read_bandwidth_now(buf, buf ? bytes : 0, threads);
+}
+
+long long dram_rotation_bytes() {
   const long long gib = 1LL << 30;
-  return std::clamp<long long>(2LL * std::max(0L, l3), gib, 4 * gib);
+  return std::clamp<long long>(2LL * last_level_cache_bytes(), gib, 4 * gib);
 }
 
 const Ceilings& measure_ceilings() {

@@ -100,8 +100,11 @@ public:
   const std::vector<ir::Weight>& weights() const { return weights_; }         ///< sorted by name
   /// The weight `name`, or null (binary search: weights are sorted by name).
   const ir::Weight* find_weight(const std::string& name) const;
-  std::int64_t file_bytes() const { return file_bytes_; }         ///< size of the file
-  std::int64_t blob_bytes() const { return blob_bytes_; }         ///< size of the weight blob
+  std::int64_t file_bytes() const { return file_bytes_; } ///< size of the file
+  std::int64_t blob_bytes() const { return blob_bytes_; } ///< size of the weight blob
+  /// The weight blob in the file's mapping [blob_bytes()] (or the copy read with --no-mmap);
+  /// valid while the bundle lives.
+  std::span<const std::byte> weight_blob() const { return blob_; }
   std::int64_t max_arena() const { return max_arena_; }           ///< largest activation arena
   std::int64_t max_local() const { return max_local_; }           ///< largest per-core local
   std::int64_t arena_lower_bound() const { return lower_bound_; } ///< max-live lower bound

@@ -73,8 +73,35 @@ double ceiling_value(Ceiling which, int threads);
 /// nullopt on the portable path, which has no measured peak.
 std::optional<Ceiling> w8a8_ceiling(std::int64_t rows, std::string& path);
 
+/// A read bandwidth measured now (0 when it could not be).
+struct ReadNow {
+  double gbs = 0;      ///< GB/s: the best of the read ceiling's patterns, one pass each
+  std::string pattern; ///< the pattern that reached it
+};
+
+/// The read ceiling measured now over [p, p + bytes) (trimmed to 4 KiB boundaries): the
+/// patterns of the start-up ceiling (1, 2, 4, 8 streams per thread x prefetch 0, 1, 4 KiB), one
+/// pass each, `threads` threads each reading its own part; about 12 x bytes read. A figure that
+/// reads memory is judged against this taken right before and after it, because a VM's memory
+/// bandwidth can move by half within a minute (measured: 46 to 81 GB/s on one 2-core VM). The
+/// memory must be resident (a first pass faults it in: measure twice). Returns gbs 0 for a
+/// region below read_now_min_bytes() (it would measure the cache).
+ReadNow read_bandwidth_now(const void* p, std::size_t bytes, int threads);
+
+/// The least region read_bandwidth_now measures: max(256 MiB, 4 x last_level_cache_bytes()).
+std::size_t read_now_min_bytes();
+
+/// Bytes of cpu0's last-level cache: sysfs (/sys/devices/system/cpu/cpu0/cache), else sysconf
+/// (L3, else L2); 0 when neither says.
+long long last_level_cache_bytes();
+
+/// read_bandwidth_now over a buffer of this process of read_now_min_bytes() (at most 1 GiB),
+/// allocated and filled on first use and kept until exit (the kernel benchmarks' per-row
+/// ceiling).
+ReadNow read_ceiling_now(int threads);
+
 /// Bytes a benchmark rotates its inputs over so every iteration reads DRAM, not the last-level
-/// cache: max(1 GiB, 2 x L3), at most 4 GiB.
+/// cache: max(1 GiB, 2 x last_level_cache_bytes()), at most 4 GiB.
 long long dram_rotation_bytes();
 
 } // namespace tpullm::machine

@@ -1,0 +1,55 @@
+// The machine ceilings' helpers (support/ceilings.hpp) that `tpullm bench` and the kernel
+// benchmarks judge figures against: the last-level cache size and the read ceiling measured next
+// to a figure.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cstdlib>
+#include <memory>
+#include <vector>
+
+#include "tpullm/support/ceilings.hpp"
+
+using namespace tpullm;
+
+TEST_CASE("last_level_cache_bytes reads a plausible size", "[ceilings]") {
+  const long long llc = machine::last_level_cache_bytes();
+  // Every machine this project runs on has a cache of at least 256 KiB and below 4 GiB.
+  CHECK(llc >= (256LL << 10));
+  CHECK(llc < (4LL << 30));
+  // The rotation buffer and the near-ceiling region both exceed it.
+  CHECK(machine::dram_rotation_bytes() >= 2 * llc);
+  CHECK(machine::read_now_min_bytes() >= static_cast<std::size_t>(4 * llc));
+}
+
+TEST_CASE("read_bandwidth_now refuses what would measure the cache", "[ceilings]") {
+  std::vector<float> small(1 << 16, 1.0f);
+  const machine::ReadNow r = machine::read_bandwidth_now(small.data(), small.size() * 4, 2);
+  CHECK(r.gbs == 0);
+  CHECK(r.pattern.empty());
+  CHECK(machine::read_bandwidth_now(nullptr, std::size_t{1} << 30, 2).gbs == 0);
+  CHECK(machine::read_bandwidth_now(small.data(), small.size() * 4, 0).gbs == 0);
+}
+
+TEST_CASE("read_bandwidth_now measures a resident region beyond the cache", "[ceilings]") {
+  const std::size_t bytes = machine::read_now_min_bytes();
+  if (bytes > (std::size_t{512} << 20)) {
+    WARN("SKIPPED: the least region here is " << (bytes >> 20) << " MiB (cache of "
+                                              << (machine::last_level_cache_bytes() >> 20)
+                                              << " MiB); the test reads at most 512 MiB");
+    return;
+  }
+  // 4 KiB more than the least region, unaligned by one float: the call trims to 4 KiB pages.
+  const std::size_t n = (bytes + 4096) / sizeof(float) + 1;
+  std::unique_ptr<float[]> buf(new float[n]);
+  std::fill(buf.get(), buf.get() + n, 1.0f);
+  for (int threads : {1, 2}) {
+    const machine::ReadNow r = machine::read_bandwidth_now(buf.get() + 1, (n - 1) * 4, threads);
+    INFO("threads " << threads << ": " << r.gbs << " GB/s, " << r.pattern);
+    CHECK(r.gbs > 0.1);   // any memory reads faster than 100 MB/s
+    CHECK(r.gbs < 10000); // and slower than 10 TB/s
+    CHECK(r.pattern.find("/thread, pf ") != std::string::npos);
+  }
+  // A region one page short of the least is refused.
+  CHECK(machine::read_bandwidth_now(buf.get(), bytes - 4096, 2).gbs == 0);
+}
