@@ -8,8 +8,9 @@ namespace tpullm::bench {
 
 void report(benchmark::State& state, double amount_per_iter, int threads, Ceiling which) {
   const double start = ceiling_value(which, threads);
-  // Read rows: the bandwidth measured right after the row (this VM's moved from 46 to 81 GB/s
-  // within minutes), the best of that and nothing else; the start-up figure stays in the label.
+  // Read rows: against the read sweep taken right after the row, not the start-up one (a VM's
+  // bandwidth moves within minutes); the start-up figure stays in the label. Google Benchmark
+  // calls this after each of its runs of the row, so the sweep (~12 x 256 MiB read) repeats.
   double ceil = start;
   if (which == Ceiling::read && start > 0) {
     const double now = machine::read_ceiling_now(threads >= 2 ? 2 : 1).gbs * 1e9;

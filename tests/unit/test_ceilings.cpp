@@ -17,9 +17,6 @@ TEST_CASE("last_level_cache_bytes reads a plausible size", "[ceilings]") {
   // Every machine this project runs on has a cache of at least 256 KiB and below 4 GiB.
   CHECK(llc >= (256LL << 10));
   CHECK(llc < (4LL << 30));
-  // The rotation buffer and the near-ceiling region both exceed it.
-  CHECK(machine::dram_rotation_bytes() >= 2 * llc);
-  CHECK(machine::read_now_min_bytes() >= static_cast<std::size_t>(4 * llc));
 }
 
 TEST_CASE("read_bandwidth_now refuses what would measure the cache", "[ceilings]") {
