@@ -365,13 +365,15 @@ int cmd_bench(const std::vector<std::string>& args) {
       pre.back()["bf16_dot_peak_frac"] = peak > 0 ? flops / peak : 0;
     }
   }
-  // The read ceiling next to each decode row: the weights the steps read (the blob's first GiB
-  // at most) swept with the start-up ceiling's patterns before each repeat and after the last,
-  // the row judged against the best of those sweeps (a VM's bandwidth moves within a minute:
-  // 46 to 81 GB/s seen on one). A blob below read_now_min_bytes() would measure the cache: its
-  // rows keep the start-up ceiling.
+  // The read ceiling next to each decode row: the weights the steps read (the blob's first GiB,
+  // or read_now_min_bytes() where 4 x the cache is more: 1040 MiB on a Xeon VM whose sysfs says
+  // 260 MiB of L3) swept with the start-up ceiling's patterns before each repeat and after the
+  // last, the row judged against the best of those sweeps (a VM's bandwidth moves within a
+  // minute: 46 to 81 GB/s seen on one). A blob below read_now_min_bytes() would measure the
+  // cache: its rows keep the start-up ceiling.
   const auto blob = opened->weight_blob();
-  const std::size_t near_bytes = std::min<std::size_t>(blob.size(), std::size_t{1} << 30);
+  const std::size_t near_bytes = std::min<std::size_t>(
+      blob.size(), std::max<std::size_t>(std::size_t{1} << 30, machine::read_now_min_bytes()));
   const bool near_ok =
       !contexts.empty() && read_bw > 0 && near_bytes >= machine::read_now_min_bytes();
   if (near_ok) // a first sweep faults the pages in (timed sweeps must read resident memory)

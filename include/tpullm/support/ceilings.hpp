@@ -95,9 +95,9 @@ std::size_t read_now_min_bytes();
 /// (L3, else L2); 0 when neither says.
 long long last_level_cache_bytes();
 
-/// read_bandwidth_now over a buffer of this process of read_now_min_bytes() (at most 1 GiB),
-/// allocated and filled on first use and kept until exit (the kernel benchmarks' per-row
-/// ceiling).
+/// read_bandwidth_now over a buffer of this process of read_now_min_bytes() (1040 MiB where
+/// sysfs says 260 MiB of L3), allocated and filled on first use and kept until exit (the kernel
+/// benchmarks' per-row ceiling).
 ReadNow read_ceiling_now(int threads);
 
 /// Bytes a benchmark rotates its inputs over so every iteration reads DRAM, not the last-level
