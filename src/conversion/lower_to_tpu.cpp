@@ -720,16 +720,27 @@ private:
   }
 
   // The router stays f32 whatever the mode: bf16 logits flip near-tied routing decisions.
+  // int8 (W8A8): the experts run with dynamic per-row activation scales only (an expert sees
+  // just the tokens routed to it; calibrate records no per-expert ranges).
   void lower(const Operation& op, const ir::top::MoEOp& o) {
-    if (mode_.w8a8)
-      fail(op, "mode int8 (W8A8) does not support mixture-of-experts layers; compile this model "
-               "with --mode w8a16 or w4a16");
     std::vector<Value*> in{get(op.operand(0)),
                            packed(op, op.operand(1), o.transpose_b, ir::DType::f32)};
-    for (std::size_t i = 2; i < op.num_operands(); ++i)
-      in.push_back(weight_value(linear_weight(op, op.operand(i), o.transpose_b)));
-    set(op.result(0),
-        create(op, ir::tpu::MoEOp{o.experts, o.top_k, o.renormalize, o.activation}, in));
+    const bool q = op.num_operands() > 2 && linear_choice(op.operand(2)).w8a8;
+    for (std::size_t i = 2; i < op.num_operands(); ++i) {
+      if (linear_choice(op.operand(i)).w8a8 != q)
+        fail(op, "mode int8 quantizes every expert's gate, up and down together: keep-float must "
+                 "name all of a MoE layer's expert weights or none");
+      const bool reads_input = (i - 2) % 3 != 2; // gate / up read x, down reads the activation
+      in.push_back(weight_value(linear_weight(op, op.operand(i), o.transpose_b, reads_input)));
+    }
+    ir::tpu::MoEOp t{o.experts, o.top_k, o.renormalize, o.activation, std::nullopt};
+    if (q) {
+      if (static_)
+        fail(op, "--act-quant static does not cover mixture-of-experts layers (no per-expert "
+                 "calibration); compile with --act-quant dynamic");
+      t.act_quant = ir::ActQuantKind::dynamic;
+    }
+    set(op.result(0), create(op, t, in));
   }
 
   void lower(const Operation& op, const ir::top::ArgMaxOp& o) {

@@ -143,6 +143,8 @@ auto MoEOp::infer(Types in) const -> std::vector<TensorType> {
   const auto [rk, rn] = detail::require_packed(in[1], "router");
   detail::require(in[1].dtype == DType::f32 && !in[1].quant && rk == H && rn == experts,
                   "router must be packed [", H, ", ", experts, "] f32, got ", in[1]);
+  detail::require(!act_quant || *act_quant == ActQuantKind::dynamic,
+                  "MoE takes act_quant = dynamic only (no per-expert calibration), got static");
   const auto [gk0, gn0] = detail::require_packed(in[2], "expert gate");
   (void)gk0;
   for (std::int64_t e = 0; e < experts; ++e) {
@@ -155,6 +157,7 @@ auto MoEOp::infer(Types in) const -> std::vector<TensorType> {
     detail::require(gk == H && uk == H && dn == H && gn == gn0 && un == gn0 && dk == gn0, "expert ",
                     e, " weights do not match hidden ", H, " / intermediate ", gn0, ": gate ", g,
                     ", up ", u, ", down ", d);
+    detail::require_act_quant(act_quant, std::nullopt, std::nullopt, "act_scale", {&g, &u, &d});
   }
   return {in[0]};
 }

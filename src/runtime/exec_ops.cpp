@@ -197,9 +197,12 @@ void exec(const ir::tpu::MoEOp& o, Call& c) {
   }
   const std::int64_t H = router.K, I = experts[0].gate->N;
   const std::int64_t M = c.elems(c.in.operands[0]) / H;
+  std::optional<k::ActQuant> w8a8; // W8A8 (--mode int8): dynamic per-row scales only
+  if (o.act_quant)
+    w8a8 = act_quant(*o.act_quant, std::nullopt, std::nullopt);
   k::moe_mlp(span_of<float>(c.operand(0), M * H), router, experts,
              mspan_of<float>(c.result(0), M * H), {M, H, I, o.experts, o.top_k, o.renormalize},
-             static_cast<std::size_t>(c.local_memory), c.split);
+             static_cast<std::size_t>(c.local_memory), c.split, w8a8);
 }
 
 void exec(const ir::tpu::RopeOp& o, Call& c) {

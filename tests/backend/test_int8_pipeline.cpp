@@ -259,3 +259,34 @@ TEST_CASE("int8 static attributes survive a bundle and run to the in-memory logi
   REQUIRE(a.size() == b.size());
   CHECK(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
 }
+
+TEST_CASE("int8 MoE: every tpu.MoE carries act_quant = dynamic through a bundle", "[int8][moe]") {
+  // An attribute lost on the way would still run (int8 experts with f32 activations) inside
+  // verify's int8 bound: this checks the op itself, before and after the file.
+  const auto desc = frontend::load_model(int8_model_dir("mixtral-e8k2"));
+  compiler::CompileOptions o;
+  o.lower.mode = "int8";
+  o.target.cores = 2;
+  const auto cm = compiler::compile(frontend::build_top_modules(desc, int8_params()), o);
+  std::ostringstream os;
+  bundle::write_bundle(cm, bundle::make_model_info(desc, int8_params(), "int8"), os);
+  Int8TempFile file(".bundle");
+  {
+    std::ofstream f(file.path, std::ios::binary);
+    const std::string bytes = os.str();
+    f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  }
+  const auto b = bundle::Bundle::open(file.path);
+  REQUIRE(b->programs().size() == cm.programs.size());
+  std::size_t moe_ops = 0;
+  for (std::size_t i = 0; i < cm.programs.size(); ++i)
+    for (std::size_t k = 0; k < cm.programs[i].instrs.size(); ++k) {
+      const auto& got = b->programs()[i].instrs[k].op;
+      CHECK(rewrite::attributes_equal(got, cm.programs[i].instrs[k].op));
+      if (const auto* m = std::get_if<ir::tpu::MoEOp>(&got)) {
+        ++moe_ops;
+        CHECK(m->act_quant == ir::ActQuantKind::dynamic);
+      }
+    }
+  CHECK(moe_ops > 0);
+}

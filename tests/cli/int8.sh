@@ -109,8 +109,8 @@ expect 2 "--calib: applies only to --mode int8" "$tpullm" compile "$llama" -o x.
   --mode w8a16 --calib a.json
 expect 2 "--act-quant: applies only to --mode int8" "$tpullm" compile "$llama" -o x.bundle \
   --mode bf16 --act-quant static
-expect 2 "--mode: int8 .W8A8. does not support mixture-of-experts models" "$tpullm" compile \
-  "$models/qwen3moe-e16k4" -o x.bundle --mode int8
+expect 2 "--act-quant: static does not cover mixture-of-experts layers" "$tpullm" compile \
+  "$models/qwen3moe-e16k4" -o x.bundle --mode int8 --act-quant static --calib a.json
 expect 2 "--mode: int8 quantizes float checkpoints; 'model.layers.0.self_attn.q_proj.qweight' is already quantized" \
   "$tpullm" compile "$models/llama-gqa-gptq-g32" -o x.bundle --mode int8
 expect 2 "--act-quant: is used only by the compiled levels" "$tpullm" verify "$llama" \

@@ -15,6 +15,7 @@
 
 #include "tpullm/kernels/detail/w4a8_gemv_avx512.hpp"
 #include "tpullm/kernels/int8_linear.hpp"
+#include "tpullm/kernels/moe.hpp"
 
 #include "kernel_test_util.hpp"
 
@@ -331,6 +332,91 @@ TEST_CASE("swiglu_mlp_w8a8 equals the composition of reference W8A8 linears", "[
     }
   }
   CHECK_THROWS_AS(w8a8_mlp_row_tile({4, H, I}, 100), std::invalid_argument);
+}
+
+TEST_CASE("moe_mlp with W8A8 experts: each row is its chosen experts' reference W8A8 MLPs",
+          "[int8][moe]") {
+  // The reference runs every (row, chosen expert) pair alone (M = 1): a dynamic per-row scale
+  // must not depend on which other rows the expert received, nor on the GEMV / GEMM path the
+  // gathered rows take. Routing: the f32 router through moe_route, as the kernel's.
+  using namespace w8a8_test;
+  report_skipped();
+  volatile std::int64_t hidden = 64, inter = 96; // volatile: see the swiglu_mlp_w8a8 test
+  const std::int64_t H = hidden, I = inter, E = 8;
+  std::vector<PackedWeights> g, u, d;
+  for (std::int64_t e = 0; e < E; ++e) {
+    const auto s = static_cast<std::uint32_t>(40 + 3 * e);
+    g.push_back(make_w8(H, I, s));
+    u.push_back(make_w8(H, I, s + 1));
+    d.push_back(make_w8(I, H, s + 2));
+  }
+  std::vector<MoeExpert> experts;
+  for (std::int64_t e = 0; e < E; ++e)
+    experts.push_back({&g[e], &u[e], &d[e]});
+  struct Case {
+    std::int64_t M, k;
+    bool hot; ///< router column 5 dominant: every row to expert 5 first (its GEMM path)
+  };
+  for (const Case c :
+       {Case{1, 2, false}, Case{3, 2, false}, Case{37, 2, false}, Case{24, 3, true}}) {
+    const std::vector<float> x =
+        tpullm_test::random_vec(static_cast<std::size_t>(c.M * H), 60, c.hot ? 0.0f : -1.0f, 1.0f);
+    std::vector<float> R =
+        tpullm_test::random_vec(static_cast<std::size_t>(H * E), 61, -0.1f, 0.1f);
+    if (c.hot)
+      for (std::int64_t h = 0; h < H; ++h)
+        R[static_cast<std::size_t>(h * E + 5)] = 2.0f;
+    const PackedWeights router = pack_f32(R, H, E);
+    const MoeShape shape{c.M, H, I, E, c.k, true};
+    std::vector<float> logits(static_cast<std::size_t>(c.M * E));
+    linear(x, router, {}, logits, {c.M, H, E});
+    const MoeRouting route = moe_route(logits, shape);
+    for (const auto& p : all_paths()) {
+      if (!p.available)
+        continue;
+      ForcePath force(p);
+      std::vector<float> ref(static_cast<std::size_t>(c.M * H), 0.0f);
+      for (std::int64_t t = 0; t < c.M; ++t) {
+        const std::vector<float> xt(x.begin() + t * H, x.begin() + (t + 1) * H);
+        std::vector<std::pair<std::int32_t, float>> chosen;
+        for (std::int64_t j = 0; j < c.k; ++j)
+          chosen.emplace_back(route.expert[static_cast<std::size_t>(t * c.k + j)],
+                              route.weight[static_cast<std::size_t>(t * c.k + j)]);
+        std::sort(chosen.begin(), chosen.end()); // the kernel adds experts in ascending order
+        for (const auto& [e, wt] : chosen) {
+          std::vector<float> ga = ref_linear(xt, g[e], {}, 1, dyn()),
+                             ua = ref_linear(xt, u[e], {}, 1, dyn());
+          detail::silu_mul(ga.data(), ua.data(), I);
+          const std::vector<float> y = ref_linear(ga, d[e], {}, 1, dyn());
+          for (std::int64_t h = 0; h < H; ++h)
+            ref[static_cast<std::size_t>(t * H + h)] += wt * y[static_cast<std::size_t>(h)];
+        }
+      }
+      if (c.hot)
+        for (std::int64_t t = 0; t < c.M; ++t)
+          REQUIRE(route.expert[static_cast<std::size_t>(t * c.k)] == 5);
+      for (const CoreSplit& split : {CoreSplit{}, CoreSplit{SplitDim::cols, 2}}) {
+        std::vector<float> out = tpullm_test::nan_vec(static_cast<std::size_t>(c.M * H));
+        const MoeRouting r =
+            moe_mlp(x, router, experts, out, shape, std::size_t{1} << 20, split, dyn());
+        CHECK(r.expert == route.expert);
+        const double e = rel_err(out, ref);
+        INFO("path=" << p.name << " M=" << c.M << " k=" << c.k << " split=" << int(split.dim)
+                     << " rel err=" << e);
+        REQUIRE(e <= kTol);
+      }
+    }
+  }
+  // float experts refuse the W8A8 choice instead of running them as if they were int8
+  const auto fw = tpullm_test::make_weights(WeightFormat::f32, H, I, 32, 7, false);
+  const auto fd = tpullm_test::make_weights(WeightFormat::f32, I, H, 32, 8, false);
+  const std::vector<MoeExpert> floats(static_cast<std::size_t>(E),
+                                      MoeExpert{&fw.packed, &fw.packed, &fd.packed});
+  const PackedWeights router = pack_f32(tpullm_test::random_vec(H * E, 9), H, E);
+  std::vector<float> out(static_cast<std::size_t>(2 * H));
+  CHECK_THROWS_AS(moe_mlp(tpullm_test::random_vec(2 * H, 10), router, floats, out,
+                          {2, H, I, E, 2, true}, 1 << 20, {}, dyn()),
+                  std::invalid_argument);
 }
 
 TEST_CASE("linear_w8a8 refuses what it cannot compute", "[int8][matmul]") {

@@ -96,8 +96,9 @@ void check_int8_options(const frontend::ModelDesc& desc, const conversion::Lower
   check(lo.smooth_alpha == 0 || !lo.calib.empty(), ErrorKind::invalid_input, "--smooth-alpha",
         "needs a calibration table: --calib FILE (written by tpullm calibrate)");
   for (const auto& l : desc.layers)
-    check(!l.sparse(), ErrorKind::unsupported, "--mode",
-          "int8 (W8A8) does not support mixture-of-experts models; use --mode w8a16 or w4a16");
+    check(!stat || !l.sparse(), ErrorKind::unsupported, "--act-quant",
+          "static does not cover mixture-of-experts layers (an expert sees only the tokens routed "
+          "to it: no per-tensor scale is calibrated for it); use --act-quant dynamic");
   for (const auto& l : desc.layers)
     for (const frontend::WeightRef* w : {&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down})
       check(!w->is_quantized(), ErrorKind::unsupported, "--mode",

@@ -213,12 +213,17 @@ struct MoEOp {
   std::int64_t top_k = 1;
   bool renormalize = false;
   Activation activation = Activation::silu;
+  /// W8A8 (`--mode int8`): every expert's gate / up / down run int8 x int8 with the activation
+  /// quantized per row (dynamic only: a static per-tensor scale would need calibration per
+  /// expert); absent for the float and weight-only modes. The router stays f32.
+  std::optional<ActQuantKind> act_quant;
   template <class S, class F>
   static void attrs(S& s, F&& f) {
     f("experts", s.experts);
     f("top_k", s.top_k);
     f("renormalize", s.renormalize);
     f("activation", s.activation);
+    f("act_quant", s.act_quant);
   }
   std::vector<TensorType> infer(Types in) const;
 };

@@ -118,7 +118,9 @@ TPULLM_TARGET_AVX2 inline void silu_mul_avx2(float* g, const float* u, std::int6
   silu_mul_body(g, u, n);
 }
 /// silu_mul_body on the portable path's xsimd vectors (exp2 polynomial of portable_simd.hpp).
-inline void silu_mul_portable(float* g, const float* u, std::int64_t n) {
+/// Not inlined: inlined into a caller whose sizes are constants, GCC 12 reports a bogus
+/// -Waggressive-loop-optimizations on the tail loop.
+__attribute__((noinline)) inline void silu_mul_portable(float* g, const float* u, std::int64_t n) {
   const PVec nlog2e(-1.4426950408889634f), one(1.f);
   std::int64_t i = 0;
   for (; i + kPW <= n; i += kPW) {

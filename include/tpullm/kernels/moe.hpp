@@ -16,11 +16,13 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <span>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "tpullm/kernels/int8_linear.hpp"
 #include "tpullm/kernels/matmul.hpp"
 #include "tpullm/kernels/mlp.hpp"
 
@@ -124,10 +126,14 @@ inline CoreSplit moe_split(const CoreSplit& split, std::int64_t rows) {
 /// `local_memory_bytes` is each expert MLP's tiling budget (swiglu_mlp); `split` divides every
 /// product across cores (columns for <= 4 rows, rows otherwise). Throws std::invalid_argument on
 /// shape mismatch. Returns the routing it used (tests and statistics read it).
+/// `w8a8` given (W8A8, `--mode int8`): every expert runs swiglu_mlp_w8a8 with that activation
+/// quantization for gate / up and for down (its weights int8 per channel); the router stays as
+/// packed. A dynamic per-row scale sees the same row whichever other rows chose the expert.
 /// (Summation order: a row's chosen experts are added in ascending expert index.)
 inline MoeRouting moe_mlp(std::span<const float> x, const PackedWeights& router,
                           std::span<const MoeExpert> experts, std::span<float> out, MoeShape s,
-                          std::size_t local_memory_bytes, CoreSplit split = {}) {
+                          std::size_t local_memory_bytes, CoreSplit split = {},
+                          std::optional<ActQuant> w8a8 = std::nullopt) {
   const std::int64_t M = s.M, H = s.hidden, E = s.experts, k = s.top_k;
   if (M <= 0 || H <= 0 || s.intermediate <= 0 || E <= 0 || k < 1 || k > E)
     throw std::invalid_argument("moe_mlp: need positive M, hidden, intermediate, experts and "
@@ -193,9 +199,14 @@ inline MoeRouting moe_mlp(std::span<const float> x, const PackedWeights& router,
       std::copy_n(x.data() + std::int64_t{pair_row[static_cast<std::size_t>(p0 + i)]} * H, H,
                   xs.data() + i * H);
     const MoeExpert& w = experts[static_cast<std::size_t>(e)];
-    swiglu_mlp(std::span<const float>(xs.data(), static_cast<std::size_t>(rows * H)), *w.gate,
-               *w.up, *w.down, std::span<float>(ys.data(), static_cast<std::size_t>(rows * H)),
-               {rows, H, s.intermediate}, local_memory_bytes, detail::moe_split(split, rows));
+    const std::span<const float> xe(xs.data(), static_cast<std::size_t>(rows * H));
+    const std::span<float> ye(ys.data(), static_cast<std::size_t>(rows * H));
+    if (w8a8)
+      swiglu_mlp_w8a8(xe, *w.gate, *w.up, *w.down, ye, {rows, H, s.intermediate}, *w8a8, *w8a8,
+                      local_memory_bytes, detail::moe_split(split, rows));
+    else
+      swiglu_mlp(xe, *w.gate, *w.up, *w.down, ye, {rows, H, s.intermediate}, local_memory_bytes,
+                 detail::moe_split(split, rows));
     for (std::int64_t i = 0; i < rows; ++i) {
       const auto pi = static_cast<std::size_t>(p0 + i);
       const float wi = pair_weight[pi];
