@@ -298,7 +298,13 @@ TPULLM_TARGET_AVX512_VNNI void gemv_panels_vnni_r1(const LinearArgs& a, const XD
       for (int d = 0; d < 3; ++d)
         acc[s][d][0] = acc[s][d][1] = _mm512_setzero_si512();
     const std::uint8_t* row = panel_row(w, p, ks);
+    const std::uint8_t* pend = panel_row(w, p, 0) + pbytes; // stream 0's panel end
     for (std::int64_t k = ks; k < ke; k += RG, row += 128) {
+      // Past its panel's end a stream's prefetch runs on into the same stream of the next S
+      // panels (the next call's), so the S streams stay prefetched from one call to the next
+      // (prefetches past the weights are harmless: PREFETCHT0 does not fault). Measured on a
+      // Xeon VM: int4 gate rows 1 thread 222 -> 182-202 us (min of 5, two rounds).
+      const std::int64_t pf = row + kGemvPf >= pend ? kGemvPf + (S - 1) * pbytes : kGemvPf;
       __m512i bl[3], bh[3];
 #pragma GCC unroll 3
       for (int d = 0; d < 3; ++d) {
@@ -309,8 +315,8 @@ TPULLM_TARGET_AVX512_VNNI void gemv_panels_vnni_r1(const LinearArgs& a, const XD
 #pragma GCC unroll 8
       for (int s = 0; s < S; ++s) {
         const std::uint8_t* r = row + s * pbytes;
-        _mm_prefetch(reinterpret_cast<const char*>(r) + kGemvPf, _MM_HINT_T0);
-        _mm_prefetch(reinterpret_cast<const char*>(r) + kGemvPf + 64, _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(r) + pf, _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(r) + pf + 64, _MM_HINT_T0);
 #pragma GCC unroll 2
         for (int h = 0; h < 2; ++h) {
           const __m512i v = _mm512_load_si512(r + 64 * h);
