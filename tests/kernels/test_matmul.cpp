@@ -211,6 +211,7 @@ std::vector<MatmulCase> matmul_cases() {
 } // namespace
 
 TEST_CASE("linear matches a double reference for every format, shape and ISA", "[matmul]") {
+  const bool saved_bf16_dot_disabled = detail::bf16_dot_disabled(); // restored at the end
   const auto cases = matmul_cases();
   int runs = 0;
   for (std::size_t ci = 0; ci < cases.size(); ++ci) {
@@ -289,7 +290,7 @@ TEST_CASE("linear matches a double reference for every format, shape and ISA", "
       }
     }
   }
-  detail::bf16_dot_disabled() = false;
+  detail::bf16_dot_disabled() = saved_bf16_dot_disabled;
   if (!cpu_features().avx512_bf16)
     WARN("SKIPPED the VDPBF16PS bf16 GEMM: this CPU has no AVX512_BF16");
   INFO("runs " << runs);

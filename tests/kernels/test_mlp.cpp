@@ -40,6 +40,7 @@ double silu(double v) {
 } // namespace
 
 TEST_CASE("swiglu_mlp matches a double reference for every format, tiling and ISA", "[mlp]") {
+  const bool saved_bf16_dot_disabled = detail::bf16_dot_disabled(); // restored at the end
   const WeightFormat fs[] = {
       WeightFormat::f32,      WeightFormat::bf16,      WeightFormat::f16,      WeightFormat::int8,
       WeightFormat::int4_sym, WeightFormat::int4_asym, WeightFormat::int8_asym};
@@ -165,7 +166,7 @@ TEST_CASE("swiglu_mlp matches a double reference for every format, tiling and IS
         REQUIRE(bad == 0);
       }
     }
-    detail::bf16_dot_disabled() = false;
+    detail::bf16_dot_disabled() = saved_bf16_dot_disabled;
   }
   CHECK(runs >= static_cast<int>(cases.size() * test_isas().size() * 3));
 }

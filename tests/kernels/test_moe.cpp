@@ -103,6 +103,7 @@ Reference reference(const MoeCase& c, const std::vector<float>& x, const std::ve
 } // namespace
 
 TEST_CASE("moe_mlp matches a double reference (decode, prefill, one hot expert)", "[moe]") {
+  const bool saved_bf16_dot_disabled = detail::bf16_dot_disabled(); // restored at the end
   const std::vector<MoeCase> cases = {
       {1, 64, 32, 8, 2, true, WeightFormat::f32, 1 << 20, false},    // decode, mixtral-like
       {2, 64, 32, 8, 2, false, WeightFormat::bf16, 1 << 20, false},  // small M: GEMVs
@@ -192,7 +193,7 @@ TEST_CASE("moe_mlp matches a double reference (decode, prefill, one hot expert)"
       }
     }
   }
-  detail::bf16_dot_disabled() = false;
+  detail::bf16_dot_disabled() = saved_bf16_dot_disabled;
   const auto dot_cases =
       cpu_features().avx512_bf16
           ? std::count_if(cases.begin(), cases.end(),

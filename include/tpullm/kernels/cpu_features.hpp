@@ -62,12 +62,15 @@ struct CpuFeatures {
   bool avx_vnni = false;    ///< AVX-VNNI: VEX-encoded 256-bit VPDPBUSD (with AVX2)
   bool amx_cpuid = false;   ///< CPUID reports AMX-TILE + AMX-BF16 + AMX-INT8 (with AVX-512)
   bool amx = false; ///< amx_cpuid, tile state enabled in XCR0 and tile data granted by Linux
+  bool amd = false; ///< vendor AuthenticAMD (CPUID leaf 0)
 
   /// Reads the running CPU (and, if it has AMX, asks Linux for the tile-data permission).
   static CpuFeatures detect() {
     CpuFeatures f;
 #if TPULLM_X86
     unsigned a = 0, b = 0, c = 0, d = 0;
+    if (__get_cpuid(0, &a, &b, &c, &d)) // "Auth" "enti" "cAMD" in EBX, EDX, ECX
+      f.amd = b == 0x68747541u && d == 0x69746e65u && c == 0x444d4163u;
     if (!__get_cpuid(1, &a, &b, &c, &d))
       return f;
     const bool osxsave = (c >> 27) & 1, fma = (c >> 12) & 1, f16c = (c >> 29) & 1;
