@@ -10,7 +10,8 @@ void report(benchmark::State& state, double amount_per_iter, int threads, Ceilin
   const double start = ceiling_value(which, threads);
   // Read rows: against the read sweep taken right after the row, not the start-up one (a VM's
   // bandwidth moves within minutes); the start-up figure stays in the label. Google Benchmark
-  // calls this after each of its runs of the row, so the sweep (~12 x 256 MiB read) repeats.
+  // calls this after each of its runs of the row, so the sweep (~12 x
+  // machine::read_now_min_bytes() read) repeats.
   double ceil = start;
   if (which == Ceiling::read && start > 0) {
     const double now = machine::read_ceiling_now(threads >= 2 ? 2 : 1).gbs * 1e9;

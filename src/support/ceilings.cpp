@@ -380,23 +380,8 @@ bool& measured() {
   return m;
 }
 
-} // namespace
-
-ReadNow read_bandwidth_now(const void* p, std::size_t bytes, int threads) {
-  const auto a = reinterpret_cast<std::uintptr_t>(p);
-  const std::uintptr_t b = (a + 4095) / 4096 * 4096, e = (a + bytes) / 4096 * 4096;
-  if (p == nullptr || e <= b || e - b < read_now_min_bytes() || threads < 1)
-    return {};
-  const ReadResult r = read_bandwidth_gbs(reinterpret_cast<const float*>(b), e - b, threads, 1);
-  return {r.best, r.pattern};
-}
-
-std::size_t read_now_min_bytes() {
-  return std::max<std::size_t>(std::size_t{256} << 20,
-                               4 * static_cast<std::size_t>(last_level_cache_bytes()));
-}
-
-long long last_level_cache_bytes() {
+/// last_level_cache_bytes() read from the machine (sysfs, else sysconf).
+long long read_last_level_cache_bytes() {
   // sysfs first: glibc's sysconf answers from CPUID, which in a VM can describe the host (seen:
   // 384 MiB on a 2-core Zen 5 VM whose sysfs and lscpu say 32 MiB).
   long long best = 0;
@@ -425,6 +410,27 @@ long long last_level_cache_bytes() {
     return best;
   const long l3 = ::sysconf(_SC_LEVEL3_CACHE_SIZE);
   return std::max(0L, l3 > 0 ? l3 : ::sysconf(_SC_LEVEL2_CACHE_SIZE));
+}
+
+} // namespace
+
+ReadNow read_bandwidth_now(const void* p, std::size_t bytes, int threads) {
+  const auto a = reinterpret_cast<std::uintptr_t>(p);
+  const std::uintptr_t b = (a + 4095) / 4096 * 4096, e = (a + bytes) / 4096 * 4096;
+  if (p == nullptr || e <= b || e - b < read_now_min_bytes() || threads < 1)
+    return {};
+  const ReadResult r = read_bandwidth_gbs(reinterpret_cast<const float*>(b), e - b, threads, 1);
+  return {r.best, r.pattern};
+}
+
+std::size_t read_now_min_bytes() {
+  return std::max<std::size_t>(std::size_t{256} << 20,
+                               4 * static_cast<std::size_t>(last_level_cache_bytes()));
+}
+
+long long last_level_cache_bytes() {
+  static const long long bytes = read_last_level_cache_bytes(); // read once: every sweep asks
+  return bytes;
 }
 
 ReadNow read_ceiling_now(int threads) {

@@ -8,7 +8,6 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 
 #include <unistd.h>
 
@@ -52,6 +51,14 @@ struct Int8TempFile {
     fs::remove(path, ec);
   }
 };
+
+/// Writes `cm` with `info` as a bundle file at `path`.
+void write_bundle_file(const compiler::CompiledModel& cm, const bundle::ModelInfo& info,
+                       const fs::path& path) {
+  std::ofstream f(path, std::ios::binary);
+  bundle::write_bundle(cm, info, f);
+  REQUIRE(f.good());
+}
 
 } // namespace
 
@@ -218,14 +225,8 @@ TEST_CASE("int8 static attributes survive a bundle and run to the in-memory logi
   o.target.cores = 2;
   const auto cm = compiler::compile(frontend::build_top_modules(desc, int8_params()), o);
   const auto info = bundle::make_model_info(desc, int8_params(), "int8");
-  std::ostringstream os;
-  bundle::write_bundle(cm, info, os);
   Int8TempFile file(".bundle");
-  {
-    std::ofstream f(file.path, std::ios::binary);
-    const std::string bytes = os.str();
-    f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-  }
+  write_bundle_file(cm, info, file.path);
   {
     const auto b = bundle::Bundle::open(file.path);
     REQUIRE(b->programs().size() == cm.programs.size());
@@ -268,14 +269,8 @@ TEST_CASE("int8 MoE: every tpu.MoE carries act_quant = dynamic through a bundle"
   o.lower.mode = "int8";
   o.target.cores = 2;
   const auto cm = compiler::compile(frontend::build_top_modules(desc, int8_params()), o);
-  std::ostringstream os;
-  bundle::write_bundle(cm, bundle::make_model_info(desc, int8_params(), "int8"), os);
   Int8TempFile file(".bundle");
-  {
-    std::ofstream f(file.path, std::ios::binary);
-    const std::string bytes = os.str();
-    f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-  }
+  write_bundle_file(cm, bundle::make_model_info(desc, int8_params(), "int8"), file.path);
   const auto b = bundle::Bundle::open(file.path);
   REQUIRE(b->programs().size() == cm.programs.size());
   std::size_t moe_ops = 0;

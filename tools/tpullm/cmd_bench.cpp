@@ -369,17 +369,18 @@ int cmd_bench(const std::vector<std::string>& args) {
   // or read_now_min_bytes() where 4 x the cache is more: 1040 MiB on a Xeon VM whose sysfs says
   // 260 MiB of L3) swept with the start-up ceiling's patterns before each repeat and after the
   // last, the row judged against the best of those sweeps (a VM's bandwidth moves within a
-  // minute: 46 to 81 GB/s seen on one). A blob below read_now_min_bytes() would measure the
-  // cache: its rows keep the start-up ceiling.
+  // minute: 46 to 81 GB/s seen on one). A blob the sweep refuses (under read_now_min_bytes(),
+  // which would measure the cache) keeps the start-up ceiling for its rows.
   const auto blob = opened->weight_blob();
   // (+ 2 pages: the sweep trims an unaligned region to whole 4 KiB pages)
   const std::size_t near_bytes = std::min<std::size_t>(
       blob.size(),
       std::max<std::size_t>(std::size_t{1} << 30, machine::read_now_min_bytes() + 8192));
+  // a first sweep faults the pages in (timed sweeps must read resident memory) and says
+  // whether the blob can be swept at all
   const bool near_ok =
-      !contexts.empty() && read_bw > 0 && near_bytes >= machine::read_now_min_bytes();
-  if (near_ok) // a first sweep faults the pages in (timed sweeps must read resident memory)
-    (void)machine::read_bandwidth_now(blob.data(), near_bytes, static_cast<int>(threads));
+      !contexts.empty() && read_bw > 0 &&
+      machine::read_bandwidth_now(blob.data(), near_bytes, static_cast<int>(threads)).gbs > 0;
   nlohmann::ordered_json dec = nlohmann::ordered_json::array();
   for (auto C : contexts) {
     const std::int64_t stalls0 = engine.executor().pool_stalls();

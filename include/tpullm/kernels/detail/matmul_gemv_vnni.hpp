@@ -302,8 +302,8 @@ TPULLM_TARGET_AVX512_VNNI void gemv_panels_vnni_r1(const LinearArgs& a, const XD
     for (std::int64_t k = ks; k < ke; k += RG, row += 128) {
       // Past its panel's end a stream's prefetch runs on into the same stream of the next S
       // panels (the next call's), so the S streams stay prefetched from one call to the next
-      // (prefetches past the weights are harmless: PREFETCHT0 does not fault). Measured on a
-      // Xeon VM: int4 gate rows 1 thread 222 -> 182-202 us (min of 5, two rounds).
+      // (prefetches past the weights are harmless: PREFETCHT0 does not fault), as the float
+      // GEMVs' streams do (matmul_gemv_stream_plan.hpp).
       const std::int64_t pf = row + kGemvPf >= pend ? kGemvPf + (S - 1) * pbytes : kGemvPf;
       __m512i bl[3], bh[3];
 #pragma GCC unroll 3
