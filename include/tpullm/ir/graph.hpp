@@ -1,16 +1,13 @@
 #pragma once
 /// Dependency graphs of a function on Boost.Graph: one vertex per op, an edge from each op to
 /// every op that uses one of its results. Used for schedules, fusion legality (reachability)
-/// and, later, liveness and layer groups.
+/// and, later, liveness and layer groups. The Boost.Graph type stays in src/ir/graph.cpp: this
+/// header is part of tpullm/ir/ir.hpp, and Boost.Graph's headers cost every includer seconds.
 
-#include <algorithm>
+#include <cstddef>
 #include <map>
-#include <stdexcept>
+#include <memory>
 #include <vector>
-
-#include <boost/graph/adjacency_list.hpp>
-#include <boost/graph/breadth_first_search.hpp>
-#include <boost/graph/topological_sort.hpp>
 
 #include "tpullm/ir/function.hpp"
 
@@ -19,11 +16,11 @@ namespace tpullm::ir {
 /// The def-use graph of a function's ops (vertex i = i-th op in program order).
 class DependencyGraph {
 public:
-  using Graph = boost::adjacency_list<boost::vecS, boost::vecS, boost::bidirectionalS>;
-
   explicit DependencyGraph(const Function& f);
+  ~DependencyGraph();
+  DependencyGraph(DependencyGraph&&) noexcept;
+  DependencyGraph& operator=(DependencyGraph&&) noexcept;
 
-  const Graph& graph() const { return graph_; }
   std::size_t size() const { return ops_.size(); }
   Operation* op(std::size_t v) const { return ops_.at(v); }
   std::size_t vertex(const Operation* op) const { return index_.at(op); }
@@ -37,7 +34,8 @@ public:
 private:
   std::vector<Operation*> ops_;
   std::map<const Operation*, std::size_t> index_;
-  Graph graph_;
+  struct Impl; // the boost::adjacency_list (bidirectional, vertex i = ops_[i])
+  std::unique_ptr<Impl> impl_;
 };
 
 } // namespace tpullm::ir
