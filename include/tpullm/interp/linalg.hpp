@@ -1,25 +1,15 @@
 #pragma once
-/// The interpreter's f64 products on Eigen: `Eigen::Map`s over interpreter tensor storage
-/// (row-major, never owning), split over output columns across OpenMP threads. Only the Top
-/// interpreter includes this header; nothing here knows the IR.
+/// The interpreter's f64 products: Eigen products over interpreter tensor storage (row-major,
+/// never owning), split over output columns across OpenMP threads. Eigen is compiled once per
+/// x86 vector level (baseline, AVX2 + FMA, AVX-512) in src/interp/linalg_*.cpp and the level is
+/// picked at each call from kernels::active_isa(), so `TPULLM_ISA=portable` also runs the
+/// baseline products. Only the Top interpreter includes this header; nothing here knows the IR,
+/// and no Eigen type appears in it.
 
 #include <algorithm>
 #include <cstdint>
 
-#include <Eigen/Core>
-
-#ifdef _OPENMP
-#include <omp.h>
-#endif
-
 namespace tpullm::interp::linalg {
-
-/// A dynamic row-major f64 matrix.
-using RowMatrix = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-/// A read-only row-major view with a row stride (elements between row starts).
-using ConstStridedMap = Eigen::Map<const RowMatrix, Eigen::Unaligned, Eigen::OuterStride<>>;
-/// A writable row-major view with a row stride.
-using StridedMap = Eigen::Map<RowMatrix, Eigen::Unaligned, Eigen::OuterStride<>>;
 
 /// OpenMP threads available to one product (1 without OpenMP).
 int max_threads();
@@ -31,6 +21,9 @@ inline int threads_for(double macs, std::int64_t n) {
     return 1;
   return static_cast<int>(std::clamp<std::int64_t>(n / 16, 1, max_threads()));
 }
+
+/// The vector level the products run at now: "baseline", "avx2" or "avx512".
+const char* products_level();
 
 /// out [M, N] = a [M, K] x b + bias, with b [K, N] or, when `b_transposed`, b [N, K] (the
 /// HuggingFace Linear layout, read in place: nothing is transposed); bias [N] or null. All
@@ -45,12 +38,7 @@ void scaled_scores(const double* q, std::int64_t q_stride, const double* k, std:
                    double* scores, std::int64_t L, std::int64_t S, std::int64_t d, double scale);
 
 /// out [L, d] (row stride out_stride) = p [L, S] (contiguous) x v [S, d] (row stride v_stride).
-inline void weighted_values(const double* p, const double* v, std::int64_t v_stride, double* out,
-                            std::int64_t out_stride, std::int64_t L, std::int64_t S,
-                            std::int64_t d) {
-  StridedMap(out, L, d, Eigen::OuterStride<>(out_stride)).noalias() =
-      ConstStridedMap(p, L, S, Eigen::OuterStride<>(S)) *
-      ConstStridedMap(v, S, d, Eigen::OuterStride<>(v_stride));
-}
+void weighted_values(const double* p, const double* v, std::int64_t v_stride, double* out,
+                     std::int64_t out_stride, std::int64_t L, std::int64_t S, std::int64_t d);
 
 } // namespace tpullm::interp::linalg

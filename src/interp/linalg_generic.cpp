@@ -1,0 +1,8 @@
+// The interpreter's f64 products at the build's baseline vector level (any CPU).
+#include "linalg_eigen_config.hpp"
+#include <Eigen/Core>
+
+#include "linalg_products.hpp"
+
+#define TPULLM_LINALG_PRODUCTS generic_products
+#include "linalg_products.inc"
