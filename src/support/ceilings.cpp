@@ -506,6 +506,46 @@ const Ceilings& measure_ceilings() {
   return c;
 }
 
+double compute_ceiling_now(Ceiling which, int threads) {
+#if TPULLM_X86
+  const auto& f = kernels::cpu_features();
+  Loop loop = nullptr;
+  std::int64_t iters = 4'000'000;
+  switch (which) {
+  case Ceiling::read:
+    return 0;
+  case Ceiling::f32_fma:
+    loop = f.avx512 ? fma_loop_avx512 : f.avx2 ? fma_loop_avx2 : nullptr;
+    break;
+  case Ceiling::bf16_dot:
+    loop = f.avx512_bf16 ? bf16_loop : nullptr;
+    break;
+  case Ceiling::int8_vnni:
+    loop = f.avx512_vnni ? vnni_loop : nullptr;
+    break;
+  case Ceiling::int8_avx_vnni:
+    loop = f.avx_vnni ? avx_vnni_loop : nullptr;
+    break;
+  case Ceiling::int8_avx2:
+    loop = f.avx2 ? madd16_loop : nullptr;
+    break;
+  case Ceiling::amx_bf16:
+    loop = f.amx ? amx_bf16_loop : nullptr;
+    iters = 400'000;
+    break;
+  case Ceiling::amx_int8:
+    loop = f.amx ? amx_int8_loop : nullptr;
+    iters = 400'000;
+    break;
+  }
+  return loop ? peak_g(loop, std::max(1, threads), iters) * 1e9 : 0;
+#else
+  (void)which;
+  (void)threads;
+  return 0;
+#endif
+}
+
 const Ceilings& ceilings() {
   if (!measured())
     measure_ceilings();

@@ -125,10 +125,11 @@ cp ids.txt keep.txt
 expect 2 "is the --samples file 'keep.txt' this command reads" "$tpullm" calibrate "$llama" \
   -o keep.txt --samples keep.txt
 cmp ids.txt keep.txt || { fail=1; echo "FAIL: calibrate -o onto its --samples file changed it"; }
-# bench judges an int8 bundle's prefill against the peak of the integer unit it runs on too.
+# bench judges an int8 bundle's prefill against the peak of the integer unit it runs on too
+# (after tokens/s, TTFT, GFLOP/s, the FMA peak near the row and its two fractions).
 "$tpullm" compile "$llama" -o i8.bundle --mode int8 --seq-length 128 --max-input-length 8 \
   --prefill-lengths none >/dev/null || { fail=1; echo "FAIL: int8 compile for bench"; }
-expect 0 "^ +8 +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +([0-9.]+ of the [a-z0-9-]+ int8 peak \([0-9]+ GOP/s\)|int8 path portable: no measured peak)" \
+expect 0 "^ +8 +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +([0-9.]+ of the [a-z0-9-]+ int8 peak \([0-9]+ GOP/s\)|int8 path portable: no measured peak)" \
   "$tpullm" bench i8.bundle --prompt 8 --context 8 --decode-steps 2 --repeat 1 --no-contention
 rm -f i8.bundle
 exit $fail

@@ -73,6 +73,13 @@ double ceiling_value(Ceiling which, int threads);
 /// nullopt on the portable path, which has no measured peak.
 std::optional<Ceiling> w8a8_ceiling(std::int64_t rows, std::string& path);
 
+/// The compute peak `which` measured now, in flops (or ops) per second: the start-up ceiling's
+/// loop for that instruction, a fifth of its length (about 50 ms for 5 passes on 2 threads).
+/// A compute figure is judged against this taken next to it, because a VM's compute can move
+/// too (measured: a start-up f32 FMA sweep of 251 GFLOP/s between runs of 450-516 on one VM).
+/// 0 for Ceiling::read and for an instruction this CPU lacks.
+double compute_ceiling_now(Ceiling which, int threads);
+
 /// A read bandwidth measured now (0 when it could not be).
 struct ReadNow {
   double gbs = 0;      ///< GB/s: the best of the read ceiling's patterns, one pass each
