@@ -1,6 +1,6 @@
 // The machine ceilings' helpers (support/ceilings.hpp) that `tpullm bench` and the kernel
 // benchmarks judge figures against: the last-level cache size and the read ceiling measured next
-// to a figure.
+// to a figure, and the compute peaks measured next to one.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -8,6 +8,7 @@
 #include <memory>
 #include <vector>
 
+#include "tpullm/kernels/cpu_features.hpp"
 #include "tpullm/support/ceilings.hpp"
 
 using namespace tpullm;
@@ -49,4 +50,23 @@ TEST_CASE("read_bandwidth_now measures a resident region beyond the cache", "[ce
   }
   // A region one page short of the least is refused.
   CHECK(machine::read_bandwidth_now(buf.get(), bytes - 4096, 2).gbs == 0);
+}
+
+TEST_CASE("compute_ceiling_now measures the peaks this CPU has", "[ceilings]") {
+  const auto& f = tpullm::kernels::cpu_features();
+  CHECK(machine::compute_ceiling_now(machine::Ceiling::read, 2) == 0);
+  for (int threads : {1, 2}) {
+    const double fma = machine::compute_ceiling_now(machine::Ceiling::f32_fma, threads);
+    INFO("threads " << threads << ": f32 FMA " << fma / 1e9 << " GFLOP/s");
+    if (f.avx2) {
+      CHECK(fma > 1e9);  // any x86 core with FMA does more than 1 GFLOP/s
+      CHECK(fma < 1e14); // and less than 100 TFLOP/s
+    } else {
+      CHECK(fma == 0);
+    }
+    const double bf16 = machine::compute_ceiling_now(machine::Ceiling::bf16_dot, threads);
+    CHECK((bf16 > 0) == f.avx512_bf16);
+    const double amx = machine::compute_ceiling_now(machine::Ceiling::amx_int8, threads);
+    CHECK((amx > 0) == f.amx);
+  }
 }
