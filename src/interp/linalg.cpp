@@ -41,15 +41,7 @@ int max_threads() {
 }
 
 const char* products_level() {
-  const detail::Products* p = &products();
-#if defined(__x86_64__) && !defined(TPULLM_PORTABLE_ONLY)
-  if (p == &detail::avx512_products)
-    return "avx512";
-  if (p == &detail::avx2_products)
-    return "avx2";
-#endif
-  (void)p;
-  return "baseline";
+  return products().name;
 }
 
 void matmul(const double* a, const double* b, const double* bias, double* out, std::int64_t M,

@@ -5,5 +5,6 @@
 #define TPULLM_LINALG_AVX512 0
 #define TPULLM_LINALG_EIGEN tpullm_eigen_avx2
 #define TPULLM_LINALG_PRODUCTS avx2_products
+#define TPULLM_LINALG_NAME "avx2"
 #include "linalg_x86_level.inc"
 #endif

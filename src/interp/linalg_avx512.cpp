@@ -6,5 +6,6 @@
 #define TPULLM_LINALG_AVX512 1
 #define TPULLM_LINALG_EIGEN tpullm_eigen_avx512
 #define TPULLM_LINALG_PRODUCTS avx512_products
+#define TPULLM_LINALG_NAME "avx512"
 #include "linalg_x86_level.inc"
 #endif

@@ -5,4 +5,5 @@
 #include "linalg_products.hpp"
 
 #define TPULLM_LINALG_PRODUCTS generic_products
+#define TPULLM_LINALG_NAME "baseline"
 #include "linalg_products.inc"

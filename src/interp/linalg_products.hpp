@@ -11,6 +11,8 @@ namespace tpullm::interp::linalg::detail {
 
 /// One vector level's products; the arguments mean what linalg.hpp says.
 struct Products {
+  /// The level's name: "baseline", "avx2" or "avx512".
+  const char* name;
   /// out[:, n0:n1) = a [M, K] x b[.., n0:n1) (+ bias[n0:n1)), out row stride N.
   void (*matmul_cols)(const double* a, const double* b, const double* bias, double* out,
                       std::int64_t M, std::int64_t K, std::int64_t N, std::int64_t n0,

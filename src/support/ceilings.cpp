@@ -371,6 +371,47 @@ double peak_g(Loop loop, int threads, std::int64_t iters = 20'000'000) {
   return best;
 }
 
+/// The start-up loop of a compute ceiling on this CPU and its iterations per pass: {} for the
+/// read ceiling and for an instruction the CPU lacks.
+struct PeakLoop {
+  Loop loop = nullptr;
+  std::int64_t iters = 0;
+};
+
+PeakLoop peak_loop(Ceiling which) {
+#if TPULLM_X86
+  const auto& f = kernels::cpu_features();
+  switch (which) {
+  case Ceiling::read:
+    return {};
+  case Ceiling::f32_fma:
+    return {f.avx512 ? fma_loop_avx512 : f.avx2 ? fma_loop_avx2 : nullptr, 20'000'000};
+  case Ceiling::bf16_dot:
+    return {f.avx512_bf16 ? bf16_loop : nullptr, 20'000'000};
+  case Ceiling::int8_vnni:
+    return {f.avx512_vnni ? vnni_loop : nullptr, 20'000'000};
+  case Ceiling::int8_avx_vnni:
+    return {f.avx_vnni ? avx_vnni_loop : nullptr, 20'000'000};
+  case Ceiling::int8_avx2:
+    return {f.avx2 ? madd16_loop : nullptr, 20'000'000};
+  case Ceiling::amx_bf16:
+    return {f.amx ? amx_bf16_loop : nullptr, 2'000'000};
+  case Ceiling::amx_int8:
+    return {f.amx ? amx_int8_loop : nullptr, 2'000'000};
+  }
+#else
+  (void)which;
+#endif
+  return {};
+}
+
+/// The peak of `which` in G per second on `threads` threads over passes of 1 / `shorten` of
+/// the start-up length; 0 where peak_loop has no loop.
+double peak_of(Ceiling which, int threads, std::int64_t shorten = 1) {
+  const PeakLoop p = peak_loop(which);
+  return p.loop ? peak_g(p.loop, std::max(1, threads), p.iters / shorten) : 0;
+}
+
 Ceilings& storage() {
   static Ceilings c;
   return c;
@@ -470,80 +511,27 @@ const Ceilings& measure_ceilings() {
     c.read1_gbs_2t = r2.one_stream;
     std::free(buf);
   }
-#if TPULLM_X86
-  const Loop fma = f.avx512 ? fma_loop_avx512 : f.avx2 ? fma_loop_avx2 : nullptr;
-  if (fma) {
-    c.f32_gflops_1t = peak_g(fma, 1);
-    c.f32_gflops_2t = peak_g(fma, 2);
-  }
-  if (f.avx512_bf16) {
-    c.bf16_gflops_1t = peak_g(bf16_loop, 1);
-    c.bf16_gflops_2t = peak_g(bf16_loop, 2);
-  }
-  if (f.avx512_vnni) {
-    c.int8_gops_1t = peak_g(vnni_loop, 1);
-    c.int8_gops_2t = peak_g(vnni_loop, 2);
-  }
-  if (f.avx_vnni) {
-    c.int8_avx_vnni_gops_1t = peak_g(avx_vnni_loop, 1);
-    c.int8_avx_vnni_gops_2t = peak_g(avx_vnni_loop, 2);
-  }
-  if (f.avx2) {
-    c.int8_avx2_gops_1t = peak_g(madd16_loop, 1);
-    c.int8_avx2_gops_2t = peak_g(madd16_loop, 2);
-  }
+  c.f32_gflops_1t = peak_of(Ceiling::f32_fma, 1);
+  c.f32_gflops_2t = peak_of(Ceiling::f32_fma, 2);
+  c.bf16_gflops_1t = peak_of(Ceiling::bf16_dot, 1);
+  c.bf16_gflops_2t = peak_of(Ceiling::bf16_dot, 2);
+  c.int8_gops_1t = peak_of(Ceiling::int8_vnni, 1);
+  c.int8_gops_2t = peak_of(Ceiling::int8_vnni, 2);
+  c.int8_avx_vnni_gops_1t = peak_of(Ceiling::int8_avx_vnni, 1);
+  c.int8_avx_vnni_gops_2t = peak_of(Ceiling::int8_avx_vnni, 2);
+  c.int8_avx2_gops_1t = peak_of(Ceiling::int8_avx2, 1);
+  c.int8_avx2_gops_2t = peak_of(Ceiling::int8_avx2, 2);
   c.amx = f.amx;
-  if (f.amx) {
-    c.amx_bf16_gflops_1t = peak_g(amx_bf16_loop, 1, 2'000'000);
-    c.amx_bf16_gflops_2t = peak_g(amx_bf16_loop, 2, 2'000'000);
-    c.amx_int8_gops_1t = peak_g(amx_int8_loop, 1, 2'000'000);
-    c.amx_int8_gops_2t = peak_g(amx_int8_loop, 2, 2'000'000);
-  }
-#else
-  (void)f;
-#endif
+  c.amx_bf16_gflops_1t = peak_of(Ceiling::amx_bf16, 1);
+  c.amx_bf16_gflops_2t = peak_of(Ceiling::amx_bf16, 2);
+  c.amx_int8_gops_1t = peak_of(Ceiling::amx_int8, 1);
+  c.amx_int8_gops_2t = peak_of(Ceiling::amx_int8, 2);
   measured() = true;
   return c;
 }
 
 double compute_ceiling_now(Ceiling which, int threads) {
-#if TPULLM_X86
-  const auto& f = kernels::cpu_features();
-  Loop loop = nullptr;
-  std::int64_t iters = 4'000'000;
-  switch (which) {
-  case Ceiling::read:
-    return 0;
-  case Ceiling::f32_fma:
-    loop = f.avx512 ? fma_loop_avx512 : f.avx2 ? fma_loop_avx2 : nullptr;
-    break;
-  case Ceiling::bf16_dot:
-    loop = f.avx512_bf16 ? bf16_loop : nullptr;
-    break;
-  case Ceiling::int8_vnni:
-    loop = f.avx512_vnni ? vnni_loop : nullptr;
-    break;
-  case Ceiling::int8_avx_vnni:
-    loop = f.avx_vnni ? avx_vnni_loop : nullptr;
-    break;
-  case Ceiling::int8_avx2:
-    loop = f.avx2 ? madd16_loop : nullptr;
-    break;
-  case Ceiling::amx_bf16:
-    loop = f.amx ? amx_bf16_loop : nullptr;
-    iters = 400'000;
-    break;
-  case Ceiling::amx_int8:
-    loop = f.amx ? amx_int8_loop : nullptr;
-    iters = 400'000;
-    break;
-  }
-  return loop ? peak_g(loop, std::max(1, threads), iters) * 1e9 : 0;
-#else
-  (void)which;
-  (void)threads;
-  return 0;
-#endif
+  return peak_of(which, threads, 5) * 1e9;
 }
 
 const Ceilings& ceilings() {
