@@ -11,14 +11,28 @@ double layer_elements(const ModelDims& d) {
          2 * static_cast<double>(d.head_dim);
 }
 
-double all_layer_elements(const ModelDesc& d) {
+namespace {
+/// Elements of decoder layer l of `d`.
+double elements_of_layer(const ModelDesc& d, std::int64_t l) {
   const ModelDims& m = d.dims;
   const double h = static_cast<double>(m.hidden), i = static_cast<double>(m.intermediate);
   const double experts = static_cast<double>(d.moe.experts);
   const double ei = static_cast<double>(d.moe.expert_intermediate);
+  return layer_elements(m) + (d.moe.sparse_layer(l) ? experts * (3 * h * ei + h) - 3 * h * i : 0.0);
+}
+} // namespace
+
+double all_layer_elements(const ModelDesc& d) {
   double n = 0;
-  for (std::int64_t l = 0; l < m.layers; ++l)
-    n += layer_elements(m) + (d.moe.sparse_layer(l) ? experts * (3 * h * ei + h) - 3 * h * i : 0.0);
+  for (std::int64_t l = 0; l < d.dims.layers; ++l)
+    n += elements_of_layer(d, l);
+  return n;
+}
+
+double max_layer_elements(const ModelDesc& d) {
+  double n = 0;
+  for (std::int64_t l = 0; l < d.dims.layers; ++l)
+    n = std::max(n, elements_of_layer(d, l));
   return n;
 }
 
@@ -90,6 +104,19 @@ MemoryEstimate estimate_memory(const ModelDesc& d, const StageParams& p, Workloa
   // Prefill activations: attention scores [q_heads, L, seq] and the per-token rows.
   e.max_input_length +=
       8 * (q_heads * L * seq + 4 * L * (3 * h + 3 * inter + 2 * kv_dim) + L * vocab);
+  return e;
+}
+
+MemoryEstimate estimate_calibrate_memory(const ModelDesc& d, const StageParams& p,
+                                         FileAccess access, int sessions, double store_bytes) {
+  // One session's tables, caches and activations are what interpreting costs less its weights.
+  MemoryEstimate one = estimate_memory(d, p, Workload::interpret, FileAccess::map);
+  const double n = std::max(1, sessions);
+  MemoryEstimate e = estimate_memory(d, p, Workload::build, access); // a read checkpoint
+  e.block_modules = 1; // no weight copies per module: the --decode-chunk advice does not apply
+  e.seq_length = n * one.seq_length;
+  e.max_input_length = n * one.max_input_length;
+  e.weights += std::max(store_bytes, n * 8 * detail::max_layer_elements(d));
   return e;
 }
 

@@ -44,6 +44,9 @@ expect 2 "--memory-budget: 1.00 MiB cannot hold the 1.41 MiB .* 1 thread.s. use 
   "$tpullm" calibrate "$llama" -o t.json --memory-budget 1
 expect 2 "--memory-budget: .* 2 thread.s. use at once .*give at least 3 or fewer --threads" \
   "$tpullm" calibrate "$llama" -o t.json --memory-budget 2 --threads 2
+# a store larger than the machine is refused before any work, naming the option
+expect 2 "--memory-budget: 1073741824 MiB is more than the .* of memory available$" \
+  "$tpullm" calibrate "$llama" -o t.json --memory-budget 1073741824
 for bad in 0 -1; do
   expect 2 "--memory-budget: must be a whole number of MiB in \[1, 2\^30\], got $bad" \
     "$tpullm" calibrate "$llama" -o t.json --memory-budget "$bad"

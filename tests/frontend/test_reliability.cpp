@@ -440,6 +440,44 @@ TEST_CASE("memory is estimated up front and a huge --seq-length is refused",
   CHECK(memory_limit_bytes() > 0);
 }
 
+// calibrate widens the weights into a bounded store a layer at a time: its estimate holds the
+// store, not the interpreter's f64 copy of every weight per module, so a 1B model is not refused
+// on a 24 GiB machine (it was: "needs about 42.3 GiB").
+TEST_CASE("calibrate's memory estimate holds its weight store, not every weight in f64",
+          "[reliability][memory]") {
+  TempDir t;
+  TinyModel m;
+  m.write(t / "m");
+  ModelDesc d = load_model(t / "m");
+  StageParams p;
+  const double gib = double(1ull << 30);
+  const double layer = 8 * frontend::detail::max_layer_elements(d);
+  CHECK(layer > 0);
+  // the budget when it is the larger, else the sessions' layers at once
+  CHECK(estimate_calibrate_memory(d, p, FileAccess::map, 1, gib).weights == gib);
+  CHECK(estimate_calibrate_memory(d, p, FileAccess::map, 3, 0).weights == 3 * layer);
+  CHECK(estimate_calibrate_memory(d, p, FileAccess::read, 1, gib).weights > gib);
+  // each session has its own caches and activations
+  const auto one = estimate_calibrate_memory(d, p, FileAccess::map, 1, gib);
+  const auto two = estimate_calibrate_memory(d, p, FileAccess::map, 2, gib);
+  CHECK(two.seq_length == 2 * one.seq_length);
+  CHECK(two.max_input_length == 2 * one.max_input_length);
+  // Llama-3.2-1B's shapes: interpreting wants far more than 24 GiB, calibrating about 1.3 GiB.
+  d.dims.hidden = 2048;
+  d.dims.intermediate = 8192;
+  d.dims.layers = 16;
+  d.dims.heads = 32;
+  d.dims.kv_heads = 8;
+  d.dims.head_dim = 64;
+  d.dims.vocab = 128256;
+  const double limit = 24 * gib;
+  REQUIRE_THROWS_WITH(check_memory(estimate_memory(d, p, Workload::interpret), p, d, limit),
+                      Contains("this run needs about"));
+  const auto c = estimate_calibrate_memory(d, p, FileAccess::map, 1, gib);
+  CHECK(c.total() < 2 * gib);
+  CHECK_NOTHROW(check_memory(c, p, d, limit));
+}
+
 // Issue 19: a signal ends a writing process without leaving its temporary files. A child
 // process stages a file, a directory of files and a TemporaryFile, then is killed by each
 // signal the registry handles; the parent checks how it died and that only the old outputs

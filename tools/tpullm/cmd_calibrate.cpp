@@ -128,9 +128,16 @@ int cmd_calibrate(const std::vector<std::string>& args) {
   load.access = no_mmap ? FileAccess::read : FileAccess::map;
   const auto desc = frontend::load_model(model, load);
   params.validate(desc.dims.max_position);
+  // The weights are widened into a store of the budget, a layer at a time, not all at once.
+  const double store = static_cast<double>(copt.memory_budget > 0 ? copt.memory_budget
+                                                                  : runtime::kDefaultCalibBudget);
+  const double limit = frontend::memory_limit_bytes();
+  check(copt.memory_budget == 0 || store <= limit, ErrorKind::invalid_input, "--memory-budget",
+        budget_mib, " MiB is more than the ", frontend::detail::human_bytes(limit),
+        " of memory available");
   frontend::check_memory(
-      frontend::estimate_memory(desc, params, frontend::Workload::interpret, load.access), params,
-      desc);
+      frontend::estimate_calibrate_memory(desc, params, load.access, copt.threads, store), params,
+      desc, limit);
   const auto samples = samples_file.empty()
                            ? runtime::builtin_calib_samples(
                                  desc.dims.vocab, std::min<std::int64_t>(64, params.seq_length))

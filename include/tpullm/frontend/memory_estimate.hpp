@@ -50,6 +50,9 @@ namespace detail {
 /// Elements of one decoder layer's weights (linears counted at their logical size).
 double layer_elements(const ModelDims& d);
 
+/// Elements of the largest decoder layer's weights of `d` (a sparse layer counted as in
+/// all_layer_elements).
+double max_layer_elements(const ModelDesc& d);
 /// Elements of every decoder layer's weights of `d`: a sparse layer (mixture of experts) holds
 /// its router [E, H] and E experts of 3 * H * expert_intermediate instead of the dense MLP.
 double all_layer_elements(const ModelDesc& d);
@@ -69,6 +72,14 @@ MemoryEstimate estimate_memory(const ModelDesc& d, const StageParams& p, Workloa
                                FileAccess access = FileAccess::map,
                                std::int64_t kv_value_bytes = 4);
 
+/// The memory `tpullm calibrate` needs for `d` under `p`: `sessions` samples run at once in the
+/// f64 interpreter, each with its KV cache, RoPE tables and prefill activations (the interpret
+/// workload's figures per session), and one shared store of widened weights that never holds
+/// more than `store_bytes` (its budget) or, when larger, `sessions` layers' weights in f64 at once
+/// (the store's minimum). Not the interpret workload's f64 copy of every weight per module: the
+/// store widens a layer when it runs and drops the least recently used.
+MemoryEstimate estimate_calibrate_memory(const ModelDesc& d, const StageParams& p,
+                                         FileAccess access, int sessions, double store_bytes);
 /// Memory this process may use: physical memory, lowered by the cgroup limit (v2 or v1) and by
 /// RLIMIT_AS / RLIMIT_DATA when they are set.
 double memory_limit_bytes();
