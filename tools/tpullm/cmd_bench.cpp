@@ -372,17 +372,15 @@ int cmd_bench(const std::vector<std::string>& args) {
     // the fraction of the int8 unit's peak counts all FLOPs, the f32 attention included, so it
     // is a bound from above on the int8 units' use
     if (m.mode == "int8") {
-      const double peak = int8_near;
       pre.back()["int8_path"] = int8_path;
-      pre.back()["int8_peak_gops"] = peak / 1e9;
-      pre.back()["int8_peak_frac"] = peak > 0 ? flops / peak : 0;
+      pre.back()["int8_peak_gops"] = int8_near / 1e9;
+      pre.back()["int8_peak_frac"] = int8_near > 0 ? flops / int8_near : 0;
     }
     // likewise all FLOPs against the vdpbf16ps peak
     if (bf16_unit) {
-      const double peak = bf16_near;
       pre.back()["bf16_path"] = "vdpbf16ps";
-      pre.back()["bf16_dot_peak_gflops"] = peak / 1e9;
-      pre.back()["bf16_dot_peak_frac"] = peak > 0 ? flops / peak : 0;
+      pre.back()["bf16_dot_peak_gflops"] = bf16_near / 1e9;
+      pre.back()["bf16_dot_peak_frac"] = bf16_near > 0 ? flops / bf16_near : 0;
     }
   }
   // The read ceiling next to each decode row: the weights the steps read (the blob's first GiB,
