@@ -43,6 +43,9 @@ struct QuantPlain {
   std::vector<float> scales;       ///< [G, N] row-major, G = K / group_size
   std::vector<std::uint8_t> zeros; ///< [G, N] row-major, real zero points in [0, 2^bits)
   std::vector<std::int32_t> g_idx; ///< [K] group of each row
+  /// [G, N] row-major, or empty. When present the weight is "scale and min" (ggml's Q4_1,
+  /// Q5_1 and K-quants): w[k][n] = q[k][n] * scales[g][n] - mins[g][n], and `zeros` is empty.
+  std::vector<float> mins;
 
   /// W: [K, N] row-major f32 (reference dequantization).
   std::vector<float> dequantize() const;
