@@ -1,6 +1,8 @@
 // Out-of-line definitions of tpullm/frontend/top_weights.hpp (compiled once into tpullm_core).
 #include "tpullm/frontend/top_weights.hpp"
 
+#include "tpullm/conversion/ggml_blocks.hpp"
+
 namespace tpullm::frontend {
 
 ir::DType to_ir_dtype(DType t) {
@@ -60,6 +62,25 @@ ir::Weight quantized_weight(const std::string& name, const QuantizedWeight& q) {
     w.parts.push_back(part_of("qzeros", *q.qzeros));
   if (q.g_idx)
     w.parts.push_back(part_of("g_idx", *q.g_idx));
+  return w;
+}
+
+ir::Weight ggml_weight(const std::string& name, const GgmlWeight& g) {
+  const conversion::GgmlPacking pk = conversion::ggml_packing(g.type);
+  ir::QuantSpec spec;
+  spec.format = ir::QuantFormat::ggml;
+  spec.ggml_type = static_cast<std::uint32_t>(g.type);
+  spec.group_size = pk.group_size;
+  spec.zero_point = pk.has_mins;
+  ir::Weight w{name,
+               ir::TensorType({g.rows, g.cols}, pk.bits == 8 ? ir::DType::u8 : ir::DType::u4,
+                              spec),
+               {}};
+  w.parts.push_back(ir::WeightPart{"blocks",
+                                   ir::DType::u8,
+                                   {static_cast<std::int64_t>(g.bytes.size())},
+                                   g.bytes,
+                                   g.keepalive});
   return w;
 }
 

@@ -11,6 +11,7 @@
 ///        (a sparse layer: h + the routed experts of mlp_norm(h), frontend/moe_config.hpp)
 /// logits = lm_head(final_norm(x_last)).
 
+#include "tpullm/conversion/ggml_types.hpp"
 #include "tpullm/frontend/families.hpp"
 #include "tpullm/frontend/hf_config.hpp"
 #include "tpullm/frontend/safetensors.hpp"
@@ -92,21 +93,61 @@ struct QuantizedWeight {
   bool g_idx_trivial = true;
 };
 
-/// One weight slot: absent, a plain tensor, or a quantized linear.
+/// A matrix stored as a GGUF tensor's ggml blocks (conversion/ggml_blocks.hpp): `rows` rows of
+/// `cols` elements, each row cols / block_elems blocks along the row, row-major, so a linear is
+/// [N = out_features, K = in_features] (the HF orientation) and a table [vocab, hidden]. The
+/// bytes are a zero-copy view into the mapped file, or owned (a permuted copy of llama's q / k).
+struct GgmlWeight {
+  conversion::GgmlType type = conversion::GgmlType::q8_0;
+  /// N (linear) or vocab (table).
+  std::int64_t rows = 0;
+  /// K (linear) or hidden (table): elements of one row.
+  std::int64_t cols = 0;
+  /// rows * ggml_row_bytes(type, cols) bytes.
+  std::span<const std::byte> bytes;
+  /// Owner of `bytes` (the mapped file, or a copy).
+  std::shared_ptr<const void> keepalive;
+  /// The GGUF tensor name ("blk.0.attn_q.weight").
+  std::string name;
+  /// The file, for error messages.
+  std::string source;
+  /// out_in for a linear, table for an embedding.
+  WeightLayout layout = WeightLayout::out_in;
+  /// "<source>: tensor '<name>'".
+  std::string where() const { return str_cat(source, ": tensor '", name, "'"); }
+};
+
+/// One weight slot: absent, a plain tensor, a quantized linear, or ggml blocks.
 struct WeightRef {
-  std::variant<std::monostate, PlainWeight, QuantizedWeight> storage;
+  std::variant<std::monostate, PlainWeight, QuantizedWeight, GgmlWeight> storage;
 
   /// False for an absent optional slot (e.g. q_bias of llama).
   bool present() const noexcept { return !std::holds_alternative<std::monostate>(storage); }
-  /// True for a quantized linear.
-  bool is_quantized() const noexcept { return std::holds_alternative<QuantizedWeight>(storage); }
+  /// True for a quantized linear (GPTQ / AWQ layouts, or ggml blocks).
+  bool is_quantized() const noexcept {
+    return std::holds_alternative<QuantizedWeight>(storage) ||
+           std::holds_alternative<GgmlWeight>(storage);
+  }
+  /// True for ggml blocks from a GGUF file.
+  bool is_ggml() const noexcept { return std::holds_alternative<GgmlWeight>(storage); }
+  /// True when the slot is stored [out, in] and read with transpose_b (plain and ggml weights;
+  /// GPTQ / AWQ linears are logical [in, out]).
+  bool stored_out_in() const noexcept {
+    return std::holds_alternative<PlainWeight>(storage) || is_ggml();
+  }
+  /// The ggml blocks; throws Error(internal) otherwise.
+  const GgmlWeight& ggml() const {
+    const auto* p = std::get_if<GgmlWeight>(&storage);
+    check(p != nullptr, ErrorKind::internal, "WeightRef", "not a ggml weight");
+    return *p;
+  }
   /// The plain tensor; throws Error(internal) if absent or quantized.
   const PlainWeight& plain() const {
     const auto* p = std::get_if<PlainWeight>(&storage);
     check(p != nullptr, ErrorKind::internal, "WeightRef", "not a plain weight");
     return *p;
   }
-  /// The quantized linear; throws Error(internal) if absent or plain.
+  /// The GPTQ / AWQ linear; throws Error(internal) otherwise.
   const QuantizedWeight& quantized() const {
     const auto* p = std::get_if<QuantizedWeight>(&storage);
     check(p != nullptr, ErrorKind::internal, "WeightRef", "not a quantized weight");
