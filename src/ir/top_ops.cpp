@@ -233,8 +233,14 @@ auto MoEOp::infer(Types in) const -> std::vector<TensorType> {
                        : std::vector<std::int64_t>{in_dim, out_dim};
   };
   for (std::size_t i = 1; i < in.size(); ++i) {
-    detail::require(is_float(in[i].dtype) && !in[i].quant && in[i].layout == Layout::row_major,
-                    "MoE weight #", i, " must be a float row-major tensor, got ", in[i]);
+    // Experts (i >= 2) may also be ggml blocks, stored [out, in] as a float HF weight is.
+    const bool ggml = i >= 2 && in[i].quant && quant_stored_as_rows(*in[i].quant) && transpose_b;
+    detail::require(ggml || (is_float(in[i].dtype) && !in[i].quant &&
+                             in[i].layout == Layout::row_major),
+                    "MoE weight #", i,
+                    " must be a float row-major tensor (experts: or ggml blocks read with "
+                    "transpose_b), got ",
+                    in[i]);
     detail::require(in[i].rank() == 2, "MoE weight #", i, " must be rank 2, got ", in[i]);
   }
   detail::require(in[1].shape == io(h, experts), "router must be ", shape_str(io(h, experts)),

@@ -15,6 +15,7 @@
 #include "tpullm/frontend/families.hpp"
 #include "tpullm/frontend/hf_config.hpp"
 #include "tpullm/frontend/safetensors.hpp"
+#include "tpullm/frontend/text_files.hpp"
 #include "tpullm/support/error.hpp"
 
 #include <cstdint>
@@ -245,8 +246,15 @@ struct ModelDesc {
   std::vector<std::string> unused_tensors;
   /// The parsed config.json.
   HfConfig config;
-  /// The checkpoint the views point into (views also keep their files mapped on their own).
+  /// The checkpoint the views point into (views also keep their files mapped on their own);
+  /// null for a GGUF source.
   std::shared_ptr<const Checkpoint> checkpoint;
+  /// The GGUF file a model was loaded from (frontend/gguf_model.hpp); empty for a checkpoint
+  /// folder.
+  std::filesystem::path source_file;
+  /// The text side carried inside the source (a GGUF's vocabulary and chat template), or nullopt
+  /// when it sits beside config.json as files (frontend::read_text_files(dir)).
+  std::optional<TextFiles> text;
 };
 
 /// Options for load_model / describe_model.
@@ -323,11 +331,13 @@ public:
 ModelDesc describe_model(const HfConfig& cfg, std::shared_ptr<const Checkpoint> ckpt,
                          const LoadOptions& opts = {});
 
-/// Reads `dir`/config.json and the checkpoint in `dir` and returns the validated ModelDesc.
-inline ModelDesc load_model(const std::filesystem::path& dir, const LoadOptions& opts = {}) {
-  const HfConfig cfg = load_hf_config(dir / "config.json");
-  auto ckpt = std::make_shared<const Checkpoint>(Checkpoint::open(dir, opts.access));
-  return describe_model(cfg, std::move(ckpt), opts);
-}
+/// Loads a model source: a checkpoint folder (config.json + safetensors), a GGUF file, or a
+/// folder holding no config.json and exactly one .gguf file (e.g. model.gguf beside goldens).
+/// Anything else is one Error(invalid_input) line saying what was expected.
+ModelDesc load_model(const std::filesystem::path& path, const LoadOptions& opts = {});
+
+/// The GGUF file `path` names (itself, or the one .gguf in a folder without config.json), or
+/// nullopt when `path` is a checkpoint folder; throws as load_model for anything else.
+std::optional<std::filesystem::path> gguf_source(const std::filesystem::path& path);
 
 } // namespace tpullm::frontend
