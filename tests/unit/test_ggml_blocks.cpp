@@ -24,10 +24,10 @@
 
 #include "test_data_dir.hpp"
 
+namespace ggml_blocks_test {
+
 using namespace tpullm;
 using namespace tpullm::conversion;
-
-namespace ggml_blocks_test {
 
 std::filesystem::path data_dir() {
   return std::filesystem::path(TPULLM_TEST_DATA_DIR) / "ggml";
@@ -133,10 +133,6 @@ void require_error(ErrorKind kind, const std::string& needle, const auto& fn) {
     CHECK(std::string(e.what()).find('\n') == std::string::npos);
   }
 }
-
-} // namespace ggml_blocks_test
-
-using namespace ggml_blocks_test;
 
 TEST_CASE("the ggml type table matches ggml's ids, names and block sizes", "[ggml]") {
   std::ifstream f(data_dir() / "types.txt");
@@ -292,3 +288,5 @@ TEST_CASE("decode_ggml_rows and dequantize_ggml refuse sizes that do not match",
   require_error(ErrorKind::invalid_input, "multiple of the block",
                 [&] { (void)dequantize_ggml(GgmlType::q4_0, all.first(18), 31); });
 }
+
+} // namespace ggml_blocks_test
