@@ -75,6 +75,9 @@ constexpr GgmlPacking ggml_packing(GgmlType t) noexcept {
   case GgmlType::tq1_0:
   case GgmlType::tq2_0:
   case GgmlType::mxfp4:
+  case GgmlType::nvfp4:
+  case GgmlType::q1_0:
+  case GgmlType::q2_0:
     break;
   }
   return {};
