@@ -48,7 +48,7 @@ std::string_view gguf_value_type_name(GgufValueType t) noexcept {
   return "unknown";
 }
 
-namespace {
+namespace gguf_read {
 
 constexpr std::uint32_t kMaxValueTypeId = static_cast<std::uint32_t>(GgufValueType::f64);
 
@@ -230,7 +230,7 @@ GgufValue read_array(Cursor& c, const std::string& where, int depth) {
   return v;
 }
 
-} // namespace
+} // namespace gguf_read
 
 std::int64_t GgufTensor::numel() const noexcept {
   std::int64_t n = 1;
@@ -273,6 +273,7 @@ bool GgufFile::looks_like_gguf(const std::filesystem::path& path) noexcept {
 
 auto GgufFile::parse(std::span<const std::byte> file, std::shared_ptr<const void> keepalive,
                      std::string source) -> GgufFile {
+  using namespace gguf_read;
   GgufFile g;
   g.source_ = std::move(source);
   const std::string& src = g.source_;
@@ -362,9 +363,9 @@ auto GgufFile::parse(std::span<const std::byte> file, std::shared_ptr<const void
       check(ne <= static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()),
             ErrorKind::invalid_input, tw, "dimension ne[", d, "] = ", ne, " is out of range");
       t.ne.push_back(static_cast<std::int64_t>(ne));
-      const auto p = checked_mul(numel, static_cast<std::int64_t>(ne));
+      const auto p = tpullm::checked_mul(numel, static_cast<std::int64_t>(ne));
       const auto r = d == 0 ? std::optional<std::int64_t>(1)
-                            : checked_mul(rows, static_cast<std::int64_t>(ne));
+                            : tpullm::checked_mul(rows, static_cast<std::int64_t>(ne));
       check(p.has_value() && r.has_value(), ErrorKind::invalid_input, tw,
             "element count overflows 64 bits");
       numel = *p;
@@ -378,7 +379,7 @@ auto GgufFile::parse(std::span<const std::byte> file, std::shared_ptr<const void
     check(row.has_value(), ErrorKind::invalid_input, tw, "a row of ne[0] = ", t.ne[0],
           " elements is not a whole number of ", info->name, " blocks of ", info->block_elems);
     const auto nbytes =
-        checked_mul(static_cast<std::uint64_t>(*row), static_cast<std::uint64_t>(rows));
+        tpullm::checked_mul(static_cast<std::uint64_t>(*row), static_cast<std::uint64_t>(rows));
     check(nbytes.has_value(), ErrorKind::invalid_input, tw, "byte size overflows 64 bits");
     t.offset = c.read<std::uint64_t>(tw, "data offset");
     check(t.offset % g.alignment_ == 0, ErrorKind::invalid_input, tw, "data offset ", t.offset,
@@ -406,7 +407,7 @@ auto GgufFile::parse(std::span<const std::byte> file, std::shared_ptr<const void
   for (std::size_t i = 0; i < g.tensors_.size(); ++i) {
     GgufTensor& t = g.tensors_[i];
     const std::uint64_t nbytes = sizes[i];
-    const auto end = checked_add(t.offset, nbytes);
+    const auto end = tpullm::checked_add(t.offset, nbytes);
     check(end.has_value() && *end <= data_size, ErrorKind::invalid_input, t.where(), "data [",
           t.offset, ", +", nbytes, ") runs past the end of the file (data region of ", data_size,
           " bytes at byte ", data_start, "; truncated file?)");
@@ -439,7 +440,7 @@ auto GgufFile::find_tensor(std::string_view name) const -> const GgufTensor* {
   return it == by_name_.end() ? nullptr : &tensors_[it->second];
 }
 
-namespace {
+namespace gguf_read {
 
 [[noreturn]] void wrong_type(const std::string& source, std::string_view key, const GgufValue& v,
                              std::string_view wanted) {
@@ -470,9 +471,10 @@ bool is_number(GgufValueType t) {
   return is_integer(t) || t == GgufValueType::f32 || t == GgufValueType::f64;
 }
 
-} // namespace
+} // namespace gguf_read
 
 auto GgufFile::get_string(std::string_view key) const -> std::optional<std::string> {
+  using namespace gguf_read;
   const GgufValue* v = find(key);
   if (!v)
     return std::nullopt;
@@ -482,6 +484,7 @@ auto GgufFile::get_string(std::string_view key) const -> std::optional<std::stri
 }
 
 auto GgufFile::get_int(std::string_view key) const -> std::optional<std::int64_t> {
+  using namespace gguf_read;
   const GgufValue* v = find(key);
   if (!v)
     return std::nullopt;
@@ -494,6 +497,7 @@ auto GgufFile::get_int(std::string_view key) const -> std::optional<std::int64_t
 }
 
 auto GgufFile::get_float(std::string_view key) const -> std::optional<double> {
+  using namespace gguf_read;
   const GgufValue* v = find(key);
   if (!v)
     return std::nullopt;
@@ -503,6 +507,7 @@ auto GgufFile::get_float(std::string_view key) const -> std::optional<double> {
 }
 
 auto GgufFile::get_bool(std::string_view key) const -> std::optional<bool> {
+  using namespace gguf_read;
   const GgufValue* v = find(key);
   if (!v)
     return std::nullopt;
@@ -513,6 +518,7 @@ auto GgufFile::get_bool(std::string_view key) const -> std::optional<bool> {
 
 auto GgufFile::get_string_array(std::string_view key) const
     -> std::optional<std::vector<std::string>> {
+  using namespace gguf_read;
   const GgufValue* v = find(key);
   if (!v)
     return std::nullopt;
@@ -527,6 +533,7 @@ auto GgufFile::get_string_array(std::string_view key) const
 
 auto GgufFile::get_int_array(std::string_view key) const
     -> std::optional<std::vector<std::int64_t>> {
+  using namespace gguf_read;
   const GgufValue* v = find(key);
   if (!v)
     return std::nullopt;
@@ -545,6 +552,7 @@ auto GgufFile::get_int_array(std::string_view key) const
 }
 
 auto GgufFile::get_float_array(std::string_view key) const -> std::optional<std::vector<double>> {
+  using namespace gguf_read;
   const GgufValue* v = find(key);
   if (!v)
     return std::nullopt;

@@ -11,7 +11,7 @@
 
 namespace tpullm::frontend {
 
-namespace {
+namespace gguf_write {
 
 static_assert(std::endian::native == std::endian::little, "GGUF is written little-endian");
 
@@ -139,7 +139,7 @@ void put_value(std::string& out, const GgufValue& v, const std::string& where, i
     put_scalar(out, v.elem_type, s, where);
 }
 
-} // namespace
+} // namespace gguf_write
 
 auto GgufWriter::set_version(std::uint32_t version) -> void {
   check(version == 2 || version == 3, ErrorKind::invalid_input, where(), "GGUF version ", version,
@@ -177,6 +177,7 @@ auto GgufWriter::check_key(const std::string& key) const -> void {
 }
 
 auto GgufWriter::check_value(const std::string& key, const GgufValue& v, int depth) const -> void {
+  using namespace gguf_write;
   std::string scratch;
   put_value(scratch, v, where_key(key), depth);
 }
@@ -247,7 +248,7 @@ auto GgufWriter::add_tensor(std::string name, conversion::GgmlType type,
   for (std::size_t i = 0; i < ne.size(); ++i) {
     check(ne[i] >= 0, ErrorKind::invalid_input, w, "negative dimension ne[", i, "] = ", ne[i]);
     if (i > 0) {
-      const auto r = checked_mul(rows, ne[i]);
+      const auto r = tpullm::checked_mul(rows, ne[i]);
       check(r.has_value(), ErrorKind::invalid_input, w, "row count overflows 64 bits");
       rows = *r;
     }
@@ -255,7 +256,7 @@ auto GgufWriter::add_tensor(std::string name, conversion::GgmlType type,
   const auto row = conversion::ggml_row_bytes(type, ne[0]);
   check(row.has_value(), ErrorKind::invalid_input, w, "a row of ", ne[0],
         " elements is not a whole number of ", info->name, " blocks (", info->block_elems, ")");
-  const auto total = checked_mul(*row, rows);
+  const auto total = tpullm::checked_mul(*row, rows);
   check(total.has_value(), ErrorKind::invalid_input, w, "byte size overflows 64 bits");
   check(static_cast<std::uint64_t>(*total) == bytes.size(), ErrorKind::invalid_input, w, "has ",
         bytes.size(), " bytes but ", info->name, " x ", rows, " rows of ", ne[0], " needs ",
@@ -279,6 +280,7 @@ auto GgufWriter::tensor_offset(std::size_t index) const -> std::uint64_t {
 }
 
 auto GgufWriter::header_bytes() const -> std::string {
+  using namespace gguf_write;
   std::string out;
   out.append("GGUF", 4);
   put_le<std::uint32_t>(out, version_);
