@@ -133,9 +133,8 @@ async function stopWithSlowClients() {
   await stream;
 }
 
-async function bodyBounds() {
-  const server = await startServer(['--request-timeout', '5']);
-  try {
+async function bodyBounds(server) {
+  {
     const mib = 1 << 20;
     // Chunked, 2 MiB in 64 KiB chunks: cut at 1 MiB with 413.
     const chunk = Buffer.alloc(65536, 0x20);
@@ -167,14 +166,11 @@ async function bodyBounds() {
     r = await raw(server.port, ['POST /v1/models HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n',
       ...chunks]);
     assert.deepEqual(statuses(r.text), [405], `POST /v1/models: ${r.text.slice(0, 300)}`);
-  } finally {
-    await server.stop();
   }
 }
 
-async function lostConnections() {
-  const server = await startServer(['--slots', '1', '--max-queue', '2']);
-  try {
+async function lostConnections(server) {
+  {
     // 64 connections at once: each gets an answer (the listen backlog holds them).
     const burst = await Promise.all(Array.from({ length: 64 }, () =>
       raw(server.port, ['GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n'])));
@@ -197,10 +193,11 @@ async function lostConnections() {
     assert.deepEqual(statuses(r.text), [200], `half-closed: ${r.text.slice(0, 300)}`);
     r = await raw(server.port, ['POST /v1/completions HTTP/1.1\r\nHost: x\r\n\r\n', completion], { end: true });
     assert.deepEqual(statuses(r.text), [200], `half-closed, no length: ${r.text.slice(0, 300)}`);
-  } finally {
-    await server.stop();
   }
 }
+
+// One server for the body bounds and the lost connections (a server start takes seconds).
+let shared = null;
 
 async function security() {
   let c = cli(['serve', bundle, '--port', '0', '--api-key', '']);
@@ -278,8 +275,17 @@ async function messages() {
 main([
   ['slow clients are cut at the request bound while /health answers', slowClients],
   ['SIGTERM with slow clients exits 0 within the bound; a second signal at once', stopWithSlowClients],
-  ['bodies are bounded whatever their framing', bodyBounds],
-  ['bursts, pipelined requests and half-closed clients are answered', lostConnections],
+  ['bodies are bounded whatever their framing', async () => {
+    shared = await startServer(['--slots', '1', '--max-queue', '2', '--request-timeout', '5']);
+    await bodyBounds(shared);
+  }],
+  ['bursts, pipelined requests and half-closed clients are answered', async () => {
+    try {
+      await lostConnections(shared);
+    } finally {
+      await shared.stop();
+    }
+  }],
   ['keys, ports and the log', security],
   ['sampling bounds, the end of the sequence, start-up and chat messages', messages],
 ]);
