@@ -144,6 +144,10 @@ async function bodyBounds(server) {
       'POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n', ...chunks, '0\r\n\r\n']);
     assert.deepEqual(statuses(r.text), [413], `chunked 2 MiB: ${r.text.slice(0, 300)}`);
     assert.match(r.text, /"code":"body_too_large"/);
+    // A chunk-size line that never ends: cut at the bytes read for a request (4 MiB).
+    r = await raw(server.port, ['POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n',
+      Buffer.alloc(8 * mib, 0x30)]);
+    assert.deepEqual(statuses(r.text), [413], `endless chunk size: ${r.text.slice(0, 300)}`);
     // No length and no chunking: the body runs to the end of the client's side; cut the same.
     r = await raw(server.port, ['POST /v1/completions HTTP/1.1\r\nHost: x\r\n\r\n',
       Buffer.alloc(2 * mib, 0x20)], { end: true });

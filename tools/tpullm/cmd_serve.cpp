@@ -116,7 +116,7 @@ std::string read_body(const httplib::Request& req, const httplib::ContentReader&
   });
   if (ok)
     return body;
-  if (over)
+  if (over || serve::ConnectionControl::request_too_large())
     refuse_unread(
         ApiError{413, "the request body is larger than " + std::to_string(kMaxBodyBytes) + " bytes",
                  "invalid_request_error", "", "body_too_large"});
@@ -418,6 +418,7 @@ int cmd_serve(const std::vector<std::string>& args) {
   serve::HttpLimits limits;
   limits.workers = static_cast<std::size_t>(slots + max_queue + 4);
   limits.request_time = std::chrono::seconds(request_timeout);
+  limits.read_bytes = 4 * kMaxBodyBytes; // the body and its framing (chunk-size lines)
   serve::HttpServer http(limits, [&s](int status, const std::string& why) {
     s.metrics.count_request("other", status);
     std::cerr << "tpullm serve: connection answered " << status << " (" << why << ")\n";

@@ -30,6 +30,8 @@ struct HttpServer::Connection {
   std::size_t served = 0;          ///< requests answered on this connection
   bool close_after = false;        ///< a handler asked to close after its answer
   bool timed_out = false;          ///< the request bound passed during a read
+  bool too_large = false;          ///< the request's reads reached HttpLimits::read_bytes
+  std::size_t received = 0;        ///< bytes a worker read from the socket for this request
   bool eof = false;                ///< the client closed its sending side
   bool lingering = false;          ///< answered and half-closed: draining until linger_until
   clock_type::time_point linger_until;
@@ -89,8 +91,8 @@ std::string status_text(int status) {
 class ConnStream final : public httplib::Stream {
 public:
   ConnStream(HttpServer::Connection& c, const std::atomic<bool>& stopping,
-             std::chrono::milliseconds write_time)
-      : c_(c), stopping_(stopping), write_time_(write_time) {}
+             std::chrono::milliseconds write_time, std::size_t read_bytes)
+      : c_(c), stopping_(stopping), write_time_(write_time), read_bytes_(read_bytes) {}
 
   bool is_readable() const override { return c_.avail() > 0 || ready(POLLIN, 0); }
   bool is_writable() const override {
@@ -114,12 +116,17 @@ public:
         if (ready(POLLIN, remaining_ms(c_.deadline, 100)))
           break;
       }
+      if (c_.received >= read_bytes_) {
+        c_.too_large = true;
+        return -1;
+      }
       char chunk[16384];
-      const ssize_t n = ::recv(c_.fd, chunk, sizeof chunk, 0);
+      const ssize_t n = ::recv(c_.fd, chunk, std::min(sizeof chunk, read_bytes_ - c_.received), 0);
       if (n == 0)
         c_.eof = true;
       if (n <= 0)
         return n;
+      c_.received += static_cast<std::size_t>(n);
       c_.buf.assign(chunk, static_cast<std::size_t>(n));
     }
     const std::size_t n = std::min(size, c_.avail());
@@ -170,6 +177,7 @@ private:
   HttpServer::Connection& c_;
   const std::atomic<bool>& stopping_;
   std::chrono::milliseconds write_time_;
+  std::size_t read_bytes_;
 };
 
 } // namespace
@@ -181,6 +189,10 @@ void ConnectionControl::close_after_answer() {
 
 bool ConnectionControl::request_timed_out() {
   return current && current->timed_out;
+}
+
+bool ConnectionControl::request_too_large() {
+  return current && current->too_large;
 }
 
 /// A fixed set of threads taking connections with a whole header block from a queue.
@@ -473,11 +485,13 @@ void HttpServer::serve(std::unique_ptr<Connection> c) {
   }
   c->close_after = false;
   c->timed_out = false;
+  c->too_large = false;
+  c->received = 0;
   const bool last = stopping_ || ++c->served >= limits_.requests_per_connection;
   bool closed = false;
   bool ok = false;
   {
-    ConnStream strm(*c, stopping_, limits_.write_time);
+    ConnStream strm(*c, stopping_, limits_.write_time, limits_.read_bytes);
     current = c.get();
     try {
       ok = process_request(strm, last, closed, nullptr);

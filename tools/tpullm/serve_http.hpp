@@ -39,6 +39,10 @@ struct HttpLimits {
   /// One write of an answer (a client that reads nothing for this long is disconnected).
   std::chrono::milliseconds write_time{5000};
   std::size_t header_bytes = 64 << 10; ///< request line + headers; more gets 431
+  /// Bytes a worker reads from the socket for one request (the body with its framing): past
+  /// it a read fails, so no framing (a chunk-size line without end, tiny chunks) makes httplib
+  /// buffer more than this, whatever the body bound of the route.
+  std::size_t read_bytes = 4 << 20;
   /// Open at once; more get 503. httplib answers 500 on a socket number >= FD_SETSIZE (1024):
   /// this keeps them below it.
   std::size_t max_connections = 512;
@@ -55,6 +59,8 @@ struct ConnectionControl {
   static void close_after_answer();
   /// True when the current request's time bound passed while its body was being read.
   static bool request_timed_out();
+  /// True when the current request's reads reached HttpLimits::read_bytes.
+  static bool request_too_large();
 };
 
 /// See the file comment. Configure routes and handlers as on httplib::Server, then open(), then
