@@ -403,6 +403,16 @@ int cmd_serve(const std::vector<std::string>& args) {
   check(!opened->model().text.tokenizer_json.empty(), ErrorKind::unsupported, file,
         "this bundle has no tokenizer (its checkpoint had no tokenizer.json); serve reads "
         "prompts and writes answers as text: compile from a checkpoint with tokenizer.json");
+  // The port before the tokenizer and the executor: one in use is refused before they are
+  // loaded (connections that arrive meanwhile wait in the listen backlog).
+  serve::HttpLimits limits;
+  limits.request_time = std::chrono::seconds(request_timeout);
+  limits.read_bytes = 4 * kMaxBodyBytes; // the body and its framing (chunk-size lines)
+  serve::HttpServer http(limits);
+  const int bound = http.open(host, port, reuse_port);
+  check(bound > 0, ErrorKind::invalid_input, "--host / --port", "cannot listen on ", host, ":",
+        port,
+        port != 0 ? " (in use by another program? --reuse-port shares a port on purpose)" : "");
   auto text = runtime::load_text_side(*opened, file);
   Server s(std::move(opened), std::move(text));
   s.model_id = std::filesystem::path(file).stem().string();
@@ -415,14 +425,11 @@ int cmd_serve(const std::vector<std::string>& args) {
 
   // Workers for every slot, every queued request and a few more (a request beyond them waits
   // for a worker, then usually gets 503 from the queue); probes have their own (serve_http.hpp).
-  serve::HttpLimits limits;
-  limits.workers = static_cast<std::size_t>(slots + max_queue + 4);
-  limits.request_time = std::chrono::seconds(request_timeout);
-  limits.read_bytes = 4 * kMaxBodyBytes; // the body and its framing (chunk-size lines)
-  serve::HttpServer http(limits, [&s](int status, const std::string& why) {
-    s.metrics.count_request("other", status);
-    std::cerr << "tpullm serve: connection answered " << status << " (" << why << ")\n";
-  });
+  http.start(static_cast<std::size_t>(slots + max_queue + 4),
+             [&s](int status, const std::string& why) {
+               s.metrics.count_request("other", status);
+               std::cerr << "tpullm serve: connection answered " << status << " (" << why << ")\n";
+             });
   http.set_payload_max_length(kMaxBodyBytes);
   http.set_tcp_nodelay(true); // each SSE event leaves at once (no Nagle delay)
   http.set_logger([&s](const httplib::Request& req, const httplib::Response& res) {
@@ -535,10 +542,6 @@ int cmd_serve(const std::vector<std::string>& args) {
     res.set_content(s.metrics.text(), "text/plain; version=0.0.4");
   });
 
-  const int bound = http.open(host, port, reuse_port);
-  check(bound > 0, ErrorKind::invalid_input, "--host / --port", "cannot listen on ", host, ":",
-        port,
-        port != 0 ? " (in use by another program? --reuse-port shares a port on purpose)" : "");
   const auto& m = s.bundle->model();
   std::cerr << "tpullm serve: " << file << " (" << m.family << " '" << m.source << "', seq_length "
             << m.params.seq_length << ") as model '" << s.model_id << "' with " << slots

@@ -253,8 +253,7 @@ private:
   std::vector<std::thread> threads_;
 };
 
-HttpServer::HttpServer(HttpLimits limits, std::function<void(int, const std::string&)> refused)
-    : limits_(limits), refused_(std::move(refused)) {
+HttpServer::HttpServer(HttpLimits limits) : limits_(limits) {
   if (::pipe2(wake_, O_CLOEXEC | O_NONBLOCK) != 0)
     throw std::runtime_error("tpullm serve: pipe2 failed");
   // httplib's accept loop only hands each socket over (process_and_close_socket).
@@ -262,6 +261,11 @@ HttpServer::HttpServer(HttpLimits limits, std::function<void(int, const std::str
   set_keep_alive_max_count(limits_.requests_per_connection);
   set_keep_alive_timeout(
       std::chrono::duration_cast<std::chrono::seconds>(limits_.keep_alive).count());
+}
+
+void HttpServer::start(std::size_t workers, std::function<void(int, const std::string&)> refused) {
+  limits_.workers = workers;
+  refused_ = std::move(refused);
   auto run = [this](std::unique_ptr<Connection> c) { serve(std::move(c)); };
   workers_ = std::make_unique<Pool>(limits_.workers, run);
   probes_ = std::make_unique<Pool>(limits_.probe_workers, run);
@@ -543,8 +547,10 @@ void HttpServer::finish(std::chrono::milliseconds grace) {
     for (int fd : active_)
       ::shutdown(fd, SHUT_RDWR);
   });
-  workers_->join();
-  probes_->join();
+  if (workers_)
+    workers_->join();
+  if (probes_)
+    probes_->join();
   {
     std::lock_guard lock(m_);
     joined_ = true;

@@ -63,13 +63,13 @@ struct ConnectionControl {
   static bool request_too_large();
 };
 
-/// See the file comment. Configure routes and handlers as on httplib::Server, then open(), then
-/// listen_after_bind() (returns after stop()), then finish().
+/// See the file comment. open() (a port in use fails before anything is loaded), configure
+/// routes and handlers as on httplib::Server, start(), listen_after_bind() (returns after
+/// stop()), then finish().
 class HttpServer : public httplib::Server {
 public:
-  /// `refused(status, why)` is told of each connection answered outside httplib (a short 408,
-  /// 431 or 503 and a close), for the log and the metrics.
-  HttpServer(HttpLimits limits, std::function<void(int, const std::string&)> refused);
+  /// Starts no thread yet (see start()); `limits.workers` is taken from start().
+  explicit HttpServer(HttpLimits limits);
   ~HttpServer() override;
   HttpServer(const HttpServer&) = delete;
   HttpServer& operator=(const HttpServer&) = delete;
@@ -78,6 +78,10 @@ public:
   /// only (another server on the same port makes this fail) unless `reuse_port` (SO_REUSEPORT:
   /// several servers share the port). Returns the port, or -1 when it cannot listen.
   int open(const std::string& host, int port, bool reuse_port);
+  /// Starts the reader thread and `workers` workers (plus the probes'). `refused(status, why)`
+  /// is told of each connection answered outside httplib (a short 408, 431 or 503 and a close),
+  /// for the log and the metrics. Call once, after open() and before listen_after_bind().
+  void start(std::size_t workers, std::function<void(int, const std::string&)> refused);
   /// Shutdown, first step: stop reading new requests (a read in progress fails at once, a
   /// connection waiting for its headers gets 503 and is closed). Answers still being written
   /// go on. Any thread.
