@@ -61,7 +61,9 @@ struct QuantSpec {
 
 /// True when a quantized weight of spec q is stored as rows [N, K] (format ggml): it is read with
 /// transpose_b, as a float HuggingFace weight is, and a table of such rows can be gathered.
-constexpr bool quant_stored_as_rows(const QuantSpec& q) { return q.format == QuantFormat::ggml; }
+constexpr bool quant_stored_as_rows(const QuantSpec& q) {
+  return q.format == QuantFormat::ggml;
+}
 
 /// The text spelling of q's format: name(q.format), or "ggml_<type>" ("ggml_q4_k") for ggml.
 std::string quant_spelling(const QuantSpec& q);
