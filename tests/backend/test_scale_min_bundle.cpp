@@ -5,7 +5,9 @@
 // to one f32 rounding per min), then
 //  - a bundle written from it opens (its types say `min`, its weights carry the mins part) and
 //    runs to logits bit-identical with the in-memory model, and
-//  - those logits agree with the zero-point model's within 1e-4 x max|logit|.
+//  - those logits agree with the zero-point model's within 3e-5 x max|logit| (measured on
+//    AVX-512: 0.8e-6, 1.5e-6 and 4.3e-6 x max|logit| for the three cases; f32 KV cache, since
+//    an f16 cache rounds a few keys of the two runs apart and the gap grows to 5e-5).
 // The checkpoints cover a tied lm_head (its packed embedding gather), GQA attention and MoE
 // experts, so every op that reads a packed weight sees the new formats.
 #include "test_data_dir.hpp"
@@ -53,6 +55,7 @@ MinCompiled compile_min_case(const std::string& name, const std::string& mode,
   o.lower.mode = mode;
   o.lower.lm_head = lm_head;
   o.lower.group_size = group;
+  o.lower.kv_dtype = "f32"; // an f16 cache would round the two runs' keys apart
   o.target.cores = 2;
   c.model = compiler::compile(frontend::build_top_modules(c.desc, min_params()), o);
   c.info = bundle::make_model_info(c.desc, min_params(), mode);
@@ -176,6 +179,6 @@ TEST_CASE("scale-and-min weights run through the executor and a bundle", "[bundl
     }
     INFO("max |logit| " << mx << ", max |scale-min - zero-point| " << worst);
     CHECK(std::isfinite(worst));
-    CHECK(worst <= 1e-4 * mx);
+    CHECK(worst <= 3e-5 * mx);
   }
 }
