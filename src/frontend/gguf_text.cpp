@@ -417,9 +417,9 @@ TextFiles synthesize_gguf_text(const gguf_tok::Metadata& metadata, const std::st
       (*tokens)[i] = replace_all((*tokens)[i], " ", kSpace);
   }
   json vocab = json::object();
+  std::unordered_map<std::string_view, std::size_t> seen; // token -> id, over the vocab
+  seen.reserve(n);
   {
-    std::unordered_map<std::string_view, std::size_t> seen;
-    seen.reserve(n);
     for (std::size_t i = 0; i < n; ++i) {
       if (!in_vocab[i])
         continue;
@@ -505,7 +505,7 @@ TextFiles synthesize_gguf_text(const gguf_tok::Metadata& metadata, const std::st
         md.bad(str_cat("tokenizer.ggml.merges[", r, "]"), "expected two tokens split by a space");
       std::string a = line.substr(0, sp), b = line.substr(sp + 1);
       for (const std::string* part : {&a, &b})
-        if (!bpe["vocab"].contains(*part))
+        if (!seen.count(*part))
           md.bad(str_cat("tokenizer.ggml.merges[", r, "]"),
                  str_cat("'", *part, "' is not a token"));
       merges.push_back(json::array({std::move(a), std::move(b)}));

@@ -57,9 +57,9 @@ GgufValue gguf_array(GgufValueType elem, const std::vector<T>& xs) {
   GgufValue v;
   v.type = GgufValueType::array;
   v.elem_type = elem;
-  v.array.reserve(xs.size());
-  for (const T& x : xs)
-    v.array.emplace_back(GgufScalar(x));
+  v.array.resize(xs.size());
+  for (std::size_t i = 0; i < xs.size(); ++i)
+    v.array[i].template emplace<T>(xs[i]);
   return v;
 }
 
@@ -419,11 +419,14 @@ TEST_CASE("gguf qwen3 metadata renders the chat oracle and stops at Qwen's eos",
   const auto tpl = tpullm::text::ChatTemplate::parse(tok.config().chat_template);
 
   const auto data = std::filesystem::path(TPULLM_TEST_DATA_DIR) / "text" / "chat";
-  const json cases = gguf_read_json(data / "cases.json");
+  std::ifstream cf(data / "cases.json");
+  REQUIRE(cf.good());
+  // Insertion-ordered, as transformers' dicts: tojson prints the tools' keys in file order.
+  const auto cases = nlohmann::ordered_json::parse(cf);
   std::map<std::string, nlohmann::ordered_json> convs;
   for (const auto& conv : cases["conversations"])
-    convs[conv["name"].get<std::string>()] = nlohmann::ordered_json::parse(conv.dump());
-  const auto tools = nlohmann::ordered_json::parse(cases["tools"].dump());
+    convs[conv["name"].get<std::string>()] = conv;
+  const auto& tools = cases["tools"];
   std::ifstream f(data / "expected_jinja2.jsonl");
   REQUIRE(f.good());
   // What transformers passes: the config's special-token strings (none of them is used by the
