@@ -16,6 +16,7 @@
 
 #include "test_data_dir.hpp"
 #include "tokenizer_files.hpp"
+#include "tpullm/frontend/gguf.hpp"
 #include "tpullm/frontend/gguf_text.hpp"
 #include "tpullm/support/error.hpp"
 #include "tpullm/text/chat_template.hpp"
@@ -355,6 +356,52 @@ void check_oracle(const std::string& name, const Converted& c,
   CHECK(skip_checked * 10 >= records.size() * 9);
 }
 
+// Qwen3's GGUF text files: eos ids, no BOS, and every qwen3 case of the chat oracle rendered
+// byte-equal (tests/data/text/chat/expected_jinja2.jsonl).
+void check_qwen3_chat(const tpullm::frontend::TextFiles& files) {
+  const Tokenizer tok = Tokenizer::from_json(files.tokenizer_json, files.tokenizer_config_json,
+                                             files.generation_config_json);
+  CHECK(tok.config().eos_token_ids == std::vector<std::int32_t>{151645, 151643});
+  CHECK(tok.config().add_bos_token == false);
+  CHECK(tok.vocab_size() == 151669); // the [PADn] rows have no token
+  const auto tpl = tpullm::text::ChatTemplate::parse(tok.config().chat_template);
+
+  const auto data = std::filesystem::path(TPULLM_TEST_DATA_DIR) / "text" / "chat";
+  std::ifstream cf(data / "cases.json");
+  REQUIRE(cf.good());
+  // Insertion-ordered, as transformers' dicts: tojson prints the tools' keys in file order.
+  const auto cases = nlohmann::ordered_json::parse(cf);
+  std::map<std::string, nlohmann::ordered_json> convs;
+  for (const auto& conv : cases["conversations"])
+    convs[conv["name"].get<std::string>()] = conv;
+  const auto& tools = cases["tools"];
+  std::ifstream f(data / "expected_jinja2.jsonl");
+  REQUIRE(f.good());
+  // What transformers passes: the config's special-token strings (none of them is used by the
+  // Qwen3 template).
+  const std::map<std::string, std::string> special{{"eos_token", tok.config().eos_token},
+                                                   {"pad_token", tok.config().pad_token}};
+  int rendered = 0;
+  for (std::string line; std::getline(f, line);) {
+    const auto rec = nlohmann::ordered_json::parse(line);
+    if (rec["target"] != "qwen3")
+      continue;
+    const auto& conv = convs.at(rec["conv"].get<std::string>());
+    const bool agp = rec["variant"].value("add_generation_prompt", false);
+    const auto ctx = tpullm::text::ChatTemplate::make_context(
+        conv["messages"], conv.value("use_tools", false) ? tools : nlohmann::ordered_json(), agp,
+        special, rec["variant"]);
+    INFO(rec["conv"].get<std::string>() << " / " << rec["variant"].dump());
+    if (rec.contains("text")) {
+      CHECK(tpl.render(ctx) == rec["text"].get<std::string>());
+      ++rendered;
+    } else {
+      CHECK_THROWS_AS(tpl.render(ctx), Error);
+    }
+  }
+  CHECK(rendered >= 10);
+}
+
 std::string message_of(const Metadata& md) {
   try {
     text_files_from_gguf(md, "model.gguf");
@@ -410,48 +457,55 @@ TEST_CASE("gguf gemma3 (llama, no space prefix) equals HF", "[text][gguf]") {
 TEST_CASE("gguf qwen3 metadata renders the chat oracle and stops at Qwen's eos", "[text][gguf]") {
   auto c = convert_gpt2("qwen3", "qwen2", 151936);
   c.md["tokenizer.ggml.bos_token_id"] = gguf_u32(151643);
-  const auto files = text_files_from_gguf(c.md, "model.gguf");
-  const Tokenizer tok = Tokenizer::from_json(files.tokenizer_json, files.tokenizer_config_json,
-                                             files.generation_config_json);
-  CHECK(tok.config().eos_token_ids == std::vector<std::int32_t>{151645, 151643});
-  CHECK(tok.config().add_bos_token == false);
-  CHECK(tok.vocab_size() == 151669); // the [PADn] rows have no token
-  const auto tpl = tpullm::text::ChatTemplate::parse(tok.config().chat_template);
+  check_qwen3_chat(text_files_from_gguf(c.md, "model.gguf"));
+}
 
-  const auto data = std::filesystem::path(TPULLM_TEST_DATA_DIR) / "text" / "chat";
-  std::ifstream cf(data / "cases.json");
-  REQUIRE(cf.good());
-  // Insertion-ordered, as transformers' dicts: tojson prints the tools' keys in file order.
-  const auto cases = nlohmann::ordered_json::parse(cf);
-  std::map<std::string, nlohmann::ordered_json> convs;
-  for (const auto& conv : cases["conversations"])
-    convs[conv["name"].get<std::string>()] = conv;
-  const auto& tools = cases["tools"];
-  std::ifstream f(data / "expected_jinja2.jsonl");
-  REQUIRE(f.good());
-  // What transformers passes: the config's special-token strings (none of them is used by the
-  // Qwen3 template).
-  const std::map<std::string, std::string> special{{"eos_token", tok.config().eos_token},
-                                                   {"pad_token", tok.config().pad_token}};
-  int rendered = 0;
-  for (std::string line; std::getline(f, line);) {
-    const auto rec = nlohmann::ordered_json::parse(line);
-    if (rec["target"] != "qwen3")
-      continue;
-    const auto& conv = convs.at(rec["conv"].get<std::string>());
-    const bool agp = rec["variant"].value("add_generation_prompt", false);
-    const auto ctx = tpullm::text::ChatTemplate::make_context(
-        conv["messages"], conv.value("use_tools", false) ? tools : nlohmann::ordered_json(), agp,
-        special, rec["variant"]);
-    INFO(rec["conv"].get<std::string>() << " / " << rec["variant"].dump());
-    if (rec.contains("text")) {
-      CHECK(tpl.render(ctx) == rec["text"].get<std::string>());
-      ++rendered;
-    } else {
-      CHECK_THROWS_AS(tpl.render(ctx), Error);
-    }
+// ../shared/models-gguf/qwen2-qwen3tok-q8_0 embeds Qwen3's real tokenizer as llama.cpp's gguf-py
+// wrote it: read with the GGUF reader, it must give the same files as the conversion above, HF's
+// ids on every qwen3 oracle case and the chat oracle's renders. Skipped without ../shared.
+TEST_CASE("the shared Qwen3-tokenizer GGUF gives HF's ids and the chat oracle", "[text][gguf]") {
+  const auto path = shared_dir() / "models-gguf" / "qwen2-qwen3tok-q8_0" / "model.gguf";
+  if (!std::filesystem::is_regular_file(path)) {
+    WARN("skipped: no " << path.string());
+    return;
   }
-  CHECK(rendered >= 10);
+  const auto gguf = tpullm::frontend::GgufFile::open(path);
+  const auto files = text_files_from_gguf(gguf.metadata(), path.string());
+  auto c = convert_gpt2("qwen3", "qwen2", 151936);
+  c.md["tokenizer.ggml.bos_token_id"] = gguf_u32(151643);
+  const auto emulated = text_files_from_gguf(c.md, "model.gguf");
+  CHECK(files.tokenizer_json == emulated.tokenizer_json);
+  CHECK(files.tokenizer_config_json == emulated.tokenizer_config_json);
+  CHECK(files.generation_config_json == emulated.generation_config_json);
+  c.md = gguf.metadata();
+  check_oracle("qwen3", c);
+  check_qwen3_chat(files);
+}
+
+// The small GGUFs of tests/data/models-gguf carry a synthetic byte-level vocabulary (pre
+// "default", bos / eos / pad control tokens): their tokenizer loads and round-trips text.
+TEST_CASE("the test GGUFs' tokenizers load and round-trip text", "[text][gguf]") {
+  int seen = 0;
+  for (const auto& e : std::filesystem::directory_iterator(
+           std::filesystem::path(TPULLM_TEST_DATA_DIR) / "models-gguf")) {
+    const auto path = e.path() / "model.gguf";
+    if (!std::filesystem::is_regular_file(path))
+      continue;
+    ++seen;
+    INFO(path.string());
+    const auto gguf = tpullm::frontend::GgufFile::open(path);
+    const auto files = text_files_from_gguf(gguf.metadata(), path.string());
+    REQUIRE(!files.empty());
+    const auto tok = Tokenizer::from_json(files.tokenizer_json, files.tokenizer_config_json,
+                                          files.generation_config_json);
+    CHECK(tok.vocab_size() == 1024);
+    const std::string text = "Hello, world! 123 \xC3\xA9t\xC3\xA9 <|eos|>";
+    const auto ids = tok.encode(text, true);
+    CHECK(tok.decode(ids, false) == text);
+    CHECK(ids.back() == 1022);
+    CHECK(tok.config().eos_token_ids == std::vector<std::int32_t>{1022});
+  }
+  CHECK(seen >= 5);
 }
 
 TEST_CASE("gguf tokenizer: a small gpt2 vocabulary round-trips", "[text][gguf]") {
