@@ -520,6 +520,29 @@ TEST_CASE("gguf tokenizer: a small gpt2 vocabulary round-trips", "[text][gguf]")
   CHECK(text_files_from_gguf(none, "model.gguf").empty());
 }
 
+TEST_CASE("gguf tokenizer: a small llama vocabulary merges by score", "[text][gguf]") {
+  Metadata md;
+  const std::string sp = "\xE2\x96\x81";
+  md["tokenizer.ggml.model"] = gguf_string("llama");
+  md["tokenizer.ggml.tokens"] =
+      gguf_array(GgufValueType::string,
+                 std::vector<std::string>{"<unk>", "<s>", "</s>", sp, "a", "b", sp + "a", "ab",
+                                          sp + "ab", std::string(5000, 'a')});
+  md["tokenizer.ggml.scores"] =
+      gguf_array(GgufValueType::f32, std::vector<double>{0, 0, 0, -1, -2, -3, -4, -5, -6, -7});
+  md["tokenizer.ggml.token_type"] =
+      gguf_array(GgufValueType::i32, std::vector<std::int64_t>{2, 3, 3, 1, 1, 1, 1, 1, 1, 1});
+  const auto files = text_files_from_gguf(md, "model.gguf");
+  const auto tok = Tokenizer::from_json(files.tokenizer_json, files.tokenizer_config_json,
+                                        files.generation_config_json);
+  // "▁a" (score -4) merges first, then "▁a" + "b" makes "▁ab"; BOS 1 added by default; the
+  // 5000-byte piece gets no merges.
+  CHECK(tok.encode("ab", true) == std::vector<std::int32_t>{1, 8});
+  CHECK(tok.encode("ba", false) == std::vector<std::int32_t>{3, 5, 4});
+  CHECK(tok.decode(std::vector<std::int32_t>{1, 8, 6}, true) == "ab a");
+  CHECK(tok.config().eos_token_ids == std::vector<std::int32_t>{2});
+}
+
 TEST_CASE("gguf tokenizer metadata that cannot be used is refused in one line", "[text][gguf]") {
   const auto refused = [](const Metadata& md, const std::string& part) {
     const std::string msg = message_of(md);
