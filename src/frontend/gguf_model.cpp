@@ -6,6 +6,7 @@
 #include <set>
 
 #include "tpullm/conversion/ggml_blocks.hpp"
+#include "tpullm/frontend/gguf_text.hpp"
 
 namespace tpullm::frontend {
 
@@ -282,6 +283,9 @@ ModelDesc load_gguf_model(const std::filesystem::path& path, const LoadOptions& 
   d.family = cfg.family;
   d.dir = path.parent_path().empty() ? std::filesystem::path(".") : path.parent_path();
   d.source_file = path;
+  // The vocabulary and chat template inside the file (else tokenizer files beside it, if any).
+  if (TextFiles text = text_files_from_gguf(f.metadata(), path.string()); !text.empty())
+    d.text = std::move(text);
   d.dims = ModelDims{cfg.hidden_size,         cfg.intermediate_size,   cfg.num_hidden_layers,
                      cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim,
                      cfg.vocab_size,          cfg.max_position_embeddings};
