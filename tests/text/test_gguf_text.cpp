@@ -520,6 +520,58 @@ TEST_CASE("gguf tokenizer: a small gpt2 vocabulary round-trips", "[text][gguf]")
   CHECK(text_files_from_gguf(none, "model.gguf").empty());
 }
 
+// Every pre-tokenizer name docs/text.md lists compiles its regexes and splits text (the four
+// families with real files are checked against HF above).
+TEST_CASE("gguf tokenizer: every supported pre-tokenizer loads and encodes", "[text][gguf]") {
+  for (const char* pre : {"default",
+                          "llama3",
+                          "llama-v3",
+                          "llama-bpe",
+                          "falcon3",
+                          "falcon-h1",
+                          "pixtral",
+                          "dbrx",
+                          "smaug-bpe",
+                          "chatglm-bpe",
+                          "glm4",
+                          "qwen2",
+                          "deepseek-r1-qwen",
+                          "stablelm2",
+                          "deepseek-v3",
+                          "deepseek-llm",
+                          "deepseek-coder",
+                          "gpt-2",
+                          "phi-2",
+                          "mpt",
+                          "olmo",
+                          "jais",
+                          "falcon",
+                          "starcoder",
+                          "refact",
+                          "command-r",
+                          "smollm",
+                          "codeshell",
+                          "exaone",
+                          "minerva-7b",
+                          "poro-chat",
+                          "bloom",
+                          "gpt3-finnish",
+                          "viking",
+                          "tekken",
+                          "gpt-4o",
+                          "llama4"}) {
+    INFO(pre);
+    auto md = tiny_gpt2();
+    md["tokenizer.ggml.pre"] = gguf_string(pre);
+    md["tokenizer.ggml.bos_token_id"] = gguf_u32(3); // the llama-bpe family adds BOS by default
+    const auto files = text_files_from_gguf(md, "model.gguf");
+    const auto tok = Tokenizer::from_json(files.tokenizer_json, files.tokenizer_config_json,
+                                          files.generation_config_json);
+    CHECK(tok.encode("ab ba, 1234 ab\n", false).size() >= 2);
+    CHECK(tok.encode("ab", false) == std::vector<std::int32_t>{2});
+  }
+}
+
 TEST_CASE("gguf tokenizer: a small llama vocabulary merges by score", "[text][gguf]") {
   Metadata md;
   const std::string sp = "\xE2\x96\x81";
