@@ -285,8 +285,11 @@ ModelDesc load_gguf_model(const std::filesystem::path& path, const LoadOptions& 
   d.family = cfg.family;
   d.dir = path.parent_path().empty() ? std::filesystem::path(".") : path.parent_path();
   d.source_file = path;
-  d.dims = ModelDims{cfg.hidden_size,         cfg.intermediate_size,      cfg.num_hidden_layers,
-                     cfg.num_attention_heads, cfg.num_key_value_heads,    cfg.head_dim,
+  // The vocabulary and chat template inside the file (else tokenizer files beside it, if any).
+  if (TextFiles text = text_files_from_gguf(f.metadata(), path.string()); !text.empty())
+    d.text = std::move(text);
+  d.dims = ModelDims{cfg.hidden_size,         cfg.intermediate_size,   cfg.num_hidden_layers,
+                     cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim,
                      cfg.vocab_size,          cfg.max_position_embeddings};
   d.norm_eps = cfg.rms_norm_eps;
   d.tie_word_embeddings = cfg.tie_word_embeddings;
@@ -297,7 +300,6 @@ ModelDesc load_gguf_model(const std::filesystem::path& path, const LoadOptions& 
   d.bos_token_id = cfg.bos_token_id;
   d.eos_token_ids = cfg.eos_token_ids;
   d.config = cfg;
-  d.text = text_files_from_gguf(f.metadata(), path.string());
 
   GgufWeights b{f, opts, {}};
   const ModelDims& m = d.dims;
