@@ -30,7 +30,7 @@ struct RenderLimits {
   /// Bytes of values the render builds in all, whether kept or not: every string, list and dict
   /// it creates or copies (32 bytes per item plus string bytes), the output included. The budget
   /// is this plus 16 times the size of the context, so a long conversation can be rendered.
-  std::uint64_t max_work_bytes = std::uint64_t{256} << 20;
+  std::uint64_t max_work_bytes = std::uint64_t{64} << 20;
   /// When non-null, checked at every step: once it reads true the render stops (serve passes its
   /// shutdown flag, so a render never delays shutdown by more than one step).
   const std::atomic<bool>* cancel = nullptr;
