@@ -1,16 +1,13 @@
 // tokenizer_config.json + generation_config.json -> TokenizerConfig.
 #include "json_fields.hpp"
 #include "tokenizer_impl.hpp"
+#include "tpullm/support/json.hpp"
 
 namespace tpullm::text::detail {
 namespace {
 
 json parse_text(std::string_view text, const char* file) {
-  try {
-    return json::parse(text.begin(), text.end());
-  } catch (const json::exception& e) {
-    throw_error(ErrorKind::invalid_input, file, "not valid JSON: ", e.what());
-  }
+  return parse_json(text, file, "not valid JSON");
 }
 
 // A special token written as a string or as an AddedToken object {"content": ...}.

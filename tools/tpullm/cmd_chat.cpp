@@ -9,7 +9,9 @@
 #include <unistd.h>
 
 #include "command.hpp"
+#include "tpullm/support/input_file.hpp"
 #include "tpullm/support/output_file.hpp"
+#include "tpullm/support/json.hpp"
 #include "sampling_options.hpp"
 #include "tpullm/runtime/conversation.hpp"
 #include "tpullm/runtime/engine.hpp"
@@ -29,12 +31,6 @@ void print_stats(int turn, const runtime::TurnResult& r) {
             << " tokens, decode "
             << (decoded > 0 && g.decode_seconds > 0 ? decoded / g.decode_seconds : 0.0)
             << " tokens/s; stopped: " << runtime::to_string(g.reason) << "]\n";
-}
-
-std::string read_all(std::istream& in) {
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
 }
 
 } // namespace
@@ -85,15 +81,11 @@ int cmd_chat(const std::vector<std::string>& args) {
   std::string all;
   std::optional<nlohmann::ordered_json> messages;
   if (!interactive) {
-    all = read_all(std::cin);
+    all = read_stdin(std::size_t{64} << 20); // a messages list, as --chat files of tokenize
     const auto first = all.find_first_not_of(" \t\r\n");
     if (first != std::string::npos && all[first] == '[') {
-      try {
-        messages = nlohmann::ordered_json::parse(all);
-      } catch (const nlohmann::ordered_json::exception& e) {
-        throw Error(ErrorKind::invalid_input, "standard input",
-                    "starts with '[' but is not a JSON list of messages: " + std::string(e.what()));
-      }
+      messages = parse_ordered_json(all, "standard input",
+                                    "starts with '[' but is not a JSON list of messages");
       chat.set_messages(std::move(*messages));
     }
   }

@@ -10,11 +10,18 @@
 #include "sampling_options.hpp"
 #include "tpullm/runtime/text_side.hpp"
 #include "tpullm/support/input_file.hpp"
+#include "tpullm/support/json.hpp"
 #include "tpullm/text/chat_template.hpp"
 #include "tpullm/text/tokenizer.hpp"
 
 namespace tpullm::cli {
 namespace {
+
+/// Most bytes `tokenize` reads as text (standard input or --text): encoding holds about 40 bytes
+/// per input byte at its peak (ids, pieces, the JSON output), so 16 MiB peaks near 700 MB.
+constexpr std::size_t kMaxTokenizeBytes = std::size_t{16} << 20;
+/// Most bytes of a --chat messages file (or its standard input).
+constexpr std::size_t kMaxMessagesBytes = std::size_t{64} << 20;
 
 std::string dump(const nlohmann::ordered_json& j) {
   return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
@@ -43,13 +50,9 @@ TextTools open_text(const std::string& source) {
 /// --chat's file: a JSON list of messages, or an object with "messages" (and "tools"), as in an
 /// OpenAI request.
 std::pair<nlohmann::ordered_json, nlohmann::ordered_json> read_conversation(const std::string& f) {
-  const std::string text = f == "-" ? read_stdin() : read_regular_file(f, std::size_t{64} << 20);
-  nlohmann::ordered_json j;
-  try {
-    j = nlohmann::ordered_json::parse(text);
-  } catch (const nlohmann::ordered_json::exception& e) {
-    throw_error(ErrorKind::invalid_input, f, "is not JSON: ", e.what());
-  }
+  const std::string text =
+      f == "-" ? read_stdin(kMaxMessagesBytes) : read_regular_file(f, kMaxMessagesBytes);
+  nlohmann::ordered_json j = parse_ordered_json(text, f, "is not JSON");
   nlohmann::ordered_json tools = nullptr;
   if (j.is_object()) {
     check(j.contains("messages"), ErrorKind::invalid_input, f,
@@ -146,7 +149,9 @@ int cmd_tokenize(const std::vector<std::string>& args) {
     }
     out["text"] = rendered;
   } else {
-    const std::string input = vm.count("text") ? text_arg : read_stdin();
+    check(text_arg.size() <= kMaxTokenizeBytes, ErrorKind::invalid_input, "--text", "is ",
+          text_arg.size(), " bytes, more than tokenize's ", kMaxTokenizeBytes, " (split the text)");
+    const std::string input = vm.count("text") ? text_arg : read_stdin(kMaxTokenizeBytes);
     ids = tok.encode(input, !no_special);
   }
   const auto pieces = tok.pieces(ids);
