@@ -69,10 +69,12 @@ int cmd_chat(const std::vector<std::string>& args) {
   check(cores >= 0, ErrorKind::invalid_input, "--threads", "must be >= 0, got ", cores);
   const auto kwargs = parse_json_object(kwargs_text, "--template-kwargs");
 
-  runtime::Engine engine(file, cores);
+  std::string checked;
+  runtime::Engine engine(open_bundle(file, bopts, cores, &checked), cores);
   const auto text = runtime::load_text_side(engine.bundle(), file);
   check(text.chat_template.has_value(), ErrorKind::unsupported, file,
-        "this bundle's tokenizer has no chat template; use tpullm run --prompt for raw text");
+        "no chat template: ", text.tokenizer.config().no_chat_template_reason(),
+        "; use tpullm run --prompt for raw text");
   g.stop.eos_ids = text.stop_ids;
   const std::string sampling =
       apply_generation_defaults(vm, text.tokenizer.config().generation_defaults, g);

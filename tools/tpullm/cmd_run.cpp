@@ -84,7 +84,8 @@ int cmd_run(const std::vector<std::string>& args) {
   g.stop.validate();
   if (vm.count("chat"))
     check(text->chat_template.has_value(), ErrorKind::unsupported, file,
-          "this bundle's tokenizer has no chat template; use --prompt for raw text");
+          "no chat template: ", text->tokenizer.config().no_chat_template_reason(),
+          "; use --prompt for raw text");
   runtime::GenerateResult r;
   if (text) {
     runtime::PromptCache cache(engine.session());

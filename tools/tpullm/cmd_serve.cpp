@@ -85,7 +85,9 @@ struct Server {
     try {
       if (g.chat) {
         if (!text.chat_template)
-          throw ApiError{400, "this model's tokenizer has no chat template; use /v1/completions",
+          throw ApiError{400,
+                         "no chat template: " + text.tokenizer.config().no_chat_template_reason() +
+                             "; use /v1/completions",
                          "invalid_request_error", "messages", "no_chat_template"};
         const auto special = runtime::template_special_tokens(text.tokenizer);
         std::string rendered;

@@ -130,7 +130,7 @@ int cmd_tokenize(const std::vector<std::string>& args) {
             " is outside the vocabulary (size ", tok.vocab_size(), ")");
   } else if (chatting) {
     check(tt.tmpl.has_value(), ErrorKind::unsupported, source,
-          "this tokenizer has no chat template (tokenizer_config.json has no chat_template)");
+          "no chat template: ", tt.tok.config().no_chat_template_reason());
     const auto [messages, tools] = read_conversation(chat_file);
     const auto special = runtime::template_special_tokens(tok);
     const std::string rendered = tt.tmpl->render(
