@@ -105,6 +105,17 @@ bool parse_model_command(const std::vector<std::string>& args, po::options_descr
   }
   po::notify(vm);
   params.with_history = !vm.count("no-history");
+  // The decode variants by the options' names, before the library's checks name its fields.
+  if (!vm.count("decode-chunks") && params.seq_length > 0 &&
+      (params.decode_chunk < 0 || params.decode_chunk > params.seq_length)) {
+    check(!vm["decode-chunk"].defaulted(), ErrorKind::invalid_input, "--seq-length",
+          params.seq_length, " is below the default --decode-chunk ", params.decode_chunk,
+          " (the smallest decode variant); give --decode-chunk N with N in [0, ", params.seq_length,
+          "] (0: only the seq_length variant) or --decode-chunks");
+    throw_error(ErrorKind::invalid_input, "--decode-chunk",
+                "must be in [0, --seq-length = ", params.seq_length, "], got ",
+                params.decode_chunk);
+  }
   if (parsed)
     *parsed = std::move(vm);
   return true;
