@@ -173,7 +173,7 @@ int cmd_verify(const std::vector<std::string>& args) {
     // The default file is created exclusively at an unpredictable path in TMPDIR and removed
     // afterwards (also when a signal ends the run); no file this run did not create is touched.
     const fs::path file = temp ? temp->path() : fs::path(bundle_path);
-    const auto r = compile_bundle(desc, params, copts, file, true);
+    const auto r = compile_bundle(desc, params, copts, file, true, {}, "--bundle");
     std::cerr << describe(r);
     runtime::Engine engine(file);
     const auto wc = engine.bundle().verify_weights(); // what was written is what is read

@@ -69,7 +69,8 @@ void refuse_output_over_model(const std::string& output, const std::string& mode
         "' contains the model directory '", model, "'; replacing it would delete the model");
 }
 
-void refuse_output_over_model_file(const std::string& output, const std::string& model) {
+void refuse_output_over_model_file(const std::string& output, const std::string& model,
+                                   const std::string& output_option) {
   namespace fs = std::filesystem;
   std::error_code ec;
   if (!fs::exists(output, ec) || !fs::is_directory(model, ec))
@@ -77,17 +78,17 @@ void refuse_output_over_model_file(const std::string& output, const std::string&
   for (const auto& e : fs::directory_iterator(model, ec)) {
     const std::string ext = e.path().extension().string();
     if ((ext == ".json" || ext == ".safetensors") && fs::equivalent(e.path(), output, ec))
-      throw Error(ErrorKind::invalid_input, "--output",
+      throw Error(ErrorKind::invalid_input, output_option,
                   "'" + output + "' is " + e.path().string() +
                       ", a file of the model being compiled; writing there would destroy it");
   }
 }
 
 void refuse_output_over_input(const std::string& output, const std::string& input,
-                              const char* option) {
+                              const char* option, const std::string& output_option) {
   std::error_code ec;
   if (!input.empty() && std::filesystem::equivalent(output, input, ec))
-    throw Error(ErrorKind::invalid_input, "--output",
+    throw Error(ErrorKind::invalid_input, output_option,
                 "'" + output + "' is the " + option + " file '" + input +
                     "' this command reads; writing there would destroy it");
 }

@@ -79,16 +79,18 @@ po::options_description input_options(bool& no_mmap);
 /// directory or contains it: replacing it would delete the model.
 void refuse_output_over_model(const std::string& output, const std::string& model);
 
-/// Refuses (Error(invalid_input) naming "--output") an output file that is one of the model's
-/// own files (config.json, *.json, *.safetensors in the model directory): replacing it would
-/// destroy the checkpoint being read.
-void refuse_output_over_model_file(const std::string& output, const std::string& model);
+/// Refuses (Error(invalid_input) naming `output_option`, "--output" by default) an output file
+/// that is one of the model's own files (config.json, *.json, *.safetensors in the model
+/// directory): replacing it would destroy the checkpoint being read.
+void refuse_output_over_model_file(const std::string& output, const std::string& model,
+                                   const std::string& output_option = "--output");
 
-/// Refuses (Error(invalid_input) naming "--output") an output file that is the file `input`
-/// names (an existing path, the same file through any link): the command reads `input`, and
-/// replacing it would lose it. `option` names where `input` came from (e.g. "--calib").
+/// Refuses (Error(invalid_input) naming `output_option`, "--output" by default) an output file
+/// that is the file `input` names (an existing path, the same file through any link): the
+/// command reads `input`, and replacing it would lose it. `option` names where `input` came
+/// from (e.g. "--calib").
 void refuse_output_over_input(const std::string& output, const std::string& input,
-                              const char* option);
+                              const char* option, const std::string& output_option = "--output");
 
 /// Progress on stderr: an updating line on a terminal, nothing when redirected.
 void print_progress(const std::string& what, std::size_t done, std::size_t total);
