@@ -57,6 +57,8 @@ int cmd_chat(const std::vector<std::string>& args) {
       "threads", po::value(&cores)->default_value(0), "cores to run on (0: the bundle target's)")(
       "no-stats", po::bool_switch(&no_stats), "do not print the per-turn figures on stderr");
   o.add(sampling_options(g));
+  BundleOpenOptions bopts;
+  o.add(bundle_open_options(bopts));
   po::positional_options_description pos;
   pos.add("bundle", 1);
   po::variables_map vm;
@@ -102,7 +104,8 @@ int cmd_chat(const std::vector<std::string>& args) {
   if (!no_stats)
     std::cerr << "chatting with " << file << " (" << m.family << " '" << m.source << "', mode "
               << m.mode << ", seq_length " << m.params.seq_length << "; " << sampling << ")"
-              << (interactive ? "; /reset starts over, /exit quits" : "") << "\n";
+              << (interactive ? "; /reset starts over, /exit quits" : "") << "\n"
+              << checked << "\n";
   // An answer that cannot be written stops the conversation at once (nothing more is generated).
   auto sink = [](std::string_view piece) {
     std::cout << piece << std::flush;

@@ -261,6 +261,8 @@ int cmd_serve(const std::vector<std::string>& args) {
       "api-key", po::value(&api_key), "require 'Authorization: Bearer KEY' on /v1/ routes")(
       "max-queue", po::value(&max_queue)->default_value(max_queue),
       "requests that may wait for a slot; more get 503");
+  BundleOpenOptions bopts;
+  o.add(bundle_open_options(bopts));
   po::positional_options_description pos;
   pos.add("bundle", 1);
   po::variables_map vm;
@@ -288,7 +290,8 @@ int cmd_serve(const std::vector<std::string>& args) {
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   ::signal(SIGPIPE, SIG_IGN);
 
-  auto opened = bundle::Bundle::open(file);
+  std::string checked; // the weights are checked before the first request is taken
+  auto opened = open_bundle(file, bopts, cores, &checked);
   auto text = runtime::load_text_side(*opened, file);
   Server s(std::move(opened), std::move(text));
   s.model_id = std::filesystem::path(file).stem().string();
@@ -387,8 +390,8 @@ int cmd_serve(const std::vector<std::string>& args) {
   std::cerr << "tpullm serve: " << file << " (" << m.family << " '" << m.source << "', seq_length "
             << m.params.seq_length << ") as model '" << s.model_id << "' with " << slots
             << " slot(s) of " << serve::Scheduler::slot_bytes(*s.bundle, cores) / (1 << 20)
-            << " MiB, batched decode up to " << s.scheduler->max_decode_batch()
-            << " rows; listening on http://" << host << ":" << bound << std::endl;
+            << " MiB, batched decode up to " << s.scheduler->max_decode_batch() << " rows; "
+            << checked << "; listening on http://" << host << ":" << bound << std::endl;
 
   std::thread waiter([&] {
     int sig = 0;

@@ -2,7 +2,9 @@
 #include "command.hpp"
 
 #include <filesystem>
+#include <iomanip>
 #include <iostream>
+#include <sstream>
 
 #include <unistd.h>
 
@@ -47,6 +49,49 @@ po::options_description input_options(bool& no_mmap) {
                   "read the safetensors files into memory instead of mapping them (costs their "
                   "size in RAM; the run no longer depends on the files staying unchanged)");
   return o;
+}
+
+po::options_description bundle_read_options(bool& no_mmap) {
+  po::options_description o("bundle input");
+  o.add_options()("no-mmap", po::bool_switch(&no_mmap),
+                  "read the bundle into memory instead of mapping it (costs its size in RAM; "
+                  "the run no longer depends on the file staying unchanged)");
+  return o;
+}
+
+po::options_description bundle_open_options(BundleOpenOptions& b) {
+  po::options_description o = bundle_read_options(b.no_mmap);
+  o.add_options()("verify-weights", po::bool_switch(&b.verify),
+                  "check every chunk of the weight blob against its CRC-32C before running, "
+                  "even when this unchanged file passed before (by default the check runs once "
+                  "per file and is remembered in ~/.cache/tpullm/verified-bundles)")(
+      "no-verify-weights", po::bool_switch(&b.skip_verify),
+      "do not check the weight blob's CRC-32Cs (a flipped weight bit then goes undetected)");
+  return o;
+}
+
+std::shared_ptr<const bundle::Bundle> open_bundle(const std::string& file,
+                                                  const BundleOpenOptions& o, std::int64_t threads,
+                                                  std::string* report) {
+  check(!(o.verify && o.skip_verify), ErrorKind::invalid_input, "--verify-weights",
+        "contradicts --no-verify-weights; give one of them");
+  auto b = bundle::Bundle::open(file, o.no_mmap ? FileAccess::read : FileAccess::map);
+  const auto how = o.skip_verify ? bundle::WeightVerify::never
+                   : o.verify    ? bundle::WeightVerify::always
+                                 : bundle::WeightVerify::remembered;
+  const auto r = bundle::check_weights(*b, how, threads);
+  if (report != nullptr) {
+    std::ostringstream line;
+    if (r.verified)
+      line << "weights: " << r.check.chunks << " CRC-32C chunks verified in " << std::fixed
+           << std::setprecision(2) << r.check.seconds << " s";
+    else if (r.remembered)
+      line << "weights: verified on an earlier run of this unchanged file";
+    else
+      line << "weights: not verified (--no-verify-weights)";
+    *report = line.str();
+  }
+  return b;
 }
 
 void refuse_output_over_model(const std::string& output, const std::string& model) {

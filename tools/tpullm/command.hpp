@@ -9,6 +9,7 @@
 
 #include <boost/program_options.hpp>
 
+#include "tpullm/bundle/bundle.hpp"
 #include "tpullm/frontend/stage_params.hpp"
 #include "tpullm/support/error.hpp"
 
@@ -74,6 +75,29 @@ std::vector<T> parse_id_list(std::string_view text, const char* option) {
 /// Options about how inputs are read, shared by every command that reads a checkpoint:
 /// `--no-mmap` (read the safetensors files into memory instead of mapping them).
 po::options_description input_options(bool& no_mmap);
+
+/// How a command that runs a bundle opens it: `--no-mmap`, `--verify-weights`,
+/// `--no-verify-weights`.
+struct BundleOpenOptions {
+  bool no_mmap = false;     ///< read the bundle into memory instead of mapping it
+  bool verify = false;      ///< check every weight chunk, whatever the record says
+  bool skip_verify = false; ///< do not check the weights
+};
+
+/// The options of BundleOpenOptions, for run, chat, serve and bench.
+po::options_description bundle_open_options(BundleOpenOptions& o);
+
+/// `--no-mmap` alone, for commands that read a bundle without running it (inspect, tokenize).
+po::options_description bundle_read_options(bool& no_mmap);
+
+/// Opens bundle `file` as `o` says and checks its weights (bundle::check_weights: by default
+/// once per unchanged file, remembered; on `threads` threads, 0: all usable cores). Refuses
+/// `--verify-weights` with `--no-verify-weights`. `report`, when given, receives one line on
+/// what was checked ("weights: ...").
+std::shared_ptr<const bundle::Bundle> open_bundle(const std::string& file,
+                                                  const BundleOpenOptions& o,
+                                                  std::int64_t threads = 0,
+                                                  std::string* report = nullptr);
 
 /// Refuses (Error(invalid_input) naming "--output") an output directory that is the model
 /// directory or contains it: replacing it would delete the model.
