@@ -103,9 +103,8 @@ int cmd_chat(const std::vector<std::string>& args) {
   }
   if (!no_stats)
     std::cerr << "chatting with " << file << " (" << m.family << " '" << m.source << "', mode "
-              << m.mode << ", seq_length " << m.params.seq_length << "; " << sampling << ")"
-              << (interactive ? "; /reset starts over, /exit quits" : "") << "\n"
-              << checked << "\n";
+              << m.mode << ", seq_length " << m.params.seq_length << "; " << sampling << "; "
+              << checked << ")" << (interactive ? "; /reset starts over, /exit quits" : "") << "\n";
   // An answer that cannot be written stops the conversation at once (nothing more is generated).
   auto sink = [](std::string_view piece) {
     std::cout << piece << std::flush;
