@@ -222,6 +222,8 @@ int cmd_bench(const std::vector<std::string>& args) {
       "skip the contention rows (decode at the first context on 1 thread, and with a busy "
       "process on one core)")("json", po::bool_switch(&json),
                               "print one JSON object (docs/cli.md) instead of a table");
+  BundleOpenOptions bopts;
+  o.add(bundle_open_options(bopts));
   po::positional_options_description pos;
   pos.add("bundle", 1);
   po::variables_map vm;
@@ -245,8 +247,12 @@ int cmd_bench(const std::vector<std::string>& args) {
   check(contexts.size() <= 64, ErrorKind::invalid_input, "--context", "at most 64 lengths, got ",
         contexts.size());
 
-  // Open (and validate) first: a bad bundle is refused before seconds of measuring.
-  auto opened = bundle::Bundle::open(file);
+  // Open (and validate, and check the weights: before any timing) first: a bad bundle is
+  // refused before seconds of measuring.
+  // The memory figures start before: the weight check reads (maps in) the whole blob.
+  const std::int64_t rss_before = proc_status_bytes("VmRSS");
+  std::string checked;
+  auto opened = open_bundle(file, bopts, cores, &checked);
   const auto& m = opened->model();
   const std::int64_t seq = m.params.seq_length;
   // The default lengths are trimmed to what the bundle holds (a bundle compiled with the
@@ -274,9 +280,9 @@ int cmd_bench(const std::vector<std::string>& args) {
 
   // The executor (and its memory check) before the ceilings: a bundle too big for this machine
   // is refused before seconds of measuring.
-  const std::int64_t rss_before = proc_status_bytes("VmRSS");
   runtime::Engine engine(opened, cores);
-  std::cerr << "measuring this machine's ceilings (a few seconds)...\n";
+  std::cerr << checked << "\n"
+            << "measuring this machine's ceilings (a few seconds)...\n";
   const machine::Ceilings& ceil = machine::measure_ceilings();
   const bool hwm_reset = reset_peak_rss();
   const std::int64_t rss_after_open = proc_status_bytes("VmRSS");

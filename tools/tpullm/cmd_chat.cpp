@@ -53,6 +53,8 @@ int cmd_chat(const std::vector<std::string>& args) {
       "threads", po::value(&cores)->default_value(0), "cores to run on (0: the bundle target's)")(
       "no-stats", po::bool_switch(&no_stats), "do not print the per-turn figures on stderr");
   o.add(sampling_options(g));
+  BundleOpenOptions bopts;
+  o.add(bundle_open_options(bopts));
   po::positional_options_description pos;
   pos.add("bundle", 1);
   po::variables_map vm;
@@ -65,10 +67,12 @@ int cmd_chat(const std::vector<std::string>& args) {
   check(cores >= 0, ErrorKind::invalid_input, "--threads", "must be >= 0, got ", cores);
   const auto kwargs = parse_json_object(kwargs_text, "--template-kwargs");
 
-  runtime::Engine engine(file, cores);
+  std::string checked;
+  runtime::Engine engine(open_bundle(file, bopts, cores, &checked), cores);
   const auto text = runtime::load_text_side(engine.bundle(), file);
   check(text.chat_template.has_value(), ErrorKind::unsupported, file,
-        "this bundle's tokenizer has no chat template; use tpullm run --prompt for raw text");
+        "no chat template: ", text.tokenizer.config().no_chat_template_reason(),
+        "; use tpullm run --prompt for raw text");
   g.stop.eos_ids = text.stop_ids;
   const std::string sampling =
       apply_generation_defaults(vm, text.tokenizer.config().generation_defaults, g);
@@ -91,8 +95,8 @@ int cmd_chat(const std::vector<std::string>& args) {
   }
   if (!no_stats)
     std::cerr << "chatting with " << file << " (" << m.family << " '" << m.source << "', mode "
-              << m.mode << ", seq_length " << m.params.seq_length << "; " << sampling << ")"
-              << (interactive ? "; /reset starts over, /exit quits" : "") << "\n";
+              << m.mode << ", seq_length " << m.params.seq_length << "; " << sampling << "; "
+              << checked << ")" << (interactive ? "; /reset starts over, /exit quits" : "") << "\n";
   // An answer that cannot be written stops the conversation at once (nothing more is generated).
   auto sink = [](std::string_view piece) {
     std::cout << piece << std::flush;

@@ -16,7 +16,8 @@ int cmd_run(const std::vector<std::string>& args) {
   std::string file, prompt_text, eos_text, raw_prompt, chat_message, system;
   runtime::GenerateOptions g;
   std::int64_t cores = 0;
-  bool ignore_eos = false, quiet = false, verify_weights = false;
+  bool ignore_eos = false, quiet = false;
+  BundleOpenOptions bopts;
   po::options_description o(
       "tpullm run FILE.bundle --prompt TEXT | --chat MESSAGE | --prompt-ids 1,2,3 [options]");
   o.add_options()("help,h", "show this help")("bundle", po::value(&file)->required(),
@@ -34,11 +35,9 @@ int cmd_run(const std::vector<std::string>& args) {
       "stop tokens, comma-separated (default: the model's eos_token_id list)")(
       "ignore-eos", po::bool_switch(&ignore_eos), "do not stop on eos tokens")(
       "threads", po::value(&cores)->default_value(0), "cores to run on (0: the bundle target's)")(
-      "quiet,q", po::bool_switch(&quiet), "print only the generated ids")(
-      "verify-weights", po::bool_switch(&verify_weights),
-      "check every chunk of the weight blob against its CRC-32C before running (reads the "
-      "whole blob once)");
+      "quiet,q", po::bool_switch(&quiet), "print only the generated ids");
   o.add(sampling_options(g));
+  o.add(bundle_open_options(bopts));
   po::positional_options_description pos;
   pos.add("bundle", 1);
   po::variables_map vm;
@@ -61,9 +60,8 @@ int cmd_run(const std::vector<std::string>& args) {
   const bool as_text = vm.count("prompt-ids") == 0;
   const auto prompt = as_text ? std::vector<std::int32_t>{}
                               : parse_id_list<std::int32_t>(prompt_text, "--prompt-ids");
-  runtime::Engine engine(file, cores);
-  if (verify_weights)
-    engine.bundle().verify_weights();
+  std::string checked;
+  runtime::Engine engine(open_bundle(file, bopts, cores, &checked), cores);
   const auto& m = engine.bundle().model();
   std::optional<runtime::TextSide> text;
   if (as_text)
@@ -84,7 +82,8 @@ int cmd_run(const std::vector<std::string>& args) {
   g.stop.validate();
   if (vm.count("chat"))
     check(text->chat_template.has_value(), ErrorKind::unsupported, file,
-          "this bundle's tokenizer has no chat template; use --prompt for raw text");
+          "no chat template: ", text->tokenizer.config().no_chat_template_reason(),
+          "; use --prompt for raw text");
   runtime::GenerateResult r;
   if (text) {
     runtime::PromptCache cache(engine.session());
@@ -103,7 +102,8 @@ int cmd_run(const std::vector<std::string>& args) {
   // The banner comes with the results, so that a refusal is the only line on stderr.
   if (!quiet)
     std::cerr << "ran " << file << " (" << m.family << " '" << m.source << "', mode " << m.mode
-              << ", seq_length " << m.params.seq_length << ")\n";
+              << ", seq_length " << m.params.seq_length << ")\n"
+              << checked << "\n";
   if (!quiet) {
     const double decoded = static_cast<double>(r.tokens.size()) - 1;
     std::cerr << std::fixed << std::setprecision(1) << "stopped: " << runtime::to_string(r.reason)

@@ -33,7 +33,7 @@ struct TextTools {
   std::optional<text::ChatTemplate> tmpl;
 };
 
-TextTools open_text(const std::string& source) {
+TextTools open_text(const std::string& source, bool no_mmap) {
   std::error_code ec;
   if (std::filesystem::is_directory(source, ec)) {
     TextTools t{text::Tokenizer::from_dir(source), std::nullopt};
@@ -43,7 +43,8 @@ TextTools open_text(const std::string& source) {
   }
   if (!std::filesystem::exists(source, ec))
     throw_error(ErrorKind::io, source, "no such tokenizer directory or bundle");
-  auto side = runtime::load_text_side(*bundle::Bundle::open(source), source);
+  auto side = runtime::load_text_side(
+      *bundle::Bundle::open(source, no_mmap ? FileAccess::read : FileAccess::map), source);
   return {std::move(side.tokenizer), std::move(side.chat_template)};
 }
 
@@ -99,6 +100,8 @@ int cmd_tokenize(const std::vector<std::string>& args) {
       "json", po::bool_switch(&json),
       "print one JSON object (ids, pieces, and text for --decode "
       "and --chat)");
+  bool no_mmap = false;
+  o.add(bundle_read_options(no_mmap));
   po::positional_options_description pos;
   pos.add("source", 1);
   po::variables_map vm;
@@ -121,7 +124,7 @@ int cmd_tokenize(const std::vector<std::string>& args) {
   check(decoding || !skip_special, ErrorKind::invalid_input, "--skip-special",
         "applies only with --decode");
   const auto kwargs = parse_json_object(kwargs_text, "--template-kwargs");
-  const TextTools tt = open_text(source);
+  const TextTools tt = open_text(source, no_mmap);
   const text::Tokenizer& tok = tt.tok;
 
   nlohmann::ordered_json out;
@@ -133,7 +136,7 @@ int cmd_tokenize(const std::vector<std::string>& args) {
             " is outside the vocabulary (size ", tok.vocab_size(), ")");
   } else if (chatting) {
     check(tt.tmpl.has_value(), ErrorKind::unsupported, source,
-          "this tokenizer has no chat template (tokenizer_config.json has no chat_template)");
+          "no chat template: ", tt.tok.config().no_chat_template_reason());
     const auto [messages, tools] = read_conversation(chat_file);
     const auto special = runtime::template_special_tokens(tok);
     const std::string rendered = tt.tmpl->render(
