@@ -335,9 +335,9 @@ auto GgufFile::parse(std::span<const std::byte> file, std::shared_ptr<const void
     const auto* i = std::get_if<std::int64_t>(&a->scalar);
     const auto* u = std::get_if<std::uint64_t>(&a->scalar);
     const std::uint64_t al = i ? (*i > 0 ? static_cast<std::uint64_t>(*i) : 0) : (u ? *u : 0);
-    check(al >= 1 && al <= kGgufMaxAlignment && std::has_single_bit(al), ErrorKind::invalid_input,
-          w, "alignment ", i ? str_cat(*i) : str_cat(u ? *u : 0), " is not a power of two in [1, ",
-          kGgufMaxAlignment, "]");
+    if (al < 1 || al > kGgufMaxAlignment || !std::has_single_bit(al))
+      throw_error(ErrorKind::invalid_input, w, "alignment ", i ? str_cat(*i) : str_cat(al),
+                  " is not a power of two in [1, ", kGgufMaxAlignment, "]");
     g.alignment_ = al;
   }
 
@@ -491,8 +491,9 @@ auto GgufFile::get_int(std::string_view key) const -> std::optional<std::int64_t
   if (v->is_array() || !is_integer(v->type))
     wrong_type(source_, key, *v, "an integer");
   const auto i = scalar_int(v->scalar);
-  check(i.has_value(), ErrorKind::invalid_input, str_cat(source_, ": key '", key, "'"), "value ",
-        std::get<std::uint64_t>(v->scalar), " does not fit a signed 64-bit integer");
+  if (!i)
+    throw_error(ErrorKind::invalid_input, str_cat(source_, ": key '", key, "'"), "value ",
+                std::get<std::uint64_t>(v->scalar), " does not fit a signed 64-bit integer");
   return i;
 }
 
@@ -543,9 +544,10 @@ auto GgufFile::get_int_array(std::string_view key) const
   out.reserve(v->array.size());
   for (std::size_t i = 0; i < v->array.size(); ++i) {
     const auto x = scalar_int(v->array[i]);
-    check(x.has_value(), ErrorKind::invalid_input, str_cat(source_, ": key '", key, "'"),
-          "element ", i, " = ", std::get<std::uint64_t>(v->array[i]),
-          " does not fit a signed 64-bit integer");
+    if (!x)
+      throw_error(ErrorKind::invalid_input, str_cat(source_, ": key '", key, "'"), "element ", i,
+                  " = ", std::get<std::uint64_t>(v->array[i]),
+                  " does not fit a signed 64-bit integer");
     out.push_back(*x);
   }
   return out;
