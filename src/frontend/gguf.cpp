@@ -375,9 +375,12 @@ auto GgufFile::parse(std::span<const std::byte> file, std::shared_ptr<const void
     const auto info = conversion::ggml_type_info(type_id);
     check(info.has_value(), ErrorKind::unsupported, tw, "unknown ggml type id ", type_id);
     t.type = info->type;
+    check(t.ne[0] % info->block_elems == 0, ErrorKind::invalid_input, tw,
+          "a row of ne[0] = ", t.ne[0], " elements is not a whole number of ", info->name,
+          " blocks of ", info->block_elems);
     const auto row = conversion::ggml_row_bytes(t.type, t.ne[0]);
-    check(row.has_value(), ErrorKind::invalid_input, tw, "a row of ne[0] = ", t.ne[0],
-          " elements is not a whole number of ", info->name, " blocks of ", info->block_elems);
+    check(row.has_value(), ErrorKind::invalid_input, tw, "byte size of a row of ", t.ne[0],
+          " elements overflows 64 bits");
     const auto nbytes =
         tpullm::checked_mul(static_cast<std::uint64_t>(*row), static_cast<std::uint64_t>(rows));
     check(nbytes.has_value(), ErrorKind::invalid_input, tw, "byte size overflows 64 bits");

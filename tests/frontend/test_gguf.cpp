@@ -160,17 +160,23 @@ void append_str(std::vector<std::byte>& img, std::string_view s) {
   img.insert(img.end(), p, p + s.size());
 }
 
-/// The shared llama.cpp-written cases: $TPULLM_GGUF_MODELS, else ../shared/models-gguf beside
-/// the repository, else /work/shared/models-gguf; empty when none exists.
-fs::path shared_gguf_dir() {
-  if (const char* e = std::getenv("TPULLM_GGUF_MODELS"))
-    return e;
+/// Folders of llama.cpp-written cases (model.gguf + goldens.json): tests/data/models-gguf (five
+/// small ones, always there) and $TPULLM_GGUF_MODELS, else ../shared/models-gguf beside the
+/// repository, else /work/shared/models-gguf, when one exists (all six, with Qwen3's tokenizer).
+std::vector<fs::path> gguf_case_roots() {
+  std::vector<fs::path> roots = {fe_test::data_dir() / "models-gguf"};
   std::error_code ec;
+  if (const char* e = std::getenv("TPULLM_GGUF_MODELS")) {
+    roots.emplace_back(e);
+    return roots;
+  }
   for (fs::path p : {fe_test::data_dir() / ".." / ".." / ".." / "shared" / "models-gguf",
                      fs::path("/work/shared/models-gguf")})
-    if (fs::is_directory(p, ec))
-      return p;
-  return {};
+    if (fs::is_directory(p, ec)) {
+      roots.push_back(p);
+      break;
+    }
+  return roots;
 }
 
 TEST_CASE("UTF-8 validation is strict", "[gguf][utf8]") {
@@ -254,6 +260,8 @@ TEST_CASE("GGUF writer -> reader round trip of every value type and tensors", "[
       CHECK(
           std::equal(q->bytes.begin(), q->bytes.end(), pattern_bytes(q->bytes.size(), 2).begin()));
       CHECK(q->offset % alignment == 0);
+      CHECK(q->offset == w.tensor_offset(1));
+      CHECK(static_cast<std::uint64_t>(q->bytes.data() - img.data()) == w.data_start() + q->offset);
       CHECK(q->where() == "mem.gguf: tensor 'w.q4_0'");
       const GgufTensor* k = g.find_tensor("blk.0.w");
       REQUIRE(k);
@@ -335,48 +343,48 @@ TEST_CASE("GGUF writer refuses what the reader would refuse", "[gguf]") {
 }
 
 TEST_CASE("GGUF files written by llama.cpp (shared cases)", "[gguf][shared]") {
-  const fs::path root = shared_gguf_dir();
-  if (root.empty()) {
-    WARN("../shared/models-gguf not found: skipped");
-    return;
-  }
   int cases = 0;
-  for (const auto& e : fs::directory_iterator(root)) {
-    const fs::path model = e.path() / "model.gguf";
-    if (!fs::is_regular_file(model))
+  std::error_code ec;
+  for (const fs::path& root : gguf_case_roots()) {
+    if (!fs::is_directory(root, ec))
       continue;
-    const std::string folder = e.path().filename().string();
-    CAPTURE(folder);
-    ++cases;
-    CHECK(GgufFile::looks_like_gguf(model));
-    const GgufFile g = GgufFile::open(model);
-    const nlohmann::json goldens =
-        nlohmann::json::parse(fe_test::read_file(e.path() / "goldens.json"));
-    const std::string arch = folder.substr(0, folder.find('-'));
-    CHECK(g.get_string("general.architecture") == arch);
-    CHECK(g.version() == 3);
-    CHECK(g.alignment() == 32);
-    const auto& types = goldens.at("gguf_tensor_types");
-    CHECK(g.tensors().size() == types.size());
-    std::set<std::int64_t> blocks;
-    for (const GgufTensor& t : g.tensors()) {
-      CAPTURE(t.name);
-      REQUIRE(types.contains(t.name));
-      CHECK(conversion::ggml_name(t.type) == types.at(t.name).get<std::string>());
-      CHECK(t.offset % 32 == 0);
-      if (t.name.rfind("blk.", 0) == 0)
-        blocks.insert(std::stoll(t.name.substr(4)));
+    for (const auto& e : fs::directory_iterator(root)) {
+      const fs::path model = e.path() / "model.gguf";
+      if (!fs::is_regular_file(model))
+        continue;
+      const std::string folder = e.path().filename().string();
+      CAPTURE(folder);
+      ++cases;
+      CHECK(GgufFile::looks_like_gguf(model));
+      const GgufFile g = GgufFile::open(model);
+      const nlohmann::json goldens =
+          nlohmann::json::parse(fe_test::read_file(e.path() / "goldens.json"));
+      const std::string arch = folder.substr(0, folder.find('-'));
+      CHECK(g.get_string("general.architecture") == arch);
+      CHECK(g.version() == 3);
+      CHECK(g.alignment() == 32);
+      const auto& types = goldens.at("gguf_tensor_types");
+      CHECK(g.tensors().size() == types.size());
+      std::set<std::int64_t> blocks;
+      for (const GgufTensor& t : g.tensors()) {
+        CAPTURE(t.name);
+        REQUIRE(types.contains(t.name));
+        CHECK(conversion::ggml_name(t.type) == types.at(t.name).get<std::string>());
+        CHECK(t.offset % 32 == 0);
+        if (t.name.rfind("blk.", 0) == 0)
+          blocks.insert(std::stoll(t.name.substr(4)));
+      }
+      CHECK(g.get_int(arch + ".block_count") == static_cast<std::int64_t>(blocks.size()));
+      const GgufTensor* embd = g.find_tensor("token_embd.weight");
+      REQUIRE(embd);
+      CHECK(embd->ne[0] == g.get_int(arch + ".embedding_length"));
+      const auto tokens = g.get_string_array("tokenizer.ggml.tokens");
+      REQUIRE(tokens);
+      CHECK(static_cast<std::int64_t>(tokens->size()) == embd->ne[1]);
+      CHECK(g.get_string("tokenizer.ggml.model") == "gpt2");
     }
-    CHECK(g.get_int(arch + ".block_count") == static_cast<std::int64_t>(blocks.size()));
-    const GgufTensor* embd = g.find_tensor("token_embd.weight");
-    REQUIRE(embd);
-    CHECK(embd->ne[0] == g.get_int(arch + ".embedding_length"));
-    const auto tokens = g.get_string_array("tokenizer.ggml.tokens");
-    REQUIRE(tokens);
-    CHECK(static_cast<std::int64_t>(tokens->size()) == embd->ne[1]);
-    CHECK(g.get_string("tokenizer.ggml.model") == "gpt2");
   }
-  CHECK(cases >= 1);
+  CHECK(cases >= 5);
 }
 
 TEST_CASE("GGUF bad input: not a GGUF, truncated at every byte", "[gguf][bad]") {
@@ -486,6 +494,11 @@ TEST_CASE("GGUF bad input: absurd counts and lengths", "[gguf][bad]") {
   img = base;
   poke<std::uint64_t>(img, tensor_ne_at(img, "w.f32", 1), std::uint64_t{1} << 62);
   expect_refused(img, ErrorKind::invalid_input, {"tensor 'w.f32'", "overflows 64 bits"});
+  img = base; // found by the fuzzer: ne[0] fits int64 but its F32 row of bytes does not
+  poke<std::uint64_t>(img, tensor_ne_at(img, "w.f32", 0), std::uint64_t{1} << 62);
+  poke<std::uint64_t>(img, tensor_ne_at(img, "w.f32", 1), 1);
+  expect_refused(img, ErrorKind::invalid_input,
+                 {"tensor 'w.f32'", "row of 4611686018427387904 elements overflows"});
   img = base;
   poke<std::uint64_t>(img, tensor_ne_at(img, "w.f32", 1), std::uint64_t{1} << 40);
   expect_refused(img, ErrorKind::invalid_input, {"tensor 'w.f32'", "runs past the end"});
