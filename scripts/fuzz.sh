@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets with clang (-fsanitize=fuzzer,address,undefined) and runs each for
-# N seconds. Usage: scripts/fuzz.sh [SECONDS=60] [TARGET...]   (targets: safetensors hf_config tir; bundle needs
+# N seconds. Usage: scripts/fuzz.sh [SECONDS=60] [TARGET...]   (targets: safetensors hf_config tir gguf; bundle needs
 # the kernel library to build with clang, which it does not yet: GCC-only target attributes)
 # The committed seed corpus (tests/fuzz/corpus/<target>/) is copied into a working corpus under
 # the build dir, so new inputs never land in the source tree. Crashes are written to
@@ -13,7 +13,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 secs=${1:-60}
 shift || true
 targets=("$@")
-[ ${#targets[@]} -eq 0 ] && targets=(safetensors hf_config tir)
+[ ${#targets[@]} -eq 0 ] && targets=(safetensors hf_config tir gguf)
 build=${FUZZ_BUILD_DIR:-$root/build-fuzz}
 cxx=${CXX:-$(command -v clang++-14 || command -v clang++ || true)}
 [ -n "$cxx" ] || { echo "fuzz.sh: no clang++ found (apt-get install clang-14)" >&2; exit 1; }

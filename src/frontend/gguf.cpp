@@ -335,9 +335,9 @@ auto GgufFile::parse(std::span<const std::byte> file, std::shared_ptr<const void
     const auto* i = std::get_if<std::int64_t>(&a->scalar);
     const auto* u = std::get_if<std::uint64_t>(&a->scalar);
     const std::uint64_t al = i ? (*i > 0 ? static_cast<std::uint64_t>(*i) : 0) : (u ? *u : 0);
-    check(al >= 1 && al <= kGgufMaxAlignment && std::has_single_bit(al), ErrorKind::invalid_input,
-          w, "alignment ", i ? str_cat(*i) : str_cat(u ? *u : 0), " is not a power of two in [1, ",
-          kGgufMaxAlignment, "]");
+    if (al < 1 || al > kGgufMaxAlignment || !std::has_single_bit(al))
+      throw_error(ErrorKind::invalid_input, w, "alignment ", i ? str_cat(*i) : str_cat(al),
+                  " is not a power of two in [1, ", kGgufMaxAlignment, "]");
     g.alignment_ = al;
   }
 
@@ -375,9 +375,12 @@ auto GgufFile::parse(std::span<const std::byte> file, std::shared_ptr<const void
     const auto info = conversion::ggml_type_info(type_id);
     check(info.has_value(), ErrorKind::unsupported, tw, "unknown ggml type id ", type_id);
     t.type = info->type;
+    check(t.ne[0] % info->block_elems == 0, ErrorKind::invalid_input, tw,
+          "a row of ne[0] = ", t.ne[0], " elements is not a whole number of ", info->name,
+          " blocks of ", info->block_elems);
     const auto row = conversion::ggml_row_bytes(t.type, t.ne[0]);
-    check(row.has_value(), ErrorKind::invalid_input, tw, "a row of ne[0] = ", t.ne[0],
-          " elements is not a whole number of ", info->name, " blocks of ", info->block_elems);
+    check(row.has_value(), ErrorKind::invalid_input, tw, "byte size of a row of ", t.ne[0],
+          " elements overflows 64 bits");
     const auto nbytes =
         tpullm::checked_mul(static_cast<std::uint64_t>(*row), static_cast<std::uint64_t>(rows));
     check(nbytes.has_value(), ErrorKind::invalid_input, tw, "byte size overflows 64 bits");
@@ -491,7 +494,6 @@ auto GgufFile::get_int(std::string_view key) const -> std::optional<std::int64_t
   if (v->is_array() || !is_integer(v->type))
     wrong_type(source_, key, *v, "an integer");
   const auto i = scalar_int(v->scalar);
-  // Not check(): its arguments are evaluated first, and std::get<u64> of an int64 scalar throws.
   if (!i)
     throw_error(ErrorKind::invalid_input, str_cat(source_, ": key '", key, "'"), "value ",
                 std::get<std::uint64_t>(v->scalar), " does not fit a signed 64-bit integer");
@@ -545,7 +547,7 @@ auto GgufFile::get_int_array(std::string_view key) const
   out.reserve(v->array.size());
   for (std::size_t i = 0; i < v->array.size(); ++i) {
     const auto x = scalar_int(v->array[i]);
-    if (!x) // not check(): std::get<u64> of an int64 element would throw
+    if (!x)
       throw_error(ErrorKind::invalid_input, str_cat(source_, ": key '", key, "'"), "element ", i,
                   " = ", std::get<std::uint64_t>(v->array[i]),
                   " does not fit a signed 64-bit integer");

@@ -253,9 +253,10 @@ auto GgufWriter::add_tensor(std::string name, conversion::GgmlType type,
       rows = *r;
     }
   }
-  const auto row = conversion::ggml_row_bytes(type, ne[0]);
-  check(row.has_value(), ErrorKind::invalid_input, w, "a row of ", ne[0],
+  check(ne[0] % info->block_elems == 0, ErrorKind::invalid_input, w, "a row of ", ne[0],
         " elements is not a whole number of ", info->name, " blocks (", info->block_elems, ")");
+  const auto row = conversion::ggml_row_bytes(type, ne[0]);
+  check(row.has_value(), ErrorKind::invalid_input, w, "byte size overflows 64 bits");
   const auto total = tpullm::checked_mul(*row, rows);
   check(total.has_value(), ErrorKind::invalid_input, w, "byte size overflows 64 bits");
   check(static_cast<std::uint64_t>(*total) == bytes.size(), ErrorKind::invalid_input, w, "has ",

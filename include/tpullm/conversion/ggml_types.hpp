@@ -77,12 +77,16 @@ constexpr bool ggml_is_float(GgmlType t) noexcept {
   return t == GgmlType::f32 || t == GgmlType::f16 || t == GgmlType::bf16;
 }
 
-/// Bytes of a row of n elements, or nullopt when n is not a whole number of blocks (or < 0).
+/// Bytes of a row of n elements, or nullopt when n is not a whole number of blocks (or < 0) or
+/// the byte count does not fit in int64 (n from a file can be anything up to 2^63 - 1).
 constexpr std::optional<std::int64_t> ggml_row_bytes(GgmlType t, std::int64_t n) noexcept {
   const GgmlTypeInfo i = ggml_info(t);
   if (n < 0 || n % i.block_elems != 0)
     return std::nullopt;
-  return n / i.block_elems * i.block_bytes;
+  std::int64_t bytes = 0;
+  if (__builtin_mul_overflow(n / i.block_elems, i.block_bytes, &bytes))
+    return std::nullopt;
+  return bytes;
 }
 
 } // namespace tpullm::conversion
