@@ -51,11 +51,11 @@ struct QuantSpec {
   std::int64_t group_size = 0;              ///< rows of K sharing one scale; 0 = per channel
   bool zero_point = false;                  ///< asymmetric: value = (q - zero) * scale
   bool act_order = false;                   ///< GPTQ act-order: row k uses group g_idx[k]
+  bool min = false; ///< scale and min (packed u4 / u8 only): value = q * scale - min, f32 mins
   /// format ggml: the ggml_type id of the blocks (conversion/ggml_types.hpp). Such a weight's
   /// logical shape is the stored [N, K] (rows of K elements, blocks along K), read with
   /// transpose_b as a float HF weight is; its one part "blocks" holds the row bytes as stored.
   std::uint32_t ggml_type = 0;
-  bool min = false; ///< scale and min (packed u4 / u8 only): value = q * scale - min, f32 mins
 
   friend bool operator==(const QuantSpec&, const QuantSpec&) = default;
 };
