@@ -282,7 +282,7 @@ ModelInfo make_model_info(const frontend::ModelDesc& desc, const frontend::Stage
   i.source = desc.dir.filename().string();
   if (i.source.empty())
     i.source = desc.dir.parent_path().filename().string();
-  i.text = frontend::read_text_files(desc.dir);
+  i.text = desc.text ? *desc.text : frontend::read_text_files(desc.dir);
   runtime::check_text_files(i.text, i.vocab, desc.dir.string());
   return i;
 }

@@ -7,9 +7,13 @@ auto QuantPlain::dequantize() const -> std::vector<float> {
   std::vector<float> w(static_cast<std::size_t>(K * N));
   for (std::int64_t k = 0; k < K; ++k) {
     const std::int64_t g = g_idx[static_cast<std::size_t>(k)];
-    for (std::int64_t n = 0; n < N; ++n)
-      w[k * N + n] = (static_cast<float>(q[k * N + n]) - static_cast<float>(zeros[g * N + n])) *
-                     scales[g * N + n];
+    if (!mins.empty()) // scale and min: w = q * scale - min
+      for (std::int64_t n = 0; n < N; ++n)
+        w[k * N + n] = static_cast<float>(q[k * N + n]) * scales[g * N + n] - mins[g * N + n];
+    else
+      for (std::int64_t n = 0; n < N; ++n)
+        w[k * N + n] = (static_cast<float>(q[k * N + n]) - static_cast<float>(zeros[g * N + n])) *
+                       scales[g * N + n];
   }
   return w;
 }

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <sstream>
 
+#include "tpullm/conversion/ggml_blocks.hpp"
 #include "tpullm/support/float16.hpp"
 
 namespace tpullm::conversion {
@@ -278,6 +279,17 @@ QuantPlain unpack_quant_weight(const ir::Weight& w) {
   const ir::QuantSpec& q = *w.type.quant;
   check(q.format != ir::QuantFormat::packed, ErrorKind::unsupported, where,
         "is already packed; expected a GPTQ or AWQ weight");
+  if (q.format == ir::QuantFormat::ggml) {
+    // Stored rows [N, K]: decoded into the plain [K, N] form every other layout unpacks to.
+    const auto info = ggml_type_info(q.ggml_type);
+    check(info.has_value(), ErrorKind::invalid_input, where, "unknown ggml type id ", q.ggml_type);
+    const ir::WeightPart& b = w.part("blocks");
+    try {
+      return decode_ggml_rows(info->type, b.bytes, w.type.shape[1], w.type.shape[0]);
+    } catch (const Error& e) {
+      throw e.within(where);
+    }
+  }
   check(w.type.dtype == ir::DType::u4 || w.type.dtype == ir::DType::u8, ErrorKind::unsupported,
         where, "only 4-bit (u4) and 8-bit (u8) GPTQ / AWQ weights are supported, got ",
         w.type.str());
@@ -376,14 +388,18 @@ std::string identity(const ir::Weight& w) {
 const ir::Weight& WeightConverter::packed(const ir::Weight& src, bool transposed, ir::DType dtype) {
   const std::string where = where_of(src);
   if (src.type.quant) {
-    check(!transposed, ErrorKind::invalid_input, where,
-          "a quantized weight is logical [K, N] and cannot be transposed");
+    const bool rows = ir::quant_stored_as_rows(*src.type.quant);
+    check(transposed == rows, ErrorKind::invalid_input, where,
+          rows ? "a ggml weight is stored [N, K] and is read transposed"
+               : "a quantized weight is logical [K, N] and cannot be transposed");
     check(src.type.quant->format != ir::QuantFormat::packed, ErrorKind::invalid_input, where,
           "is already packed");
     const bool eight = src.type.dtype == ir::DType::u8;
     return memo(str_cat(eight ? "q8|" : "q4|", identity(src)), [&] {
-      const std::int64_t K = src.type.shape.at(0), N = src.type.shape.at(1);
-      const std::string name = src.name + (eight ? ".pq8" : ".pq4");
+      const std::int64_t K = src.type.shape.at(rows ? 1 : 0), N = src.type.shape.at(rows ? 0 : 1);
+      // A ggml weight's name keeps its source type ("layers.0.q.ggml_q4_k"): `inspect` shows it.
+      const std::string name =
+          src.name + (rows ? "." + ir::quant_spelling(*src.type.quant) : eight ? ".pq8" : ".pq4");
       if (!src.has_data()) {
         // Types only: act-order and symmetry are decided by the data; assume asymmetric 4-bit
         // (8-bit packs only symmetrically).

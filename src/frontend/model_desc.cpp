@@ -8,6 +8,8 @@ auto WeightRef::name() const -> std::string {
     return p->tensor.name;
   if (const auto* q = std::get_if<QuantizedWeight>(&storage))
     return q->qweight.name;
+  if (const auto* g = std::get_if<GgmlWeight>(&storage))
+    return g->name;
   return {};
 }
 

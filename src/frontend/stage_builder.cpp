@@ -9,13 +9,14 @@ ir::Value* linear(ir::Builder& b, ir::Value* x, const std::string& name, const W
   std::vector<ir::Value*> operands{x, wv};
   if (bias.present())
     operands.push_back(b.weight(slot_weight(name + "_bias", bias)));
-  return b.create(ir::top::MatMulOp{!w.is_quantized()}, operands);
+  return b.create(ir::top::MatMulOp{w.stored_out_in()}, operands);
 }
 
 ir::Value* mlp(ir::Builder& b, ir::Value* x, const std::string& prefix, const LayerWeights& w) {
-  const bool q = w.gate.is_quantized();
-  if (w.up.is_quantized() == q && w.down.is_quantized() == q)
-    return b.create(ir::top::MLPOp{ir::Activation::silu, !q},
+  const bool q = w.gate.is_quantized(), t = w.gate.stored_out_in();
+  if (w.up.is_quantized() == q && w.down.is_quantized() == q && w.up.stored_out_in() == t &&
+      w.down.stored_out_in() == t)
+    return b.create(ir::top::MLPOp{ir::Activation::silu, t},
                     {x, b.weight(slot_weight(prefix + "gate", w.gate)),
                      b.weight(slot_weight(prefix + "up", w.up)),
                      b.weight(slot_weight(prefix + "down", w.down))});
@@ -142,10 +143,10 @@ ir::Module build_lm_head(const ModelDesc& d, bool greedy, const std::string& nam
   const bool tied = d.tie_word_embeddings;
   ir::Value* head =
       b.weight(slot_weight(tied ? "embedding" : "lm_head", tied ? d.embedding : d.lm_head));
-  // A quantized head is logical [hidden, vocab] (like every quantized linear), a float one
+  // A GPTQ / AWQ head is logical [hidden, vocab] (like every such linear), a float or ggml one
   // [vocab, hidden].
-  const bool quantized_head = !tied && d.lm_head.is_quantized();
-  ir::Value* logits = b.create(ir::top::MatMulOp{!quantized_head}, {n, head});
+  const WeightRef& head_ref = tied ? d.embedding : d.lm_head;
+  ir::Value* logits = b.create(ir::top::MatMulOp{head_ref.stored_out_in()}, {n, head});
   if (greedy)
     b.ret({b.create(ir::top::ArgMaxOp{-1}, {logits})});
   else

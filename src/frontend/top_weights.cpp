@@ -1,6 +1,8 @@
 // Out-of-line definitions of tpullm/frontend/top_weights.hpp (compiled once into tpullm_core).
 #include "tpullm/frontend/top_weights.hpp"
 
+#include "tpullm/conversion/ggml_blocks.hpp"
+
 namespace tpullm::frontend {
 
 ir::DType to_ir_dtype(DType t) {
@@ -63,6 +65,25 @@ ir::Weight quantized_weight(const std::string& name, const QuantizedWeight& q) {
   return w;
 }
 
+ir::Weight ggml_weight(const std::string& name, const GgmlWeight& g) {
+  const conversion::GgmlPacking pk = conversion::ggml_packing(g.type);
+  ir::QuantSpec spec;
+  spec.format = ir::QuantFormat::ggml;
+  spec.ggml_type = static_cast<std::uint32_t>(g.type);
+  spec.group_size = pk.group_size;
+  spec.zero_point = pk.has_mins;
+  ir::Weight w{name,
+               ir::TensorType({g.rows, g.cols}, pk.bits == 8 ? ir::DType::u8 : ir::DType::u4,
+                              spec),
+               {}};
+  w.parts.push_back(ir::WeightPart{"blocks",
+                                   ir::DType::u8,
+                                   {static_cast<std::int64_t>(g.bytes.size())},
+                                   g.bytes,
+                                   g.keepalive});
+  return w;
+}
+
 ir::Weight owned_f32_weight(const std::string& name, std::vector<std::int64_t> shape,
                             std::vector<float> values) {
   auto data = std::make_shared<std::vector<float>>(std::move(values));
@@ -89,6 +110,7 @@ RopeWeights rope_weights(const ModelDesc& d, std::int64_t seq_length) {
   s.low_freq_factor = d.rope.low_freq_factor;
   s.high_freq_factor = d.rope.high_freq_factor;
   s.original_max_position_embeddings = d.rope.original_max_position_embeddings;
+  s.freq_factors = d.rope.freq_factors;
   auto t = kernels::build_rope_tables(seq_length, d.dims.head_dim, d.rope.theta, s);
   const std::vector<std::int64_t> shape{seq_length, d.dims.head_dim / 2};
   return {owned_f32_weight("rope.cos", shape, std::move(t.cos)),

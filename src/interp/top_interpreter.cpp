@@ -481,7 +481,8 @@ bool gathered_by_rows(const ir::Operation& op) {
   if (!w || op.num_results() != 1 || !op.result(0)->has_uses())
     return false;
   const ir::TensorType& t = op.result(0)->type();
-  if (t.quant || !ir::is_float(t.dtype) || t.shape.empty())
+  // A float table, or ggml rows (each gathered row dequantized alone).
+  if ((t.quant ? !ir::quant_stored_as_rows(*t.quant) : !ir::is_float(t.dtype)) || t.shape.empty())
     return false;
   const auto rank = static_cast<std::int64_t>(t.shape.size());
   for (const ir::Operation* u : op.result(0)->users()) {

@@ -3,11 +3,25 @@
 
 #include <algorithm>
 
+#include "tpullm/conversion/ggml_blocks.hpp"
 #include "tpullm/interp/top_interpreter.hpp"
 
 namespace tpullm::interp::detail {
 
 Tensor dequantize_weight(const ir::Weight& w) {
+  if (w.type.quant->format == ir::QuantFormat::ggml) {
+    // ggml's own dequantization of the stored rows: [N, K] as the type says.
+    const auto info = conversion::ggml_type_info(w.type.quant->ggml_type);
+    check(info.has_value() && w.type.rank() == 2, ErrorKind::invalid_input, "weight @" + w.name,
+          "is not a ggml [rows, cols] weight: ", w.type.str());
+    std::vector<float> v;
+    try {
+      v = conversion::dequantize_ggml(info->type, w.part("blocks").bytes, w.type.num_elements());
+    } catch (const Error& e) {
+      throw e.within("weight @" + w.name);
+    }
+    return Tensor::from_f32(w.type.shape, v, ir::DType::f32);
+  }
   check(w.type.quant->format != ir::QuantFormat::packed, ErrorKind::unsupported,
         "weight @" + w.name,
         "the kernel 'packed' layout is not a Top weight format; the interpreter reads gptq and "
@@ -43,6 +57,42 @@ Tensor materialize_weight(const ir::Weight& w) {
   return t;
 }
 
+namespace {
+/// Rows of a ggml table, each dequantized alone (ggml rows are whole blocks): indices.shape +
+/// [cols] f32.
+Tensor gather_ggml_rows(const ir::Weight& w, const Tensor& indices) {
+  const std::string where = "weight @" + w.name;
+  const auto info = conversion::ggml_type_info(w.type.quant->ggml_type);
+  check(info.has_value(), ErrorKind::invalid_input, where, "unknown ggml type id ",
+        w.type.quant->ggml_type);
+  const std::int64_t D = w.type.shape[0], C = w.type.shape[1];
+  const auto row_bytes = conversion::ggml_row_bytes(info->type, C);
+  const auto& bytes = w.part("blocks").bytes;
+  check(row_bytes.has_value() &&
+            bytes.size() == static_cast<std::size_t>(*row_bytes) * static_cast<std::size_t>(D),
+        ErrorKind::invalid_input, where, "holds ", bytes.size(), " bytes, not ", D, " rows of ", C,
+        " ", info->name, " elements");
+  check(!indices.is_float(), ErrorKind::invalid_input, where, "gather indices must be integers");
+  const IntArray& idx = indices.ints();
+  const auto J = static_cast<std::int64_t>(idx.size());
+  std::vector<float> out(static_cast<std::size_t>(J * C));
+  for (std::int64_t j = 0; j < J; ++j) {
+    const std::int64_t ix = idx.data()[j];
+    check(ix >= 0 && ix < D, ErrorKind::invalid_input, "", "gather index ", ix,
+          " (at flat position ", j, ") is out of range [0, ", D, ") of axis 0 of ",
+          ir::shape_str(w.type.shape));
+    const auto row = conversion::dequantize_ggml(
+        info->type, bytes.subspan(static_cast<std::size_t>(ix * *row_bytes),
+                                  static_cast<std::size_t>(*row_bytes)),
+        C);
+    std::copy(row.begin(), row.end(), out.begin() + j * C);
+  }
+  Shape shape = indices.shape();
+  shape.push_back(C);
+  return Tensor::from_f32(shape, out, ir::DType::f32);
+}
+} // namespace
+
 Tensor gather_weight_rows(const ir::Weight& w, const Tensor& indices) {
   const std::string where = "weight @" + w.name;
   const Shape& ws = w.type.shape;
@@ -51,6 +101,9 @@ Tensor gather_weight_rows(const ir::Weight& w, const Tensor& indices) {
                        w.parts[0].role == "data" && ir::is_float(w.parts[0].dtype) &&
                        ir::is_float(w.type.dtype) &&
                        num_elements(w.parts[0].shape) == w.type.num_elements();
+  if (w.type.quant && w.type.quant->format == ir::QuantFormat::ggml && w.has_data() &&
+      w.type.rank() == 2)
+    return gather_ggml_rows(w, indices);
   if (!by_rows)
     return ref::gather(materialize_weight(w), indices, 0);
   const ir::WeightPart& p = w.part("data");

@@ -41,8 +41,9 @@ auto MatMulOp::infer(Types in) const -> std::vector<TensorType> {
   detail::require_float(a, "lhs");
   detail::require_weight(b, "rhs");
   detail::require(a.rank() >= 1 && b.rank() == 2, "lhs must have rank >= 1 and rhs rank 2");
-  detail::require(!(b.quant && transpose_b),
-                  "a quantized rhs is logical [K, N]: transpose_b must be false");
+  detail::require(!b.quant || quant_stored_as_rows(*b.quant) == transpose_b,
+                  transpose_b ? "a quantized rhs is logical [K, N]: transpose_b must be false"
+                              : "a ggml-quantized rhs is stored [N, K]: transpose_b must be true");
   const std::int64_t k = a.dim(-1);
   const std::int64_t bk = transpose_b ? b.shape[1] : b.shape[0];
   const std::int64_t n = transpose_b ? b.shape[0] : b.shape[1];
@@ -70,13 +71,14 @@ auto RMSNormOp::infer(Types in) const -> std::vector<TensorType> {
 
 auto GatherOp::infer(Types in) const -> std::vector<TensorType> {
   const auto &t = in[0], &idx = in[1];
-  detail::require(!t.quant, "gather of a quantized table is not supported");
+  detail::require(!t.quant || (quant_stored_as_rows(*t.quant) && t.rank() == 2 && axis == 0),
+                  "gather of a quantized table is supported only for rows of a ggml table");
   detail::require_int_index(idx, "indices");
   const auto a = detail::norm_axis(axis, t.rank());
   std::vector<std::int64_t> shape(t.shape.begin(), t.shape.begin() + a);
   shape.insert(shape.end(), idx.shape.begin(), idx.shape.end());
   shape.insert(shape.end(), t.shape.begin() + a + 1, t.shape.end());
-  return {TensorType(shape, t.dtype)};
+  return {TensorType(shape, t.quant ? DType::f32 : t.dtype)}; // ggml rows gather dequantized
 }
 
 auto RopeOp::infer(Types in) const -> std::vector<TensorType> {
@@ -193,8 +195,12 @@ auto MLPOp::infer(Types in) const -> std::vector<TensorType> {
     detail::require_weight(*w, "MLP weight");
   detail::require_min_rank(x, 1, "input");
   detail::require(g.rank() == 2 && u.rank() == 2 && d.rank() == 2, "MLP weights must be rank 2");
-  detail::require(!(transpose_b && (g.quant || u.quant || d.quant)),
-                  "quantized MLP weights are logical [in, out]: transpose_b must be false");
+  for (const auto* w : {&g, &u, &d})
+    detail::require(!w->quant || quant_stored_as_rows(*w->quant) == transpose_b,
+                    transpose_b ? "quantized MLP weights are logical [in, out]: transpose_b must "
+                                  "be false"
+                                : "ggml-quantized MLP weights are stored [out, in]: transpose_b "
+                                  "must be true");
   const std::int64_t h = x.dim(-1);
   const std::int64_t i = transpose_b ? g.shape[0] : g.shape[1];
   auto io = [&](std::int64_t in_dim, std::int64_t out_dim) {
@@ -227,8 +233,14 @@ auto MoEOp::infer(Types in) const -> std::vector<TensorType> {
                        : std::vector<std::int64_t>{in_dim, out_dim};
   };
   for (std::size_t i = 1; i < in.size(); ++i) {
-    detail::require(is_float(in[i].dtype) && !in[i].quant && in[i].layout == Layout::row_major,
-                    "MoE weight #", i, " must be a float row-major tensor, got ", in[i]);
+    // Experts (i >= 2) may also be ggml blocks, stored [out, in] as a float HF weight is.
+    const bool ggml = i >= 2 && in[i].quant && quant_stored_as_rows(*in[i].quant) && transpose_b;
+    detail::require(ggml || (is_float(in[i].dtype) && !in[i].quant &&
+                             in[i].layout == Layout::row_major),
+                    "MoE weight #", i,
+                    " must be a float row-major tensor (experts: or ggml blocks read with "
+                    "transpose_b), got ",
+                    in[i]);
     detail::require(in[i].rank() == 2, "MoE weight #", i, " must be rank 2, got ", in[i]);
   }
   detail::require(in[1].shape == io(h, experts), "router must be ", shape_str(io(h, experts)),

@@ -1,7 +1,41 @@
 // Out-of-line definitions of tpullm/ir/type.hpp (compiled once into tpullm_core).
 #include "tpullm/ir/type.hpp"
 
+#include <cctype>
+
+#include "tpullm/conversion/ggml_types.hpp"
+
 namespace tpullm::ir {
+
+std::string quant_spelling(const QuantSpec& q) {
+  if (q.format != QuantFormat::ggml)
+    return std::string(name(q.format));
+  std::string s = "ggml_";
+  if (const auto t = conversion::ggml_type_info(q.ggml_type))
+    for (char c : t->name)
+      s += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  else
+    s += std::to_string(q.ggml_type);
+  return s;
+}
+
+bool parse_quant_spelling(std::string_view s, QuantSpec& q) {
+  if (auto f = parse_quant_format(s)) {
+    q.format = *f;
+    return true;
+  }
+  for (const auto& t : conversion::kGgmlTypes) {
+    QuantSpec g;
+    g.format = QuantFormat::ggml;
+    g.ggml_type = static_cast<std::uint32_t>(t.type);
+    if (quant_spelling(g) == s) {
+      q.format = QuantFormat::ggml;
+      q.ggml_type = g.ggml_type;
+      return true;
+    }
+  }
+  return false;
+}
 
 std::optional<QuantFormat> parse_quant_format(std::string_view s) {
   for (auto f : {QuantFormat::gptq, QuantFormat::awq, QuantFormat::packed, QuantFormat::gptq_v2})
@@ -64,7 +98,7 @@ auto TensorType::str() const -> std::string {
   if (layout == Layout::panels)
     s += ", panels";
   if (quant) {
-    s += ", quant<" + std::string(name(quant->format)) +
+    s += ", quant<" + quant_spelling(*quant) +
          ", group = " + std::to_string(quant->group_size);
     if (quant->zero_point)
       s += ", zero_point";

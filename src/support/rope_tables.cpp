@@ -50,6 +50,19 @@ std::vector<float> rope_inv_freq(std::int64_t head_dim, double theta, const Rope
     break;
   }
   }
+  if (!scaling.freq_factors.empty()) {
+    if (scaling.freq_factors.size() != inv.size())
+      throw std::invalid_argument("rope: " + std::to_string(scaling.freq_factors.size()) +
+                                  " frequency factors for head_dim " + std::to_string(head_dim) +
+                                  " (expected " + std::to_string(inv.size()) + ")");
+    for (std::size_t i = 0; i < inv.size(); ++i) {
+      const float f = scaling.freq_factors[i];
+      if (!(f > 0.0f) || !std::isfinite(f))
+        throw std::invalid_argument("rope: frequency factor " + std::to_string(i) + " = " +
+                                    std::to_string(f) + " must be finite and > 0");
+      inv[i] = inv[i] / f;
+    }
+  }
   return inv;
 }
 

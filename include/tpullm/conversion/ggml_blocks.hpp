@@ -26,6 +26,63 @@
 
 namespace tpullm::conversion {
 
+/// The integer container a block type repacks into (the table in the file comment).
+struct GgmlPacking {
+  int bits = 0;                ///< 4 or 8 (0: not a block type tpullm imports)
+  std::int64_t group_size = 0; ///< 16 or 32 elements along the row
+  bool has_mins = false;       ///< scale and min (int4_min / int8_min) rather than a zero point
+};
+
+/// The container of `t`; bits 0 for float types and types that are not importable.
+constexpr GgmlPacking ggml_packing(GgmlType t) noexcept {
+  switch (t) {
+  case GgmlType::q4_0:
+    return {4, 32, false};
+  case GgmlType::q3_k:
+    return {4, 16, false};
+  case GgmlType::q2_k:
+    return {4, 16, true};
+  case GgmlType::q4_1:
+  case GgmlType::q4_k:
+    return {4, 32, true};
+  case GgmlType::q8_0:
+  case GgmlType::q5_0:
+  case GgmlType::iq4_nl:
+  case GgmlType::iq4_xs:
+    return {8, 32, false};
+  case GgmlType::q6_k:
+    return {8, 16, false};
+  case GgmlType::q5_1:
+  case GgmlType::q5_k:
+    return {8, 32, true};
+  case GgmlType::f32:
+  case GgmlType::f16:
+  case GgmlType::bf16:
+  case GgmlType::q8_1:
+  case GgmlType::q8_k:
+  case GgmlType::iq2_xxs:
+  case GgmlType::iq2_xs:
+  case GgmlType::iq3_xxs:
+  case GgmlType::iq1_s:
+  case GgmlType::iq3_s:
+  case GgmlType::iq2_s:
+  case GgmlType::i8:
+  case GgmlType::i16:
+  case GgmlType::i32:
+  case GgmlType::i64:
+  case GgmlType::f64:
+  case GgmlType::iq1_m:
+  case GgmlType::tq1_0:
+  case GgmlType::tq2_0:
+  case GgmlType::mxfp4:
+  case GgmlType::nvfp4:
+  case GgmlType::q1_0:
+  case GgmlType::q2_0:
+    break;
+  }
+  return {};
+}
+
 /// Decodes a GGUF tensor of block type `t` with ne = [K, N] (N rows of K elements, `data` =
 /// N * ggml_row_bytes(t, K) bytes) into the plain form of W: [K, N], W[k][n] = element k of
 /// row n: codes q [K, N], scales (and zeros or mins) [K / group, N] as the file comment says.

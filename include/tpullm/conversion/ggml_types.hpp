@@ -11,24 +11,27 @@
 namespace tpullm::conversion {
 
 /// ggml_type ids. Ids ggml has retired (4, 5, 31-33, 36-38) are not listed.
+// clang-format off
 enum class GgmlType : std::uint32_t {
   f32 = 0, f16 = 1, q4_0 = 2, q4_1 = 3, q5_0 = 6, q5_1 = 7, q8_0 = 8, q8_1 = 9,
   q2_k = 10, q3_k = 11, q4_k = 12, q5_k = 13, q6_k = 14, q8_k = 15,
   iq2_xxs = 16, iq2_xs = 17, iq3_xxs = 18, iq1_s = 19, iq4_nl = 20, iq3_s = 21, iq2_s = 22,
   iq4_xs = 23, i8 = 24, i16 = 25, i32 = 26, i64 = 27, f64 = 28, iq1_m = 29, bf16 = 30,
-  tq1_0 = 34, tq2_0 = 35, mxfp4 = 39,
+  tq1_0 = 34, tq2_0 = 35, mxfp4 = 39, nvfp4 = 40, q1_0 = 41, q2_0 = 42,
 };
+// clang-format on
 
 /// Geometry and name of one ggml type.
 struct GgmlTypeInfo {
   GgmlType type;
-  std::string_view name;   ///< ggml's spelling ("Q4_K", "F16", "IQ4_XS", ...)
+  std::string_view name;    ///< ggml's spelling ("Q4_K", "F16", "IQ4_XS", ...)
   std::int64_t block_elems; ///< elements per block (1 for plain types)
   std::int64_t block_bytes; ///< bytes per block
   bool importable;          ///< tpullm compiles weights of this type (others refused by name)
 };
 
 /// The table of every known ggml type.
+// clang-format off
 inline constexpr GgmlTypeInfo kGgmlTypes[] = {
     {GgmlType::f32, "F32", 1, 4, true},         {GgmlType::f16, "F16", 1, 2, true},
     {GgmlType::q4_0, "Q4_0", 32, 18, true},     {GgmlType::q4_1, "Q4_1", 32, 20, true},
@@ -46,7 +49,10 @@ inline constexpr GgmlTypeInfo kGgmlTypes[] = {
     {GgmlType::f64, "F64", 1, 8, false},        {GgmlType::iq1_m, "IQ1_M", 256, 56, false},
     {GgmlType::bf16, "BF16", 1, 2, true},       {GgmlType::tq1_0, "TQ1_0", 256, 54, false},
     {GgmlType::tq2_0, "TQ2_0", 256, 66, false}, {GgmlType::mxfp4, "MXFP4", 32, 17, false},
+    {GgmlType::nvfp4, "NVFP4", 64, 36, false},  {GgmlType::q1_0, "Q1_0", 128, 18, false},
+    {GgmlType::q2_0, "Q2_0", 64, 18, false},
 };
+// clang-format on
 
 /// The info of a stored type id, or nullopt for an id ggml does not define (or has retired).
 constexpr std::optional<GgmlTypeInfo> ggml_type_info(std::uint32_t id) noexcept {
@@ -62,7 +68,9 @@ constexpr GgmlTypeInfo ggml_info(GgmlType t) noexcept {
 }
 
 /// ggml's name of `t` ("Q4_K").
-constexpr std::string_view ggml_name(GgmlType t) noexcept { return ggml_info(t).name; }
+constexpr std::string_view ggml_name(GgmlType t) noexcept {
+  return ggml_info(t).name;
+}
 
 /// True for the plain float types F32, F16, BF16 (everything else importable is block-quantized).
 constexpr bool ggml_is_float(GgmlType t) noexcept {

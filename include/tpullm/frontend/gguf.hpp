@@ -21,7 +21,13 @@
 /// string values), an alignment that is not a power of two, unknown ggml types, a row size
 /// that is not a whole number of blocks, tensor data past the end of the file, misaligned or
 /// overlapping tensors, duplicate keys or tensor names. Work and memory are bounded by the
-/// file's size (no count is trusted before the bytes it implies are known to be there).
+/// file's size (no count is trusted before the bytes it implies are known to be there): every
+/// metadata element parsed takes at least one byte of the file and at most sizeof(GgufScalar)
+/// (or sizeof(GgufValue) for an array of arrays) bytes of memory; tensor data is never copied.
+/// Also refused: a big-endian file (unsupported), an empty key or tensor name, a bool that is
+/// not 0 or 1, a tensor of 0 or more than 4 dimensions, a dimension of 2^63 or more.
+/// A known ggml type that tpullm cannot import (IQ2_XXS, TQ1_0, ...) parses; the importer
+/// refuses it by name.
 
 #include "tpullm/conversion/ggml_types.hpp"
 #include "tpullm/support/error.hpp"
@@ -51,12 +57,28 @@ inline constexpr std::uint64_t kGgufMaxArray = 1u << 24;
 inline constexpr std::uint64_t kGgufMaxString = 1u << 24;
 /// Most dimensions of a tensor (ggml's GGML_MAX_DIMS).
 inline constexpr std::uint32_t kGgufMaxDims = 4;
+/// Largest `general.alignment` (a power of two; llama.cpp stores it as u32 and writes 32).
+inline constexpr std::uint64_t kGgufMaxAlignment = std::uint64_t{1} << 30;
 
 /// GGUF metadata value type ids, as stored.
 enum class GgufValueType : std::uint32_t {
-  u8 = 0, i8 = 1, u16 = 2, i16 = 3, u32 = 4, i32 = 5, f32 = 6, boolean = 7, string = 8,
-  array = 9, u64 = 10, i64 = 11, f64 = 12,
+  u8 = 0,
+  i8 = 1,
+  u16 = 2,
+  i16 = 3,
+  u32 = 4,
+  i32 = 5,
+  f32 = 6,
+  boolean = 7,
+  string = 8,
+  array = 9,
+  u64 = 10,
+  i64 = 11,
+  f64 = 12,
 };
+
+/// The spelling of a value type in messages ("u32", "string", "array", ...).
+std::string_view gguf_value_type_name(GgufValueType t) noexcept;
 
 /// A scalar metadata value: integers widened to int64 / uint64 (u64 kept unsigned), floats to
 /// double, bool, string.
@@ -76,6 +98,7 @@ struct GgufValue {
   /// An array of arrays' elements.
   std::vector<GgufValue> nested;
 
+  /// True for both array forms.
   bool is_array() const noexcept { return type == GgufValueType::array; }
 };
 
@@ -121,10 +144,13 @@ public:
   /// True when `path` is a regular file starting with the GGUF magic (reads 4 bytes).
   static bool looks_like_gguf(const std::filesystem::path& path) noexcept;
 
+  /// The path (or name) given to open / parse, as errors show it.
   const std::string& source() const noexcept { return source_; }
+  /// The file's GGUF version (2 or 3).
   std::uint32_t version() const noexcept { return version_; }
+  /// The data alignment in bytes (`general.alignment`, default 32).
   std::uint64_t alignment() const noexcept { return alignment_; }
-  /// Metadata in file order of keys (a std::map: lookups by key).
+  /// Metadata by key (sorted by key, not in file order).
   const std::map<std::string, GgufValue, std::less<>>& metadata() const noexcept { return kv_; }
   /// Tensors in file order.
   const std::vector<GgufTensor>& tensors() const noexcept { return tensors_; }
@@ -135,7 +161,8 @@ public:
   const GgufTensor* find_tensor(std::string_view name) const;
 
   /// Typed reads: nullopt when the key is absent; Error(invalid_input) naming the key when it
-  /// holds another type. Integers of any stored integer type that fit; floats from f32 / f64.
+  /// holds another type. Integers of any stored integer type that fit; floats from f32 / f64
+  /// (or an integer type, converted).
   std::optional<std::string> get_string(std::string_view key) const;
   std::optional<std::int64_t> get_int(std::string_view key) const;
   std::optional<double> get_float(std::string_view key) const;
@@ -144,7 +171,7 @@ public:
   std::optional<std::vector<std::string>> get_string_array(std::string_view key) const;
   /// An array of integers (token_type, eos ids); Error unless every element is an integer.
   std::optional<std::vector<std::int64_t>> get_int_array(std::string_view key) const;
-  /// An array of numbers as double (tokenizer.ggml.scores).
+  /// An array of numbers (any integer or float element type) as double (tokenizer.ggml.scores).
   std::optional<std::vector<double>> get_float_array(std::string_view key) const;
 
 private:

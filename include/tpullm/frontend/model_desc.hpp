@@ -11,9 +11,11 @@
 ///        (a sparse layer: h + the routed experts of mlp_norm(h), frontend/moe_config.hpp)
 /// logits = lm_head(final_norm(x_last)).
 
+#include "tpullm/conversion/ggml_types.hpp"
 #include "tpullm/frontend/families.hpp"
 #include "tpullm/frontend/hf_config.hpp"
 #include "tpullm/frontend/safetensors.hpp"
+#include "tpullm/frontend/text_files.hpp"
 #include "tpullm/support/error.hpp"
 
 #include <cstdint>
@@ -92,21 +94,61 @@ struct QuantizedWeight {
   bool g_idx_trivial = true;
 };
 
-/// One weight slot: absent, a plain tensor, or a quantized linear.
+/// A matrix stored as a GGUF tensor's ggml blocks (conversion/ggml_blocks.hpp): `rows` rows of
+/// `cols` elements, each row cols / block_elems blocks along the row, row-major, so a linear is
+/// [N = out_features, K = in_features] (the HF orientation) and a table [vocab, hidden]. The
+/// bytes are a zero-copy view into the mapped file, or owned (a permuted copy of llama's q / k).
+struct GgmlWeight {
+  conversion::GgmlType type = conversion::GgmlType::q8_0;
+  /// N (linear) or vocab (table).
+  std::int64_t rows = 0;
+  /// K (linear) or hidden (table): elements of one row.
+  std::int64_t cols = 0;
+  /// rows * ggml_row_bytes(type, cols) bytes.
+  std::span<const std::byte> bytes;
+  /// Owner of `bytes` (the mapped file, or a copy).
+  std::shared_ptr<const void> keepalive;
+  /// The GGUF tensor name ("blk.0.attn_q.weight").
+  std::string name;
+  /// The file, for error messages.
+  std::string source;
+  /// out_in for a linear, table for an embedding.
+  WeightLayout layout = WeightLayout::out_in;
+  /// "<source>: tensor '<name>'".
+  std::string where() const { return str_cat(source, ": tensor '", name, "'"); }
+};
+
+/// One weight slot: absent, a plain tensor, a quantized linear, or ggml blocks.
 struct WeightRef {
-  std::variant<std::monostate, PlainWeight, QuantizedWeight> storage;
+  std::variant<std::monostate, PlainWeight, QuantizedWeight, GgmlWeight> storage;
 
   /// False for an absent optional slot (e.g. q_bias of llama).
   bool present() const noexcept { return !std::holds_alternative<std::monostate>(storage); }
-  /// True for a quantized linear.
-  bool is_quantized() const noexcept { return std::holds_alternative<QuantizedWeight>(storage); }
+  /// True for a quantized linear (GPTQ / AWQ layouts, or ggml blocks).
+  bool is_quantized() const noexcept {
+    return std::holds_alternative<QuantizedWeight>(storage) ||
+           std::holds_alternative<GgmlWeight>(storage);
+  }
+  /// True for ggml blocks from a GGUF file.
+  bool is_ggml() const noexcept { return std::holds_alternative<GgmlWeight>(storage); }
+  /// True when the slot is stored [out, in] and read with transpose_b (plain and ggml weights;
+  /// GPTQ / AWQ linears are logical [in, out]).
+  bool stored_out_in() const noexcept {
+    return std::holds_alternative<PlainWeight>(storage) || is_ggml();
+  }
+  /// The ggml blocks; throws Error(internal) otherwise.
+  const GgmlWeight& ggml() const {
+    const auto* p = std::get_if<GgmlWeight>(&storage);
+    check(p != nullptr, ErrorKind::internal, "WeightRef", "not a ggml weight");
+    return *p;
+  }
   /// The plain tensor; throws Error(internal) if absent or quantized.
   const PlainWeight& plain() const {
     const auto* p = std::get_if<PlainWeight>(&storage);
     check(p != nullptr, ErrorKind::internal, "WeightRef", "not a plain weight");
     return *p;
   }
-  /// The quantized linear; throws Error(internal) if absent or plain.
+  /// The GPTQ / AWQ linear; throws Error(internal) otherwise.
   const QuantizedWeight& quantized() const {
     const auto* p = std::get_if<QuantizedWeight>(&storage);
     check(p != nullptr, ErrorKind::internal, "WeightRef", "not a quantized weight");
@@ -204,8 +246,15 @@ struct ModelDesc {
   std::vector<std::string> unused_tensors;
   /// The parsed config.json.
   HfConfig config;
-  /// The checkpoint the views point into (views also keep their files mapped on their own).
+  /// The checkpoint the views point into (views also keep their files mapped on their own);
+  /// null for a GGUF source.
   std::shared_ptr<const Checkpoint> checkpoint;
+  /// The GGUF file a model was loaded from (frontend/gguf_model.hpp); empty for a checkpoint
+  /// folder.
+  std::filesystem::path source_file;
+  /// The text side carried inside the source (a GGUF's vocabulary and chat template), or nullopt
+  /// when it sits beside config.json as files (frontend::read_text_files(dir)).
+  std::optional<TextFiles> text;
 };
 
 /// Options for load_model / describe_model.
@@ -282,11 +331,13 @@ public:
 ModelDesc describe_model(const HfConfig& cfg, std::shared_ptr<const Checkpoint> ckpt,
                          const LoadOptions& opts = {});
 
-/// Reads `dir`/config.json and the checkpoint in `dir` and returns the validated ModelDesc.
-inline ModelDesc load_model(const std::filesystem::path& dir, const LoadOptions& opts = {}) {
-  const HfConfig cfg = load_hf_config(dir / "config.json");
-  auto ckpt = std::make_shared<const Checkpoint>(Checkpoint::open(dir, opts.access));
-  return describe_model(cfg, std::move(ckpt), opts);
-}
+/// Loads a model source: a checkpoint folder (config.json + safetensors), a GGUF file, or a
+/// folder holding no config.json and exactly one .gguf file (e.g. model.gguf beside goldens).
+/// Anything else is one Error(invalid_input) line saying what was expected.
+ModelDesc load_model(const std::filesystem::path& path, const LoadOptions& opts = {});
+
+/// The GGUF file `path` names (itself, or the one .gguf in a folder without config.json), or
+/// nullopt when `path` is a checkpoint folder; throws as load_model for anything else.
+std::optional<std::filesystem::path> gguf_source(const std::filesystem::path& path);
 
 } // namespace tpullm::frontend

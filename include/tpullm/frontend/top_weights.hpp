@@ -35,9 +35,17 @@ inline ir::Weight plain_weight(const std::string& name, const WeightRef& ref) {
 /// gptq_v2 (exact zeros); a symmetric one has no qzeros (zero 2^(bits-1)).
 ir::Weight quantized_weight(const std::string& name, const QuantizedWeight& q);
 
+/// ggml blocks as `@name`: logical [rows, cols] (the stored orientation: a linear [N, K] read
+/// with transpose_b, a table [vocab, hidden]), dtype u4 or u8 by the container its type
+/// repacks into (conversion/ggml_blocks.hpp), QuantSpec format ggml with the type id and the
+/// type's group; one part "blocks" viewing the stored bytes.
+ir::Weight ggml_weight(const std::string& name, const GgmlWeight& g);
+
 /// Any present slot as `@name`.
 inline ir::Weight slot_weight(const std::string& name, const WeightRef& ref) {
   check(ref.present(), ErrorKind::internal, name, "weight slot is absent");
+  if (ref.is_ggml())
+    return ggml_weight(name, ref.ggml());
   return ref.is_quantized() ? quantized_weight(name, ref.quantized()) : plain_weight(name, ref);
 }
 

@@ -21,6 +21,7 @@ enum class QuantFormat : std::uint8_t {
   awq,     ///< AWQ GEMM checkpoint layout (qweight [K, N/8], nibble order 0,2,4,6,1,3,5,7)
   packed,  ///< tpullm's own kernel layout (see docs/kernels.md)
   gptq_v2, ///< GPTQ layout with zeros stored exactly (checkpoint_format gptq_v2)
+  ggml,    ///< a GGUF tensor's ggml blocks as stored (QuantSpec::ggml_type), rows [N, K]
 };
 
 /// Text spelling of a QuantFormat.
@@ -34,11 +35,13 @@ constexpr std::string_view name(QuantFormat f) {
     return "packed";
   case QuantFormat::gptq_v2:
     return "gptq_v2";
+  case QuantFormat::ggml:
+    return "ggml";
   }
   return "?";
 }
 
-/// Parses "gptq" | "awq" | "packed" | "gptq_v2".
+/// Parses "gptq" | "awq" | "packed" | "gptq_v2" (a ggml format is spelled by parse_quant_spelling).
 std::optional<QuantFormat> parse_quant_format(std::string_view s);
 
 /// Quantization of a weight tensor of logical shape [K, N]: group-wise scales along K
@@ -48,9 +51,23 @@ struct QuantSpec {
   std::int64_t group_size = 0;              ///< rows of K sharing one scale; 0 = per channel
   bool zero_point = false;                  ///< asymmetric: value = (q - zero) * scale
   bool act_order = false;                   ///< GPTQ act-order: row k uses group g_idx[k]
+  /// format ggml: the ggml_type id of the blocks (conversion/ggml_types.hpp). Such a weight's
+  /// logical shape is the stored [N, K] (rows of K elements, blocks along K), read with
+  /// transpose_b as a float HF weight is; its one part "blocks" holds the row bytes as stored.
+  std::uint32_t ggml_type = 0;
 
   friend bool operator==(const QuantSpec&, const QuantSpec&) = default;
 };
+
+/// True when a quantized weight of spec q is stored as rows [N, K] (format ggml): it is read with
+/// transpose_b, as a float HuggingFace weight is, and a table of such rows can be gathered.
+constexpr bool quant_stored_as_rows(const QuantSpec& q) { return q.format == QuantFormat::ggml; }
+
+/// The text spelling of q's format: name(q.format), or "ggml_<type>" ("ggml_q4_k") for ggml.
+std::string quant_spelling(const QuantSpec& q);
+
+/// Parses a format spelling of quant_spelling into q.format (and q.ggml_type); false if unknown.
+bool parse_quant_spelling(std::string_view s, QuantSpec& q);
 
 /// How a tensor's elements are arranged in memory.
 enum class Layout : std::uint8_t {

@@ -23,6 +23,10 @@ struct RopeScaling {
   double factor = 1.0;                                  ///< linear and llama3
   double low_freq_factor = 1.0;                         ///< llama3
   double high_freq_factor = 4.0;                        ///< llama3
+  /// Per-frequency divisors [d/2] applied after `kind` (a GGUF's rope_freqs tensor, which
+  /// llama.cpp's converter writes for llama3 scaling: inv_freq[i] / freq_factors[i] in f32);
+  /// empty for none.
+  std::vector<float> freq_factors;
   std::int64_t original_max_position_embeddings = 8192; ///< llama3
 };
 

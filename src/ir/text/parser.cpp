@@ -73,10 +73,8 @@ auto Parser::parse_quant() -> QuantSpec {
   expect(Tok::less, "'<'");
   QuantSpec q;
   const Token f = expect(Tok::bare_id, "a quantization format (gptq, awq, packed)");
-  auto fmt = parse_quant_format(f.text);
-  if (!fmt)
+  if (!parse_quant_spelling(f.text, q))
     throw DiagnosticError(f.loc, "unknown quantization format '" + f.text + "'");
-  q.format = *fmt;
   expect(Tok::comma, "','");
   expect_keyword("group");
   expect(Tok::equal, "'='");
