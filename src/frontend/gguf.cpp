@@ -491,8 +491,10 @@ auto GgufFile::get_int(std::string_view key) const -> std::optional<std::int64_t
   if (v->is_array() || !is_integer(v->type))
     wrong_type(source_, key, *v, "an integer");
   const auto i = scalar_int(v->scalar);
-  check(i.has_value(), ErrorKind::invalid_input, str_cat(source_, ": key '", key, "'"), "value ",
-        std::get<std::uint64_t>(v->scalar), " does not fit a signed 64-bit integer");
+  // Not check(): its arguments are evaluated first, and std::get<u64> of an int64 scalar throws.
+  if (!i)
+    throw_error(ErrorKind::invalid_input, str_cat(source_, ": key '", key, "'"), "value ",
+                std::get<std::uint64_t>(v->scalar), " does not fit a signed 64-bit integer");
   return i;
 }
 
