@@ -6,9 +6,9 @@
 # that is none of the three is one line saying what was expected; a cache that cannot be created
 # or written (a full disk) is one line and leaves no partial file. XDG_CACHE_HOME and TMPDIR point
 # into WORK_DIR: nothing is written under the real home.
-# Usage: run_source.sh TPULLM MODELS_DIR WORK_DIR
+# Usage: run_source.sh TPULLM MODELS_DIR GGUF_MODELS_DIR WORK_DIR
 set -u
-tpullm=$1 models=$2 work=$3
+tpullm=$1 models=$2 ggufs=$3 work=$4
 rm -rf "$work"
 mkdir -p "$work/tmp"
 cd "$work" || exit 1
@@ -84,16 +84,35 @@ expect 2 "^tpullm chat: invalid input: --seq-length: must be > 0, got 0" \
 
 # Paths that are none of the three: one line saying what was expected.
 mkdir empty
-expect 2 "^tpullm run: invalid input: empty: is a directory without config.json; expected a bundle file \(from tpullm compile\), a checkpoint folder \(config.json \+ safetensors\) or a .gguf file$" \
+expect 2 "^tpullm run: invalid input: empty: is a directory without config.json or a .gguf file; expected a bundle file \(from tpullm compile\), a checkpoint folder \(config.json \+ safetensors\), a .gguf file or a folder holding one$" \
   "$tpullm" run empty --prompt-ids 1
 printf 'hello\n' > notes.gguf
 expect 2 "^tpullm chat: invalid input: notes.gguf: is not a tpullm bundle, a checkpoint folder or a GGUF file; expected a bundle file" \
   "$tpullm" chat notes.gguf
 expect 2 "^tpullm serve: invalid input: model/config.json: is not a tpullm bundle" \
   "$tpullm" serve model/config.json --port 0
-# A GGUF is passed to compile's loader as it is (whose refusal or parse error is one line).
+# A GGUF is passed to compile's loader as it is (a truncated one: its parse error, one line).
 printf 'GGUF\003\000\000\000' > tiny.gguf
-expect 2 "tiny.gguf" "$tpullm" run tiny.gguf --prompt-ids 1
+expect 2 "^tpullm run: invalid input: .*tiny.gguf" "$tpullm" run tiny.gguf --prompt-ids 1
+mkdir two && cp "$ggufs/llama-q4_0/model.gguf" two/a.gguf && cp two/a.gguf two/b.gguf
+expect 2 "^tpullm run: invalid input: two: has no config.json and 2 GGUF files; name one of them$" \
+  "$tpullm" run two --prompt-ids 1
+
+# A GGUF file (llama.cpp's Q8_0, tied embeddings), and a folder holding one: the same content, so
+# the same key (the folder's name names the file); byte-identical to tpullm compile.
+cp "$ggufs/qwen2-q8_0/model.gguf" q8.gguf
+expect 0 "compiling q8.gguf for this machine \(mode f32, seq_length [0-9]+, max_input_length [0-9]+\) into $cache/q8-[0-9a-f]{16}\.bundle.*stopped: token budget after 4 tokens" \
+  "$tpullm" run q8.gguf --seq-length 256 --prompt-ids 1,2,3 -n 4
+gguf_ids=$(printf '%s\n' "$out" | grep -E '^[0-9]+(,[0-9]+)+$')
+q8=$(find "$cache" -maxdepth 1 -name 'q8-*.bundle')
+expect 0 "wrote q8-compiled.bundle" "$tpullm" compile q8.gguf -o q8-compiled.bundle --seq-length 256 \
+  --max-input-length 128
+cmp -s q8-compiled.bundle "$q8" || { fail=1; echo "FAIL: the cached GGUF bundle differs from compile's"; }
+expect 0 "using the cached bundle $q8" "$tpullm" run q8.gguf --seq-length 256 --prompt-ids 1,2,3 -n 4
+expect 0 "compiling $ggufs/qwen2-q8_0 .*stopped" \
+  "$tpullm" run "$ggufs/qwen2-q8_0" --seq-length 256 --prompt-ids 1,2,3 -n 4
+[ "$(printf '%s\n' "$out" | grep -E '^[0-9]+(,[0-9]+)+$')" = "$gguf_ids" ] ||
+  { fail=1; echo "FAIL: the GGUF's folder generates other ids than the file"; }
 
 # A cache that cannot be created: one line naming the directory, nothing written.
 printf 'x' > afile

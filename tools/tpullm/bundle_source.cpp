@@ -14,6 +14,7 @@
 
 #include "compile_bundle.hpp"
 #include "tpullm/conversion/lower_to_tpu.hpp"
+#include "tpullm/frontend/gguf.hpp"
 #include "tpullm/frontend/memory_estimate.hpp"
 #include "tpullm/support/crc32c.hpp"
 #include "tpullm/support/mapped_file.hpp"
@@ -132,18 +133,24 @@ SourceKind classify_source(const fs::path& path) {
   std::error_code ec;
   const auto st = fs::status(path, ec);
   const char* expected = "expected a bundle file (from tpullm compile), a checkpoint folder "
-                         "(config.json + safetensors) or a .gguf file";
+                         "(config.json + safetensors), a .gguf file or a folder holding one";
   if (fs::is_directory(st)) {
-    check(fs::is_regular_file(path / "config.json", ec), ErrorKind::invalid_input, path.string(),
-          "is a directory without config.json; ", expected);
-    return SourceKind::checkpoint;
+    if (fs::is_regular_file(path / "config.json", ec))
+      return SourceKind::checkpoint;
+    bool gguf = false;
+    for (const auto& e : fs::directory_iterator(path, ec))
+      gguf = gguf || e.path().extension() == ".gguf";
+    check(gguf, ErrorKind::invalid_input, path.string(),
+          "is a directory without config.json or a .gguf file; ", expected);
+    (void)frontend::gguf_source(path); // compile's rule: exactly one GGUF file in it
+    return SourceKind::gguf;
   }
   if (!fs::is_regular_file(st))
     return SourceKind::bundle; // missing, a FIFO, a device: Bundle::open says which, unblocked
-  const std::string head = head_bytes(path, 8);
-  if (head.size() >= 4 && head.compare(0, 4, "GGUF") == 0)
+  if (frontend::GgufFile::looks_like_gguf(path))
     return SourceKind::gguf;
   // A bundle starts with "TPULLMB\0" (docs/bundle.md); anything else is none of the three.
+  const std::string head = head_bytes(path, 8);
   check(head.size() == 8 && head.compare(0, 7, "TPULLMB") == 0 && head[7] == '\0',
         ErrorKind::invalid_input, path.string(),
         "is not a tpullm bundle, a checkpoint folder or a GGUF file; ", expected);
@@ -176,7 +183,7 @@ frontend::StageParams source_params(const frontend::ModelDesc& desc, std::int64_
 std::string source_content_hash(const fs::path& source, SourceKind kind) {
   std::vector<fs::path> files;
   if (kind == SourceKind::gguf) {
-    files.push_back(source);
+    files.push_back(*frontend::gguf_source(source)); // the file, or the one in the folder
   } else {
     std::error_code ec;
     for (const auto& e : fs::directory_iterator(source, ec)) {

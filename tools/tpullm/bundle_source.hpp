@@ -32,7 +32,7 @@ struct BundleArgs {
 enum class SourceKind {
   bundle,     ///< a tpullm bundle file (or anything else that is not a source: Bundle::open judges)
   checkpoint, ///< a folder with config.json
-  gguf,       ///< a regular file starting with the GGUF magic
+  gguf,       ///< a regular file starting with the GGUF magic, or a folder holding one .gguf
 };
 
 /// Parses `<command> BUNDLE [options]` (kOptionStyle) into `a` and `vm`: adds to `o` the
@@ -44,7 +44,8 @@ bool parse_bundle_command(const std::vector<std::string>& args, po::options_desc
 
 /// What `path` is (reads at most 4 bytes of a regular file; never opens a FIFO or a device).
 /// Throws Error(invalid_input) naming the path, in one line saying what was expected, for a
-/// directory without config.json and for a regular file that is neither a bundle nor a GGUF.
+/// directory without config.json or .gguf files (or with several: frontend::gguf_source) and for
+/// a regular file that is neither a bundle nor a GGUF.
 SourceKind classify_source(const std::filesystem::path& path);
 
 /// The stage parameters a source is compiled with when `run` & co. compile it: seq_length
@@ -56,7 +57,8 @@ frontend::StageParams source_params(const frontend::ModelDesc& desc, std::int64_
                                     std::int64_t kv_value_bytes);
 
 /// The 64-bit content hash of a source as 16 hex digits: name, size and CRC-32C of every file
-/// the compile reads (a folder's *.json, *.safetensors and *.jinja files; a GGUF file itself).
+/// the compile reads (a folder's *.json, *.safetensors and *.jinja files; a GGUF file itself, or
+/// the one .gguf file of a folder).
 std::string source_content_hash(const std::filesystem::path& source, SourceKind kind);
 
 /// The bundle cache directory: $XDG_CACHE_HOME/tpullm/bundles when XDG_CACHE_HOME is an

@@ -7,7 +7,6 @@
 #include <iomanip>
 #include <sstream>
 
-#include "bundle_source.hpp"
 #include "command.hpp"
 #include "quant_options.hpp"
 #include "tpullm/frontend/memory_estimate.hpp"
@@ -237,9 +236,6 @@ CompileReport compile_bundle(const frontend::ModelDesc& desc, const frontend::St
 }
 
 frontend::ModelDesc load_checkpoint(const std::string& model, FileAccess access) {
-  if (classify_source(model) == SourceKind::gguf)
-    throw Error(ErrorKind::unsupported, model,
-                "is a GGUF file; compiling GGUF files is not supported yet (issue 33)");
   frontend::LoadOptions load;
   load.access = access;
   return frontend::load_model(model, load);

@@ -39,7 +39,7 @@ CompileReport compile_bundle(const frontend::ModelDesc& desc, const frontend::St
                              const std::function<void(const CompileReport&)>& before_commit = {});
 
 /// Loads the model `tpullm compile` compiles from `model`: a checkpoint folder (config.json +
-/// safetensors). A GGUF file is refused by name (Error(unsupported)) until its import lands.
+/// safetensors), a GGUF file, or a folder holding one .gguf file (frontend::load_model).
 frontend::ModelDesc load_checkpoint(const std::string& model, FileAccess access);
 
 /// What `tpullm compile` does once its options are parsed, shared by every command that compiles
