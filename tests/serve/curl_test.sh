@@ -2,8 +2,9 @@
 # curl against `tpullm serve`: the server-sent-event framing of a streamed answer, and the status
 # and OpenAI error object of every kind of bad request (malformed JSON, wrong types, invalid
 # UTF-8, too many messages, a body over the limit, a prompt over the compiled sequence, unknown
-# routes and models, a wrong key), plus a slow client that never finishes its headers (closed by
-# the read timeout) and one that stalls inside its body, while others are served. Usage: curl_test.sh TPULLM BUNDLE WORKDIR
+# routes and models, a wrong key), plus a slow client that never finishes its headers (answered
+# 408 and closed at the whole-request bound) and one that stalls inside its body, while others
+# are served. test_hostile.cjs has the rest of the hostile clients. Usage: curl_test.sh TPULLM BUNDLE WORKDIR
 set -euo pipefail
 tpullm=$1 bundle=$2 work=$3
 mkdir -p "$work"
@@ -77,7 +78,7 @@ expect 404 unknown_route "${auth[@]}" "$url/v1/embeddings"
 expect 404 model_not_found "${auth[@]}" "${json[@]}" "$chat" \
   -d '{"model":"gpt-4","messages":[{"role":"user","content":"hi"}]}'
 
-# A client that never finishes its headers does not stall anyone; the read timeout closes it.
+# A client that never finishes its headers does not stall anyone; the request bound closes it.
 exec 3<>"/dev/tcp/127.0.0.1/$port"
 printf 'POST /v1/completions HTTP/1.1\r\nHost: x\r\n' >&3
 start=$(date +%s)

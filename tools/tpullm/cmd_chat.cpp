@@ -113,7 +113,12 @@ int cmd_chat(const std::vector<std::string>& args) {
       if (e.kind() != ErrorKind::invalid_input)
         throw;
       ++refused;
-      std::cerr << "tpullm chat: " << e.what() << " (type /reset to start over)\n";
+      // /reset is a line of the conversation: it means nothing to a piped list of messages.
+      std::cerr << "tpullm chat: " << e.what()
+                << (messages      ? ""
+                    : interactive ? " (type /reset to start over)"
+                                  : " (a /reset line starts over)")
+                << "\n";
     }
   };
 

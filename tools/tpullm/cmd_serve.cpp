@@ -1,15 +1,16 @@
-// tpullm serve FILE.bundle: an OpenAI-compatible HTTP server (cpp-httplib) over a bundle. HTTP
-// threads parse requests, render chats through the bundle's chat template, tokenize and wait for
-// text; one scheduler thread (serve_scheduler.hpp) owns all compute. Writes only its log
-// (stderr). SIGINT / SIGTERM end the in-flight requests and exit 0.
-#include <pthread.h>
+// tpullm serve FILE.bundle: an OpenAI-compatible HTTP server (cpp-httplib, with the connection
+// handling of serve_http.hpp) over a bundle. HTTP threads parse requests, render chats through
+// the bundle's chat template (concurrently, under no lock), tokenize and wait for text; one
+// scheduler thread (serve_scheduler.hpp) owns all compute. Writes only its log (stderr). SIGINT /
+// SIGTERM end the in-flight requests and exit 0 within a bound; a second signal exits at once.
 #include <signal.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <ctime>
 #include <filesystem>
 #include <iostream>
-#include <mutex>
+#include <optional>
 #include <thread>
 
 #include <httplib.h>
@@ -17,6 +18,7 @@
 #include "bundle_source.hpp"
 #include "command.hpp"
 #include "serve_api.hpp"
+#include "serve_http.hpp"
 #include "serve_metrics.hpp"
 #include "serve_scheduler.hpp"
 #include "tpullm/frontend/memory_estimate.hpp"
@@ -28,8 +30,14 @@ namespace {
 
 using serve::ApiError;
 
-/// Request bodies larger than this get 413 (documented in docs/serve.md).
+/// Request bodies larger than this get 413, whatever their framing (documented in
+/// docs/serve.md).
 constexpr std::size_t kMaxBodyBytes = 1 << 20;
+/// After the first SIGINT / SIGTERM: connections still open this long are closed ...
+constexpr std::chrono::milliseconds kStopGrace{2000};
+/// ... and the process exits this long after the signal whatever still runs (a long chat
+/// template render, a model step): status 1 then, 0 when everything ended before.
+constexpr std::chrono::milliseconds kStopBound{5000};
 /// Slots --slots defaults to at most without batched decode (more do not decode faster); with
 /// it, the largest compiled decode batch when that is more.
 constexpr int kDefaultMaxSlots = 4;
@@ -51,6 +59,80 @@ void send_error(httplib::Response& res, const ApiError& e) {
   res.set_content(serve::error_body(e), "application/json");
 }
 
+bool iequals(std::string_view a, std::string_view b) {
+  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
+           return std::tolower(static_cast<unsigned char>(x)) ==
+                  std::tolower(static_cast<unsigned char>(y));
+         });
+}
+
+/// Whether `got` equals `key`, in a time that depends on the lengths only (not on where they
+/// differ).
+bool same_key(std::string_view got, std::string_view key) {
+  unsigned diff = got.size() != key.size();
+  for (std::size_t i = 0; i < key.size(); ++i)
+    diff |= static_cast<unsigned char>(key[i]) ^
+            static_cast<unsigned char>(i < got.size() ? got[i] : 0);
+  return diff == 0;
+}
+
+/// Refuses a request whose body stays unread: the connection is closed after the answer (the
+/// body's bytes must not be read as the next request).
+[[noreturn]] void refuse_unread(ApiError e) {
+  serve::ConnectionControl::close_after_answer();
+  throw e;
+}
+
+/// The request body, read through `reader` and cut at kMaxBodyBytes whatever the framing
+/// (Content-Length, chunked, or none: up to the end of the client's sending side). 413 past the
+/// bound, 408 when the request's time bound passes, 400 for a malformed framing.
+std::string read_body(const httplib::Request& req, const httplib::ContentReader& reader,
+                      const std::atomic<bool>& stopping) {
+  const bool has_te = req.has_header("Transfer-Encoding");
+  if (has_te && !iequals(req.get_header_value("Transfer-Encoding"), "chunked"))
+    refuse_unread(ApiError{400, "only 'Transfer-Encoding: chunked' is accepted",
+                           "invalid_request_error", "", "bad_framing"});
+  if (req.has_header("Content-Length")) {
+    const std::string v = req.get_header_value("Content-Length");
+    if (has_te || req.get_header_value_count("Content-Length") != 1 || v.empty() || v.size() > 18 ||
+        v.find_first_not_of("0123456789") != std::string::npos)
+      refuse_unread(ApiError{400,
+                             "Content-Length must be one decimal number (and not be sent with "
+                             "Transfer-Encoding)",
+                             "invalid_request_error", "", "bad_framing"});
+    if (std::stoull(v) > kMaxBodyBytes)
+      refuse_unread(ApiError{
+          413, "the request body is larger than " + std::to_string(kMaxBodyBytes) + " bytes",
+          "invalid_request_error", "", "body_too_large"});
+  }
+  std::string body;
+  bool over = false;
+  const bool ok = reader([&](const char* data, std::size_t n) {
+    if (body.size() + n > kMaxBodyBytes) {
+      over = true;
+      return false;
+    }
+    body.append(data, n);
+    return true;
+  });
+  if (ok)
+    return body;
+  if (over || serve::ConnectionControl::request_too_large())
+    refuse_unread(
+        ApiError{413, "the request body is larger than " + std::to_string(kMaxBodyBytes) + " bytes",
+                 "invalid_request_error", "", "body_too_large"});
+  if (serve::ConnectionControl::request_timed_out())
+    refuse_unread(ApiError{408, "the request body did not arrive in time", "invalid_request_error",
+                           "", "request_timeout"});
+  if (stopping)
+    refuse_unread(
+        ApiError{503, "the server is shutting down", "server_error", "", "shutting_down"});
+  refuse_unread(ApiError{400,
+                         "the request body could not be read (a malformed chunked framing, or "
+                         "the connection closed before its end)",
+                         "invalid_request_error", "", "bad_framing"});
+}
+
 /// The server's shared state.
 struct Server {
   Server(std::shared_ptr<const bundle::Bundle> b, runtime::TextSide t)
@@ -63,21 +145,29 @@ struct Server {
   serve::RequestLimits limits;
   serve::Metrics metrics;
   std::unique_ptr<serve::Scheduler> scheduler;
-  std::mutex template_mutex;
   std::atomic<std::uint64_t> next_id{1};
-  std::atomic<int> streams{0}; ///< streaming answers still being written
+  std::atomic<int> streams{0};       ///< streaming answers still being written
+  std::atomic<bool> stopping{false}; ///< a stop signal came
 
+  /// 401 unless the request carries `Authorization: Bearer KEY` (the scheme in any case, RFC
+  /// 7235; the key compared in constant time). The connection closes after a 401 (a body is
+  /// not read for a client without the key).
   void authorize(const httplib::Request& req) const {
     if (api_key.empty())
       return;
-    const std::string want = "Bearer " + api_key;
     const std::string got = req.get_header_value("Authorization");
-    unsigned diff = got.size() != want.size();
-    for (std::size_t i = 0; i < std::min(got.size(), want.size()); ++i)
-      diff |= static_cast<unsigned>(got[i] ^ want[i]);
-    if (diff)
-      throw ApiError{401, "invalid API key (send 'Authorization: Bearer KEY')",
-                     "authentication_error", "", "invalid_api_key"};
+    std::string_view token;
+    if (got.size() > 7 && iequals(std::string_view(got).substr(0, 6), "bearer") &&
+        (got[6] == ' ' || got[6] == '\t')) {
+      token = std::string_view(got).substr(7);
+      const auto first = token.find_first_not_of(" \t");
+      const auto last = token.find_last_not_of(" \t");
+      token = first == std::string_view::npos ? std::string_view()
+                                              : token.substr(first, last - first + 1);
+    }
+    if (!same_key(token, api_key))
+      refuse_unread(ApiError{401, "invalid API key (send 'Authorization: Bearer KEY')",
+                             "authentication_error", "", "invalid_api_key"});
   }
 
   /// The prompt's token ids: a chat rendered through the template, text tokenized (special
@@ -88,15 +178,12 @@ struct Server {
         if (!text.chat_template)
           throw ApiError{400, "this model's tokenizer has no chat template; use /v1/completions",
                          "invalid_request_error", "messages", "no_chat_template"};
+        // Rendered on this request's own thread under no lock: a render is const (its state is
+        // the call's), so a long one delays nobody else.
         const auto special = runtime::template_special_tokens(text.tokenizer);
-        std::string rendered;
-        {
-          std::lock_guard lock(template_mutex);
-          const auto ctx = text::ChatTemplate::make_context(g.messages, nullptr, true, special,
-                                                            nlohmann::ordered_json::object());
-          rendered = text.chat_template->render(ctx);
-        }
-        return text.tokenizer.encode(rendered, false);
+        const auto ctx = text::ChatTemplate::make_context(g.messages, nullptr, true, special,
+                                                          nlohmann::ordered_json::object());
+        return text.tokenizer.encode(text.chat_template->render(ctx), false);
       }
       if (g.prompt_text)
         return text.tokenizer.encode(*g.prompt_text, true);
@@ -113,23 +200,26 @@ struct Server {
     return g.prompt_ids;
   }
 
-  void generate(const httplib::Request& req, httplib::Response& res, bool chat) {
+  void generate(const httplib::Request& req, const httplib::ContentReader& reader,
+                httplib::Response& res, bool chat) {
     authorize(req);
-    auto g = serve::parse_request(req.body, chat, model_id,
-                                  text.tokenizer.config().generation_defaults, limits);
+    const std::string body = read_body(req, reader, stopping);
+    auto g = serve::parse_request(body, chat, model_id, text.tokenizer.config().generation_defaults,
+                                  limits);
     serve::JobSpec spec;
     spec.prompt = prompt_of(g);
     const std::int64_t seq = bundle->model().params.seq_length;
     const auto n = static_cast<std::int64_t>(spec.prompt.size());
     if (n == 0)
       throw ApiError{400, "the prompt is empty", "invalid_request_error", "prompt", ""};
-    if (n >= seq)
-      throw ApiError{
-          400,
-          "the prompt has " + std::to_string(n) +
-              " tokens; this bundle's compiled sequence length is " + std::to_string(seq) +
-              " (prompt + answer), so at most " + std::to_string(seq - 1) + " prompt tokens fit",
-          "invalid_request_error", chat ? "messages" : "prompt", "context_length_exceeded"};
+    if (n > seq)
+      throw ApiError{400,
+                     "the prompt has " + std::to_string(n) +
+                         " tokens; this bundle's compiled sequence length is " +
+                         std::to_string(seq) + " (prompt + answer), so at most " +
+                         std::to_string(seq) + " prompt tokens fit (then the answer is one token)",
+                     "invalid_request_error", chat ? "messages" : "prompt",
+                     "context_length_exceeded"};
     const auto& params = bundle->model().params;
     if (!params.with_history && n > params.max_input_length)
       throw ApiError{400,
@@ -139,7 +229,10 @@ struct Server {
                          std::to_string(params.max_input_length) + " tokens",
                      "invalid_request_error", chat ? "messages" : "prompt",
                      "context_length_exceeded"};
-    spec.max_tokens = static_cast<int>(std::min<std::int64_t>(g.max_tokens.value_or(seq), seq - n));
+    // As the runtime's StopCriteria: tokens are sampled until the cache is full, and the last
+    // one is never fed, so seq - n + 1 tokens fit after a prompt of n.
+    const std::int64_t room = seq - n + 1;
+    spec.max_tokens = static_cast<int>(std::min<std::int64_t>(g.max_tokens.value_or(room), room));
     spec.sampling = g.sampling;
     spec.stop = g.stop;
     auto job = scheduler->submit(std::move(spec));
@@ -244,7 +337,8 @@ int default_slots(const bundle::Bundle& b, std::int64_t cores) {
 int cmd_serve(const std::vector<std::string>& args) {
   std::string host = "127.0.0.1", api_key;
   int port = 8080, slots = 0;
-  std::int64_t max_queue = 8;
+  std::int64_t max_queue = 8, request_timeout = 10;
+  bool reuse_port = false;
   BundleArgs source;
   po::options_description o("tpullm serve BUNDLE [options]\n\n"
                             "BUNDLE: a bundle file, a checkpoint folder or a .gguf file.\n"
@@ -257,9 +351,15 @@ int cmd_serve(const std::vector<std::string>& args) {
       "TCP port (0: any free port; the log says which)")(
       "slots", po::value(&slots)->default_value(0),
       "conversations with their own KV cache (0: what memory allows, at most 4)")(
-      "api-key", po::value(&api_key), "require 'Authorization: Bearer KEY' on /v1/ routes")(
-      "max-queue", po::value(&max_queue)->default_value(max_queue),
-      "requests that may wait for a slot; more get 503");
+      "api-key", po::value(&api_key),
+      "require 'Authorization: Bearer KEY' on /v1/ routes (default: the TPULLM_API_KEY "
+      "environment variable when set)")("max-queue",
+                                        po::value(&max_queue)->default_value(max_queue),
+                                        "requests that may wait for a slot; more get 503")(
+      "request-timeout", po::value(&request_timeout)->default_value(request_timeout),
+      "seconds a whole request (headers and body) may take to arrive; then 408")(
+      "reuse-port", po::bool_switch(&reuse_port),
+      "share the port with other servers (SO_REUSEPORT); without it a port in use is refused");
   po::variables_map vm;
   if (!parse_bundle_command(args, o, source, vm))
     return kOk;
@@ -270,8 +370,21 @@ int cmd_serve(const std::vector<std::string>& args) {
         "must be in [0, 256] (0: what memory allows), got ", slots);
   check(max_queue >= 0 && max_queue <= 4096, ErrorKind::invalid_input, "--max-queue",
         "must be in [0, 4096], got ", max_queue);
+  check(request_timeout >= 1 && request_timeout <= 3600, ErrorKind::invalid_input,
+        "--request-timeout", "must be in [1, 3600] seconds, got ", request_timeout);
+  // An empty key (an unset shell variable in --api-key "$KEY") would turn authentication off
+  // without a word: refused.
+  if (vm.count("api-key")) {
+    check(!api_key.empty(), ErrorKind::invalid_input, "--api-key",
+          "is empty (an unset variable?): give a key, or leave the option out to serve without "
+          "one");
+  } else if (const char* env = std::getenv("TPULLM_API_KEY"); env != nullptr) {
+    api_key = env;
+    check(!api_key.empty(), ErrorKind::invalid_input, "TPULLM_API_KEY",
+          "is set but empty: give a key, or unset it to serve without one");
+  }
 
-  // SIGINT / SIGTERM are taken by one thread (sigwait); every other thread blocks them, the
+  // SIGINT / SIGTERM are taken by one thread (sigtimedwait); every other thread blocks them, the
   // compiler's and the executor's included (so a checkpoint is compiled with them blocked: a
   // signal during that compile stops the server as soon as it listens). A client that goes away
   // must not kill the server with SIGPIPE.
@@ -285,6 +398,19 @@ int cmd_serve(const std::vector<std::string>& args) {
   const OpenedBundle source_bundle = open_bundle_source(source);
   const std::string& file = source_bundle.name;
   auto opened = source_bundle.bundle;
+  check(!opened->model().text.tokenizer_json.empty(), ErrorKind::unsupported, file,
+        "this bundle has no tokenizer (its checkpoint had no tokenizer.json); serve reads "
+        "prompts and writes answers as text: compile from a checkpoint with tokenizer.json");
+  // The port before the tokenizer and the executor: one in use is refused before they are
+  // loaded (connections that arrive meanwhile wait in the listen backlog).
+  serve::HttpLimits limits;
+  limits.request_time = std::chrono::seconds(request_timeout);
+  limits.read_bytes = 4 * kMaxBodyBytes; // the body and its framing (chunk-size lines)
+  serve::HttpServer http(limits);
+  const int bound = http.open(host, port, reuse_port);
+  check(bound > 0, ErrorKind::invalid_input, "--host / --port", "cannot listen on ", host, ":",
+        port,
+        port != 0 ? " (in use by another program? --reuse-port shares a port on purpose)" : "");
   auto text = runtime::load_text_side(*opened, file);
   Server s(std::move(opened), std::move(text));
   // The model's name: the bundle's or the GGUF's stem, or the checkpoint folder's name.
@@ -299,21 +425,55 @@ int cmd_serve(const std::vector<std::string>& args) {
       s.bundle, s.text, serve::SchedulerOptions{slots, cores, static_cast<std::size_t>(max_queue)},
       s.metrics);
 
-  httplib::Server http;
-  // Enough threads for every slot, every queued request and a few probes (health, metrics); a
-  // request beyond them waits for a thread, then usually gets 503.
-  const std::size_t threads = static_cast<std::size_t>(slots + max_queue + 4);
-  http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  // Workers for every slot, every queued request and a few more (a request beyond them waits
+  // for a worker, then usually gets 503 from the queue); probes have their own (serve_http.hpp).
+  http.start(static_cast<std::size_t>(slots + max_queue + 4),
+             [&s](int status, const std::string& why) {
+               s.metrics.count_request("other", status);
+               std::cerr << "tpullm serve: connection answered " << status << " (" << why << ")\n";
+             });
   http.set_payload_max_length(kMaxBodyBytes);
   http.set_tcp_nodelay(true); // each SSE event leaves at once (no Nagle delay)
-  http.set_read_timeout(5);
-  http.set_write_timeout(5);
   http.set_logger([&s](const httplib::Request& req, const httplib::Response& res) {
     // Routes by name (an unknown path is "other": clients cannot grow the label set).
     const bool known = req.path == "/v1/chat/completions" || req.path == "/v1/completions" ||
                        req.path == "/v1/models" || req.path == "/health" || req.path == "/metrics";
     s.metrics.count_request(known ? req.path : "other", res.status);
-    std::cerr << "tpullm serve: " << req.method << " " << req.path << " " << res.status << "\n";
+    // What the client sent is escaped: a decoded newline or escape sequence in the path must
+    // not forge a log line or drive the terminal.
+    std::cerr << "tpullm serve: " << serve::log_escape(req.method, 16) << " "
+              << serve::log_escape(req.path) << " " << res.status << "\n";
+  });
+  // A request whose body is refused here is answered without reading it (and its connection
+  // closed): only the two generation routes read bodies, each through read_body's bound.
+  http.set_expect_100_continue_handler([](const httplib::Request& req, httplib::Response& res) {
+    const std::string v = req.get_header_value("Content-Length");
+    if (v.empty()) // chunked: bounded while it is read
+      return 100;
+    if (v.size() <= 18 && v.find_first_not_of("0123456789") == std::string::npos &&
+        std::stoull(v) <= kMaxBodyBytes)
+      return 100;
+    serve::ConnectionControl::close_after_answer();
+    res.status = 413;
+    return 413;
+  });
+  http.set_pre_routing_handler([](const httplib::Request& req, httplib::Response& res) {
+    const bool generation = req.method == "POST" &&
+                            (req.path == "/v1/chat/completions" || req.path == "/v1/completions");
+    const std::string length = req.get_header_value("Content-Length");
+    const bool body = req.has_header("Transfer-Encoding") || (!length.empty() && length != "0") ||
+                      req.method == "POST" || req.method == "PUT" || req.method == "PATCH" ||
+                      req.method == "DELETE" || req.method == "PRI";
+    if (generation || !body)
+      return httplib::Server::HandlerResponse::Unhandled;
+    serve::ConnectionControl::close_after_answer();
+    const bool known = req.path == "/v1/models" || req.path.starts_with("/v1/models/") ||
+                       req.path == "/health" || req.path == "/metrics";
+    send_error(res, known ? ApiError{405, req.method + " " + req.path + " is not served",
+                                     "invalid_request_error", "", "method_not_allowed"}
+                          : ApiError{404, "no route " + req.method + " " + req.path,
+                                     "invalid_request_error", "", "unknown_route"});
+    return httplib::Server::HandlerResponse::Handled;
   });
   http.set_error_handler(
       httplib::Server::HandlerWithResponse([](const httplib::Request& req, httplib::Response& res) {
@@ -326,6 +486,9 @@ int cmd_serve(const std::vector<std::string>& args) {
         } else if (res.status == 413) {
           e.message = "the request body is larger than " + std::to_string(kMaxBodyBytes) + " bytes";
           e.code = "body_too_large";
+        } else if (res.status == 400 || res.status == 414) {
+          e.message = "malformed HTTP request (request line or headers)";
+          e.code = "bad_request";
         } else {
           e.message = "the request was refused (HTTP " + std::to_string(res.status) + ")";
         }
@@ -344,11 +507,13 @@ int cmd_serve(const std::vector<std::string>& args) {
         send_error(res, ApiError{500, "internal error: " + what, "server_error", "", ""});
       });
 
-  http.Post("/v1/chat/completions", [&s](const httplib::Request& req, httplib::Response& res) {
-    answer(res, [&] { s.generate(req, res, true); });
+  http.Post("/v1/chat/completions", [&s](const httplib::Request& req, httplib::Response& res,
+                                         const httplib::ContentReader& reader) {
+    answer(res, [&] { s.generate(req, reader, res, true); });
   });
-  http.Post("/v1/completions", [&s](const httplib::Request& req, httplib::Response& res) {
-    answer(res, [&] { s.generate(req, res, false); });
+  http.Post("/v1/completions", [&s](const httplib::Request& req, httplib::Response& res,
+                                    const httplib::ContentReader& reader) {
+    answer(res, [&] { s.generate(req, reader, res, false); });
   });
   http.Get("/v1/models", [&s](const httplib::Request& req, httplib::Response& res) {
     answer(res, [&] {
@@ -379,10 +544,6 @@ int cmd_serve(const std::vector<std::string>& args) {
     res.set_content(s.metrics.text(), "text/plain; version=0.0.4");
   });
 
-  const int bound =
-      port == 0 ? http.bind_to_any_port(host) : (http.bind_to_port(host, port) ? port : -1);
-  check(bound > 0, ErrorKind::invalid_input, "--host / --port", "cannot listen on ", host, ":",
-        port);
   const auto& m = s.bundle->model();
   std::cerr << "tpullm serve: " << file << " (" << m.family << " '" << m.source << "', seq_length "
             << m.params.seq_length << ") as model '" << s.model_id << "' with " << slots
@@ -390,24 +551,60 @@ int cmd_serve(const std::vector<std::string>& args) {
             << " MiB, batched decode up to " << s.scheduler->max_decode_batch()
             << " rows; listening on http://" << host << ":" << bound << std::endl;
 
-  std::thread waiter([&] {
-    int sig = 0;
-    sigwait(&stop_signals, &sig);
-    std::cerr << "tpullm serve: signal " << sig << ", stopping" << std::endl;
-    s.scheduler->stop(); // in-flight requests end with 503 "shutting down"
+  // The first signal stops the server (stopper); the waiter goes on watching: a second signal,
+  // or kStopBound after the first, ends the process at once.
+  std::atomic<bool> done{false};
+  std::thread stopper;
+  auto stop = [&] {
+    http.begin_stop();   // no new request is read; a connection waiting for headers gets 503
+    s.scheduler->stop(); // queued and running requests end with 503 "shutting down"
     // Let the streaming answers write their last event before the sockets close.
     for (int i = 0; i < 50 && s.streams > 0; ++i)
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    // A signal right after start-up: httplib's stop() does nothing until its loop runs.
+    for (int i = 0; i < 100 && !http.is_running(); ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
     http.stop();
+  };
+  std::thread waiter([&] {
+    std::optional<std::chrono::steady_clock::time_point> first;
+    while (!done) {
+      const timespec tick{0, 100'000'000};
+      const int sig = sigtimedwait(&stop_signals, nullptr, &tick);
+      if (done)
+        return;
+      if (sig > 0 && first) {
+        std::cerr << "tpullm serve: second signal " << sig << ", exiting now" << std::endl;
+        std::_Exit(128 + sig);
+      }
+      if (sig > 0) {
+        first = std::chrono::steady_clock::now();
+        s.stopping = true;
+        std::cerr << "tpullm serve: signal " << sig << ", stopping (a second signal exits at once)"
+                  << std::endl;
+        stopper = std::thread(stop);
+      } else if (first && std::chrono::steady_clock::now() - *first > kStopBound) {
+        std::cerr << "tpullm serve: still busy " << kStopBound.count() / 1000
+                  << " s after the signal (a chat template render or a model step); exiting "
+                     "without waiting for it"
+                  << std::endl;
+        std::_Exit(1);
+      }
+    }
   });
-  const bool ok = http.listen_after_bind();
-  if (!ok) { // listen failed on its own: wake the waiter so it can be joined
-    pthread_kill(waiter.native_handle(), SIGTERM);
-  }
-  waiter.join();
+  const bool listened = http.listen_after_bind();
+  if (!listened)
+    std::cerr << "tpullm serve: the listening socket failed; stopping" << std::endl;
+  s.stopping = true;
+  http.begin_stop();
   s.scheduler->stop();
+  http.finish(kStopGrace);
+  done = true;
+  waiter.join();
+  if (stopper.joinable())
+    stopper.join();
   std::cerr << "tpullm serve: stopped" << std::endl;
-  return kOk;
+  return listened ? kOk : 1;
 }
 
 } // namespace tpullm::cli

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <limits>
 
+#include "tpullm/support/error.hpp"
+
 namespace tpullm::cli::serve {
 
 namespace {
@@ -155,30 +157,50 @@ void parse_stop(const json& j, GenerationRequest& r, const RequestLimits& limits
 void parse_sampling(const json& j, const nlohmann::json& d, GenerationRequest& r) {
   const bool sample = d.is_object() && d.contains("do_sample") && d["do_sample"].is_boolean() &&
                       d["do_sample"].get<bool>();
-  auto fallback = [&](const char* key) -> std::optional<double> {
-    if (sample && d.contains(key) && d[key].is_number())
+  // A value is the request's, else generation_config.json's (with do_sample); each is checked
+  // here, as the float the sampler will use (1e-50 is a positive double but 0 as a float), so
+  // that no value reaches the scheduler to be refused there.
+  bool from_config = false;
+  auto value = [&](const char* key) -> std::optional<double> {
+    from_config = false;
+    if (auto v = number(j, key))
+      return v;
+    if (sample && d.contains(key) && d[key].is_number()) {
+      from_config = true;
       return d[key].get<double>();
+    }
     return std::nullopt;
   };
+  auto out_of_range = [&](const char* key, double v, const std::string& rule) {
+    if (from_config)
+      bad(key, "generation_config.json sets '" + std::string(key) + "' to " + std::to_string(v) +
+                   ", outside " + rule + "; send '" + key + "' to override it");
+    bad(key, std::string("'") + key + "' must be in " + rule);
+  };
   auto& s = r.sampling;
-  if (auto v = number(j, "temperature"); v || (v = fallback("temperature"))) {
-    if (*v < 0 || *v > 2)
-      bad("temperature", "'temperature' must be in [0, 2]");
-    s.temperature = static_cast<float>(*v);
+  if (auto v = value("temperature")) {
+    const auto f = static_cast<float>(*v);
+    if (!(*v >= 0 && *v <= 2))
+      out_of_range("temperature", *v, "[0, 2]");
+    s.temperature = f;
   }
-  if (auto v = number(j, "top_p"); v || (v = fallback("top_p"))) {
-    if (!(*v > 0 && *v <= 1))
-      bad("top_p", "'top_p' must be in (0, 1]");
-    s.top_p = static_cast<float>(*v);
+  if (auto v = value("top_p")) {
+    const auto f = static_cast<float>(*v);
+    if (!(f > 0 && f <= 1))
+      out_of_range("top_p", *v, "(0, 1] (as a 32-bit float)");
+    s.top_p = f;
   }
   if (auto v = integer(j, "top_k", 0, std::numeric_limits<int>::max()))
     s.top_k = static_cast<int>(*v);
-  else if (auto f = fallback("top_k"); f && *f >= 0 && *f <= 1e9)
+  else if (auto f = value("top_k"); f && *f >= 0 && *f <= 1e9)
     s.top_k = static_cast<int>(*f);
-  if (auto v = number(j, "repetition_penalty"); v || (v = fallback("repetition_penalty"))) {
-    if (!(*v > 0))
-      bad("repetition_penalty", "'repetition_penalty' must be > 0");
-    s.repetition_penalty = static_cast<float>(*v);
+  else if (f)
+    out_of_range("top_k", *f, "[0, 1e9]");
+  if (auto v = value("repetition_penalty")) {
+    const auto f = static_cast<float>(*v);
+    if (!(f > 0 && std::isfinite(f)))
+      out_of_range("repetition_penalty", *v, "(0, 3.4e38] (as a 32-bit float)");
+    s.repetition_penalty = f;
   }
   // OpenAI's frequency / presence penalties subtract from logits by count; HF's repetition
   // penalty divides them: they do not map, so only their neutral value is accepted.
@@ -193,6 +215,11 @@ void parse_sampling(const json& j, const nlohmann::json& d, GenerationRequest& r
     s.seed = j["seed"].is_number_unsigned()
                  ? j["seed"].get<std::uint64_t>()
                  : static_cast<std::uint64_t>(j["seed"].get<std::int64_t>());
+  }
+  try { // the sampler's own rules, so that a check missing above is a 400, not a failed job
+    s.validate();
+  } catch (const Error& e) {
+    bad("", e.what());
   }
 }
 

@@ -153,6 +153,7 @@ std::shared_ptr<Job> Scheduler::submit(JobSpec spec) {
 }
 
 void Scheduler::stop() {
+  std::lock_guard once(stop_m_); // the signal's stopper and the main thread may both call it
   {
     std::lock_guard lock(m_);
     if (stopping_ && !thread_.joinable())

@@ -126,6 +126,7 @@ private:
   std::optional<runtime::BatchedDecoder> decoder_;
   std::vector<std::unique_ptr<Slot>> slots_;
   std::mutex m_;
+  std::mutex stop_m_; ///< serializes stop()
   std::condition_variable cv_;
   std::deque<std::shared_ptr<Job>> queue_;
   bool stopping_ = false;
