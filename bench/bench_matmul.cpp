@@ -75,6 +75,9 @@ inline std::int64_t bench_group(WeightFormat f, std::int64_t K) {
   case WeightFormat::int4_sym:
   case WeightFormat::int4_asym:
     return K % 128 == 0 ? 128 : K;
+  case WeightFormat::int4_min: // ggml's Q4_K / Q5_K sub-blocks
+  case WeightFormat::int8_min:
+    return K % 32 == 0 ? 32 : K;
   }
   return K;
 }
@@ -107,6 +110,8 @@ inline PackedWeights random_packed(WeightFormat f, std::int64_t K, std::int64_t 
   case WeightFormat::int8_asym:
   case WeightFormat::int4_sym:
   case WeightFormat::int4_asym:
+  case WeightFormat::int4_min:
+  case WeightFormat::int8_min:
     for (std::size_t i = 0; i < n; i += 4) {
       const std::uint32_t r = rng();
       std::memcpy(d + i, &r, std::min<std::size_t>(4, n - i));
@@ -117,6 +122,8 @@ inline PackedWeights random_packed(WeightFormat f, std::int64_t K, std::int64_t 
     w.scales[i] = 0.01f + 1e-5f * static_cast<float>(rng() % 1000);
   for (std::size_t i = 0; i < w.zeros.size(); ++i)
     w.zeros[i] = static_cast<std::uint8_t>(rng() % (f == WeightFormat::int8_asym ? 256 : 16));
+  for (std::size_t i = 0; i < w.mins.size(); ++i)
+    w.mins[i] = 1e-4f * static_cast<float>(static_cast<int>(rng() % 2001) - 1000);
   return w;
 }
 
@@ -144,6 +151,8 @@ inline const std::vector<PackedWeights>& bench_weights(WeightFormat f, std::int6
         std::memcpy(w.scales.data(), w0.scales.data(), w0.scales.size() * sizeof(float));
       if (!w0.zeros.empty())
         std::memcpy(w.zeros.data(), w0.zeros.data(), w0.zeros.size());
+      if (!w0.mins.empty())
+        std::memcpy(w.mins.data(), w0.mins.data(), w0.mins.size() * sizeof(float));
       c.w.push_back(std::move(w));
     }
   }
@@ -164,6 +173,8 @@ inline std::int64_t packed_bytes(WeightFormat f, std::int64_t K, std::int64_t N)
     b += P * G * 32 * 4;
   if (f == WeightFormat::int4_asym)
     b += P * G * 32;
+  if (kernels::has_mins(f))
+    b += P * G * 32 * 4;
   return b;
 }
 

@@ -1,9 +1,16 @@
 // Bundle::open: map, verify (header, FlatBuffer verifier, checksum, every offset and size, every
 // program's types and buffers) and decode a bundle; weights point into the mapping.
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <set>
+#include <thread>
+
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "bundle_format.hpp"
 #include "tpullm/bundle/bundle.hpp"
@@ -375,8 +382,8 @@ struct BundleReader {
   }
 };
 
-std::shared_ptr<const Bundle> Bundle::open(const std::filesystem::path& path) {
-  auto file = MappedFile::open(path);
+std::shared_ptr<const Bundle> Bundle::open(const std::filesystem::path& path, FileAccess access) {
+  auto file = MappedFile::open(path, access);
   const auto bytes = file->bytes();
   const std::string name = path.string();
   auto refuse = [&](const std::string& why) -> void {
@@ -448,39 +455,204 @@ std::shared_ptr<const Bundle> Bundle::open(const std::filesystem::path& path) {
   b->version_ = h.version;
   b->compiler_ = root.compiler() != nullptr ? root.compiler()->str() : "";
   b->path_ = name;
+  b->identity_ = file->identity();
   b->blob_ = bytes.subspan(h.blob_offset, h.blob_size);
   b->file_ = file;
   return b;
 }
 
-WeightCheck Bundle::verify_weights() const {
+WeightCheck Bundle::verify_weights(std::int64_t threads) const {
   const auto t0 = std::chrono::steady_clock::now();
-  WeightCheck r;
-  for (std::size_t k = 0; k < chunk_crcs_.size(); ++k) {
-    const std::uint64_t begin = k * chunk_bytes_;
-    const std::uint64_t n = std::min<std::uint64_t>(chunk_bytes_, blob_.size() - begin);
-    if (crc32c(blob_.subspan(begin, n)) != chunk_crcs_[k]) {
-      std::string holder;
-      for (const auto& w : weights_) {
-        for (const auto& p : w.parts) {
-          const auto off = static_cast<std::uint64_t>(p.bytes.data() - blob_.data());
-          if (off < begin + n && off + p.bytes.size() > begin) {
-            holder = ", which holds weight @" + w.name;
-            break;
-          }
+  const auto chunks = static_cast<std::int64_t>(chunk_crcs_.size());
+  check(threads >= 0 && threads <= 4096, ErrorKind::invalid_input, "threads",
+        "must be in [0, 4096], got ", threads);
+  const std::int64_t workers = std::max<std::int64_t>(
+      1, std::min<std::int64_t>(threads > 0 ? threads : kernels::usable_cores(), chunks));
+  // Chunks handed out in increasing order; a worker stops at the lowest bad chunk seen so far,
+  // so every chunk below the reported one has been checked, whatever the thread count.
+  std::atomic<std::int64_t> next{0}, bad{chunks};
+  auto work = [&] {
+    for (;;) {
+      const std::int64_t k = next.fetch_add(1, std::memory_order_relaxed);
+      if (k >= chunks || k >= bad.load(std::memory_order_relaxed))
+        return;
+      const std::uint64_t begin = static_cast<std::uint64_t>(k) * chunk_bytes_;
+      const std::uint64_t n = std::min<std::uint64_t>(chunk_bytes_, blob_.size() - begin);
+      if (crc32c(blob_.subspan(begin, n)) != chunk_crcs_[static_cast<std::size_t>(k)]) {
+        std::int64_t seen = bad.load(std::memory_order_relaxed);
+        while (k < seen && !bad.compare_exchange_weak(seen, k, std::memory_order_relaxed)) {
         }
-        if (!holder.empty())
-          break;
       }
-      throw Error(ErrorKind::invalid_input, path_,
-                  "corrupted weights: blob bytes [" + std::to_string(begin) + ", " +
-                      std::to_string(begin + n) + ") fail their CRC-32C" + holder +
-                      " (the file was damaged after it was compiled; recompile or copy it again)");
     }
-    ++r.chunks;
-    r.bytes += static_cast<std::int64_t>(n);
+  };
+  {
+    std::vector<std::jthread> pool;
+    for (std::int64_t t = 1; t < workers; ++t)
+      pool.emplace_back(work);
+    work();
   }
+  if (const std::int64_t k = bad.load(); k < chunks) {
+    const std::uint64_t begin = static_cast<std::uint64_t>(k) * chunk_bytes_;
+    const std::uint64_t n = std::min<std::uint64_t>(chunk_bytes_, blob_.size() - begin);
+    std::string holder;
+    for (const auto& w : weights_) {
+      for (const auto& p : w.parts) {
+        const auto off = static_cast<std::uint64_t>(p.bytes.data() - blob_.data());
+        if (off < begin + n && off + p.bytes.size() > begin) {
+          holder = ", which holds weight @" + w.name;
+          break;
+        }
+      }
+      if (!holder.empty())
+        break;
+    }
+    throw Error(ErrorKind::invalid_input, path_,
+                "corrupted weights: blob bytes [" + std::to_string(begin) + ", " +
+                    std::to_string(begin + n) + ") fail their CRC-32C" + holder +
+                    " (the file was damaged after it was compiled; recompile or copy it again)");
+  }
+  WeightCheck r;
+  r.chunks = chunks;
+  r.bytes = static_cast<std::int64_t>(blob_.size());
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return r;
+}
+
+namespace {
+
+/// At most this many files are remembered (the oldest are dropped), and a record file larger
+/// than kRecordMaxBytes is ignored (and rewritten).
+constexpr std::size_t kRecordEntries = 512, kRecordMaxBytes = 64 << 10;
+
+/// FNV-1a 64 over `bytes`, continuing from `h`.
+std::uint64_t record_hash(std::string_view bytes, std::uint64_t h = 0xcbf29ce484222325ull) {
+  for (const char c : bytes) {
+    h ^= static_cast<unsigned char>(c);
+    h *= 0x100000001b3ull;
+  }
+  return h;
+}
+
+/// The record's key of `b` opened with identity `id`: 16 hex digits.
+std::string record_key(const Bundle& b, const FileIdentity& id) {
+  std::error_code ec;
+  auto canonical = std::filesystem::absolute(b.path(), ec);
+  if (!ec)
+    canonical = std::filesystem::weakly_canonical(canonical, ec);
+  std::string s = "tpullm-verified-v1 " + (ec ? b.path() : canonical.string());
+  for (const std::int64_t v :
+       {static_cast<std::int64_t>(id.device), static_cast<std::int64_t>(id.inode), id.size,
+        id.mtime_ns, id.ctime_ns})
+    s += " " + std::to_string(v);
+  for (const std::uint32_t c : b.weight_checksums())
+    s += " " + std::to_string(c);
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(record_hash(s)));
+  return hex;
+}
+
+/// The record's keys, oldest first; empty when it is missing, unreadable, too large or not a
+/// regular file (a FIFO is refused without blocking). Lines that are not keys are dropped.
+std::vector<std::string> read_record(const std::filesystem::path& file) {
+  std::vector<std::string> keys;
+  try {
+    const std::string text = read_regular_file(file, kRecordMaxBytes);
+    std::size_t i = 0;
+    while (i < text.size()) {
+      const std::size_t j = std::min(text.find('\n', i), text.size());
+      const std::string_view line(text.data() + i, j - i);
+      if (line.size() == 16 && line.find_first_not_of("0123456789abcdef") == line.npos)
+        keys.emplace_back(line);
+      i = j + 1;
+    }
+  } catch (const Error&) {
+    keys.clear();
+  }
+  return keys;
+}
+
+/// Adds `key` to the record (written to a temporary file beside it, renamed over it); any
+/// failure leaves the record as it was.
+void remember(const std::filesystem::path& file, const std::string& key) noexcept {
+  try {
+    namespace fs = std::filesystem;
+    std::vector<std::string> keys = read_record(file);
+    keys.erase(std::remove(keys.begin(), keys.end(), key), keys.end());
+    keys.push_back(key);
+    if (keys.size() > kRecordEntries)
+      keys.erase(keys.begin(), keys.end() - static_cast<std::ptrdiff_t>(kRecordEntries));
+    std::string text;
+    for (const auto& k : keys)
+      text += k + "\n";
+    std::error_code ec;
+    fs::create_directories(file.parent_path(), ec);
+    if (ec)
+      return;
+    std::string tmp = (file.parent_path() / ".verified-bundles.XXXXXX").string();
+    const int fd = ::mkstemp(tmp.data());
+    if (fd < 0)
+      return;
+    bool ok = true;
+    for (std::size_t done = 0; ok && done < text.size();) {
+      const ssize_t w = ::write(fd, text.data() + done, text.size() - done);
+      if (w < 0 && errno == EINTR)
+        continue;
+      ok = w > 0;
+      done += ok ? static_cast<std::size_t>(w) : 0;
+    }
+    ok = ::close(fd) == 0 && ok;
+    if (!ok || ::rename(tmp.c_str(), file.c_str()) != 0)
+      ::unlink(tmp.c_str());
+  } catch (...) { // NOLINT(bugprone-empty-catch): the record is only an optimisation
+  }
+}
+
+std::int64_t wall_clock_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+} // namespace
+
+std::filesystem::path verified_record_path() {
+  const char* xdg = std::getenv("XDG_CACHE_HOME");
+  if (xdg != nullptr && xdg[0] == '/')
+    return std::filesystem::path(xdg) / "tpullm" / "verified-bundles";
+  const char* home = std::getenv("HOME");
+  if (home != nullptr && home[0] == '/')
+    return std::filesystem::path(home) / ".cache" / "tpullm" / "verified-bundles";
+  return {};
+}
+
+WeightVerifyResult check_weights(const Bundle& b, WeightVerify how, std::int64_t threads) {
+  WeightVerifyResult r;
+  switch (how) {
+  case WeightVerify::never:
+    return r;
+  case WeightVerify::always:
+  case WeightVerify::remembered:
+    break;
+  }
+  const std::filesystem::path record = verified_record_path();
+  const std::string key = record.empty() ? std::string() : record_key(b, b.file_identity());
+  if (how == WeightVerify::remembered && !key.empty()) {
+    const auto keys = read_record(record);
+    if (std::find(keys.begin(), keys.end(), key) != keys.end()) {
+      r.remembered = true;
+      return r;
+    }
+  }
+  const std::int64_t start = wall_clock_ns();
+  r.check = b.verify_weights(threads);
+  r.verified = true;
+  // Remembered only when the file is the one that was opened, unchanged since (ctime moves on
+  // every write), and was last changed well before the pass began.
+  struct stat st {};
+  if (!key.empty() && ::stat(b.path().c_str(), &st) == 0 &&
+      file_identity(st) == b.file_identity() &&
+      b.file_identity().ctime_ns < start - std::int64_t{2000000000})
+    remember(record, key);
   return r;
 }
 

@@ -111,7 +111,7 @@ inline flatbuffers::Offset<fb::Type> encode_type(Builder& b, const ir::TensorTyp
   flatbuffers::Offset<fb::Quant> q = 0;
   if (t.quant)
     q = fb::CreateQuant(b, b.CreateString(std::string(ir::name(t.quant->format))),
-                        t.quant->group_size, t.quant->zero_point, t.quant->act_order);
+                        t.quant->group_size, t.quant->zero_point, t.quant->act_order, t.quant->min);
   auto shape = b.CreateVector(t.shape);
   auto dt = b.CreateString(std::string(ir::name(t.dtype)));
   auto lay = b.CreateString(t.layout == ir::Layout::panels ? "panels" : "row_major");
@@ -178,8 +178,8 @@ void decode_record(const fb::Value& v, T& out, const std::string& path, bool op_
   else
     T::attrs(out, one);
   if (fields != nullptr && fields->size() != used)
-    fail(path, "has " + std::to_string(fields->size()) + " members, expected " +
-                   std::to_string(used));
+    fail(path,
+         "has " + std::to_string(fields->size()) + " members, expected " + std::to_string(used));
 }
 
 template <class T>
@@ -243,13 +243,13 @@ inline ir::TensorType decode_type(const fb::Type* t, const std::string& path) {
     fail(path, "missing type");
   ir::TensorType r;
   if (t->shape()->size() > kMaxRank)
-    fail(path, "rank " + std::to_string(t->shape()->size()) + " exceeds " +
-                   std::to_string(kMaxRank));
+    fail(path,
+         "rank " + std::to_string(t->shape()->size()) + " exceeds " + std::to_string(kMaxRank));
   std::int64_t elements = 1;
   for (std::int64_t d : *t->shape()) {
     if (d < 0 || d > kMaxElements || (d > 0 && elements > kMaxElements / d))
-      fail(path, "shape is negative or too large (over " + std::to_string(kMaxElements) +
-                     " elements)");
+      fail(path,
+           "shape is negative or too large (over " + std::to_string(kMaxElements) + " elements)");
     elements *= d;
     r.shape.push_back(d);
   }
@@ -267,7 +267,7 @@ inline ir::TensorType decode_type(const fb::Type* t, const std::string& path) {
     if (!f)
       fail(path, "unknown quantization format '" + t->quant()->format()->str() + "'");
     r.quant = ir::QuantSpec{*f, t->quant()->group_size(), t->quant()->zero_point(),
-                            t->quant()->act_order()};
+                            t->quant()->act_order(), t->quant()->min()};
   }
   return r;
 }

@@ -8,6 +8,7 @@
 
 #include "tpullm/support/error.hpp"
 #include "tpullm/support/input_file.hpp"
+#include "tpullm/support/json.hpp"
 
 namespace tpullm::conversion {
 
@@ -83,12 +84,7 @@ const CalibEntry* CalibTable::find(std::string_view name) const {
 }
 
 CalibTable parse_calib_table(std::string_view text_in, const std::string& where) {
-  Json j;
-  try {
-    j = Json::parse(text_in.begin(), text_in.end());
-  } catch (const Json::exception& e) {
-    throw_error(ErrorKind::invalid_input, where, "is not a calibration table (JSON): ", e.what());
-  }
+  const Json j = parse_ordered_json(text_in, where, "is not a calibration table (JSON)");
   check(j.is_object(), ErrorKind::invalid_input, where, "must hold a JSON object");
   CalibTable t;
   const std::int64_t v = count(member(j, "format_version", where), where + ": format_version", 0);

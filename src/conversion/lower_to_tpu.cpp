@@ -5,11 +5,12 @@
 #include <cstdio>
 #include <map>
 #include <mutex>
-#include <regex>
+#include <unordered_set>
 #include <set>
 #include <unordered_map>
 
 #include "tpullm/conversion/int8_calib.hpp"
+#include "tpullm/support/regex.hpp"
 #include "tpullm/ir/builder.hpp"
 #include "tpullm/ir/verifier.hpp"
 
@@ -97,11 +98,12 @@ public:
     if (!o.keep_float.empty()) {
       check(mode_.bits > 0, ErrorKind::invalid_input, "lower-to-tpu option 'keep-float'",
             "applies only to the quantizing modes w8a16 / w4a16 / int8, not '", o.mode, "'");
-      try {
-        keep_float_.emplace(o.keep_float, std::regex::ECMAScript);
-      } catch (const std::regex_error& e) {
-        throw_error(ErrorKind::invalid_input, "lower-to-tpu option 'keep-float'", "'", o.keep_float,
-                    "' is not a valid regular expression: ", e.what());
+      if (auto names = literal_alternation(o.keep_float)) {
+        keep_float_names_.insert(names->begin(), names->end());
+      } else {
+        RegexLimits limits;
+        limits.max_length = 64 * 1024;
+        keep_float_.emplace(o.keep_float, "lower-to-tpu option 'keep-float'", limits);
       }
     }
   }
@@ -318,7 +320,9 @@ private:
       return lm_head_;
     WeightChoice c = mode_;
     const ir::Weight* w = weight_of(v);
-    if (c.bits > 0 && w && keep_float_ && std::regex_match(w->name, *keep_float_)) {
+    if (c.bits > 0 && w &&
+        (keep_float_names_.contains(w->name) ||
+         (keep_float_ && keep_float_->full_match(w->name)))) {
       c.bits = 0;
       c.w8a8 = false;
     }
@@ -779,7 +783,8 @@ private:
   ir::DType kv_dtype_ = ir::DType::f32; ///< the KV cache's element type
   std::set<std::size_t> history_args_;  ///< argument indices that are the KV cache
   RtnOptions rtn_;
-  std::optional<std::regex> keep_float_;
+  std::optional<UserRegex> keep_float_;
+  std::unordered_set<std::string> keep_float_names_;
   bool static_ = false, asymmetric_ = false; ///< int8: act-quant=static, act-asymmetric
   double alpha_ = 0;                         ///< int8: smooth-alpha (0: off)
   std::shared_ptr<const CalibTable> table_;  ///< int8: the calibration table, when given

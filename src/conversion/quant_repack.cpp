@@ -6,14 +6,15 @@ namespace tpullm::conversion {
 auto QuantPlain::dequantize() const -> std::vector<float> {
   std::vector<float> w(static_cast<std::size_t>(K * N));
   for (std::int64_t k = 0; k < K; ++k) {
-    const std::int64_t g = g_idx[static_cast<std::size_t>(k)];
-    if (!mins.empty()) // scale and min: w = q * scale - min
+    const std::int64_t g = g_idx.empty() ? k / group_size : g_idx[static_cast<std::size_t>(k)];
+    if (!mins.empty()) {
       for (std::int64_t n = 0; n < N; ++n)
         w[k * N + n] = static_cast<float>(q[k * N + n]) * scales[g * N + n] - mins[g * N + n];
-    else
-      for (std::int64_t n = 0; n < N; ++n)
-        w[k * N + n] = (static_cast<float>(q[k * N + n]) - static_cast<float>(zeros[g * N + n])) *
-                       scales[g * N + n];
+      continue;
+    }
+    for (std::int64_t n = 0; n < N; ++n)
+      w[k * N + n] = (static_cast<float>(q[k * N + n]) - static_cast<float>(zeros[g * N + n])) *
+                     scales[g * N + n];
   }
   return w;
 }
@@ -163,8 +164,17 @@ std::vector<std::int32_t> group_sorted_rows(const QuantPlain& p) {
 
 kernels::PackedWeights repack_quant(const QuantPlain& p, bool allow_sym) {
   const std::int64_t K = p.K, N = p.N;
+  if (p.bits != 4 && p.bits != 8)
+    throw Error(ErrorKind::unsupported, "",
+                "repack_quant: " + std::to_string(p.bits) + "-bit codes are not supported (4, 8)");
+  if (p.group_size <= 0 || K % p.group_size != 0)
+    throw Error(ErrorKind::invalid_input, "",
+                "repack_quant: K=" + std::to_string(K) +
+                    " is not a multiple of group_size=" + std::to_string(p.group_size));
+  if (!p.g_idx.empty())
+    detail::expect_size("repack_quant g_idx [K]", p.g_idx.size(), K);
   bool natural = true;
-  for (std::int64_t k = 0; k < K; ++k)
+  for (std::int64_t k = 0; k < K && !p.g_idx.empty(); ++k)
     natural = natural && p.g_idx[static_cast<std::size_t>(k)] == k / p.group_size;
   std::vector<std::int32_t> perm;
   if (!natural)
@@ -172,6 +182,25 @@ kernels::PackedWeights repack_quant(const QuantPlain& p, bool allow_sym) {
   auto src_row = [&](std::int64_t j) {
     return perm.empty() ? j : perm[static_cast<std::size_t>(j)];
   };
+  if (!p.mins.empty()) { // scale and min: codes, scales and mins kept as they are
+    if (!p.zeros.empty())
+      throw Error(ErrorKind::invalid_input, "",
+                  "repack_quant: a weight has either zero points or mins, not both");
+    const std::int64_t G = K / p.group_size;
+    detail::expect_size("repack_quant scales [G, N]", p.scales.size(), G * N);
+    detail::expect_size("repack_quant mins [G, N]", p.mins.size(), G * N);
+    detail::expect_size("repack_quant q [K, N]", p.q.size(), K * N);
+    std::vector<std::uint8_t> u(static_cast<std::size_t>(K * N));
+    for (std::int64_t j = 0; j < K; ++j)
+      for (std::int64_t n = 0; n < N; ++n)
+        u[j * N + n] = p.q[src_row(j) * N + n];
+    try {
+      return p.bits == 8 ? kernels::pack_int8_min(u, p.scales, p.mins, K, N, p.group_size, perm)
+                         : kernels::pack_int4_min(u, p.scales, p.mins, K, N, p.group_size, perm);
+    } catch (const std::invalid_argument& e) {
+      throw Error(ErrorKind::invalid_input, "", e.what());
+    }
+  }
   if (p.bits == 8) {
     const bool sym8 = allow_sym && std::all_of(p.zeros.begin(), p.zeros.end(),
                                                [](std::uint8_t z) { return z == 128; });

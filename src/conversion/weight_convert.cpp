@@ -150,9 +150,9 @@ WeightFormat packed_format(const ir::TensorType& t) {
   case ir::DType::i4:
     return WeightFormat::int4_sym;
   case ir::DType::u4:
-    return WeightFormat::int4_asym;
+    return t.quant->min ? WeightFormat::int4_min : WeightFormat::int4_asym;
   case ir::DType::u8:
-    return WeightFormat::int8_asym;
+    return t.quant->min ? WeightFormat::int8_min : WeightFormat::int8_asym;
   default:
     break;
   }
@@ -189,6 +189,14 @@ ir::TensorType packed_type(WeightFormat f, std::int64_t K, std::int64_t N, std::
   case WeightFormat::int8_asym:
     t.dtype = ir::DType::u8;
     q.zero_point = true;
+    break;
+  case WeightFormat::int4_min:
+    t.dtype = ir::DType::u4;
+    q.min = true;
+    break;
+  case WeightFormat::int8_min:
+    t.dtype = ir::DType::u8;
+    q.min = true;
     break;
   }
   t.quant = q;
@@ -227,6 +235,13 @@ PackedWeights packed_view(const ir::Weight& w) {
       p.zeros = kernels::AlignedArray<std::uint8_t>::borrow(
           reinterpret_cast<const std::uint8_t*>(bytes_of("zeros", n, ir::DType::u8)),
           static_cast<std::size_t>(n));
+    if (kernels::has_mins(f)) {
+      const auto* m = bytes_of("mins", n * 4, ir::DType::f32);
+      check(reinterpret_cast<std::uintptr_t>(m) % alignof(float) == 0, ErrorKind::invalid_input,
+            where, "mins are not 4-byte aligned");
+      p.mins = kernels::AlignedArray<float>::borrow(reinterpret_cast<const float*>(m),
+                                                    static_cast<std::size_t>(n));
+    }
   }
   if (const ir::WeightPart* perm = w.find_part("k_perm")) {
     check(perm->dtype == ir::DType::i32 && static_cast<std::int64_t>(perm->bytes.size()) == K * 4,
@@ -262,6 +277,12 @@ ir::Weight make_packed_weight(std::string name, PackedWeights pw, bool act_order
                        ir::DType::u8,
                        {static_cast<std::int64_t>(p.zeros.size())},
                        as_bytes(p.zeros.data(), p.zeros.size()),
+                       owner});
+  if (!p.mins.empty())
+    w.parts.push_back({"mins",
+                       ir::DType::f32,
+                       {static_cast<std::int64_t>(p.mins.size())},
+                       as_bytes(p.mins.data(), p.mins.size() * sizeof(float)),
                        owner});
   if (!p.k_perm.empty())
     w.parts.push_back({"k_perm",
@@ -542,6 +563,8 @@ const ir::Weight& WeightConverter::concat_packed(const std::vector<const ir::Wei
         std::memcpy(out.scales.data() + param_off, v.scales.data(), v.scales.size() * 4);
       if (!v.zeros.empty())
         std::memcpy(out.zeros.data() + param_off, v.zeros.data(), v.zeros.size());
+      if (!v.mins.empty())
+        std::memcpy(out.mins.data() + param_off, v.mins.data(), v.mins.size() * sizeof(float));
       param_off += v.scales.size();
     }
     return make_packed_weight(name, std::move(out), !views.front().k_perm.empty());
@@ -574,6 +597,8 @@ WeightConverter::MlpOperands WeightConverter::fold_mlp_perm(const ir::Weight& ga
       std::memcpy(out.scales.data(), v.scales.data(), v.scales.size() * sizeof(float));
     if (!v.zeros.empty())
       std::memcpy(out.zeros.data(), v.zeros.data(), v.zeros.size());
+    if (!v.mins.empty())
+      std::memcpy(out.mins.data(), v.mins.data(), v.mins.size() * sizeof(float));
     return make_packed_weight(name, std::move(out), false);
   });
   auto permuted_cols = [&](const ir::Weight& w) -> const ir::Weight& {

@@ -545,9 +545,10 @@ auto GgufFile::get_int_array(std::string_view key) const
   out.reserve(v->array.size());
   for (std::size_t i = 0; i < v->array.size(); ++i) {
     const auto x = scalar_int(v->array[i]);
-    check(x.has_value(), ErrorKind::invalid_input, str_cat(source_, ": key '", key, "'"),
-          "element ", i, " = ", std::get<std::uint64_t>(v->array[i]),
-          " does not fit a signed 64-bit integer");
+    if (!x) // not check(): std::get<u64> of an int64 element would throw
+      throw_error(ErrorKind::invalid_input, str_cat(source_, ": key '", key, "'"), "element ", i,
+                  " = ", std::get<std::uint64_t>(v->array[i]),
+                  " does not fit a signed 64-bit integer");
     out.push_back(*x);
   }
   return out;

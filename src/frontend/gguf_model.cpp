@@ -6,6 +6,7 @@
 #include <set>
 
 #include "tpullm/conversion/ggml_blocks.hpp"
+#include "tpullm/frontend/gguf_text.hpp"
 
 namespace tpullm::frontend {
 
@@ -62,8 +63,8 @@ struct GgufWeights {
 
   const GgufTensor& need(const std::string& name, std::string_view what) {
     const GgufTensor* t = f.find_tensor(name);
-    check(t != nullptr, ErrorKind::invalid_input, f.source(), "missing tensor '", name, "' (",
-          what, ")");
+    check(t != nullptr, ErrorKind::invalid_input, f.source(), "missing tensor '", name, "' (", what,
+          ")");
     used.insert(name);
     return *t;
   }
@@ -87,7 +88,8 @@ struct GgufWeights {
     const auto rb = conversion::ggml_row_bytes(t.type, cols);
     check(rb.has_value(), ErrorKind::invalid_input, t.where(), "rows of ", cols,
           " elements are not whole ", info.name, " blocks of ", info.block_elems);
-    const auto off = static_cast<std::size_t>(row0 * *rb), len = static_cast<std::size_t>(rows * *rb);
+    const auto off = static_cast<std::size_t>(row0 * *rb),
+               len = static_cast<std::size_t>(rows * *rb);
     check(off + len <= t.bytes.size(), ErrorKind::invalid_input, t.where(), "holds ",
           t.bytes.size(), " bytes, fewer than ", rows, " rows of ", *rb);
     const auto bytes = t.bytes.subspan(off, len);
@@ -106,8 +108,8 @@ struct GgufWeights {
           info.name,
           " is not imported by tpullm (F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, "
           "Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS are)");
-    check(layout != WeightLayout::vector, ErrorKind::unsupported, t.where(), "a 1-D tensor of type ",
-          info.name, " (norms and biases must be F32, F16 or BF16)");
+    check(layout != WeightLayout::vector, ErrorKind::unsupported, t.where(),
+          "a 1-D tensor of type ", info.name, " (norms and biases must be F32, F16 or BF16)");
     GgmlWeight g;
     g.type = t.type;
     g.rows = rows;
@@ -144,8 +146,8 @@ struct GgufWeights {
 /// the slot with its rows in HF order (an owned copy; whole rows move, blocks are untouched).
 WeightRef unpermute_rows(const WeightRef& w, std::int64_t heads, std::int64_t rows,
                          const std::string& where) {
-  check(heads > 0 && rows % heads == 0 && (rows / heads) % 2 == 0, ErrorKind::invalid_input,
-        where, rows, " rows do not split into ", heads, " heads of an even size");
+  check(heads > 0 && rows % heads == 0 && (rows / heads) % 2 == 0, ErrorKind::invalid_input, where,
+        rows, " rows do not split into ", heads, " heads of an even size");
   std::span<const std::byte> src;
   if (const auto* p = std::get_if<PlainWeight>(&w.storage))
     src = p->tensor.bytes;
@@ -214,8 +216,8 @@ HfConfig gguf_config(const GgufFile& f) {
         c.num_key_value_heads, " kv heads of ", c.head_dim,
         " dims: heads must be a multiple of kv heads and the head size even");
   check(k.dim_or("rope.dimension_count", c.head_dim) == c.head_dim, ErrorKind::unsupported,
-        f.source(), "'", k.key("rope.dimension_count"), "' = ",
-        f.get_int(k.key("rope.dimension_count")).value_or(0), " rotates part of a head of ",
+        f.source(), "'", k.key("rope.dimension_count"),
+        "' = ", f.get_int(k.key("rope.dimension_count")).value_or(0), " rotates part of a head of ",
         c.head_dim, " (partial rotary embeddings are not supported)");
   c.max_position_embeddings = k.dim("context_length");
   const auto eps = f.get_float(k.key("attention.layer_norm_rms_epsilon"));
@@ -233,7 +235,8 @@ HfConfig gguf_config(const GgufFile& f) {
           k.key("rope.scaling.factor"), "' must be > 0");
   } else {
     check(scaling == "none", ErrorKind::unsupported, f.source(), "'", k.key("rope.scaling.type"),
-          "' = '", scaling, "' is not supported (none, linear; llama3 scaling comes as the "
+          "' = '", scaling,
+          "' is not supported (none, linear; llama3 scaling comes as the "
           "rope_freqs tensor)");
   }
   const GgufTensor* embd = f.find_tensor("token_embd.weight");
@@ -282,6 +285,9 @@ ModelDesc load_gguf_model(const std::filesystem::path& path, const LoadOptions& 
   d.family = cfg.family;
   d.dir = path.parent_path().empty() ? std::filesystem::path(".") : path.parent_path();
   d.source_file = path;
+  // The vocabulary and chat template inside the file (else tokenizer files beside it, if any).
+  if (TextFiles text = text_files_from_gguf(f.metadata(), path.string()); !text.empty())
+    d.text = std::move(text);
   d.dims = ModelDims{cfg.hidden_size,         cfg.intermediate_size,   cfg.num_hidden_layers,
                      cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim,
                      cfg.vocab_size,          cfg.max_position_embeddings};
@@ -303,18 +309,16 @@ ModelDesc load_gguf_model(const std::filesystem::path& path, const LoadOptions& 
     GgufWeights::expect_ne(*rf, {m.head_dim / 2}, "rope_freqs [head_dim / 2]");
     check(rf->type == GgmlType::f32, ErrorKind::invalid_input, rf->where(), "must be F32, is ",
           conversion::ggml_name(rf->type));
-    d.rope.freq_factors.resize(static_cast<std::size_t>(m.head_dim / 2));
-    std::memcpy(d.rope.freq_factors.data(), rf->bytes.data(), rf->bytes.size());
-    d.config.rope = d.rope;
+    d.rope_freq_factors.resize(static_cast<std::size_t>(m.head_dim / 2));
+    std::memcpy(d.rope_freq_factors.data(), rf->bytes.data(), rf->bytes.size());
   }
 
   d.embedding = b.matrix("token_embd.weight", m.vocab, m.hidden, WeightLayout::table,
                          "embedding [hidden, vocab]");
   d.final_norm = b.vector("output_norm.weight", m.hidden, "final norm [hidden]");
-  d.lm_head = cfg.tie_word_embeddings
-                  ? d.embedding
-                  : b.matrix("output.weight", m.vocab, m.hidden, WeightLayout::out_in,
-                             "lm_head [hidden, vocab]");
+  d.lm_head = cfg.tie_word_embeddings ? d.embedding
+                                      : b.matrix("output.weight", m.vocab, m.hidden,
+                                                 WeightLayout::out_in, "lm_head [hidden, vocab]");
   if (cfg.tie_word_embeddings && d.lm_head.is_ggml())
     std::get<GgmlWeight>(d.lm_head.storage).layout = WeightLayout::out_in;
   else if (cfg.tie_word_embeddings)
@@ -337,8 +341,8 @@ ModelDesc load_gguf_model(const std::filesystem::path& path, const LoadOptions& 
     L.q_bias = b.optional_vector(blk(i, "attn_q.bias"), cfg.qkv_bias, q_dim, "attn_q bias");
     L.k_bias = b.optional_vector(blk(i, "attn_k.bias"), cfg.qkv_bias, kv_dim, "attn_k bias");
     L.v_bias = b.optional_vector(blk(i, "attn_v.bias"), cfg.qkv_bias, kv_dim, "attn_v bias");
-    L.o_bias = b.optional_vector(blk(i, "attn_output.bias"), cfg.o_bias, m.hidden,
-                                 "attn_output bias");
+    L.o_bias =
+        b.optional_vector(blk(i, "attn_output.bias"), cfg.o_bias, m.hidden, "attn_output bias");
     L.q_norm = b.optional_vector(blk(i, "attn_q_norm.weight"), cfg.qk_norm, m.head_dim,
                                  "attn_q_norm [head_dim]");
     L.k_norm = b.optional_vector(blk(i, "attn_k_norm.weight"), cfg.qk_norm, m.head_dim,

@@ -236,11 +236,18 @@ std::string replace_all(std::string s, std::string_view from, std::string_view t
   return s;
 }
 
+// Pieces longer than this get no merges (SentencePiece's own pieces are at most 16 characters;
+// the longest user-defined ones seen, Gemma's whitespace runs, are 93 bytes), and the split
+// search over all pieces may look at most kMaxSplitBytes bytes: the work of a hostile file stays
+// bounded.
+constexpr std::size_t kMaxMergedPieceBytes = 1024;
+constexpr std::uint64_t kMaxSplitBytes = std::uint64_t{1} << 32;
+
 // HF's SentencePiece-BPE conversion (generate_merges): every split of every piece into two vocab
 // pieces is a merge with the piece's score; merges ordered by score, then by the left and right
 // parts' lengths in code points (longest first), then by piece id and the parts' ids.
 json merges_from_scores(const std::vector<std::string>& tokens, const std::vector<bool>& in_vocab,
-                        const std::vector<double>& score) {
+                        const std::vector<double>& score, const std::string& where) {
   std::unordered_map<std::string_view, std::int32_t> id_of;
   id_of.reserve(tokens.size());
   for (std::size_t i = 0; i < tokens.size(); ++i)
@@ -252,10 +259,15 @@ json merges_from_scores(const std::vector<std::string>& tokens, const std::vecto
     std::uint32_t left_len, right_len;
   };
   std::vector<Merge> merges, local;
+  std::uint64_t work = 0;
   for (std::size_t i = 0; i < tokens.size(); ++i) {
-    if (!in_vocab[i])
+    if (!in_vocab[i] || tokens[i].size() > kMaxMergedPieceBytes)
       continue;
     const std::string_view piece = tokens[i];
+    work += piece.size() * piece.size();
+    if (work > kMaxSplitBytes)
+      throw_error(ErrorKind::invalid_input, where,
+                  "tokenizer.ggml.tokens: too many long pieces to derive merges from");
     local.clear();
     for (std::size_t b = 1; b < piece.size(); ++b) {
       if (is_continuation(piece[b]))
@@ -417,9 +429,9 @@ TextFiles synthesize_gguf_text(const gguf_tok::Metadata& metadata, const std::st
       (*tokens)[i] = replace_all((*tokens)[i], " ", kSpace);
   }
   json vocab = json::object();
+  std::unordered_map<std::string_view, std::size_t> seen; // token -> id, over the vocab
+  seen.reserve(n);
   {
-    std::unordered_map<std::string_view, std::size_t> seen;
-    seen.reserve(n);
     for (std::size_t i = 0; i < n; ++i) {
       if (!in_vocab[i])
         continue;
@@ -473,7 +485,7 @@ TextFiles synthesize_gguf_text(const gguf_tok::Metadata& metadata, const std::st
     for (std::size_t i = 0; i < n; ++i)
       if (types[i] != TokType::normal && types[i] != TokType::undefined)
         rank_score[i] = 0.0;
-    bpe["merges"] = merges_from_scores(*tokens, in_vocab, rank_score);
+    bpe["merges"] = merges_from_scores(*tokens, in_vocab, rank_score, where);
     bpe["unk_token"] = unk && in_vocab[static_cast<std::size_t>(*unk)]
                            ? json((*tokens)[static_cast<std::size_t>(*unk)])
                            : json(nullptr);
@@ -505,7 +517,7 @@ TextFiles synthesize_gguf_text(const gguf_tok::Metadata& metadata, const std::st
         md.bad(str_cat("tokenizer.ggml.merges[", r, "]"), "expected two tokens split by a space");
       std::string a = line.substr(0, sp), b = line.substr(sp + 1);
       for (const std::string* part : {&a, &b})
-        if (!bpe["vocab"].contains(*part))
+        if (!seen.count(*part))
           md.bad(str_cat("tokenizer.ggml.merges[", r, "]"),
                  str_cat("'", *part, "' is not a token"));
       merges.push_back(json::array({std::move(a), std::move(b)}));

@@ -43,6 +43,32 @@ std::int64_t moe_int(const nlohmann::json& j, const std::string& where, const ch
   return it->get<std::int64_t>();
 }
 
+std::int64_t moe_expert_count(const nlohmann::json& j, const std::string& where, const char* own,
+                              std::int64_t def, bool required) {
+  // transformers maps num_experts and num_local_experts onto one attribute (Qwen3-MoE configs
+  // written by transformers 5 spell it as Mixtral's do): either spelling, or both when equal.
+  const auto given = [&](const char* key) {
+    const auto it = j.find(key);
+    return it != j.end() && !it->is_null();
+  };
+  const bool a = given("num_experts"), b = given("num_local_experts");
+  if (a && b) {
+    const std::int64_t x = moe_int(j, where, "num_experts", 0, true);
+    const std::int64_t y = moe_int(j, where, "num_local_experts", 0, true);
+    check(x == y, ErrorKind::invalid_input, where, "\"num_experts\" = ", x,
+          " and \"num_local_experts\" = ", y,
+          " name the same expert count (two spellings of one field) but differ");
+    return x;
+  }
+  if (!a && !b) {
+    check(!required, ErrorKind::invalid_input, where, "missing \"", own,
+          "\" (or its other spelling \"",
+          std::string_view(own) == "num_experts" ? "num_local_experts" : "num_experts", "\")");
+    return def;
+  }
+  return moe_int(j, where, a ? "num_experts" : "num_local_experts", def, required);
+}
+
 bool moe_bool(const nlohmann::json& j, const std::string& where, const char* key, bool def) {
   const auto it = j.find(key);
   if (it == j.end() || it->is_null())
@@ -76,7 +102,7 @@ MoeConfig parse_moe_config(const nlohmann::json& j, const std::string& where, Mo
   case MoeLayout::none:
     return MoeConfig{};
   case MoeLayout::qwen3_moe: {
-    m.experts = positive(detail::moe_int(j, where, "num_experts", 0, true), "num_experts");
+    m.experts = positive(detail::moe_expert_count(j, where, "num_experts", 0, true), "num_experts");
     m.top_k =
         positive(detail::moe_int(j, where, "num_experts_per_tok", 0, true), "num_experts_per_tok");
     m.expert_intermediate = positive(detail::moe_int(j, where, "moe_intermediate_size", 0, true),
@@ -105,8 +131,8 @@ MoeConfig parse_moe_config(const nlohmann::json& j, const std::string& where, Mo
     break;
   }
   case MoeLayout::mixtral:
-    m.experts =
-        positive(detail::moe_int(j, where, "num_local_experts", 8, false), "num_local_experts");
+    m.experts = positive(detail::moe_expert_count(j, where, "num_local_experts", 8, false),
+                         "num_local_experts");
     m.top_k =
         positive(detail::moe_int(j, where, "num_experts_per_tok", 2, false), "num_experts_per_tok");
     m.expert_intermediate = intermediate;

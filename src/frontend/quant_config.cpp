@@ -9,17 +9,16 @@ std::optional<LinearQuant> linear_quant(const QuantConfig& qc, std::string_view 
   const bool is_head = module == "lm_head";
   const QuantRule* hit = nullptr;
   for (const QuantRule& r : qc.rules) {
-    const std::string name(module);
     bool m = false;
     switch (r.match) {
     case QuantRule::Match::exact:
       m = r.pattern == module;
       break;
     case QuantRule::Match::full:
-      m = std::regex_match(name, *r.re);
+      m = r.re->full_match(module);
       break;
     case QuantRule::Match::prefix:
-      m = std::regex_search(name, *r.re, std::regex_constants::match_continuous);
+      m = r.re->prefix_match(module);
       break;
     case QuantRule::Match::any:
       m = !is_head; // "Linear" targets: the lm_head only when named
@@ -95,15 +94,13 @@ auto QuantReader::group(const nlohmann::json& v, std::string_view key) const -> 
 }
 
 auto QuantReader::regex(const std::string& pattern, std::string_view key) const
-    -> std::shared_ptr<const std::regex> {
+    -> std::shared_ptr<const UserRegex> {
   check(pattern.size() <= 256, ErrorKind::invalid_input, where, "quantization_config \"", key,
         "\" pattern of ", pattern.size(), " characters is too long (at most 256)");
-  try {
-    return std::make_shared<const std::regex>(pattern, std::regex::ECMAScript);
-  } catch (const std::regex_error&) {
-    throw_error(ErrorKind::invalid_input, where, "quantization_config \"", key, "\": pattern '",
-                pattern, "' is not a valid regular expression");
-  }
+  RegexLimits limits;
+  limits.max_length = 256;
+  return std::make_shared<const UserRegex>(
+      pattern, str_cat(where, ": quantization_config \"", key, "\""), limits);
 }
 
 std::string lower_ascii(std::string s) {

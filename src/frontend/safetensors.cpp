@@ -1,5 +1,6 @@
 // Out-of-line definitions of tpullm/frontend/safetensors.hpp (compiled once into tpullm_core).
 #include "tpullm/frontend/safetensors.hpp"
+#include "tpullm/support/json.hpp"
 
 namespace tpullm::frontend {
 
@@ -135,12 +136,7 @@ nlohmann::json parse_json_strict(std::string_view text, const std::string& where
     }
     return true;
   };
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(text.begin(), text.end(), cb);
-  } catch (const nlohmann::json::exception& e) {
-    throw_error(ErrorKind::invalid_input, where, "invalid JSON: ", e.what());
-  }
+  nlohmann::json j = parse_json(text, where, "invalid JSON", cb);
   check(dup.empty(), ErrorKind::invalid_input, where, "invalid JSON: duplicate key '", dup, "'");
   return j;
 }

@@ -110,7 +110,7 @@ RopeWeights rope_weights(const ModelDesc& d, std::int64_t seq_length) {
   s.low_freq_factor = d.rope.low_freq_factor;
   s.high_freq_factor = d.rope.high_freq_factor;
   s.original_max_position_embeddings = d.rope.original_max_position_embeddings;
-  s.freq_factors = d.rope.freq_factors;
+  s.freq_factors = d.rope_freq_factors;
   auto t = kernels::build_rope_tables(seq_length, d.dims.head_dim, d.rope.theta, s);
   const std::vector<std::int64_t> shape{seq_length, d.dims.head_dim / 2};
   return {owned_f32_weight("rope.cos", shape, std::move(t.cos)),

@@ -303,6 +303,10 @@ Tensor moe(const Tensor& x, std::span<const Tensor* const> w, std::int64_t exper
   std::vector<std::int64_t> order(static_cast<std::size_t>(experts));
   for (std::int64_t t = 0; t < rows; ++t) {
     const double* pt = p + t * experts;
+    for (std::int64_t e = 0; e < experts; ++e) // as the kernel's moe_route: the model's values
+      check(std::isfinite(pt[e]), ErrorKind::invalid_input, "", "the router probabilities of row ",
+            t, " are not finite (expert ", e,
+            "): the model's weights (or the layers before) produce values that are not finite");
     std::iota(order.begin(), order.end(), 0);
     std::stable_sort(order.begin(), order.end(),
                      [&](std::int64_t a, std::int64_t b) { return pt[a] > pt[b]; });

@@ -104,6 +104,8 @@ auto TensorType::str() const -> std::string {
       s += ", zero_point";
     if (quant->act_order)
       s += ", act_order";
+    if (quant->min)
+      s += ", min";
     s += ">";
   }
   return s + ">";

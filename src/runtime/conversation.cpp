@@ -43,7 +43,7 @@ void Conversation::reset() {
 
 std::vector<std::int32_t> Conversation::render(const nlohmann::ordered_json& messages) const {
   check(tmpl_ != nullptr, ErrorKind::unsupported, "chat",
-        "this model's tokenizer has no chat template (use a raw prompt)");
+        "no chat template: ", tok_.config().no_chat_template_reason(), " (use a raw prompt)");
   const auto special = template_special_tokens(tok_);
   const auto ctx = text::ChatTemplate::make_context(messages, tools_, true, special, kwargs_);
   // The template writes the BOS and every special token itself: none are added (as transformers'

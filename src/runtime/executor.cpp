@@ -188,6 +188,10 @@ void run_call(Call& c) {
     throw e.within(c.in.where);
   } catch (const std::out_of_range& e) {
     throw Error(ErrorKind::invalid_input, c.in.where, e.what());
+  } catch (const std::domain_error& e) { // the model's values (kernels/moe.hpp), not the plan's
+    throw ModelValueError(c.in.where, std::string(e.what()) +
+                                          ": the model's weights (or the layers before) produce "
+                                          "values that are not finite");
   } catch (const std::invalid_argument& e) {
     throw Error(ErrorKind::internal, c.in.where, e.what());
   }

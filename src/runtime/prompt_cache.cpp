@@ -6,6 +6,8 @@
 namespace tpullm::runtime {
 
 std::int64_t PromptCache::reusable(const std::vector<std::int32_t>& prompt) const {
+  if (!session_.params().with_history)
+    return 0; // without prefill_kv modules every prompt is prefilled from position 0
   const auto [mis, unused] =
       std::mismatch(held_.begin(), held_.end(), prompt.begin(), prompt.end());
   (void)unused;

@@ -36,12 +36,22 @@ auto Session::prefill(const std::vector<std::int32_t>& tokens, bool all_rows,
         " tokens after ", length_, " cached tokens exceeds the compiled sequence length ",
         params_.seq_length);
   check_ids(tokens);
+  // Without prefill_kv modules (compiled with --no-history) a prompt must fit one prefill call
+  // onto an empty cache; refused before any work, so the session is left as it was.
+  if (!params_.with_history) {
+    check(length_ == 0, ErrorKind::unsupported, "prompt", "continuing a conversation (", length_,
+          " tokens already cached) needs the prefill_kv stage, and this bundle was compiled "
+          "with --no-history; recompile without --no-history");
+    check(n <= L, ErrorKind::unsupported, "prompt", "prompt of ", n,
+          " tokens is longer than max_input_length ", L,
+          " and this bundle has no prefill_kv stage to continue it (compiled with "
+          "--no-history); recompile without --no-history, or with --max-input-length >= ",
+          n);
+  }
   std::vector<float> logits;
   for (std::int64_t start = 0; start < n; start += L) {
     const std::int64_t valid = std::min(L, n - start);
     const std::int64_t pos0 = length_;
-    check(pos0 == 0 || params_.with_history, ErrorKind::unsupported, "prompt",
-          "continuing a conversation needs prefill_kv modules (compiled without history)");
     // The smallest compiled prefill variant that holds the segment: its first P rows of the
     // embedded buffer are the block's input.
     const std::int64_t P = params_.prefill_length_for(valid);

@@ -21,6 +21,14 @@ std::string_view file_kind(mode_t mode) noexcept {
   return "not a regular file";
 }
 
+FileIdentity file_identity(const struct stat& st) noexcept {
+  const auto ns = [](const struct timespec& t) {
+    return static_cast<std::int64_t>(t.tv_sec) * 1000000000 + static_cast<std::int64_t>(t.tv_nsec);
+  };
+  return {static_cast<std::uint64_t>(st.st_dev), static_cast<std::uint64_t>(st.st_ino),
+          static_cast<std::int64_t>(st.st_size), ns(st.st_mtim), ns(st.st_ctim)};
+}
+
 UniqueFd open_regular_file(const std::filesystem::path& path, struct stat* st) {
   const std::string where = path.string();
   UniqueFd fd(::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC));

@@ -42,8 +42,8 @@ void on_mapping_fault(int sig, siginfo_t* info, void*) {
     write_stderr(": I/O error: ");
     write_stderr(s.path);
     write_stderr(": the file was truncated or changed while in use (SIGBUS on its memory "
-                 "mapping); rerun (import and verify also take --no-mmap to read checkpoints into "
-                 "memory)\n");
+                 "mapping); rerun, or rerun with --no-mmap to read the file into memory first "
+                 "(every tpullm command that maps a file takes it)\n");
     temp_registry::detail::remove_all(); // no temporary output survives the exit
     ::_exit(2);
   }
@@ -72,6 +72,7 @@ MappedFile::MappedFile(map_tag, const std::filesystem::path& path, FileAccess ac
   const std::string where = path.string();
   struct stat st {};
   UniqueFd fd = open_regular_file(path, &st);
+  identity_ = file_identity(st);
   if (st.st_size <= 0)
     throw_error(ErrorKind::invalid_input, where, "file is empty");
   const auto size = static_cast<std::size_t>(st.st_size);

@@ -10,6 +10,7 @@
 
 #include "tpullm/support/error.hpp"
 #include "tpullm/support/input_file.hpp"
+#include "tpullm/support/json.hpp"
 
 namespace tpullm::target {
 
@@ -60,12 +61,7 @@ Target host_target() {
 }
 
 Target target_from_json(const std::string& text, Target t) {
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception& e) {
-    throw_error(ErrorKind::invalid_input, "target", "not valid JSON: ", e.what());
-  }
+  const nlohmann::json j = parse_json(text, "target", "not valid JSON");
   check(j.is_object(), ErrorKind::invalid_input, "target", "must be a JSON object");
   for (const auto& [key, v] : j.items()) {
     const std::string where = "target." + key;

@@ -11,14 +11,15 @@ ChatTemplate ChatTemplate::parse(std::string source) {
   return t;
 }
 
-std::string ChatTemplate::render(const nlohmann::ordered_json& context) const {
+std::string ChatTemplate::render(const nlohmann::ordered_json& context,
+                                 const RenderLimits& limits) const {
   if (!impl_)
     throw Error(ErrorKind::internal, "chat template", "render() of a template never parsed");
-  return jinja::render_template(*impl_, context);
+  return jinja::render_template(*impl_, context, limits);
 }
 
-std::string ChatTemplate::render(const nlohmann::json& context) const {
-  return render(nlohmann::ordered_json(context));
+std::string ChatTemplate::render(const nlohmann::json& context, const RenderLimits& limits) const {
+  return render(nlohmann::ordered_json(context), limits);
 }
 
 namespace {

@@ -1,16 +1,13 @@
 // tokenizer_config.json + generation_config.json -> TokenizerConfig.
 #include "json_fields.hpp"
 #include "tokenizer_impl.hpp"
+#include "tpullm/support/json.hpp"
 
 namespace tpullm::text::detail {
 namespace {
 
 json parse_text(std::string_view text, const char* file) {
-  try {
-    return json::parse(text.begin(), text.end());
-  } catch (const json::exception& e) {
-    throw_error(ErrorKind::invalid_input, file, "not valid JSON: ", e.what());
-  }
+  return parse_json(text, file, "not valid JSON");
 }
 
 // A special token written as a string or as an AddedToken object {"content": ...}.
@@ -98,3 +95,18 @@ TokenizerConfig parse_config(std::string_view tokenizer_config, std::string_view
 }
 
 } // namespace tpullm::text::detail
+
+namespace tpullm::text {
+
+std::string TokenizerConfig::no_chat_template_reason() const {
+  if (named_chat_templates.empty())
+    return "tokenizer_config.json has no chat_template";
+  std::string names;
+  for (const auto& [name, body] : named_chat_templates)
+    names += (names.empty() ? "" : ", ") + name;
+  return "tokenizer_config.json's chat_template is a list of named templates (" + names +
+         ") without one named \"default\", the one that is rendered (as transformers' "
+         "apply_chat_template does when no template name is given)";
+}
+
+} // namespace tpullm::text

@@ -7,14 +7,12 @@
 namespace tpullm::text::detail {
 namespace {
 
-void parse_into(const json& j, const std::string& path, Decoder& d) {
+void parse_into(const json& j, const std::string& path, Decoder& d, int depth) {
   const std::string type = type_of(j, path);
   if (type == "Sequence") {
-    const json& list = member(j, "decoders");
-    if (!list.is_array())
-      bad_field(path + ".decoders", "expected a list");
+    const json& list = sequence_list(j, "decoders", path, depth, d.steps.size());
     for (std::size_t i = 0; i < list.size(); ++i)
-      parse_into(list[i], path + ".decoders[" + std::to_string(i) + "]", d);
+      parse_into(list[i], path + ".decoders[" + std::to_string(i) + "]", d, depth + 1);
   } else if (type == "ByteLevel") {
     d.steps.emplace_back(ByteLevelDecode{});
   } else if (type == "Replace") {
@@ -167,7 +165,7 @@ Decoder parse_decoder(const json& j) {
   Decoder d;
   if (!j.is_null()) {
     d.present = true;
-    parse_into(j, "decoder", d);
+    parse_into(j, "decoder", d, 1);
   }
   return d;
 }

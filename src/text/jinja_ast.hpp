@@ -84,7 +84,7 @@ struct Template {
 /// Parses a template source (Jinja subset, trim_blocks + lstrip_blocks). Throws tpullm::Error.
 Template parse_template(std::string source);
 
-/// Renders a template with `globals` (an object). Throws tpullm::Error.
-std::string render_template(const Template& t, const Json& globals);
+/// Renders a template with `globals` (an object) within `limits`. Throws tpullm::Error.
+std::string render_template(const Template& t, const Json& globals, const RenderLimits& limits);
 
 } // namespace tpullm::text::jinja

@@ -12,13 +12,17 @@ namespace tpullm::text::jinja {
 namespace {
 
 constexpr int max_call_depth = 64;
-// Statements and expressions one render may evaluate (real chat templates take thousands); a
-// template looping longer fails instead of hanging its caller.
-constexpr std::int64_t max_steps = 2'000'000;
 
 class Evaluator {
 public:
-  explicit Evaluator(const Json& globals) {
+  // Statements and expressions one render may evaluate (real chat templates take thousands),
+  // the bytes of values it may build and its cancellation flag: RenderLimits. A template
+  // working longer fails instead of hanging its caller.
+  Evaluator(const Json& globals, const RenderLimits& limits) {
+    budget_.max_steps = limits.max_steps;
+    budget_.cancel = limits.cancel;
+    const std::uint64_t context = value_cost(globals, 0);
+    budget_.max_work = limits.max_work_bytes + 16 * context;
     frames_.emplace_back();
     for (auto& [k, v] : global_functions())
       frames_.back()[k] = std::move(v);
@@ -30,6 +34,7 @@ public:
   }
 
   std::string run(const Body& body) {
+    const BudgetScope scope(budget_);
     std::string out;
     exec(body, out);
     return out;
@@ -53,6 +58,7 @@ private:
     out += s;
     if (out.size() > max_value_size)
       fail(line, "rendered text too large");
+    charge_bytes(s.size());
   }
 
   Flow exec(const Body& body, std::string& out) {
@@ -78,8 +84,11 @@ private:
   }
 
   void step(int line) {
-    if (++steps_ > max_steps)
-      fail(line, str_cat("the template ran too long (more than ", max_steps, " steps)"));
+    budget_.line = line;
+    if (budget_.cancel != nullptr && budget_.cancel->load(std::memory_order_relaxed))
+      throw RenderCancelled();
+    if (++budget_.steps > budget_.max_steps)
+      fail(line, str_cat("the template ran too long (more than ", budget_.max_steps, " steps)"));
   }
 
   Flow exec(const Node& n, std::string& out) {
@@ -247,6 +256,8 @@ private:
     case Expr::Kind::list:
     case Expr::Kind::tuple: {
       Json out = Json::array();
+      if (e.args.size() > max_list_items)
+        fail(e.line, "list too large");
       for (const ExprPtr& x : e.args) {
         const Value v = eval(*x);
         if (!v.is_data())
@@ -394,8 +405,8 @@ private:
         Json out = a.data();
         for (const Json& x : b.data())
           out.push_back(x);
-        if (out.size() > max_value_size)
-          fail(line, "list too large");
+        if (out.size() > max_list_items)
+          fail(line, str_cat("list too large (more than ", max_list_items, " items)"));
         return Value(std::move(out));
       }
     }
@@ -410,7 +421,8 @@ private:
                                                   : seq->data().size();
         if (unit == 0)
           return Value(seq->is_string() ? Json("") : Json::array());
-        if (static_cast<std::uint64_t>(n) > max_value_size / unit)
+        if (static_cast<std::uint64_t>(n) >
+            (seq->is_string() ? max_value_size : max_list_items) / unit)
           fail(line, "repeated value too large");
         if (seq->is_string()) {
           std::string s;
@@ -510,13 +522,13 @@ private:
   std::vector<Frame> frames_;
   int loop_depth_ = 0;
   int call_depth_ = 0;
-  std::int64_t steps_ = 0;
+  RenderBudget budget_;
 };
 
 } // namespace
 
-std::string render_template(const Template& t, const Json& globals) {
-  Evaluator ev(globals);
+std::string render_template(const Template& t, const Json& globals, const RenderLimits& limits) {
+  Evaluator ev(globals, limits);
   return ev.run(t.body);
 }
 

@@ -170,6 +170,8 @@ std::string py_replace(const std::string& s, const std::string& old, const std::
         ++done;
       }
       out += utf8_encode({c});
+      if (out.size() > max_value_size)
+        fail(0, "str.replace() result too large");
     }
     if (count < 0 || done < count)
       out += repl;
@@ -185,6 +187,8 @@ std::string py_replace(const std::string& s, const std::string& old, const std::
     out += repl;
     pos = f + old.size();
     ++done;
+    if (out.size() > max_value_size)
+      fail(0, "str.replace() result too large");
   }
   return out + s.substr(pos);
 }
@@ -255,6 +259,8 @@ Value str_method(const std::string& self, const std::string& name, CallArgs& a, 
         out += self;
       first = false;
       out += as_string(v, what + " item", line);
+      if (out.size() > max_value_size)
+        fail(line, what + " result too large");
     }
     return Value(Json(out));
   }

@@ -29,6 +29,62 @@ void refuse(int line, std::string_view message) {
   throw Error(ErrorKind::unsupported, str_cat("chat template line ", line), one_line(message));
 }
 
+namespace {
+thread_local RenderBudget* t_budget = nullptr;
+} // namespace
+
+BudgetScope::BudgetScope(RenderBudget& b) : saved_(t_budget) {
+  t_budget = &b;
+}
+
+BudgetScope::~BudgetScope() {
+  t_budget = saved_;
+}
+
+std::uint64_t value_cost(const Json& j, int line) {
+  constexpr std::uint64_t item = 32;
+  if (j.is_string())
+    return item + j.get_ref<const std::string&>().size();
+  if (!j.is_structured())
+    return item;
+  std::uint64_t cost = 0;
+  std::vector<std::pair<const Json*, int>> todo{{&j, 1}};
+  while (!todo.empty()) {
+    const auto [x, depth] = todo.back();
+    todo.pop_back();
+    cost += item;
+    if (x->is_string()) {
+      cost += x->get_ref<const std::string&>().size();
+    } else if (x->is_structured()) {
+      if (depth >= max_value_depth && !x->empty())
+        fail(line, str_cat("a value nested deeper than ", max_value_depth, " levels"));
+      for (auto it = x->begin(); it != x->end(); ++it) {
+        if (x->is_object())
+          cost += it.key().size();
+        todo.emplace_back(&*it, depth + 1);
+      }
+    }
+  }
+  return cost;
+}
+
+void charge_bytes(std::uint64_t bytes) {
+  RenderBudget* b = t_budget;
+  if (b == nullptr)
+    return;
+  b->work += bytes;
+  if (b->work > b->max_work)
+    fail(b->line, str_cat("the template built more than ", b->max_work,
+                          " bytes of values (its work budget)"));
+}
+
+void charge(const Json& j) {
+  RenderBudget* b = t_budget;
+  if (b == nullptr)
+    return;
+  charge_bytes(value_cost(j, b->line));
+}
+
 bool truthy(const Value& v) {
   switch (v.kind()) {
   case Value::Kind::undefined:

@@ -14,12 +14,50 @@
 #include <nlohmann/json.hpp>
 
 #include "tpullm/support/error.hpp"
+#include "tpullm/text/chat_template.hpp"
 
 namespace tpullm::text::jinja {
 
 using Json = nlohmann::ordered_json;
 
 class Value;
+
+/// Deepest nesting of a value a render may build or receive (lists and dicts).
+inline constexpr int max_value_depth = 512;
+/// Most items of one list a render may build.
+inline constexpr std::size_t max_list_items = std::size_t{1} << 20;
+
+/// The budget of the render running on this thread (RenderLimits): steps taken, bytes of values
+/// built, the line being evaluated (for messages).
+struct RenderBudget {
+  std::int64_t steps = 0;
+  std::int64_t max_steps = 0;
+  std::uint64_t work = 0;
+  std::uint64_t max_work = 0;
+  const std::atomic<bool>* cancel = nullptr;
+  int line = 0;
+};
+
+/// Installs `b` as this thread's render budget for its lifetime (the previous one after).
+class BudgetScope {
+public:
+  explicit BudgetScope(RenderBudget& b);
+  ~BudgetScope();
+  BudgetScope(const BudgetScope&) = delete;
+  BudgetScope& operator=(const BudgetScope&) = delete;
+
+private:
+  RenderBudget* saved_;
+};
+
+/// The cost of `j` in budget bytes: 32 per item (dict keys' bytes added) plus string bytes. Fails
+/// (at `line`) when `j` nests deeper than max_value_depth.
+std::uint64_t value_cost(const Json& j, int line);
+/// Charges value_cost(j) to this thread's render budget (nothing outside a render); fails when
+/// the budget is spent.
+void charge(const Json& j);
+/// Charges `bytes` (text appended to the output) to this thread's render budget.
+void charge_bytes(std::uint64_t bytes);
 
 /// Arguments of a call: positional then keyword, in source order.
 struct CallArgs {
@@ -47,7 +85,11 @@ public:
   Value() = default;
   /// JSON data (string, number, bool, null, array, object). Values share it (copying a Value
   /// is O(1), so looking up `messages` does not copy the conversation); it is never mutated.
-  Value(Json j) : kind_(Kind::data), data_(std::make_shared<const Json>(std::move(j))) {}
+  /// Building one is charged to the render's work budget (charge()).
+  Value(Json j) : kind_(Kind::data) {
+    charge(j);
+    data_ = std::make_shared<const Json>(std::move(j));
+  }
   /// A namespace() object; attribute assignment mutates the shared object.
   static Value make_namespace(std::shared_ptr<Json> attrs) {
     Value v;

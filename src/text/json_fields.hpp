@@ -69,6 +69,26 @@ inline std::string type_of(const json& j, const std::string& path) {
               "' is not supported");
 }
 
+/// Deepest nesting of "Sequence" stages inside one normalizer, pre_tokenizer, decoder or
+/// post_processor (real files nest at most 2).
+inline constexpr int kMaxSequenceNesting = 8;
+/// Most steps one of those stages may hold in all (real files hold at most 6).
+inline constexpr std::size_t kMaxStageSteps = 256;
+
+/// The list `key` of the Sequence `j` at nesting `depth` (1 for the stage itself), checked
+/// against kMaxSequenceNesting and kMaxStageSteps (`steps`: steps the stage holds so far).
+inline const json& sequence_list(const json& j, const char* key, const std::string& path, int depth,
+                                 std::size_t steps) {
+  if (depth > kMaxSequenceNesting)
+    bad_field(path, "Sequence nested deeper than " + std::to_string(kMaxSequenceNesting));
+  const json& list = member(j, key);
+  if (!list.is_array())
+    bad_field(path + "." + key, "expected a list");
+  if (steps + list.size() > kMaxStageSteps)
+    bad_field(path + "." + key, "more than " + std::to_string(kMaxStageSteps) + " steps");
+  return list;
+}
+
 /// A {"String": s} or {"Regex": r} pattern member.
 inline Pattern pattern_field(const json& j, const std::string& path) {
   const json& p = member(j, "pattern");

@@ -6,14 +6,12 @@
 namespace tpullm::text::detail {
 namespace {
 
-void parse_into(const json& j, const std::string& path, Normalizer& n) {
+void parse_into(const json& j, const std::string& path, Normalizer& n, int depth) {
   const std::string type = type_of(j, path);
   if (type == "Sequence") {
-    const json& list = member(j, "normalizers");
-    if (!list.is_array())
-      bad_field(path + ".normalizers", "expected a list");
+    const json& list = sequence_list(j, "normalizers", path, depth, n.steps.size());
     for (std::size_t i = 0; i < list.size(); ++i)
-      parse_into(list[i], path + ".normalizers[" + std::to_string(i) + "]", n);
+      parse_into(list[i], path + ".normalizers[" + std::to_string(i) + "]", n, depth + 1);
   } else if (type == "NFC") {
     n.steps.emplace_back(NfcStep{});
   } else if (type == "Prepend") {
@@ -59,7 +57,7 @@ std::string Normalizer::apply(std::string s) const {
 Normalizer parse_normalizer(const json& j) {
   Normalizer n;
   if (!j.is_null())
-    parse_into(j, "normalizer", n);
+    parse_into(j, "normalizer", n, 1);
   return n;
 }
 

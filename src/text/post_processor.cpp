@@ -46,14 +46,12 @@ void template_into(const json& j, const std::string& path, PostProcessor& p) {
   p = std::move(t);
 }
 
-void parse_into(const json& j, const std::string& path, PostProcessor& p) {
+void parse_into(const json& j, const std::string& path, PostProcessor& p, int depth) {
   const std::string type = type_of(j, path);
   if (type == "Sequence") {
-    const json& list = member(j, "processors");
-    if (!list.is_array())
-      bad_field(path + ".processors", "expected a list");
+    const json& list = sequence_list(j, "processors", path, depth, 0);
     for (std::size_t i = 0; i < list.size(); ++i)
-      parse_into(list[i], path + ".processors[" + std::to_string(i) + "]", p);
+      parse_into(list[i], path + ".processors[" + std::to_string(i) + "]", p, depth + 1);
   } else if (type == "ByteLevel") {
     // Only trims offsets: the ids are unchanged.
   } else if (type == "TemplateProcessing") {
@@ -75,7 +73,7 @@ void PostProcessor::apply(std::vector<std::int32_t>& ids) const {
 PostProcessor parse_post_processor(const json& j) {
   PostProcessor p;
   if (!j.is_null())
-    parse_into(j, "post_processor", p);
+    parse_into(j, "post_processor", p, 1);
   return p;
 }
 

@@ -30,14 +30,12 @@ SplitBehavior behavior_of(const std::string& s, const std::string& path) {
               "' is not supported");
 }
 
-void parse_into(const json& j, const std::string& path, PreTokenizer& p) {
+void parse_into(const json& j, const std::string& path, PreTokenizer& p, int depth) {
   const std::string type = type_of(j, path);
   if (type == "Sequence") {
-    const json& list = member(j, "pretokenizers");
-    if (!list.is_array())
-      bad_field(path + ".pretokenizers", "expected a list");
+    const json& list = sequence_list(j, "pretokenizers", path, depth, p.steps.size());
     for (std::size_t i = 0; i < list.size(); ++i)
-      parse_into(list[i], path + ".pretokenizers[" + std::to_string(i) + "]", p);
+      parse_into(list[i], path + ".pretokenizers[" + std::to_string(i) + "]", p, depth + 1);
   } else if (type == "Split") {
     SplitStep s{pattern_field(j, path), behavior_of(str_field(j, "behavior", path), path),
                 bool_field(j, "invert", path, false)};
@@ -183,7 +181,7 @@ std::vector<std::string> PreTokenizer::apply(std::string_view text) const {
 PreTokenizer parse_pre_tokenizer(const json& j) {
   PreTokenizer p;
   if (!j.is_null())
-    parse_into(j, "pre_tokenizer", p);
+    parse_into(j, "pre_tokenizer", p, 1);
   return p;
 }
 

@@ -4,6 +4,9 @@
 
 #include <pcre2.h>
 
+#include <algorithm>
+#include <limits>
+
 #include "tpullm/support/error.hpp"
 #include "unicode.hpp"
 
@@ -12,6 +15,8 @@ namespace tpullm::text::detail {
 struct Regex::Code {
   pcre2_code* code = nullptr;
   bool jit = false;
+  std::string pattern; // for messages (at most 80 bytes)
+  std::string where;
   ~Code() { pcre2_code_free(code); }
 };
 
@@ -24,9 +29,7 @@ struct ThreadState {
   pcre2_match_context* ctx = pcre2_match_context_create(nullptr);
   ThreadState() {
     pcre2_jit_stack_assign(ctx, nullptr, stack);
-    // The default limit (10 million steps) refuses one long whitespace run of the real patterns
-    // (`\s*[\r\n]+` backtracks over it); their backtracking is linear in the run, so lift it.
-    pcre2_set_match_limit(ctx, UINT32_MAX);
+    pcre2_set_heap_limit(ctx, kRegexHeapLimitKiB);
   }
   ~ThreadState() {
     pcre2_match_context_free(ctx);
@@ -46,10 +49,22 @@ std::string pcre2_message(int code) {
 } // namespace
 
 Regex::Regex(const std::string& pattern, const std::string& where) : code_(new Code) {
+  check(pattern.size() <= kRegexMaxLength, ErrorKind::invalid_input, where, "regex of ",
+        pattern.size(), " bytes is too long (at most ", kRegexMaxLength, ")");
+  code_->pattern = pattern.substr(0, 80) + (pattern.size() > 80 ? "..." : "");
+  code_->where = where;
+  pcre2_compile_context* cc = pcre2_compile_context_create(nullptr);
+  check(cc != nullptr, ErrorKind::internal, where, "out of memory for a regex");
+  pcre2_set_max_pattern_length(cc, kRegexMaxLength);
+  pcre2_set_parens_nest_limit(cc, kRegexMaxNesting);
   int err = 0;
   PCRE2_SIZE off = 0;
   code_->code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
-                              PCRE2_UTF | PCRE2_UCP, &err, &off, nullptr);
+                              PCRE2_UTF | PCRE2_UCP, &err, &off, cc);
+  pcre2_compile_context_free(cc);
+  if (code_->code == nullptr && err == PCRE2_ERROR_PARENTHESES_NEST_TOO_DEEP)
+    throw_error(ErrorKind::invalid_input, where, "regex nests parentheses deeper than ",
+                kRegexMaxNesting);
   if (code_->code == nullptr)
     throw_error(ErrorKind::invalid_input, where, "regex does not compile at offset ", off, ": ",
                 pcre2_message(err));
@@ -64,14 +79,27 @@ void Regex::find_all(std::string_view s,
   const auto* subject = reinterpret_cast<PCRE2_SPTR>(s.data());
   std::size_t pos = 0;
   while (pos <= s.size()) {
+    // A match of the real patterns takes about one step per byte of the run it spans; a
+    // backtracking pattern takes exponentially many and stops here.
+    const std::uint64_t limit = kRegexBaseSteps + kRegexStepsPerByte * (s.size() - pos);
+    pcre2_set_match_limit(ts.ctx, static_cast<std::uint32_t>(std::min<std::uint64_t>(
+                                      limit, std::numeric_limits<std::uint32_t>::max())));
+    pcre2_set_depth_limit(ts.ctx, static_cast<std::uint32_t>(std::min<std::uint64_t>(
+                                      limit, std::numeric_limits<std::uint32_t>::max())));
     const int rc =
         code_->jit
             ? pcre2_jit_match(code_->code, subject, s.size(), pos, 0, ts.data, ts.ctx)
             : pcre2_match(code_->code, subject, s.size(), pos, PCRE2_NO_UTF_CHECK, ts.data, ts.ctx);
     if (rc == PCRE2_ERROR_NOMATCH)
       return;
+    if (rc == PCRE2_ERROR_MATCHLIMIT || rc == PCRE2_ERROR_DEPTHLIMIT ||
+        rc == PCRE2_ERROR_HEAPLIMIT || rc == PCRE2_ERROR_JIT_STACKLIMIT)
+      throw_error(ErrorKind::invalid_input, code_->where, "regex '", code_->pattern,
+                  "' hit its limit (", pcre2_message(rc), ") on a ", s.size() - pos,
+                  "-byte text (catastrophic backtracking)");
     if (rc < 0)
-      throw_error(ErrorKind::invalid_input, "tokenizer regex", "match failed: ", pcre2_message(rc));
+      throw_error(ErrorKind::invalid_input, code_->where,
+                  "regex match failed: ", pcre2_message(rc));
     const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(ts.data);
     const std::size_t b = ov[0], e = ov[1];
     out.emplace_back(b, e);

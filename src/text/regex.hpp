@@ -2,6 +2,7 @@
 // The tokenizer's regular expressions: PCRE2 (UTF + UCP, JIT when available) compiling the
 // patterns of tokenizer.json verbatim, and a literal-string pattern, behind one interface.
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -9,6 +10,18 @@
 #include <vector>
 
 namespace tpullm::text::detail {
+
+/// Longest tokenizer.json regex accepted (bytes).
+inline constexpr std::size_t kRegexMaxLength = 64 * 1024;
+/// Deepest parenthesis nesting of a tokenizer.json regex.
+inline constexpr std::uint32_t kRegexMaxNesting = 32;
+/// PCRE2 match limit of one match from `pos`: kRegexBaseSteps + kRegexStepsPerByte x the bytes
+/// left (the real patterns take about one step per byte of a whitespace run).
+inline constexpr std::uint64_t kRegexBaseSteps = 10'000'000;
+/// See kRegexBaseSteps.
+inline constexpr std::uint64_t kRegexStepsPerByte = 4;
+/// PCRE2 heap limit of one match (KiB) when JIT is unavailable.
+inline constexpr std::uint32_t kRegexHeapLimitKiB = 256 * 1024;
 
 /// A compiled PCRE2 pattern. Matching is thread-safe (per-thread match data and JIT stack).
 class Regex {

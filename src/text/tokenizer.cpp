@@ -3,6 +3,7 @@
 
 #include "tokenizer_impl.hpp"
 #include "tpullm/support/input_file.hpp"
+#include "tpullm/support/json.hpp"
 #include "unicode.hpp"
 
 namespace tpullm::text {
@@ -32,12 +33,7 @@ Tokenizer Tokenizer::from_dir(const std::filesystem::path& dir) {
 Tokenizer Tokenizer::from_json(std::string_view tokenizer_json,
                                std::string_view tokenizer_config_json,
                                std::string_view generation_config_json) {
-  json j;
-  try {
-    j = json::parse(tokenizer_json.begin(), tokenizer_json.end());
-  } catch (const json::exception& e) {
-    throw_error(ErrorKind::invalid_input, std::string(detail::kFile), "not valid JSON: ", e.what());
-  }
+  const json j = parse_json(tokenizer_json, std::string(detail::kFile), "not valid JSON");
   if (!j.is_object())
     detail::bad_field("(top level)", "expected a JSON object");
   static const char* const known[] = {"version",        "truncation", "padding",

@@ -4,7 +4,8 @@
 // checkpoint with BF16 scales, a config allowing 2^31 positions, broken target files,
 // overflowing and rank-0 .tir modules (Top and Tpu), a 50000-rank module, a 20000-part
 // --split-input-file input, files that must not change (precious.tir, victim.txt) and earlier
-// output directories of import and make-model with stale files and planted links.
+// output directories of import and make-model with stale files and planted links, and a
+// mixture of experts whose router weights are NaN.
 #include <sys/stat.h>
 
 #include <cmath>
@@ -141,6 +142,21 @@ void make(const fs::path& out, const fs::path& models) {
                                    [](auto& c) { c["eos_token_id"] = 999999; });
   fs::create_directories(out / "tmpdir");
   write_file(out / "tmpdir" / "precious.bundle", "not ours\n");
+  // A mixture of experts whose layer-1 router weights are NaN: the run fails on the model's
+  // values, which must be reported as the model's, at that layer.
+  const fs::path mixtral = models / "mixtral-e8k2", nan_router = out / "model-moe-nan-router";
+  fs::create_directories(nan_router);
+  fs::copy_file(mixtral / "config.json", nan_router / "config.json");
+  fs::copy_file(mixtral / "goldens.safetensors", nan_router / "goldens.safetensors");
+  hostile::rewrite_safetensors(
+      mixtral / "model.safetensors", nan_router / "model.safetensors", [](auto& e) {
+        auto& g = e.at("model.layers.1.block_sparse_moe.gate.weight");
+        if (g.dtype != "F32")
+          throw std::runtime_error("mixtral-e8k2's router is " + g.dtype + ", not F32");
+        const float nan = NAN;
+        for (std::size_t i = 0; i + sizeof nan <= g.bytes.size(); i += sizeof nan)
+          std::memcpy(g.bytes.data() + i, &nan, sizeof nan);
+      });
 }
 
 } // namespace

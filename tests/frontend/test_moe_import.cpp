@@ -81,6 +81,24 @@ TEST_CASE("hf_config: qwen3_moe and mixtral MoE fields", "[moe][hf_config]") {
   CHECK_FALSE(load_hf_config(model_dir("qwen3-headdim")).moe.enabled());
 }
 
+TEST_CASE("the expert count is read under either spelling, as transformers' attribute maps do",
+          "[moe][hf_config]") {
+  // Qwen3-MoE as transformers 5 writes it: num_local_experts (Mixtral's name).
+  json q = config_of("qwen3moe-e16k4");
+  q["num_local_experts"] = q["num_experts"];
+  q.erase("num_experts");
+  CHECK(parse_hf_config(q.dump()).moe.experts == 16);
+  q["num_experts"] = 16; // both, equal
+  CHECK(parse_hf_config(q.dump()).moe.experts == 16);
+  // Mixtral under the other spelling, and Mixtral's default when neither is given.
+  json m = config_of("mixtral-e8k2");
+  m["num_experts"] = m["num_local_experts"];
+  m.erase("num_local_experts");
+  CHECK(parse_hf_config(m.dump()).moe.experts == 8);
+  m.erase("num_experts");
+  CHECK(parse_hf_config(m.dump()).moe.experts == 8);
+}
+
 TEST_CASE("hf_config refuses other MoE shapes and bad MoE fields by name",
           "[moe][hf_config][neg]") {
   json c = config_of("qwen3moe-e16k4");
@@ -103,6 +121,22 @@ TEST_CASE("hf_config refuses other MoE shapes and bad MoE fields by name",
   SECTION("missing num_experts") {
     c.erase("num_experts");
     REQUIRE_THROWS_WITH(parse_hf_config(c.dump()), Contains("missing \"num_experts\""));
+  }
+  SECTION("num_experts and num_local_experts that differ") {
+    c["num_local_experts"] = 8;
+    REQUIRE_THROWS_WITH(parse_hf_config(c.dump()),
+                        Contains("\"num_experts\" = 16 and \"num_local_experts\" = 8 name the "
+                                 "same expert count"));
+    json m = config_of("mixtral-e8k2");
+    m["num_experts"] = 4;
+    REQUIRE_THROWS_WITH(parse_hf_config(m.dump()),
+                        Contains("\"num_experts\" = 4 and \"num_local_experts\" = 8"));
+  }
+  SECTION("neither spelling") {
+    c.erase("num_experts");
+    REQUIRE_THROWS_WITH(parse_hf_config(c.dump()),
+                        Contains("missing \"num_experts\" (or its other spelling "
+                                 "\"num_local_experts\")"));
   }
   SECTION("a dense layer index out of range") {
     c["mlp_only_layers"] = {5};

@@ -8,7 +8,8 @@
 //   int8 / int4 weights (x = s1 (h + l/256) + r per group, |r| <= s1/256, s1 = max|x_g| / 127;
 //   exact int32 tile sums; f32 scaling per group):
 //     |y - y_ref| <= sum_k (s1_g(k) / 256) |w_kn| + tol(K) (sum_k |x_k| A_kn + |b_n|)
-//   with A = |scale| (|q| + |zero|) and tol(K) = 3e-6 sqrt(K) + 1e-6 as in test_matmul.cpp.
+//   with A = |scale| (|q| + |zero|) (scale and min: |scale| u + |min|) and tol(K) = 3e-6 sqrt(K)
+//   + 1e-6 as in test_matmul.cpp.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -281,9 +282,10 @@ double run_amx_linear(const AmxCase& c, std::uint32_t seed, bool hw) {
 std::vector<AmxCase> amx_cases() {
   const CoreSplit none{}, rows2{SplitDim::rows, 2}, cols2{SplitDim::cols, 2};
   std::vector<AmxCase> v;
-  for (WeightFormat f : {WeightFormat::bf16, WeightFormat::int8, WeightFormat::int4_sym,
-                         WeightFormat::int4_asym, WeightFormat::int8_asym}) {
-    const bool i8 = f == WeightFormat::int8 || f == WeightFormat::int8_asym;
+  for (WeightFormat f :
+       {WeightFormat::bf16, WeightFormat::int8, WeightFormat::int4_sym, WeightFormat::int4_asym,
+        WeightFormat::int8_asym, WeightFormat::int4_min, WeightFormat::int8_min}) {
+    const bool i8 = is_byte_format(f);
     v.push_back({16, 64, 32, 32, f, false, false, none});              // one tile block exactly
     v.push_back({17, 40, 33, i8 ? 20 : 40, f, true, false, rows2});    // row / column / k tails
     v.push_back({70, 136, 70, i8 ? 68 : 136, f, false, false, cols2}); // per-channel, K % 64 != 0
@@ -292,6 +294,12 @@ std::vector<AmxCase> amx_cases() {
   v.push_back({20, 96, 40, 48, WeightFormat::int4_asym, true, true, none}); // act-order
   v.push_back({24, 120, 20, 40, WeightFormat::int8, false, false, cols2});  // 40-row groups
   v.push_back({20, 96, 40, 32, WeightFormat::int8_asym, true, true, none}); // act-order
+  // scale and min with ggml's groups of 16 and 32 (one k step of 16 / 32 rows per group)
+  for (WeightFormat f : {WeightFormat::int4_min, WeightFormat::int8_min}) {
+    v.push_back({20, 64, 40, 16, f, true, false, rows2});
+    v.push_back({33, 96, 71, 32, f, false, false, cols2});
+    v.push_back({20, 96, 40, 16, f, true, true, none}); // act-order
+  }
   return v;
 }
 
@@ -370,7 +378,9 @@ TEST_CASE("AMX SwiGLU MLP on the emulator meets the propagated bound", "[amx]") 
   const C cases[] = {{20, 64, 96, 32, WeightFormat::bf16, 1 << 20},
                      {33, 64, 160, 32, WeightFormat::int4_sym, 33 * 8 * 64}, // tiles of 64
                      {18, 96, 64, 32, WeightFormat::int8, 1 << 20},
-                     {24, 64, 96, 32, WeightFormat::int4_asym, 1 << 20}};
+                     {24, 64, 96, 32, WeightFormat::int4_asym, 1 << 20},
+                     {24, 64, 96, 16, WeightFormat::int4_min, 1 << 20},
+                     {18, 96, 64, 32, WeightFormat::int8_min, 1 << 20}};
   for (const C& c : cases) {
     const auto tg = make_weights(c.f, c.H, c.I, c.group, 71),
                tu = make_weights(c.f, c.H, c.I, c.group, 72);

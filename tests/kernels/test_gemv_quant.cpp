@@ -1,4 +1,5 @@
-// The weight-only int GEMV (M <= 4; int8, int8_asym, int4_sym, int4_asym) on every path this
+// The weight-only int GEMV (M <= 4; int8, int8_asym, int4_sym, int4_asym, and the scale-and-min
+// int4_min / int8_min) on every path this
 // CPU has, each forced explicitly: the VNNI digit path (Isa::avx512 with AVX512_VNNI; test_matmul
 // reaches it only when avx512 is the machine's best ISA, not on AMX machines where the best is
 // amx), the AVX-512 f32-FMA path (VNNI disabled), AVX2 and portable. Shapes are the decode ones
@@ -8,9 +9,10 @@
 // each group's largest |x|) must also carry at f32-rounding level.
 //
 // Oracle: a double-precision product of x with the weights built from the integer codes, scales
-// and zero points by the format's definition (w = q s, (u - z) s, (u - 8) s), never from the
-// library's dequantize(). Bound as in test_matmul.cpp (docs/kernels.md):
-//   |y - y_ref| <= tol * sum_k |x[k]| * |s| (|q| + |z|),   tol = 3e-6 sqrt(K) + 1e-6.
+// and zero points by the format's definition (w = q s, (u - z) s, (u - 8) s, u s - m), never
+// from the library's dequantize(). Bound as in test_matmul.cpp (docs/kernels.md):
+//   |y - y_ref| <= tol * sum_k |x[k]| * A[k][n],   tol = 3e-6 sqrt(K) + 1e-6,
+// A = |s| (|q| + |z|), or |s| u + |m| for scale and min.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -55,6 +57,22 @@ QuantCase make_quant(WeightFormat f, std::int64_t K, std::int64_t N, std::int64_
   QuantCase c;
   c.w.resize(kn);
   c.a.resize(kn);
+  if (has_mins(f)) { // mins of either sign up to the largest |u s| of the column's group
+    std::vector<float> m(s.size());
+    for (std::size_t i = 0; i < m.size(); ++i)
+      m[i] = static_cast<float>((static_cast<double>(rng() % 2001) / 1000.0 - 1.0) *
+                                std::abs(s[i]) * (levels - 1));
+    for (std::int64_t k = 0; k < K; ++k)
+      for (std::int64_t n = 0; n < N; ++n) {
+        const std::size_t i = static_cast<std::size_t>(k * N + n);
+        const std::size_t gi = static_cast<std::size_t>((k / group) * N + n);
+        c.w[i] = double(u[i]) * double(s[gi]) - double(m[gi]);
+        c.a[i] = std::abs(double(s[gi])) * u[i] + std::abs(double(m[gi]));
+      }
+    c.packed = f == WeightFormat::int4_min ? pack_int4_min(u, s, m, K, N, group)
+                                           : pack_int8_min(u, s, m, K, N, group);
+    return c;
+  }
   for (std::int64_t k = 0; k < K; ++k)
     for (std::int64_t n = 0; n < N; ++n) {
       const std::size_t i = static_cast<std::size_t>(k * N + n);
@@ -139,9 +157,10 @@ TEST_CASE("int GEMV (M <= 4) matches the codes' double product on every path, st
   struct Shape {
     std::int64_t K, group;
   };
-  const Shape shapes[] = {{896, 128}, {896, 64}, {896, 896}, {256, 32}, {200, 40}};
-  const WeightFormat formats[] = {WeightFormat::int8, WeightFormat::int8_asym,
-                                  WeightFormat::int4_sym, WeightFormat::int4_asym};
+  const Shape shapes[] = {{896, 128}, {896, 64}, {896, 896}, {256, 32}, {200, 40}, {256, 16}};
+  const WeightFormat formats[] = {WeightFormat::int8,     WeightFormat::int8_asym,
+                                  WeightFormat::int4_sym, WeightFormat::int4_asym,
+                                  WeightFormat::int4_min, WeightFormat::int8_min};
   const std::int64_t panel_counts[] = {1, 2, 3, 4, 5, 7, 9};
   const CoreSplit splits[] = {{SplitDim::none, 1}, {SplitDim::cols, 2}};
   const auto paths = gemv_paths();

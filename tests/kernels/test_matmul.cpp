@@ -3,8 +3,9 @@
 //
 // Error bound (documented in docs/kernels.md): for every output element
 //   |y - y_ref| <= tol * (sum_k |x[k]| * A[k][n] + |bias[n]|)
-// with A = |w| for float formats and |scale| * (|q| + |zero|) for quantized ones (the GEMV path
-// applies the zero point after accumulating x * q, so its rounding scales with |q| + |zero|), and
+// with A = |w| for float formats, |scale| * (|q| + |zero|) for quantized ones (the GEMV path
+// applies the zero point after accumulating x * q, so its rounding scales with |q| + |zero|) and
+// |scale| * u + |min| for the scale-and-min ones (s * sum x u - min * sum x), and
 // tol = 3e-6 * sqrt(K) + 1e-6 (f32 accumulation: a few ulps times sqrt(K) with margin).
 #include <catch2/catch.hpp>
 
@@ -92,6 +93,38 @@ TestWeights make_weights(WeightFormat f, std::int64_t K, std::int64_t N, std::in
     }
     return t;
   }
+  case WeightFormat::int4_min:
+  case WeightFormat::int8_min: {
+    // codes over the whole range, mins of either sign and up to the largest |code * scale| (so
+    // that w = u s - m cancels in part, as ggml's Q4_K weights do); the reference is built from
+    // them, not from dequantize()
+    std::vector<std::int32_t> perm;
+    if (act_order) {
+      perm.resize(static_cast<std::size_t>(K));
+      for (std::int64_t k = 0; k < K; ++k)
+        perm[k] = static_cast<std::int32_t>(k);
+      std::shuffle(perm.begin(), perm.end(), rng);
+    }
+    const int levels = f == WeightFormat::int4_min ? 16 : 256;
+    std::vector<std::uint8_t> u(kn);
+    for (auto& v : u)
+      v = static_cast<std::uint8_t>(rng() % static_cast<unsigned>(levels));
+    std::vector<float> mins(static_cast<std::size_t>(G * N));
+    for (std::size_t i = 0; i < mins.size(); ++i)
+      mins[i] = uf(rng) * std::abs(scales[i]) * static_cast<float>(levels - 1);
+    t.packed = f == WeightFormat::int4_min ? pack_int4_min(u, scales, mins, K, N, group, perm)
+                                           : pack_int8_min(u, scales, mins, K, N, group, perm);
+    t.deq.resize(kn);
+    for (std::int64_t j = 0; j < K; ++j) {
+      const std::int64_t k = perm.empty() ? j : perm[j];
+      for (std::int64_t n = 0; n < N; ++n) {
+        const double s = scales[(j / group) * N + n], mn = mins[(j / group) * N + n];
+        t.deq[k * N + n] = static_cast<float>(double(u[j * N + n]) * s - mn);
+        t.absw[k * N + n] = static_cast<float>(std::abs(s) * u[j * N + n] + std::abs(mn));
+      }
+    }
+    return t;
+  }
   case WeightFormat::int4_sym:
   case WeightFormat::int4_asym: {
     std::vector<std::int32_t> perm;
@@ -159,8 +192,9 @@ std::vector<MatmulCase> matmul_cases() {
                     {897, 31, 897}, {300, 70, 60}, {256, 64, 128}, {896, 40, 64}};
   const std::int64_t Ms[] = {1, 2, 3, 4, 5, 17, 128};
   const WeightFormat fs[] = {
-      WeightFormat::f32,      WeightFormat::bf16,      WeightFormat::f16,      WeightFormat::int8,
-      WeightFormat::int4_sym, WeightFormat::int4_asym, WeightFormat::int8_asym};
+      WeightFormat::f32,       WeightFormat::bf16,     WeightFormat::f16,
+      WeightFormat::int8,      WeightFormat::int4_sym, WeightFormat::int4_asym,
+      WeightFormat::int8_asym, WeightFormat::int4_min, WeightFormat::int8_min};
   std::vector<MatmulCase> cases;
   int i = 0;
   for (auto kn : kns)
@@ -170,7 +204,7 @@ std::vector<MatmulCase> matmul_cases() {
         if (big && f != WeightFormat::f32 && f != WeightFormat::int4_asym)
           continue; // keep the run short: the largest shape only for two formats
         std::int64_t g = kn.group;
-        if ((f == WeightFormat::int4_sym || f == WeightFormat::int4_asym) && g % 8 != 0)
+        if (is_nibble_format(f) && g % 8 != 0)
           g = kn.K;
         cases.push_back({M, kn.K, kn.N, g, f, (i++ % 2) == 0, false});
       }
@@ -193,6 +227,20 @@ std::vector<MatmulCase> matmul_cases() {
   cases.push_back({1, 128, 70, 32, WeightFormat::int8_asym, false, true});
   cases.push_back({21, 128, 40, 32, WeightFormat::int8_asym, true, true});
   cases.push_back({2, 64, 33, 4, WeightFormat::int8_asym, false, false});
+  // scale and min (ggml's Q4_K / Q5_K / Q2_K): groups of 16 and 32, odd N, GEMV (M 1..4, the
+  // multi-panel single-row GEMV included) and GEMM (M 17 also on the AMX emulator, 40 over
+  // several 14-row strips), act-order, per-channel with K % 8 != 0
+  for (WeightFormat f : {WeightFormat::int4_min, WeightFormat::int8_min})
+    for (std::int64_t g : {16, 32}) {
+      for (std::int64_t M : {1, 2, 3, 4})
+        cases.push_back({M, 128, 161, g, f, M % 2 == 1, false});
+      cases.push_back({17, 64, 33, g, f, true, false});
+      cases.push_back({40, 96, 71, g, f, false, false});
+      cases.push_back({1, 128, 70, g, f, false, true});
+      cases.push_back({21, 64, 40, g, f, true, true});
+    }
+  cases.push_back({2, 35, 40, 35, WeightFormat::int4_min, true, false});
+  cases.push_back({5, 35, 40, 35, WeightFormat::int8_min, false, false});
   // >= 4 panels: the single-row GEMV reads several panels at once (and a remainder of 1-3)
   for (auto f : fs)
     for (std::int64_t n : {161, 224})
@@ -325,7 +373,8 @@ TEST_CASE("linear over a prepared LinearInput matches the span overload bit for 
   const W ws[] = {
       {WeightFormat::int4_sym, K, 160, 40, false}, {WeightFormat::int4_asym, K, 64, 40, false},
       {WeightFormat::int8, K, 96, K, false},       {WeightFormat::int8, K, 33, 40, false},
-      {WeightFormat::int4_sym, K, 40, 40, true},   {WeightFormat::bf16, K, 70, K, false}};
+      {WeightFormat::int4_sym, K, 40, 40, true},   {WeightFormat::bf16, K, 70, K, false},
+      {WeightFormat::int4_min, K, 64, 40, false},  {WeightFormat::int8_min, K, 33, 20, false}};
   for (std::int64_t M : {1, 3, 6}) {
     const auto x = random_vec(static_cast<std::size_t>(M * K), 5 + static_cast<std::uint32_t>(M));
     for (Isa isa : test_isas()) {

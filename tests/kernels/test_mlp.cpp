@@ -42,8 +42,9 @@ double silu(double v) {
 TEST_CASE("swiglu_mlp matches a double reference for every format, tiling and ISA", "[mlp]") {
   const bool saved_bf16_dot_disabled = detail::bf16_dot_disabled(); // restored at the end
   const WeightFormat fs[] = {
-      WeightFormat::f32,      WeightFormat::bf16,      WeightFormat::f16,      WeightFormat::int8,
-      WeightFormat::int4_sym, WeightFormat::int4_asym, WeightFormat::int8_asym};
+      WeightFormat::f32,       WeightFormat::bf16,     WeightFormat::f16,
+      WeightFormat::int8,      WeightFormat::int4_sym, WeightFormat::int4_asym,
+      WeightFormat::int8_asym, WeightFormat::int4_min, WeightFormat::int8_min};
   std::vector<MlpCase> cases;
   for (WeightFormat f : fs) {
     cases.push_back({1, 64, 96, 32, f, 1 << 20, false});       // one tile
@@ -55,6 +56,8 @@ TEST_CASE("swiglu_mlp matches a double reference for every format, tiling and IS
   }
   cases.push_back({5, 64, 96, 32, WeightFormat::int4_asym, 5 * 8 * 32, true});
   cases.push_back({1, 64, 96, 32, WeightFormat::int4_sym, 1 << 20, true});
+  cases.push_back({5, 64, 96, 16, WeightFormat::int4_min, 5 * 8 * 32, true});
+  cases.push_back({2, 64, 96, 16, WeightFormat::int8_min, 1 << 20, true});
   int runs = 0;
   for (std::size_t ci = 0; ci < cases.size(); ++ci) {
     const MlpCase& c = cases[ci];
@@ -201,11 +204,11 @@ TEST_CASE("plan_mlp_tiling respects the budget and rejects impossible ones", "[m
 }
 
 TEST_CASE("permute_columns moves every column's weights, scales and zeros", "[mlp][packed]") {
-  for (WeightFormat f :
-       {WeightFormat::f32, WeightFormat::bf16, WeightFormat::f16, WeightFormat::int8,
-        WeightFormat::int4_sym, WeightFormat::int4_asym, WeightFormat::int8_asym}) {
-    const bool int4 =
-        f == WeightFormat::int4_sym || f == WeightFormat::int4_asym || f == WeightFormat::int8_asym;
+  for (WeightFormat f : {WeightFormat::f32, WeightFormat::bf16, WeightFormat::f16,
+                         WeightFormat::int8, WeightFormat::int4_sym, WeightFormat::int4_asym,
+                         WeightFormat::int8_asym, WeightFormat::int4_min, WeightFormat::int8_min}) {
+    const bool int4 = f == WeightFormat::int4_sym || f == WeightFormat::int4_asym ||
+                      f == WeightFormat::int8_asym || has_mins(f);
     const auto w = make_weights(f, 64, 72, 32, 17, int4); // int4: act-order rows as well
     std::vector<std::int32_t> cols(72);
     for (std::int32_t n = 0; n < 72; ++n)

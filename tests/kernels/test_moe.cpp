@@ -220,7 +220,7 @@ TEST_CASE("moe_route: softmax, top-k with ties to the lower expert, renormalisat
   CHECK(norm.weight[2] == Approx(std::exp(5.0) / (std::exp(5.0) + std::exp(1.0))).epsilon(1e-6));
 
   const std::vector<float> nan_row = {0, kNaN, 1, 2};
-  CHECK_THROWS_AS(moe_route(nan_row, {1, 1, 1, 4, 1, false}), std::invalid_argument);
+  CHECK_THROWS_AS(moe_route(nan_row, {1, 1, 1, 4, 1, false}), std::domain_error);    // a value
   CHECK_THROWS_AS(moe_route(logits, {2, 1, 1, 4, 5, false}), std::invalid_argument); // k > E
   CHECK_THROWS_AS(moe_route(logits, {3, 1, 1, 4, 1, false}), std::invalid_argument); // short
 }

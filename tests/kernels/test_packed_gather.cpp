@@ -1,7 +1,7 @@
 // Embedding gather from a packed [H, V] weight (the tied lm_head stored once): column v of every
 // packed format equals the values it was packed from, by the format's definition (float bits
-// exact, q * scale, (u - 8) * scale, (u - zero) * scale for int4 and int8), act-order rows put back
-// in place.
+// exact, q * scale, (u - 8) * scale, (u - zero) * scale for int4 and int8, u * scale - min for the
+// scale-and-min formats), act-order rows put back in place.
 
 #include <catch2/catch.hpp>
 
@@ -115,6 +115,44 @@ TEST_CASE("packed gather: integer formats dequantize by their definition", "[pac
         e[static_cast<std::size_t>(perm[static_cast<std::size_t>(j)] * N + n)] =
             e4a[static_cast<std::size_t>(j * N + n)];
     check_gather(pack_int4_asym(u4, s, z4, K, N, group, perm), e);
+  }
+}
+
+TEST_CASE("packed gather: scale-and-min formats give u * scale - min", "[packed_gather]") {
+  // scales of f16 precision (as ggml's d * sc): u * scale is exact in f32, so the one rounding is
+  // the subtraction's whether or not it is fused; mins of any f32 value and sign
+  std::mt19937 rng(11);
+  for (std::int64_t group : {8, 40}) { // groups of 8 rows and one per column (K = 40)
+    const std::int64_t G = K / group;
+    std::vector<float> s = randn(static_cast<std::size_t>(G * N), 12);
+    for (auto& v : s)
+      v = f16_to_f32(f32_to_f16(v));
+    const std::vector<float> m = randn(static_cast<std::size_t>(G * N), 13);
+    std::vector<std::uint8_t> u4(K * N), u8(K * N);
+    for (auto& e : u4)
+      e = static_cast<std::uint8_t>(rng() % 16);
+    for (auto& e : u8)
+      e = static_cast<std::uint8_t>(rng() % 256);
+    std::vector<float> e4(K * N), e8(K * N);
+    for (std::int64_t k = 0; k < K; ++k)
+      for (std::int64_t n = 0; n < N; ++n) {
+        const std::size_t i = static_cast<std::size_t>(k * N + n);
+        const std::size_t gi = static_cast<std::size_t>((k / group) * N + n);
+        e4[i] = static_cast<float>(u4[i]) * s[gi] - m[gi];
+        e8[i] = static_cast<float>(u8[i]) * s[gi] - m[gi];
+      }
+    INFO("group " << group);
+    check_gather(pack_int4_min(u4, s, m, K, N, group), e4);
+    check_gather(pack_int8_min(u8, s, m, K, N, group), e8);
+    std::vector<std::int32_t> perm(K);
+    for (std::int64_t j = 0; j < K; ++j)
+      perm[static_cast<std::size_t>(j)] = static_cast<std::int32_t>((j * 7) % K);
+    std::vector<float> e(K * N);
+    for (std::int64_t j = 0; j < K; ++j)
+      for (std::int64_t n = 0; n < N; ++n)
+        e[static_cast<std::size_t>(perm[static_cast<std::size_t>(j)] * N + n)] =
+            e4[static_cast<std::size_t>(j * N + n)];
+    check_gather(pack_int4_min(u4, s, m, K, N, group, perm), e);
   }
 }
 

@@ -144,6 +144,49 @@ TEST_CASE("packed layouts put every element at its documented byte", "[packed]")
         REQUIRE(d[k * N + n] ==
                 (float(u[k * N + n]) - float(z[(k / 4) * N + n])) * s[(k / 4) * N + n]);
   }
+  SECTION("int4_min / int8_min: int4 octets / int8 quads, f32 mins [P][G][32], w = u s - m") {
+    const std::int64_t K = 32, G = 2; // groups of 16 rows (ggml's Q2_K)
+    std::vector<std::uint8_t> u4(K * N), u8(K * N);
+    std::vector<float> s(G * N), m(G * N);
+    for (std::size_t i = 0; i < u4.size(); ++i) {
+      u4[i] = static_cast<std::uint8_t>((i * 7) % 16);
+      u8[i] = static_cast<std::uint8_t>((i * 37 + 11) % 256);
+    }
+    for (std::size_t i = 0; i < s.size(); ++i) {
+      s[i] = 0.0625f * float(i % 13 + 1); // u * s exact in f32
+      m[i] = -0.3f + 0.01f * float(i);
+    }
+    const auto p4 = pack_int4_min(u4, s, m, K, N, 16);
+    CHECK(p4.format == WeightFormat::int4_min);
+    CHECK(p4.zeros.empty());
+    CHECK(p4.mins.size() == std::size_t(2 * G * 32));
+    CHECK(p4.mins[(1 * G + 1) * 32 + 4] == m[1 * N + 36]); // [P][G][32]
+    CHECK(p4.mins[(1 * G + 1) * 32 + 31] == 0.0f);         // column 63 is padding
+    CHECK(p4.total_bytes() == std::int64_t(p4.data.size() + 2 * 4 * p4.scales.size()));
+    // panel 1, octet 1 (rows 8..15), column 36 = word 4: byte 2 holds rows 10 (low) and 14 (high)
+    const std::uint8_t b = p4.data[(1 * K + 8) * 16 + 4 * 4 + 2];
+    CHECK((b & 0xF) == u4[10 * N + 36]);
+    CHECK((b >> 4) == u4[14 * N + 36]);
+    const auto p8 = pack_int8_min(u8, s, m, K, N, 16);
+    CHECK(p8.format == WeightFormat::int8_min);
+    CHECK(p8.data[(1 * K + 4) * 32 + 4 * 4 + 3] == u8[7 * N + 36]); // quad 1, row 7
+    const auto d4 = dequantize(p4), d8 = dequantize(p8);
+    for (std::int64_t k = 0; k < K; ++k)
+      for (std::int64_t n = 0; n < N; ++n) {
+        const std::size_t i = static_cast<std::size_t>(k * N + n);
+        const std::size_t g = static_cast<std::size_t>((k / 16) * N + n);
+        REQUIRE(d4[i] == float(u4[i]) * s[g] - m[g]);
+        REQUIRE(d8[i] == float(u8[i]) * s[g] - m[g]);
+      }
+    CHECK(format_name(WeightFormat::int4_min) == "int4_min");
+    CHECK(format_name(WeightFormat::int8_min) == "int8_min");
+    CHECK(has_mins(WeightFormat::int8_min));
+    CHECK(!has_mins(WeightFormat::int8_asym));
+    CHECK(!has_zeros(WeightFormat::int4_min));
+    CHECK(is_quantized(WeightFormat::int4_min));
+    CHECK(row_group(WeightFormat::int4_min) == 8);
+    CHECK(row_group(WeightFormat::int8_min) == 4);
+  }
   SECTION("odd K is padded to the row group with zero rows") {
     std::vector<std::int8_t> q(5 * N, 3);
     std::vector<float> sc(N, 0.5f);
@@ -178,4 +221,13 @@ TEST_CASE("pack functions reject bad arguments", "[packed]") {
   CHECK_THROWS_AS(pack_int4_asym(u, s, z_ok, 6, 4, 6, bad_perm), std::invalid_argument);
   std::vector<float> w(3);
   CHECK_THROWS_AS(pack_f32(w, 0, 3), std::invalid_argument);
+  std::vector<std::uint8_t> u16(6 * 4, 16);
+  CHECK_THROWS_AS(pack_int4_min(u16, s, s, 6, 4, 6), std::invalid_argument); // code > 15
+  CHECK_THROWS_AS(pack_int4_min(u, s, s3, 6, 4, 6), std::invalid_argument);  // mins size
+  CHECK_THROWS_AS(pack_int4_min(u, s, s, 6, 4, 6, bad_perm), std::invalid_argument);
+  CHECK_NOTHROW(pack_int4_min(u, s, s, 6, 4, 6));
+  std::vector<std::uint8_t> u12(12 * 4, 200);
+  CHECK_THROWS_AS(pack_int8_min(u12, s6, s6, 12, 4, 2), std::invalid_argument); // group % 4
+  CHECK_THROWS_AS(pack_int8_min(u12, s3, s, 12, 4, 4), std::invalid_argument);  // mins size
+  CHECK_NOTHROW(pack_int8_min(u12, s3, s3, 12, 4, 4));
 }

@@ -300,3 +300,86 @@ TEST_CASE("GPTQ 8-bit zero points are range-checked", "[quant_repack]") {
   CHECK_THROWS_AS(unpack_gptq(s.qweight, s.qzeros, s.scales_f16, s.g_idx, s.K, s.N, s.group, 0, 3),
                   tpullm::Error);
 }
+
+TEST_CASE("scale-and-min plain weights repack to int4_min / int8_min exactly", "[quant_repack]") {
+  // w = q * scale - min (ggml's Q4_1 / Q5_1 / K-quants): scales of f16 precision (q * scale exact
+  // in f32), mins of any sign; rows in natural order (g_idx empty or k / group) or act-order
+  for (int bits : {4, 8})
+    for (std::int64_t group : {16, 32})
+      for (int order : {0, 1, 2}) { // g_idx empty, natural, act-order (row k in group k % G)
+        const std::int64_t K = 64, N = 40, G = K / group;
+        std::mt19937 rng(static_cast<std::uint32_t>(bits * 100 + group + order));
+        QuantPlain p;
+        p.K = K;
+        p.N = N;
+        p.bits = bits;
+        p.group_size = group;
+        p.q.resize(static_cast<std::size_t>(K * N));
+        for (auto& v : p.q)
+          v = static_cast<std::uint8_t>(rng() % (1u << bits));
+        const auto s = normal_vec(static_cast<std::size_t>(G * N), 0.05f, rng());
+        for (float v : s)
+          p.scales.push_back(f16_to_f32(f32_to_f16(v)));
+        p.mins = normal_vec(static_cast<std::size_t>(G * N), 0.3f, rng());
+        if (order > 0)
+          for (std::int64_t k = 0; k < K; ++k)
+            p.g_idx.push_back(static_cast<std::int32_t>(order == 1 ? k / group : k % G));
+        const auto w = repack_quant(p, true); // allow_sym does not apply to scale and min
+        INFO("bits " << bits << " group " << group << " order " << order);
+        CHECK(w.format == (bits == 4 ? WeightFormat::int4_min : WeightFormat::int8_min));
+        CHECK(w.k_perm.empty() == (order != 2));
+        CHECK(w.zeros.empty());
+        std::vector<float> want(static_cast<std::size_t>(K * N));
+        for (std::int64_t k = 0; k < K; ++k) {
+          const std::int64_t g = order == 2 ? k % G : k / group;
+          for (std::int64_t n = 0; n < N; ++n)
+            want[k * N + n] = float(p.q[k * N + n]) * p.scales[g * N + n] - p.mins[g * N + n];
+        }
+        REQUIRE(p.dequantize() == want);
+        REQUIRE(dequantize(w) == want); // element for element, original row order
+        for (std::int64_t M : {1, 3, 20}) {
+          const std::vector<float> x = random_vec(static_cast<std::size_t>(M * K), 3);
+          std::vector<float> y = nan_vec(static_cast<std::size_t>(M * N));
+          linear(x, w, {}, y, {M, K, N}, {SplitDim::cols, 2});
+          for (std::int64_t m = 0; m < M; ++m)
+            for (std::int64_t n = 0; n < N; ++n) {
+              double r = 0, a = 0;
+              for (std::int64_t k = 0; k < K; ++k) {
+                const std::int64_t g = order == 2 ? k % G : k / group;
+                r += double(x[m * K + k]) * want[k * N + n];
+                a += std::abs(x[m * K + k]) *
+                     (std::abs(p.scales[g * N + n]) * p.q[k * N + n] + std::abs(p.mins[g * N + n]));
+              }
+              REQUIRE(std::abs(y[m * N + n] - r) <= matmul_tol(K) * a);
+            }
+        }
+      }
+}
+
+TEST_CASE("scale-and-min repack refuses zeros with mins, bad sizes and bit widths",
+          "[quant_repack]") {
+  QuantPlain p;
+  p.K = 32;
+  p.N = 8;
+  p.bits = 4;
+  p.group_size = 16;
+  p.q.assign(32 * 8, 1);
+  p.scales.assign(2 * 8, 0.5f);
+  p.mins.assign(2 * 8, 0.25f);
+  CHECK(repack_quant(p).format == WeightFormat::int4_min);
+  auto both = p;
+  both.zeros.assign(2 * 8, 3);
+  CHECK_THROWS_WITH(repack_quant(both), Catch::Contains("either zero points or mins"));
+  auto short_mins = p;
+  short_mins.mins.pop_back();
+  CHECK_THROWS_AS(repack_quant(short_mins), tpullm::Error);
+  auto big = p;
+  big.q[5] = 16;
+  CHECK_THROWS_AS(repack_quant(big), tpullm::Error);
+  auto bits = p;
+  bits.bits = 5;
+  CHECK_THROWS_WITH(repack_quant(bits), Catch::Contains("5-bit"));
+  auto group = p;
+  group.group_size = 12;
+  CHECK_THROWS_AS(repack_quant(group), tpullm::Error);
+}

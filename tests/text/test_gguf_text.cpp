@@ -16,6 +16,7 @@
 
 #include "test_data_dir.hpp"
 #include "tokenizer_files.hpp"
+#include "tpullm/frontend/gguf.hpp"
 #include "tpullm/frontend/gguf_text.hpp"
 #include "tpullm/support/error.hpp"
 #include "tpullm/text/chat_template.hpp"
@@ -57,9 +58,9 @@ GgufValue gguf_array(GgufValueType elem, const std::vector<T>& xs) {
   GgufValue v;
   v.type = GgufValueType::array;
   v.elem_type = elem;
-  v.array.reserve(xs.size());
-  for (const T& x : xs)
-    v.array.emplace_back(GgufScalar(x));
+  v.array.resize(xs.size());
+  for (std::size_t i = 0; i < xs.size(); ++i)
+    v.array[i].template emplace<T>(xs[i]);
   return v;
 }
 
@@ -355,6 +356,52 @@ void check_oracle(const std::string& name, const Converted& c,
   CHECK(skip_checked * 10 >= records.size() * 9);
 }
 
+// Qwen3's GGUF text files: eos ids, no BOS, and every qwen3 case of the chat oracle rendered
+// byte-equal (tests/data/text/chat/expected_jinja2.jsonl).
+void check_qwen3_chat(const tpullm::frontend::TextFiles& files) {
+  const Tokenizer tok = Tokenizer::from_json(files.tokenizer_json, files.tokenizer_config_json,
+                                             files.generation_config_json);
+  CHECK(tok.config().eos_token_ids == std::vector<std::int32_t>{151645, 151643});
+  CHECK(tok.config().add_bos_token == false);
+  CHECK(tok.vocab_size() == 151669); // the [PADn] rows have no token
+  const auto tpl = tpullm::text::ChatTemplate::parse(tok.config().chat_template);
+
+  const auto data = std::filesystem::path(TPULLM_TEST_DATA_DIR) / "text" / "chat";
+  std::ifstream cf(data / "cases.json");
+  REQUIRE(cf.good());
+  // Insertion-ordered, as transformers' dicts: tojson prints the tools' keys in file order.
+  const auto cases = nlohmann::ordered_json::parse(cf);
+  std::map<std::string, nlohmann::ordered_json> convs;
+  for (const auto& conv : cases["conversations"])
+    convs[conv["name"].get<std::string>()] = conv;
+  const auto& tools = cases["tools"];
+  std::ifstream f(data / "expected_jinja2.jsonl");
+  REQUIRE(f.good());
+  // What transformers passes: the config's special-token strings (none of them is used by the
+  // Qwen3 template).
+  const std::map<std::string, std::string> special{{"eos_token", tok.config().eos_token},
+                                                   {"pad_token", tok.config().pad_token}};
+  int rendered = 0;
+  for (std::string line; std::getline(f, line);) {
+    const auto rec = nlohmann::ordered_json::parse(line);
+    if (rec["target"] != "qwen3")
+      continue;
+    const auto& conv = convs.at(rec["conv"].get<std::string>());
+    const bool agp = rec["variant"].value("add_generation_prompt", false);
+    const auto ctx = tpullm::text::ChatTemplate::make_context(
+        conv["messages"], conv.value("use_tools", false) ? tools : nlohmann::ordered_json(), agp,
+        special, rec["variant"]);
+    INFO(rec["conv"].get<std::string>() << " / " << rec["variant"].dump());
+    if (rec.contains("text")) {
+      CHECK(tpl.render(ctx) == rec["text"].get<std::string>());
+      ++rendered;
+    } else {
+      CHECK_THROWS_AS(tpl.render(ctx), Error);
+    }
+  }
+  CHECK(rendered >= 10);
+}
+
 std::string message_of(const Metadata& md) {
   try {
     text_files_from_gguf(md, "model.gguf");
@@ -410,45 +457,55 @@ TEST_CASE("gguf gemma3 (llama, no space prefix) equals HF", "[text][gguf]") {
 TEST_CASE("gguf qwen3 metadata renders the chat oracle and stops at Qwen's eos", "[text][gguf]") {
   auto c = convert_gpt2("qwen3", "qwen2", 151936);
   c.md["tokenizer.ggml.bos_token_id"] = gguf_u32(151643);
-  const auto files = text_files_from_gguf(c.md, "model.gguf");
-  const Tokenizer tok = Tokenizer::from_json(files.tokenizer_json, files.tokenizer_config_json,
-                                             files.generation_config_json);
-  CHECK(tok.config().eos_token_ids == std::vector<std::int32_t>{151645, 151643});
-  CHECK(tok.config().add_bos_token == false);
-  CHECK(tok.vocab_size() == 151669); // the [PADn] rows have no token
-  const auto tpl = tpullm::text::ChatTemplate::parse(tok.config().chat_template);
+  check_qwen3_chat(text_files_from_gguf(c.md, "model.gguf"));
+}
 
-  const auto data = std::filesystem::path(TPULLM_TEST_DATA_DIR) / "text" / "chat";
-  const json cases = gguf_read_json(data / "cases.json");
-  std::map<std::string, nlohmann::ordered_json> convs;
-  for (const auto& conv : cases["conversations"])
-    convs[conv["name"].get<std::string>()] = nlohmann::ordered_json::parse(conv.dump());
-  const auto tools = nlohmann::ordered_json::parse(cases["tools"].dump());
-  std::ifstream f(data / "expected_jinja2.jsonl");
-  REQUIRE(f.good());
-  // What transformers passes: the config's special-token strings (none of them is used by the
-  // Qwen3 template).
-  const std::map<std::string, std::string> special{{"eos_token", tok.config().eos_token},
-                                                   {"pad_token", tok.config().pad_token}};
-  int rendered = 0;
-  for (std::string line; std::getline(f, line);) {
-    const auto rec = nlohmann::ordered_json::parse(line);
-    if (rec["target"] != "qwen3")
-      continue;
-    const auto& conv = convs.at(rec["conv"].get<std::string>());
-    const bool agp = rec["variant"].value("add_generation_prompt", false);
-    const auto ctx = tpullm::text::ChatTemplate::make_context(
-        conv["messages"], conv.value("use_tools", false) ? tools : nlohmann::ordered_json(), agp,
-        special, rec["variant"]);
-    INFO(rec["conv"].get<std::string>() << " / " << rec["variant"].dump());
-    if (rec.contains("text")) {
-      CHECK(tpl.render(ctx) == rec["text"].get<std::string>());
-      ++rendered;
-    } else {
-      CHECK_THROWS_AS(tpl.render(ctx), Error);
-    }
+// ../shared/models-gguf/qwen2-qwen3tok-q8_0 embeds Qwen3's real tokenizer as llama.cpp's gguf-py
+// wrote it: read with the GGUF reader, it must give the same files as the conversion above, HF's
+// ids on every qwen3 oracle case and the chat oracle's renders. Skipped without ../shared.
+TEST_CASE("the shared Qwen3-tokenizer GGUF gives HF's ids and the chat oracle", "[text][gguf]") {
+  const auto path = shared_dir() / "models-gguf" / "qwen2-qwen3tok-q8_0" / "model.gguf";
+  if (!std::filesystem::is_regular_file(path)) {
+    WARN("skipped: no " << path.string());
+    return;
   }
-  CHECK(rendered >= 10);
+  const auto gguf = tpullm::frontend::GgufFile::open(path);
+  const auto files = text_files_from_gguf(gguf.metadata(), path.string());
+  auto c = convert_gpt2("qwen3", "qwen2", 151936);
+  c.md["tokenizer.ggml.bos_token_id"] = gguf_u32(151643);
+  const auto emulated = text_files_from_gguf(c.md, "model.gguf");
+  CHECK(files.tokenizer_json == emulated.tokenizer_json);
+  CHECK(files.tokenizer_config_json == emulated.tokenizer_config_json);
+  CHECK(files.generation_config_json == emulated.generation_config_json);
+  c.md = gguf.metadata();
+  check_oracle("qwen3", c);
+  check_qwen3_chat(files);
+}
+
+// The small GGUFs of tests/data/models-gguf carry a synthetic byte-level vocabulary (pre
+// "default", bos / eos / pad control tokens): their tokenizer loads and round-trips text.
+TEST_CASE("the test GGUFs' tokenizers load and round-trip text", "[text][gguf]") {
+  int seen = 0;
+  for (const auto& e : std::filesystem::directory_iterator(
+           std::filesystem::path(TPULLM_TEST_DATA_DIR) / "models-gguf")) {
+    const auto path = e.path() / "model.gguf";
+    if (!std::filesystem::is_regular_file(path))
+      continue;
+    ++seen;
+    INFO(path.string());
+    const auto gguf = tpullm::frontend::GgufFile::open(path);
+    const auto files = text_files_from_gguf(gguf.metadata(), path.string());
+    REQUIRE(!files.empty());
+    const auto tok = Tokenizer::from_json(files.tokenizer_json, files.tokenizer_config_json,
+                                          files.generation_config_json);
+    CHECK(tok.vocab_size() == 1024);
+    const std::string text = "Hello, world! 123 \xC3\xA9t\xC3\xA9 <|eos|>";
+    const auto ids = tok.encode(text, true);
+    CHECK(tok.decode(ids, false) == text);
+    CHECK(ids.back() == 1022);
+    CHECK(tok.config().eos_token_ids == std::vector<std::int32_t>{1022});
+  }
+  CHECK(seen >= 5);
 }
 
 TEST_CASE("gguf tokenizer: a small gpt2 vocabulary round-trips", "[text][gguf]") {
@@ -461,6 +518,81 @@ TEST_CASE("gguf tokenizer: a small gpt2 vocabulary round-trips", "[text][gguf]")
   CHECK(tok.config().eos_token_ids == std::vector<std::int32_t>{3});
   Metadata none;
   CHECK(text_files_from_gguf(none, "model.gguf").empty());
+}
+
+// Every pre-tokenizer name docs/text.md lists compiles its regexes and splits text (the four
+// families with real files are checked against HF above).
+TEST_CASE("gguf tokenizer: every supported pre-tokenizer loads and encodes", "[text][gguf]") {
+  for (const char* pre : {"default",
+                          "llama3",
+                          "llama-v3",
+                          "llama-bpe",
+                          "falcon3",
+                          "falcon-h1",
+                          "pixtral",
+                          "dbrx",
+                          "smaug-bpe",
+                          "chatglm-bpe",
+                          "glm4",
+                          "qwen2",
+                          "deepseek-r1-qwen",
+                          "stablelm2",
+                          "deepseek-v3",
+                          "deepseek-llm",
+                          "deepseek-coder",
+                          "gpt-2",
+                          "phi-2",
+                          "mpt",
+                          "olmo",
+                          "jais",
+                          "falcon",
+                          "starcoder",
+                          "refact",
+                          "command-r",
+                          "smollm",
+                          "codeshell",
+                          "exaone",
+                          "minerva-7b",
+                          "poro-chat",
+                          "bloom",
+                          "gpt3-finnish",
+                          "viking",
+                          "tekken",
+                          "gpt-4o",
+                          "llama4"}) {
+    INFO(pre);
+    auto md = tiny_gpt2();
+    md["tokenizer.ggml.pre"] = gguf_string(pre);
+    md["tokenizer.ggml.bos_token_id"] = gguf_u32(3); // the llama-bpe family adds BOS by default
+    const auto files = text_files_from_gguf(md, "model.gguf");
+    const auto tok = Tokenizer::from_json(files.tokenizer_json, files.tokenizer_config_json,
+                                          files.generation_config_json);
+    CHECK(tok.encode("ab ba, 1234 ab\n", false).size() >= 2);
+    CHECK(tok.encode("ab", false) == std::vector<std::int32_t>{2});
+  }
+}
+
+TEST_CASE("gguf tokenizer: a small llama vocabulary merges by score", "[text][gguf]") {
+  Metadata md;
+  const std::string sp = "\xE2\x96\x81";
+  md["tokenizer.ggml.model"] = gguf_string("llama");
+  md["tokenizer.ggml.tokens"] =
+      gguf_array(GgufValueType::string,
+                 std::vector<std::string>{"<unk>", "<s>", "</s>", sp, "a", "b", sp + "a", "ab",
+                                          sp + "ab", std::string(5000, 'a')});
+  md["tokenizer.ggml.scores"] =
+      gguf_array(GgufValueType::f32, std::vector<double>{0, 0, 0, -1, -2, -3, -4, -5, -6, -7});
+  md["tokenizer.ggml.token_type"] =
+      gguf_array(GgufValueType::i32, std::vector<std::int64_t>{2, 3, 3, 1, 1, 1, 1, 1, 1, 1});
+  const auto files = text_files_from_gguf(md, "model.gguf");
+  const auto tok = Tokenizer::from_json(files.tokenizer_json, files.tokenizer_config_json,
+                                        files.generation_config_json);
+  // "▁a" (score -4) merges first, then "▁a" + "b" makes "▁ab"; BOS 1 added by default; the
+  // 5000-byte piece gets no merges.
+  CHECK(tok.encode("ab", true) == std::vector<std::int32_t>{1, 8});
+  CHECK(tok.encode("ba", false) == std::vector<std::int32_t>{3, 5, 4});
+  CHECK(tok.decode(std::vector<std::int32_t>{1, 8, 6}, true) == "ab a");
+  CHECK(tok.config().eos_token_ids == std::vector<std::int32_t>{2});
 }
 
 TEST_CASE("gguf tokenizer metadata that cannot be used is refused in one line", "[text][gguf]") {

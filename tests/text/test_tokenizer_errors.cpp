@@ -215,6 +215,18 @@ TEST_CASE("configs: special tokens, named templates, generation defaults", "[tex
   CHECK(c.clean_up_tokenization_spaces);
   CHECK(c.chat_template == "D");
   CHECK(c.named_chat_templates.at("tool_use") == "T");
+  // A list without "default": nothing is rendered (as transformers without a template name), and
+  // the refusal says why, naming the list.
+  const auto none =
+      Tokenizer::from_json(j.dump(), R"({"chat_template": [{"name": "tool_use", "template": "T"},
+                                      {"name": "rag", "template": "R"}]})");
+  CHECK(none.config().chat_template.empty());
+  CHECK(none.config().no_chat_template_reason() ==
+        "tokenizer_config.json's chat_template is a list of named templates (rag, tool_use) "
+        "without one named \"default\", the one that is rendered (as transformers' "
+        "apply_chat_template does when no template name is given)");
+  CHECK(Tokenizer::from_json(j.dump(), "{}").config().no_chat_template_reason() ==
+        "tokenizer_config.json has no chat_template");
   CHECK(c.eos_token_ids == std::vector<std::int32_t>{6});
   CHECK(c.bos_token_id == std::optional<std::int32_t>(5));
   CHECK(t.is_special(5));

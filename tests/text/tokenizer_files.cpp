@@ -1,6 +1,8 @@
 // Helpers of tokenizer_files.hpp.
 #include "tokenizer_files.hpp"
 
+#include <cstdlib>
+
 #include <catch2/catch.hpp>
 
 #include "test_data_dir.hpp"
@@ -11,6 +13,11 @@ std::filesystem::path real_tokenizer_dir(const std::string& name) {
     FAIL("missing " << (dir / "tokenizer.json").string()
                     << ": run scripts/fetch-tokenizers.sh (install-deps.sh runs it)");
   return dir;
+}
+
+std::filesystem::path shared_dir() {
+  const char* env = std::getenv("TPULLM_SHARED_DIR");
+  return std::filesystem::path(env && *env ? env : tpullm_shared_dir());
 }
 
 std::filesystem::path oracle_dir() {

@@ -8,6 +8,12 @@
 
 /// The folder holding NAME/tokenizer.json for each real tokenizer (scripts/fetch-tokenizers.sh).
 const char* tpullm_tokenizer_cache_dir();
+/// ../shared beside the source tree, as configured (tests/text/CMakeLists.txt).
+const char* tpullm_shared_dir();
+
+/// The shared oracle folder compiled in (../shared beside the source tree), unless the environment
+/// variable TPULLM_SHARED_DIR names another; it may not exist.
+std::filesystem::path shared_dir();
 
 /// The folder of one real tokenizer; FAILs the test (naming scripts/fetch-tokenizers.sh) when its
 /// tokenizer.json is missing.

@@ -111,6 +111,7 @@ bool parse_bundle_command(const std::vector<std::string>& args, po::options_desc
       "most 4096 and what fits in half the memory)")(
       "mode", po::value(&a.mode),
       "weights of the linear and MLP layers, as tpullm compile --mode (default: f32)");
+  o.add(bundle_open_options(a.open));
   o.add(s);
   po::positional_options_description pos;
   pos.add("bundle", 1);
@@ -122,6 +123,7 @@ bool parse_bundle_command(const std::vector<std::string>& args, po::options_desc
   po::notify(vm);
   check(a.threads >= 0 && a.threads <= 4096, ErrorKind::invalid_input, "--threads",
         "must be in [0, 4096] (0: the bundle target's), got ", a.threads);
+  check_bundle_open_options(a.open); // before a source is compiled for minutes
   check(!vm.count("seq-length") || a.seq_length > 0, ErrorKind::invalid_input, "--seq-length",
         "must be > 0, got ", a.seq_length);
   check(!vm.count("mode") || !a.mode.empty(), ErrorKind::invalid_input, "--mode",
@@ -218,8 +220,11 @@ fs::path bundle_cache_dir() {
   return fs::path(home) / ".cache" / "tpullm" / "bundles";
 }
 
-OpenedBundle open_bundle_source(const BundleArgs& a, bool verbose) {
+OpenedBundle open_bundle_source(const BundleArgs& a, bool verbose, std::string* checked) {
   const SourceKind kind = classify_source(a.source);
+  auto open = [&](const fs::path& file) {
+    return open_bundle(file.string(), a.open, a.threads, checked);
+  };
   if (kind == SourceKind::bundle) {
     for (const auto& [given, option] : {std::pair{a.no_cache, "--no-cache"},
                                         {a.seq_length != 0, "--seq-length"},
@@ -227,7 +232,7 @@ OpenedBundle open_bundle_source(const BundleArgs& a, bool verbose) {
       check(!given, ErrorKind::invalid_input, option,
             "applies only when BUNDLE is a checkpoint folder or a GGUF file ('", a.source,
             "' is a bundle, compiled with its own)");
-    return {bundle::Bundle::open(a.source), a.source, a.source, false};
+    return {open(a.source), a.source, a.source, false};
   }
   // The same path as `tpullm compile`, with this machine's target and the defaults above.
   const frontend::ModelDesc desc = load_checkpoint(a.source, FileAccess::map);
@@ -247,7 +252,7 @@ OpenedBundle open_bundle_source(const BundleArgs& a, bool verbose) {
   if (a.no_cache) {
     TemporaryFile tmp(temp_directory(), "tpullm-run-", ".bundle");
     compile_into(tmp.path());
-    return {bundle::Bundle::open(tmp.path()), a.source, {}, true}; // mapped: the file may go
+    return {open(tmp.path()), a.source, {}, true}; // mapped: the file may go
   }
   // The key: what the source holds, what compiles it (this build, the target) and how.
   std::ostringstream k;
@@ -262,7 +267,7 @@ OpenedBundle open_bundle_source(const BundleArgs& a, bool verbose) {
   std::error_code ec;
   if (fs::exists(file, ec)) {
     try {
-      auto b = bundle::Bundle::open(file);
+      auto b = open(file); // a flipped weight bit included: compiled again
       if (verbose)
         std::cerr << "using the cached bundle " << file.string() << " (compiled from " << a.source
                   << ")\n";
@@ -281,7 +286,7 @@ OpenedBundle open_bundle_source(const BundleArgs& a, bool verbose) {
   } catch (const OutputError& e) {
     cache_write_failed(file, e);
   }
-  return {bundle::Bundle::open(file), a.source, file, true};
+  return {open(file), a.source, file, true};
 }
 
 } // namespace tpullm::cli

@@ -238,8 +238,12 @@ int cmd_bench(const std::vector<std::string>& args) {
   check(contexts.size() <= 64, ErrorKind::invalid_input, "--context", "at most 64 lengths, got ",
         contexts.size());
 
-  // Open (and validate) first: a bad bundle is refused before seconds of measuring.
-  const OpenedBundle source_bundle = open_bundle_source(source);
+  // Open (and validate, and check the weights: before any timing) first: a bad bundle is
+  // refused before seconds of measuring.
+  // The memory figures start before: the weight check reads (maps in) the whole blob.
+  const std::int64_t rss_before = proc_status_bytes("VmRSS");
+  std::string checked;
+  const OpenedBundle source_bundle = open_bundle_source(source, true, &checked);
   const std::string& file = source_bundle.name;
   auto opened = source_bundle.bundle;
   const auto& m = opened->model();
@@ -269,9 +273,9 @@ int cmd_bench(const std::vector<std::string>& args) {
 
   // The executor (and its memory check) before the ceilings: a bundle too big for this machine
   // is refused before seconds of measuring.
-  const std::int64_t rss_before = proc_status_bytes("VmRSS");
   runtime::Engine engine(opened, cores);
-  std::cerr << "measuring this machine's ceilings (a few seconds)...\n";
+  std::cerr << checked << "\n"
+            << "measuring this machine's ceilings (a few seconds)...\n";
   const machine::Ceilings& ceil = machine::measure_ceilings();
   const bool hwm_reset = reset_peak_rss();
   const std::int64_t rss_after_open = proc_status_bytes("VmRSS");

@@ -10,7 +10,9 @@
 
 #include "bundle_source.hpp"
 #include "command.hpp"
+#include "tpullm/support/input_file.hpp"
 #include "tpullm/support/output_file.hpp"
+#include "tpullm/support/json.hpp"
 #include "sampling_options.hpp"
 #include "tpullm/runtime/conversation.hpp"
 #include "tpullm/runtime/engine.hpp"
@@ -30,12 +32,6 @@ void print_stats(int turn, const runtime::TurnResult& r) {
             << " tokens, decode "
             << (decoded > 0 && g.decode_seconds > 0 ? decoded / g.decode_seconds : 0.0)
             << " tokens/s; stopped: " << runtime::to_string(g.reason) << "]\n";
-}
-
-std::string read_all(std::istream& in) {
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
 }
 
 } // namespace
@@ -62,12 +58,14 @@ int cmd_chat(const std::vector<std::string>& args) {
     return kOk;
   const auto kwargs = parse_json_object(kwargs_text, "--template-kwargs");
 
-  const OpenedBundle opened = open_bundle_source(source, !no_stats);
+  std::string checked;
+  const OpenedBundle opened = open_bundle_source(source, !no_stats, &checked);
   const std::string& file = opened.name;
   runtime::Engine engine(opened.bundle, source.threads);
   const auto text = runtime::load_text_side(engine.bundle(), file);
   check(text.chat_template.has_value(), ErrorKind::unsupported, file,
-        "this bundle's tokenizer has no chat template; use tpullm run --prompt for raw text");
+        "no chat template: ", text.tokenizer.config().no_chat_template_reason(),
+        "; use tpullm run --prompt for raw text");
   g.stop.eos_ids = text.stop_ids;
   const std::string sampling =
       apply_generation_defaults(vm, text.tokenizer.config().generation_defaults, g);
@@ -80,22 +78,18 @@ int cmd_chat(const std::vector<std::string>& args) {
   std::string all;
   std::optional<nlohmann::ordered_json> messages;
   if (!interactive) {
-    all = read_all(std::cin);
+    all = read_stdin(std::size_t{64} << 20); // a messages list, as --chat files of tokenize
     const auto first = all.find_first_not_of(" \t\r\n");
     if (first != std::string::npos && all[first] == '[') {
-      try {
-        messages = nlohmann::ordered_json::parse(all);
-      } catch (const nlohmann::ordered_json::exception& e) {
-        throw Error(ErrorKind::invalid_input, "standard input",
-                    "starts with '[' but is not a JSON list of messages: " + std::string(e.what()));
-      }
+      messages = parse_ordered_json(all, "standard input",
+                                    "starts with '[' but is not a JSON list of messages");
       chat.set_messages(std::move(*messages));
     }
   }
   if (!no_stats)
     std::cerr << "chatting with " << file << " (" << m.family << " '" << m.source << "', mode "
-              << m.mode << ", seq_length " << m.params.seq_length << "; " << sampling << ")"
-              << (interactive ? "; /reset starts over, /exit quits" : "") << "\n";
+              << m.mode << ", seq_length " << m.params.seq_length << "; " << sampling << "; "
+              << checked << ")" << (interactive ? "; /reset starts over, /exit quits" : "") << "\n";
   // An answer that cannot be written stops the conversation at once (nothing more is generated).
   auto sink = [](std::string_view piece) {
     std::cout << piece << std::flush;

@@ -22,6 +22,8 @@ int cmd_inspect(const std::vector<std::string>& args) {
       "also list every function's instructions with their plans and buffers")(
       "verify", po::bool_switch(&verify),
       "also read the whole weight blob and check every chunk's CRC-32C (docs/bundle.md)");
+  bool no_mmap = false;
+  o.add(bundle_read_options(no_mmap));
   po::positional_options_description pos;
   pos.add("bundle", 1);
   po::variables_map vm;
@@ -31,10 +33,10 @@ int cmd_inspect(const std::vector<std::string>& args) {
     return kOk;
   }
   po::notify(vm);
-  const auto b = bundle::Bundle::open(file);
+  const auto b = bundle::Bundle::open(file, no_mmap ? FileAccess::read : FileAccess::map);
   std::optional<bundle::WeightCheck> checked;
   if (verify)
-    checked = b->verify_weights();
+    checked = b->verify_weights(0);
   const auto& m = b->model();
   std::int64_t weight_bytes = 0;
   std::map<std::string, std::int64_t> by_dtype;

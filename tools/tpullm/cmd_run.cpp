@@ -17,7 +17,7 @@ int cmd_run(const std::vector<std::string>& args) {
   std::string prompt_text, eos_text, raw_prompt, chat_message, system;
   runtime::GenerateOptions g;
   BundleArgs source;
-  bool ignore_eos = false, quiet = false, verify_weights = false;
+  bool ignore_eos = false, quiet = false;
   po::options_description o(
       "tpullm run BUNDLE --prompt TEXT | --chat MESSAGE | --prompt-ids 1,2,3 [options]\n\n"
       "BUNDLE: a bundle file, a checkpoint folder or a .gguf file\n\noptions");
@@ -34,10 +34,7 @@ int cmd_run(const std::vector<std::string>& args) {
       "eos-ids", po::value(&eos_text),
       "stop tokens, comma-separated (default: the model's eos_token_id list)")(
       "ignore-eos", po::bool_switch(&ignore_eos), "do not stop on eos tokens")(
-      "quiet,q", po::bool_switch(&quiet), "print only the generated ids")(
-      "verify-weights", po::bool_switch(&verify_weights),
-      "check every chunk of the weight blob against its CRC-32C before running (reads the "
-      "whole blob once)");
+      "quiet,q", po::bool_switch(&quiet), "print only the generated ids");
   o.add(sampling_options(g));
   po::variables_map vm;
   if (!parse_bundle_command(args, o, source, vm))
@@ -53,11 +50,10 @@ int cmd_run(const std::vector<std::string>& args) {
   const bool as_text = vm.count("prompt-ids") == 0;
   const auto prompt = as_text ? std::vector<std::int32_t>{}
                               : parse_id_list<std::int32_t>(prompt_text, "--prompt-ids");
-  const OpenedBundle opened = open_bundle_source(source, !quiet);
+  std::string checked;
+  const OpenedBundle opened = open_bundle_source(source, !quiet, &checked);
   const std::string& file = opened.name;
   runtime::Engine engine(opened.bundle, source.threads);
-  if (verify_weights)
-    engine.bundle().verify_weights();
   const auto& m = engine.bundle().model();
   std::optional<runtime::TextSide> text;
   if (as_text)
@@ -78,7 +74,8 @@ int cmd_run(const std::vector<std::string>& args) {
   g.stop.validate();
   if (vm.count("chat"))
     check(text->chat_template.has_value(), ErrorKind::unsupported, file,
-          "this bundle's tokenizer has no chat template; use --prompt for raw text");
+          "no chat template: ", text->tokenizer.config().no_chat_template_reason(),
+          "; use --prompt for raw text");
   runtime::GenerateResult r;
   if (text) {
     runtime::PromptCache cache(engine.session());
@@ -97,7 +94,8 @@ int cmd_run(const std::vector<std::string>& args) {
   // The banner comes with the results, so that a refusal is the only line on stderr.
   if (!quiet)
     std::cerr << "ran " << file << " (" << m.family << " '" << m.source << "', mode " << m.mode
-              << ", seq_length " << m.params.seq_length << ")\n";
+              << ", seq_length " << m.params.seq_length << ")\n"
+              << checked << "\n";
   if (!quiet) {
     const double decoded = static_cast<double>(r.tokens.size()) - 1;
     std::cerr << std::fixed << std::setprecision(1) << "stopped: " << runtime::to_string(r.reason)

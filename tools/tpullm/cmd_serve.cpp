@@ -176,7 +176,9 @@ struct Server {
     try {
       if (g.chat) {
         if (!text.chat_template)
-          throw ApiError{400, "this model's tokenizer has no chat template; use /v1/completions",
+          throw ApiError{400,
+                         "no chat template: " + text.tokenizer.config().no_chat_template_reason() +
+                             "; use /v1/completions",
                          "invalid_request_error", "messages", "no_chat_template"};
         // Rendered on this request's own thread under no lock: a render is const (its state is
         // the call's), so a long one delays nobody else.
@@ -395,7 +397,8 @@ int cmd_serve(const std::vector<std::string>& args) {
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   ::signal(SIGPIPE, SIG_IGN);
 
-  const OpenedBundle source_bundle = open_bundle_source(source);
+  std::string checked; // the weights are checked before the first request is taken
+  const OpenedBundle source_bundle = open_bundle_source(source, true, &checked);
   const std::string& file = source_bundle.name;
   auto opened = source_bundle.bundle;
   check(!opened->model().text.tokenizer_json.empty(), ErrorKind::unsupported, file,
@@ -548,8 +551,8 @@ int cmd_serve(const std::vector<std::string>& args) {
   std::cerr << "tpullm serve: " << file << " (" << m.family << " '" << m.source << "', seq_length "
             << m.params.seq_length << ") as model '" << s.model_id << "' with " << slots
             << " slot(s) of " << serve::Scheduler::slot_bytes(*s.bundle, cores) / (1 << 20)
-            << " MiB, batched decode up to " << s.scheduler->max_decode_batch()
-            << " rows; listening on http://" << host << ":" << bound << std::endl;
+            << " MiB, batched decode up to " << s.scheduler->max_decode_batch() << " rows; "
+            << checked << "; listening on http://" << host << ":" << bound << std::endl;
 
   // The first signal stops the server (stopper); the waiter goes on watching: a second signal,
   // or kStopBound after the first, ends the process at once.

@@ -10,11 +10,18 @@
 #include "sampling_options.hpp"
 #include "tpullm/runtime/text_side.hpp"
 #include "tpullm/support/input_file.hpp"
+#include "tpullm/support/json.hpp"
 #include "tpullm/text/chat_template.hpp"
 #include "tpullm/text/tokenizer.hpp"
 
 namespace tpullm::cli {
 namespace {
+
+/// Most bytes `tokenize` reads as text (standard input or --text): encoding holds about 40 bytes
+/// per input byte at its peak (ids, pieces, the JSON output), so 16 MiB peaks near 700 MB.
+constexpr std::size_t kMaxTokenizeBytes = std::size_t{16} << 20;
+/// Most bytes of a --chat messages file (or its standard input).
+constexpr std::size_t kMaxMessagesBytes = std::size_t{64} << 20;
 
 std::string dump(const nlohmann::ordered_json& j) {
   return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
@@ -26,7 +33,7 @@ struct TextTools {
   std::optional<text::ChatTemplate> tmpl;
 };
 
-TextTools open_text(const std::string& source) {
+TextTools open_text(const std::string& source, bool no_mmap) {
   std::error_code ec;
   if (std::filesystem::is_directory(source, ec)) {
     TextTools t{text::Tokenizer::from_dir(source), std::nullopt};
@@ -36,20 +43,17 @@ TextTools open_text(const std::string& source) {
   }
   if (!std::filesystem::exists(source, ec))
     throw_error(ErrorKind::io, source, "no such tokenizer directory or bundle");
-  auto side = runtime::load_text_side(*bundle::Bundle::open(source), source);
+  auto side = runtime::load_text_side(
+      *bundle::Bundle::open(source, no_mmap ? FileAccess::read : FileAccess::map), source);
   return {std::move(side.tokenizer), std::move(side.chat_template)};
 }
 
 /// --chat's file: a JSON list of messages, or an object with "messages" (and "tools"), as in an
 /// OpenAI request.
 std::pair<nlohmann::ordered_json, nlohmann::ordered_json> read_conversation(const std::string& f) {
-  const std::string text = f == "-" ? read_stdin() : read_regular_file(f, std::size_t{64} << 20);
-  nlohmann::ordered_json j;
-  try {
-    j = nlohmann::ordered_json::parse(text);
-  } catch (const nlohmann::ordered_json::exception& e) {
-    throw_error(ErrorKind::invalid_input, f, "is not JSON: ", e.what());
-  }
+  const std::string text =
+      f == "-" ? read_stdin(kMaxMessagesBytes) : read_regular_file(f, kMaxMessagesBytes);
+  nlohmann::ordered_json j = parse_ordered_json(text, f, "is not JSON");
   nlohmann::ordered_json tools = nullptr;
   if (j.is_object()) {
     check(j.contains("messages"), ErrorKind::invalid_input, f,
@@ -96,6 +100,8 @@ int cmd_tokenize(const std::vector<std::string>& args) {
       "json", po::bool_switch(&json),
       "print one JSON object (ids, pieces, and text for --decode "
       "and --chat)");
+  bool no_mmap = false;
+  o.add(bundle_read_options(no_mmap));
   po::positional_options_description pos;
   pos.add("source", 1);
   po::variables_map vm;
@@ -118,7 +124,7 @@ int cmd_tokenize(const std::vector<std::string>& args) {
   check(decoding || !skip_special, ErrorKind::invalid_input, "--skip-special",
         "applies only with --decode");
   const auto kwargs = parse_json_object(kwargs_text, "--template-kwargs");
-  const TextTools tt = open_text(source);
+  const TextTools tt = open_text(source, no_mmap);
   const text::Tokenizer& tok = tt.tok;
 
   nlohmann::ordered_json out;
@@ -130,7 +136,7 @@ int cmd_tokenize(const std::vector<std::string>& args) {
             " is outside the vocabulary (size ", tok.vocab_size(), ")");
   } else if (chatting) {
     check(tt.tmpl.has_value(), ErrorKind::unsupported, source,
-          "this tokenizer has no chat template (tokenizer_config.json has no chat_template)");
+          "no chat template: ", tt.tok.config().no_chat_template_reason());
     const auto [messages, tools] = read_conversation(chat_file);
     const auto special = runtime::template_special_tokens(tok);
     const std::string rendered = tt.tmpl->render(
@@ -146,7 +152,9 @@ int cmd_tokenize(const std::vector<std::string>& args) {
     }
     out["text"] = rendered;
   } else {
-    const std::string input = vm.count("text") ? text_arg : read_stdin();
+    check(text_arg.size() <= kMaxTokenizeBytes, ErrorKind::invalid_input, "--text", "is ",
+          text_arg.size(), " bytes, more than tokenize's ", kMaxTokenizeBytes, " (split the text)");
+    const std::string input = vm.count("text") ? text_arg : read_stdin(kMaxTokenizeBytes);
     ids = tok.encode(input, !no_special);
   }
   const auto pieces = tok.pieces(ids);

@@ -173,10 +173,10 @@ int cmd_verify(const std::vector<std::string>& args) {
     // The default file is created exclusively at an unpredictable path in TMPDIR and removed
     // afterwards (also when a signal ends the run); no file this run did not create is touched.
     const fs::path file = temp ? temp->path() : fs::path(bundle_path);
-    const auto r = compile_bundle(desc, params, copts, file, true);
+    const auto r = compile_bundle(desc, params, copts, file, true, {}, "--bundle");
     std::cerr << describe(r);
-    runtime::Engine engine(file);
-    const auto wc = engine.bundle().verify_weights(); // what was written is what is read
+    runtime::Engine engine(bundle::Bundle::open(file, load.access));
+    const auto wc = engine.bundle().verify_weights(0); // what was written is what is read
     std::cerr << "weights: " << wc.chunks << " CRC-32C chunks verified\n";
     reports = verify::check_goldens(engine.session(), g, rel_tol, min_argmax, max_kl);
   } else {

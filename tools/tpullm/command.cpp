@@ -2,7 +2,9 @@
 #include "command.hpp"
 
 #include <filesystem>
+#include <iomanip>
 #include <iostream>
+#include <sstream>
 
 #include <unistd.h>
 
@@ -49,6 +51,53 @@ po::options_description input_options(bool& no_mmap) {
   return o;
 }
 
+po::options_description bundle_read_options(bool& no_mmap) {
+  po::options_description o("bundle input");
+  o.add_options()("no-mmap", po::bool_switch(&no_mmap),
+                  "read the bundle into memory instead of mapping it (costs its size in RAM; "
+                  "the run no longer depends on the file staying unchanged)");
+  return o;
+}
+
+po::options_description bundle_open_options(BundleOpenOptions& b) {
+  po::options_description o = bundle_read_options(b.no_mmap);
+  o.add_options()("verify-weights", po::bool_switch(&b.verify),
+                  "check every chunk of the weight blob against its CRC-32C before running, "
+                  "even when this unchanged file passed before (by default the check runs once "
+                  "per file and is remembered in ~/.cache/tpullm/verified-bundles)")(
+      "no-verify-weights", po::bool_switch(&b.skip_verify),
+      "do not check the weight blob's CRC-32Cs (a flipped weight bit then goes undetected)");
+  return o;
+}
+
+void check_bundle_open_options(const BundleOpenOptions& o) {
+  check(!(o.verify && o.skip_verify), ErrorKind::invalid_input, "--verify-weights",
+        "contradicts --no-verify-weights; give one of them");
+}
+
+std::shared_ptr<const bundle::Bundle> open_bundle(const std::string& file,
+                                                  const BundleOpenOptions& o, std::int64_t threads,
+                                                  std::string* report) {
+  check_bundle_open_options(o);
+  auto b = bundle::Bundle::open(file, o.no_mmap ? FileAccess::read : FileAccess::map);
+  const auto how = o.skip_verify ? bundle::WeightVerify::never
+                   : o.verify    ? bundle::WeightVerify::always
+                                 : bundle::WeightVerify::remembered;
+  const auto r = bundle::check_weights(*b, how, threads);
+  if (report != nullptr) {
+    std::ostringstream line;
+    if (r.verified)
+      line << "weights: " << r.check.chunks << " CRC-32C chunks verified in " << std::fixed
+           << std::setprecision(2) << r.check.seconds << " s";
+    else if (r.remembered)
+      line << "weights: verified on an earlier run of this unchanged file";
+    else
+      line << "weights: not verified (--no-verify-weights)";
+    *report = line.str();
+  }
+  return b;
+}
+
 void refuse_output_over_model(const std::string& output, const std::string& model) {
   namespace fs = std::filesystem;
   std::error_code ec;
@@ -69,7 +118,8 @@ void refuse_output_over_model(const std::string& output, const std::string& mode
         "' contains the model directory '", model, "'; replacing it would delete the model");
 }
 
-void refuse_output_over_model_file(const std::string& output, const std::string& model) {
+void refuse_output_over_model_file(const std::string& output, const std::string& model,
+                                   const std::string& output_option) {
   namespace fs = std::filesystem;
   std::error_code ec;
   if (!fs::exists(output, ec) || !fs::is_directory(model, ec))
@@ -77,17 +127,17 @@ void refuse_output_over_model_file(const std::string& output, const std::string&
   for (const auto& e : fs::directory_iterator(model, ec)) {
     const std::string ext = e.path().extension().string();
     if ((ext == ".json" || ext == ".safetensors") && fs::equivalent(e.path(), output, ec))
-      throw Error(ErrorKind::invalid_input, "--output",
+      throw Error(ErrorKind::invalid_input, output_option,
                   "'" + output + "' is " + e.path().string() +
                       ", a file of the model being compiled; writing there would destroy it");
   }
 }
 
 void refuse_output_over_input(const std::string& output, const std::string& input,
-                              const char* option) {
+                              const char* option, const std::string& output_option) {
   std::error_code ec;
   if (!input.empty() && std::filesystem::equivalent(output, input, ec))
-    throw Error(ErrorKind::invalid_input, "--output",
+    throw Error(ErrorKind::invalid_input, output_option,
                 "'" + output + "' is the " + option + " file '" + input +
                     "' this command reads; writing there would destroy it");
 }
@@ -105,6 +155,17 @@ bool parse_model_command(const std::vector<std::string>& args, po::options_descr
   }
   po::notify(vm);
   params.with_history = !vm.count("no-history");
+  // The decode variants by the options' names, before the library's checks name its fields.
+  if (!vm.count("decode-chunks") && params.seq_length > 0 &&
+      (params.decode_chunk < 0 || params.decode_chunk > params.seq_length)) {
+    check(!vm["decode-chunk"].defaulted(), ErrorKind::invalid_input, "--seq-length",
+          params.seq_length, " is below the default --decode-chunk ", params.decode_chunk,
+          " (the smallest decode variant); give --decode-chunk N with N in [0, ", params.seq_length,
+          "] (0: only the seq_length variant) or --decode-chunks");
+    throw_error(ErrorKind::invalid_input, "--decode-chunk",
+                "must be in [0, --seq-length = ", params.seq_length, "], got ",
+                params.decode_chunk);
+  }
   if (parsed)
     *parsed = std::move(vm);
   return true;

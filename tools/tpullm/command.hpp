@@ -9,6 +9,7 @@
 
 #include <boost/program_options.hpp>
 
+#include "tpullm/bundle/bundle.hpp"
 #include "tpullm/frontend/stage_params.hpp"
 #include "tpullm/support/error.hpp"
 
@@ -75,20 +76,48 @@ std::vector<T> parse_id_list(std::string_view text, const char* option) {
 /// `--no-mmap` (read the safetensors files into memory instead of mapping them).
 po::options_description input_options(bool& no_mmap);
 
+/// How a command that runs a bundle opens it: `--no-mmap`, `--verify-weights`,
+/// `--no-verify-weights`.
+struct BundleOpenOptions {
+  bool no_mmap = false;     ///< read the bundle into memory instead of mapping it
+  bool verify = false;      ///< check every weight chunk, whatever the record says
+  bool skip_verify = false; ///< do not check the weights
+};
+
+/// The options of BundleOpenOptions, for run, chat, serve and bench.
+po::options_description bundle_open_options(BundleOpenOptions& o);
+
+/// Refuses (Error(invalid_input)) `--verify-weights` with `--no-verify-weights`.
+void check_bundle_open_options(const BundleOpenOptions& o);
+
+/// `--no-mmap` alone, for commands that read a bundle without running it (inspect, tokenize).
+po::options_description bundle_read_options(bool& no_mmap);
+
+/// Opens bundle `file` as `o` says and checks its weights (bundle::check_weights: by default
+/// once per unchanged file, remembered; on `threads` threads, 0: all usable cores). Refuses
+/// `--verify-weights` with `--no-verify-weights` (check_bundle_open_options). `report`, when given,
+/// receives one line on what was checked ("weights: ...").
+std::shared_ptr<const bundle::Bundle> open_bundle(const std::string& file,
+                                                  const BundleOpenOptions& o,
+                                                  std::int64_t threads = 0,
+                                                  std::string* report = nullptr);
+
 /// Refuses (Error(invalid_input) naming "--output") an output directory that is the model
 /// directory or contains it: replacing it would delete the model.
 void refuse_output_over_model(const std::string& output, const std::string& model);
 
-/// Refuses (Error(invalid_input) naming "--output") an output file that is one of the model's
-/// own files (config.json, *.json, *.safetensors in the model directory): replacing it would
-/// destroy the checkpoint being read.
-void refuse_output_over_model_file(const std::string& output, const std::string& model);
+/// Refuses (Error(invalid_input) naming `output_option`, "--output" by default) an output file
+/// that is one of the model's own files (config.json, *.json, *.safetensors in the model
+/// directory): replacing it would destroy the checkpoint being read.
+void refuse_output_over_model_file(const std::string& output, const std::string& model,
+                                   const std::string& output_option = "--output");
 
-/// Refuses (Error(invalid_input) naming "--output") an output file that is the file `input`
-/// names (an existing path, the same file through any link): the command reads `input`, and
-/// replacing it would lose it. `option` names where `input` came from (e.g. "--calib").
+/// Refuses (Error(invalid_input) naming `output_option`, "--output" by default) an output file
+/// that is the file `input` names (an existing path, the same file through any link): the
+/// command reads `input`, and replacing it would lose it. `option` names where `input` came
+/// from (e.g. "--calib").
 void refuse_output_over_input(const std::string& output, const std::string& input,
-                              const char* option);
+                              const char* option, const std::string& output_option = "--output");
 
 /// Progress on stderr: an updating line on a terminal, nothing when redirected.
 void print_progress(const std::string& what, std::size_t done, std::size_t total);

@@ -63,6 +63,10 @@ void check_session_runs(runtime::Session& s, bool with_history, const std::strin
     s.reset();
   } catch (const OutputError&) {
     throw;
+  } catch (const runtime::ModelValueError& e) {
+    // The checkpoint's values, whatever the plan: named as the model's failure.
+    throw Error(ErrorKind::invalid_input, what,
+                "the model fails at " + e.where() + ": " + e.message());
   } catch (const Error& e) {
     throw Error(ErrorKind::invalid_input, what,
                 e.message() + " (the plan depends on --tile-rows, --no-layer-groups and the "
@@ -181,18 +185,21 @@ void check_runnable(const frontend::ModelDesc& desc, const frontend::StageParams
 
 CompileReport compile_bundle(const frontend::ModelDesc& desc, const frontend::StageParams& params,
                              compiler::CompileOptions options, const fs::path& out, bool progress,
-                             const std::function<void(const CompileReport&)>& before_commit) {
+                             const std::function<void(const CompileReport&)>& before_commit,
+                             const std::string& output_option) {
   CompileReport r;
   const auto t0 = std::chrono::steady_clock::now();
-  check(out != "-", ErrorKind::invalid_input, "--output",
+  // Named as the user spelt it: compile's -o is --output, verify's is --bundle.
+  const std::string option = output_option == "-o" ? "--output" : output_option;
+  check(out != "-", ErrorKind::invalid_input, option,
         "a bundle cannot be written to standard output (it is mapped when it runs); give a file "
         "name");
   std::error_code dir_ec;
-  check(!fs::is_directory(out, dir_ec), ErrorKind::invalid_input, out.string(),
-        "is a directory; -o names the bundle file to write");
+  check(!fs::is_directory(out, dir_ec), ErrorKind::invalid_input, out.string(), "is a directory; ",
+        output_option, " names the bundle file to write");
   check_runnable(desc, params, options);
-  refuse_output_over_model_file(out.string(), desc.dir.string());
-  refuse_output_over_input(out.string(), options.lower.calib, "--calib");
+  refuse_output_over_model_file(out.string(), desc.dir.string(), option);
+  refuse_output_over_input(out.string(), options.lower.calib, "--calib", option);
   // Staged beside the target and renamed over it only on commit (support/output_file.hpp); a
   // bad target (a symbolic link, a device, a missing directory) is refused before the work.
   OutputFile f(out);

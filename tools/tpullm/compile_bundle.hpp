@@ -32,11 +32,13 @@ struct CompileReport {
 /// `progress`. `before_commit`, when given, runs once the bundle is completely written and
 /// before it replaces `out` (a command prints its report there, so that a failing standard
 /// output leaves the old `out` in place). Refuses up front (Error(invalid_input)) option
-/// combinations whose bundle the runtime could not run (check_runnable).
+/// combinations whose bundle the runtime could not run (check_runnable). `output_option` is
+/// the option that named `out` (compile's `-o`, verify's `--bundle`), named in refusals of it.
 CompileReport compile_bundle(const frontend::ModelDesc& desc, const frontend::StageParams& params,
                              compiler::CompileOptions options, const std::filesystem::path& out,
                              bool progress,
-                             const std::function<void(const CompileReport&)>& before_commit = {});
+                             const std::function<void(const CompileReport&)>& before_commit = {},
+                             const std::string& output_option = "-o");
 
 /// Loads the model `tpullm compile` compiles from `model`: a checkpoint folder (config.json +
 /// safetensors), a GGUF file, or a folder holding one .gguf file (frontend::load_model).

@@ -1,9 +1,10 @@
 // The weight-quantization options of compile and verify (quant_options.hpp).
 #include "quant_options.hpp"
 
-#include <regex>
 #include <utility>
 #include <vector>
+
+#include "tpullm/support/regex.hpp"
 
 namespace tpullm::cli {
 
@@ -46,13 +47,7 @@ std::string regex_escape(const std::string& s) {
 std::string resolve_keep_float(const frontend::ModelDesc& d, const std::string& hf) {
   if (hf.empty())
     return {};
-  std::regex re;
-  try {
-    re = std::regex(hf, std::regex::ECMAScript);
-  } catch (const std::regex_error& e) {
-    throw_error(ErrorKind::invalid_input, "--keep-float", "'", hf,
-                "' is not a valid regular expression: ", e.what());
-  }
+  const UserRegex re(hf, "--keep-float");
   // (Top name, slot) of every linear weight the quantizing modes quantize.
   std::vector<std::pair<std::string, const frontend::WeightRef*>> slots;
   for (std::size_t i = 0; i < d.layers.size(); ++i) {
@@ -75,7 +70,7 @@ std::string resolve_keep_float(const frontend::ModelDesc& d, const std::string& 
   }
   std::string alt;
   for (const auto& [top, ref] : slots)
-    if (ref->present() && std::regex_match(ref->name(), re))
+    if (ref->present() && re.full_match(ref->name()))
       alt += (alt.empty() ? "" : "|") + regex_escape(top);
   check(!alt.empty(), ErrorKind::invalid_input, "--keep-float", "'", hf,
         "' matches no linear weight's tensor name (e.g. ",

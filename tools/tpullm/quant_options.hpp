@@ -16,8 +16,9 @@ po::options_description quantization_options(conversion::LowerOptions& l, std::s
 
 /// The lowering's keep-float regex (Top weight names, e.g. ^(?:layers\.0\.q|layers\.0\.k)$) for
 /// the linear weights of `d` whose checkpoint tensor name (e.g. model.layers.0.self_attn.q_proj
-/// .weight) matches ECMAScript regex `hf` entirely; "" when `hf` is empty. Throws
-/// Error(invalid_input) naming --keep-float for a bad regex or one that matches no linear weight.
+/// .weight) matches the bounded regex `hf` (UserRegex) entirely; "" when `hf` is empty. Throws
+/// Error(invalid_input) naming --keep-float for a bad regex, one over a limit (length, nesting,
+/// backtracking) or one that matches no linear weight.
 std::string resolve_keep_float(const frontend::ModelDesc& d, const std::string& hf);
 
 } // namespace tpullm::cli

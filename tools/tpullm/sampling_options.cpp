@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "command.hpp"
+#include "tpullm/support/json.hpp"
 
 namespace tpullm::cli {
 
@@ -58,12 +59,7 @@ std::string apply_generation_defaults(const po::variables_map& vm, const nlohman
 }
 
 nlohmann::ordered_json parse_json_object(const std::string& text, const char* option) {
-  nlohmann::ordered_json j;
-  try {
-    j = nlohmann::ordered_json::parse(text);
-  } catch (const nlohmann::ordered_json::exception& e) {
-    throw Error(ErrorKind::invalid_input, option, "is not JSON: " + std::string(e.what()));
-  }
+  nlohmann::ordered_json j = parse_ordered_json(text, option, "is not JSON");
   check(j.is_object(), ErrorKind::invalid_input, option, "must be a JSON object");
   return j;
 }

@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <limits>
+#include "tpullm/support/json.hpp"
 
 #include "tpullm/support/error.hpp"
 
@@ -237,10 +238,9 @@ GenerationRequest parse_request(const std::string& body, bool chat, const std::s
                                 const nlohmann::json& defaults, const RequestLimits& limits) {
   json j;
   try {
-    j = json::parse(body);
-  } catch (const json::exception& e) {
-    throw ApiError{400, std::string("the body is not valid JSON: ") + e.what(),
-                   "invalid_request_error", "", "invalid_json"};
+    j = parse_ordered_json(body, "the body", "the body is not valid JSON");
+  } catch (const Error& e) {
+    throw ApiError{400, e.message(), "invalid_request_error", "", "invalid_json"};
   }
   if (!j.is_object())
     bad("", "the body must be a JSON object", "invalid_type");

@@ -25,6 +25,8 @@
 #include "tpullm/frontend/text_files.hpp"
 #include "tpullm/ir/module.hpp"
 #include "tpullm/runtime/executor.hpp"
+#include "tpullm/support/input_file.hpp"
+#include "tpullm/support/mapped_file.hpp"
 #include "tpullm/target/target.hpp"
 
 namespace tpullm::compiler {
@@ -88,10 +90,12 @@ WriteStats write_bundle(const compiler::CompiledModel& model, const ModelInfo& i
 /// the mapping (kept alive by every Weight's parts), the model info and the target.
 class Bundle {
 public:
-  /// Maps and validates `path`. Throws Error(io) when it cannot be read, Error(invalid_input)
-  /// naming the file and the first problem (not a bundle, version, truncation, a bad offset,
-  /// a program whose types or buffers do not check, a target this machine cannot run).
-  static std::shared_ptr<const Bundle> open(const std::filesystem::path& path);
+  /// Maps (or with FileAccess::read, the tools' `--no-mmap`, reads into memory) and validates
+  /// `path`. Throws Error(io) when it cannot be read, Error(invalid_input) naming the file and
+  /// the first problem (not a bundle, version, truncation, a bad offset, a program whose types
+  /// or buffers do not check, a target this machine cannot run).
+  static std::shared_ptr<const Bundle> open(const std::filesystem::path& path,
+                                            FileAccess access = FileAccess::map);
 
   const ModelInfo& model() const { return model_; }        ///< model and stage params
   const target::Target& target() const { return target_; } ///< what the plans assume
@@ -115,9 +119,15 @@ public:
   const std::vector<std::uint32_t>& weight_checksums() const { return chunk_crcs_; }
 
   /// Reads the whole weight blob and checks every chunk against its CRC-32C (open() checks the
-  /// metadata, not the weights: that would read the whole file). Throws Error(invalid_input)
-  /// naming the file, the first bad chunk's byte range and a weight stored in it.
-  WeightCheck verify_weights() const;
+  /// metadata, not the weights: that would read the whole file), chunks dealt to `threads`
+  /// threads (0: the cores this process may use). Throws Error(invalid_input) naming the file,
+  /// the first bad chunk's byte range and a weight stored in it (the lowest bad chunk, whatever
+  /// the thread count).
+  WeightCheck verify_weights(std::int64_t threads = 1) const;
+  /// The path the bundle was opened from.
+  const std::string& path() const { return path_; }
+  /// The opened file's identity (fstat on the descriptor its bytes came from).
+  const FileIdentity& file_identity() const { return identity_; }
   const std::string& compiler() const { return compiler_; } ///< "tpullm <version>"
 
   /// An executor with every program and weight (weights shared, not copied) and its own KV
@@ -141,11 +151,41 @@ private:
   std::uint32_t version_ = 0;
   std::string compiler_;
   std::string path_;
+  FileIdentity identity_;
   std::uint64_t chunk_bytes_ = 0;
   std::vector<std::uint32_t> chunk_crcs_;
   std::span<const std::byte> blob_;  ///< the blob in the mapping (kept alive by the weights)
   std::shared_ptr<const void> file_; ///< the mapping itself
 };
+
+/// How a bundle's weights are checked before it runs (docs/guarantees.md "Weights are
+/// checksummed").
+enum class WeightVerify {
+  remembered, ///< verify, unless this unchanged file passed before (verified_record_path())
+  always,     ///< verify whatever the record says (`--verify-weights`)
+  never,      ///< do not verify (`--no-verify-weights`)
+};
+
+/// What check_weights() did.
+struct WeightVerifyResult {
+  bool verified = false;   ///< the blob was read and every chunk passed
+  bool remembered = false; ///< skipped: the record says this unchanged file passed before
+  WeightCheck check;       ///< figures of the pass (zero when skipped)
+};
+
+/// The record of bundle files whose weights passed: `$XDG_CACHE_HOME/tpullm/verified-bundles`
+/// (an absolute XDG_CACHE_HOME), else `$HOME/.cache/tpullm/verified-bundles`; empty when
+/// neither variable gives an absolute directory (then nothing is remembered).
+std::filesystem::path verified_record_path();
+
+/// Checks `b`'s weight blob against its CRC-32Cs as `how` says, on `threads` threads (0: the
+/// cores this process may use). `remembered` skips the pass when the record holds the file's
+/// key (its canonical path, device, inode, size, mtime and ctime as opened, and its checksum
+/// list), and adds the key after a pass when the file is unchanged since it was opened and its
+/// ctime is at least 2 s older than the pass (a write in the same timestamp tick could not be
+/// told apart). The record is an optimisation: one it cannot read or write is ignored. Throws
+/// what Bundle::verify_weights throws.
+WeightVerifyResult check_weights(const Bundle& b, WeightVerify how, std::int64_t threads = 0);
 
 /// The instruction-set family this build runs bundles for ("x86_64").
 std::string host_isa();

@@ -40,7 +40,8 @@ struct LowerOptions {
   std::string lm_head;          ///< lm_head weight: f32, bf16, f16, w8 or w4 (empty: mode's float)
   std::int64_t group_size = 64; ///< w8a16 / w4a16 (and w8 / w4 lm_head): rows per group, 0 = K
   bool symmetric = false;       ///< w8a16 / w4a16: no zero points
-  std::string keep_float; ///< w8a16 / w4a16: ECMAScript regex of Top weight names kept in bf16
+  std::string keep_float; ///< w8a16 / w4a16: bounded PCRE2 regex (UserRegex) of Top weight names
+                          ///< kept in bf16
   /// KV cache element type: f32, f16 or bf16 (empty: f32 for mode f32, f16 for every other mode)
   std::string kv_dtype;
   // --- int8 (W8A8) ---

@@ -42,7 +42,7 @@ struct QuantPlain {
   std::vector<std::uint8_t> q;     ///< [K, N] row-major, values in [0, 2^bits)
   std::vector<float> scales;       ///< [G, N] row-major, G = K / group_size
   std::vector<std::uint8_t> zeros; ///< [G, N] row-major, real zero points in [0, 2^bits)
-  std::vector<std::int32_t> g_idx; ///< [K] group of each row
+  std::vector<std::int32_t> g_idx; ///< [K] group of each row (empty: k / group_size)
   /// [G, N] row-major, or empty. When present the weight is "scale and min" (ggml's Q4_1,
   /// Q5_1 and K-quants): w[k][n] = q[k][n] * scales[g][n] - mins[g][n], and `zeros` is empty.
   std::vector<float> mins;
@@ -113,8 +113,10 @@ std::vector<std::int32_t> group_sorted_rows(const QuantPlain& p);
 /// Packs plain 4- or 8-bit values into the kernel layout. 4-bit: all zero points == 8 gives
 /// int4_sym (no zeros stored), otherwise int4_asym. 8-bit: all zero points == 128 gives int8
 /// (q - 128), otherwise int8_asym (codes and zero points as given). `allow_sym` false keeps the
-/// asymmetric format even when every zero is the midpoint. Rows are group-sorted with k_perm set
-/// when g_idx is not k / group_size (act-order).
+/// asymmetric format even when every zero is the midpoint. With `mins` (scale and min) the codes,
+/// scales and mins are kept as they are: int4_min (4-bit) or int8_min (8-bit), whatever
+/// `allow_sym` says; throws Error(invalid_input) when zeros are given too or a size is wrong.
+/// Rows are group-sorted with k_perm set when g_idx is not k / group_size (act-order).
 kernels::PackedWeights repack_quant(const QuantPlain& p, bool allow_sym = true);
 
 } // namespace tpullm::conversion

@@ -5,7 +5,8 @@
 /// A packed Tpu weight `@name : tensor<KxNx<dtype>, panels [, quant<packed, ...>]>` has parts
 ///   "data"   u8  [bytes]            the 32-column panels (kernels/packed_weights.hpp)
 ///   "scales" f32 [P * G * 32]       quantized formats only
-///   "zeros"  u8  [P * G * 32]       int4 with zero points only
+///   "zeros"  u8  [P * G * 32]       formats with zero points only (u4 / u8, zero_point)
+///   "mins"   f32 [P * G * 32]       scale-and-min formats only (u4 / u8, min): w = u * s - min
 ///   "k_perm" i32 [K]                act-order only: original row of each packed row
 /// and maps to kernels::PackedWeights without a copy (packed_view). GPTQ / AWQ weights go
 /// through direct: their 4 / 8-bit codes, scales and zero points are repacked, never dequantized.

@@ -77,9 +77,6 @@ struct RopeConfig {
   double high_freq_factor = 4.0;
   /// llama3 only: context length of the unscaled model (> 0).
   std::int64_t original_max_position_embeddings = 0;
-  /// Per-frequency divisors [head_dim / 2] (a GGUF's rope_freqs tensor), applied after `type`;
-  /// empty for none.
-  std::vector<float> freq_factors;
 };
 
 /// A parsed, validated config.json. All dims > 0; heads % kv_heads == 0; head_dim even.

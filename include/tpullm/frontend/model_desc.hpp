@@ -216,6 +216,9 @@ struct ModelDesc {
   std::filesystem::path dir;
   ModelDims dims;
   RopeConfig rope;
+  /// Per-frequency divisors of inv_freq [head_dim / 2] applied after rope.type (a GGUF's
+  /// rope_freqs tensor, which llama.cpp's converter writes for llama3 scaling); empty for none.
+  std::vector<float> rope_freq_factors;
   /// RMSNorm epsilon (all norms).
   double norm_eps = 1e-6;
   /// lm_head shares the embedding table (lm_head refers to the same tensor as embedding).

@@ -2,6 +2,9 @@
 /// The mixture-of-experts part of a HuggingFace config.json: which layers route their MLP
 /// through experts, how many experts, how many per token, and whether the chosen weights are
 /// renormalised. Two layouts are read:
+/// The expert count is read under either spelling, num_experts or num_local_experts (as
+/// transformers' attribute maps do: a Qwen3-MoE config written by transformers 5 says
+/// num_local_experts); a config giving both with different values is refused.
 ///   qwen3_moe: num_experts, num_experts_per_tok, moe_intermediate_size, norm_topk_prob,
 ///              decoder_sparse_step, mlp_only_layers (those layers keep a dense MLP of
 ///              intermediate_size); tensors mlp.gate (router) and
@@ -61,6 +64,12 @@ std::int64_t moe_int(const nlohmann::json& j, const std::string& where, const ch
                      std::int64_t def, bool required);
 
 bool moe_bool(const nlohmann::json& j, const std::string& where, const char* key, bool def);
+
+/// The expert count of `j` under either spelling (num_experts, num_local_experts); `own` is the
+/// layout's usual spelling, named when both are missing (an error when `required`, else `def`).
+/// Throws Error(invalid_input) when both are given with different values.
+std::int64_t moe_expert_count(const nlohmann::json& j, const std::string& where, const char* own,
+                              std::int64_t def, bool required);
 
 } // namespace detail
 

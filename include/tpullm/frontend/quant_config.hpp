@@ -26,13 +26,13 @@
 /// malformed values are Error(invalid_input).
 
 #include "tpullm/support/error.hpp"
+#include "tpullm/support/regex.hpp"
 
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
 #include <memory>
 #include <optional>
-#include <regex>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -101,7 +101,7 @@ struct QuantRule {
   std::optional<bool> sym;
   std::optional<bool> desc_act;
   /// Compiled `pattern` for full / prefix.
-  std::shared_ptr<const std::regex> re;
+  std::shared_ptr<const UserRegex> re;
 };
 
 /// config.json "quantization_config", validated.
@@ -173,8 +173,9 @@ struct QuantReader {
   int bits(const nlohmann::json& v, std::string_view key, std::string_view who,
            bool float_ok = false) const;
   std::int64_t group(const nlohmann::json& v, std::string_view key) const;
-  /// A compiled regex of at most 256 characters (longer or malformed: invalid_input).
-  std::shared_ptr<const std::regex> regex(const std::string& pattern, std::string_view key) const;
+  /// A compiled bounded regex (UserRegex) of at most 256 characters (longer, nested deeper than
+  /// 32, or malformed: invalid_input naming the key).
+  std::shared_ptr<const UserRegex> regex(const std::string& pattern, std::string_view key) const;
 };
 
 std::string lower_ascii(std::string s);

@@ -45,7 +45,7 @@ constexpr std::string_view name(QuantFormat f) {
 std::optional<QuantFormat> parse_quant_format(std::string_view s);
 
 /// Quantization of a weight tensor of logical shape [K, N]: group-wise scales along K
-/// (group_size == 0 means one scale per output channel), optional zero points.
+/// (group_size == 0 means one scale per output channel), optional zero points or mins.
 struct QuantSpec {
   QuantFormat format = QuantFormat::packed; ///< storage layout of the integers
   std::int64_t group_size = 0;              ///< rows of K sharing one scale; 0 = per channel
@@ -55,13 +55,16 @@ struct QuantSpec {
   /// logical shape is the stored [N, K] (rows of K elements, blocks along K), read with
   /// transpose_b as a float HF weight is; its one part "blocks" holds the row bytes as stored.
   std::uint32_t ggml_type = 0;
+  bool min = false; ///< scale and min (packed u4 / u8 only): value = q * scale - min, f32 mins
 
   friend bool operator==(const QuantSpec&, const QuantSpec&) = default;
 };
 
 /// True when a quantized weight of spec q is stored as rows [N, K] (format ggml): it is read with
 /// transpose_b, as a float HuggingFace weight is, and a table of such rows can be gathered.
-constexpr bool quant_stored_as_rows(const QuantSpec& q) { return q.format == QuantFormat::ggml; }
+constexpr bool quant_stored_as_rows(const QuantSpec& q) {
+  return q.format == QuantFormat::ggml;
+}
 
 /// The text spelling of q's format: name(q.format), or "ggml_<type>" ("ggml_q4_k") for ggml.
 std::string quant_spelling(const QuantSpec& q);

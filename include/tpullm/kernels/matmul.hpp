@@ -2,13 +2,14 @@
 /// Linear layer y[M, N] = x[M, K] · W[K, N] (+ bias[N]) over packed weights
 /// (kernels/packed_weights.hpp): f32 activations in and out, f32 accumulation, weights f32, bf16,
 /// f16, int8 (per-channel or group-wise, symmetric or with zero points), int4 group-wise
-/// symmetric / asymmetric.
+/// symmetric / asymmetric, and int4 / int8 "scale and min" (w = u * scale - min).
 ///
 /// Two algorithms, each with a portable, an AVX2+FMA and an AVX-512 path (chosen per call from
 /// `active_isa()`):
 ///  - M <= 4 ("GEMV", memory-bound): every panel is streamed once from front to back and
 ///    dequantized in registers. Quantized formats accumulate sum_k x[k] * q[k][n] per group in f32
-///    and apply the group's scale / zero once per group: y += s * (acc - z * sum_k x[k]).
+///    and apply the group's scale / zero once per group: y += s * (acc - z * sum_k x[k])
+///    (scale-and-min formats: y += s * acc - min * sum_k x[k]).
 ///  - M > 4 ("GEMM", compute-bound): cache-blocked (kc = 256 rows of K, mc <= 336 rows of x);
 ///    the x block is packed into MR-row strips ([kc][MR], MR = 14 on AVX-512, 6 on AVX2), the
 ///    [kc, 32] block of one weight panel is used in place (f32) or dequantized once into an f32
@@ -126,6 +127,12 @@ inline void linear_view(LinearArgs a, const CoreSplit& split, const XDigits* pre
   case WeightFormat::int8_asym:
     run_linear<WeightFormat::int8_asym>(a, split);
     return;
+  case WeightFormat::int4_min:
+    run_linear<WeightFormat::int4_min>(a, split);
+    return;
+  case WeightFormat::int8_min:
+    run_linear<WeightFormat::int8_min>(a, split);
+    return;
   }
 }
 
@@ -154,6 +161,12 @@ inline void check_weights(const char* what, const PackedWeights& w) {
        static_cast<std::int64_t>(w.scales.size()) != w.panels() * w.groups() * kPanelCols))
     throw std::invalid_argument(std::string(what) + ": bad group_size / scales for " +
                                 std::string(format_name(w.format)));
+  const std::size_t params = static_cast<std::size_t>(w.panels() * w.groups() * kPanelCols);
+  if ((has_zeros(w.format) && w.zeros.size() != params) ||
+      (has_mins(w.format) && w.mins.size() != params))
+    throw std::invalid_argument(std::string(what) + ": " + std::string(format_name(w.format)) +
+                                " weights need " + std::to_string(params) +
+                                (has_mins(w.format) ? " mins" : " zero points"));
 }
 
 } // namespace detail

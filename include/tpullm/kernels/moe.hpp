@@ -55,7 +55,8 @@ struct MoeRouting {
 
 /// Routing from router logits [M, E] (row-major f32): softmax in f64 per row, the top_k largest
 /// (lower index first on equal logits), renormalised when asked. Throws std::invalid_argument
-/// on a bad shape or a non-finite logit (NaN would make the choice meaningless).
+/// on a bad shape, std::domain_error on a non-finite logit (the model's values, not the call's
+/// shapes: NaN would make the choice meaningless; the executor reports it as the model's).
 inline MoeRouting moe_route(std::span<const float> logits, const MoeShape& s) {
   if (s.M <= 0 || s.experts <= 0 || s.top_k < 1 || s.top_k > s.experts)
     throw std::invalid_argument(
@@ -74,8 +75,9 @@ inline MoeRouting moe_route(std::span<const float> logits, const MoeShape& s) {
     float mx = -std::numeric_limits<float>::infinity();
     for (std::int64_t e = 0; e < E; ++e) {
       if (!std::isfinite(l[e]))
-        throw std::invalid_argument("moe_route: router logit of row " + std::to_string(t) +
-                                    ", expert " + std::to_string(e) + " is not finite");
+        throw std::domain_error("the router logit of row " + std::to_string(t) + ", expert " +
+                                std::to_string(e) + " is " +
+                                (std::isnan(l[e]) ? "NaN" : "infinite"));
       mx = std::max(mx, l[e]);
     }
     double sum = 0;

@@ -29,9 +29,11 @@ inline void packed_column(const PackedWeights& w, std::int64_t n, float* dst) {
   const std::uint8_t* panel = w.data.data() + p * Kp * row_bytes(w.format);
   const float* scales = w.scales.empty() ? nullptr : w.scales.data() + p * G * kPanelCols + c;
   const std::uint8_t* zeros = w.zeros.empty() ? nullptr : w.zeros.data() + p * G * kPanelCols + c;
+  const float* mins = w.mins.empty() ? nullptr : w.mins.data() + p * G * kPanelCols + c;
   const std::int32_t* perm = w.k_perm.empty() ? nullptr : w.k_perm.data();
   const auto put = [&](std::int64_t j, float v) { dst[perm ? perm[j] : j] = v; };
   const auto scale = [&](std::int64_t j) { return scales[(j / w.group_size) * kPanelCols]; };
+  const auto min = [&](std::int64_t j) { return mins[(j / w.group_size) * kPanelCols]; };
   switch (w.format) {
   case WeightFormat::f32:
     for (std::int64_t j = 0; j < K; ++j) {
@@ -64,6 +66,19 @@ inline void packed_column(const PackedWeights& w, std::int64_t n, float* dst) {
     for (std::int64_t j = 0; j < K; ++j) {
       const int u = panel[(j / 4) * 128 + 4 * c + j % 4];
       put(j, static_cast<float>(u - zeros[(j / w.group_size) * kPanelCols]) * scale(j));
+    }
+    return;
+  case WeightFormat::int8_min:
+    for (std::int64_t j = 0; j < K; ++j) {
+      const int u = panel[(j / 4) * 128 + 4 * c + j % 4];
+      put(j, static_cast<float>(u) * scale(j) - min(j));
+    }
+    return;
+  case WeightFormat::int4_min:
+    for (std::int64_t j = 0; j < K; ++j) {
+      const std::uint8_t b = panel[(j / 8) * 128 + 4 * c + (j % 8) % 4];
+      const int u = (j % 8 >= 4) ? (b >> 4) : (b & 0x0F);
+      put(j, static_cast<float>(u) * scale(j) - min(j));
     }
     return;
   case WeightFormat::int4_sym:

@@ -19,10 +19,11 @@
 ///             multiple of 4): quad t (rows 4t..4t+3) is 128 B whose 32-bit word c (bytes
 ///             4c..4c+3) holds column c, byte j = q[4t + j][c] (two's complement). This is the
 ///             operand layout of VPDPBUSD (4 consecutive k per dword lane).
-///   - int8_asym: 32 B, the int8 quads holding unsigned codes u in [0, 255] (no sign flip).
-///   - int4_sym / int4_asym: 16 B. Rows are stored in *octets* of 8 (K padded to Kp, a multiple
-///             of 8): octet t (rows 8t..8t+7) is 128 B whose word c holds column c, byte j =
-///             u[8t + j][c] | u[8t + 4 + j][c] << 4 (unsigned nibbles u in [0, 15]), so
+///   - int8_asym / int8_min: 32 B, the int8 quads holding unsigned codes u in [0, 255] (no
+///             sign flip).
+///   - int4_sym / int4_asym / int4_min: 16 B. Rows are stored in *octets* of 8 (K padded to
+///             Kp, a multiple of 8): octet t (rows 8t..8t+7) is 128 B whose word c holds column c,
+///             byte j = u[8t + j][c] | u[8t + 4 + j][c] << 4 (unsigned nibbles u in [0, 15]), so
 ///             `word & 0x0F0F0F0F` gives rows 8t..8t+3 and `(word >> 4) & 0x0F0F0F0F` rows
 ///             8t+4..8t+7 as VPDPBUSD operands.
 /// Padded rows are zero; kernels pad x with zeros to match (stored rows = Kp = `stored_rows()`).
@@ -33,14 +34,18 @@
 /// row group (4 for int8, 8 for int4) so groups start on quad / octet boundaries.
 ///   scales = [P][G][32] f32          (G = K / group_size; padded columns hold 0)
 ///   zeros  = [P][G][32] uint8 in [0,15] (int4_asym) or [0,255] (int8_asym); empty otherwise
+///   mins   = [P][G][32] f32          (int4_min, int8_min; padded columns hold 0); empty otherwise
 /// and dequantize as
 ///   int8      : w[k][n] = q * scale[g][n]
 ///   int8_asym : w[k][n] = (u - zero[g][n]) * scale[g][n]
 ///   int4_sym  : w[k][n] = (u - 8) * scale[g][n]
 ///   int4_asym : w[k][n] = (u - zero[g][n]) * scale[g][n]
-/// with g = k / group_size. Per panel, weights, scales and zeros are each one contiguous run, so
-/// a GEMV streams three arrays front to back; the GEMM path decodes a [kc, 32] block of one panel
-/// into an f32 tile in L1 and reuses it for every row of x.
+///   int4_min / int8_min : w[k][n] = u * scale[g][n] - min[g][n]   ("scale and min": ggml's
+///               Q4_1 / Q5_1 / K-quants, whose min is an arbitrary f32, not code * scale)
+/// with g = k / group_size. Per panel, weights, scales and zeros / mins are each one contiguous
+/// run, so a GEMV streams three arrays front to back; the GEMM path decodes a [kc, 32] block of
+/// one panel into an f32 tile in L1 and reuses it for every row of x. The enumerators' order is
+/// part of no file format (bundles name formats by IR type), but new ones go at the end.
 ///
 /// Act-order checkpoints (GPTQ desc_act: row k uses group g_idx[k]) are packed with their rows
 /// sorted by group; `k_perm[j]` is then the original row stored at packed row j, and the kernels
@@ -66,9 +71,20 @@ namespace tpullm::kernels {
 inline constexpr std::int64_t kPanelCols = 32;
 
 /// Storage format of a packed weight matrix (see the file comment for the byte layouts).
-enum class WeightFormat : std::uint8_t { f32, bf16, f16, int8, int4_sym, int4_asym, int8_asym };
+enum class WeightFormat : std::uint8_t {
+  f32,       ///< 32 x f32 per row
+  bf16,      ///< 32 x bf16 per row, columns interleaved 0,16,1,17,...
+  f16,       ///< 32 x f16 per row
+  int8,      ///< signed codes in quads, w = q * scale
+  int4_sym,  ///< nibbles in octets, w = (u - 8) * scale
+  int4_asym, ///< nibbles in octets, w = (u - zero) * scale
+  int8_asym, ///< unsigned codes in quads, w = (u - zero) * scale
+  int4_min,  ///< nibbles in octets, w = u * scale - min (scale and min)
+  int8_min,  ///< unsigned codes in quads, w = u * scale - min (scale and min)
+};
 
-/// Printable name ("f32", "bf16", "f16", "int8", "int4_sym", "int4_asym", "int8_asym").
+/// Printable name ("f32", "bf16", "f16", "int8", "int4_sym", "int4_asym", "int8_asym",
+/// "int4_min", "int8_min").
 constexpr std::string_view format_name(WeightFormat f) {
   switch (f) {
   case WeightFormat::f32:
@@ -85,6 +101,10 @@ constexpr std::string_view format_name(WeightFormat f) {
     return "int4_asym";
   case WeightFormat::int8_asym:
     return "int8_asym";
+  case WeightFormat::int4_min:
+    return "int4_min";
+  case WeightFormat::int8_min:
+    return "int8_min";
   }
   return "?";
 }
@@ -99,9 +119,11 @@ constexpr std::int64_t row_bytes(WeightFormat f) {
     return 64;
   case WeightFormat::int8:
   case WeightFormat::int8_asym:
+  case WeightFormat::int8_min:
     return 32;
   case WeightFormat::int4_sym:
   case WeightFormat::int4_asym:
+  case WeightFormat::int4_min:
     return 16;
   }
   return 0;
@@ -116,15 +138,18 @@ constexpr std::int64_t row_group(WeightFormat f) {
     return 1;
   case WeightFormat::int8:
   case WeightFormat::int8_asym:
+  case WeightFormat::int8_min:
     return 4;
   case WeightFormat::int4_sym:
   case WeightFormat::int4_asym:
+  case WeightFormat::int4_min:
     return 8;
   }
   return 1;
 }
 
-/// True for the formats that carry scales (int8, int4_sym, int4_asym, int8_asym).
+/// True for the formats that carry scales (int8, int4_sym, int4_asym, int8_asym, int4_min,
+/// int8_min).
 constexpr bool is_quantized(WeightFormat f) {
   switch (f) {
   case WeightFormat::f32:
@@ -135,6 +160,8 @@ constexpr bool is_quantized(WeightFormat f) {
   case WeightFormat::int4_sym:
   case WeightFormat::int4_asym:
   case WeightFormat::int8_asym:
+  case WeightFormat::int4_min:
+  case WeightFormat::int8_min:
     return true;
   }
   return false;
@@ -145,9 +172,19 @@ constexpr bool has_zeros(WeightFormat f) {
   return f == WeightFormat::int4_asym || f == WeightFormat::int8_asym;
 }
 
-/// True for the 8-bit formats stored in quads (int8, int8_asym).
+/// True for the "scale and min" formats with per-group f32 mins (int4_min, int8_min).
+constexpr bool has_mins(WeightFormat f) {
+  return f == WeightFormat::int4_min || f == WeightFormat::int8_min;
+}
+
+/// True for the 8-bit formats stored in quads (int8, int8_asym, int8_min).
 constexpr bool is_byte_format(WeightFormat f) {
-  return f == WeightFormat::int8 || f == WeightFormat::int8_asym;
+  return f == WeightFormat::int8 || f == WeightFormat::int8_asym || f == WeightFormat::int8_min;
+}
+
+/// True for the 4-bit formats stored in octets (int4_sym, int4_asym, int4_min).
+constexpr bool is_nibble_format(WeightFormat f) {
+  return f == WeightFormat::int4_sym || f == WeightFormat::int4_asym || f == WeightFormat::int4_min;
 }
 
 /// 64-byte aligned, zero-initialised, move-only array of trivially copyable T; or, made by
@@ -205,6 +242,7 @@ struct PackedWeights {
   AlignedArray<std::uint8_t> data;         ///< [P][Kp][row_bytes] panels (see file comment)
   AlignedArray<float> scales;              ///< [P][G][32] (quantized formats), else empty
   AlignedArray<std::uint8_t> zeros;        ///< [P][G][32] (int4_asym, int8_asym), else empty
+  AlignedArray<float> mins;                ///< [P][G][32] (int4_min, int8_min), else empty
   std::vector<std::int32_t> k_perm;        ///< [K] original row of packed row j, or empty
 
   /// Rows actually stored per panel: K rounded up to the format's row group.
@@ -219,9 +257,10 @@ struct PackedWeights {
   std::int64_t groups() const { return group_size > 0 ? K / group_size : 1; }
   /// Bytes of one panel's weight rows.
   std::int64_t panel_bytes() const { return stored_rows() * row_bytes(format); }
-  /// Bytes a kernel reads for the whole matrix: weights + scales + zeros.
+  /// Bytes a kernel reads for the whole matrix: weights + scales + zeros + mins.
   std::int64_t total_bytes() const {
-    return static_cast<std::int64_t>(data.size() + scales.size() * sizeof(float) + zeros.size());
+    return static_cast<std::int64_t>(data.size() + scales.size() * sizeof(float) + zeros.size() +
+                                     mins.size() * sizeof(float));
   }
 };
 
@@ -263,6 +302,8 @@ inline PackedWeights make_packed(WeightFormat f, std::int64_t K, std::int64_t N,
   if (has_zeros(f))
     w.zeros =
         AlignedArray<std::uint8_t>(static_cast<std::size_t>(w.panels() * w.groups() * kPanelCols));
+  if (has_mins(f))
+    w.mins = AlignedArray<float>(static_cast<std::size_t>(w.panels() * w.groups() * kPanelCols));
   return w;
 }
 
@@ -280,9 +321,11 @@ inline std::int64_t elem_offset(WeightFormat f, std::int64_t Kp, std::int64_t k,
     return base + (c < 16 ? 4 * c : 4 * (c - 16) + 2);
   case WeightFormat::int8:
   case WeightFormat::int8_asym:
+  case WeightFormat::int8_min:
     return base + 4 * c + k % 4;
   case WeightFormat::int4_sym:
   case WeightFormat::int4_asym:
+  case WeightFormat::int4_min:
     return base + 4 * c + (k % 8) % 4;
   }
   return 0;
@@ -294,7 +337,8 @@ inline bool nibble_high(std::int64_t k) {
 }
 
 inline void pack_group_params(PackedWeights& w, std::span<const float> scales,
-                              std::span<const std::uint8_t> zeros) {
+                              std::span<const std::uint8_t> zeros,
+                              std::span<const float> mins = {}) {
   const std::int64_t G = w.groups(), N = w.N;
   for (std::int64_t g = 0; g < G; ++g)
     for (std::int64_t n = 0; n < N; ++n) {
@@ -302,6 +346,8 @@ inline void pack_group_params(PackedWeights& w, std::span<const float> scales,
       w.scales[dst] = scales[g * N + n];
       if (!zeros.empty())
         w.zeros[dst] = zeros[g * N + n];
+      if (!mins.empty())
+        w.mins[dst] = mins[g * N + n];
     }
 }
 
@@ -468,9 +514,61 @@ inline PackedWeights pack_int8_asym(std::span<const std::uint8_t> u, std::span<c
   return p;
 }
 
+/// Packs "scale and min" int4: q: [K, N] row-major codes in [0, 15], scales and mins:
+/// [K/group_size, N] row-major f32 (w = q * scale - min). group_size a multiple of 8 (16 and 32
+/// are ggml's) or K. `k_perm` as in pack_int4_sym.
+inline PackedWeights pack_int4_min(std::span<const std::uint8_t> q, std::span<const float> scales,
+                                   std::span<const float> mins, std::int64_t K, std::int64_t N,
+                                   std::int64_t group_size,
+                                   std::span<const std::int32_t> k_perm = {}) {
+  detail::check_pack_shape("pack_int4_min", K, N, q.size(), static_cast<std::size_t>(K * N));
+  const std::int64_t G = detail::check_group("pack_int4_min", K, group_size, 8);
+  detail::check_pack_shape("pack_int4_min scales", G, N, scales.size(),
+                           static_cast<std::size_t>(G * N));
+  detail::check_pack_shape("pack_int4_min mins", G, N, mins.size(),
+                           static_cast<std::size_t>(G * N));
+  detail::check_perm("pack_int4_min", k_perm, K);
+  PackedWeights p = detail::make_packed(WeightFormat::int4_min, K, N, group_size);
+  for (std::int64_t k = 0; k < K; ++k)
+    for (std::int64_t n = 0; n < N; ++n) {
+      const unsigned v = q[k * N + n];
+      if (v > 15)
+        throw std::invalid_argument("pack_int4_min: value " + std::to_string(v) +
+                                    " at (k=" + std::to_string(k) + ", n=" + std::to_string(n) +
+                                    ") is outside [0, 15]");
+      detail::set_nibble(p, k, n, static_cast<std::uint8_t>(v));
+    }
+  detail::pack_group_params(p, scales, {}, mins);
+  p.k_perm.assign(k_perm.begin(), k_perm.end());
+  return p;
+}
+
+/// Packs "scale and min" int8: u: [K, N] row-major codes in [0, 255], scales and mins:
+/// [K/group_size, N] row-major f32 (w = u * scale - min). group_size a multiple of 4 or K.
+/// `k_perm` as in pack_int4_sym.
+inline PackedWeights pack_int8_min(std::span<const std::uint8_t> u, std::span<const float> scales,
+                                   std::span<const float> mins, std::int64_t K, std::int64_t N,
+                                   std::int64_t group_size,
+                                   std::span<const std::int32_t> k_perm = {}) {
+  detail::check_pack_shape("pack_int8_min", K, N, u.size(), static_cast<std::size_t>(K * N));
+  const std::int64_t G = detail::check_group("pack_int8_min", K, group_size, 4);
+  detail::check_pack_shape("pack_int8_min scales", G, N, scales.size(),
+                           static_cast<std::size_t>(G * N));
+  detail::check_pack_shape("pack_int8_min mins", G, N, mins.size(),
+                           static_cast<std::size_t>(G * N));
+  detail::check_perm("pack_int8_min", k_perm, K);
+  PackedWeights p = detail::make_packed(WeightFormat::int8_min, K, N, group_size);
+  for (std::int64_t k = 0; k < K; ++k)
+    for (std::int64_t n = 0; n < N; ++n)
+      p.data[detail::elem_offset(p.format, p.stored_rows(), k, n)] = u[k * N + n];
+  detail::pack_group_params(p, scales, {}, mins);
+  p.k_perm.assign(k_perm.begin(), k_perm.end());
+  return p;
+}
+
 /// W with its columns reordered: column n of the result is column `cols[n]` of `w` (weights,
-/// scales and zeros alike; rows and k_perm unchanged). `cols` must be a permutation of [0, N).
-/// Used to fold an act-order down projection's row permutation into the gate / up columns.
+/// scales, zeros and mins alike; rows and k_perm unchanged). `cols` must be a permutation of [0,
+/// N). Used to fold an act-order down projection's row permutation into the gate / up columns.
 inline PackedWeights permute_columns(const PackedWeights& w, std::span<const std::int32_t> cols) {
   detail::check_perm("permute_columns", cols, w.N);
   if (static_cast<std::int64_t>(cols.size()) != w.N)
@@ -479,7 +577,7 @@ inline PackedWeights permute_columns(const PackedWeights& w, std::span<const std
   PackedWeights out = detail::make_packed(w.format, w.K, w.N, w.group_size);
   out.k_perm = w.k_perm;
   const std::int64_t Kp = w.stored_rows(), G = w.groups();
-  const bool nibbles = w.format == WeightFormat::int4_sym || w.format == WeightFormat::int4_asym;
+  const bool nibbles = is_nibble_format(w.format);
   const std::size_t esz = static_cast<std::size_t>(
       is_byte_format(w.format) || nibbles ? 1 : row_bytes(w.format) / kPanelCols);
   for (std::int64_t n = 0; n < w.N; ++n) {
@@ -497,6 +595,8 @@ inline PackedWeights permute_columns(const PackedWeights& w, std::span<const std
       out.scales[d] = w.scales[s];
       if (!w.zeros.empty())
         out.zeros[d] = w.zeros[s];
+      if (!w.mins.empty())
+        out.mins[d] = w.mins[s];
     }
   }
   return out;
@@ -542,6 +642,12 @@ inline std::vector<float> dequantize(const PackedWeights& w) {
         break;
       case WeightFormat::int8_asym:
         v = static_cast<float>(static_cast<int>(*b) - static_cast<int>(w.zeros[sp])) * w.scales[sp];
+        break;
+      case WeightFormat::int4_min:
+        v = static_cast<float>(detail::get_nibble(w, j, n)) * w.scales[sp] - w.mins[sp];
+        break;
+      case WeightFormat::int8_min:
+        v = static_cast<float>(*b) * w.scales[sp] - w.mins[sp];
         break;
       }
       out[k * N + n] = v;

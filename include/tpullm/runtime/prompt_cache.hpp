@@ -33,7 +33,8 @@ public:
   }
   /// Number of leading ids of `prompt` already in the cache that generate() would keep: the
   /// common prefix, less one when it is the whole prompt (the last prompt token is always fed,
-  /// to get the logits of the first answer token).
+  /// to get the logits of the first answer token); 0 on a bundle without prefill_kv modules
+  /// (compiled with --no-history), which prefills every prompt from position 0.
   std::int64_t reusable(const std::vector<std::int32_t>& prompt) const;
   /// True when `prompt` (with what reusable() keeps) leaves room for at least one answer token
   /// in the compiled sequence length.

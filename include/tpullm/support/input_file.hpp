@@ -66,6 +66,22 @@ std::string_view file_kind(mode_t mode) noexcept;
 /// receives the file's status. Throws Error(io) naming the path.
 UniqueFd open_regular_file(const std::filesystem::path& path, struct stat* st = nullptr);
 
+/// What identifies a file's content as the file system sees it, from one stat: device, inode,
+/// size, and the last data-modification and status-change times in nanoseconds. Every write
+/// through the file system moves ctime to the current time, and no user can set it back (touch
+/// sets mtime only), so an unchanged identity means no write since it was taken (on a file
+/// system whose timestamps are finer than the time between the writes).
+struct FileIdentity {
+  std::uint64_t device = 0, inode = 0; ///< st_dev, st_ino
+  std::int64_t size = 0;               ///< st_size in bytes
+  std::int64_t mtime_ns = 0;           ///< st_mtim in ns since the epoch
+  std::int64_t ctime_ns = 0;           ///< st_ctim in ns since the epoch
+  bool operator==(const FileIdentity&) const = default;
+};
+
+/// The FileIdentity of a stat result.
+FileIdentity file_identity(const struct stat& st) noexcept;
+
 /// Default cap of read_regular_file: 1 GiB (text inputs; checkpoints are mapped instead).
 inline constexpr std::size_t kMaxReadBytes = std::size_t{1} << 30;
 

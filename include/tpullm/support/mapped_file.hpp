@@ -10,8 +10,9 @@
 ///  - FileAccess::read (the tools' `--no-mmap`) copies the file into private memory at open:
 ///    later changes to the file cannot affect the run, at the cost of the file's size in RAM;
 ///  - install_mapped_file_fault_handler() (the tools call it first thing) turns such a SIGBUS
-///    into one line on stderr naming the file ("... was truncated or changed while in use;
-///    rerun, or use --no-mmap") and exit status 2, instead of a crash. A SIGBUS at an address
+///    into one line on stderr naming the file ("... was truncated or changed while in use ...;
+///    rerun, or rerun with --no-mmap ...": every tpullm command that maps a file takes it) and
+///    exit status 2, instead of a crash. A SIGBUS at an address
 ///    outside every MappedFile is a real bug and keeps the default action.
 
 #include "tpullm/support/temp_registry.hpp"
@@ -98,7 +99,8 @@ public:
   MappedFile& operator=(const MappedFile&) = delete;
   MappedFile(MappedFile&& o) noexcept
       : path_(std::move(o.path_)), data_(std::exchange(o.data_, nullptr)),
-        size_(std::exchange(o.size_, 0)), slot_(std::exchange(o.slot_, -1)), access_(o.access_) {}
+        size_(std::exchange(o.size_, 0)), slot_(std::exchange(o.slot_, -1)), access_(o.access_),
+        identity_(o.identity_) {}
   MappedFile& operator=(MappedFile&& o) noexcept {
     if (this != &o) {
       unmap();
@@ -107,6 +109,7 @@ public:
       size_ = std::exchange(o.size_, 0);
       slot_ = std::exchange(o.slot_, -1);
       access_ = o.access_;
+      identity_ = o.identity_;
     }
     return *this;
   }
@@ -120,6 +123,8 @@ public:
   const std::filesystem::path& path() const noexcept { return path_; }
   /// True when the bytes are a live mapping of the file (FileAccess::map).
   bool is_mapped() const noexcept { return access_ == FileAccess::map; }
+  /// The file's identity as fstat saw it on the descriptor the bytes came from.
+  const FileIdentity& identity() const noexcept { return identity_; }
 
 private:
   void unmap() noexcept;
@@ -129,6 +134,7 @@ private:
   std::size_t size_ = 0;
   int slot_ = -1;
   FileAccess access_ = FileAccess::map;
+  FileIdentity identity_;
 };
 
 } // namespace tpullm

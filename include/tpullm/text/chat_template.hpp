@@ -4,17 +4,44 @@
 /// loop controls, `tojson` = Python `json.dumps(ensure_ascii=False)`, `raise_exception`,
 /// `strftime_now`). The engine is a Jinja subset (docs/chat_templates.md says which); anything
 /// outside it is refused with the construct's name and its line, never approximated.
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
+#include "tpullm/support/error.hpp"
+
 namespace tpullm::text {
 
 namespace jinja {
 struct Template;
 }
+
+/// The bounds of one render (docs/guarantees.md "Chat templates"). A render that exceeds one
+/// fails with Error(invalid_input, "chat template line N", ...) naming the bound; a cancelled
+/// one throws RenderCancelled.
+struct RenderLimits {
+  /// Statements and expressions evaluated (real templates take thousands).
+  std::int64_t max_steps = 2'000'000;
+  /// Bytes of values the render builds in all, whether kept or not: every string, list and dict
+  /// it creates or copies (32 bytes per item plus string bytes), the output included. The budget
+  /// is this plus 16 times the size of the context, so a long conversation can be rendered.
+  std::uint64_t max_work_bytes = std::uint64_t{64} << 20;
+  /// When non-null, checked at every step: once it reads true the render stops (serve passes its
+  /// shutdown flag, so a render never delays shutdown by more than one step).
+  const std::atomic<bool>* cancel = nullptr;
+};
+
+/// Thrown by a render whose RenderLimits::cancel was set (kind invalid_input).
+class RenderCancelled : public Error {
+public:
+  RenderCancelled()
+      : Error(ErrorKind::invalid_input, "chat template", "the render was cancelled") {}
+};
 
 /// A parsed chat template (Jinja subset). Parsing fails with Error(ErrorKind::unsupported /
 /// invalid_input) naming the construct and its line.
@@ -28,10 +55,10 @@ public:
   /// enable_thinking). nlohmann::json objects are key-sorted, so `tojson` of them prints the keys
   /// sorted; pass an ordered_json (the overload below) to keep the caller's key order.
   /// Throws tpullm::Error when the template raises (raise_exception) or fails at render time.
-  std::string render(const nlohmann::json& context) const;
+  std::string render(const nlohmann::json& context, const RenderLimits& limits = {}) const;
   /// Same, over an insertion-ordered context: `tojson` and `items` keep its key order, as Python
   /// dicts do in transformers.
-  std::string render(const nlohmann::ordered_json& context) const;
+  std::string render(const nlohmann::ordered_json& context, const RenderLimits& limits = {}) const;
 
   /// The context transformers builds: {"messages": messages, "tools": tools, "documents": null,
   /// "add_generation_prompt": agp, plus special tokens (bos_token, eos_token, pad_token,

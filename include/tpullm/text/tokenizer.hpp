@@ -28,8 +28,13 @@ struct TokenizerConfig {
   /// The default chat template ("" when none); of a list of named templates, the one named
   /// "default".
   std::string chat_template;
-  /// Every named template when the config holds a list of them (else empty).
+  /// Every named template when the config holds a list of them (else empty). Of a list, only
+  /// the one named "default" is rendered (as transformers' apply_chat_template without a
+  /// template name); a list without it leaves chat_template empty.
   std::map<std::string, std::string> named_chat_templates;
+  /// Why chat_template is empty, for a refusal: tokenizer_config.json has no chat_template, or
+  /// its list of named templates (named in the text) has none named "default".
+  std::string no_chat_template_reason() const;
   /// generation_config.json's eos_token_id (an int or a list), else the id of eos_token.
   std::vector<std::int32_t> eos_token_ids;
   /// generation_config.json's bos_token_id, else the id of bos_token (unset when neither).

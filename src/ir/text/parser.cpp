@@ -83,11 +83,13 @@ auto Parser::parse_quant() -> QuantSpec {
     error("group size must be >= 0");
   while (cur_.kind == Tok::comma) {
     advance();
-    const Token flag = expect(Tok::bare_id, "'zero_point' or 'act_order'");
+    const Token flag = expect(Tok::bare_id, "'zero_point', 'act_order' or 'min'");
     if (flag.text == "zero_point")
       q.zero_point = true;
     else if (flag.text == "act_order")
       q.act_order = true;
+    else if (flag.text == "min")
+      q.min = true;
     else
       throw DiagnosticError(flag.loc, "unknown quantization flag '" + flag.text + "'");
   }

@@ -67,8 +67,13 @@ TEST_CASE("portable-only build: linear and MLP match a double reference", "[port
     std::vector<float> sc(static_cast<std::size_t>(K / 24 * N), 0.01f);
     for (std::size_t i = 0; i < q.size(); ++i)
       q[i] = static_cast<std::int8_t>(std::lround(wf[i] * 7));
+    std::vector<std::uint8_t> u(q.size());
+    for (std::size_t i = 0; i < q.size(); ++i)
+      u[i] = static_cast<std::uint8_t>(q[i] + 8);
+    const std::vector<float> mins(sc.size(), 0.005f);
     for (const PackedWeights& w :
-         {pack_f32(wf, K, N), pack_int8(q, sc, K, N, 24), pack_int4_sym(q, sc, K, N, 24)}) {
+         {pack_f32(wf, K, N), pack_int8(q, sc, K, N, 24), pack_int4_sym(q, sc, K, N, 24),
+          pack_int4_min(u, sc, mins, K, N, 24), pack_int8_min(u, sc, mins, K, N, 24)}) {
       const auto deq = dequantize(w);
       std::vector<float> y(static_cast<std::size_t>(M * N));
       linear(x, w, {}, y, {M, K, N}, {SplitDim::cols, 2});

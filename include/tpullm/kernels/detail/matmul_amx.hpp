@@ -11,11 +11,12 @@
 ///
 /// int8 / int4 weights: x is cut per weight group into two int8 digits, x ~= s1 (h + l / 256)
 /// with s1 = max|x_group| / 127 (residual <= s1 / 256), the weights are staged as signed int8
-/// (int8), unsigned codes (int8_asym) or unsigned nibbles (int4) in B-tile quads, and per group
-/// four int32 C tiles (2 digits x 2 column halves) of 16 rows accumulate TDPBSSD (int8) or
-/// TDPBSUD (int8_asym, int4); after each group y += scale * s1 * ((C_h - z S_h) + (C_l - z S_l) /
+/// (int8), unsigned codes (int8_asym, int8_min) or unsigned nibbles (int4) in B-tile quads, and
+/// per group four int32 C tiles (2 digits x 2 column halves) of 16 rows accumulate TDPBSSD (int8)
+/// or TDPBSUD (the others); after each group y += scale * s1 * ((C_h - z S_h) + (C_l - z S_l) /
 /// 256) with S the digit sums and z the zero point (0 for int8, 8 for int4_sym, the group's zero
-/// for int4_asym and int8_asym).
+/// for int4_asym and int8_asym); the scale-and-min formats (int4_min, int8_min) add
+/// scale * s1 * (C_h + C_l / 256) - min * s1 * (S_h + S_l / 256).
 
 #include <algorithm>
 #include <cmath>
@@ -43,6 +44,8 @@ constexpr bool amx_format(WeightFormat f) {
   case WeightFormat::int4_sym:
   case WeightFormat::int4_asym:
   case WeightFormat::int8_asym:
+  case WeightFormat::int4_min:
+  case WeightFormat::int8_min:
     return true;
   case WeightFormat::f32:
   case WeightFormat::f16:
@@ -309,7 +312,7 @@ TPULLM_ALWAYS_INLINE void amx_int_body(const LinearArgs& a, std::int64_t ma, std
     amx_digits(a, m0, mc, Kv, seg, segp, G, s);
     for (std::int64_t p = pa; p < pb; ++p) {
       // B quads: group g's quad q at (g * segp / 4 + q) * 128; byte 4c + j = row 4q + j, column
-      // c (int8 / int8_asym: the byte as stored; int4: the nibble, unsigned); padding rows are zero
+      // c (8-bit formats: the byte as stored; int4: the nibble, unsigned); padding rows are zero
       std::memset(s.b.data(), 0, s.b.size());
       for (std::int64_t g = 0; g < G; ++g) {
         const std::int64_t ks = g * seg, ke = std::min(Kv, ks + seg);
@@ -342,6 +345,16 @@ TPULLM_ALWAYS_INLINE void amx_int_body(const LinearArgs& a, std::int64_t ma, std
                         Sl = static_cast<float>(s.S[2 * mi + 1]);
             const std::int32_t* ch = s.ci.data() + i * 32;
             const std::int32_t* cl = s.ci.data() + 512 + i * 32;
+            if constexpr (has_mins(F)) {
+              const float* mn = panel_mins(w, p, g0 + g);
+              const float xs = s1 * (Sh + Sl * (1.0f / 256.0f));
+              for (int j = 0; j < 32; ++j) {
+                const float v =
+                    static_cast<float>(ch[j]) + static_cast<float>(cl[j]) * (1.0f / 256.0f);
+                acc[i * 32 + j] += sc[j] * s1 * v - mn[j] * xs;
+              }
+              continue;
+            }
             for (int j = 0; j < 32; ++j) {
               float z = 0.f;
               if constexpr (F == WeightFormat::int4_sym)

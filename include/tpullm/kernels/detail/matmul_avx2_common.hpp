@@ -1,6 +1,6 @@
 #pragma once
 /// AVX2 helpers shared by the linear GEMV and GEMM: row-group decoding into ymm registers,
-/// group zero points and column masks.
+/// group zero points / mins and column masks.
 
 #include "tpullm/kernels/detail/matmul_common.hpp"
 
@@ -36,7 +36,7 @@ TPULLM_TARGET_AVX2 inline void decode_rows_avx2(const std::uint8_t* r, __m256 (*
       w[2][i] = _mm256_cvtepi32_ps(_mm256_srai_epi32(_mm256_slli_epi32(d, 8), 24));
       w[3][i] = _mm256_cvtepi32_ps(_mm256_srai_epi32(d, 24));
     }
-  } else if constexpr (F == WeightFormat::int8_asym) {
+  } else if constexpr (F == WeightFormat::int8_asym || F == WeightFormat::int8_min) {
     const __m256i m8 = _mm256_set1_epi32(0xFF);
     for (int i = 0; i < 4; ++i) {
       const __m256i d = _mm256_load_si256(reinterpret_cast<const __m256i*>(r + 32 * i));
@@ -70,6 +70,14 @@ TPULLM_TARGET_AVX2 inline void group_zero_avx2(const PackedWeights& w, std::int6
     for (int i = 0; i < 4; ++i)
       z[i] = _mm256_setzero_ps();
   }
+}
+
+/// The group's mins (int4_min / int8_min), columns 0-7, 8-15, 16-23, 24-31.
+TPULLM_TARGET_AVX2 inline void group_min_avx2(const PackedWeights& w, std::int64_t p,
+                                              std::int64_t g, __m256* m) {
+  const float* mp = panel_mins(w, p, g);
+  for (int i = 0; i < 4; ++i)
+    m[i] = _mm256_load_ps(mp + 8 * i);
 }
 
 TPULLM_TARGET_AVX2 inline __m256i col_mask_avx2(int ncols, int part) {

@@ -1,6 +1,6 @@
 #pragma once
 /// AVX-512 helpers shared by the linear GEMV and GEMM: row-group decoding into zmm registers,
-/// column masks, group zero points and the GEMV row store.
+/// column masks, group zero points / mins and the GEMV row store.
 
 #include "tpullm/kernels/detail/matmul_common.hpp"
 
@@ -33,7 +33,7 @@ TPULLM_TARGET_AVX512 inline void decode_rows_avx512(const std::uint8_t* r, __m51
       w[2][h] = _mm512_cvtepi32_ps(_mm512_srai_epi32(_mm512_slli_epi32(d, 8), 24));
       w[3][h] = _mm512_cvtepi32_ps(_mm512_srai_epi32(d, 24));
     }
-  } else if constexpr (F == WeightFormat::int8_asym) {
+  } else if constexpr (F == WeightFormat::int8_asym || F == WeightFormat::int8_min) {
     const __m512i m8 = _mm512_set1_epi32(0xFF);
     for (int h = 0; h < 2; ++h) {
       const __m512i d = _mm512_load_si512(r + 64 * h);
@@ -72,6 +72,14 @@ TPULLM_TARGET_AVX512 inline void group_zero_avx512(const PackedWeights& w, std::
   } else {
     z0 = z1 = _mm512_setzero_ps();
   }
+}
+
+/// The group's mins (int4_min / int8_min): columns 0..15 / 16..31.
+TPULLM_TARGET_AVX512 inline void group_min_avx512(const PackedWeights& w, std::int64_t p,
+                                                  std::int64_t g, __m512& m0, __m512& m1) {
+  const float* m = panel_mins(w, p, g);
+  m0 = _mm512_load_ps(m);
+  m1 = _mm512_load_ps(m + 16);
 }
 
 TPULLM_TARGET_AVX512 inline void store_rows_avx512(const LinearArgs& a, std::int64_t m0, int R,

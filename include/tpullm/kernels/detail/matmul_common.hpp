@@ -123,6 +123,9 @@ inline const float* panel_scales(const PackedWeights& w, std::int64_t p, std::in
 inline const std::uint8_t* panel_zeros(const PackedWeights& w, std::int64_t p, std::int64_t g) {
   return w.zeros.data() + (p * w.groups() + g) * kPanelCols;
 }
+inline const float* panel_mins(const PackedWeights& w, std::int64_t p, std::int64_t g) {
+  return w.mins.data() + (p * w.groups() + g) * kPanelCols;
+}
 inline const std::uint8_t* panel_row(const PackedWeights& w, std::int64_t p, std::int64_t k) {
   return w.data.data() + (p * w.stored_rows() + k) * row_bytes(w.format);
 }

@@ -31,14 +31,19 @@ TPULLM_TARGET_AVX2 void decode_block_avx2(const PackedWeights& w, std::int64_t p
       const float* sp = panel_scales(w, p, g);
       for (int i = 0; i < 4; ++i)
         s[i] = _mm256_load_ps(sp + 8 * i);
-      group_zero_avx2<F>(w, p, g, z);
+      if constexpr (has_mins(F))
+        group_min_avx2(w, p, g, z); // z holds the mins: w = u s - m
+      else
+        group_zero_avx2<F>(w, p, g, z);
     }
     for (; k < ke; k += RG, row += RG * rb) {
       __m256 wv[RG][4];
       decode_rows_avx2<F>(row, wv);
       for (int j = 0; j < RG; ++j)
         for (int i = 0; i < 4; ++i) {
-          if constexpr (is_quantized(F))
+          if constexpr (has_mins(F))
+            wv[j][i] = _mm256_fmsub_ps(wv[j][i], s[i], z[i]);
+          else if constexpr (is_quantized(F))
             wv[j][i] = _mm256_mul_ps(_mm256_sub_ps(wv[j][i], z[i]), s[i]);
           _mm256_store_ps(out + (k + j) * 32 + 8 * i, wv[j][i]);
         }

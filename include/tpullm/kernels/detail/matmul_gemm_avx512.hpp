@@ -27,14 +27,20 @@ TPULLM_TARGET_AVX512 void decode_block_avx512(const PackedWeights& w, std::int64
       const float* s = panel_scales(w, p, g);
       s0 = _mm512_load_ps(s);
       s1 = _mm512_load_ps(s + 16);
-      group_zero_avx512<F>(w, p, g, z0, z1);
+      if constexpr (has_mins(F))
+        group_min_avx512(w, p, g, z0, z1); // z holds the mins: w = u s - m
+      else
+        group_zero_avx512<F>(w, p, g, z0, z1);
     }
     for (; k < ke; k += RG, row += RG * rb) {
       __m512 wv[RG][2];
       decode_rows_avx512<F>(row, wv);
 #pragma GCC unroll 8
       for (int j = 0; j < RG; ++j) {
-        if constexpr (is_quantized(F)) {
+        if constexpr (has_mins(F)) {
+          wv[j][0] = _mm512_fmsub_ps(wv[j][0], s0, z0);
+          wv[j][1] = _mm512_fmsub_ps(wv[j][1], s1, z1);
+        } else if constexpr (is_quantized(F)) {
           wv[j][0] = _mm512_mul_ps(_mm512_sub_ps(wv[j][0], z0), s0);
           wv[j][1] = _mm512_mul_ps(_mm512_sub_ps(wv[j][1], z1), s1);
         }

@@ -53,12 +53,20 @@ TPULLM_TARGET_AVX2 void gemv_panel_avx2(const LinearArgs& a, std::int64_t m0, st
       const std::int64_t g = ks / w.group_rows();
       const float* s = panel_scales(w, p, g);
       __m256 z[4];
-      group_zero_avx2<F>(w, p, g, z);
+      if constexpr (has_mins(F))
+        group_min_avx2(w, p, g, z); // t += s acc - m xs
+      else
+        group_zero_avx2<F>(w, p, g, z);
       for (int r = 0; r < R; ++r) {
         const __m256 xs = _mm256_set1_ps(a.xsum[(m0 + r) * a.xsum_ld + gi]);
-        for (int i = 0; i < 4; ++i)
-          t[r][i] = _mm256_fmadd_ps(_mm256_load_ps(s + 8 * i),
-                                    _mm256_fnmadd_ps(z[i], xs, acc[0][r][i]), t[r][i]);
+        for (int i = 0; i < 4; ++i) {
+          if constexpr (has_mins(F))
+            t[r][i] = _mm256_fnmadd_ps(
+                z[i], xs, _mm256_fmadd_ps(_mm256_load_ps(s + 8 * i), acc[0][r][i], t[r][i]));
+          else
+            t[r][i] = _mm256_fmadd_ps(_mm256_load_ps(s + 8 * i),
+                                      _mm256_fnmadd_ps(z[i], xs, acc[0][r][i]), t[r][i]);
+        }
       }
     } else {
       for (int r = 0; r < R; ++r)

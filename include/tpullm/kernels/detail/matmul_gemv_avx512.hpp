@@ -78,12 +78,20 @@ TPULLM_TARGET_AVX512 void gemv_panel_avx512(const LinearArgs& a, std::int64_t m0
       const float* s = panel_scales(w, p, g);
       const __m512 s0 = _mm512_load_ps(s), s1 = _mm512_load_ps(s + 16);
       __m512 z0, z1;
-      group_zero_avx512<F>(w, p, g, z0, z1);
+      if constexpr (has_mins(F))
+        group_min_avx512(w, p, g, z0, z1); // t += s acc - m xs
+      else
+        group_zero_avx512<F>(w, p, g, z0, z1);
 #pragma GCC unroll 4
       for (int r = 0; r < R; ++r) {
         const __m512 xs = _mm512_set1_ps(a.xsum[(m0 + r) * a.xsum_ld + gi]);
-        t[r][0] = _mm512_fmadd_ps(s0, _mm512_fnmadd_ps(z0, xs, acc[0][r][0]), t[r][0]);
-        t[r][1] = _mm512_fmadd_ps(s1, _mm512_fnmadd_ps(z1, xs, acc[0][r][1]), t[r][1]);
+        if constexpr (has_mins(F)) {
+          t[r][0] = _mm512_fnmadd_ps(z0, xs, _mm512_fmadd_ps(s0, acc[0][r][0], t[r][0]));
+          t[r][1] = _mm512_fnmadd_ps(z1, xs, _mm512_fmadd_ps(s1, acc[0][r][1], t[r][1]));
+        } else {
+          t[r][0] = _mm512_fmadd_ps(s0, _mm512_fnmadd_ps(z0, xs, acc[0][r][0]), t[r][0]);
+          t[r][1] = _mm512_fmadd_ps(s1, _mm512_fnmadd_ps(z1, xs, acc[0][r][1]), t[r][1]);
+        }
       }
     } else {
       for (int r = 0; r < R; ++r) {
@@ -166,12 +174,20 @@ TPULLM_TARGET_AVX512 void gemv_panels_avx512_r1(const LinearArgs& a, std::int64_
         const std::int64_t g = ks / w.group_rows();
         const float* sc = panel_scales(w, p + s, g);
         __m512 z0, z1;
-        group_zero_avx512<F>(w, p + s, g, z0, z1);
         const __m512 xs = _mm512_set1_ps(a.xsum[gi]);
-        t[s][0] =
-            _mm512_fmadd_ps(_mm512_load_ps(sc), _mm512_fnmadd_ps(z0, xs, acc[0][s][0]), t[s][0]);
-        t[s][1] = _mm512_fmadd_ps(_mm512_load_ps(sc + 16), _mm512_fnmadd_ps(z1, xs, acc[0][s][1]),
-                                  t[s][1]);
+        if constexpr (has_mins(F)) { // t += s acc - m xs
+          group_min_avx512(w, p + s, g, z0, z1);
+          t[s][0] =
+              _mm512_fnmadd_ps(z0, xs, _mm512_fmadd_ps(_mm512_load_ps(sc), acc[0][s][0], t[s][0]));
+          t[s][1] = _mm512_fnmadd_ps(
+              z1, xs, _mm512_fmadd_ps(_mm512_load_ps(sc + 16), acc[0][s][1], t[s][1]));
+        } else {
+          group_zero_avx512<F>(w, p + s, g, z0, z1);
+          t[s][0] =
+              _mm512_fmadd_ps(_mm512_load_ps(sc), _mm512_fnmadd_ps(z0, xs, acc[0][s][0]), t[s][0]);
+          t[s][1] = _mm512_fmadd_ps(_mm512_load_ps(sc + 16), _mm512_fnmadd_ps(z1, xs, acc[0][s][1]),
+                                    t[s][1]);
+        }
       } else {
         t[s][0] = _mm512_add_ps(t[s][0], acc[0][s][0]);
         t[s][1] = _mm512_add_ps(t[s][1], acc[0][s][1]);

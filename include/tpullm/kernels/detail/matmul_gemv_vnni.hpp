@@ -1,6 +1,8 @@
 #pragma once
-/// AVX-512 VNNI GEMV of the linear (int8 / int8_asym / int4 weights): VPDPBUSD over the digits of
-/// x.
+/// AVX-512 VNNI GEMV of the linear (int8 / int8_asym / int8_min / int4 weights): VPDPBUSD over the
+/// digits of x. Zero-point formats finish a group as s * s1 * sum_d 256^-d (A_d - z S_d); the
+/// scale-and-min formats (w = u s - m) as s * s1 * sum_d 256^-d A_d - m * xs, with xs = s1 *
+/// sum_d 256^-d S_d the group's sum of x as the digits represent it.
 
 #include "tpullm/kernels/detail/matmul_avx512_common.hpp"
 #include "tpullm/kernels/detail/matmul_x_digits.hpp"
@@ -34,6 +36,40 @@ TPULLM_TARGET_AVX512_VNNI inline __m512 vnni_group_sum(__m512i a0, __m512i a1, _
       _mm512_fnmadd_ps(z, _mm512_set1_ps(static_cast<float>(S[2])), _mm512_cvtepi32_ps(a2));
   return _mm512_fmadd_ps(f2, _mm512_set1_ps(1.0f / 65536.0f),
                          _mm512_fmadd_ps(f1, _mm512_set1_ps(1.0f / 256.0f), f0));
+}
+
+/// x's group sum as its digits represent it: s1 * (S_h + S_l / 256 + S_t / 65536).
+inline float vnni_digit_xsum(float s1, const std::int32_t* S) {
+  return s1 * (static_cast<float>(S[0]) + static_cast<float>(S[1]) * (1.0f / 256.0f) +
+               static_cast<float>(S[2]) * (1.0f / 65536.0f));
+}
+
+/// The zero point a VNNI group sum subtracts per column half: 128 for int8 (codes flipped), 0 for
+/// the scale-and-min formats (their mins are applied after the scale), else the format's zero.
+template <WeightFormat F>
+TPULLM_TARGET_AVX512_VNNI inline void vnni_zero(const PackedWeights& w, std::int64_t p,
+                                                std::int64_t g, __m512& z0, __m512& z1) {
+  if constexpr (F == WeightFormat::int8)
+    z0 = z1 = _mm512_set1_ps(128.0f);
+  else if constexpr (has_mins(F))
+    z0 = z1 = _mm512_setzero_ps();
+  else
+    group_zero_avx512<F>(w, p, g, z0, z1);
+}
+
+/// Scale-and-min formats: t[h] -= m[h] * xs for the group's mins (no-op for the other formats).
+template <WeightFormat F>
+TPULLM_TARGET_AVX512_VNNI inline void vnni_sub_mins(const PackedWeights& w, std::int64_t p,
+                                                    std::int64_t g, float xs, __m512& t0,
+                                                    __m512& t1) {
+  if constexpr (has_mins(F)) {
+    const float* m = panel_mins(w, p, g);
+    const __m512 x = _mm512_set1_ps(xs);
+    t0 = _mm512_fnmadd_ps(_mm512_load_ps(m), x, t0);
+    t1 = _mm512_fnmadd_ps(_mm512_load_ps(m + 16), x, t1);
+  } else {
+    (void)w, (void)p, (void)g, (void)xs, (void)t0, (void)t1;
+  }
 }
 
 TPULLM_TARGET_AVX512_VNNI inline __m512i bcast4(const std::int8_t* p) {
@@ -144,27 +180,27 @@ TPULLM_TARGET_AVX512_VNNI void gemv_panel_vnni_r1(const LinearArgs& a, const XDi
     const std::int64_t g = ks / w.group_rows();
     const float* s = panel_scales(w, p, g);
     __m512 z0, z1;
-    if constexpr (F == WeightFormat::int8)
-      z0 = z1 = _mm512_set1_ps(128.0f);
-    else
-      group_zero_avx512<F>(w, p, g, z0, z1);
+    vnni_zero<F>(w, p, g, z0, z1);
     const std::int32_t* S = xd.S.data() + (m0 * xd.Gv + gi) * 3;
-    const __m512 s1 = _mm512_set1_ps(xd.s1[static_cast<std::size_t>(m0 * xd.Gv + gi)]);
+    const float s1f = xd.s1[static_cast<std::size_t>(m0 * xd.Gv + gi)];
+    const __m512 s1 = _mm512_set1_ps(s1f);
     const __m512 r0 = vnni_group_sum(_mm512_add_epi32(h0a, h0b), _mm512_add_epi32(l0a, l0b),
                                      _mm512_add_epi32(u0a, u0b), z0, S);
     const __m512 r1 = vnni_group_sum(_mm512_add_epi32(h1a, h1b), _mm512_add_epi32(l1a, l1b),
                                      _mm512_add_epi32(u1a, u1b), z1, S);
     t0 = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_load_ps(s), s1), r0, t0);
     t1 = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_load_ps(s + 16), s1), r1, t1);
+    if constexpr (has_mins(F))
+      vnni_sub_mins<F>(w, p, g, vnni_digit_xsum(s1f, S), t0, t1);
   }
   __m512 t[1][2] = {{t0, t1}};
   store_rows_avx512(a, m0, 1, p, t);
 }
 
 /// VNNI GEMV (int8 / int4 only) over R rows for one panel: per weight group, three VPDPBUSD
-/// accumulations (one per activation digit) of unsigned weights u (int8: q + 128; int8_asym: the
-/// code) by the signed
-/// digits; the group's result is s1 * sum_d 256^-d (A_d - z * S_d) * scale.
+/// accumulations (one per activation digit) of unsigned weights u (int8: q + 128; int8_asym /
+/// int8_min: the code) by the signed digits; the group's result is s1 * sum_d 256^-d (A_d - z *
+/// S_d) * scale (scale-and-min: z = 0, minus min * xs).
 template <WeightFormat F, int R>
 TPULLM_TARGET_AVX512_VNNI void gemv_panel_vnni(const LinearArgs& a, const XDigits& xd,
                                                std::int64_t m0, std::int64_t p) {
@@ -239,10 +275,7 @@ TPULLM_TARGET_AVX512_VNNI void gemv_panel_vnni(const LinearArgs& a, const XDigit
     const std::int64_t g = ks / w.group_rows();
     const float* s = panel_scales(w, p, g);
     __m512 z[2];
-    if constexpr (F == WeightFormat::int8)
-      z[0] = z[1] = _mm512_set1_ps(128.0f);
-    else
-      group_zero_avx512<F>(w, p, g, z[0], z[1]);
+    vnni_zero<F>(w, p, g, z[0], z[1]);
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) {
       const std::int32_t* S = xd.S.data() + ((m0 + r) * xd.Gv + gi) * 3;
@@ -264,6 +297,8 @@ TPULLM_TARGET_AVX512_VNNI void gemv_panel_vnni(const LinearArgs& a, const XDigit
         t[r][h] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_load_ps(s + 16 * h), _mm512_set1_ps(s1)),
                                   sum, t[r][h]);
       }
+      if constexpr (has_mins(F))
+        vnni_sub_mins<F>(w, p, g, vnni_digit_xsum(s1, S), t[r][0], t[r][1]);
     }
   }
   store_rows_avx512(a, m0, R, p, t);
@@ -339,20 +374,21 @@ TPULLM_TARGET_AVX512_VNNI void gemv_panels_vnni_r1(const LinearArgs& a, const XD
     }
     const std::int64_t g = ks / w.group_rows();
     const std::int32_t* S3 = xd.S.data() + gi * 3;
-    const __m512 s1 = _mm512_set1_ps(xd.s1[static_cast<std::size_t>(gi)]);
+    const float s1f = xd.s1[static_cast<std::size_t>(gi)];
+    const __m512 s1 = _mm512_set1_ps(s1f);
+    [[maybe_unused]] const float xs = has_mins(F) ? vnni_digit_xsum(s1f, S3) : 0.0f;
 #pragma GCC unroll 8
     for (int s = 0; s < S; ++s) {
       const float* sc = panel_scales(w, p + s, g);
       __m512 z[2];
-      if constexpr (F == WeightFormat::int8)
-        z[0] = z[1] = _mm512_set1_ps(128.0f);
-      else
-        group_zero_avx512<F>(w, p + s, g, z[0], z[1]);
+      vnni_zero<F>(w, p + s, g, z[0], z[1]);
 #pragma GCC unroll 2
       for (int h = 0; h < 2; ++h) {
         const __m512 r = vnni_group_sum(acc[s][0][h], acc[s][1][h], acc[s][2][h], z[h], S3);
         t[s][h] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_load_ps(sc + 16 * h), s1), r, t[s][h]);
       }
+      if constexpr (has_mins(F))
+        vnni_sub_mins<F>(w, p + s, g, xs, t[s][0], t[s][1]);
     }
   }
 #pragma GCC unroll 8

@@ -9,7 +9,8 @@
 namespace tpullm::kernels::detail {
 
 /// Raw values of one row group (row_group(F) rows) as f32: out[j][32] for row j of the group.
-/// Ints are not scaled (int8 signed q, int8_asym unsigned codes, int4 unsigned nibbles); columns
+/// Ints are not scaled (int8 signed q, int8_asym / int8_min unsigned codes, int4 unsigned
+/// nibbles); columns
 /// in natural order.
 template <WeightFormat F>
 inline void decode_rows_raw(const std::uint8_t* r, float* out) {
@@ -33,7 +34,7 @@ inline void decode_rows_raw(const std::uint8_t* r, float* out) {
     for (int j = 0; j < 4; ++j)
       for (int c = 0; c < 32; ++c)
         out[j * 32 + c] = static_cast<float>(static_cast<std::int8_t>(r[4 * c + j]));
-  } else if constexpr (F == WeightFormat::int8_asym) {
+  } else if constexpr (F == WeightFormat::int8_asym || F == WeightFormat::int8_min) {
     for (int j = 0; j < 4; ++j)
       for (int c = 0; c < 32; ++c)
         out[j * 32 + c] = static_cast<float>(r[4 * c + j]);
@@ -96,8 +97,14 @@ void gemv_portable(const LinearArgs& a, std::int64_t pa, std::int64_t pb) {
           const std::int64_t g = ks / w.group_rows();
           const float* s = panel_scales(w, p, g);
           const float xs = a.xsum[m * a.xsum_ld + gi];
-          for (int c = 0; c < 32; ++c)
-            t[c] += s[c] * (acc[c] - zero_point<F>(w, p, g, c) * xs);
+          if constexpr (has_mins(F)) { // sum_k x (u s - m) = s acc - m xs
+            const float* mn = panel_mins(w, p, g);
+            for (int c = 0; c < 32; ++c)
+              t[c] += s[c] * acc[c] - mn[c] * xs;
+          } else {
+            for (int c = 0; c < 32; ++c)
+              t[c] += s[c] * (acc[c] - zero_point<F>(w, p, g, c) * xs);
+          }
         } else {
           for (int c = 0; c < 32; ++c)
             t[c] += acc[c];
@@ -123,9 +130,16 @@ void decode_block_portable(const PackedWeights& w, std::int64_t p, std::int64_t 
     if constexpr (is_quantized(F)) {
       const std::int64_t g = (kb + k) / w.group_rows();
       const float* s = panel_scales(w, p, g);
-      for (std::int64_t j = 0; j < RG; ++j)
-        for (int c = 0; c < 32; ++c)
-          o[j * 32 + c] = (o[j * 32 + c] - zero_point<F>(w, p, g, c)) * s[c];
+      if constexpr (has_mins(F)) {
+        const float* mn = panel_mins(w, p, g);
+        for (std::int64_t j = 0; j < RG; ++j)
+          for (int c = 0; c < 32; ++c)
+            o[j * 32 + c] = o[j * 32 + c] * s[c] - mn[c];
+      } else {
+        for (std::int64_t j = 0; j < RG; ++j)
+          for (int c = 0; c < 32; ++c)
+            o[j * 32 + c] = (o[j * 32 + c] - zero_point<F>(w, p, g, c)) * s[c];
+      }
     }
   }
 }

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <cstring>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "tpullm/kernels/core_split.hpp"
@@ -151,14 +152,17 @@ void w4a8_range_avx512(const W4A8Row& r, const PackedWeights& w, const float* bi
 #pragma GCC diagnostic pop
 #endif
 
-/// The experiment's entry: y [N] = W4A8(x [K]) · w + bias for int4 weights in natural row
-/// order, panels split as `split` says. Needs AVX-512 VNNI; throws std::invalid_argument
-/// elsewhere or for other formats.
+/// The experiment's entry: y [N] = W4A8(x [K]) · w + bias for int4_sym / int4_asym weights in
+/// natural row order, panels split as `split` says. Needs AVX-512 VNNI; throws
+/// std::invalid_argument elsewhere or for other formats (int4_min included: its f32 mins are not
+/// part of this experiment's integer formula).
 inline void w4a8_gemv_experimental(const float* x, const PackedWeights& w, const float* bias,
                                    float* y, const CoreSplit& split, W4A8Row& r) {
   if ((w.format != WeightFormat::int4_sym && w.format != WeightFormat::int4_asym) ||
       !w.k_perm.empty())
-    throw std::invalid_argument("w4a8_gemv_experimental: needs int4 weights in natural row order");
+    throw std::invalid_argument("w4a8_gemv_experimental: needs int4_sym or int4_asym weights in "
+                                "natural row order, got " +
+                                std::string(format_name(w.format)));
   if (!(TPULLM_X86 && vector_isa(active_isa()) == Isa::avx512 && cpu_features().avx512_vnni))
     throw std::invalid_argument("w4a8_gemv_experimental: needs AVX-512 VNNI");
   w4a8_prepare(x, w, r);
