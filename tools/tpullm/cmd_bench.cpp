@@ -15,6 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "bundle_source.hpp"
 #include "command.hpp"
 #include "tpullm/kernels/cpu_features.hpp"
 #include "tpullm/kernels/detail/matmul_gemm_bf16dot.hpp"
@@ -202,13 +203,14 @@ double moe_active_parameters(const bundle::Bundle& b, std::int64_t S) {
 } // namespace
 
 int cmd_bench(const std::vector<std::string>& args) {
-  std::string file, prompts_text = "128,512", contexts_text = "128,1024";
-  std::int64_t cores = 0, repeat = 3, decode_steps = 16;
+  std::string prompts_text = "128,512", contexts_text = "128,1024";
+  std::int64_t repeat = 3, decode_steps = 16;
+  BundleArgs source;
   bool json = false, no_contention = false;
-  po::options_description o("tpullm bench FILE.bundle [--prompt 128,512] [--context 128,1024] "
-                            "[--json]");
-  o.add_options()("help,h", "show this help")("bundle", po::value(&file)->required(),
-                                              "bundle file (from tpullm compile)")(
+  po::options_description o("tpullm bench BUNDLE [--prompt 128,512] [--context 128,1024] "
+                            "[--json]\n\nBUNDLE: a bundle file, a checkpoint folder or a .gguf "
+                            "file\n\noptions");
+  o.add_options()("help,h", "show this help")(
       "prompt", po::value(&prompts_text)->default_value(prompts_text),
       "prompt lengths to time prefill at (tokens/s, time to first token)")(
       "context", po::value(&contexts_text)->default_value(contexts_text),
@@ -216,30 +218,19 @@ int cmd_bench(const std::vector<std::string>& args) {
       "decode-steps", po::value(&decode_steps)->default_value(decode_steps),
       "decode steps timed at each context")("repeat", po::value(&repeat)->default_value(repeat),
                                             "repetitions; the best is reported")(
-      "threads", po::value(&cores)->default_value(0),
-      "cores (0: the bundle target's, at most the CPUs this process may use)")(
       "no-contention", po::bool_switch(&no_contention),
       "skip the contention rows (decode at the first context on 1 thread, and with a busy "
       "process on one core)")("json", po::bool_switch(&json),
                               "print one JSON object (docs/cli.md) instead of a table");
-  BundleOpenOptions bopts;
-  o.add(bundle_open_options(bopts));
-  po::positional_options_description pos;
-  pos.add("bundle", 1);
   po::variables_map vm;
-  po::store(po::command_line_parser(args).options(o).positional(pos).style(kOptionStyle).run(), vm);
-  if (vm.count("help")) {
-    std::cout << o;
+  if (!parse_bundle_command(args, o, source, vm))
     return kOk;
-  }
-  po::notify(vm);
+  const std::int64_t cores = source.threads;
   // Every option is checked here, before the bundle is mapped or anything is measured.
   check(repeat >= 1 && repeat <= 1000, ErrorKind::invalid_input, "--repeat",
         "must be in [1, 1000], got ", repeat);
   check(decode_steps >= 1 && decode_steps <= (1 << 24), ErrorKind::invalid_input, "--decode-steps",
         "must be in [1, 2^24], got ", decode_steps);
-  check(cores >= 0 && cores <= 4096, ErrorKind::invalid_input, "--threads",
-        "must be in [0, 4096] (0: the bundle target's), got ", cores);
   auto prompts = parse_id_list<std::int64_t>(prompts_text, "--prompt");
   auto contexts = parse_id_list<std::int64_t>(contexts_text, "--context");
   check(prompts.size() <= 64, ErrorKind::invalid_input, "--prompt", "at most 64 lengths, got ",
@@ -252,7 +243,9 @@ int cmd_bench(const std::vector<std::string>& args) {
   // The memory figures start before: the weight check reads (maps in) the whole blob.
   const std::int64_t rss_before = proc_status_bytes("VmRSS");
   std::string checked;
-  auto opened = open_bundle(file, bopts, cores, &checked);
+  const OpenedBundle source_bundle = open_bundle_source(source, true, &checked);
+  const std::string& file = source_bundle.name;
+  auto opened = source_bundle.bundle;
   const auto& m = opened->model();
   const std::int64_t seq = m.params.seq_length;
   // The default lengths are trimmed to what the bundle holds (a bundle compiled with the

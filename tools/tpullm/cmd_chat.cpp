@@ -8,6 +8,7 @@
 
 #include <unistd.h>
 
+#include "bundle_source.hpp"
 #include "command.hpp"
 #include "tpullm/support/input_file.hpp"
 #include "tpullm/support/output_file.hpp"
@@ -36,39 +37,31 @@ void print_stats(int turn, const runtime::TurnResult& r) {
 } // namespace
 
 int cmd_chat(const std::vector<std::string>& args) {
-  std::string file, system, kwargs_text = "{}";
+  std::string system, kwargs_text = "{}";
   runtime::GenerateOptions g;
-  std::int64_t cores = 0;
+  BundleArgs source;
   bool no_stats = false;
-  po::options_description o("tpullm chat FILE.bundle [options]\n\n"
+  po::options_description o("tpullm chat BUNDLE [options]\n\n"
+                            "BUNDLE: a bundle file, a checkpoint folder or a .gguf file. "
                             "Reads user turns from standard input, one per line (interactive on a "
                             "terminal; /reset forgets the conversation, /exit or end of input "
                             "quits). Piped input that is a JSON list of messages is answered "
                             "once.\n\noptions");
-  o.add_options()("help,h", "show this help")("bundle", po::value(&file)->required(),
-                                              "bundle file (from tpullm compile)")(
-      "system", po::value(&system), "system message put first in the conversation")(
+  o.add_options()("help,h", "show this help")("system", po::value(&system),
+                                              "system message put first in the conversation")(
       "template-kwargs", po::value(&kwargs_text),
       "extra chat-template variables, a JSON object (e.g. '{\"enable_thinking\": false}')")(
-      "threads", po::value(&cores)->default_value(0), "cores to run on (0: the bundle target's)")(
       "no-stats", po::bool_switch(&no_stats), "do not print the per-turn figures on stderr");
   o.add(sampling_options(g));
-  BundleOpenOptions bopts;
-  o.add(bundle_open_options(bopts));
-  po::positional_options_description pos;
-  pos.add("bundle", 1);
   po::variables_map vm;
-  po::store(po::command_line_parser(args).options(o).positional(pos).style(kOptionStyle).run(), vm);
-  if (vm.count("help")) {
-    std::cout << o;
+  if (!parse_bundle_command(args, o, source, vm))
     return kOk;
-  }
-  po::notify(vm);
-  check(cores >= 0, ErrorKind::invalid_input, "--threads", "must be >= 0, got ", cores);
   const auto kwargs = parse_json_object(kwargs_text, "--template-kwargs");
 
   std::string checked;
-  runtime::Engine engine(open_bundle(file, bopts, cores, &checked), cores);
+  const OpenedBundle opened = open_bundle_source(source, !no_stats, &checked);
+  const std::string& file = opened.name;
+  runtime::Engine engine(opened.bundle, source.threads);
   const auto text = runtime::load_text_side(engine.bundle(), file);
   check(text.chat_template.has_value(), ErrorKind::unsupported, file,
         "no chat template: ", text.tokenizer.config().no_chat_template_reason(),

@@ -65,24 +65,15 @@ int cmd_compile(const std::vector<std::string>& args) {
         "must be in [0, 4096] (0: the target's cores), got ", copts.threads);
   if (!target_file.empty())
     copts.target = target::load_target(target_file);
-  frontend::LoadOptions load;
-  load.access = no_mmap ? FileAccess::read : FileAccess::map;
-  const auto desc = frontend::load_model(model, load);
-  params.validate(desc.dims.max_position);
-  copts.lower.keep_float = keep_float; // checked as given, then mapped to the Top names
-  check_runnable(desc, params, copts);
-  copts.lower.keep_float = resolve_keep_float(desc, keep_float);
-  // Refuse up front what cannot be compiled here, or run from the bundle (its KV cache).
-  frontend::check_memory(
-      frontend::estimate_memory(desc, params, frontend::Workload::run, load.access,
-                                ir::byte_size(conversion::kv_cache_dtype(copts.lower), 1)),
-      params, desc);
+  const FileAccess access = no_mmap ? FileAccess::read : FileAccess::map;
+  const auto desc = load_checkpoint(model, access);
   // The report goes out (and is checked) before the bundle replaces -o: a failing standard
   // output leaves the previous bundle in place.
-  compile_bundle(desc, params, copts, out, true, [&](const CompileReport& r) {
-    std::cout << describe(r) << "wrote " << out << "\n";
-    flush_stdout();
-  });
+  compile_checkpoint(desc, params, copts, keep_float, access, out, true,
+                     [&](const CompileReport& r) {
+                       std::cout << describe(r) << "wrote " << out << "\n";
+                       flush_stdout();
+                     });
   return kOk;
 }
 

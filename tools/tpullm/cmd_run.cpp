@@ -4,6 +4,7 @@
 #include <optional>
 #include <iostream>
 
+#include "bundle_source.hpp"
 #include "command.hpp"
 #include "sampling_options.hpp"
 #include "tpullm/runtime/conversation.hpp"
@@ -13,15 +14,14 @@
 namespace tpullm::cli {
 
 int cmd_run(const std::vector<std::string>& args) {
-  std::string file, prompt_text, eos_text, raw_prompt, chat_message, system;
+  std::string prompt_text, eos_text, raw_prompt, chat_message, system;
   runtime::GenerateOptions g;
-  std::int64_t cores = 0;
+  BundleArgs source;
   bool ignore_eos = false, quiet = false;
-  BundleOpenOptions bopts;
   po::options_description o(
-      "tpullm run FILE.bundle --prompt TEXT | --chat MESSAGE | --prompt-ids 1,2,3 [options]");
-  o.add_options()("help,h", "show this help")("bundle", po::value(&file)->required(),
-                                              "bundle file (from tpullm compile)")(
+      "tpullm run BUNDLE --prompt TEXT | --chat MESSAGE | --prompt-ids 1,2,3 [options]\n\n"
+      "BUNDLE: a bundle file, a checkpoint folder or a .gguf file\n\noptions");
+  o.add_options()("help,h", "show this help")(
       "prompt", po::value(&raw_prompt),
       "raw prompt text, tokenized with the bundle's tokenizer (its special tokens added, as HF's "
       "add_special_tokens=True); the continuation streams to stdout as text")(
@@ -34,21 +34,11 @@ int cmd_run(const std::vector<std::string>& args) {
       "eos-ids", po::value(&eos_text),
       "stop tokens, comma-separated (default: the model's eos_token_id list)")(
       "ignore-eos", po::bool_switch(&ignore_eos), "do not stop on eos tokens")(
-      "threads", po::value(&cores)->default_value(0), "cores to run on (0: the bundle target's)")(
       "quiet,q", po::bool_switch(&quiet), "print only the generated ids");
   o.add(sampling_options(g));
-  o.add(bundle_open_options(bopts));
-  po::positional_options_description pos;
-  pos.add("bundle", 1);
   po::variables_map vm;
-  po::store(po::command_line_parser(args).options(o).positional(pos).style(kOptionStyle).run(), vm);
-  if (vm.count("help")) {
-    std::cout << o;
+  if (!parse_bundle_command(args, o, source, vm))
     return kOk;
-  }
-  po::notify(vm);
-  check(cores >= 0 && cores <= 4096, ErrorKind::invalid_input, "--threads",
-        "must be in [0, 4096] (0: the bundle target's), got ", cores);
 
   const int given =
       static_cast<int>(vm.count("prompt") + vm.count("chat") + vm.count("prompt-ids"));
@@ -61,7 +51,9 @@ int cmd_run(const std::vector<std::string>& args) {
   const auto prompt = as_text ? std::vector<std::int32_t>{}
                               : parse_id_list<std::int32_t>(prompt_text, "--prompt-ids");
   std::string checked;
-  runtime::Engine engine(open_bundle(file, bopts, cores, &checked), cores);
+  const OpenedBundle opened = open_bundle_source(source, !quiet, &checked);
+  const std::string& file = opened.name;
+  runtime::Engine engine(opened.bundle, source.threads);
   const auto& m = engine.bundle().model();
   std::optional<runtime::TextSide> text;
   if (as_text)

@@ -15,6 +15,7 @@
 
 #include <httplib.h>
 
+#include "bundle_source.hpp"
 #include "command.hpp"
 #include "serve_api.hpp"
 #include "serve_http.hpp"
@@ -336,22 +337,22 @@ int default_slots(const bundle::Bundle& b, std::int64_t cores) {
 } // namespace
 
 int cmd_serve(const std::vector<std::string>& args) {
-  std::string file, host = "127.0.0.1", api_key;
+  std::string host = "127.0.0.1", api_key;
   int port = 8080, slots = 0;
-  std::int64_t cores = 0, max_queue = 8, request_timeout = 10;
+  std::int64_t max_queue = 8, request_timeout = 10;
   bool reuse_port = false;
-  po::options_description o("tpullm serve FILE.bundle [options]\n\n"
+  BundleArgs source;
+  po::options_description o("tpullm serve BUNDLE [options]\n\n"
+                            "BUNDLE: a bundle file, a checkpoint folder or a .gguf file.\n"
                             "An OpenAI-compatible HTTP server: POST /v1/chat/completions, POST "
                             "/v1/completions, GET /v1/models, GET /health, GET /metrics.\n\n"
                             "options");
-  o.add_options()("help,h", "show this help")("bundle", po::value(&file)->required(),
-                                              "bundle file (from tpullm compile)")(
-      "host", po::value(&host)->default_value(host),
-      "address to listen on")("port", po::value(&port)->default_value(port),
-                              "TCP port (0: any free port; the log says which)")(
+  o.add_options()("help,h", "show this help")("host", po::value(&host)->default_value(host),
+                                              "address to listen on")(
+      "port", po::value(&port)->default_value(port),
+      "TCP port (0: any free port; the log says which)")(
       "slots", po::value(&slots)->default_value(0),
       "conversations with their own KV cache (0: what memory allows, at most 4)")(
-      "threads", po::value(&cores)->default_value(0), "cores to run on (0: the bundle target's)")(
       "api-key", po::value(&api_key),
       "require 'Authorization: Bearer KEY' on /v1/ routes (default: the TPULLM_API_KEY "
       "environment variable when set)")("max-queue",
@@ -361,19 +362,10 @@ int cmd_serve(const std::vector<std::string>& args) {
       "seconds a whole request (headers and body) may take to arrive; then 408")(
       "reuse-port", po::bool_switch(&reuse_port),
       "share the port with other servers (SO_REUSEPORT); without it a port in use is refused");
-  BundleOpenOptions bopts;
-  o.add(bundle_open_options(bopts));
-  po::positional_options_description pos;
-  pos.add("bundle", 1);
   po::variables_map vm;
-  po::store(po::command_line_parser(args).options(o).positional(pos).style(kOptionStyle).run(), vm);
-  if (vm.count("help")) {
-    std::cout << o;
+  if (!parse_bundle_command(args, o, source, vm))
     return kOk;
-  }
-  po::notify(vm);
-  check(cores >= 0 && cores <= 4096, ErrorKind::invalid_input, "--threads",
-        "must be in [0, 4096] (0: the bundle target's), got ", cores);
+  const std::int64_t cores = source.threads;
   check(port >= 0 && port <= 65535, ErrorKind::invalid_input, "--port",
         "must be in [0, 65535], got ", port);
   check(slots >= 0 && slots <= 256, ErrorKind::invalid_input, "--slots",
@@ -394,8 +386,10 @@ int cmd_serve(const std::vector<std::string>& args) {
           "is set but empty: give a key, or unset it to serve without one");
   }
 
-  // SIGINT / SIGTERM are taken by one thread (sigtimedwait); every other thread blocks them. A
-  // client that goes away must not kill the server with SIGPIPE.
+  // SIGINT / SIGTERM are taken by one thread (sigtimedwait); every other thread blocks them, the
+  // compiler's and the executor's included (so a checkpoint is compiled with them blocked: a
+  // signal during that compile stops the server as soon as it listens). A client that goes away
+  // must not kill the server with SIGPIPE.
   sigset_t stop_signals;
   sigemptyset(&stop_signals);
   sigaddset(&stop_signals, SIGINT);
@@ -404,7 +398,9 @@ int cmd_serve(const std::vector<std::string>& args) {
   ::signal(SIGPIPE, SIG_IGN);
 
   std::string checked; // the weights are checked before the first request is taken
-  auto opened = open_bundle(file, bopts, cores, &checked);
+  const OpenedBundle source_bundle = open_bundle_source(source, true, &checked);
+  const std::string& file = source_bundle.name;
+  auto opened = source_bundle.bundle;
   check(!opened->model().text.tokenizer_json.empty(), ErrorKind::unsupported, file,
         "this bundle has no tokenizer (its checkpoint had no tokenizer.json); serve reads "
         "prompts and writes answers as text: compile from a checkpoint with tokenizer.json");
@@ -420,7 +416,11 @@ int cmd_serve(const std::vector<std::string>& args) {
         port != 0 ? " (in use by another program? --reuse-port shares a port on purpose)" : "");
   auto text = runtime::load_text_side(*opened, file);
   Server s(std::move(opened), std::move(text));
-  s.model_id = std::filesystem::path(file).stem().string();
+  // The model's name: the bundle's or the GGUF's stem, or the checkpoint folder's name.
+  std::filesystem::path id_path = std::filesystem::path(file).lexically_normal();
+  if (id_path.filename().empty())
+    id_path = id_path.parent_path();
+  s.model_id = id_path.stem().string();
   s.api_key = api_key;
   if (slots == 0)
     slots = default_slots(*s.bundle, cores);

@@ -70,11 +70,15 @@ po::options_description bundle_open_options(BundleOpenOptions& b) {
   return o;
 }
 
+void check_bundle_open_options(const BundleOpenOptions& o) {
+  check(!(o.verify && o.skip_verify), ErrorKind::invalid_input, "--verify-weights",
+        "contradicts --no-verify-weights; give one of them");
+}
+
 std::shared_ptr<const bundle::Bundle> open_bundle(const std::string& file,
                                                   const BundleOpenOptions& o, std::int64_t threads,
                                                   std::string* report) {
-  check(!(o.verify && o.skip_verify), ErrorKind::invalid_input, "--verify-weights",
-        "contradicts --no-verify-weights; give one of them");
+  check_bundle_open_options(o);
   auto b = bundle::Bundle::open(file, o.no_mmap ? FileAccess::read : FileAccess::map);
   const auto how = o.skip_verify ? bundle::WeightVerify::never
                    : o.verify    ? bundle::WeightVerify::always

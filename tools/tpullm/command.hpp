@@ -87,13 +87,16 @@ struct BundleOpenOptions {
 /// The options of BundleOpenOptions, for run, chat, serve and bench.
 po::options_description bundle_open_options(BundleOpenOptions& o);
 
+/// Refuses (Error(invalid_input)) `--verify-weights` with `--no-verify-weights`.
+void check_bundle_open_options(const BundleOpenOptions& o);
+
 /// `--no-mmap` alone, for commands that read a bundle without running it (inspect, tokenize).
 po::options_description bundle_read_options(bool& no_mmap);
 
 /// Opens bundle `file` as `o` says and checks its weights (bundle::check_weights: by default
 /// once per unchanged file, remembered; on `threads` threads, 0: all usable cores). Refuses
-/// `--verify-weights` with `--no-verify-weights`. `report`, when given, receives one line on
-/// what was checked ("weights: ...").
+/// `--verify-weights` with `--no-verify-weights` (check_bundle_open_options). `report`, when given,
+/// receives one line on what was checked ("weights: ...").
 std::shared_ptr<const bundle::Bundle> open_bundle(const std::string& file,
                                                   const BundleOpenOptions& o,
                                                   std::int64_t threads = 0,

@@ -8,6 +8,8 @@
 #include <sstream>
 
 #include "command.hpp"
+#include "quant_options.hpp"
+#include "tpullm/frontend/memory_estimate.hpp"
 #include "tpullm/frontend/hf_config.hpp"
 #include "tpullm/frontend/stage_builder.hpp"
 #include "tpullm/runtime/engine.hpp"
@@ -223,7 +225,13 @@ CompileReport compile_bundle(const frontend::ModelDesc& desc, const frontend::St
   } catch (const Error& e) {
     if (e.kind() != ErrorKind::io)
       throw;
-    throw OutputError(out.string(), e.message()); // an output failure: exit status 1
+    // The writer sees a failed stream; the system's reason (a full disk: ENOSPC, a file size
+    // limit: EFBIG, EIO) is the output file's stream buffer's.
+    std::string why = e.message();
+    if (const auto* sb = dynamic_cast<const detail::FdStreamBuf*>(f.stream().rdbuf());
+        sb && sb->error() != 0)
+      why += ": " + detail::errno_text(sb->error());
+    throw OutputError(out.string(), why); // an output failure: exit status 1
   }
   r.write_seconds = seconds_since(t1);
   if (!f.staging_path().empty())
@@ -232,6 +240,29 @@ CompileReport compile_bundle(const frontend::ModelDesc& desc, const frontend::St
     before_commit(r);
   f.commit();
   return r;
+}
+
+frontend::ModelDesc load_checkpoint(const std::string& model, FileAccess access) {
+  frontend::LoadOptions load;
+  load.access = access;
+  return frontend::load_model(model, load);
+}
+
+CompileReport compile_checkpoint(const frontend::ModelDesc& desc,
+                                 const frontend::StageParams& params,
+                                 compiler::CompileOptions options, const std::string& keep_float,
+                                 FileAccess access, const fs::path& out, bool progress,
+                                 const std::function<void(const CompileReport&)>& before_commit) {
+  params.validate(desc.dims.max_position);
+  options.lower.keep_float = keep_float; // checked as given, then mapped to the Top names
+  check_runnable(desc, params, options);
+  options.lower.keep_float = resolve_keep_float(desc, keep_float);
+  // Refuse up front what cannot be compiled here, or run from the bundle (its KV cache).
+  frontend::check_memory(
+      frontend::estimate_memory(desc, params, frontend::Workload::run, access,
+                                ir::byte_size(conversion::kv_cache_dtype(options.lower), 1)),
+      params, desc);
+  return compile_bundle(desc, params, std::move(options), out, progress, before_commit);
 }
 
 std::string describe(const CompileReport& r) {

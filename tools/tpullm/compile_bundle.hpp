@@ -40,6 +40,21 @@ CompileReport compile_bundle(const frontend::ModelDesc& desc, const frontend::St
                              const std::function<void(const CompileReport&)>& before_commit = {},
                              const std::string& output_option = "-o");
 
+/// Loads the model `tpullm compile` compiles from `model`: a checkpoint folder (config.json +
+/// safetensors), a GGUF file, or a folder holding one .gguf file (frontend::load_model).
+frontend::ModelDesc load_checkpoint(const std::string& model, FileAccess access);
+
+/// What `tpullm compile` does once its options are parsed, shared by every command that compiles
+/// a checkpoint into a bundle file: validates `params` against `desc`, checks the options
+/// (check_runnable), resolves `keep_float` (--keep-float's regex) to the Top names, refuses what
+/// would not fit in memory (frontend::check_memory; `access`: how the checkpoint is held), then
+/// compile_bundle.
+CompileReport
+compile_checkpoint(const frontend::ModelDesc& desc, const frontend::StageParams& params,
+                   compiler::CompileOptions options, const std::string& keep_float,
+                   FileAccess access, const std::filesystem::path& out, bool progress,
+                   const std::function<void(const CompileReport&)>& before_commit = {});
+
 /// Runs one prefill, one prefill_kv (when `with_history`) and one decode step on `s`, then
 /// resets it; an Error on the way (a plan the executor cannot run) becomes
 /// Error(invalid_input, `what`, the reason). What compile and verify --level tpu check first.
