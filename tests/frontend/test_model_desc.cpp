@@ -286,6 +286,6 @@ TEST_CASE("load_model refuses inconsistent checkpoints with file, tensor and sha
   SECTION("no config.json") {
     m.write(t.path);
     fs::remove(t / "config.json");
-    REQUIRE_THROWS_WITH(load_model(t.path), Contains("config.json: no such file"));
+    REQUIRE_THROWS_WITH(load_model(t.path), Contains("has no config.json and no GGUF file"));
   }
 }
