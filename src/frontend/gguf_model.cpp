@@ -263,8 +263,16 @@ HfConfig gguf_config(const GgufFile& f) {
     m.top_k = k.dim("expert_used_count");
     check(m.top_k <= m.experts, ErrorKind::invalid_input, f.source(), "'",
           k.key("expert_used_count"), "' = ", m.top_k, " exceeds the ", m.experts, " experts");
-    m.renormalize = true; // Mixtral always; Qwen3-MoE checkpoints set norm_topk_prob
+    // llama.cpp renormalizes the top-k weights of both unless {arch}.expert_weights_norm says
+    // otherwise (a Qwen3-MoE checkpoint with norm_topk_prob false).
+    m.renormalize = f.get_bool(k.key("expert_weights_norm")).value_or(true);
     m.sparse_step = 1;
+    // A layer without a router keeps a dense MLP (Qwen3-MoE mlp_only_layers): the converter
+    // writes its ffn_gate / ffn_up / ffn_down as a dense model's.
+    for (std::int64_t i = 0; i < c.num_hidden_layers; ++i)
+      if (f.find_tensor(blk(i, "ffn_gate_inp.weight")) == nullptr &&
+          f.find_tensor(blk(i, "ffn_gate.weight")) != nullptr)
+        m.dense_layers.push_back(i);
     if (c.family == ModelFamily::qwen3_moe) {
       m.expert_intermediate = k.dim("expert_feed_forward_length");
       c.intermediate_size = k.dim_or("feed_forward_length", m.expert_intermediate);
@@ -288,8 +296,8 @@ ModelDesc load_gguf_model(const std::filesystem::path& path, const LoadOptions& 
   // The vocabulary and chat template inside the file (else tokenizer files beside it, if any).
   if (TextFiles text = text_files_from_gguf(f.metadata(), path.string()); !text.empty())
     d.text = std::move(text);
-  d.dims = ModelDims{cfg.hidden_size,         cfg.intermediate_size,   cfg.num_hidden_layers,
-                     cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim,
+  d.dims = ModelDims{cfg.hidden_size,         cfg.intermediate_size,      cfg.num_hidden_layers,
+                     cfg.num_attention_heads, cfg.num_key_value_heads,    cfg.head_dim,
                      cfg.vocab_size,          cfg.max_position_embeddings};
   d.norm_eps = cfg.rms_norm_eps;
   d.tie_word_embeddings = cfg.tie_word_embeddings;
