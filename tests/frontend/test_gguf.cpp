@@ -326,7 +326,8 @@ TEST_CASE("GGUF writer refuses what the reader would refuse", "[gguf]") {
   w.add_tensor("t", GgmlType::q4_0, {32}, q);
   REQUIRE_THROWS_WITH(w.add_tensor("t", GgmlType::q4_0, {32}, q), Contains("added twice"));
   // What it did accept reads back.
-  const GgufFile g = parse_image(w.image());
+  const auto img = w.image(); // the views point into it: it must outlive g
+  const GgufFile g = parse_image(img);
   CHECK(g.get_int("a.b") == 1);
   CHECK(g.tensors().size() == 1);
   // A known type that tpullm cannot import is fine at parse time.
@@ -334,7 +335,8 @@ TEST_CASE("GGUF writer refuses what the reader would refuse", "[gguf]") {
   w2.add_tensor("iq", GgmlType::iq2_xxs, {256, 2}, pattern_bytes(132, 1));
   w2.add_tensor("tq", GgmlType::tq1_0, {256}, pattern_bytes(54, 2));
   w2.add_tensor_f32("f", {2}, std::vector<float>{1.0f, 2.0f});
-  const GgufFile g2 = parse_image(w2.image());
+  const auto img2 = w2.image();
+  const GgufFile g2 = parse_image(img2);
   CHECK(g2.find_tensor("iq")->type == GgmlType::iq2_xxs);
   CHECK(g2.find_tensor("tq")->bytes.size() == 54);
   float f[2];
