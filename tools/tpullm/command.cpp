@@ -126,7 +126,8 @@ void refuse_output_over_model_file(const std::string& output, const std::string&
     return;
   for (const auto& e : fs::directory_iterator(model, ec)) {
     const std::string ext = e.path().extension().string();
-    if ((ext == ".json" || ext == ".safetensors") && fs::equivalent(e.path(), output, ec))
+    if ((ext == ".json" || ext == ".safetensors" || ext == ".gguf") &&
+        fs::equivalent(e.path(), output, ec))
       throw Error(ErrorKind::invalid_input, output_option,
                   "'" + output + "' is " + e.path().string() +
                       ", a file of the model being compiled; writing there would destroy it");
