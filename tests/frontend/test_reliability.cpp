@@ -84,7 +84,6 @@ struct CaptureCerr {
 TEST_CASE("readers refuse FIFOs, directories and devices without blocking", "[reliability]") {
   TempDir t;
   REQUIRE(::mkfifo((t / "fifo").c_str(), 0644) == 0);
-  const auto t0 = std::chrono::steady_clock::now();
   REQUIRE_THROWS_WITH(open_regular_file(t / "fifo"), Contains("is a FIFO (named pipe)"));
   REQUIRE_THROWS_WITH(MappedFile::open(t / "fifo"), Contains("is a FIFO"));
   REQUIRE_THROWS_WITH(SafetensorsFile::open(t / "fifo"), Contains("is a FIFO"));
@@ -92,7 +91,6 @@ TEST_CASE("readers refuse FIFOs, directories and devices without blocking", "[re
   REQUIRE_THROWS_WITH(read_text_file(t / "fifo"), Contains("is a FIFO"));
   REQUIRE_THROWS_WITH(ir::text::parse_file(t / "fifo"), Contains("is a FIFO"));
   REQUIRE_THROWS_WITH(target::load_target(t / "fifo"), Contains("is a FIFO"));
-  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(10));
   REQUIRE_THROWS_WITH(open_regular_file(t.path), Contains("is a directory"));
   REQUIRE_THROWS_WITH(read_regular_file("/dev/null"), Contains("is a character device"));
   // A checkpoint directory whose model.safetensors is a FIFO.

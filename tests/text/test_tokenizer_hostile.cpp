@@ -1,7 +1,6 @@
 // Hostile tokenizer files (issue 40): JSON nested hundreds of thousands deep, Sequence stages
 // nested or long beyond their caps, regexes that nest too deep or backtrack catastrophically;
 // each is one error (at load, or at encode for a backtracking pattern) in bounded time.
-#include <time.h>
 #include <string>
 
 #include <catch2/catch.hpp>
@@ -15,13 +14,6 @@ using tpullm::Error;
 using tpullm::text::Tokenizer;
 
 namespace {
-
-// CPU seconds of this thread (a loaded machine's wall time says little about the work done).
-double tok_cpu_seconds() {
-  timespec ts{};
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
-}
 
 nlohmann::json hostile_mini() {
   return nlohmann::json::parse(R"({
@@ -38,7 +30,6 @@ nlohmann::json replace_step() {
 } // namespace
 
 TEST_CASE("over-deep tokenizer JSON is refused at parse time", "[text][hostile]") {
-  const double t0 = tok_cpu_seconds();
   const std::string deep = "{\"normalizer\": " + std::string(300000, '[') + "}";
   REQUIRE_THROWS_WITH(Tokenizer::from_json(deep),
                       Contains("tokenizer.json: JSON nested deeper than 256 levels"));
@@ -46,7 +37,6 @@ TEST_CASE("over-deep tokenizer JSON is refused at parse time", "[text][hostile]"
                       Contains("tokenizer_config.json: JSON nested deeper than 256 levels"));
   REQUIRE_THROWS_WITH(Tokenizer::from_json(hostile_mini().dump(), "{}", deep),
                       Contains("generation_config.json: JSON nested deeper than 256 levels"));
-  CHECK(tok_cpu_seconds() - t0 < 1.0);
 }
 
 TEST_CASE("Sequence stages are capped in nesting and length", "[text][hostile]") {
@@ -86,8 +76,6 @@ TEST_CASE("tokenizer regexes are bounded", "[text][hostile]") {
   j["pre_tokenizer"] = split("(a|aa)+$");
   const Tokenizer tok = Tokenizer::from_json(j.dump());
   CHECK(tok.encode("aab", false).size() == 2);
-  const double t0 = tok_cpu_seconds();
   REQUIRE_THROWS_WITH(tok.encode(std::string(200, 'a') + "!", false),
                       Contains("regex '(a|aa)+$' hit its limit"));
-  CHECK(tok_cpu_seconds() - t0 < 1.0);
 }
