@@ -289,30 +289,16 @@ HfConfig gguf_config(const GgufFile& f) {
 ModelDesc load_gguf_model(const std::filesystem::path& path, const LoadOptions& opts) {
   const GgufFile f = GgufFile::open(path, opts.access);
   const HfConfig cfg = gguf_config(f);
-  ModelDesc d;
-  d.family = cfg.family;
+  ModelDesc d = describe_config(cfg);
   d.dir = path.parent_path().empty() ? std::filesystem::path(".") : path.parent_path();
   d.source_file = path;
   // The vocabulary and chat template inside the file (else tokenizer files beside it, if any).
   if (TextFiles text = text_files_from_gguf(f.metadata(), path.string()); !text.empty())
     d.text = std::move(text);
-  d.dims = ModelDims{cfg.hidden_size,         cfg.intermediate_size,      cfg.num_hidden_layers,
-                     cfg.num_attention_heads, cfg.num_key_value_heads,    cfg.head_dim,
-                     cfg.vocab_size,          cfg.max_position_embeddings};
-  d.norm_eps = cfg.rms_norm_eps;
-  d.tie_word_embeddings = cfg.tie_word_embeddings;
-  d.qkv_bias = cfg.qkv_bias;
-  d.o_bias = cfg.o_bias;
-  d.qk_norm = cfg.qk_norm;
-  d.moe = cfg.moe;
-  d.bos_token_id = cfg.bos_token_id;
-  d.eos_token_ids = cfg.eos_token_ids;
-  d.config = cfg;
 
   GgufWeights b{f, opts, {}};
   const ModelDims& m = d.dims;
   const std::int64_t q_dim = m.q_dim(), kv_dim = m.kv_dim();
-  d.rope = cfg.rope;
   if (const GgufTensor* rf = b.maybe("rope_freqs.weight")) {
     GgufWeights::expect_ne(*rf, {m.head_dim / 2}, "rope_freqs [head_dim / 2]");
     check(rf->type == GgmlType::f32, ErrorKind::invalid_input, rf->where(), "must be F32, is ",

@@ -203,12 +203,9 @@ auto DescBuilder::transposed(const TensorView& t) -> TensorView {
 
 namespace tpullm::frontend {
 
-ModelDesc describe_model(const HfConfig& cfg, std::shared_ptr<const Checkpoint> ckpt,
-                         const LoadOptions& opts) {
-  check(ckpt != nullptr, ErrorKind::internal, "describe_model", "null checkpoint");
+ModelDesc describe_config(const HfConfig& cfg) {
   ModelDesc d;
   d.family = cfg.family;
-  d.dir = ckpt->dir();
   d.dims = ModelDims{cfg.hidden_size,         cfg.intermediate_size,      cfg.num_hidden_layers,
                      cfg.num_attention_heads, cfg.num_key_value_heads,    cfg.head_dim,
                      cfg.vocab_size,          cfg.max_position_embeddings};
@@ -220,15 +217,23 @@ ModelDesc describe_model(const HfConfig& cfg, std::shared_ptr<const Checkpoint> 
   d.qk_norm = cfg.qk_norm;
   d.quant = cfg.quant;
   d.moe = cfg.moe;
+  d.bos_token_id = cfg.bos_token_id;
+  d.eos_token_ids = cfg.eos_token_ids;
+  d.torch_dtype = cfg.torch_dtype;
+  d.config = cfg;
+  return d;
+}
+
+ModelDesc describe_model(const HfConfig& cfg, std::shared_ptr<const Checkpoint> ckpt,
+                         const LoadOptions& opts) {
+  check(ckpt != nullptr, ErrorKind::internal, "describe_model", "null checkpoint");
+  ModelDesc d = describe_config(cfg);
+  d.dir = ckpt->dir();
   check(!cfg.moe.enabled() || cfg.quant.method == QuantMethod::none, ErrorKind::unsupported,
         ckpt->dir().string(), "quantized (", quant_method_name(cfg.quant.method), ") ",
         family_name(cfg.family),
         " checkpoints are not supported: mixture-of-experts weights "
         "must be F32, F16 or BF16");
-  d.bos_token_id = cfg.bos_token_id;
-  d.eos_token_ids = cfg.eos_token_ids;
-  d.torch_dtype = cfg.torch_dtype;
-  d.config = cfg;
   d.checkpoint = ckpt;
 
   detail::DescBuilder b(cfg, *ckpt, opts);

@@ -328,6 +328,11 @@ public:
 
 } // namespace detail
 
+/// The model-level facts of `cfg` in a ModelDesc without weights: family, dims, rope, norm eps,
+/// tied embeddings, biases, q/k norm, quantization, experts, special token ids, torch dtype and
+/// the config itself. Every source's loader (describe_model, load_gguf_model) starts from it.
+ModelDesc describe_config(const HfConfig& cfg);
+
 /// Builds the ModelDesc of `ckpt` under `cfg`, checking every expected tensor's presence, dtype
 /// and shape (errors name the file, the tensor, and expected vs actual shape), and that no tensor
 /// is left unused (unless opts.allow_unused_tensors).
