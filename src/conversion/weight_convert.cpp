@@ -421,6 +421,13 @@ const ir::Weight& WeightConverter::packed(const ir::Weight& src, bool transposed
       // A ggml weight's name keeps its source type ("layers.0.q.ggml_q4_k"): `inspect` shows it.
       const std::string name =
           src.name + (rows ? "." + ir::quant_spelling(*src.type.quant) : eight ? ".pq8" : ".pq4");
+      if (!src.has_data() && rows) {
+        // Types only, a ggml weight: its type decides the container (ggml_blocks.hpp).
+        const auto info = ggml_type_info(src.type.quant->ggml_type);
+        const GgmlPacking pk = info ? ggml_packing(info->type) : GgmlPacking{};
+        check(pk.bits != 0, ErrorKind::invalid_input, where, "is not an importable ggml type");
+        return ir::Weight{name, packed_type(pk.format(), K, N, pk.group_size, false), {}};
+      }
       if (!src.has_data()) {
         // Types only: act-order and symmetry are decided by the data; assume asymmetric 4-bit
         // (8-bit packs only symmetrically).

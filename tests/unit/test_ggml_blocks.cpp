@@ -192,6 +192,11 @@ TEST_CASE("dequantize_ggml and decode_ggml_rows equal ggml's dequantization bit 
       CHECK(p.mins.empty());
       CHECK(p.zeros == std::vector<std::uint8_t>(GN, static_cast<std::uint8_t>(1 << (e.bits - 1))));
     }
+    // What the bytes pack to is the format ggml_packing names (the lowering of a weight given
+    // as types only relies on it), and its group.
+    const kernels::PackedWeights packed = repack_quant(p);
+    CHECK(packed.format == ggml_packing(fx.type).format());
+    CHECK(packed.group_size == e.group);
     bool codes_in_range = true;
     for (std::uint8_t q : p.q)
       codes_in_range = codes_in_range && q < (1u << e.bits);

@@ -31,6 +31,14 @@ struct GgmlPacking {
   int bits = 0;                ///< 4 or 8 (0: not a block type tpullm imports)
   std::int64_t group_size = 0; ///< 16 or 32 elements along the row
   bool has_mins = false;       ///< scale and min (int4_min / int8_min) rather than a zero point
+
+  /// The kernel format a weight of this container packs to (the table in the file comment):
+  /// int4_min / int8_min with mins, else int4_sym (zero 8) or int8 (zero 128).
+  constexpr kernels::WeightFormat format() const noexcept {
+    if (has_mins)
+      return bits == 8 ? kernels::WeightFormat::int8_min : kernels::WeightFormat::int4_min;
+    return bits == 8 ? kernels::WeightFormat::int8 : kernels::WeightFormat::int4_sym;
+  }
 };
 
 /// The container of `t`; bits 0 for float types and types that are not importable.
