@@ -2,6 +2,7 @@
 #include "tpullm/frontend/gguf_model.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <set>
 
@@ -233,10 +234,37 @@ HfConfig gguf_config(const GgufFile& f) {
     c.rope.factor = f.get_float(k.key("rope.scaling.factor")).value_or(1.0);
     check(c.rope.factor > 0, ErrorKind::invalid_input, f.source(), "'",
           k.key("rope.scaling.factor"), "' must be > 0");
+  } else if (scaling == "yarn") {
+    // llama.cpp's YaRN: the frequencies as transformers computes them from factor, the original
+    // context and the two betas, and cos/sin multiplied by (0.1 ln(factor) + 1) * attn_factor.
+    c.rope.type = RopeType::yarn;
+    const auto factor = f.get_float(k.key("rope.scaling.factor"));
+    check(factor.has_value() && *factor > 0, ErrorKind::invalid_input, f.source(), "'",
+          k.key("rope.scaling.factor"), "' must be given and > 0 for yarn scaling");
+    c.rope.factor = *factor;
+    c.rope.original_max_position_embeddings =
+        k.dim_or("rope.scaling.original_context_length", c.max_position_embeddings);
+    c.rope.beta_fast = f.get_float(k.key("rope.scaling.yarn_beta_fast")).value_or(32.0);
+    c.rope.beta_slow = f.get_float(k.key("rope.scaling.yarn_beta_slow")).value_or(1.0);
+    check(c.rope.beta_fast > 0 && c.rope.beta_slow > 0, ErrorKind::invalid_input, f.source(),
+          "'", k.key("rope.scaling.yarn_beta_fast"), "' and '", k.key("rope.scaling.yarn_beta_slow"),
+          "' must be > 0");
+    const double attn = f.get_float(k.key("rope.scaling.attn_factor")).value_or(1.0);
+    check(attn > 0, ErrorKind::invalid_input, f.source(), "'", k.key("rope.scaling.attn_factor"),
+          "' must be > 0");
+    c.rope.attention_factor = (c.rope.factor > 1 ? 0.1 * std::log(c.rope.factor) + 1.0 : 1.0) * attn;
+    const double log_mul = f.get_float(k.key("rope.scaling.yarn_log_multiplier")).value_or(0.0);
+    check(log_mul == 0, ErrorKind::unsupported, f.source(), "'",
+          k.key("rope.scaling.yarn_log_multiplier"), "' = ", log_mul,
+          " (DeepSeek-style YaRN attention scaling) is not supported");
+    const double ext = f.get_float(k.key("rope.scaling.yarn_ext_factor")).value_or(-1.0);
+    check(ext < 0 || ext == 1, ErrorKind::unsupported, f.source(), "'",
+          k.key("rope.scaling.yarn_ext_factor"), "' = ", ext,
+          " is not supported (only YaRN's own blend, 1)");
   } else {
     check(scaling == "none", ErrorKind::unsupported, f.source(), "'", k.key("rope.scaling.type"),
           "' = '", scaling,
-          "' is not supported (none, linear; llama3 scaling comes as the "
+          "' is not supported (none, linear, yarn; llama3 scaling comes as the "
           "rope_freqs tensor)");
   }
   const GgufTensor* embd = f.find_tensor("token_embd.weight");

@@ -1,6 +1,9 @@
 // Out-of-line definitions of tpullm/frontend/hf_config.hpp (compiled once into tpullm_core).
 #include "tpullm/frontend/hf_config.hpp"
 
+#include <cmath>
+#include <optional>
+
 namespace tpullm::frontend::detail {
 
 auto ConfigReader::get(const nlohmann::json& obj, std::string_view key) const
@@ -33,6 +36,59 @@ std::string lower(std::string s) {
       c = static_cast<char>(c - 'A' + 'a');
   return s;
 }
+
+namespace {
+
+/// YaRN's attention factor for `scale` under `mscale` (transformers' get_mscale).
+double yarn_mscale(double scale, double mscale) {
+  return scale <= 1.0 ? 1.0 : 0.1 * mscale * std::log(scale) + 1.0;
+}
+
+/// The "yarn" entries of `src` (rope_scaling or rope_parameters) into c.rope, as transformers 5
+/// reads them: factor (or max_position_embeddings / original_max_position_embeddings when
+/// absent), original_max_position_embeddings (default max_position_embeddings),
+/// attention_factor (else mscale / mscale_all_dim, else 0.1 ln(factor) + 1), beta_fast and
+/// beta_slow (0 or null: 32 and 1, as Python's `or`), truncate (default true).
+void parse_yarn(const ConfigReader& r, const nlohmann::json& src, HfConfig& c) {
+  c.rope.type = RopeType::yarn;
+  const auto number = [&](const char* k) -> std::optional<double> {
+    const auto* v = r.get(src, k);
+    if (v == nullptr || v->is_null())
+      return std::nullopt;
+    return r.to_double(*v, k);
+  };
+  c.rope.original_max_position_embeddings = c.max_position_embeddings;
+  if (const auto* o = r.get(src, "original_max_position_embeddings"); o && !o->is_null())
+    c.rope.original_max_position_embeddings = r.positive(
+        r.to_int(*o, "original_max_position_embeddings"), "original_max_position_embeddings");
+  if (const auto f = number("factor"))
+    c.rope.factor = *f;
+  else
+    c.rope.factor = static_cast<double>(c.max_position_embeddings) /
+                    static_cast<double>(c.rope.original_max_position_embeddings);
+  check(c.rope.factor > 0 && std::isfinite(c.rope.factor), ErrorKind::invalid_input, r.where,
+        "yarn RoPE \"factor\" must be > 0, got ", c.rope.factor);
+  const std::optional<double> mscale = number("mscale"), mscale_all = number("mscale_all_dim");
+  if (const auto a = number("attention_factor"))
+    c.rope.attention_factor = *a;
+  else if (mscale.value_or(0) != 0 && mscale_all.value_or(0) != 0)
+    c.rope.attention_factor =
+        yarn_mscale(c.rope.factor, *mscale) / yarn_mscale(c.rope.factor, *mscale_all);
+  else
+    c.rope.attention_factor = yarn_mscale(c.rope.factor, 1.0);
+  check(c.rope.attention_factor > 0 && std::isfinite(c.rope.attention_factor),
+        ErrorKind::invalid_input, r.where, "yarn RoPE attention factor must be > 0, got ",
+        c.rope.attention_factor);
+  const double fast = number("beta_fast").value_or(0), slow = number("beta_slow").value_or(0);
+  c.rope.beta_fast = fast != 0 ? fast : 32.0;
+  c.rope.beta_slow = slow != 0 ? slow : 1.0;
+  check(c.rope.beta_fast > 0 && c.rope.beta_slow > 0 && std::isfinite(c.rope.beta_fast) &&
+            std::isfinite(c.rope.beta_slow),
+        ErrorKind::invalid_input, r.where, "yarn RoPE beta_fast and beta_slow must be > 0");
+  c.rope.truncate = r.bool_or(src, "truncate", true);
+}
+
+} // namespace
 
 void parse_rope(const ConfigReader& r, HfConfig& c) {
   // transformers 5: "rope_parameters" {rope_type, rope_theta, factor, ...};
@@ -118,8 +174,22 @@ void parse_rope(const ConfigReader& r, HfConfig& c) {
           "llama3 RoPE needs factor > 0 and high_freq_factor > low_freq_factor > 0");
     return;
   }
+  if (type == "yarn") {
+    parse_yarn(r, *src, c);
+    return;
+  }
+  if (type == "dynamic") {
+    // Up to max_position_embeddings (which bounds every compiled seq_length) transformers'
+    // dynamic NTK RoPE computes the default frequencies: the factor changes nothing before that.
+    check(factor != nullptr, ErrorKind::invalid_input, r.where,
+          "dynamic RoPE scaling needs \"factor\"");
+    c.rope.type = RopeType::dynamic;
+    c.rope.factor = r.to_double(*factor, "factor");
+    check(c.rope.factor > 0, ErrorKind::invalid_input, r.where, "RoPE \"factor\" must be > 0");
+    return;
+  }
   throw_error(ErrorKind::unsupported, r.where, "RoPE type '", type,
-              "' is not supported (supported: default, linear, llama3)");
+              "' is not supported (supported: default, linear, llama3, yarn, dynamic)");
 }
 
 } // namespace tpullm::frontend::detail

@@ -129,6 +129,18 @@ nlohmann::json preset_config_json(const ModelPreset& p, DType dtype) {
         {"high_freq_factor", p.rope.high_freq_factor},
         {"original_max_position_embeddings", p.rope.original_max_position_embeddings}};
     break;
+  case RopeType::yarn:
+    j["rope_scaling"] = {
+        {"rope_type", "yarn"},
+        {"factor", p.rope.factor},
+        {"original_max_position_embeddings", p.rope.original_max_position_embeddings},
+        {"attention_factor", p.rope.attention_factor},
+        {"beta_fast", p.rope.beta_fast},
+        {"beta_slow", p.rope.beta_slow}};
+    break;
+  case RopeType::dynamic:
+    j["rope_scaling"] = {{"rope_type", "dynamic"}, {"factor", p.rope.factor}};
+    break;
   }
   switch (p.family) {
   case ModelFamily::llama:

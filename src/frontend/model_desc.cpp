@@ -1,6 +1,9 @@
 // Out-of-line definitions of tpullm/frontend/model_desc.hpp (compiled once into tpullm_core).
 #include "tpullm/frontend/model_desc.hpp"
 
+#include <algorithm>
+#include <cmath>
+
 namespace tpullm::frontend {
 
 auto WeightRef::name() const -> std::string {
@@ -209,6 +212,13 @@ ModelDesc describe_config(const HfConfig& cfg) {
   d.dims = ModelDims{cfg.hidden_size,         cfg.intermediate_size,      cfg.num_hidden_layers,
                      cfg.num_attention_heads, cfg.num_key_value_heads,    cfg.head_dim,
                      cfg.vocab_size,          cfg.max_position_embeddings};
+  if (cfg.rope.type == RopeType::yarn) {
+    const double scaled =
+        std::floor(static_cast<double>(cfg.rope.original_max_position_embeddings) *
+                   cfg.rope.factor);
+    if (scaled > static_cast<double>(d.dims.max_position))
+      d.dims.max_position = static_cast<std::int64_t>(std::min(scaled, 0x1p31));
+  }
   d.rope = cfg.rope;
   d.norm_eps = cfg.rms_norm_eps;
   d.tie_word_embeddings = cfg.tie_word_embeddings;

@@ -105,12 +105,22 @@ RopeWeights rope_weights(const ModelDesc& d, std::int64_t seq_length) {
   case RopeType::llama3:
     s.kind = kernels::RopeScaling::Kind::llama3;
     break;
+  case RopeType::yarn:
+    s.kind = kernels::RopeScaling::Kind::yarn;
+    break;
+  case RopeType::dynamic: // the default frequencies up to max_position_embeddings (hf_config.hpp)
+    s.kind = kernels::RopeScaling::Kind::none;
+    break;
   }
   s.factor = d.rope.factor;
   s.low_freq_factor = d.rope.low_freq_factor;
   s.high_freq_factor = d.rope.high_freq_factor;
   s.original_max_position_embeddings = d.rope.original_max_position_embeddings;
   s.freq_factors = d.rope_freq_factors;
+  s.attention_factor = d.rope.attention_factor;
+  s.beta_fast = d.rope.beta_fast;
+  s.beta_slow = d.rope.beta_slow;
+  s.truncate = d.rope.truncate;
   auto t = kernels::build_rope_tables(seq_length, d.dims.head_dim, d.rope.theta, s);
   const std::vector<std::int64_t> shape{seq_length, d.dims.head_dim / 2};
   return {owned_f32_weight("rope.cos", shape, std::move(t.cos)),

@@ -1,6 +1,8 @@
 // Out-of-line definitions of tpullm/support/rope_tables.hpp (compiled once into tpullm_core).
 #include "tpullm/support/rope_tables.hpp"
 
+#include <algorithm>
+
 namespace tpullm::kernels {
 
 std::vector<float> rope_inv_freq(std::int64_t head_dim, double theta, const RopeScaling& scaling) {
@@ -49,6 +51,42 @@ std::vector<float> rope_inv_freq(std::int64_t head_dim, double theta, const Rope
     }
     break;
   }
+  case RopeScaling::Kind::yarn: {
+    const double factor = scaling.factor, base = theta;
+    const double orig = static_cast<double>(scaling.original_max_position_embeddings);
+    if (!(factor > 0.0) || !(orig > 0.0) || !(scaling.beta_fast > 0.0) ||
+        !(scaling.beta_slow > 0.0))
+      throw std::invalid_argument("rope: yarn scaling needs factor > 0, beta_fast > 0, "
+                                  "beta_slow > 0, original_max_position_embeddings > 0");
+    const double two_pi = 6.283185307179586, dim = static_cast<double>(head_dim);
+    const auto correction_dim = [&](double rotations) {
+      return dim * std::log(orig / (rotations * two_pi)) / (2.0 * std::log(base));
+    };
+    double low = correction_dim(scaling.beta_fast), high = correction_dim(scaling.beta_slow);
+    if (scaling.truncate) {
+      low = std::floor(low);
+      high = std::ceil(high);
+    }
+    low = std::max(low, 0.0);
+    high = std::min(high, dim - 1.0);
+    if (low == high)
+      high += 0.001; // transformers' guard against a zero-width ramp
+    const float f_factor = static_cast<float>(factor), f_low = static_cast<float>(low),
+                f_width = static_cast<float>(high - low);
+    for (std::int64_t i = 0; i < half; ++i) {
+      const float e = static_cast<float>(2 * i) / static_cast<float>(head_dim);
+      const float p = static_cast<float>(std::pow(theta, static_cast<double>(e)));
+      const float extrapolation = 1.0f / p;
+      const float interpolation = 1.0f / (f_factor * p);
+      const float ramp =
+          std::clamp((static_cast<float>(i) - f_low) / f_width, 0.0f, 1.0f); // 1: interpolate
+      const float keep = 1.0f - ramp;
+      const float a = interpolation * (1.0f - keep);
+      const float b = extrapolation * keep;
+      inv[static_cast<std::size_t>(i)] = a + b;
+    }
+    break;
+  }
   }
   if (!scaling.freq_factors.empty()) {
     if (scaling.freq_factors.size() != inv.size())
@@ -71,6 +109,11 @@ RopeTables build_rope_tables(std::int64_t seq_length, std::int64_t head_dim, dou
   if (seq_length <= 0)
     throw std::invalid_argument("rope: seq_length " + std::to_string(seq_length) + " must be > 0");
   const std::vector<float> inv = rope_inv_freq(head_dim, theta, scaling);
+  if (!(scaling.attention_factor > 0.0) || !std::isfinite(scaling.attention_factor))
+    throw std::invalid_argument("rope: attention factor " +
+                                std::to_string(scaling.attention_factor) +
+                                " must be finite and > 0");
+  const auto attention = static_cast<float>(scaling.attention_factor);
   RopeTables t;
   t.seq_length = seq_length;
   t.half_dim = head_dim / 2;
@@ -82,6 +125,10 @@ RopeTables build_rope_tables(std::int64_t seq_length, std::int64_t head_dim, dou
       const auto k = static_cast<std::size_t>(p * t.half_dim + i);
       t.cos[k] = static_cast<float>(std::cos(static_cast<double>(angle)));
       t.sin[k] = static_cast<float>(std::sin(static_cast<double>(angle)));
+      if (attention != 1.0f) {
+        t.cos[k] *= attention;
+        t.sin[k] *= attention;
+      }
     }
   return t;
 }

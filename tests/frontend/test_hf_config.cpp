@@ -1,8 +1,11 @@
 #include "frontend_test_util.hpp"
 
 #include "tpullm/frontend/hf_config.hpp"
+#include "tpullm/frontend/model_desc.hpp"
 
 #include <catch2/catch.hpp>
+
+#include <cmath>
 
 using namespace tpullm;
 using namespace tpullm::frontend;
@@ -122,6 +125,59 @@ TEST_CASE("RoPE: transformers-4 and -5 styles, linear and llama3", "[hf_config][
   REQUIRE_THROWS_WITH(parse(j), Contains("llama3 RoPE scaling needs \"low_freq_factor\""));
 }
 
+TEST_CASE("RoPE: yarn as transformers 5 reads it, dynamic NTK", "[hf_config][rope]") {
+  // Qwen2.5's long-context recipe: factor 4 over its 32768 positions.
+  json j = base_config();
+  j["max_position_embeddings"] = 32768;
+  j["rope_scaling"] = {
+      {"type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", 32768}};
+  HfConfig c = parse(j);
+  CHECK(c.rope.type == RopeType::yarn);
+  CHECK(c.rope.factor == 4.0);
+  CHECK(c.rope.original_max_position_embeddings == 32768);
+  CHECK(c.rope.attention_factor == Approx(0.1 * std::log(4.0) + 1.0).epsilon(1e-15));
+  CHECK(c.rope.beta_fast == 32.0);
+  CHECK(c.rope.beta_slow == 1.0);
+  CHECK(c.rope.truncate);
+  // The model's context is the original one times the factor (bounds --seq-length).
+  CHECK(describe_config(c).dims.max_position == 131072);
+
+  // Explicit betas and attention factor; 0 betas mean the defaults (Python's `or`).
+  j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 8.0},     {"beta_fast", 16.0},
+                       {"beta_slow", 0},      {"truncate", false}, {"attention_factor", 0.5}};
+  c = parse(j);
+  CHECK(c.rope.beta_fast == 16.0);
+  CHECK(c.rope.beta_slow == 1.0);
+  CHECK_FALSE(c.rope.truncate);
+  CHECK(c.rope.attention_factor == 0.5);
+  CHECK(c.rope.original_max_position_embeddings == 32768); // max_position_embeddings
+
+  // DeepSeek's mscale / mscale_all_dim; the factor from the two context lengths when absent.
+  j["max_position_embeddings"] = 163840;
+  j["rope_scaling"] = {{"rope_type", "yarn"},
+                       {"original_max_position_embeddings", 4096},
+                       {"mscale", 0.707},
+                       {"mscale_all_dim", 1.0}};
+  c = parse(j);
+  CHECK(c.rope.factor == 40.0);
+  const double m = 0.1 * 0.707 * std::log(40.0) + 1.0, m_all = 0.1 * std::log(40.0) + 1.0;
+  CHECK(c.rope.attention_factor == Approx(m / m_all).epsilon(1e-15));
+  CHECK(describe_config(c).dims.max_position == 163840);
+
+  j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", -2.0}};
+  REQUIRE_THROWS_WITH(parse(j), Contains("yarn RoPE \"factor\" must be > 0"));
+
+  // dynamic: the default frequencies within max_position_embeddings, which bounds seq_length.
+  j = base_config();
+  j["rope_parameters"] = {{"rope_type", "dynamic"}, {"rope_theta", 1e4}, {"factor", 2.0}};
+  c = parse(j);
+  CHECK(c.rope.type == RopeType::dynamic);
+  CHECK(c.rope.factor == 2.0);
+  CHECK(describe_config(c).dims.max_position == c.max_position_embeddings);
+  j["rope_parameters"] = {{"rope_type", "dynamic"}, {"rope_theta", 1e4}};
+  REQUIRE_THROWS_WITH(parse(j), Contains("dynamic RoPE scaling needs \"factor\""));
+}
+
 TEST_CASE("config fields: defaults, eos lists, head_dim", "[hf_config]") {
   json j = base_config();
   j.erase("num_key_value_heads");
@@ -162,11 +218,9 @@ TEST_CASE("unsupported and invalid configs are refused by name", "[hf_config][ne
                                   "(supported: llama, qwen2, qwen3, mistral, qwen3_moe, mixtral)");
   }
   SECTION("unsupported rope type") {
-    j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}};
-    REQUIRE_THROWS_WITH(parse(j), Contains("RoPE type 'yarn' is not supported"));
-    j.erase("rope_scaling");
-    j["rope_parameters"] = {{"rope_type", "dynamic"}, {"rope_theta", 1e4}, {"factor", 2.0}};
-    REQUIRE_THROWS_WITH(parse(j), Contains("RoPE type 'dynamic' is not supported"));
+    j["rope_scaling"] = {{"rope_type", "longrope"}, {"factor", 4.0}};
+    REQUIRE_THROWS_WITH(parse(j), Contains("RoPE type 'longrope' is not supported (supported: "
+                                           "default, linear, llama3, yarn, dynamic)"));
   }
   SECTION("partial rotary") {
     j["partial_rotary_factor"] = 0.5;

@@ -45,9 +45,9 @@ inline constexpr std::string_view family_name(ModelFamily f) noexcept {
 }
 
 /// RoPE frequency schedule: plain, linear position interpolation, or llama3 band scaling.
-enum class RopeType { default_, linear, llama3 };
+enum class RopeType { default_, linear, llama3, yarn, dynamic };
 
-/// The HF spelling of a RopeType ("default", "linear", "llama3").
+/// The HF spelling of a RopeType ("default", "linear", "llama3", "yarn", "dynamic").
 inline constexpr std::string_view rope_type_name(RopeType t) noexcept {
   switch (t) {
   case RopeType::default_:
@@ -56,6 +56,10 @@ inline constexpr std::string_view rope_type_name(RopeType t) noexcept {
     return "linear";
   case RopeType::llama3:
     return "llama3";
+  case RopeType::yarn:
+    return "yarn";
+  case RopeType::dynamic:
+    return "dynamic";
   }
   return "?";
 }
@@ -63,7 +67,14 @@ inline constexpr std::string_view rope_type_name(RopeType t) noexcept {
 /// RoPE parameters. inv_freq[i] = theta^(-2i/head_dim) for i in [0, head_dim/2), then
 ///   linear: inv_freq /= factor;
 ///   llama3: per-band rescale with factor, low/high_freq_factor, original_max_position_embeddings
-///           (transformers' _compute_llama3_parameters).
+///           (transformers' _compute_llama3_parameters);
+///   yarn:   inv_freq blends inv_freq / factor and inv_freq along a linear ramp over the frequency
+///           indices between the correction dims of beta_fast and beta_slow rotations in
+///           original_max_position_embeddings (floor / ceil unless truncate is false), and cos/sin
+///           are multiplied by attention_factor (transformers' _compute_yarn_parameters);
+///   dynamic: NTK scaling that changes the base once a sequence outgrows max_position_embeddings;
+///           up to that length it is the default RoPE, which is all a compiled table holds (a
+///           longer seq_length is refused at compile time, see StageParams).
 /// Rotation applies to the full head_dim as two contiguous halves (HF rotate_half).
 struct RopeConfig {
   RopeType type = RopeType::default_;
@@ -75,8 +86,17 @@ struct RopeConfig {
   double low_freq_factor = 1.0;
   /// llama3 only.
   double high_freq_factor = 4.0;
-  /// llama3 only: context length of the unscaled model (> 0).
+  /// llama3 and yarn: context length of the unscaled model (> 0).
   std::int64_t original_max_position_embeddings = 0;
+  /// yarn: the factor cos/sin are multiplied by (attention_factor, else from mscale /
+  /// mscale_all_dim, else 0.1 ln(factor) + 1); 1 for every other type.
+  double attention_factor = 1.0;
+  /// yarn: rotations bounding the ramp (beta_fast at its low end, beta_slow at its high end).
+  double beta_fast = 32.0;
+  /// yarn, see beta_fast.
+  double beta_slow = 1.0;
+  /// yarn: the correction dims are rounded outward (floor / ceil) before clamping.
+  bool truncate = true;
 };
 
 /// A parsed, validated config.json. All dims > 0; heads % kv_heads == 0; head_dim even.

@@ -202,6 +202,9 @@ struct ModelDims {
   std::int64_t kv_heads = 0;
   std::int64_t head_dim = 0;
   std::int64_t vocab = 0;
+  /// The longest sequence the model is meant for: max_position_embeddings, or for yarn RoPE
+  /// original_max_position_embeddings * factor when larger (Qwen2.5 configs keep 32768 beside a
+  /// yarn factor of 4). Bounds every compiled seq_length.
   std::int64_t max_position = 0;
   /// heads * head_dim (may differ from hidden).
   std::int64_t q_dim() const noexcept { return heads * head_dim; }
