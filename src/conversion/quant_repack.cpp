@@ -194,12 +194,8 @@ kernels::PackedWeights repack_quant(const QuantPlain& p, bool allow_sym) {
     for (std::int64_t j = 0; j < K; ++j)
       for (std::int64_t n = 0; n < N; ++n)
         u[j * N + n] = p.q[src_row(j) * N + n];
-    try {
-      return p.bits == 8 ? kernels::pack_int8_min(u, p.scales, p.mins, K, N, p.group_size, perm)
-                         : kernels::pack_int4_min(u, p.scales, p.mins, K, N, p.group_size, perm);
-    } catch (const std::invalid_argument& e) {
-      throw Error(ErrorKind::invalid_input, "", e.what());
-    }
+    return p.bits == 8 ? kernels::pack_int8_min(u, p.scales, p.mins, K, N, p.group_size, perm)
+                       : kernels::pack_int4_min(u, p.scales, p.mins, K, N, p.group_size, perm);
   }
   if (p.bits == 8) {
     const bool sym8 = allow_sym && std::all_of(p.zeros.begin(), p.zeros.end(),

@@ -419,8 +419,9 @@ const ir::Weight& WeightConverter::packed(const ir::Weight& src, bool transposed
     return memo(str_cat(eight ? "q8|" : "q4|", identity(src)), [&] {
       const std::int64_t K = src.type.shape.at(rows ? 1 : 0), N = src.type.shape.at(rows ? 0 : 1);
       // A ggml weight's name keeps its source type ("layers.0.q.ggml_q4_k"): `inspect` shows it.
-      const std::string name =
-          src.name + (rows ? "." + ir::quant_spelling(*src.type.quant) : eight ? ".pq8" : ".pq4");
+      const std::string name = src.name + (rows    ? "." + ir::quant_spelling(*src.type.quant)
+                                           : eight ? ".pq8"
+                                                   : ".pq4");
       if (!src.has_data() && rows) {
         // Types only, a ggml weight: its type decides the container (ggml_blocks.hpp).
         const auto info = ggml_type_info(src.type.quant->ggml_type);
@@ -617,8 +618,8 @@ WeightConverter::MlpOperands WeightConverter::fold_mlp_perm(const ir::Weight& ga
       const PackedWeights dv = packed_view(down);
       try {
         return make_packed_weight(name, kernels::permute_columns(v, dv.k_perm), !v.k_perm.empty());
-      } catch (const std::invalid_argument& e) {
-        throw Error(ErrorKind::invalid_input, where_of(w), e.what());
+      } catch (const Error& e) { // invalid input: the checkpoint's act-order permutation
+        throw e.within(where_of(w));
       }
     });
   };

@@ -3,14 +3,17 @@
 
 #include <algorithm>
 
+#include "tpullm/support/error.hpp"
+
 namespace tpullm::kernels {
 
 std::vector<float> rope_inv_freq(std::int64_t head_dim, double theta, const RopeScaling& scaling) {
   if (head_dim <= 0 || head_dim % 2 != 0)
-    throw std::invalid_argument("rope: head_dim " + std::to_string(head_dim) +
-                                " must be positive and even");
+    throw_error(ErrorKind::invalid_input, "",
+                "rope: head_dim " + std::to_string(head_dim) + " must be positive and even");
   if (!(theta > 0.0))
-    throw std::invalid_argument("rope: rope_theta " + std::to_string(theta) + " must be > 0");
+    throw_error(ErrorKind::invalid_input, "",
+                "rope: rope_theta " + std::to_string(theta) + " must be > 0");
   const std::int64_t half = head_dim / 2;
   std::vector<float> inv(static_cast<std::size_t>(half));
   for (std::int64_t i = 0; i < half; ++i) {
@@ -23,7 +26,7 @@ std::vector<float> rope_inv_freq(std::int64_t head_dim, double theta, const Rope
     break;
   case RopeScaling::Kind::linear:
     if (!(scaling.factor > 0.0))
-      throw std::invalid_argument("rope: linear scaling factor must be > 0");
+      throw_error(ErrorKind::invalid_input, "", "rope: linear scaling factor must be > 0");
     for (float& f : inv)
       f = static_cast<float>(f / scaling.factor);
     break;
@@ -32,9 +35,9 @@ std::vector<float> rope_inv_freq(std::int64_t head_dim, double theta, const Rope
                  hi = scaling.high_freq_factor;
     const double old_len = static_cast<double>(scaling.original_max_position_embeddings);
     if (!(factor > 0.0) || !(lo > 0.0) || !(hi > lo) || !(old_len > 0.0))
-      throw std::invalid_argument(
-          "rope: llama3 scaling needs factor > 0, 0 < low_freq_factor < high_freq_factor, "
-          "original_max_position_embeddings > 0");
+      throw_error(ErrorKind::invalid_input, "",
+                  "rope: llama3 scaling needs factor > 0, 0 < low_freq_factor < high_freq_factor, "
+                  "original_max_position_embeddings > 0");
     const double low_wavelen = old_len / lo, high_wavelen = old_len / hi;
     const double two_pi = 6.283185307179586;
     for (float& f : inv) {
@@ -56,8 +59,9 @@ std::vector<float> rope_inv_freq(std::int64_t head_dim, double theta, const Rope
     const double orig = static_cast<double>(scaling.original_max_position_embeddings);
     if (!(factor > 0.0) || !(orig > 0.0) || !(scaling.beta_fast > 0.0) ||
         !(scaling.beta_slow > 0.0))
-      throw std::invalid_argument("rope: yarn scaling needs factor > 0, beta_fast > 0, "
-                                  "beta_slow > 0, original_max_position_embeddings > 0");
+      throw_error(ErrorKind::invalid_input, "",
+                  "rope: yarn scaling needs factor > 0, beta_fast > 0, beta_slow > 0, "
+                  "original_max_position_embeddings > 0");
     const double two_pi = 6.283185307179586, dim = static_cast<double>(head_dim);
     const auto correction_dim = [&](double rotations) {
       return dim * std::log(orig / (rotations * two_pi)) / (2.0 * std::log(base));
@@ -90,14 +94,16 @@ std::vector<float> rope_inv_freq(std::int64_t head_dim, double theta, const Rope
   }
   if (!scaling.freq_factors.empty()) {
     if (scaling.freq_factors.size() != inv.size())
-      throw std::invalid_argument("rope: " + std::to_string(scaling.freq_factors.size()) +
-                                  " frequency factors for head_dim " + std::to_string(head_dim) +
-                                  " (expected " + std::to_string(inv.size()) + ")");
+      throw_error(ErrorKind::invalid_input, "",
+                  "rope: " + std::to_string(scaling.freq_factors.size()) +
+                      " frequency factors for head_dim " + std::to_string(head_dim) +
+                      " (expected " + std::to_string(inv.size()) + ")");
     for (std::size_t i = 0; i < inv.size(); ++i) {
       const float f = scaling.freq_factors[i];
       if (!(f > 0.0f) || !std::isfinite(f))
-        throw std::invalid_argument("rope: frequency factor " + std::to_string(i) + " = " +
-                                    std::to_string(f) + " must be finite and > 0");
+        throw_error(ErrorKind::invalid_input, "",
+                    "rope: frequency factor " + std::to_string(i) + " = " + std::to_string(f) +
+                        " must be finite and > 0");
       inv[i] = inv[i] / f;
     }
   }
@@ -107,12 +113,13 @@ std::vector<float> rope_inv_freq(std::int64_t head_dim, double theta, const Rope
 RopeTables build_rope_tables(std::int64_t seq_length, std::int64_t head_dim, double theta,
                              const RopeScaling& scaling) {
   if (seq_length <= 0)
-    throw std::invalid_argument("rope: seq_length " + std::to_string(seq_length) + " must be > 0");
+    throw_error(ErrorKind::invalid_input, "",
+                "rope: seq_length " + std::to_string(seq_length) + " must be > 0");
   const std::vector<float> inv = rope_inv_freq(head_dim, theta, scaling);
   if (!(scaling.attention_factor > 0.0) || !std::isfinite(scaling.attention_factor))
-    throw std::invalid_argument("rope: attention factor " +
-                                std::to_string(scaling.attention_factor) +
-                                " must be finite and > 0");
+    throw_error(ErrorKind::invalid_input, "",
+                "rope: attention factor " + std::to_string(scaling.attention_factor) +
+                    " must be finite and > 0");
   const auto attention = static_cast<float>(scaling.attention_factor);
   RopeTables t;
   t.seq_length = seq_length;

@@ -5,28 +5,41 @@
 #include "test_data_dir.hpp"
 #include <catch2/catch.hpp>
 
+#include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <map>
 #include <set>
 
+#include "../cli/hostile.hpp"
+#include "tpullm/bundle/bundle.hpp"
 #include "tpullm/compiler/compiler.hpp"
 #include "tpullm/frontend/stage_builder.hpp"
 #include "tpullm/memory/plan_memory.hpp"
+#include "tpullm/runtime/compiled_stages.hpp"
+#include "tpullm/runtime/engine.hpp"
 #include "tpullm/tiling/layer_group.hpp"
 
 using namespace tpullm;
 
 namespace {
 
-compiler::CompiledModel compile_moe(const std::string& name, compiler::CompileOptions o = {}) {
-  const auto d =
-      frontend::load_model(std::filesystem::path(TPULLM_TEST_DATA_DIR) / "models" / name);
+frontend::StageParams moe_params() {
   frontend::StageParams p;
   p.seq_length = 128;
   p.max_input_length = 32;
   p.decode_chunk = 64; // decode variants 128, 64
+  return p;
+}
+
+compiler::CompiledModel compile_moe(const frontend::ModelDesc& d, compiler::CompileOptions o = {}) {
   o.target.cores = 2;
-  return compiler::compile(frontend::build_top_modules(d, p), o);
+  return compiler::compile(frontend::build_top_modules(d, moe_params()), o);
+}
+
+compiler::CompiledModel compile_moe(const std::string& name, compiler::CompileOptions o = {}) {
+  return compile_moe(
+      frontend::load_model(std::filesystem::path(TPULLM_TEST_DATA_DIR) / "models" / name), o);
 }
 
 } // namespace
@@ -97,4 +110,43 @@ TEST_CASE("MoE weights: converted once, router f32, experts in the mode",
           for (std::size_t i = 2; i < op->num_operands(); ++i)
             CHECK(op->operand(i)->type().dtype == ir::DType::bf16);
         }
+}
+
+TEST_CASE("a NaN router logit through the executor is the model's invalid input, not internal",
+          "[backend][moe][errors]") {
+  // mixtral-e8k2 with layer 1's router weights NaN (as the CLI's hostile corpus has it): the
+  // kernel (kernels/moe.hpp) raises ModelValueError, the executor locates it at the instruction
+  // and keeps its type and kind.
+  namespace fs = std::filesystem;
+  fe_test::TempDir t;
+  const fs::path src = fs::path(TPULLM_TEST_DATA_DIR) / "models" / "mixtral-e8k2";
+  const fs::path dst = t / "moe-nan-router";
+  fs::create_directories(dst);
+  fs::copy_file(src / "config.json", dst / "config.json");
+  hostile::rewrite_safetensors(src / "model.safetensors", dst / "model.safetensors", [](auto& e) {
+    auto& g = e.at("model.layers.1.block_sparse_moe.gate.weight");
+    REQUIRE(g.dtype == "F32");
+    const float nan = NAN;
+    for (std::size_t i = 0; i + sizeof nan <= g.bytes.size(); i += sizeof nan)
+      std::memcpy(g.bytes.data() + i, &nan, sizeof nan);
+  });
+  const auto desc = frontend::load_model(dst);
+  const auto p = moe_params();
+  const auto cm = compile_moe(desc);
+  const auto exec = compiler::make_executor(cm, 1);
+  runtime::CompiledStages stages(*exec, 0);
+  runtime::Session s(stages, runtime::Engine::dims_of(bundle::make_model_info(desc, p, "f32")), p);
+  const std::vector<std::int32_t> ids{1, 2, 3};
+  try {
+    (void)s.prefill(ids, false);
+    FAIL("a NaN router logit ran through");
+  } catch (const ModelValueError& e) {
+    CHECK(e.kind() == ErrorKind::invalid_input);
+    CHECK_THAT(e.where(), Catch::Contains("block_1") && Catch::Contains("tpu.MoE"));
+    CHECK_THAT(e.message(), Catch::Contains("the router logit of row 0, expert 0 is NaN: the "
+                                            "model's weights (or the layers before) produce "
+                                            "values that are not finite"));
+  } catch (const Error& e) {
+    FAIL("not a ModelValueError: " << e.what());
+  }
 }

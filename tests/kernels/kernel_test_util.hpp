@@ -12,6 +12,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "error_kind.hpp"
 #include "tpullm/kernels/cpu_features.hpp"
 #include "tpullm/kernels/packed_weights.hpp"
 #include "tpullm/support/float16.hpp"

@@ -75,8 +75,8 @@ TEST_CASE("silu and silu_mul", "[kernels][elementwise]") {
     }
   }
   std::vector<float> a(4), b(3);
-  CHECK_THROWS_AS(silu(a, b), std::invalid_argument);
-  CHECK_THROWS_AS(silu_mul(a, b, a), std::invalid_argument);
+  CHECK_THROWS_KIND(silu(a, b), internal);
+  CHECK_THROWS_KIND(silu_mul(a, b, a), internal);
 }
 
 TEST_CASE("add and mul with broadcasting", "[kernels][elementwise]") {
@@ -107,6 +107,6 @@ TEST_CASE("add and mul with broadcasting", "[kernels][elementwise]") {
     CHECK(bad == 0);
   }
   std::vector<float> y(a.size()), wrong(36);
-  CHECK_THROWS_AS(add(a, wrong, y, s), std::invalid_argument);
-  CHECK_THROWS_AS(mul(std::span<const float>(a).first(10), b, y, s), std::invalid_argument);
+  CHECK_THROWS_KIND(add(a, wrong, y, s), internal);
+  CHECK_THROWS_KIND(mul(std::span<const float>(a).first(10), b, y, s), internal);
 }

@@ -316,7 +316,7 @@ TEST_CASE("flash_attention tile choice respects the budget", "[kernels][attentio
   CHECK(small.q_rows == 16);
   const auto tight = choose_attention_tiles(1000, 128, 64 * 1024);
   CHECK(AttentionTiles::bytes(tight.q_rows, tight.k_cols, 128, false) <= 64u * 1024u);
-  CHECK_THROWS_AS(choose_attention_tiles(100, 128, 1024), std::invalid_argument);
+  CHECK_THROWS_KIND(choose_attention_tiles(100, 128, 1024), internal);
 }
 
 TEST_CASE("flash_attention rejects bad arguments", "[kernels][attention]") {
@@ -326,22 +326,22 @@ TEST_CASE("flash_attention rejects bad arguments", "[kernels][attention]") {
   CHECK_NOTHROW(flash_attention<float>(q, kv, kv, pos, out, s));
   auto bad = s;
   bad.q_heads = 3;
-  CHECK_THROWS_AS(flash_attention<float>(q, kv, kv, pos, out, bad), std::invalid_argument);
+  CHECK_THROWS_KIND(flash_attention<float>(q, kv, kv, pos, out, bad), internal);
   bad = s;
   bad.S_valid = 9;
-  CHECK_THROWS_AS(flash_attention<float>(q, kv, kv, pos, out, bad), std::invalid_argument);
+  CHECK_THROWS_KIND(flash_attention<float>(q, kv, kv, pos, out, bad), internal);
   bad = s;
   bad.L_valid = 3;
-  CHECK_THROWS_AS(flash_attention<float>(q, kv, kv, pos, out, bad), std::invalid_argument);
+  CHECK_THROWS_KIND(flash_attention<float>(q, kv, kv, pos, out, bad), internal);
   bad = s;
   bad.S_valid = 0;
-  CHECK_THROWS_AS(flash_attention<float>(q, kv, kv, pos, out, bad), std::invalid_argument);
+  CHECK_THROWS_KIND(flash_attention<float>(q, kv, kv, pos, out, bad), internal);
   std::vector<std::int32_t> neg{0, -1};
-  CHECK_THROWS_AS(flash_attention<float>(q, kv, kv, neg, out, s), std::invalid_argument);
+  CHECK_THROWS_KIND(flash_attention<float>(q, kv, kv, neg, out, s), invalid_input);
   std::vector<float> small_kv(10);
-  CHECK_THROWS_AS(flash_attention<float>(q, small_kv, kv, pos, out, s), std::invalid_argument);
-  CHECK_THROWS_AS(flash_attention<float>(q, kv, kv, pos, out, s, CoreSplit{SplitDim::cols, 2}),
-                  std::invalid_argument);
+  CHECK_THROWS_KIND(flash_attention<float>(q, small_kv, kv, pos, out, s), internal);
+  CHECK_THROWS_KIND(flash_attention<float>(q, kv, kv, pos, out, s, CoreSplit{SplitDim::cols, 2}),
+                    internal);
   // decode accepts a key split (flash-decoding)
   AttentionShape dec{1, 1, 8, 8, 4, 2, 16, 0.25f, true};
   CHECK_NOTHROW(flash_attention<float>(q, kv, kv, pos, out, dec, CoreSplit{SplitDim::cols, 2}));

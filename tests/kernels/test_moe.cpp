@@ -220,9 +220,10 @@ TEST_CASE("moe_route: softmax, top-k with ties to the lower expert, renormalisat
   CHECK(norm.weight[2] == Approx(std::exp(5.0) / (std::exp(5.0) + std::exp(1.0))).epsilon(1e-6));
 
   const std::vector<float> nan_row = {0, kNaN, 1, 2};
-  CHECK_THROWS_AS(moe_route(nan_row, {1, 1, 1, 4, 1, false}), std::domain_error);    // a value
-  CHECK_THROWS_AS(moe_route(logits, {2, 1, 1, 4, 5, false}), std::invalid_argument); // k > E
-  CHECK_THROWS_AS(moe_route(logits, {3, 1, 1, 4, 1, false}), std::invalid_argument); // short
+  CHECK_THROWS_MATCHES(moe_route(nan_row, {1, 1, 1, 4, 1, false}), ModelValueError,
+                       kind_is(ErrorKind::invalid_input));                // a value
+  CHECK_THROWS_KIND(moe_route(logits, {2, 1, 1, 4, 5, false}), internal); // k > E
+  CHECK_THROWS_KIND(moe_route(logits, {3, 1, 1, 4, 1, false}), internal); // short
 }
 
 TEST_CASE("moe_mlp refuses mismatched weights", "[moe]") {
@@ -234,16 +235,13 @@ TEST_CASE("moe_mlp refuses mismatched weights", "[moe]") {
   std::vector<float> out(2 * 64);
   CHECK_NOTHROW(moe_mlp(x, router, experts, out, {2, 64, 32, 4, 2, true}, 1 << 20));
   // router width != experts
-  CHECK_THROWS_AS(moe_mlp(x, router, experts, out, {2, 64, 32, 5, 2, true}, 1 << 20),
-                  std::invalid_argument);
+  CHECK_THROWS_KIND(moe_mlp(x, router, experts, out, {2, 64, 32, 5, 2, true}, 1 << 20), internal);
   // top_k > experts
-  CHECK_THROWS_AS(moe_mlp(x, router, experts, out, {2, 64, 32, 4, 5, true}, 1 << 20),
-                  std::invalid_argument);
+  CHECK_THROWS_KIND(moe_mlp(x, router, experts, out, {2, 64, 32, 4, 5, true}, 1 << 20), internal);
   // an expert whose down weight has the wrong shape
   std::vector<MoeExpert> bad = experts;
   bad[2].down = &g.packed;
-  CHECK_THROWS_AS(moe_mlp(x, router, bad, out, {2, 64, 32, 4, 4, true}, 1 << 20),
-                  std::invalid_argument);
+  CHECK_THROWS_KIND(moe_mlp(x, router, bad, out, {2, 64, 32, 4, 4, true}, 1 << 20), internal);
 }
 
 TEST_CASE("moe_mlp reads only the chosen experts", "[moe]") {

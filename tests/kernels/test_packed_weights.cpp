@@ -7,6 +7,8 @@
 
 #include "tpullm/kernels/packed_weights.hpp"
 
+#include "error_kind.hpp"
+
 using namespace tpullm;
 using namespace tpullm::kernels;
 
@@ -202,32 +204,32 @@ TEST_CASE("packed layouts put every element at its documented byte", "[packed]")
 TEST_CASE("pack functions reject bad arguments", "[packed]") {
   std::vector<std::int8_t> q(6 * 4, 0);
   std::vector<float> s(4, 1.0f);
-  CHECK_THROWS_AS(pack_int8(q, s, 6, 4, 4), std::invalid_argument); // K % group
-  CHECK_THROWS_AS(pack_int8(q, s, 6, 4, 0), std::invalid_argument); // group 0
-  CHECK_THROWS_AS(pack_int8(q, s, 5, 4, 5), std::invalid_argument); // size mismatch
-  CHECK_THROWS_AS(pack_int4_sym(q, s, 6, 4, 4), std::invalid_argument);
+  CHECK_THROWS_KIND(pack_int8(q, s, 6, 4, 4), invalid_input); // K % group
+  CHECK_THROWS_KIND(pack_int8(q, s, 6, 4, 0), invalid_input); // group 0
+  CHECK_THROWS_KIND(pack_int8(q, s, 5, 4, 5), invalid_input); // size mismatch
+  CHECK_THROWS_KIND(pack_int4_sym(q, s, 6, 4, 4), invalid_input);
   std::vector<std::int8_t> q12(12 * 4, 0);
   std::vector<float> s3(3 * 4, 1.0f);
-  CHECK_THROWS_AS(pack_int4_sym(q12, s3, 12, 4, 4), std::invalid_argument); // group % 8 != 0
+  CHECK_THROWS_KIND(pack_int4_sym(q12, s3, 12, 4, 4), invalid_input); // group % 8 != 0
   CHECK_NOTHROW(pack_int8(q12, s3, 12, 4, 4));
   std::vector<float> s6(6 * 4, 1.0f);
-  CHECK_THROWS_AS(pack_int8(q12, s6, 12, 4, 2), std::invalid_argument); // group % 4 != 0
+  CHECK_THROWS_KIND(pack_int8(q12, s6, 12, 4, 2), invalid_input); // group % 4 != 0
   std::vector<std::int8_t> big(6 * 4, 9);
-  CHECK_THROWS_AS(pack_int4_sym(big, s, 6, 4, 6), std::invalid_argument); // value > 7
+  CHECK_THROWS_KIND(pack_int4_sym(big, s, 6, 4, 6), invalid_input); // value > 7
   std::vector<std::uint8_t> u(6 * 4, 3), z(4, 16);
-  CHECK_THROWS_AS(pack_int4_asym(u, s, z, 6, 4, 6), std::invalid_argument); // zero > 15
+  CHECK_THROWS_KIND(pack_int4_asym(u, s, z, 6, 4, 6), invalid_input); // zero > 15
   std::vector<std::uint8_t> z_ok(4, 1);
   const std::vector<std::int32_t> bad_perm = {0, 1, 2, 3, 4, 4};
-  CHECK_THROWS_AS(pack_int4_asym(u, s, z_ok, 6, 4, 6, bad_perm), std::invalid_argument);
+  CHECK_THROWS_KIND(pack_int4_asym(u, s, z_ok, 6, 4, 6, bad_perm), invalid_input);
   std::vector<float> w(3);
-  CHECK_THROWS_AS(pack_f32(w, 0, 3), std::invalid_argument);
+  CHECK_THROWS_KIND(pack_f32(w, 0, 3), invalid_input);
   std::vector<std::uint8_t> u16(6 * 4, 16);
-  CHECK_THROWS_AS(pack_int4_min(u16, s, s, 6, 4, 6), std::invalid_argument); // code > 15
-  CHECK_THROWS_AS(pack_int4_min(u, s, s3, 6, 4, 6), std::invalid_argument);  // mins size
-  CHECK_THROWS_AS(pack_int4_min(u, s, s, 6, 4, 6, bad_perm), std::invalid_argument);
+  CHECK_THROWS_KIND(pack_int4_min(u16, s, s, 6, 4, 6), invalid_input); // code > 15
+  CHECK_THROWS_KIND(pack_int4_min(u, s, s3, 6, 4, 6), invalid_input);  // mins size
+  CHECK_THROWS_KIND(pack_int4_min(u, s, s, 6, 4, 6, bad_perm), invalid_input);
   CHECK_NOTHROW(pack_int4_min(u, s, s, 6, 4, 6));
   std::vector<std::uint8_t> u12(12 * 4, 200);
-  CHECK_THROWS_AS(pack_int8_min(u12, s6, s6, 12, 4, 2), std::invalid_argument); // group % 4
-  CHECK_THROWS_AS(pack_int8_min(u12, s3, s, 12, 4, 4), std::invalid_argument);  // mins size
+  CHECK_THROWS_KIND(pack_int8_min(u12, s6, s6, 12, 4, 2), invalid_input); // group % 4
+  CHECK_THROWS_KIND(pack_int8_min(u12, s3, s, 12, 4, 4), invalid_input);  // mins size
   CHECK_NOTHROW(pack_int8_min(u12, s3, s3, 12, 4, 4));
 }

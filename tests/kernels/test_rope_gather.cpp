@@ -73,10 +73,10 @@ TEST_CASE("rope tables follow the HF formulas", "[kernels][rope]") {
   CHECK(inv[0] == 1.0f);
   const double base_last = 1.0 / std::pow(500000.0, 126.0 / 128.0);
   CHECK(inv[63] == Approx(base_last / 8.0).epsilon(1e-6));
-  CHECK_THROWS_AS(build_rope_tables(10, 63, 10000.0), std::invalid_argument);
-  CHECK_THROWS_AS(build_rope_tables(0, 64, 10000.0), std::invalid_argument);
-  CHECK_THROWS_AS(rope_inv_freq(64, 10000.0, {RopeScaling::Kind::llama3, 8.0, 4.0, 1.0, 8192}),
-                  std::invalid_argument);
+  CHECK_THROWS_KIND(build_rope_tables(10, 63, 10000.0), invalid_input);
+  CHECK_THROWS_KIND(build_rope_tables(0, 64, 10000.0), invalid_input);
+  CHECK_THROWS_KIND(rope_inv_freq(64, 10000.0, {RopeScaling::Kind::llama3, 8.0, 4.0, 1.0, 8192}),
+                    invalid_input);
 }
 
 TEST_CASE("rope_apply rotates halves and interleaved pairs", "[kernels][rope]") {
@@ -129,15 +129,14 @@ TEST_CASE("rope position errors are thrown, not clamped", "[kernels][rope]") {
   std::vector<float> x(2 * 1 * 8, 1.f);
   std::vector<std::int32_t> ok{0, 15}, past{0, 16}, neg{-1, 0};
   CHECK_NOTHROW(rope_apply(std::span<float>(x), ok, t, {2, 1, 8}, RopeMode::halves));
-  CHECK_THROWS_AS(rope_apply(std::span<float>(x), past, t, {2, 1, 8}, RopeMode::halves),
-                  std::out_of_range);
-  CHECK_THROWS_AS(rope_apply(std::span<float>(x), neg, t, {2, 1, 8}, RopeMode::halves),
-                  std::out_of_range);
-  CHECK_THROWS_AS(rope_apply(std::span<float>(x), ok, t, {2, 2, 4}, RopeMode::halves),
-                  std::invalid_argument);
+  CHECK_THROWS_KIND(rope_apply(std::span<float>(x), past, t, {2, 1, 8}, RopeMode::halves),
+                    invalid_input);
+  CHECK_THROWS_KIND(rope_apply(std::span<float>(x), neg, t, {2, 1, 8}, RopeMode::halves),
+                    invalid_input);
+  CHECK_THROWS_KIND(rope_apply(std::span<float>(x), ok, t, {2, 2, 4}, RopeMode::halves), internal);
   std::vector<float> small(15);
-  CHECK_THROWS_AS(rope_apply(std::span<float>(small), ok, t, {2, 1, 8}, RopeMode::halves),
-                  std::invalid_argument);
+  CHECK_THROWS_KIND(rope_apply(std::span<float>(small), ok, t, {2, 1, 8}, RopeMode::halves),
+                    internal);
 }
 
 TEST_CASE("rope_to_kv_cache writes rotated keys into their slots", "[kernels][rope]") {
@@ -177,9 +176,10 @@ TEST_CASE("rope_to_kv_cache writes rotated keys into their slots", "[kernels][ro
   }
   std::vector<float> cache(static_cast<std::size_t>(cap * row));
   std::vector<std::int32_t> bad_slots{0, 1, 20};
-  CHECK_THROWS_AS(rope_to_kv_cache(k, cache, cap, pos, bad_slots, t, {L, kvh, d}, RopeMode::halves),
-                  std::out_of_range);
+  CHECK_THROWS_KIND(
+      rope_to_kv_cache(k, cache, cap, pos, bad_slots, t, {L, kvh, d}, RopeMode::halves),
+      invalid_input);
   std::vector<std::int32_t> far{10, 11, 25}; // inside the table, outside the cache
-  CHECK_THROWS_AS(rope_to_kv_cache(k, cache, cap, far, {}, t, {L, kvh, d}, RopeMode::halves),
-                  std::out_of_range);
+  CHECK_THROWS_KIND(rope_to_kv_cache(k, cache, cap, far, {}, t, {L, kvh, d}, RopeMode::halves),
+                    invalid_input);
 }

@@ -63,7 +63,7 @@ void check_session_runs(runtime::Session& s, bool with_history, const std::strin
     s.reset();
   } catch (const OutputError&) {
     throw;
-  } catch (const runtime::ModelValueError& e) {
+  } catch (const ModelValueError& e) {
     // The checkpoint's values, whatever the plan: named as the model's failure.
     throw Error(ErrorKind::invalid_input, what,
                 "the model fails at " + e.where() + ": " + e.message());

@@ -55,7 +55,7 @@ struct ArrayAllocator {
     if (bytes < kMapBytes)
       return std::allocator<T>().allocate(n);
     void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED)
+    if (p == MAP_FAILED) // the Allocator requirements: allocate() reports failure as bad_alloc
       throw std::bad_alloc();
 #ifdef MADV_HUGEPAGE
     ::madvise(p, bytes, MADV_HUGEPAGE); // advice only: failure leaves 4 KiB pages

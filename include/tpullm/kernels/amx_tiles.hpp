@@ -8,7 +8,7 @@
 ///             of the tile; TDPBF16PS accumulates even and odd bf16 products in two f32 sums with
 ///             DAZ / FTZ / round-to-nearest-even and adds them to C; TDPB[SU][SU]D sum four
 ///             8-bit products per dword into wrapping int32; shape mismatches between C, A and B
-///             and use before configuration raise std::logic_error where hardware raises #UD).
+///             and use before configuration raise Error(internal) where hardware raises #UD).
 ///
 /// Tile kernels are templates over the implementation, so on any machine the tests run every
 /// AMX kernel through Emu (packing, tiling, edge tiles, scales), and through Hw only where the
@@ -21,10 +21,10 @@
 
 #include <cstdint>
 #include <cstring>
-#include <stdexcept>
 #include <string>
 
 #include "tpullm/kernels/isa_target.hpp"
+#include "tpullm/support/error.hpp"
 
 #if TPULLM_X86
 #include <immintrin.h>
@@ -46,9 +46,9 @@ struct alignas(64) TileConfig {
   /// Sets tile t to `r` rows of `cb` bytes (r <= 16, cb <= 64).
   TileConfig& set(int t, int r, int cb) {
     if (t < 0 || t >= kTiles || r < 1 || r > kMaxRows || cb < 4 || cb > kMaxColsb || cb % 4)
-      throw std::invalid_argument("amx::TileConfig: tile " + std::to_string(t) + " rows " +
-                                  std::to_string(r) + " colsb " + std::to_string(cb) +
-                                  " is outside palette 1");
+      throw_error(ErrorKind::internal, "",
+                  "amx::TileConfig: tile " + std::to_string(t) + " rows " + std::to_string(r) +
+                      " colsb " + std::to_string(cb) + " is outside palette 1");
     rows[t] = static_cast<std::uint8_t>(r);
     colsb[t] = static_cast<std::uint16_t>(cb);
     return *this;
@@ -69,7 +69,7 @@ struct Emu {
   }
   static void configure(const TileConfig& c) {
     if (c.palette != 1)
-      throw std::logic_error("amx::Emu: only palette 1 is emulated");
+      throw_error(ErrorKind::internal, "", "amx::Emu: only palette 1 is emulated");
     State& s = st();
     s.cfg = c;
     s.configured = true;
@@ -83,10 +83,10 @@ struct Emu {
   static void check(int t, const char* what) {
     const State& s = st();
     if (!s.configured)
-      throw std::logic_error(std::string("amx::Emu: ") + what + " before configure");
+      throw_error(ErrorKind::internal, "", std::string("amx::Emu: ") + what + " before configure");
     if (s.cfg.rows[t] == 0 || s.cfg.colsb[t] == 0)
-      throw std::logic_error(std::string("amx::Emu: ") + what + " on unconfigured tile " +
-                             std::to_string(t));
+      throw_error(ErrorKind::internal, "",
+                  std::string("amx::Emu: ") + what + " on unconfigured tile " + std::to_string(t));
   }
   template <int T>
   static void zero() {
@@ -119,14 +119,15 @@ struct Emu {
     check(a, what);
     check(b, what);
     if (c == a || c == b || a == b)
-      throw std::logic_error(std::string("amx::Emu: ") + what + " with repeated tile operands");
+      throw_error(ErrorKind::internal, "",
+                  std::string("amx::Emu: ") + what + " with repeated tile operands");
     const TileConfig& g = st().cfg;
     if (g.rows[c] != g.rows[a] || g.colsb[a] / 4 != g.rows[b] || g.colsb[b] != g.colsb[c])
-      throw std::logic_error(std::string("amx::Emu: ") + what + " shape mismatch: C " +
-                             std::to_string(g.rows[c]) + "x" + std::to_string(g.colsb[c]) +
-                             "B, A " + std::to_string(g.rows[a]) + "x" +
-                             std::to_string(g.colsb[a]) + "B, B " + std::to_string(g.rows[b]) +
-                             "x" + std::to_string(g.colsb[b]) + "B");
+      throw_error(ErrorKind::internal, "",
+                  std::string("amx::Emu: ") + what + " shape mismatch: C " +
+                      std::to_string(g.rows[c]) + "x" + std::to_string(g.colsb[c]) + "B, A " +
+                      std::to_string(g.rows[a]) + "x" + std::to_string(g.colsb[a]) + "B, B " +
+                      std::to_string(g.rows[b]) + "x" + std::to_string(g.colsb[b]) + "B");
   }
   /// f32 with denormals flushed to (signed) zero.
   static float ftz(float v) {

@@ -5,8 +5,9 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
-#include <stdexcept>
 #include <string>
+
+#include "tpullm/support/error.hpp"
 
 namespace tpullm::kernels {
 
@@ -38,7 +39,7 @@ struct AttentionTiles {
 };
 
 /// Largest tiles (Br <= 64 and <= rows rounded up to 16; Bc <= 128) whose working set fits
-/// `local_memory_bytes`; throws std::invalid_argument when even 16 x 16 does not fit.
+/// `local_memory_bytes`; throws Error(internal) when even 16 x 16 does not fit.
 inline AttentionTiles choose_attention_tiles(std::int64_t rows, std::int64_t head_dim,
                                              std::size_t local_memory_bytes, bool kv16 = false) {
   const std::int64_t max_br = std::clamp<std::int64_t>((rows + 15) / 16 * 16, 16, 64);
@@ -46,11 +47,11 @@ inline AttentionTiles choose_attention_tiles(std::int64_t rows, std::int64_t hea
     for (std::int64_t bc : {128, 64, 32, 16})
       if (AttentionTiles::bytes(br, bc, head_dim, kv16) <= local_memory_bytes)
         return {br, bc};
-  throw std::invalid_argument("flash_attention: local memory budget of " +
-                              std::to_string(local_memory_bytes) +
-                              " bytes is below the smallest 16x16 tile (" +
-                              std::to_string(AttentionTiles::bytes(16, 16, head_dim, kv16)) +
-                              " bytes for head_dim " + std::to_string(head_dim) + ")");
+  throw_error(ErrorKind::internal, "",
+              "flash_attention: local memory budget of " + std::to_string(local_memory_bytes) +
+                  " bytes is below the smallest 16x16 tile (" +
+                  std::to_string(AttentionTiles::bytes(16, 16, head_dim, kv16)) +
+                  " bytes for head_dim " + std::to_string(head_dim) + ")");
 }
 
 } // namespace tpullm::kernels

@@ -12,11 +12,11 @@
 
 #include <cstdlib>
 #include <optional>
-#include <stdexcept>
 #include <string>
 #include <string_view>
 
 #include "tpullm/kernels/isa_target.hpp"
+#include "tpullm/support/error.hpp"
 
 #if TPULLM_X86
 #include <cpuid.h>
@@ -148,20 +148,23 @@ inline std::optional<Isa>& isa_override_slot() {
       return std::nullopt;
     auto isa = parse_isa(env);
     if (!isa)
-      throw std::invalid_argument("TPULLM_ISA='" + std::string(env) +
-                                  "' is not one of portable, avx2, avx512, amx");
+      throw_error(ErrorKind::invalid_input, "TPULLM_ISA",
+                  "TPULLM_ISA='" + std::string(env) +
+                      "' is not one of portable, avx2, avx512, amx");
     return isa;
   }();
   return slot;
 }
 } // namespace detail
 
-/// Forces the kernels onto `isa` (nullopt restores automatic choice). Throws if the CPU lacks it.
+/// Forces the kernels onto `isa` (nullopt restores automatic choice). Throws
+/// Error(unsupported) if the CPU lacks it.
 inline void set_isa_override(std::optional<Isa> isa) {
   if (isa && static_cast<int>(*isa) > static_cast<int>(cpu_features().best()))
-    throw std::invalid_argument("cannot force ISA '" + std::string(isa_name(*isa)) +
-                                "': this CPU supports at most '" +
-                                std::string(isa_name(cpu_features().best())) + "'");
+    throw_error(ErrorKind::unsupported, "",
+                "cannot force ISA '" + std::string(isa_name(*isa)) +
+                    "': this CPU supports at most '" +
+                    std::string(isa_name(cpu_features().best())) + "'");
   detail::isa_override_slot() = isa;
 }
 
@@ -170,9 +173,10 @@ inline Isa active_isa() {
   const auto& o = detail::isa_override_slot();
   if (o) {
     if (static_cast<int>(*o) > static_cast<int>(cpu_features().best()))
-      throw std::invalid_argument("TPULLM_ISA asks for '" + std::string(isa_name(*o)) +
-                                  "' but this CPU supports at most '" +
-                                  std::string(isa_name(cpu_features().best())) + "'");
+      throw_error(ErrorKind::unsupported, "TPULLM_ISA",
+                  "TPULLM_ISA asks for '" + std::string(isa_name(*o)) +
+                      "' but this CPU supports at most '" +
+                      std::string(isa_name(cpu_features().best())) + "'");
     return *o;
   }
   return cpu_features().best();

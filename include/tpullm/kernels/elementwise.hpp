@@ -6,13 +6,13 @@
 
 #include <cstdint>
 #include <span>
-#include <stdexcept>
 #include <string>
 
 #include "tpullm/kernels/core_split.hpp"
 #include "tpullm/kernels/cpu_features.hpp"
 #include "tpullm/kernels/vec_math.hpp"
 #include "tpullm/kernels/detail/portable_simd.hpp"
+#include "tpullm/support/error.hpp"
 
 namespace tpullm::kernels {
 
@@ -30,12 +30,14 @@ namespace detail {
 
 inline void ew_check(const RowsShape& s, std::size_t n, const char* what, const char* arg) {
   if (s.rows < 0 || s.cols < 0)
-    throw std::invalid_argument(std::string(what) + ": bad shape [" + std::to_string(s.rows) +
-                                ", " + std::to_string(s.cols) + "]");
+    throw_error(ErrorKind::internal, "",
+                std::string(what) + ": bad shape [" + std::to_string(s.rows) + ", " +
+                    std::to_string(s.cols) + "]");
   if (n < static_cast<std::size_t>(s.size()))
-    throw std::invalid_argument(std::string(what) + ": " + arg + " has " + std::to_string(n) +
-                                " elements, shape [" + std::to_string(s.rows) + ", " +
-                                std::to_string(s.cols) + "] needs " + std::to_string(s.size()));
+    throw_error(ErrorKind::internal, "",
+                std::string(what) + ": " + arg + " has " + std::to_string(n) +
+                    " elements, shape [" + std::to_string(s.rows) + ", " + std::to_string(s.cols) +
+                    "] needs " + std::to_string(s.size()));
 }
 
 // ---- generic bodies (compiled per ISA through the wrappers below) -----------------------------
@@ -294,8 +296,9 @@ inline void softmax_rows(std::span<float> x, const RowsShape& shape, const CoreS
 /// y = x * sigmoid(x). x, y: [n] (any shape flattened; y may alias x).
 inline void silu(std::span<const float> x, std::span<float> y, const CoreSplit& split = {}) {
   if (y.size() < x.size())
-    throw std::invalid_argument("silu: y has " + std::to_string(y.size()) + " elements, x has " +
-                                std::to_string(x.size()));
+    throw_error(ErrorKind::internal, "",
+                "silu: y has " + std::to_string(y.size()) + " elements, x has " +
+                    std::to_string(x.size()));
   const Isa isa = active_isa();
   parallel_for(split, static_cast<std::int64_t>(x.size()), 64, [&](std::int64_t b, std::int64_t e) {
 #if TPULLM_X86
@@ -312,9 +315,10 @@ inline void silu(std::span<const float> x, std::span<float> y, const CoreSplit& 
 inline void silu_mul(std::span<const float> gate, std::span<const float> up, std::span<float> y,
                      const CoreSplit& split = {}) {
   if (up.size() < gate.size() || y.size() < gate.size())
-    throw std::invalid_argument("silu_mul: gate " + std::to_string(gate.size()) + ", up " +
-                                std::to_string(up.size()) + ", y " + std::to_string(y.size()) +
-                                " elements differ");
+    throw_error(ErrorKind::internal, "",
+                "silu_mul: gate " + std::to_string(gate.size()) + ", up " +
+                    std::to_string(up.size()) + ", y " + std::to_string(y.size()) +
+                    " elements differ");
   const Isa isa = active_isa();
   parallel_for(split, static_cast<std::int64_t>(gate.size()), 64,
                [&](std::int64_t b, std::int64_t e) {
@@ -337,9 +341,9 @@ inline void binary(BinaryOp op, std::span<const float> a, std::span<const float>
   const bool full = b.size() >= static_cast<std::size_t>(shape.size());
   const bool bcast = !full && b.size() == static_cast<std::size_t>(shape.cols);
   if (!full && !bcast)
-    throw std::invalid_argument("binary: b has " + std::to_string(b.size()) +
-                                " elements; expected [M, N] = " + std::to_string(shape.size()) +
-                                " or [N] = " + std::to_string(shape.cols));
+    throw_error(ErrorKind::internal, "",
+                "binary: b has " + std::to_string(b.size()) + " elements; expected [M, N] = " +
+                    std::to_string(shape.size()) + " or [N] = " + std::to_string(shape.cols));
   bool mul = false;
   switch (op) {
   case BinaryOp::add:

@@ -1,17 +1,18 @@
 #pragma once
 /// Embedding lookup: token ids [L] (int32) gather rows of a [V, H] table into f32 [L, H].
 /// Tables may be f32, bf16, f16, or int8 with one f32 scale per row (value = q * scale[v]).
-/// An id outside [0, V) throws std::out_of_range naming the id, its index and V.
+/// An id outside [0, V) throws Error(invalid_input) naming the id, its index and V (a token from
+/// outside); a bad shape or span throws Error(internal) (the runtime's plan is checked before).
 
 #include <cstdint>
 #include <cstring>
 #include <span>
-#include <stdexcept>
 #include <string>
 
 #include "tpullm/kernels/core_split.hpp"
 #include "tpullm/kernels/cpu_features.hpp"
 #include "tpullm/kernels/vec_math.hpp"
+#include "tpullm/support/error.hpp"
 
 namespace tpullm::kernels {
 
@@ -26,20 +27,22 @@ namespace detail {
 inline void embedding_check(std::span<const std::int32_t> ids, std::size_t table, std::size_t out,
                             const EmbeddingShape& s) {
   if (s.vocab <= 0 || s.hidden <= 0)
-    throw std::invalid_argument("embedding_gather: bad table shape [" + std::to_string(s.vocab) +
-                                ", " + std::to_string(s.hidden) + "]");
+    throw_error(ErrorKind::internal, "",
+                "embedding_gather: bad table shape [" + std::to_string(s.vocab) + ", " +
+                    std::to_string(s.hidden) + "]");
   if (table < static_cast<std::size_t>(s.vocab * s.hidden))
-    throw std::invalid_argument("embedding_gather: table has " + std::to_string(table) +
-                                " elements, shape needs " + std::to_string(s.vocab * s.hidden));
+    throw_error(ErrorKind::internal, "",
+                "embedding_gather: table has " + std::to_string(table) + " elements, shape needs " +
+                    std::to_string(s.vocab * s.hidden));
   if (out < ids.size() * static_cast<std::size_t>(s.hidden))
-    throw std::invalid_argument("embedding_gather: out has " + std::to_string(out) +
-                                " elements, needs L*H = " +
-                                std::to_string(ids.size() * static_cast<std::size_t>(s.hidden)));
+    throw_error(ErrorKind::internal, "",
+                "embedding_gather: out has " + std::to_string(out) + " elements, needs L*H = " +
+                    std::to_string(ids.size() * static_cast<std::size_t>(s.hidden)));
   for (std::size_t i = 0; i < ids.size(); ++i)
     if (ids[i] < 0 || ids[i] >= s.vocab)
-      throw std::out_of_range("embedding_gather: token id " + std::to_string(ids[i]) +
-                              " at position " + std::to_string(i) +
-                              " is outside [0, V=" + std::to_string(s.vocab) + ")");
+      throw_error(ErrorKind::invalid_input, "",
+                  "embedding_gather: token id " + std::to_string(ids[i]) + " at position " +
+                      std::to_string(i) + " is outside [0, V=" + std::to_string(s.vocab) + ")");
 }
 
 TPULLM_ALWAYS_INLINE void dequant_i8_generic(const std::int8_t* q, float scale, float* dst,
@@ -59,7 +62,7 @@ TPULLM_TARGET_AVX2 inline void dequant_i8_avx2(const std::int8_t* q, float s, fl
 } // namespace detail
 
 /// out[l, :] = table[ids[l], :] widened to f32. ids: [L] int32; table: [V, H] row-major of
-/// f32/bf16/f16; out: [L, H] f32 row-major. Throws std::out_of_range for an id outside [0, V).
+/// f32/bf16/f16; out: [L, H] f32 row-major. Throws Error(invalid_input) for an id outside [0, V).
 template <class T>
 void embedding_gather(std::span<const std::int32_t> ids, std::span<const T> table,
                       std::span<float> out, const EmbeddingShape& shape,
@@ -83,8 +86,9 @@ inline void embedding_gather_i8(std::span<const std::int32_t> ids, std::span<con
                                 const EmbeddingShape& shape, const CoreSplit& split = {}) {
   detail::embedding_check(ids, q.size(), out.size(), shape);
   if (scales.size() < static_cast<std::size_t>(shape.vocab))
-    throw std::invalid_argument("embedding_gather_i8: scales has " + std::to_string(scales.size()) +
-                                " elements, needs V = " + std::to_string(shape.vocab));
+    throw_error(ErrorKind::internal, "",
+                "embedding_gather_i8: scales has " + std::to_string(scales.size()) +
+                    " elements, needs V = " + std::to_string(shape.vocab));
   const Isa isa = active_isa();
   const std::int64_t H = shape.hidden;
   parallel_for(split, static_cast<std::int64_t>(ids.size()), 1,

@@ -22,7 +22,6 @@
 #include <cmath>
 #include <cstdint>
 #include <span>
-#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -35,6 +34,7 @@
 #include "tpullm/kernels/detail/flash_attention_tile.hpp"
 #include "tpullm/kernels/detail/flash_attention_amx.hpp"
 #include "tpullm/kernels/detail/flash_decode.hpp"
+#include "tpullm/support/error.hpp"
 
 namespace tpullm::kernels {
 
@@ -60,9 +60,10 @@ void flash_attention(std::span<const float> q, std::span<const KV> k, std::span<
   if (shape.causal)
     for (std::int64_t i = 0; i < shape.L_valid; ++i)
       if (position_ids[static_cast<std::size_t>(i)] < 0)
-        throw std::invalid_argument("flash_attention: position " +
-                                    std::to_string(position_ids[static_cast<std::size_t>(i)]) +
-                                    " of row " + std::to_string(i) + " is negative");
+        throw_error(ErrorKind::invalid_input, "",
+                    "flash_attention: position " +
+                        std::to_string(position_ids[static_cast<std::size_t>(i)]) + " of row " +
+                        std::to_string(i) + " is negative");
   if (shape.L_valid == 0)
     return;
   if (shape.L_valid == 1) { // decode: flash-decoding over key chunks, every core for any GQA group
@@ -71,7 +72,8 @@ void flash_attention(std::span<const float> q, std::span<const KV> k, std::span<
     return;
   }
   if (split.dim == SplitDim::cols)
-    throw std::invalid_argument(
+    throw_error(
+        ErrorKind::internal, "",
         "flash_attention: splitting keys (cols) across cores is not supported; use heads or rows");
   if (amx::emulation_forced() || active_isa() == Isa::amx) { // Q K^T and P V on AMX-BF16
     detail::flash_attention_amx<KV>(q.data(), k.data(), v.data(), position_ids.data(), out.data(),

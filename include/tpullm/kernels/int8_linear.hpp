@@ -26,7 +26,6 @@
 #include <cmath>
 #include <cstdint>
 #include <span>
-#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -35,6 +34,7 @@
 #include "tpullm/kernels/matmul.hpp"
 #include "tpullm/kernels/mlp.hpp"
 #include "tpullm/kernels/packed_weights.hpp"
+#include "tpullm/support/error.hpp"
 
 namespace tpullm::kernels {
 
@@ -78,21 +78,23 @@ inline float quantize_row_ref(const float* x, std::int64_t K, const ActQuant& aq
   return aq.scale;
 }
 
-/// Argument checks of the W8A8 entry points (throws std::invalid_argument with context).
+/// Argument checks of the W8A8 entry points (throw Error(internal) with context).
 inline void check_w8a8(const char* what, const PackedWeights& w, const ActQuant& aq) {
   check_weights(what, w);
   if (w.format != WeightFormat::int8 || w.group_size != w.K || !w.k_perm.empty())
-    throw std::invalid_argument(std::string(what) +
-                                ": W8A8 needs int8 weights with one scale per output channel "
-                                "(group_size == K) in natural row order, got " +
-                                std::string(format_name(w.format)) +
-                                " group_size=" + std::to_string(w.group_size));
+    throw_error(ErrorKind::internal, "",
+                std::string(what) +
+                    ": W8A8 needs int8 weights with one scale per output channel "
+                    "(group_size == K) in natural row order, got " +
+                    std::string(format_name(w.format)) +
+                    " group_size=" + std::to_string(w.group_size));
   if (aq.kind == ActQuant::Kind::static_tensor &&
       (!(aq.scale > 0.0f) || !std::isfinite(aq.scale) || aq.zero < -128 || aq.zero > 127))
-    throw std::invalid_argument(std::string(what) +
-                                ": static activation scale must be finite "
-                                "and > 0 and zero in [-128, 127], got scale=" +
-                                std::to_string(aq.scale) + " zero=" + std::to_string(aq.zero));
+    throw_error(ErrorKind::internal, "",
+                std::string(what) +
+                    ": static activation scale must be finite "
+                    "and > 0 and zero in [-128, 127], got scale=" +
+                    std::to_string(aq.scale) + " zero=" + std::to_string(aq.zero));
 }
 
 /// Reference W8A8 linear (the formulas of the file comment), single-threaded.
@@ -165,18 +167,19 @@ inline QuantRows& tls_quant_rows() {
 /// and the row scales (a copy; x may change or go away afterwards).
 class W8A8Input {
 public:
-  /// x: [M, K] row-major. Throws std::invalid_argument on a bad size or a bad static scale.
+  /// x: [M, K] row-major. Throws Error(internal) on a bad size or a bad static scale.
   W8A8Input(std::span<const float> x, std::int64_t M, std::int64_t K, const ActQuant& aq)
       : aq_(aq) {
     if (M <= 0 || K <= 0 || static_cast<std::int64_t>(x.size()) < M * K)
-      throw std::invalid_argument("W8A8Input: x has " + std::to_string(x.size()) +
-                                  " elements, needs [M=" + std::to_string(M) +
-                                  ", K=" + std::to_string(K) + "] (both > 0)");
+      throw_error(ErrorKind::internal, "",
+                  "W8A8Input: x has " + std::to_string(x.size()) + " elements, needs [M=" +
+                      std::to_string(M) + ", K=" + std::to_string(K) + "] (both > 0)");
     if (aq.kind == ActQuant::Kind::static_tensor &&
         (!(aq.scale > 0.0f) || !std::isfinite(aq.scale) || aq.zero < -128 || aq.zero > 127))
-      throw std::invalid_argument("W8A8Input: static activation scale must be finite and > 0 and "
-                                  "zero in [-128, 127], got scale=" +
-                                  std::to_string(aq.scale) + " zero=" + std::to_string(aq.zero));
+      throw_error(ErrorKind::internal, "",
+                  "W8A8Input: static activation scale must be finite and > 0 and "
+                  "zero in [-128, 127], got scale=" +
+                      std::to_string(aq.scale) + " zero=" + std::to_string(aq.zero));
     detail::quantize_rows(x.data(), K, M, K, (K + 3) / 4 * 4, detail::quant_params(aq),
                           active_isa(), q_);
   }
@@ -197,7 +200,7 @@ private:
 /// y = W8A8(x) · W + bias. x: [M, K] row-major f32; w: WeightFormat::int8, group_size == K, no
 /// act-order; bias: [N] or empty; y: [M, N] row-major f32 (fully overwritten). `aq`: how x is
 /// quantized. `split` divides N by panels (SplitDim::cols) or M (SplitDim::rows, M > 4 only)
-/// across workers, as kernels::linear does. Throws std::invalid_argument on a shape mismatch,
+/// across workers, as kernels::linear does. Throws Error(internal) on a shape mismatch,
 /// SplitDim::heads or weights that are not W8A8's. K > 65536 runs the reference (int32 sums).
 inline void linear_w8a8(std::span<const float> x, const PackedWeights& w,
                         std::span<const float> bias, std::span<float> y, LinearShape s,
@@ -205,7 +208,7 @@ inline void linear_w8a8(std::span<const float> x, const PackedWeights& w,
   detail::check_w8a8("linear_w8a8", w, aq);
   detail::check_linear(x, w, bias, y, s);
   if (split.dim == SplitDim::heads)
-    throw std::invalid_argument("linear_w8a8: CoreSplit over heads is not meaningful");
+    throw_error(ErrorKind::internal, "", "linear_w8a8: CoreSplit over heads is not meaningful");
   if (s.K > detail::kW8A8MaxK) {
     detail::linear_w8a8_ref(x.data(), w, bias.empty() ? nullptr : bias.data(), y.data(), s, aq);
     return;
@@ -222,20 +225,21 @@ inline void linear_w8a8(const W8A8Input& x, const PackedWeights& w, std::span<co
                         std::span<float> y, LinearShape s, CoreSplit split = {}) {
   detail::check_w8a8("linear_w8a8", w, x.act_quant());
   if (s.M != x.M() || s.K != x.K())
-    throw std::invalid_argument("linear_w8a8: shape [M=" + std::to_string(s.M) +
-                                ", K=" + std::to_string(s.K) + "] does not match the prepared x [" +
-                                std::to_string(x.M()) + ", " + std::to_string(x.K()) + "]");
+    throw_error(ErrorKind::internal, "",
+                "linear_w8a8: shape [M=" + std::to_string(s.M) + ", K=" + std::to_string(s.K) +
+                    "] does not match the prepared x [" + std::to_string(x.M()) + ", " +
+                    std::to_string(x.K()) + "]");
   if (s.K != w.K || s.N != w.N || static_cast<std::int64_t>(y.size()) < s.M * s.N ||
       (!bias.empty() && static_cast<std::int64_t>(bias.size()) != s.N))
-    throw std::invalid_argument("linear_w8a8: weights [K=" + std::to_string(w.K) +
-                                ", N=" + std::to_string(w.N) +
-                                "], y or bias do not match [M=" + std::to_string(s.M) +
-                                ", K=" + std::to_string(s.K) + ", N=" + std::to_string(s.N) + "]");
+    throw_error(ErrorKind::internal, "",
+                "linear_w8a8: weights [K=" + std::to_string(w.K) + ", N=" + std::to_string(w.N) +
+                    "], y or bias do not match [M=" + std::to_string(s.M) +
+                    ", K=" + std::to_string(s.K) + ", N=" + std::to_string(s.N) + "]");
   if (split.dim == SplitDim::heads)
-    throw std::invalid_argument("linear_w8a8: CoreSplit over heads is not meaningful");
+    throw_error(ErrorKind::internal, "", "linear_w8a8: CoreSplit over heads is not meaningful");
   if (s.K > detail::kW8A8MaxK)
-    throw std::invalid_argument("linear_w8a8: a prepared x supports K <= 65536, got K=" +
-                                std::to_string(s.K));
+    throw_error(ErrorKind::internal, "",
+                "linear_w8a8: a prepared x supports K <= 65536, got K=" + std::to_string(s.K));
   detail::linear_w8a8_rows(x.rows(), 0, s.M, w, bias.empty() ? nullptr : bias.data(), y.data(),
                            split);
 }
@@ -243,14 +247,15 @@ inline void linear_w8a8(const W8A8Input& x, const PackedWeights& w, std::span<co
 /// Rows of x per pass of swiglu_mlp_w8a8 within `budget_bytes`: the gate and up buffers of a
 /// pass, [rows, intermediate] f32 each, fit the budget (whole rows, so the down projection's
 /// dynamic per-row scale sees the full row of h, as the reference's). Throws
-/// std::invalid_argument when not even one row fits.
+/// Error(internal) when not even one row fits.
 inline std::int64_t w8a8_mlp_row_tile(MlpShape s, std::size_t budget_bytes) {
   const std::int64_t per_row = 2 * static_cast<std::int64_t>(sizeof(float)) * s.intermediate;
   const std::int64_t rows = static_cast<std::int64_t>(budget_bytes) / per_row;
   if (rows < 1)
-    throw std::invalid_argument("swiglu_mlp_w8a8: local-memory budget of " +
-                                std::to_string(budget_bytes) + " bytes is below one row of the " +
-                                "gate and up buffers (" + std::to_string(per_row) + " bytes)");
+    throw_error(ErrorKind::internal, "",
+                "swiglu_mlp_w8a8: local-memory budget of " + std::to_string(budget_bytes) +
+                    " bytes is below one row of the " + "gate and up buffers (" +
+                    std::to_string(per_row) + " bytes)");
   return std::min(rows, s.M);
 }
 
@@ -258,7 +263,7 @@ inline std::int64_t w8a8_mlp_row_tile(MlpShape s, std::size_t budget_bytes) {
 /// `aq_in` (for gate and up), the SwiGLU activation h by `aq_down` (for down). Shapes as
 /// swiglu_mlp; all three weights int8 per-channel. Rows are processed in passes whose [rows,
 /// intermediate] gate and up buffers fit `local_memory_bytes` (w8a8_mlp_row_tile). Throws
-/// std::invalid_argument on bad shapes / weights / budget.
+/// Error(internal) on bad shapes / weights / budget.
 inline void swiglu_mlp_w8a8(std::span<const float> x, const PackedWeights& gate,
                             const PackedWeights& up, const PackedWeights& down,
                             std::span<float> out, MlpShape s, const ActQuant& aq_in,
@@ -266,18 +271,20 @@ inline void swiglu_mlp_w8a8(std::span<const float> x, const PackedWeights& gate,
                             CoreSplit split = {}) {
   const std::int64_t H = s.hidden, I = s.intermediate;
   if (s.M <= 0 || H <= 0 || I <= 0)
-    throw std::invalid_argument("swiglu_mlp_w8a8: shape must be positive");
+    throw_error(ErrorKind::internal, "", "swiglu_mlp_w8a8: shape must be positive");
   detail::check_w8a8("swiglu_mlp_w8a8 gate", gate, aq_in);
   detail::check_w8a8("swiglu_mlp_w8a8 up", up, aq_in);
   detail::check_w8a8("swiglu_mlp_w8a8 down", down, aq_down);
   if (gate.K != H || gate.N != I || up.K != H || up.N != I || down.K != I || down.N != H)
-    throw std::invalid_argument("swiglu_mlp_w8a8: weights do not match [hidden=" +
-                                std::to_string(H) + ", intermediate=" + std::to_string(I) + "]");
+    throw_error(ErrorKind::internal, "",
+                "swiglu_mlp_w8a8: weights do not match [hidden=" + std::to_string(H) +
+                    ", intermediate=" + std::to_string(I) + "]");
   if (static_cast<std::int64_t>(x.size()) < s.M * H ||
       static_cast<std::int64_t>(out.size()) < s.M * H)
-    throw std::invalid_argument("swiglu_mlp_w8a8: x or out span is smaller than [M, hidden]");
+    throw_error(ErrorKind::internal, "",
+                "swiglu_mlp_w8a8: x or out span is smaller than [M, hidden]");
   if (split.dim == SplitDim::heads)
-    throw std::invalid_argument("swiglu_mlp_w8a8: CoreSplit over heads is not meaningful");
+    throw_error(ErrorKind::internal, "", "swiglu_mlp_w8a8: CoreSplit over heads is not meaningful");
   if (std::max(H, I) > detail::kW8A8MaxK) { // int32 sums: the reference's composition
     std::vector<float> g(static_cast<std::size_t>(s.M * I)), u(g.size());
     linear_w8a8(x, gate, {}, g, {s.M, H, I}, aq_in, split);

@@ -22,7 +22,6 @@
 #include <cstdint>
 #include <memory>
 #include <span>
-#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -32,6 +31,7 @@
 #include "tpullm/kernels/detail/matmul_common.hpp"
 #include "tpullm/kernels/detail/matmul_drivers.hpp"
 #include "tpullm/kernels/detail/matmul_x_digits.hpp"
+#include "tpullm/support/error.hpp"
 
 namespace tpullm::kernels {
 
@@ -85,7 +85,7 @@ inline XDigits& tls_digits() {
 inline void linear_view(LinearArgs a, const CoreSplit& split, const XDigits* pre = nullptr) {
   const PackedWeights& w = *a.v.w;
   if (a.accumulate && a.bias)
-    throw std::invalid_argument("linear: accumulate together with bias is not supported");
+    throw_error(ErrorKind::internal, "", "linear: accumulate together with bias is not supported");
   std::vector<float> xsum;
   if (is_quantized(w.format) && a.M <= kGemvMaxRows) {
     const std::int64_t seg = segment_rows(a.v), Kv = a.v.k1 - a.v.k0;
@@ -155,18 +155,20 @@ inline void check_weights(const char* what, const PackedWeights& w) {
   const std::int64_t rb = row_bytes(w.format);
   if (w.K <= 0 || w.N <= 0 ||
       static_cast<std::int64_t>(w.data.size()) != w.panels() * w.stored_rows() * rb)
-    throw std::invalid_argument(std::string(what) + ": packed weights are empty or inconsistent");
+    throw_error(ErrorKind::internal, "",
+                std::string(what) + ": packed weights are empty or inconsistent");
   if (is_quantized(w.format) &&
       (w.group_size <= 0 || w.K % w.group_size != 0 ||
        static_cast<std::int64_t>(w.scales.size()) != w.panels() * w.groups() * kPanelCols))
-    throw std::invalid_argument(std::string(what) + ": bad group_size / scales for " +
-                                std::string(format_name(w.format)));
+    throw_error(ErrorKind::internal, "",
+                std::string(what) + ": bad group_size / scales for " +
+                    std::string(format_name(w.format)));
   const std::size_t params = static_cast<std::size_t>(w.panels() * w.groups() * kPanelCols);
   if ((has_zeros(w.format) && w.zeros.size() != params) ||
       (has_mins(w.format) && w.mins.size() != params))
-    throw std::invalid_argument(std::string(what) + ": " + std::string(format_name(w.format)) +
-                                " weights need " + std::to_string(params) +
-                                (has_mins(w.format) ? " mins" : " zero points"));
+    throw_error(ErrorKind::internal, "",
+                std::string(what) + ": " + std::string(format_name(w.format)) + " weights need " +
+                    std::to_string(params) + (has_mins(w.format) ? " mins" : " zero points"));
 }
 
 } // namespace detail
@@ -180,9 +182,9 @@ public:
   /// x: [M, K] row-major.
   LinearInput(std::span<const float> x, std::int64_t M, std::int64_t K) : x_(x), M_(M), K_(K) {
     if (M <= 0 || K <= 0 || static_cast<std::int64_t>(x.size()) < M * K)
-      throw std::invalid_argument("LinearInput: x has " + std::to_string(x.size()) +
-                                  " elements, needs [M=" + std::to_string(M) +
-                                  ", K=" + std::to_string(K) + "] (both > 0)");
+      throw_error(ErrorKind::internal, "",
+                  "LinearInput: x has " + std::to_string(x.size()) + " elements, needs [M=" +
+                      std::to_string(M) + ", K=" + std::to_string(K) + "] (both > 0)");
   }
   std::span<const float> x() const { return x_; } ///< [M, K]
   std::int64_t M() const { return M_; }
@@ -214,21 +216,22 @@ private:
 };
 
 namespace detail {
-/// Argument checks of `linear` (throws std::invalid_argument with context).
+/// Argument checks of `linear` (throw Error(internal) with context).
 inline void check_linear(std::span<const float> x, const PackedWeights& w,
                          std::span<const float> bias, std::span<float> y, LinearShape s) {
   check_weights("linear", w);
   if (s.M <= 0 || s.K != w.K || s.N != w.N)
-    throw std::invalid_argument("linear: shape [M=" + std::to_string(s.M) +
-                                ", K=" + std::to_string(s.K) + ", N=" + std::to_string(s.N) +
-                                "] does not match weights [K=" + std::to_string(w.K) +
-                                ", N=" + std::to_string(w.N) + "] (M must be > 0)");
+    throw_error(ErrorKind::internal, "",
+                "linear: shape [M=" + std::to_string(s.M) + ", K=" + std::to_string(s.K) + ", N=" +
+                    std::to_string(s.N) + "] does not match weights [K=" + std::to_string(w.K) +
+                    ", N=" + std::to_string(w.N) + "] (M must be > 0)");
   if (static_cast<std::int64_t>(x.size()) < s.M * s.K ||
       static_cast<std::int64_t>(y.size()) < s.M * s.N)
-    throw std::invalid_argument("linear: x or y span is smaller than [M, K] / [M, N]");
+    throw_error(ErrorKind::internal, "", "linear: x or y span is smaller than [M, K] / [M, N]");
   if (!bias.empty() && static_cast<std::int64_t>(bias.size()) != s.N)
-    throw std::invalid_argument("linear: bias has " + std::to_string(bias.size()) +
-                                " elements, N=" + std::to_string(s.N));
+    throw_error(ErrorKind::internal, "",
+                "linear: bias has " + std::to_string(bias.size()) +
+                    " elements, N=" + std::to_string(s.N));
 }
 
 /// A checked linear; `pre`: x's prepared digits or null.
@@ -253,7 +256,7 @@ inline void linear_checked(std::span<const float> x, const PackedWeights& w,
 /// y: [M, N] row-major f32 (fully overwritten). `split` divides N (SplitDim::cols, by 32-column
 /// panels) or M (SplitDim::rows, GEMM only; M <= 4 runs on one thread) across OpenMP threads.
 /// A GEMV (M <= 4) uses fewer threads than `split.parts` when its weights are too small for a
-/// thread fork to pay (detail::kGemvBytesPerThread each). Throws std::invalid_argument on shape
+/// thread fork to pay (detail::kGemvBytesPerThread each). Throws Error(internal) on shape
 /// mismatch or SplitDim::heads.
 inline void linear(std::span<const float> x, const PackedWeights& w, std::span<const float> bias,
                    std::span<float> y, LinearShape s, CoreSplit split = {}) {
@@ -266,9 +269,10 @@ inline void linear(std::span<const float> x, const PackedWeights& w, std::span<c
 inline void linear(const LinearInput& x, const PackedWeights& w, std::span<const float> bias,
                    std::span<float> y, LinearShape s, CoreSplit split = {}) {
   if (s.M != x.M() || s.K != x.K())
-    throw std::invalid_argument("linear: shape [M=" + std::to_string(s.M) +
-                                ", K=" + std::to_string(s.K) + "] does not match the prepared x [" +
-                                std::to_string(x.M()) + ", " + std::to_string(x.K()) + "]");
+    throw_error(ErrorKind::internal, "",
+                "linear: shape [M=" + std::to_string(s.M) + ", K=" + std::to_string(s.K) +
+                    "] does not match the prepared x [" + std::to_string(x.M()) + ", " +
+                    std::to_string(x.K()) + "]");
   detail::check_linear(x.x(), w, bias, y, s);
   detail::linear_checked(x.x(), w, bias, y, s, split, x.digits_for(w));
 }

@@ -13,11 +13,11 @@
 #include <cstdint>
 #include <numeric>
 #include <span>
-#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "tpullm/kernels/matmul.hpp"
+#include "tpullm/support/error.hpp"
 
 namespace tpullm::kernels {
 
@@ -38,31 +38,32 @@ struct MlpTiling {
 };
 
 /// Chooses the tiling for `budget_bytes` of local memory: the widest intermediate tile for all M
-/// rows, else the unit tile with as many rows as fit. Throws std::invalid_argument if even one
+/// rows, else the unit tile with as many rows as fit. Throws Error(internal) if even one
 /// row of the unit tile (8 * unit bytes) does not fit, or the weights do not match the shape.
 inline MlpTiling plan_mlp_tiling(MlpShape s, const PackedWeights& gate, const PackedWeights& up,
                                  const PackedWeights& down, std::size_t budget_bytes) {
   if (s.M <= 0 || s.hidden <= 0 || s.intermediate <= 0)
-    throw std::invalid_argument("swiglu_mlp: shape must be positive");
+    throw_error(ErrorKind::internal, "", "swiglu_mlp: shape must be positive");
   auto check = [&](const char* name, const PackedWeights& w, std::int64_t K, std::int64_t N) {
     if (w.K != K || w.N != N)
-      throw std::invalid_argument(std::string("swiglu_mlp: ") + name + " weight is [" +
-                                  std::to_string(w.K) + ", " + std::to_string(w.N) +
-                                  "], expected [" + std::to_string(K) + ", " + std::to_string(N) +
-                                  "]");
+      throw_error(ErrorKind::internal, "",
+                  std::string("swiglu_mlp: ") + name + " weight is [" + std::to_string(w.K) + ", " +
+                      std::to_string(w.N) + "], expected [" + std::to_string(K) + ", " +
+                      std::to_string(N) + "]");
   };
   check("gate", gate, s.hidden, s.intermediate);
   check("up", up, s.hidden, s.intermediate);
   check("down", down, s.intermediate, s.hidden);
   if (!down.k_perm.empty())
-    throw std::invalid_argument(
-        "swiglu_mlp: the down weight has an act-order row permutation; fold it into the "
-        "gate/up columns at repack time (the tiled MLP needs natural intermediate order)");
+    throw_error(ErrorKind::internal, "",
+                "swiglu_mlp: the down weight has an act-order row permutation; fold it into the "
+                "gate/up columns at repack time (the tiled MLP needs natural intermediate order)");
   if (down.stored_rows() != s.intermediate)
-    throw std::invalid_argument("swiglu_mlp: intermediate=" + std::to_string(s.intermediate) +
-                                " must be a multiple of the down weight's row group (" +
-                                std::to_string(row_group(down.format)) + " for " +
-                                std::string(format_name(down.format)) + ")");
+    throw_error(ErrorKind::internal, "",
+                "swiglu_mlp: intermediate=" + std::to_string(s.intermediate) +
+                    " must be a multiple of the down weight's row group (" +
+                    std::to_string(row_group(down.format)) + " for " +
+                    std::string(format_name(down.format)) + ")");
   const std::int64_t gd = is_quantized(down.format) ? down.group_rows() : 1;
   const std::int64_t unit = std::min(s.intermediate, std::lcm<std::int64_t>(kPanelCols, gd));
   const std::int64_t per_col_row = 2 * static_cast<std::int64_t>(sizeof(float));
@@ -77,10 +78,11 @@ inline MlpTiling plan_mlp_tiling(MlpShape s, const PackedWeights& gate, const Pa
     t.inter_tile = unit;
     t.row_tile = budget / (per_col_row * unit);
     if (t.row_tile < 1)
-      throw std::invalid_argument("swiglu_mlp: local-memory budget of " +
-                                  std::to_string(budget_bytes) + " bytes is below one row of the " +
-                                  "smallest intermediate tile (" + std::to_string(unit) +
-                                  " columns = " + std::to_string(per_col_row * unit) + " bytes)");
+      throw_error(ErrorKind::internal, "",
+                  "swiglu_mlp: local-memory budget of " + std::to_string(budget_bytes) +
+                      " bytes is below one row of the " + "smallest intermediate tile (" +
+                      std::to_string(unit) + " columns = " + std::to_string(per_col_row * unit) +
+                      " bytes)");
   }
   t.buffer_bytes = per_col_row * t.row_tile * t.inter_tile;
   return t;
@@ -162,7 +164,7 @@ inline void swiglu_mlp(std::span<const float> x, const PackedWeights& gate, cons
     detail::check_weights("swiglu_mlp", *w);
   if (static_cast<std::int64_t>(x.size()) < s.M * s.hidden ||
       static_cast<std::int64_t>(out.size()) < s.M * s.hidden)
-    throw std::invalid_argument("swiglu_mlp: x or out span is smaller than [M, hidden]");
+    throw_error(ErrorKind::internal, "", "swiglu_mlp: x or out span is smaller than [M, hidden]");
   const std::int64_t H = s.hidden, I = s.intermediate;
   // act-order / padded gate and up read x in their own packed row order
   std::vector<float> xg, xu;

@@ -18,13 +18,13 @@
 #include <limits>
 #include <optional>
 #include <span>
-#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "tpullm/kernels/int8_linear.hpp"
 #include "tpullm/kernels/matmul.hpp"
 #include "tpullm/kernels/mlp.hpp"
+#include "tpullm/support/error.hpp"
 
 namespace tpullm::kernels {
 
@@ -54,16 +54,16 @@ struct MoeRouting {
 };
 
 /// Routing from router logits [M, E] (row-major f32): softmax in f64 per row, the top_k largest
-/// (lower index first on equal logits), renormalised when asked. Throws std::invalid_argument
-/// on a bad shape, std::domain_error on a non-finite logit (the model's values, not the call's
-/// shapes: NaN would make the choice meaningless; the executor reports it as the model's).
+/// (lower index first on equal logits), renormalised when asked. Throws Error(internal) on a bad
+/// shape (the runtime's plan is checked before), ModelValueError (invalid input) on a non-finite
+/// logit: the model's values, not the call's shapes (NaN would make the choice meaningless).
 inline MoeRouting moe_route(std::span<const float> logits, const MoeShape& s) {
   if (s.M <= 0 || s.experts <= 0 || s.top_k < 1 || s.top_k > s.experts)
-    throw std::invalid_argument(
-        "moe_route: need M > 0 and 1 <= top_k = " + std::to_string(s.top_k) +
-        " <= experts = " + std::to_string(s.experts));
+    throw_error(ErrorKind::internal, "",
+                "moe_route: need M > 0 and 1 <= top_k = " + std::to_string(s.top_k) +
+                    " <= experts = " + std::to_string(s.experts));
   if (static_cast<std::int64_t>(logits.size()) < s.M * s.experts)
-    throw std::invalid_argument("moe_route: logits span is smaller than [M, experts]");
+    throw_error(ErrorKind::internal, "", "moe_route: logits span is smaller than [M, experts]");
   const std::int64_t E = s.experts, k = s.top_k;
   MoeRouting r;
   r.expert.resize(static_cast<std::size_t>(s.M * k));
@@ -75,9 +75,10 @@ inline MoeRouting moe_route(std::span<const float> logits, const MoeShape& s) {
     float mx = -std::numeric_limits<float>::infinity();
     for (std::int64_t e = 0; e < E; ++e) {
       if (!std::isfinite(l[e]))
-        throw std::domain_error("the router logit of row " + std::to_string(t) + ", expert " +
-                                std::to_string(e) + " is " +
-                                (std::isnan(l[e]) ? "NaN" : "infinite"));
+        throw ModelValueError("", str_cat("the router logit of row ", t, ", expert ", e, " is ",
+                                          std::isnan(l[e]) ? "NaN" : "infinite",
+                                          ": the model's weights (or the layers before) produce "
+                                          "values that are not finite"));
       mx = std::max(mx, l[e]);
     }
     double sum = 0;
@@ -126,40 +127,45 @@ inline CoreSplit moe_split(const CoreSplit& split, std::int64_t rows) {
 /// overwritten; it must not alias x); router: packed [hidden, experts] (f32 for exact routing,
 /// any packed format accepted); experts: E entries, each expert's weights in any packed format.
 /// `local_memory_bytes` is each expert MLP's tiling budget (swiglu_mlp); `split` divides every
-/// product across cores (columns for <= 4 rows, rows otherwise). Throws std::invalid_argument on
-/// shape mismatch. Returns the routing it used (tests and statistics read it).
-/// `w8a8` given (W8A8, `--mode int8`): every expert runs swiglu_mlp_w8a8 with that activation
-/// quantization for gate / up and for down (its weights int8 per channel); the router stays as
-/// packed. A dynamic per-row scale sees the same row whichever other rows chose the expert.
-/// (Summation order: a row's chosen experts are added in ascending expert index.)
+/// product across cores (columns for <= 4 rows, rows otherwise). Throws Error(internal) on
+/// shape mismatch, ModelValueError on a non-finite router logit (moe_route). Returns the routing it
+/// used (tests and statistics read it). `w8a8` given (W8A8, `--mode int8`): every expert runs
+/// swiglu_mlp_w8a8 with that activation quantization for gate / up and for down (its weights int8
+/// per channel); the router stays as packed. A dynamic per-row scale sees the same row whichever
+/// other rows chose the expert. (Summation order: a row's chosen experts are added in ascending
+/// expert index.)
 inline MoeRouting moe_mlp(std::span<const float> x, const PackedWeights& router,
                           std::span<const MoeExpert> experts, std::span<float> out, MoeShape s,
                           std::size_t local_memory_bytes, CoreSplit split = {},
                           std::optional<ActQuant> w8a8 = std::nullopt) {
   const std::int64_t M = s.M, H = s.hidden, E = s.experts, k = s.top_k;
   if (M <= 0 || H <= 0 || s.intermediate <= 0 || E <= 0 || k < 1 || k > E)
-    throw std::invalid_argument("moe_mlp: need positive M, hidden, intermediate, experts and "
-                                "1 <= top_k <= experts");
+    throw_error(ErrorKind::internal, "",
+                "moe_mlp: need positive M, hidden, intermediate, experts and "
+                "1 <= top_k <= experts");
   if (static_cast<std::int64_t>(experts.size()) != E)
-    throw std::invalid_argument("moe_mlp: " + std::to_string(experts.size()) +
-                                " experts given, shape says " + std::to_string(E));
+    throw_error(ErrorKind::internal, "",
+                "moe_mlp: " + std::to_string(experts.size()) + " experts given, shape says " +
+                    std::to_string(E));
   if (router.K != H || router.N != E)
-    throw std::invalid_argument("moe_mlp: router is [" + std::to_string(router.K) + ", " +
-                                std::to_string(router.N) + "], expected [" + std::to_string(H) +
-                                ", " + std::to_string(E) + "]");
+    throw_error(ErrorKind::internal, "",
+                "moe_mlp: router is [" + std::to_string(router.K) + ", " +
+                    std::to_string(router.N) + "], expected [" + std::to_string(H) + ", " +
+                    std::to_string(E) + "]");
   for (std::int64_t e = 0; e < E; ++e) {
     const MoeExpert& w = experts[static_cast<std::size_t>(e)];
     if (!w.gate || !w.up || !w.down)
-      throw std::invalid_argument("moe_mlp: expert " + std::to_string(e) + " has no weights");
+      throw_error(ErrorKind::internal, "",
+                  "moe_mlp: expert " + std::to_string(e) + " has no weights");
     const std::int64_t I = s.intermediate;
     if (w.gate->K != H || w.gate->N != I || w.up->K != H || w.up->N != I || w.down->K != I ||
         w.down->N != H)
-      throw std::invalid_argument("moe_mlp: expert " + std::to_string(e) +
-                                  " weights do not match hidden " + std::to_string(H) +
-                                  " / intermediate " + std::to_string(I));
+      throw_error(ErrorKind::internal, "",
+                  "moe_mlp: expert " + std::to_string(e) + " weights do not match hidden " +
+                      std::to_string(H) + " / intermediate " + std::to_string(I));
   }
   if (static_cast<std::int64_t>(x.size()) < M * H || static_cast<std::int64_t>(out.size()) < M * H)
-    throw std::invalid_argument("moe_mlp: x or out span is smaller than [M, hidden]");
+    throw_error(ErrorKind::internal, "", "moe_mlp: x or out span is smaller than [M, hidden]");
 
   // 1. the router in f32, then the routing
   std::vector<float> logits(static_cast<std::size_t>(M * E));

@@ -10,13 +10,13 @@
 #include <cstdint>
 #include <cstring>
 #include <span>
-#include <stdexcept>
 #include <string>
 
 #include "tpullm/kernels/core_split.hpp"
 #include "tpullm/kernels/embedding_gather.hpp"
 #include "tpullm/kernels/packed_weights.hpp"
 #include "tpullm/support/float16.hpp"
+#include "tpullm/support/error.hpp"
 
 namespace tpullm::kernels {
 
@@ -93,15 +93,17 @@ inline void packed_column(const PackedWeights& w, std::int64_t n, float* dst) {
     return;
   }
   }
-  throw std::invalid_argument("packed_embedding_gather: format " +
-                              std::string(format_name(w.format)) + " has no gather");
+  throw_error(ErrorKind::internal, "",
+              "packed_embedding_gather: format " + std::string(format_name(w.format)) +
+                  " has no gather");
 }
 
 } // namespace detail
 
 /// out[l, :] = column ids[l] of W, widened to f32: the embedding of token ids[l] when W is the
 /// tied lm_head weight. ids: [L] int32; w: packed [K = H, N = V]; out: [L, H] f32 row-major.
-/// Throws std::out_of_range for an id outside [0, V), std::invalid_argument for a short `out`.
+/// Throws Error(invalid_input) for an id outside [0, V), Error(internal) for a short `out` or a
+/// format without a gather.
 inline void packed_embedding_gather(std::span<const std::int32_t> ids, const PackedWeights& w,
                                     std::span<float> out, const CoreSplit& split = {}) {
   const std::int64_t H = w.K, V = w.N;

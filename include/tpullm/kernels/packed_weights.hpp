@@ -50,6 +50,11 @@
 /// Act-order checkpoints (GPTQ desc_act: row k uses group g_idx[k]) are packed with their rows
 /// sorted by group; `k_perm[j]` is then the original row stored at packed row j, and the kernels
 /// read x[:, k_perm[j]] for it. `k_perm` is empty when rows are in natural order.
+///
+/// The pack_* functions and permute_columns take a checkpoint's data (shapes, group sizes, codes,
+/// zero points, act-order permutations): what they refuse throws Error(invalid_input). An
+/// allocation that fails throws std::bad_alloc, the standard library's out-of-memory signal
+/// (the tools report it as "out of memory").
 
 #include <cstddef>
 #include <cstdint>
@@ -58,12 +63,12 @@
 #include <memory>
 #include <new>
 #include <span>
-#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "tpullm/support/float16.hpp"
+#include "tpullm/support/error.hpp"
 
 namespace tpullm::kernels {
 
@@ -207,7 +212,7 @@ public:
     if (n) {
       const std::size_t bytes = (n * sizeof(T) + 63) / 64 * 64;
       p_.reset(static_cast<T*>(std::aligned_alloc(64, bytes)));
-      if (!p_)
+      if (!p_) // out of memory: std::bad_alloc as from `new` (not a kind of tpullm::Error)
         throw std::bad_alloc();
       std::memset(static_cast<void*>(p_.get()), 0, bytes);
     }
@@ -269,23 +274,27 @@ namespace detail {
 inline void check_pack_shape(std::string_view what, std::int64_t K, std::int64_t N,
                              std::size_t have, std::size_t want_elems) {
   if (K <= 0 || N <= 0)
-    throw std::invalid_argument(std::string(what) + ": K and N must be positive, got K=" +
-                                std::to_string(K) + " N=" + std::to_string(N));
+    throw_error(ErrorKind::invalid_input, "",
+                std::string(what) + ": K and N must be positive, got K=" + std::to_string(K) +
+                    " N=" + std::to_string(N));
   if (have != want_elems)
-    throw std::invalid_argument(std::string(what) + ": expected " + std::to_string(want_elems) +
-                                " elements for [K=" + std::to_string(K) +
-                                ", N=" + std::to_string(N) + "], got " + std::to_string(have));
+    throw_error(ErrorKind::invalid_input, "",
+                std::string(what) + ": expected " + std::to_string(want_elems) +
+                    " elements for [K=" + std::to_string(K) + ", N=" + std::to_string(N) +
+                    "], got " + std::to_string(have));
 }
 
 inline std::int64_t check_group(std::string_view what, std::int64_t K, std::int64_t group,
                                 std::int64_t rg) {
   if (group <= 0 || K % group != 0)
-    throw std::invalid_argument(std::string(what) + ": K=" + std::to_string(K) +
-                                " is not a multiple of group_size=" + std::to_string(group));
+    throw_error(ErrorKind::invalid_input, "",
+                std::string(what) + ": K=" + std::to_string(K) +
+                    " is not a multiple of group_size=" + std::to_string(group));
   if (group != K && group % rg != 0)
-    throw std::invalid_argument(std::string(what) + ": group_size=" + std::to_string(group) +
-                                " must be a multiple of " + std::to_string(rg) +
-                                " (or equal K for per-channel scales)");
+    throw_error(ErrorKind::invalid_input, "",
+                std::string(what) + ": group_size=" + std::to_string(group) +
+                    " must be a multiple of " + std::to_string(rg) +
+                    " (or equal K for per-channel scales)");
   return K / group;
 }
 
@@ -368,12 +377,14 @@ inline void check_perm(std::string_view what, std::span<const std::int32_t> perm
   if (perm.empty())
     return;
   if (static_cast<std::int64_t>(perm.size()) != K)
-    throw std::invalid_argument(std::string(what) + ": k_perm has " + std::to_string(perm.size()) +
-                                " entries, K=" + std::to_string(K));
+    throw_error(ErrorKind::invalid_input, "",
+                std::string(what) + ": k_perm has " + std::to_string(perm.size()) +
+                    " entries, K=" + std::to_string(K));
   std::vector<char> seen(static_cast<std::size_t>(K), 0);
   for (std::int32_t v : perm) {
     if (v < 0 || v >= K || seen[static_cast<std::size_t>(v)])
-      throw std::invalid_argument(std::string(what) + ": k_perm is not a permutation of [0, K)");
+      throw_error(ErrorKind::invalid_input, "",
+                  std::string(what) + ": k_perm is not a permutation of [0, K)");
     seen[static_cast<std::size_t>(v)] = 1;
   }
 }
@@ -449,9 +460,9 @@ inline PackedWeights pack_int4_sym(std::span<const std::int8_t> q, std::span<con
     for (std::int64_t n = 0; n < N; ++n) {
       const int v = q[k * N + n];
       if (v < -8 || v > 7)
-        throw std::invalid_argument("pack_int4_sym: value " + std::to_string(v) +
-                                    " at (k=" + std::to_string(k) + ", n=" + std::to_string(n) +
-                                    ") is outside [-8, 7]");
+        throw_error(ErrorKind::invalid_input, "",
+                    "pack_int4_sym: value " + std::to_string(v) + " at (k=" + std::to_string(k) +
+                        ", n=" + std::to_string(n) + ") is outside [-8, 7]");
       detail::set_nibble(p, k, n, static_cast<std::uint8_t>(v + 8));
     }
   detail::pack_group_params(p, scales, {});
@@ -477,15 +488,15 @@ inline PackedWeights pack_int4_asym(std::span<const std::uint8_t> q, std::span<c
     for (std::int64_t n = 0; n < N; ++n) {
       const unsigned v = q[k * N + n];
       if (v > 15)
-        throw std::invalid_argument("pack_int4_asym: value " + std::to_string(v) +
-                                    " at (k=" + std::to_string(k) + ", n=" + std::to_string(n) +
-                                    ") is outside [0, 15]");
+        throw_error(ErrorKind::invalid_input, "",
+                    "pack_int4_asym: value " + std::to_string(v) + " at (k=" + std::to_string(k) +
+                        ", n=" + std::to_string(n) + ") is outside [0, 15]");
       detail::set_nibble(p, k, n, static_cast<std::uint8_t>(v));
     }
   for (std::uint8_t z : zeros)
     if (z > 15)
-      throw std::invalid_argument("pack_int4_asym: zero point " + std::to_string(z) +
-                                  " is outside [0, 15]");
+      throw_error(ErrorKind::invalid_input, "",
+                  "pack_int4_asym: zero point " + std::to_string(z) + " is outside [0, 15]");
   detail::pack_group_params(p, scales, zeros);
   p.k_perm.assign(k_perm.begin(), k_perm.end());
   return p;
@@ -533,9 +544,9 @@ inline PackedWeights pack_int4_min(std::span<const std::uint8_t> q, std::span<co
     for (std::int64_t n = 0; n < N; ++n) {
       const unsigned v = q[k * N + n];
       if (v > 15)
-        throw std::invalid_argument("pack_int4_min: value " + std::to_string(v) +
-                                    " at (k=" + std::to_string(k) + ", n=" + std::to_string(n) +
-                                    ") is outside [0, 15]");
+        throw_error(ErrorKind::invalid_input, "",
+                    "pack_int4_min: value " + std::to_string(v) + " at (k=" + std::to_string(k) +
+                        ", n=" + std::to_string(n) + ") is outside [0, 15]");
       detail::set_nibble(p, k, n, static_cast<std::uint8_t>(v));
     }
   detail::pack_group_params(p, scales, {}, mins);
@@ -572,8 +583,9 @@ inline PackedWeights pack_int8_min(std::span<const std::uint8_t> u, std::span<co
 inline PackedWeights permute_columns(const PackedWeights& w, std::span<const std::int32_t> cols) {
   detail::check_perm("permute_columns", cols, w.N);
   if (static_cast<std::int64_t>(cols.size()) != w.N)
-    throw std::invalid_argument("permute_columns: expected " + std::to_string(w.N) +
-                                " columns, got " + std::to_string(cols.size()));
+    throw_error(ErrorKind::invalid_input, "",
+                "permute_columns: expected " + std::to_string(w.N) + " columns, got " +
+                    std::to_string(cols.size()));
   PackedWeights out = detail::make_packed(w.format, w.K, w.N, w.group_size);
   out.k_perm = w.k_perm;
   const std::int64_t Kp = w.stored_rows(), G = w.groups();

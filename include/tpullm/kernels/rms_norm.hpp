@@ -11,7 +11,6 @@
 #include <cmath>
 #include <cstdint>
 #include <span>
-#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -19,6 +18,7 @@
 #include "tpullm/kernels/cpu_features.hpp"
 #include "tpullm/kernels/vec_math.hpp"
 #include "tpullm/kernels/detail/portable_simd.hpp"
+#include "tpullm/support/error.hpp"
 
 namespace tpullm::kernels {
 
@@ -33,14 +33,15 @@ namespace detail {
 inline void rms_check(const RmsNormShape& s, std::size_t x, std::size_t g, std::size_t y,
                       const char* what) {
   if (s.rows < 0 || s.hidden <= 0)
-    throw std::invalid_argument(std::string(what) + ": bad shape [" + std::to_string(s.rows) +
-                                ", " + std::to_string(s.hidden) + "]");
+    throw_error(ErrorKind::internal, "",
+                std::string(what) + ": bad shape [" + std::to_string(s.rows) + ", " +
+                    std::to_string(s.hidden) + "]");
   const auto n = static_cast<std::size_t>(s.rows * s.hidden);
   if (x < n || y < n || g < static_cast<std::size_t>(s.hidden))
-    throw std::invalid_argument(std::string(what) + ": spans too small for [" +
-                                std::to_string(s.rows) + ", " + std::to_string(s.hidden) + "]: x " +
-                                std::to_string(x) + ", y " + std::to_string(y) + ", gamma " +
-                                std::to_string(g));
+    throw_error(ErrorKind::internal, "",
+                std::string(what) + ": spans too small for [" + std::to_string(s.rows) + ", " +
+                    std::to_string(s.hidden) + "]: x " + std::to_string(x) + ", y " +
+                    std::to_string(y) + ", gamma " + std::to_string(g));
 }
 
 /// Rows [b, e): optional residual add (r != nullptr writes h), then normalize into y.
@@ -184,11 +185,11 @@ void add_rms_norm(std::span<const float> x, std::span<const float> r, std::span<
   detail::rms_check(shape, x.size(), gamma.size(), y.size(), "add_rms_norm");
   const auto n = static_cast<std::size_t>(shape.rows * shape.hidden);
   if (r.size() < n || h.size() < n)
-    throw std::invalid_argument("add_rms_norm: residual r (" + std::to_string(r.size()) +
-                                ") or output h (" + std::to_string(h.size()) +
-                                ") smaller than M*H = " + std::to_string(n));
+    throw_error(ErrorKind::internal, "",
+                "add_rms_norm: residual r (" + std::to_string(r.size()) + ") or output h (" +
+                    std::to_string(h.size()) + ") smaller than M*H = " + std::to_string(n));
   if (h.data() == y.data() && n > 0)
-    throw std::invalid_argument("add_rms_norm: h and y must not alias");
+    throw_error(ErrorKind::internal, "", "add_rms_norm: h and y must not alias");
   std::vector<float> gbuf;
   const float* g = detail::gamma_f32(gamma, shape.hidden, gbuf);
   detail::rms_dispatch(x.data(), r.data(), h.data(), g, y.data(), shape, eps, split);

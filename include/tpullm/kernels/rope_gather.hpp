@@ -7,7 +7,8 @@
 ///   halves (HF rotate_half):  pairs (x[i], x[i + d/2])
 ///   interleaved (GPT-J):      pairs (x[2i], x[2i + 1])
 ///   x1' = x1 * cos - x2 * sin;  x2' = x2 * cos + x1 * sin.
-/// A position outside [0, seq_length) throws std::out_of_range (never clamped).
+/// A position outside [0, seq_length) throws Error(invalid_input) (never clamped); a bad shape or
+/// span throws Error(internal).
 ///
 /// The tables mirror HF's float32 arithmetic: inv_freq = 1 / theta^(2i/d) rounded to f32,
 /// angle = f32(position) * inv_freq in f32, then cos/sin of that angle rounded to f32.
@@ -16,7 +17,6 @@
 #include <cstdint>
 #include <optional>
 #include <span>
-#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -24,6 +24,7 @@
 #include "tpullm/kernels/cpu_features.hpp"
 #include "tpullm/kernels/vec_math.hpp"
 #include "tpullm/support/rope_tables.hpp"
+#include "tpullm/support/error.hpp"
 
 namespace tpullm::kernels {
 
@@ -111,27 +112,30 @@ inline void rope_row(Isa isa, const float* x, float* y, const float* c, const fl
 inline void rope_check(const RopeShape& s, const RopeTablesView& t,
                        std::span<const std::int32_t> pos, const char* what) {
   if (s.rows < 0 || s.heads <= 0 || s.head_dim <= 0 || s.head_dim % 2 != 0)
-    throw std::invalid_argument(std::string(what) + ": bad shape [" + std::to_string(s.rows) +
-                                ", " + std::to_string(s.heads) + ", " + std::to_string(s.head_dim) +
-                                "] (head_dim must be even)");
+    throw_error(ErrorKind::internal, "",
+                std::string(what) + ": bad shape [" + std::to_string(s.rows) + ", " +
+                    std::to_string(s.heads) + ", " + std::to_string(s.head_dim) +
+                    "] (head_dim must be even)");
   if (t.half_dim * 2 != s.head_dim)
-    throw std::invalid_argument(std::string(what) + ": tables have half_dim " +
-                                std::to_string(t.half_dim) + ", head_dim is " +
-                                std::to_string(s.head_dim));
+    throw_error(ErrorKind::internal, "",
+                std::string(what) + ": tables have half_dim " + std::to_string(t.half_dim) +
+                    ", head_dim is " + std::to_string(s.head_dim));
   const auto tn = static_cast<std::size_t>(t.seq_length * t.half_dim);
   if (t.cos.size() < tn || t.sin.size() < tn)
-    throw std::invalid_argument(std::string(what) + ": cos/sin spans smaller than [" +
-                                std::to_string(t.seq_length) + ", " + std::to_string(t.half_dim) +
-                                "]");
+    throw_error(ErrorKind::internal, "",
+                std::string(what) + ": cos/sin spans smaller than [" +
+                    std::to_string(t.seq_length) + ", " + std::to_string(t.half_dim) + "]");
   if (pos.size() < static_cast<std::size_t>(s.rows))
-    throw std::invalid_argument(std::string(what) + ": " + std::to_string(pos.size()) +
-                                " position ids for " + std::to_string(s.rows) + " rows");
+    throw_error(ErrorKind::internal, "",
+                std::string(what) + ": " + std::to_string(pos.size()) + " position ids for " +
+                    std::to_string(s.rows) + " rows");
   for (std::int64_t l = 0; l < s.rows; ++l) {
     const std::int32_t p = pos[static_cast<std::size_t>(l)];
     if (p < 0 || p >= t.seq_length)
-      throw std::out_of_range(std::string(what) + ": position " + std::to_string(p) + " of row " +
-                              std::to_string(l) + " is outside the RoPE table [0, " +
-                              std::to_string(t.seq_length) + ")");
+      throw_error(ErrorKind::invalid_input, "",
+                  std::string(what) + ": position " + std::to_string(p) + " of row " +
+                      std::to_string(l) + " is outside the RoPE table [0, " +
+                      std::to_string(t.seq_length) + ")");
   }
 }
 
@@ -146,9 +150,10 @@ inline void rope_apply(std::span<const float> x, std::span<float> y,
   const std::int64_t row = shape.heads * shape.head_dim;
   if (x.size() < static_cast<std::size_t>(shape.rows * row) ||
       y.size() < static_cast<std::size_t>(shape.rows * row))
-    throw std::invalid_argument("rope_apply: x (" + std::to_string(x.size()) + ") or y (" +
-                                std::to_string(y.size()) +
-                                ") smaller than L*heads*d = " + std::to_string(shape.rows * row));
+    throw_error(ErrorKind::internal, "",
+                "rope_apply: x (" + std::to_string(x.size()) + ") or y (" +
+                    std::to_string(y.size()) +
+                    ") smaller than L*heads*d = " + std::to_string(shape.rows * row));
   const Isa isa = active_isa();
   const std::int64_t half = tables.half_dim;
   const bool inter = mode == RopeMode::interleaved;
@@ -171,7 +176,7 @@ inline void rope_apply(std::span<float> x, std::span<const std::int32_t> positio
 /// Rotates k and writes it straight into its KV-cache slot.
 /// k: [L, kv_heads, d] row-major (un-rotated); cache: [S_cap, kv_heads, d] row-major;
 /// position_ids: [L]; slots: [L] cache rows to write (empty = the row's position).
-/// Throws std::out_of_range for a position outside the table or a slot outside [0, S_cap).
+/// Throws Error(invalid_input) for a position outside the table or a slot outside [0, S_cap).
 inline void rope_to_kv_cache(std::span<const float> k, std::span<float> cache,
                              std::int64_t cache_capacity,
                              std::span<const std::int32_t> position_ids,
@@ -180,23 +185,25 @@ inline void rope_to_kv_cache(std::span<const float> k, std::span<float> cache,
   detail::rope_check(shape, tables, position_ids, "rope_to_kv_cache");
   const std::int64_t row = shape.heads * shape.head_dim;
   if (k.size() < static_cast<std::size_t>(shape.rows * row))
-    throw std::invalid_argument(
-        "rope_to_kv_cache: k has " + std::to_string(k.size()) +
-        " elements, needs L*kv_heads*d = " + std::to_string(shape.rows * row));
+    throw_error(ErrorKind::internal, "",
+                "rope_to_kv_cache: k has " + std::to_string(k.size()) +
+                    " elements, needs L*kv_heads*d = " + std::to_string(shape.rows * row));
   if (cache_capacity < 0 || cache.size() < static_cast<std::size_t>(cache_capacity * row))
-    throw std::invalid_argument(
-        "rope_to_kv_cache: cache has " + std::to_string(cache.size()) +
-        " elements, needs S_cap*kv_heads*d = " + std::to_string(cache_capacity * row));
+    throw_error(ErrorKind::internal, "",
+                "rope_to_kv_cache: cache has " + std::to_string(cache.size()) +
+                    " elements, needs S_cap*kv_heads*d = " + std::to_string(cache_capacity * row));
   if (!slots.empty() && slots.size() < static_cast<std::size_t>(shape.rows))
-    throw std::invalid_argument("rope_to_kv_cache: " + std::to_string(slots.size()) +
-                                " slots for " + std::to_string(shape.rows) + " rows");
+    throw_error(ErrorKind::internal, "",
+                "rope_to_kv_cache: " + std::to_string(slots.size()) + " slots for " +
+                    std::to_string(shape.rows) + " rows");
   for (std::int64_t l = 0; l < shape.rows; ++l) {
     const std::int64_t s = slots.empty() ? position_ids[static_cast<std::size_t>(l)]
                                          : slots[static_cast<std::size_t>(l)];
     if (s < 0 || s >= cache_capacity)
-      throw std::out_of_range("rope_to_kv_cache: cache slot " + std::to_string(s) + " of row " +
-                              std::to_string(l) +
-                              " is outside [0, S_cap=" + std::to_string(cache_capacity) + ")");
+      throw_error(ErrorKind::invalid_input, "",
+                  "rope_to_kv_cache: cache slot " + std::to_string(s) + " of row " +
+                      std::to_string(l) +
+                      " is outside [0, S_cap=" + std::to_string(cache_capacity) + ")");
   }
   const Isa isa = active_isa();
   const std::int64_t half = tables.half_dim;

@@ -12,12 +12,12 @@
 #include <numeric>
 #include <random>
 #include <span>
-#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "tpullm/kernels/cpu_features.hpp"
 #include "tpullm/kernels/vec_math.hpp"
+#include "tpullm/support/error.hpp"
 
 namespace tpullm::kernels {
 
@@ -76,7 +76,7 @@ TPULLM_AVX512_END
 
 inline void require_nonempty(std::span<const float> x, const char* what) {
   if (x.empty())
-    throw std::invalid_argument(std::string(what) + ": empty logits row");
+    throw_error(ErrorKind::internal, "", std::string(what) + ": empty logits row");
 }
 
 } // namespace detail
@@ -112,8 +112,8 @@ inline TopK top_k(std::span<const float> logits, std::int64_t k) {
   detail::require_nonempty(logits, "top_k");
   const auto n = static_cast<std::int64_t>(logits.size());
   if (k < 1 || k > n)
-    throw std::invalid_argument("top_k: k = " + std::to_string(k) +
-                                " outside [1, V=" + std::to_string(n) + "]");
+    throw_error(ErrorKind::internal, "",
+                "top_k: k = " + std::to_string(k) + " outside [1, V=" + std::to_string(n) + "]");
   auto better = [&](std::int32_t a, std::int32_t b) {
     const float va = logits[static_cast<std::size_t>(a)], vb = logits[static_cast<std::size_t>(b)];
     return va > vb || (va == vb && a < b);

@@ -30,16 +30,6 @@ namespace tpullm::runtime {
 /// Geometry of the KV cache region (memory/kv_geometry.hpp, shared with the planner).
 using KvGeometry = memory::KvGeometry;
 
-/// A failure of the model's own values during a run (a non-finite MoE router logit): the
-/// checkpoint's doing, not the plan's or a bug. Error(invalid_input) whose where names the
-/// function (its layer) and the op.
-class ModelValueError : public Error {
-public:
-  /// `where`: the instruction ("@block_1: tpu.MoE at ..."); `message`: what is wrong.
-  ModelValueError(std::string where, std::string message)
-      : Error(ErrorKind::invalid_input, std::move(where), std::move(message)) {}
-};
-
 /// Time spent by the executor, for the "share of time inside kernels" figure.
 struct ExecStats {
   double total_seconds = 0;  ///< inside run()

@@ -4,8 +4,10 @@
 ///   what() == "<kind>: <where>: <message>"   (or "<kind>: <message>" when where is empty)
 /// Throw with `throw_error(kind, where, pieces...)`; the pieces are streamed together.
 /// Every library error derives from Error: DiagnosticError (IR text and verifier, with a source
-/// location), pass::PassFailure, pass::PipelineError and pass::OptionError. The tools catch
-/// Error once; anything else reaching them is a bug reported as an internal error.
+/// location), pass::PassFailure, pass::PipelineError, pass::OptionError and ModelValueError
+/// (below; the kernels throw Error too, kind decided where they raise it). The tools catch
+/// Error once; anything else reaching them is a bug reported as an internal error, except
+/// std::bad_alloc (out of memory).
 
 #include <sstream>
 #include <stdexcept>
@@ -72,6 +74,23 @@ private:
   ErrorKind kind_;
   std::string where_;
   std::string message_;
+};
+
+/// A failure of the model's own values during a run (a non-finite MoE router logit,
+/// kernels/moe.hpp): the checkpoint's doing, not the plan's or a bug. Error(invalid_input); the
+/// kernel throws it with an empty where, the executor adds the instruction (its function names
+/// the layer) and keeps the type, so `tpullm compile` can name the model as what failed.
+class ModelValueError : public Error {
+public:
+  /// `where`: the instruction ("@block_1: tpu.MoE at ...") or empty; `message`: what is wrong.
+  ModelValueError(std::string where, std::string message)
+      : Error(ErrorKind::invalid_input, std::move(where), std::move(message)) {}
+
+  /// The same error, still a ModelValueError, with an outer location prepended.
+  ModelValueError within(std::string_view outer) const {
+    const Error e = Error::within(outer);
+    return ModelValueError(e.where(), e.message());
+  }
 };
 
 /// Throws Error(kind, where, str_cat(pieces...)).

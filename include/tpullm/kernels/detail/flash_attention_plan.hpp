@@ -2,6 +2,7 @@
 /// Argument checks of one attention call and its cut into work items (FaPlan).
 
 #include "tpullm/kernels/detail/flash_attention_tile.hpp"
+#include "tpullm/support/error.hpp"
 
 namespace tpullm::kernels::detail {
 
@@ -9,34 +10,37 @@ inline void fa_check(const AttentionShape& s, std::size_t q, std::size_t k, std:
                      std::size_t pos, std::size_t out) {
   auto str = [](std::int64_t x) { return std::to_string(x); };
   if (s.L < 0 || s.S < 0 || s.q_heads <= 0 || s.kv_heads <= 0 || s.head_dim <= 0)
-    throw std::invalid_argument("flash_attention: bad shape L=" + str(s.L) + " S=" + str(s.S) +
-                                " q_heads=" + str(s.q_heads) + " kv_heads=" + str(s.kv_heads) +
-                                " d=" + str(s.head_dim));
+    throw_error(ErrorKind::internal, "",
+                "flash_attention: bad shape L=" + str(s.L) + " S=" + str(s.S) + " q_heads=" +
+                    str(s.q_heads) + " kv_heads=" + str(s.kv_heads) + " d=" + str(s.head_dim));
   if (s.q_heads % s.kv_heads != 0)
-    throw std::invalid_argument("flash_attention: q_heads " + str(s.q_heads) +
-                                " is not a multiple of kv_heads " + str(s.kv_heads));
+    throw_error(ErrorKind::internal, "",
+                "flash_attention: q_heads " + str(s.q_heads) + " is not a multiple of kv_heads " +
+                    str(s.kv_heads));
   if (s.L_valid < 0 || s.L_valid > s.L)
-    throw std::invalid_argument("flash_attention: L_valid " + str(s.L_valid) +
-                                " outside [0, L=" + str(s.L) + "]");
+    throw_error(ErrorKind::internal, "",
+                "flash_attention: L_valid " + str(s.L_valid) + " outside [0, L=" + str(s.L) + "]");
   if (s.S_valid < 0 || s.S_valid > s.S)
-    throw std::invalid_argument("flash_attention: S_valid " + str(s.S_valid) +
-                                " outside [0, S=" + str(s.S) + "]");
+    throw_error(ErrorKind::internal, "",
+                "flash_attention: S_valid " + str(s.S_valid) + " outside [0, S=" + str(s.S) + "]");
   if (s.L_valid > 0 && s.S_valid == 0)
-    throw std::invalid_argument("flash_attention: " + str(s.L_valid) +
-                                " query rows but no valid key (S_valid = 0)");
+    throw_error(ErrorKind::internal, "",
+                "flash_attention: " + str(s.L_valid) +
+                    " query rows but no valid key (S_valid = 0)");
   const auto qn = static_cast<std::size_t>(s.L * s.q_heads * s.head_dim);
   const auto kn = static_cast<std::size_t>(s.S * s.kv_heads * s.head_dim);
   if (q < qn || out < qn)
-    throw std::invalid_argument("flash_attention: q (" + std::to_string(q) + ") or out (" +
-                                std::to_string(out) +
-                                ") smaller than L*q_heads*d = " + std::to_string(qn));
+    throw_error(ErrorKind::internal, "",
+                "flash_attention: q (" + std::to_string(q) + ") or out (" + std::to_string(out) +
+                    ") smaller than L*q_heads*d = " + std::to_string(qn));
   if (k < kn || v < kn)
-    throw std::invalid_argument("flash_attention: k (" + std::to_string(k) + ") or v (" +
-                                std::to_string(v) +
-                                ") smaller than S*kv_heads*d = " + std::to_string(kn));
+    throw_error(ErrorKind::internal, "",
+                "flash_attention: k (" + std::to_string(k) + ") or v (" + std::to_string(v) +
+                    ") smaller than S*kv_heads*d = " + std::to_string(kn));
   if (s.causal && pos < static_cast<std::size_t>(s.L_valid))
-    throw std::invalid_argument("flash_attention: " + std::to_string(pos) +
-                                " position ids for L_valid = " + str(s.L_valid) + " rows");
+    throw_error(ErrorKind::internal, "",
+                "flash_attention: " + std::to_string(pos) +
+                    " position ids for L_valid = " + str(s.L_valid) + " rows");
 }
 
 /// How one call is cut into work items: tile sizes, and how many kv heads and q tiles one item

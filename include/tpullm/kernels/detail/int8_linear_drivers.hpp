@@ -8,7 +8,6 @@
 #include <algorithm>
 #include <cstdint>
 #include <span>
-#include <stdexcept>
 #include <vector>
 
 #include "tpullm/kernels/core_split.hpp"
@@ -17,6 +16,7 @@
 #include "tpullm/kernels/detail/int8_quantize.hpp"
 #include "tpullm/kernels/detail/int8_tile.hpp"
 #include "tpullm/kernels/detail/matmul_common.hpp"
+#include "tpullm/support/error.hpp"
 #if TPULLM_X86
 #include "tpullm/kernels/detail/int8_linear_avx2.hpp"
 #include "tpullm/kernels/detail/int8_linear_avx512.hpp"
@@ -356,7 +356,8 @@ inline void run_w8a8(W8A8Args a, const CoreSplit& planned) {
   const std::int64_t P = a.w->panels();
   const W8A8Path path = w8a8_path(a.M);
   if (planned.dim == SplitDim::heads)
-    throw std::invalid_argument("linear_w8a8: CoreSplit over heads is not meaningful for a matmul");
+    throw_error(ErrorKind::internal, "",
+                "linear_w8a8: CoreSplit over heads is not meaningful for a matmul");
   if (a.M <= kGemvMaxRows) {
     run_w8a8_gemvs({&a, 1}, planned);
     return;

@@ -5,6 +5,7 @@
 #include "tpullm/kernels/detail/matmul_amx.hpp"
 #include "tpullm/kernels/detail/matmul_gemm_bf16dot.hpp"
 #include "tpullm/kernels/detail/matmul_portable.hpp"
+#include "tpullm/support/error.hpp"
 #if TPULLM_X86
 #include "tpullm/kernels/detail/matmul_gemv_avx512.hpp"
 #include "tpullm/kernels/detail/matmul_gemv_vnni.hpp"
@@ -187,7 +188,7 @@ void gemv_range(const LinearArgs& a, Isa isa, std::int64_t pa, std::int64_t pb) 
 
 /// A GEMM path of run_linear over rows [0, a.M) and panels [a.v.p0, a.v.p1) as `split` says:
 /// range(ma, mb, pa, pb) on the calling thread, over row ranges in multiples of `row_align`, or
-/// over panel ranges. Throws std::invalid_argument for a split over heads.
+/// over panel ranges. Throws Error(internal) for a split over heads.
 template <class Range>
 void run_gemm_split(const CoreSplit& split, const LinearArgs& a, std::int64_t row_align,
                     Range&& range) {
@@ -208,7 +209,8 @@ void run_gemm_split(const CoreSplit& split, const LinearArgs& a, std::int64_t ro
   case SplitDim::heads:
     break;
   }
-  throw std::invalid_argument("linear: CoreSplit over heads is not meaningful for a matmul");
+  throw_error(ErrorKind::internal, "",
+              "linear: CoreSplit over heads is not meaningful for a matmul");
 }
 
 template <WeightFormat F>
@@ -240,7 +242,8 @@ void run_linear(const LinearArgs& a, const CoreSplit& planned) {
     case SplitDim::heads:
       break;
     }
-    throw std::invalid_argument("linear: CoreSplit over heads is not meaningful for a matmul");
+    throw_error(ErrorKind::internal, "",
+                "linear: CoreSplit over heads is not meaningful for a matmul");
   }
   bool emulated = false;
   if constexpr (amx_format(F)) {

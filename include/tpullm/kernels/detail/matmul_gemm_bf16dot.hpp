@@ -17,7 +17,6 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
-#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -26,6 +25,7 @@
 #include "tpullm/support/float16.hpp"
 #include "tpullm/kernels/detail/matmul_common.hpp"
 #include "tpullm/kernels/detail/matmul_portable.hpp"
+#include "tpullm/support/error.hpp"
 #if TPULLM_X86
 #include "tpullm/kernels/detail/matmul_avx512_common.hpp"
 #include "tpullm/kernels/detail/matmul_gemm_avx512.hpp"
@@ -49,7 +49,7 @@ inline constexpr int kBf16DotMr = 14;
 /// at about twice its f32 FMA rate (0.5B prefill 512: 718 t/s against 534 for f16 on FMA), an
 /// Intel core without usable AMX at about half (a Xeon VM: 163 against 340 GFLOP/s), so only
 /// AMD takes it by default. `TPULLM_BF16_DOT=1` / `0` in the environment (read once, at the first
-/// call) forces it on / off; any other value throws std::invalid_argument. Tests cover both paths.
+/// call) forces it on / off; any other value throws Error(invalid_input). Tests cover both paths.
 inline bool& bf16_dot_disabled() {
   static bool disabled = [] {
     const char* env = std::getenv("TPULLM_BF16_DOT");
@@ -59,7 +59,8 @@ inline bool& bf16_dot_disabled() {
       return false;
     if (std::string_view(env) == "0")
       return true;
-    throw std::invalid_argument("TPULLM_BF16_DOT='" + std::string(env) + "' is not 0 or 1");
+    throw_error(ErrorKind::invalid_input, "TPULLM_BF16_DOT",
+                "TPULLM_BF16_DOT='" + std::string(env) + "' is not 0 or 1");
   }();
   return disabled;
 }
@@ -216,7 +217,7 @@ inline void gemm_range_bf16dot(const LinearArgs& a, std::int64_t ma, std::int64_
 #else
 inline void gemm_range_bf16dot(const LinearArgs&, std::int64_t, std::int64_t, std::int64_t,
                                std::int64_t) {
-  throw std::logic_error("gemm_range_bf16dot: not an x86 build");
+  throw_error(ErrorKind::internal, "", "gemm_range_bf16dot: not an x86 build");
 }
 #endif
 

@@ -13,13 +13,13 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
-#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "tpullm/kernels/core_split.hpp"
 #include "tpullm/kernels/detail/int8_quantize.hpp"
 #include "tpullm/kernels/detail/matmul_common.hpp"
+#include "tpullm/support/error.hpp"
 #if TPULLM_X86
 #include "tpullm/kernels/detail/matmul_avx512_common.hpp"
 #include "tpullm/kernels/detail/matmul_gemv_vnni.hpp"
@@ -154,17 +154,18 @@ void w4a8_range_avx512(const W4A8Row& r, const PackedWeights& w, const float* bi
 
 /// The experiment's entry: y [N] = W4A8(x [K]) · w + bias for int4_sym / int4_asym weights in
 /// natural row order, panels split as `split` says. Needs AVX-512 VNNI; throws
-/// std::invalid_argument elsewhere or for other formats (int4_min included: its f32 mins are not
-/// part of this experiment's integer formula).
+/// Error(unsupported) elsewhere, Error(internal) for other formats (int4_min included: its f32 mins
+/// are not part of this experiment's integer formula).
 inline void w4a8_gemv_experimental(const float* x, const PackedWeights& w, const float* bias,
                                    float* y, const CoreSplit& split, W4A8Row& r) {
   if ((w.format != WeightFormat::int4_sym && w.format != WeightFormat::int4_asym) ||
       !w.k_perm.empty())
-    throw std::invalid_argument("w4a8_gemv_experimental: needs int4_sym or int4_asym weights in "
-                                "natural row order, got " +
-                                std::string(format_name(w.format)));
+    throw_error(ErrorKind::internal, "",
+                "w4a8_gemv_experimental: needs int4_sym or int4_asym weights in "
+                "natural row order, got " +
+                    std::string(format_name(w.format)));
   if (!(TPULLM_X86 && vector_isa(active_isa()) == Isa::avx512 && cpu_features().avx512_vnni))
-    throw std::invalid_argument("w4a8_gemv_experimental: needs AVX-512 VNNI");
+    throw_error(ErrorKind::unsupported, "", "w4a8_gemv_experimental: needs AVX-512 VNNI");
   w4a8_prepare(x, w, r);
 #if TPULLM_X86
   parallel_for(split, w.panels(), 4, [&](std::int64_t b, std::int64_t e) {
