@@ -4,7 +4,6 @@
 #include <algorithm>
 
 #include "tpullm/runtime/text_side.hpp"
-#include "tpullm/text/stream_decoder.hpp"
 
 namespace tpullm::runtime {
 
@@ -59,21 +58,13 @@ std::vector<std::int32_t> Conversation::render_with(const std::string& user) con
 
 TurnResult Conversation::run(const std::vector<std::int32_t>& prompt,
                              const GenerateOptions& options, const TextSink& sink) {
-  text::StreamDecoder stream(tok_, true);
+  Generation gen(options, &tok_, prompt);
   TurnResult out;
-  const auto& stops = options.stop.eos_ids;
-  out.generated = cache_.generate(prompt, options, [&](std::int32_t id) {
-    if (std::find(stops.begin(), stops.end(), id) != stops.end())
-      return; // the stop token is not part of the answer
-    const std::string piece = stream.push(id);
-    out.text += piece;
-    if (sink && !piece.empty())
-      sink(piece);
+  out.generated = cache_.generate(prompt, gen, [&](const GenerationStep& s) {
+    if (sink && !s.text.empty())
+      sink(s.text);
   });
-  const std::string rest = stream.finish();
-  out.text += rest;
-  if (sink && !rest.empty())
-    sink(rest);
+  out.text = gen.text();
   return out;
 }
 

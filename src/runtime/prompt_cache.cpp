@@ -20,6 +20,15 @@ std::int64_t PromptCache::reusable(const std::vector<std::int32_t>& prompt) cons
 CachedGenerateResult PromptCache::generate(const std::vector<std::int32_t>& prompt,
                                            const GenerateOptions& options,
                                            const std::function<void(std::int32_t)>& on_token) {
+  Generation gen(options, nullptr, prompt);
+  if (!on_token)
+    return generate(prompt, gen);
+  return generate(prompt, gen, [&](const GenerationStep& s) { on_token(s.token); });
+}
+
+CachedGenerateResult
+PromptCache::generate(const std::vector<std::int32_t>& prompt, Generation& gen,
+                      const std::function<void(const GenerationStep&)>& on_step) {
   check(!prompt.empty(), ErrorKind::invalid_input, "prompt", "is empty");
   check(fits(prompt), ErrorKind::invalid_input, "prompt", "the conversation (", prompt.size(),
         " tokens) leaves no room for an answer in the compiled sequence length ",
@@ -32,7 +41,7 @@ CachedGenerateResult PromptCache::generate(const std::vector<std::int32_t>& prom
   held_.resize(static_cast<std::size_t>(out.reused));
   const std::vector<std::int32_t> rest(prompt.begin() + out.reused, prompt.end());
   try {
-    out.result = session_.generate(rest, options, on_token);
+    out.result = session_.generate(rest, gen, on_step);
   } catch (...) {
     // What the cache holds after a failed step is not known: forget it (the next prompt is fed
     // whole) rather than reuse a half-written history.

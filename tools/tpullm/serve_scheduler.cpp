@@ -6,7 +6,6 @@
 #include "tpullm/runtime/compiled_stages.hpp"
 #include "tpullm/runtime/engine.hpp"
 #include "tpullm/runtime/session.hpp"
-#include "tpullm/text/stream_decoder.hpp"
 
 namespace tpullm::cli::serve {
 
@@ -16,18 +15,6 @@ using clock_type = std::chrono::steady_clock;
 
 double seconds_since(clock_type::time_point t) {
   return std::chrono::duration<double>(clock_type::now() - t).count();
-}
-
-/// Length of the longest suffix of `text` that is a proper prefix of one of `stops`.
-std::size_t partial_stop(const std::string& text, const std::vector<std::string>& stops) {
-  std::size_t best = 0;
-  for (const auto& s : stops)
-    for (std::size_t n = std::min(s.size() - 1, text.size()); n > best; --n)
-      if (text.compare(text.size() - n, n, s, 0, n) == 0) {
-        best = n;
-        break;
-      }
-  return best;
 }
 
 } // namespace
@@ -69,15 +56,10 @@ struct Scheduler::Slot {
   std::uint64_t last_used = 0;
 
   std::shared_ptr<Job> job;
-  std::optional<runtime::Sampler> sampler;
-  std::optional<text::StreamDecoder> decoder;
-  std::vector<std::int32_t> context; ///< prompt + generated (the repetition penalty's context)
-  std::size_t fed = 0;               ///< prompt tokens in the cache
-  std::int64_t cached = 0;           ///< prompt tokens found there at the start
-  int generated = 0;
-  std::int32_t last = 0; ///< the last sampled token (fed at the next decode step)
-  std::string text;      ///< the answer so far
-  std::size_t sent = 0;  ///< bytes of `text` handed to the job
+  std::optional<runtime::Generation> gen; ///< the answer: sampler, stop rules, text
+  std::size_t fed = 0;                    ///< prompt tokens in the cache
+  std::int64_t cached = 0;                ///< prompt tokens found there at the start
+  std::int32_t last = 0;                  ///< the last sampled token (fed at the next decode step)
   clock_type::time_point t0, t_first;
   bool started = false;
 
@@ -289,10 +271,7 @@ void Scheduler::end(Slot& s, JobOutcome o) {
       busy += slot->job != nullptr;
     metrics_.set_load(static_cast<std::int64_t>(queue_.size()), busy, slots());
   }
-  s.sampler.reset();
-  s.decoder.reset();
-  s.context.clear();
-  s.text.clear();
+  s.gen.reset();
   job->finish(std::move(o));
 }
 
@@ -317,11 +296,10 @@ void Scheduler::step(Slot& s) {
       s.cached = static_cast<std::int64_t>(s.fed);
       session.truncate(static_cast<std::int64_t>(s.fed));
       s.held.resize(s.fed);
-      s.sampler.emplace(spec.sampling);
-      s.decoder.emplace(text_.tokenizer, true);
-      s.context = spec.prompt;
-      s.generated = 0;
-      s.sent = 0;
+      runtime::GenerateOptions options;
+      options.sampling = spec.sampling;
+      options.stop = {text_.stop_ids, spec.max_tokens, spec.stop};
+      s.gen.emplace(options, &text_.tokenizer, spec.prompt);
     }
     std::vector<float> logits;
     if (s.fed < spec.prompt.size()) {
@@ -348,58 +326,22 @@ void Scheduler::step(Slot& s) {
 
 void Scheduler::consume(Slot& s, std::span<const float> logits) {
   Job& job = *s.job;
-  const JobSpec& spec = job.spec();
   runtime::Session& session = *s.session;
-  auto outcome = [&](std::string reason) {
-    JobOutcome o;
-    o.finish_reason = std::move(reason);
-    o.usage = {static_cast<std::int64_t>(spec.prompt.size()), s.generated, s.cached};
-    // Time to first token as the client sees it: queue wait included.
-    o.ttft_seconds = std::chrono::duration<double>(s.t_first - job.submitted_).count();
-    o.decode_seconds = s.generated > 1 ? seconds_since(s.t_first) : 0.0;
-    return o;
-  };
-  const std::int32_t tok = s.sampler->sample(logits, s.context);
-  s.context.push_back(tok);
-  s.last = tok;
-  if (++s.generated == 1)
+  const runtime::GenerationStep step =
+      s.gen->step(logits, session.length(), session.params().seq_length);
+  s.last = step.token;
+  if (s.gen->generated() == 1)
     s.t_first = clock_type::now();
-  const auto& eos = text_.stop_ids;
-  const bool is_eos = std::find(eos.begin(), eos.end(), tok) != eos.end();
-  std::optional<std::string> reason;
-  if (is_eos) {
-    reason = "stop";
-  } else {
-    s.text += s.decoder->push(tok);
-    if (s.generated >= spec.max_tokens || session.length() >= session.params().seq_length)
-      reason = "length";
-  }
-  if (reason)
-    s.text += s.decoder->finish();
-  // A stop string ends the answer before it (searched from where it could begin).
-  std::size_t longest = 0;
-  for (const auto& st : spec.stop)
-    longest = std::max(longest, st.size());
-  const std::size_t from = s.sent > longest ? s.sent - longest : 0;
-  std::size_t cut = std::string::npos;
-  for (const auto& st : spec.stop)
-    cut = std::min(cut, s.text.find(st, from));
-  if (cut != std::string::npos) {
-    s.text.resize(cut);
-    reason = "stop";
-  }
-  std::size_t safe = s.text.size();
-  if (!reason) {
-    safe -= partial_stop(s.text, spec.stop);
-    while (safe > s.sent && (static_cast<unsigned char>(s.text[safe]) & 0xC0) == 0x80)
-      --safe; // never split a character
-  }
-  if (safe > s.sent) {
-    job.emit(s.text.substr(s.sent, safe - s.sent));
-    s.sent = safe;
-  }
-  if (reason)
-    end(s, outcome(*reason));
+  job.emit(step.text);
+  if (!step.stop)
+    return;
+  JobOutcome o;
+  o.finish_reason = std::string(runtime::finish_reason(*step.stop));
+  o.usage = {static_cast<std::int64_t>(job.spec().prompt.size()), s.gen->generated(), s.cached};
+  // Time to first token as the client sees it: queue wait included.
+  o.ttft_seconds = std::chrono::duration<double>(s.t_first - job.submitted_).count();
+  o.decode_seconds = s.gen->generated() > 1 ? seconds_since(s.t_first) : 0.0;
+  end(s, std::move(o));
 }
 
 } // namespace tpullm::cli::serve

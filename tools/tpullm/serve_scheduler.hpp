@@ -26,7 +26,7 @@
 #include "serve_metrics.hpp"
 #include "tpullm/bundle/bundle.hpp"
 #include "tpullm/runtime/batched_decode.hpp"
-#include "tpullm/runtime/sampler.hpp"
+#include "tpullm/runtime/generation.hpp"
 #include "tpullm/runtime/text_side.hpp"
 
 namespace tpullm::cli::serve {

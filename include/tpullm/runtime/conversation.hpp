@@ -24,7 +24,7 @@ using TextSink = std::function<void(std::string_view)>;
 
 /// One answer: its text, its tokens and how the prompt was fed.
 struct TurnResult {
-  std::string text;               ///< the answer, stop token left out
+  std::string text;               ///< the answer, stop token and stop string left out
   CachedGenerateResult generated; ///< tokens, stop reason, timings, tokens reused from the cache
 };
 

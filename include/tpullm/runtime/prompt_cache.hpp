@@ -47,9 +47,14 @@ public:
   /// something is kept), then samples like Session::generate. Afterwards the cache holds the
   /// prompt and every answer token but the last. Throws Error(invalid_input) when the prompt
   /// does not fit the compiled sequence length (nothing is changed then).
+  /// The repetition penalty sees the whole prompt (as a Generation over it).
   CachedGenerateResult generate(const std::vector<std::int32_t>& prompt,
                                 const GenerateOptions& options,
                                 const std::function<void(std::int32_t)>& on_token = {});
+  /// As above with the answer's rules and text in `gen` (built over the whole `prompt`);
+  /// `on_step` sees each step as Session::generate's does.
+  CachedGenerateResult generate(const std::vector<std::int32_t>& prompt, Generation& gen,
+                                const std::function<void(const GenerationStep&)>& on_step = {});
 
 private:
   Session& session_;

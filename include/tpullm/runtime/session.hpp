@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "tpullm/frontend/stage_params.hpp"
-#include "tpullm/runtime/sampler.hpp"
+#include "tpullm/runtime/generation.hpp"
 #include "tpullm/runtime/stage_executor.hpp"
 #include "tpullm/support/error.hpp"
 
@@ -31,12 +31,6 @@ struct SessionDims {
   std::int64_t kv_heads = 0;
   std::int64_t head_dim = 0;
   std::int64_t vocab = 0;
-};
-
-/// How Session::generate picks tokens and when it stops.
-struct GenerateOptions {
-  SamplingOptions sampling; ///< greedy by default
-  StopCriteria stop;        ///< eos ids and a token budget (the sequence end always stops)
 };
 
 /// What Session::generate produced.
@@ -97,6 +91,11 @@ public:
   /// options, a prompt that does not fit, or ids outside the vocabulary.
   GenerateResult generate(const std::vector<std::int32_t>& prompt, const GenerateOptions& options,
                           const std::function<void(std::int32_t)>& on_token = {});
+  /// As above with the answer's rules and text in `gen` (runtime/generation.hpp: built over the
+  /// whole conversation, with a tokenizer for text and stop strings): `on_step` sees each step
+  /// (its token, the text it decided, the stop) as it is taken. Same refusals.
+  GenerateResult generate(const std::vector<std::int32_t>& prompt, Generation& gen,
+                          const std::function<void(const GenerationStep&)>& on_step = {});
 
   /// The decode variant used at position p: the smallest compiled S >= p.
   std::int64_t decode_length_for(std::int64_t p) const {
