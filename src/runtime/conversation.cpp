@@ -40,14 +40,22 @@ void Conversation::reset() {
   cache_.reset();
 }
 
+std::vector<std::int32_t> render_chat(const text::Tokenizer& tok, const text::ChatTemplate& tmpl,
+                                      const nlohmann::ordered_json& messages,
+                                      const nlohmann::ordered_json& tools,
+                                      const nlohmann::ordered_json& template_kwargs) {
+  const auto special = template_special_tokens(tok);
+  const auto ctx =
+      text::ChatTemplate::make_context(messages, tools, true, special, template_kwargs);
+  // The template writes the BOS and every special token itself: none are added (as transformers'
+  // apply_chat_template(tokenize=True) does).
+  return tok.encode(tmpl.render(ctx), false);
+}
+
 std::vector<std::int32_t> Conversation::render(const nlohmann::ordered_json& messages) const {
   check(tmpl_ != nullptr, ErrorKind::unsupported, "chat",
         "no chat template: ", tok_.config().no_chat_template_reason(), " (use a raw prompt)");
-  const auto special = template_special_tokens(tok_);
-  const auto ctx = text::ChatTemplate::make_context(messages, tools_, true, special, kwargs_);
-  // The template writes the BOS and every special token itself: none are added (as transformers'
-  // apply_chat_template(tokenize=True) does).
-  return tok_.encode(tmpl_->render(ctx), false);
+  return render_chat(tok_, *tmpl_, messages, tools_, kwargs_);
 }
 
 std::vector<std::int32_t> Conversation::render_with(const std::string& user) const {

@@ -93,9 +93,8 @@ auto Session::prefill(const std::vector<std::int32_t>& tokens, bool all_rows,
 }
 
 auto Session::decode(std::int32_t token) -> std::vector<float> {
+  check_room();
   const std::int64_t p = length_;
-  check(p < params_.seq_length, ErrorKind::invalid_input, "decode", "the KV cache is full (",
-        params_.seq_length, " tokens = the compiled sequence length)");
   check_ids({token});
   const std::int64_t S = decode_length_for(p);
   ids_[0] = token;

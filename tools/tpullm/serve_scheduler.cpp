@@ -5,6 +5,7 @@
 
 #include "tpullm/runtime/compiled_stages.hpp"
 #include "tpullm/runtime/engine.hpp"
+#include "tpullm/runtime/prompt_cache.hpp"
 #include "tpullm/runtime/session.hpp"
 
 namespace tpullm::cli::serve {
@@ -46,13 +47,14 @@ void Job::finish(JobOutcome o) {
   cv_.notify_all();
 }
 
-/// One conversation: its KV slot of the shared executor, the session over it, the ids its KV
-/// cache holds, and the job it is generating (with that job's progress).
+/// One conversation: its KV slot of the shared executor, the session over it, the prompt cache
+/// that remembers the ids its KV cache holds, and the job it is generating (with that job's
+/// progress).
 struct Scheduler::Slot {
   std::int32_t index = 0; ///< its KV slot in the shared executor
   std::unique_ptr<runtime::CompiledStages> stages;
   std::unique_ptr<runtime::Session> session;
-  std::vector<std::int32_t> held; ///< token ids in the KV cache, in position order
+  std::unique_ptr<runtime::PromptCache> cache; ///< the ids in the KV cache; what a prompt reuses
   std::uint64_t last_used = 0;
 
   std::shared_ptr<Job> job;
@@ -63,18 +65,6 @@ struct Scheduler::Slot {
   clock_type::time_point t0, t_first;
   bool started = false;
 
-  /// Common prefix of the cache and `prompt`, less one when it is the whole prompt (the last
-  /// prompt token is fed again: its logits choose the first answer token); as PromptCache.
-  /// Nothing without prefill_kv modules (a --no-history bundle prefills from position 0 only).
-  std::size_t reusable(const std::vector<std::int32_t>& prompt) const {
-    if (!session->params().with_history)
-      return 0;
-    const auto mis = std::mismatch(held.begin(), held.end(), prompt.begin(), prompt.end());
-    auto n = static_cast<std::size_t>(mis.first - held.begin());
-    if (n == prompt.size() && n > 0)
-      n -= 1;
-    return n;
-  }
   /// Generating tokens after its prompt (its next step is a decode of `last`).
   bool decoding() const { return job && started && fed >= job->spec().prompt.size(); }
 };
@@ -102,6 +92,7 @@ Scheduler::Scheduler(std::shared_ptr<const bundle::Bundle> bundle, const runtime
     s->index = i;
     s->stages = std::make_unique<runtime::CompiledStages>(*exec_, i);
     s->session = std::make_unique<runtime::Session>(*s->stages, dims, bundle_->model().params);
+    s->cache = std::make_unique<runtime::PromptCache>(*s->session);
     slots_.push_back(std::move(s));
   }
   metrics_.set_load(0, 0, slots());
@@ -155,7 +146,7 @@ void Scheduler::assign_locked() {
     for (auto& s : slots_) {
       if (s->job)
         continue;
-      const std::size_t r = s->reusable(job->spec().prompt);
+      const auto r = static_cast<std::size_t>(s->cache->reusable(job->spec().prompt));
       if (!best || r > best_reuse || (r == best_reuse && s->last_used < best->last_used)) {
         best = s.get();
         best_reuse = r;
@@ -233,8 +224,8 @@ void Scheduler::decode_together(const std::vector<Slot*>& slots) {
   const auto V = static_cast<std::size_t>(bundle_->model().vocab);
   for (std::size_t r = 0; r < slots.size(); ++r) {
     Slot& s = *slots[r];
-    s.held.push_back(s.last);
     try {
+      s.cache->record(std::span<const std::int32_t>(&s.last, 1));
       consume(s, std::span<const float>(logits.data() + r * V, V));
     } catch (const std::exception& e) {
       fail(s, e);
@@ -244,8 +235,7 @@ void Scheduler::decode_together(const std::vector<Slot*>& slots) {
 
 void Scheduler::fail(Slot& s, const std::exception& e) {
   // What the cache holds after a failed step is not known: forget it.
-  s.session->reset();
-  s.held.clear();
+  s.cache->reset();
   const auto* err = dynamic_cast<const Error*>(&e);
   const bool bad_input = err && err->kind() == ErrorKind::invalid_input;
   end(s, JobOutcome{"",
@@ -292,10 +282,8 @@ void Scheduler::step(Slot& s) {
     if (!s.started) {
       s.started = true;
       s.t0 = clock_type::now();
-      s.fed = s.reusable(spec.prompt);
-      s.cached = static_cast<std::int64_t>(s.fed);
-      session.truncate(static_cast<std::int64_t>(s.fed));
-      s.held.resize(s.fed);
+      s.cached = s.cache->keep_prefix(spec.prompt);
+      s.fed = static_cast<std::size_t>(s.cached);
       runtime::GenerateOptions options;
       options.sampling = spec.sampling;
       options.stop = {text_.stop_ids, spec.max_tokens, spec.stop};
@@ -310,13 +298,13 @@ void Scheduler::step(Slot& s) {
                                           spec.prompt.begin() +
                                               static_cast<std::ptrdiff_t>(s.fed + n));
       logits = session.prefill(seg, false);
-      s.held.insert(s.held.end(), seg.begin(), seg.end());
+      s.cache->record(seg);
       s.fed += n;
       if (s.fed < spec.prompt.size())
         return;
     } else {
       logits = session.decode(s.last);
-      s.held.push_back(s.last);
+      s.cache->record(std::span<const std::int32_t>(&s.last, 1));
     }
     consume(s, logits);
   } catch (const std::exception& e) { // e.g. out of memory: this job fails, the server goes on

@@ -6,9 +6,10 @@
 // each, and every generating slot decodes its next token: together in one batched decode call
 // (runtime/batched_decode.hpp) when the bundle was compiled with --decode-batches, else in
 // turn. A long generation delays another's first token by at most one step per busy slot. A job
-// goes to the free slot whose cached tokens share the longest prefix with its prompt (a chat client
-// resending the whole conversation prefills only the new suffix, through prefill_kv), else to the
-// least recently used one. HTTP threads only submit jobs and wait for their text.
+// goes to the free slot whose cached tokens share the longest prefix with its prompt
+// (runtime::PromptCache::reusable: a chat client resending the whole conversation prefills only the
+// new suffix, through prefill_kv), else to the least recently used one. HTTP threads only submit
+// jobs and wait for their text.
 #include <atomic>
 #include <chrono>
 #include <condition_variable>

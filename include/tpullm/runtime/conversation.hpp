@@ -35,6 +35,17 @@ struct TurnResult {
 std::vector<std::int32_t> stop_ids(const text::Tokenizer& tok,
                                    const std::vector<std::int64_t>& model_eos);
 
+/// The prompt of `messages` (a JSON array of {role, content}): rendered through `tmpl` with the
+/// generation prompt, the tokenizer's special-token strings and `tools` / `template_kwargs` as
+/// template variables, then tokenized without adding special tokens (the template writes them,
+/// as transformers' apply_chat_template(tokenize=True)). What Conversation and `tpullm serve`
+/// render; const, so callable from several threads at once. Throws the template's and the
+/// tokenizer's Error.
+std::vector<std::int32_t>
+render_chat(const text::Tokenizer& tok, const text::ChatTemplate& tmpl,
+            const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools = nullptr,
+            const nlohmann::ordered_json& template_kwargs = nlohmann::ordered_json::object());
+
 /// A conversation: the messages so far and the cache that holds their tokens.
 class Conversation {
 public:

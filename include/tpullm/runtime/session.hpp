@@ -62,12 +62,17 @@ public:
     length_ = n;
   }
 
-  /// Records that a batched decode step (runtime/batched_decode.hpp) wrote one more token into
-  /// this conversation's caches at position length(). Throws Error(invalid_input) when the
-  /// cache is full.
-  void extend_one() {
+  /// Throws Error(invalid_input) when the KV cache is full (no token can be fed at length()):
+  /// the one place decode, batched decode and extend_one() refuse a full cache.
+  void check_room() const {
     check(length_ < params_.seq_length, ErrorKind::invalid_input, "decode",
           "the KV cache is full (", params_.seq_length, " tokens = the compiled sequence length)");
+  }
+  /// Records that a batched decode step (runtime/batched_decode.hpp) wrote one more token into
+  /// this conversation's caches at position length(). Throws as check_room() when the cache is
+  /// full.
+  void extend_one() {
+    check_room();
     length_ += 1;
   }
 
