@@ -315,9 +315,7 @@ void answer(httplib::Response& res, F&& body) {
   } catch (const ApiError& e) {
     send_error(res, e);
   } catch (const Error& e) {
-    const bool bad = e.kind() == ErrorKind::invalid_input || e.kind() == ErrorKind::unsupported;
-    send_error(res, ApiError{bad ? 400 : 500, e.what(),
-                             bad ? "invalid_request_error" : "server_error", "", ""});
+    send_error(res, serve::api_error(e));
   }
 }
 
