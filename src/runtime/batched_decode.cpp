@@ -52,9 +52,8 @@ auto BatchedDecoder::step(std::span<const DecodeRow> rows, std::vector<float>& l
     const DecodeRow& r = rows[static_cast<std::size_t>(std::min(b, n - 1))];
     check(r.session != nullptr, ErrorKind::invalid_input, "batched decode", "row ", b,
           " has no session");
+    r.session->check_room();
     const std::int64_t p = r.session->length();
-    check(p < params_.seq_length, ErrorKind::invalid_input, "decode", "the KV cache is full (",
-          params_.seq_length, " tokens = the compiled sequence length)");
     check(r.token >= 0 && r.token < V, ErrorKind::invalid_input, "prompt", "token id ", r.token,
           " is outside the vocabulary [0, ", V, ")");
     check(r.slot >= 0 && r.slot < exec_.kv_geometry().slots, ErrorKind::invalid_input,

@@ -4,7 +4,6 @@
 #include <algorithm>
 
 #include "tpullm/runtime/text_side.hpp"
-#include "tpullm/text/stream_decoder.hpp"
 
 namespace tpullm::runtime {
 
@@ -41,14 +40,22 @@ void Conversation::reset() {
   cache_.reset();
 }
 
+std::vector<std::int32_t> render_chat(const text::Tokenizer& tok, const text::ChatTemplate& tmpl,
+                                      const nlohmann::ordered_json& messages,
+                                      const nlohmann::ordered_json& tools,
+                                      const nlohmann::ordered_json& template_kwargs) {
+  const auto special = template_special_tokens(tok);
+  const auto ctx =
+      text::ChatTemplate::make_context(messages, tools, true, special, template_kwargs);
+  // The template writes the BOS and every special token itself: none are added (as transformers'
+  // apply_chat_template(tokenize=True) does).
+  return tok.encode(tmpl.render(ctx), false);
+}
+
 std::vector<std::int32_t> Conversation::render(const nlohmann::ordered_json& messages) const {
   check(tmpl_ != nullptr, ErrorKind::unsupported, "chat",
         "no chat template: ", tok_.config().no_chat_template_reason(), " (use a raw prompt)");
-  const auto special = template_special_tokens(tok_);
-  const auto ctx = text::ChatTemplate::make_context(messages, tools_, true, special, kwargs_);
-  // The template writes the BOS and every special token itself: none are added (as transformers'
-  // apply_chat_template(tokenize=True) does).
-  return tok_.encode(tmpl_->render(ctx), false);
+  return render_chat(tok_, *tmpl_, messages, tools_, kwargs_);
 }
 
 std::vector<std::int32_t> Conversation::render_with(const std::string& user) const {
@@ -59,21 +66,13 @@ std::vector<std::int32_t> Conversation::render_with(const std::string& user) con
 
 TurnResult Conversation::run(const std::vector<std::int32_t>& prompt,
                              const GenerateOptions& options, const TextSink& sink) {
-  text::StreamDecoder stream(tok_, true);
+  Generation gen(options, &tok_, prompt);
   TurnResult out;
-  const auto& stops = options.stop.eos_ids;
-  out.generated = cache_.generate(prompt, options, [&](std::int32_t id) {
-    if (std::find(stops.begin(), stops.end(), id) != stops.end())
-      return; // the stop token is not part of the answer
-    const std::string piece = stream.push(id);
-    out.text += piece;
-    if (sink && !piece.empty())
-      sink(piece);
+  out.generated = cache_.generate(prompt, gen, [&](const GenerationStep& s) {
+    if (sink && !s.text.empty())
+      sink(s.text);
   });
-  const std::string rest = stream.finish();
-  out.text += rest;
-  if (sink && !rest.empty())
-    sink(rest);
+  out.text = gen.text();
   return out;
 }
 

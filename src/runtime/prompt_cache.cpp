@@ -17,22 +17,43 @@ std::int64_t PromptCache::reusable(const std::vector<std::int32_t>& prompt) cons
   return std::max<std::int64_t>(n, 0);
 }
 
+std::int64_t PromptCache::keep_prefix(const std::vector<std::int32_t>& prompt) {
+  const std::int64_t n = reusable(prompt);
+  // Roll the cache back to the kept prefix: the slots after it are overwritten by the new tokens.
+  session_.truncate(n);
+  held_.resize(static_cast<std::size_t>(n));
+  return n;
+}
+
+void PromptCache::record(std::span<const std::int32_t> ids) {
+  const std::size_t n = held_.size() + ids.size();
+  check(static_cast<std::int64_t>(n) == session_.length(), ErrorKind::internal, "prompt cache",
+        "would hold ", n, " ids for ", session_.length(), " cached tokens");
+  held_.insert(held_.end(), ids.begin(), ids.end());
+}
+
 CachedGenerateResult PromptCache::generate(const std::vector<std::int32_t>& prompt,
                                            const GenerateOptions& options,
                                            const std::function<void(std::int32_t)>& on_token) {
+  Generation gen(options, nullptr, prompt);
+  if (!on_token)
+    return generate(prompt, gen);
+  return generate(prompt, gen, [&](const GenerationStep& s) { on_token(s.token); });
+}
+
+CachedGenerateResult
+PromptCache::generate(const std::vector<std::int32_t>& prompt, Generation& gen,
+                      const std::function<void(const GenerationStep&)>& on_step) {
   check(!prompt.empty(), ErrorKind::invalid_input, "prompt", "is empty");
   check(fits(prompt), ErrorKind::invalid_input, "prompt", "the conversation (", prompt.size(),
         " tokens) leaves no room for an answer in the compiled sequence length ",
         session_.params().seq_length);
   CachedGenerateResult out;
   out.prompt_size = static_cast<std::int64_t>(prompt.size());
-  out.reused = reusable(prompt);
-  // Roll the cache back to the kept prefix: the slots after it are overwritten by the new tokens.
-  session_.truncate(out.reused);
-  held_.resize(static_cast<std::size_t>(out.reused));
+  out.reused = keep_prefix(prompt);
   const std::vector<std::int32_t> rest(prompt.begin() + out.reused, prompt.end());
   try {
-    out.result = session_.generate(rest, options, on_token);
+    out.result = session_.generate(rest, gen, on_step);
   } catch (...) {
     // What the cache holds after a failed step is not known: forget it (the next prompt is fed
     // whole) rather than reuse a half-written history.
@@ -41,10 +62,8 @@ CachedGenerateResult PromptCache::generate(const std::vector<std::int32_t>& prom
   }
   held_.insert(held_.end(), rest.begin(), rest.end());
   const auto& t = out.result.tokens;
-  if (!t.empty())
-    held_.insert(held_.end(), t.begin(), t.end() - 1); // the last answer token is not fed
-  check(static_cast<std::int64_t>(held_.size()) == session_.length(), ErrorKind::internal,
-        "prompt cache", "holds ", held_.size(), " ids for ", session_.length(), " cached tokens");
+  // The last answer token is not fed.
+  record(std::span<const std::int32_t>(t).first(t.empty() ? 0 : t.size() - 1));
   return out;
 }
 

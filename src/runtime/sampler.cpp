@@ -1,4 +1,4 @@
-// The token sampler and the stop criteria (runtime/sampler.hpp).
+// The token sampler (runtime/sampler.hpp).
 #include "tpullm/runtime/sampler.hpp"
 
 #include <algorithm>
@@ -253,38 +253,6 @@ std::int32_t Sampler::sample(std::span<const float> logits, std::span<const std:
       return last;
   }
   return last;
-}
-
-std::string_view to_string(StopReason r) noexcept {
-  switch (r) {
-  case StopReason::eos:
-    return "eos";
-  case StopReason::token_budget:
-    return "token budget";
-  case StopReason::sequence_end:
-    return "sequence end";
-  }
-  return "unknown";
-}
-
-void StopCriteria::validate() const {
-  tpullm::check(max_new_tokens >= 1, ErrorKind::invalid_input, "stop criteria", "max_new_tokens ",
-                max_new_tokens, " must be >= 1");
-}
-
-bool StopCriteria::is_eos(std::int32_t token) const {
-  return std::find(eos_ids.begin(), eos_ids.end(), token) != eos_ids.end();
-}
-
-std::optional<StopReason> StopCriteria::check(std::int32_t token, int generated,
-                                              std::int64_t length, std::int64_t seq_length) const {
-  if (is_eos(token))
-    return StopReason::eos;
-  if (generated >= max_new_tokens)
-    return StopReason::token_budget;
-  if (length >= seq_length)
-    return StopReason::sequence_end;
-  return std::nullopt;
 }
 
 } // namespace tpullm::runtime

@@ -93,9 +93,8 @@ auto Session::prefill(const std::vector<std::int32_t>& tokens, bool all_rows,
 }
 
 auto Session::decode(std::int32_t token) -> std::vector<float> {
+  check_room();
   const std::int64_t p = length_;
-  check(p < params_.seq_length, ErrorKind::invalid_input, "decode", "the KV cache is full (",
-        params_.seq_length, " tokens = the compiled sequence length)");
   check_ids({token});
   const std::int64_t S = decode_length_for(p);
   ids_[0] = token;
@@ -115,27 +114,32 @@ auto Session::decode(std::int32_t token) -> std::vector<float> {
 
 auto Session::generate(const std::vector<std::int32_t>& prompt, const GenerateOptions& options,
                        const std::function<void(std::int32_t)>& on_token) -> GenerateResult {
-  options.stop.validate();
-  Sampler sampler(options.sampling);
+  Generation gen(options, nullptr, prompt);
+  if (!on_token)
+    return generate(prompt, gen);
+  return generate(prompt, gen, [&](const GenerationStep& s) { on_token(s.token); });
+}
+
+auto Session::generate(const std::vector<std::int32_t>& prompt, Generation& gen,
+                       const std::function<void(const GenerationStep&)>& on_step)
+    -> GenerateResult {
   using clock = std::chrono::steady_clock;
   GenerateResult res;
   res.prompt_tokens = static_cast<std::int64_t>(prompt.size());
-  std::vector<std::int32_t> context = prompt;
   const auto t0 = clock::now();
   std::vector<float> logits = prefill(prompt, false);
-  for (int generated = 1;; ++generated) {
-    const std::int32_t tok = sampler.sample(logits, context);
-    if (generated == 1)
+  for (;;) {
+    const GenerationStep step = gen.step(logits, length_, params_.seq_length);
+    if (gen.generated() == 1)
       res.prefill_seconds = std::chrono::duration<double>(clock::now() - t0).count();
-    res.tokens.push_back(tok);
-    context.push_back(tok);
-    if (on_token)
-      on_token(tok);
-    if (auto why = options.stop.check(tok, generated, length_, params_.seq_length)) {
-      res.reason = *why;
+    res.tokens.push_back(step.token);
+    if (on_step)
+      on_step(step);
+    if (step.stop) {
+      res.reason = *step.stop;
       break;
     }
-    logits = decode(tok);
+    logits = decode(step.token);
   }
   res.decode_seconds =
       std::chrono::duration<double>(clock::now() - t0).count() - res.prefill_seconds;

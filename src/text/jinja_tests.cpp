@@ -51,7 +51,7 @@ bool in_test(const Value& v, const Value& container, int line) {
   fail(line, "argument of type '" + type_name(container) + "' is not iterable");
 }
 
-const std::map<std::string, TestFn, std::less<>>& table() {
+const std::map<std::string, TestFn, std::less<>>& test_table() {
   static const std::map<std::string, TestFn, std::less<>> t = {
       {"defined", no_arg([](const Value& v) { return !v.is_undefined(); }, "defined")},
       {"undefined", no_arg([](const Value& v) { return v.is_undefined(); }, "undefined")},
@@ -155,12 +155,12 @@ const std::map<std::string, TestFn, std::less<>>& table() {
 } // namespace
 
 bool is_test(const std::string& name) {
-  return table().count(name) != 0;
+  return test_table().count(name) != 0;
 }
 
 bool apply_test(const std::string& name, const Value& subject, CallArgs& args, int line) {
-  auto it = table().find(name);
-  if (it == table().end())
+  auto it = test_table().find(name);
+  if (it == test_table().end())
     refuse(line, "no test named '" + name + "'");
   return it->second(subject, args, line);
 }

@@ -1,6 +1,7 @@
 // PromptCache: a prompt that repeats what the KV cache holds feeds only the rest (through
 // prefill_kv), to the same tokens as feeding that rest by hand; a prompt that departs from the
-// cache rolls it back to the common prefix; a prompt that does not fit is refused unchanged.
+// cache rolls it back to the common prefix; a prompt that does not fit is refused unchanged; a
+// prompt fed from outside (keep_prefix, then record: what a serving slot does) ends as generate().
 #include "test_data_dir.hpp"
 #include <catch2/catch.hpp>
 
@@ -129,4 +130,33 @@ TEST_CASE("a prompt that leaves no room for an answer is refused, the cache unch
   CHECK(s.length() == static_cast<std::int64_t>(held.size()));
   CHECK_THROWS_AS(cache.generate({}, greedy(1)), Error);
   CHECK_THROWS_AS(s.truncate(s.length() + 1), Error);
+}
+
+TEST_CASE("a prompt fed from outside: keep_prefix, then record what was fed", "[prompt-cache]") {
+  // What a serving slot does (segment by segment), against generate() on a twin cache.
+  Model m;
+  auto exec = compiler::make_executor(m.cm);
+  runtime::CompiledStages stages(*exec);
+  runtime::Session s(stages, m.dims(), params()), twin_s(stages, m.dims(), params());
+  runtime::PromptCache cache(s), twin(twin_s);
+  const std::vector<std::int32_t> a{3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7};
+  cache.generate(a, greedy(3));
+  twin.generate(a, greedy(3));
+  std::vector<std::int32_t> b(a.begin(), a.begin() + 9);
+  b.insert(b.end(), {40, 41, 42, 43});
+
+  const std::int64_t kept = cache.keep_prefix(b);
+  CHECK(kept == 9);
+  CHECK(s.length() == 9);
+  CHECK(cache.held() == std::vector<std::int32_t>(b.begin(), b.begin() + 9));
+  const std::vector<std::int32_t> rest(b.begin() + kept, b.end());
+  const auto logits = s.prefill(rest, false);
+  cache.record(rest);
+  CHECK(cache.held() == b);
+  const auto by_hand = runtime::Generation(greedy(1), nullptr, b).step(logits, s.length(), 96);
+  CHECK(twin.generate(b, greedy(1)).result.tokens == std::vector<std::int32_t>{by_hand.token});
+
+  // Ids recorded that the session was not fed: the cache would lie about the KV cache.
+  CHECK_THROWS_AS(cache.record(std::vector<std::int32_t>{1}), Error);
+  CHECK(cache.held() == b);
 }

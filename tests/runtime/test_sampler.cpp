@@ -1,7 +1,7 @@
 // The token sampler: greedy ties, HF order of the processors (repetition penalty, temperature,
 // top-k, top-p), the drawn frequencies against softmax(logits / T) within 4 sigma, the nucleus
 // excluding exactly its tail (also on a 150k vocabulary, past the first sorted chunk),
-// reproducible streams per seed, and every refusal. Plus the stop criteria.
+// reproducible streams per seed, and every refusal (the stop rules: test_generation.cpp).
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -319,22 +319,4 @@ TEST_CASE("bad logits and contexts are refused", "[sampler]") {
                       Catch::Contains("context token id 2"));
     CHECK_THROWS_AS(s.sample(std::vector<float>{1.0f, 2.0f}, std::vector<std::int32_t>{-1}), Error);
   }
-}
-
-TEST_CASE("stop criteria: eos, then the token budget, then the sequence end", "[sampler]") {
-  StopCriteria c{{2, 7}, 3};
-  CHECK_NOTHROW(c.validate());
-  CHECK(c.is_eos(7));
-  CHECK_FALSE(c.is_eos(3));
-  CHECK(c.check(5, 1, 10, 100) == std::nullopt);
-  CHECK(c.check(7, 1, 10, 100) == StopReason::eos);
-  CHECK(c.check(7, 3, 100, 100) == StopReason::eos);
-  CHECK(c.check(5, 3, 100, 100) == StopReason::token_budget);
-  CHECK(c.check(5, 2, 100, 100) == StopReason::sequence_end);
-  CHECK(c.check(5, 2, 99, 100) == std::nullopt);
-  CHECK(to_string(StopReason::eos) == "eos");
-  CHECK(to_string(StopReason::token_budget) == "token budget");
-  CHECK(to_string(StopReason::sequence_end) == "sequence end");
-  StopCriteria none{{}, 0};
-  CHECK_THROWS_AS(none.validate(), Error);
 }

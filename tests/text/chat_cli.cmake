@@ -38,6 +38,17 @@ tpullm_bundle_text_test(run-two-prompts 2 "takes one of --prompt, --chat and --p
   ${tpullm} run ${C}/chat.bundle --chat "Hello" --prompt-ids 1,2)
 tpullm_bundle_text_test(run-system-without-chat 2 "--system: applies only with --chat"
   ${tpullm} run ${C}/chat.bundle --prompt "Hello" --system "x")
+# --stop (runtime/generation.hpp): a stop string cut from the middle of the greedy answer ends
+# the same run right before its first occurrence, in `run` and in `chat`; ids cannot match one.
+foreach(mode IN ITEMS run chat)
+  add_test(NAME text-cli:${mode}-stop-string
+    COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/stop_cli.sh $<TARGET_FILE:tpullm-driver>
+            ${C}/chat.bundle ${C}/stop-${mode} ${mode})
+  set_tests_properties(text-cli:${mode}-stop-string PROPERTIES
+    FIXTURES_REQUIRED "chat-model;chat-bundle" TIMEOUT 300)
+endforeach()
+tpullm_bundle_text_test(run-stop-with-ids 2 "--stop: applies to text answers \\(--prompt, --chat\\), not to --prompt-ids"
+  ${tpullm} run ${C}/chat.bundle --prompt-ids 1,2 --stop x)
 # Five turns piped in: every later turn reuses the cached conversation and prefills only its
 # new tokens (prefill_kv), as the per-turn figures show.
 file(WRITE ${C}/five.txt "Hi there\nWhat is two plus two?\n/reset\nTell me about the sea.\nAnd then?\nThanks, bye\n")

@@ -57,10 +57,10 @@ TEST_CASE("builder infers types and the block verifies", "[ir]") {
 
 TEST_CASE("print(parse(print(m))) == print(m) for the block", "[ir][text]") {
   Module m = make_block();
-  const std::string once = text::print_module(m);
-  Module again = text::parse_module(once, "block.tir");
+  const std::string once = tpullm::ir::text::print_module(m);
+  Module again = tpullm::ir::text::parse_module(once, "block.tir");
   REQUIRE(verify_module(again).empty());
-  CHECK(text::print_module(again) == once);
+  CHECK(tpullm::ir::text::print_module(again) == once);
   CHECK(once.find("\"top.RMSNorm\"(%input_states, %0) {eps = 1e-06 : f32}") != std::string::npos);
 }
 
@@ -84,7 +84,7 @@ TEST_CASE("verifier reports a result type that disagrees with inference", "[ir][
   }
 }
 )";
-  Module m = text::parse_module(src, "t.tir");
+  Module m = tpullm::ir::text::parse_module(src, "t.tir");
   auto errs = verify_module(m);
   REQUIRE(errs.size() == 2);
   CHECK(std::string(errs[0].what()) ==
@@ -96,7 +96,7 @@ TEST_CASE("verifier reports a result type that disagrees with inference", "[ir][
 TEST_CASE("parser errors carry file:line:col", "[ir][text]") {
   auto err = [](const char* src) {
     try {
-      text::parse_module(src, "bad.tir");
+      tpullm::ir::text::parse_module(src, "bad.tir");
     } catch (const DiagnosticError& e) {
       return std::string(e.what());
     }

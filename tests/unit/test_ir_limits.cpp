@@ -228,7 +228,7 @@ TEST_CASE("the parser refuses types beyond the limits at their line:col", "[limi
                            "  func @f(%x: tensor<281474976710657xf32>) -> () {\n"
                            "    \"builtin.Return\"() : () -> ()\n  }\n}\n";
   try {
-    (void)text::parse_module(text, "t.tir");
+    (void)ir::text::parse_module(text, "t.tir");
     FAIL("parsed");
   } catch (const DiagnosticError& e) {
     CHECK(e.location().line == 2);
@@ -236,10 +236,10 @@ TEST_CASE("the parser refuses types beyond the limits at their line:col", "[limi
     CHECK_THAT(e.message(), Contains("outside [0, 2^48]"));
   }
   REQUIRE_THROWS_WITH(
-      text::parse_module("module @m {\n weight @w : tensor<65536x65536x65537xf32>\n}", "t.tir"),
+      ir::text::parse_module("module @m {\n weight @w : tensor<65536x65536x65537xf32>\n}", "t.tir"),
       Contains("t.tir:2:21: more than 2^48 elements"));
   // Line numbers of a piece of a larger file start where the piece does.
-  REQUIRE_THROWS_WITH(text::parse_module("\n\n  garbage", "big.tir", 100),
+  REQUIRE_THROWS_WITH(ir::text::parse_module("\n\n  garbage", "big.tir", 100),
                       Contains("big.tir:102:3"));
 }
 
@@ -271,9 +271,9 @@ TEST_CASE("verifying a Reshape and a Permute of rank 50000 is linear", "[limits]
                            "]} : (" + t + ") -> " + t + "\n    \"builtin.Return\"(%1) : (" + t +
                            ") -> ()\n  }\n}\n";
   const auto t0 = std::chrono::steady_clock::now();
-  Module m = text::parse_module(text, "wide.tir");
+  Module m = ir::text::parse_module(text, "wide.tir");
   CHECK(verify_module(m).empty());
-  const std::string printed = text::print_module(m);
+  const std::string printed = ir::text::print_module(m);
   // Failing ops of the same rank: the message is built once, not once per dimension.
   const TensorType ones(std::vector<std::int64_t>(rank, 1), DType::f32);
   REQUIRE_THROWS_AS(infer_result_types(top::ReshapeOp{std::vector<std::int64_t>(rank, 2)}, {ones}),

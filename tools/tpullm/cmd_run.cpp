@@ -48,6 +48,8 @@ int cmd_run(const std::vector<std::string>& args) {
   check(system.empty() || vm.count("chat"), ErrorKind::invalid_input, "--system",
         "applies only with --chat");
   const bool as_text = vm.count("prompt-ids") == 0;
+  check(as_text || g.stop.stop_strings.empty(), ErrorKind::invalid_input, "--stop",
+        "applies to text answers (--prompt, --chat), not to --prompt-ids");
   const auto prompt = as_text ? std::vector<std::int32_t>{}
                               : parse_id_list<std::int32_t>(prompt_text, "--prompt-ids");
   std::string checked;

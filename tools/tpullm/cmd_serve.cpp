@@ -22,6 +22,7 @@
 #include "serve_metrics.hpp"
 #include "serve_scheduler.hpp"
 #include "tpullm/frontend/memory_estimate.hpp"
+#include "tpullm/runtime/conversation.hpp"
 #include "tpullm/runtime/text_side.hpp"
 
 namespace tpullm::cli {
@@ -180,12 +181,9 @@ struct Server {
                          "no chat template: " + text.tokenizer.config().no_chat_template_reason() +
                              "; use /v1/completions",
                          "invalid_request_error", "messages", "no_chat_template"};
-        // Rendered on this request's own thread under no lock: a render is const (its state is
-        // the call's), so a long one delays nobody else.
-        const auto special = runtime::template_special_tokens(text.tokenizer);
-        const auto ctx = text::ChatTemplate::make_context(g.messages, nullptr, true, special,
-                                                          nlohmann::ordered_json::object());
-        return text.tokenizer.encode(text.chat_template->render(ctx), false);
+        // Rendered on this request's own thread under no lock, as Conversation renders: a
+        // render is const (its state is the call's), so a long one delays nobody else.
+        return runtime::render_chat(text.tokenizer, *text.chat_template, g.messages);
       }
       if (g.prompt_text)
         return text.tokenizer.encode(*g.prompt_text, true);
@@ -317,9 +315,7 @@ void answer(httplib::Response& res, F&& body) {
   } catch (const ApiError& e) {
     send_error(res, e);
   } catch (const Error& e) {
-    const bool bad = e.kind() == ErrorKind::invalid_input || e.kind() == ErrorKind::unsupported;
-    send_error(res, ApiError{bad ? 400 : 500, e.what(),
-                             bad ? "invalid_request_error" : "server_error", "", ""});
+    send_error(res, serve::api_error(e));
   }
 }
 

@@ -26,7 +26,10 @@ po::options_description sampling_options(runtime::GenerateOptions& g) {
               "expects one integer in [0, 2^64)");
         g.sampling.seed = seeds[0];
       }),
-      "random seed of the sampler, in [0, 2^64)");
+      "random seed of the sampler, in [0, 2^64)")(
+      "stop", po::value(&g.stop.stop_strings)->composing(),
+      "end the answer before this text (repeatable; the text is not printed, and text that may "
+      "begin it is held back until decided)");
   return o;
 }
 

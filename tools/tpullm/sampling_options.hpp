@@ -11,8 +11,8 @@
 
 namespace tpullm::cli {
 
-/// -n/--max-new-tokens, --temperature, --top-k, --top-p, --repetition-penalty, --seed writing
-/// into `g` (greedy, 64 new tokens by default).
+/// -n/--max-new-tokens, --temperature, --top-k, --top-p, --repetition-penalty, --seed and
+/// --stop (repeatable) writing into `g` (greedy, 64 new tokens, no stop string by default).
 boost::program_options::options_description sampling_options(runtime::GenerateOptions& g);
 
 /// Takes generation_config.json's sampling fields (`defaults`: do_sample, temperature, top_k,

@@ -226,6 +226,14 @@ void parse_sampling(const json& j, const nlohmann::json& d, GenerationRequest& r
 
 } // namespace
 
+ApiError api_error(const std::exception& e) {
+  const auto* err = dynamic_cast<const Error*>(&e);
+  const bool bad =
+      err && (err->kind() == ErrorKind::invalid_input || err->kind() == ErrorKind::unsupported);
+  return ApiError{bad ? 400 : 500, e.what(), bad ? "invalid_request_error" : "server_error", "",
+                  ""};
+}
+
 std::string error_body(const ApiError& e) {
   json err = {{"message", e.message},
               {"type", e.type},

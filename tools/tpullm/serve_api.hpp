@@ -3,6 +3,7 @@
 // /v1/completions parsed and checked into a GenerationRequest, and the JSON it answers with
 // (completion objects, stream chunks, error objects).
 #include <cstdint>
+#include <exception>
 #include <optional>
 #include <string>
 #include <vector>
@@ -21,6 +22,11 @@ struct ApiError {
   std::string param;                          ///< error.param ("" = null)
   std::string code;                           ///< error.code ("" = null)
 };
+
+/// The one mapping of library errors to HTTP: tpullm::Error of kind invalid_input or
+/// unsupported is 400 (invalid_request_error), anything else 500 (server_error); the message is
+/// what() says.
+ApiError api_error(const std::exception& e);
 
 /// OpenAI's error object: {"error": {"message", "type", "param", "code"}}.
 std::string error_body(const ApiError& e);

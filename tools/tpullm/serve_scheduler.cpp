@@ -3,10 +3,7 @@
 
 #include <algorithm>
 
-#include "tpullm/runtime/compiled_stages.hpp"
 #include "tpullm/runtime/engine.hpp"
-#include "tpullm/runtime/session.hpp"
-#include "tpullm/text/stream_decoder.hpp"
 
 namespace tpullm::cli::serve {
 
@@ -16,18 +13,6 @@ using clock_type = std::chrono::steady_clock;
 
 double seconds_since(clock_type::time_point t) {
   return std::chrono::duration<double>(clock_type::now() - t).count();
-}
-
-/// Length of the longest suffix of `text` that is a proper prefix of one of `stops`.
-std::size_t partial_stop(const std::string& text, const std::vector<std::string>& stops) {
-  std::size_t best = 0;
-  for (const auto& s : stops)
-    for (std::size_t n = std::min(s.size() - 1, text.size()); n > best; --n)
-      if (text.compare(text.size() - n, n, s, 0, n) == 0) {
-        best = n;
-        break;
-      }
-  return best;
 }
 
 } // namespace
@@ -59,44 +44,6 @@ void Job::finish(JobOutcome o) {
   cv_.notify_all();
 }
 
-/// One conversation: its KV slot of the shared executor, the session over it, the ids its KV
-/// cache holds, and the job it is generating (with that job's progress).
-struct Scheduler::Slot {
-  std::int32_t index = 0; ///< its KV slot in the shared executor
-  std::unique_ptr<runtime::CompiledStages> stages;
-  std::unique_ptr<runtime::Session> session;
-  std::vector<std::int32_t> held; ///< token ids in the KV cache, in position order
-  std::uint64_t last_used = 0;
-
-  std::shared_ptr<Job> job;
-  std::optional<runtime::Sampler> sampler;
-  std::optional<text::StreamDecoder> decoder;
-  std::vector<std::int32_t> context; ///< prompt + generated (the repetition penalty's context)
-  std::size_t fed = 0;               ///< prompt tokens in the cache
-  std::int64_t cached = 0;           ///< prompt tokens found there at the start
-  int generated = 0;
-  std::int32_t last = 0; ///< the last sampled token (fed at the next decode step)
-  std::string text;      ///< the answer so far
-  std::size_t sent = 0;  ///< bytes of `text` handed to the job
-  clock_type::time_point t0, t_first;
-  bool started = false;
-
-  /// Common prefix of the cache and `prompt`, less one when it is the whole prompt (the last
-  /// prompt token is fed again: its logits choose the first answer token); as PromptCache.
-  /// Nothing without prefill_kv modules (a --no-history bundle prefills from position 0 only).
-  std::size_t reusable(const std::vector<std::int32_t>& prompt) const {
-    if (!session->params().with_history)
-      return 0;
-    const auto mis = std::mismatch(held.begin(), held.end(), prompt.begin(), prompt.end());
-    auto n = static_cast<std::size_t>(mis.first - held.begin());
-    if (n == prompt.size() && n > 0)
-      n -= 1;
-    return n;
-  }
-  /// Generating tokens after its prompt (its next step is a decode of `last`).
-  bool decoding() const { return job && started && fed >= job->spec().prompt.size(); }
-};
-
 std::int64_t Scheduler::slot_bytes(const bundle::Bundle& b, std::int64_t) {
   return b.kv().slot_bytes(); // the executor's arena and scratch are shared by every slot
 }
@@ -110,18 +57,13 @@ Scheduler::Scheduler(std::shared_ptr<const bundle::Bundle> bundle, const runtime
                      SchedulerOptions options, Metrics& metrics)
     : bundle_(std::move(bundle)), text_(text), options_(options), metrics_(metrics) {
   check(options_.slots >= 1, ErrorKind::invalid_input, "--slots", "must be >= 1");
-  const auto dims = runtime::Engine::dims_of(bundle_->model());
   // One executor: its KV cache holds every slot's conversation, so one decode call can step
   // them all (batched decode) and the activation arena is shared.
   exec_ = bundle_->make_executor(options_.cores, options_.slots);
-  decoder_.emplace(*exec_, dims, bundle_->model().params);
-  for (int i = 0; i < options_.slots; ++i) {
-    auto s = std::make_unique<Slot>();
-    s->index = i;
-    s->stages = std::make_unique<runtime::CompiledStages>(*exec_, i);
-    s->session = std::make_unique<runtime::Session>(*s->stages, dims, bundle_->model().params);
-    slots_.push_back(std::move(s));
-  }
+  pool_ = std::make_unique<runtime::SlotPool>(*exec_, runtime::Engine::dims_of(bundle_->model()),
+                                              bundle_->model().params, &text_.tokenizer);
+  jobs_.resize(static_cast<std::size_t>(options_.slots));
+  t_first_.resize(jobs_.size());
   metrics_.set_load(0, 0, slots());
   thread_ = std::thread([this] { loop(); });
 }
@@ -130,17 +72,19 @@ Scheduler::~Scheduler() {
   stop();
 }
 
+std::int64_t Scheduler::busy_locked() const {
+  return std::count_if(jobs_.begin(), jobs_.end(), [](const auto& j) { return j != nullptr; });
+}
+
 std::shared_ptr<Job> Scheduler::submit(JobSpec spec) {
   auto job = std::make_shared<Job>(std::move(spec));
   {
     std::lock_guard lock(m_);
     if (stopping_)
       throw ApiError{503, "the server is shutting down", "server_error", "", "shutting_down"};
-    std::size_t busy = 0;
-    for (const auto& s : slots_)
-      busy += s->job != nullptr;
     // A job waits only when every slot is taken; the queue holds at most max_queue of them.
-    if (queue_.size() + busy >= slots_.size() + options_.max_queue)
+    if (queue_.size() + static_cast<std::size_t>(busy_locked()) >=
+        jobs_.size() + options_.max_queue)
       throw ApiError{503,
                      "the server is busy: every slot is generating and " +
                          std::to_string(options_.max_queue) +
@@ -167,239 +111,111 @@ void Scheduler::stop() {
 
 void Scheduler::assign_locked() {
   while (!queue_.empty()) {
-    auto& job = queue_.front();
-    Slot* best = nullptr;
-    std::size_t best_reuse = 0;
-    for (auto& s : slots_) {
-      if (s->job)
-        continue;
-      const std::size_t r = s->reusable(job->spec().prompt);
-      if (!best || r > best_reuse || (r == best_reuse && s->last_used < best->last_used)) {
-        best = s.get();
-        best_reuse = r;
-      }
-    }
-    if (!best)
+    auto job = queue_.front();
+    const auto slot = pool_->pick(job->spec().prompt);
+    if (!slot)
       return;
-    best->job = std::move(job);
-    best->started = false;
     queue_.pop_front();
+    runtime::SlotRequest request;
+    request.prompt = job->spec().prompt;
+    request.options.sampling = job->spec().sampling;
+    request.options.stop = {text_.stop_ids, job->spec().max_tokens, job->spec().stop};
+    try {
+      pool_->start(*slot, request);
+    } catch (const std::exception& e) { // checked before submit(): a bug if it happens
+      job->finish(JobOutcome{"", {}, 0, 0, api_error(e)});
+      continue;
+    }
+    jobs_[static_cast<std::size_t>(*slot)] = std::move(job);
   }
 }
 
 void Scheduler::loop() {
   for (;;) {
-    std::vector<Slot*> busy;
     std::deque<std::shared_ptr<Job>> dropped;
     bool stopping = false;
     {
       std::unique_lock lock(m_);
-      cv_.wait(lock, [&] {
-        if (stopping_ || !queue_.empty())
-          return true;
-        return std::any_of(slots_.begin(), slots_.end(), [](const auto& s) { return s->job; });
-      });
+      cv_.wait(lock, [&] { return stopping_ || !queue_.empty() || busy_locked() > 0; });
       stopping = stopping_;
       if (stopping)
         dropped.swap(queue_);
       else
         assign_locked();
-      for (auto& s : slots_)
-        if (s->job)
-          busy.push_back(s.get());
-      metrics_.set_load(static_cast<std::int64_t>(queue_.size()),
-                        static_cast<std::int64_t>(busy.size()), slots());
+      metrics_.set_load(static_cast<std::int64_t>(queue_.size()), busy_locked(), slots());
     }
     if (stopping) { // end() takes the lock itself
       const ApiError down{503, "the server is shutting down", "server_error", "", "shutting_down"};
       for (auto& j : dropped)
         j->finish(JobOutcome{"", {}, 0, 0, down});
-      for (Slot* s : busy)
-        end(*s, JobOutcome{"", {}, 0, 0, down});
+      for (int i = 0; i < slots(); ++i)
+        if (jobs_[static_cast<std::size_t>(i)]) {
+          pool_->cancel(i);
+          end(i, JobOutcome{"", {}, 0, 0, down});
+        }
       return;
     }
-    // Every busy slot takes one step, then the queue is looked at again: slots still in their
-    // prompt take one prefill segment each (or their first token), and the slots generating
-    // decode their next token together, in one batched decode call when the bundle has one
-    // (continuous batching: a slot joins or leaves between steps).
-    std::vector<Slot*> decoding;
-    for (Slot* s : busy)
-      if (s->decoding() && !s->job->cancelled_ && decoder_->batched())
-        decoding.push_back(s);
-      else
-        step(*s);
-    if (decoding.size() == 1)
-      step(*decoding[0]);
-    else if (!decoding.empty())
-      decode_together(decoding);
+    // A client that went away frees its slot before the round.
+    for (int i = 0; i < slots(); ++i) {
+      const auto& job = jobs_[static_cast<std::size_t>(i)];
+      if (job && job->cancelled_) {
+        pool_->cancel(i);
+        end(i, JobOutcome{"",
+                          {},
+                          0,
+                          0,
+                          ApiError{499, "the client closed the connection", "invalid_request_error",
+                                   "", "client_closed"}});
+      }
+    }
+    // One round of the pool (runtime/slot_pool.hpp), then the queue is looked at again.
+    const runtime::SlotRound round = pool_->step();
+    if (round.decode_batch > 1)
+      metrics_.count_decode_batch(round.decode_batch);
+    for (const auto& e : round.events)
+      deliver(e);
   }
 }
 
-void Scheduler::decode_together(const std::vector<Slot*>& slots) {
-  std::vector<runtime::DecodeRow> rows;
-  for (Slot* s : slots)
-    rows.push_back({s->session.get(), s->index, s->last});
-  std::vector<float> logits;
-  try {
-    logits = decoder_->decode(rows);
-  } catch (const std::exception& e) {
-    for (Slot* s : slots)
-      fail(*s, e);
+void Scheduler::deliver(const runtime::SlotEvent& e) {
+  const auto i = static_cast<std::size_t>(e.slot);
+  Job& job = *jobs_[i];
+  if (e.error) {
+    try {
+      std::rethrow_exception(e.error);
+    } catch (const std::exception& x) {
+      end(e.slot, JobOutcome{"", {}, 0, 0, api_error(x)});
+    } catch (...) {
+      end(e.slot, JobOutcome{"", {}, 0, 0, ApiError{500, "unknown error", "server_error", "", ""}});
+    }
     return;
   }
-  metrics_.count_decode_batch(static_cast<std::int64_t>(slots.size()));
-  const auto V = static_cast<std::size_t>(bundle_->model().vocab);
-  for (std::size_t r = 0; r < slots.size(); ++r) {
-    Slot& s = *slots[r];
-    s.held.push_back(s.last);
-    try {
-      consume(s, std::span<const float>(logits.data() + r * V, V));
-    } catch (const std::exception& e) {
-      fail(s, e);
-    }
-  }
+  if (e.first_token)
+    t_first_[i] = clock_type::now();
+  job.emit(e.text);
+  if (!e.stop)
+    return;
+  JobOutcome o;
+  o.finish_reason = std::string(runtime::finish_reason(*e.stop));
+  o.usage = {e.prompt_tokens, e.generated, e.cached_tokens};
+  // Time to first token as the client sees it: queue wait included.
+  o.ttft_seconds = std::chrono::duration<double>(t_first_[i] - job.submitted_).count();
+  o.decode_seconds = e.generated > 1 ? seconds_since(t_first_[i]) : 0.0;
+  end(e.slot, std::move(o));
 }
 
-void Scheduler::fail(Slot& s, const std::exception& e) {
-  // What the cache holds after a failed step is not known: forget it.
-  s.session->reset();
-  s.held.clear();
-  const auto* err = dynamic_cast<const Error*>(&e);
-  const bool bad_input = err && err->kind() == ErrorKind::invalid_input;
-  end(s, JobOutcome{"",
-                    {},
-                    0,
-                    0,
-                    ApiError{bad_input ? 400 : 500, e.what(),
-                             bad_input ? "invalid_request_error" : "server_error", "", ""}});
-}
-
-void Scheduler::end(Slot& s, JobOutcome o) {
+void Scheduler::end(int slot, JobOutcome o) {
   if (!o.error)
     metrics_.count_generation(o.usage.prompt_tokens, o.usage.cached_tokens,
                               o.usage.completion_tokens, o.ttft_seconds, o.decode_seconds);
   std::shared_ptr<Job> job;
   {
     std::lock_guard lock(m_); // submit() counts busy slots under the lock
-    job = std::move(s.job);
-    s.job.reset();
-    s.last_used = ++clock_;
-    std::int64_t busy = 0;
-    for (const auto& slot : slots_)
-      busy += slot->job != nullptr;
-    metrics_.set_load(static_cast<std::int64_t>(queue_.size()), busy, slots());
+    job = std::move(jobs_[static_cast<std::size_t>(slot)]);
+    jobs_[static_cast<std::size_t>(slot)].reset();
+    metrics_.set_load(static_cast<std::int64_t>(queue_.size()), busy_locked(), slots());
   }
-  s.sampler.reset();
-  s.decoder.reset();
-  s.context.clear();
-  s.text.clear();
   job->finish(std::move(o));
-}
-
-void Scheduler::step(Slot& s) {
-  Job& job = *s.job;
-  const JobSpec& spec = job.spec();
-  if (job.cancelled_) { // the client went away: the slot is free for the next job
-    end(s, JobOutcome{"",
-                      {},
-                      0,
-                      0,
-                      ApiError{499, "the client closed the connection", "invalid_request_error", "",
-                               "client_closed"}});
-    return;
-  }
-  runtime::Session& session = *s.session;
-  try {
-    if (!s.started) {
-      s.started = true;
-      s.t0 = clock_type::now();
-      s.fed = s.reusable(spec.prompt);
-      s.cached = static_cast<std::int64_t>(s.fed);
-      session.truncate(static_cast<std::int64_t>(s.fed));
-      s.held.resize(s.fed);
-      s.sampler.emplace(spec.sampling);
-      s.decoder.emplace(text_.tokenizer, true);
-      s.context = spec.prompt;
-      s.generated = 0;
-      s.sent = 0;
-    }
-    std::vector<float> logits;
-    if (s.fed < spec.prompt.size()) {
-      // One prefill segment per step (max_input_length tokens), so other slots go on between.
-      const std::size_t n = std::min<std::size_t>(
-          spec.prompt.size() - s.fed, static_cast<std::size_t>(session.params().max_input_length));
-      const std::vector<std::int32_t> seg(spec.prompt.begin() + static_cast<std::ptrdiff_t>(s.fed),
-                                          spec.prompt.begin() +
-                                              static_cast<std::ptrdiff_t>(s.fed + n));
-      logits = session.prefill(seg, false);
-      s.held.insert(s.held.end(), seg.begin(), seg.end());
-      s.fed += n;
-      if (s.fed < spec.prompt.size())
-        return;
-    } else {
-      logits = session.decode(s.last);
-      s.held.push_back(s.last);
-    }
-    consume(s, logits);
-  } catch (const std::exception& e) { // e.g. out of memory: this job fails, the server goes on
-    fail(s, e);
-  }
-}
-
-void Scheduler::consume(Slot& s, std::span<const float> logits) {
-  Job& job = *s.job;
-  const JobSpec& spec = job.spec();
-  runtime::Session& session = *s.session;
-  auto outcome = [&](std::string reason) {
-    JobOutcome o;
-    o.finish_reason = std::move(reason);
-    o.usage = {static_cast<std::int64_t>(spec.prompt.size()), s.generated, s.cached};
-    // Time to first token as the client sees it: queue wait included.
-    o.ttft_seconds = std::chrono::duration<double>(s.t_first - job.submitted_).count();
-    o.decode_seconds = s.generated > 1 ? seconds_since(s.t_first) : 0.0;
-    return o;
-  };
-  const std::int32_t tok = s.sampler->sample(logits, s.context);
-  s.context.push_back(tok);
-  s.last = tok;
-  if (++s.generated == 1)
-    s.t_first = clock_type::now();
-  const auto& eos = text_.stop_ids;
-  const bool is_eos = std::find(eos.begin(), eos.end(), tok) != eos.end();
-  std::optional<std::string> reason;
-  if (is_eos) {
-    reason = "stop";
-  } else {
-    s.text += s.decoder->push(tok);
-    if (s.generated >= spec.max_tokens || session.length() >= session.params().seq_length)
-      reason = "length";
-  }
-  if (reason)
-    s.text += s.decoder->finish();
-  // A stop string ends the answer before it (searched from where it could begin).
-  std::size_t longest = 0;
-  for (const auto& st : spec.stop)
-    longest = std::max(longest, st.size());
-  const std::size_t from = s.sent > longest ? s.sent - longest : 0;
-  std::size_t cut = std::string::npos;
-  for (const auto& st : spec.stop)
-    cut = std::min(cut, s.text.find(st, from));
-  if (cut != std::string::npos) {
-    s.text.resize(cut);
-    reason = "stop";
-  }
-  std::size_t safe = s.text.size();
-  if (!reason) {
-    safe -= partial_stop(s.text, spec.stop);
-    while (safe > s.sent && (static_cast<unsigned char>(s.text[safe]) & 0xC0) == 0x80)
-      --safe; // never split a character
-  }
-  if (safe > s.sent) {
-    job.emit(s.text.substr(s.sent, safe - s.sent));
-    s.sent = safe;
-  }
-  if (reason)
-    end(s, outcome(*reason));
 }
 
 } // namespace tpullm::cli::serve

@@ -1,14 +1,11 @@
 #pragma once
-// The compute side of `tpullm serve`: N slots, each a conversation with its own region of one
-// executor's KV cache (memory/kv_geometry.hpp; the activation arena and the weights, the
-// bundle's mapping, are shared), a bounded queue of jobs waiting for a slot, and one scheduler
-// thread that owns all compute. Each round, slots still in their prompt take one prefill segment
-// each, and every generating slot decodes its next token: together in one batched decode call
-// (runtime/batched_decode.hpp) when the bundle was compiled with --decode-batches, else in
-// turn. A long generation delays another's first token by at most one step per busy slot. A job
-// goes to the free slot whose cached tokens share the longest prefix with its prompt (a chat client
-// resending the whole conversation prefills only the new suffix, through prefill_kv), else to the
-// least recently used one. HTTP threads only submit jobs and wait for their text.
+// The compute side of `tpullm serve`: the library's slot pool (runtime/slot_pool.hpp: N slots on
+// one executor's KV cache, prompt reuse, one prefill segment or decode row per busy slot per
+// round, batched decode), a bounded queue of jobs waiting for a slot, and one scheduler thread
+// that owns all compute: it assigns queued jobs to the slot the pool picks (the longest reusable
+// prefix, else the least recently used), frees the slots of clients that went away, runs a round
+// and hands each slot's text and end to its job. HTTP threads only submit jobs and wait for their
+// text; library errors become HTTP errors in serve_api.hpp api_error.
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -25,8 +22,7 @@
 #include "serve_api.hpp"
 #include "serve_metrics.hpp"
 #include "tpullm/bundle/bundle.hpp"
-#include "tpullm/runtime/batched_decode.hpp"
-#include "tpullm/runtime/sampler.hpp"
+#include "tpullm/runtime/slot_pool.hpp"
 #include "tpullm/runtime/text_side.hpp"
 
 namespace tpullm::cli::serve {
@@ -88,7 +84,8 @@ struct SchedulerOptions {
 class Scheduler {
 public:
   /// Builds one executor of `options.slots` KV slots over `bundle` (throws Error when memory
-  /// does not allow) and starts the scheduler thread. `text` must outlive the scheduler.
+  /// does not allow), the library's slot pool over it, and starts the scheduler thread. `text`
+  /// must outlive the scheduler.
   Scheduler(std::shared_ptr<const bundle::Bundle> bundle, const runtime::TextSide& text,
             SchedulerOptions options, Metrics& metrics);
   ~Scheduler();
@@ -100,37 +97,34 @@ public:
   /// Ends every queued and running job (with a 503 "shutting down" error) and joins the thread.
   void stop();
   /// Number of slots.
-  int slots() const { return static_cast<int>(slots_.size()); }
+  int slots() const { return static_cast<int>(jobs_.size()); }
   /// Bytes one slot adds (its KV cache).
   static std::int64_t slot_bytes(const bundle::Bundle& b, std::int64_t cores);
   /// Bytes the executor allocates once for every slot (activation arena + local scratch).
   static std::int64_t shared_bytes(const bundle::Bundle& b, std::int64_t cores);
   /// Largest compiled batched decode (1: none).
-  std::int64_t max_decode_batch() const { return decoder_->batches().back(); }
+  std::int64_t max_decode_batch() const { return pool_->max_decode_batch(); }
 
 private:
-  struct Slot;
   void loop();
   void assign_locked();
-  void step(Slot& s);
-  void decode_together(const std::vector<Slot*>& slots);
-  void consume(Slot& s, std::span<const float> logits);
-  void fail(Slot& s, const std::exception& e);
-  void end(Slot& s, JobOutcome o);
+  std::int64_t busy_locked() const;
+  void deliver(const runtime::SlotEvent& e);
+  void end(int slot, JobOutcome o);
 
   std::shared_ptr<const bundle::Bundle> bundle_;
   const runtime::TextSide& text_;
   SchedulerOptions options_;
   Metrics& metrics_;
   std::unique_ptr<runtime::Executor> exec_;
-  std::optional<runtime::BatchedDecoder> decoder_;
-  std::vector<std::unique_ptr<Slot>> slots_;
+  std::unique_ptr<runtime::SlotPool> pool_; ///< touched by the scheduler thread only
+  std::vector<std::shared_ptr<Job>> jobs_;  ///< per slot, under m_ (null: idle)
+  std::vector<std::chrono::steady_clock::time_point> t_first_; ///< per slot: its first token
   std::mutex m_;
   std::mutex stop_m_; ///< serializes stop()
   std::condition_variable cv_;
   std::deque<std::shared_ptr<Job>> queue_;
   bool stopping_ = false;
-  std::uint64_t clock_ = 0;
   std::thread thread_;
 };
 

@@ -24,7 +24,7 @@ using TextSink = std::function<void(std::string_view)>;
 
 /// One answer: its text, its tokens and how the prompt was fed.
 struct TurnResult {
-  std::string text;               ///< the answer, stop token left out
+  std::string text;               ///< the answer, stop token and stop string left out
   CachedGenerateResult generated; ///< tokens, stop reason, timings, tokens reused from the cache
 };
 
@@ -34,6 +34,17 @@ struct TurnResult {
 /// <|return|>, <｜end▁of▁sentence｜>). Sorted, distinct.
 std::vector<std::int32_t> stop_ids(const text::Tokenizer& tok,
                                    const std::vector<std::int64_t>& model_eos);
+
+/// The prompt of `messages` (a JSON array of {role, content}): rendered through `tmpl` with the
+/// generation prompt, the tokenizer's special-token strings and `tools` / `template_kwargs` as
+/// template variables, then tokenized without adding special tokens (the template writes them,
+/// as transformers' apply_chat_template(tokenize=True)). What Conversation and `tpullm serve`
+/// render; const, so callable from several threads at once. Throws the template's and the
+/// tokenizer's Error.
+std::vector<std::int32_t>
+render_chat(const text::Tokenizer& tok, const text::ChatTemplate& tmpl,
+            const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools = nullptr,
+            const nlohmann::ordered_json& template_kwargs = nlohmann::ordered_json::object());
 
 /// A conversation: the messages so far and the cache that holds their tokens.
 class Conversation {

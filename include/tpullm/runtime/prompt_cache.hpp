@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <vector>
 
 #include "tpullm/runtime/session.hpp"
@@ -36,6 +37,16 @@ public:
   /// to get the logits of the first answer token); 0 on a bundle without prefill_kv modules
   /// (compiled with --no-history), which prefills every prompt from position 0.
   std::int64_t reusable(const std::vector<std::int32_t>& prompt) const;
+  /// Rolls the cache back to the ids reusable(`prompt`) keeps and returns their number: the
+  /// first step of a generation fed from outside (a serving slot feeds the rest segment by
+  /// segment and record()s what it fed); generate() does it itself.
+  std::int64_t keep_prefix(const std::vector<std::int32_t>& prompt);
+  /// Records that `ids` were fed to the session after what held() holds (prefill, decode or a
+  /// batched decode step). Throws Error(internal), recording nothing, when the session's length
+  /// would then differ from held().size() (the cache was fed behind the PromptCache's back).
+  void record(std::span<const std::int32_t> ids);
+  /// The session the cache is of.
+  Session& session() { return session_; }
   /// True when `prompt` (with what reusable() keeps) leaves room for at least one answer token
   /// in the compiled sequence length.
   bool fits(const std::vector<std::int32_t>& prompt) const {
@@ -47,9 +58,14 @@ public:
   /// something is kept), then samples like Session::generate. Afterwards the cache holds the
   /// prompt and every answer token but the last. Throws Error(invalid_input) when the prompt
   /// does not fit the compiled sequence length (nothing is changed then).
+  /// The repetition penalty sees the whole prompt (as a Generation over it).
   CachedGenerateResult generate(const std::vector<std::int32_t>& prompt,
                                 const GenerateOptions& options,
                                 const std::function<void(std::int32_t)>& on_token = {});
+  /// As above with the answer's rules and text in `gen` (built over the whole `prompt`);
+  /// `on_step` sees each step as Session::generate's does.
+  CachedGenerateResult generate(const std::vector<std::int32_t>& prompt, Generation& gen,
+                                const std::function<void(const GenerationStep&)>& on_step = {});
 
 private:
   Session& session_;

@@ -1,5 +1,5 @@
 #pragma once
-/// Choosing the next token from one logits row [vocab], and deciding when generation stops.
+/// Choosing the next token from one logits row [vocab] (when an answer ends: generation.hpp).
 ///
 /// Sampler::sample applies HF transformers' processors in HF's order:
 ///   repetition penalty -> temperature -> top-k -> top-p -> draw
@@ -15,10 +15,8 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <optional>
 #include <random>
 #include <span>
-#include <string_view>
 #include <vector>
 
 namespace tpullm::runtime {
@@ -75,33 +73,6 @@ private:
   std::vector<float> weight_;          ///< [vocab] exp((y - max) / T), valid for candidates
   std::vector<std::uint64_t> keys_;    ///< candidates as (logit, id) keys; the kept ones first
   std::vector<std::int32_t> distinct_; ///< distinct context ids (scratch of the penalty)
-};
-
-/// Why generation stopped.
-enum class StopReason {
-  eos,          ///< the model produced one of StopCriteria::eos_ids
-  token_budget, ///< StopCriteria::max_new_tokens tokens were generated
-  sequence_end, ///< the KV cache is full (the compiled sequence length is reached)
-};
-
-/// "eos", "token budget" or "sequence end".
-std::string_view to_string(StopReason r) noexcept;
-
-/// When to stop generating.
-struct StopCriteria {
-  std::vector<std::int32_t> eos_ids; ///< tokens that end the answer (any order, may be empty)
-  int max_new_tokens = 128;          ///< > 0: most tokens generated per answer
-
-  /// Throws Error(invalid_input, "stop criteria") when max_new_tokens < 1.
-  void validate() const;
-  /// True when `token` is one of eos_ids.
-  bool is_eos(std::int32_t token) const;
-  /// Whether to stop after sampling `token`, the `generated`-th new token (1-based), while the
-  /// session's KV cache holds `length` tokens (`token` not yet fed) of `seq_length` positions:
-  /// the first reason that applies, in the order eos, token_budget, sequence_end
-  /// (length >= seq_length: `token` cannot be fed); nullopt to go on.
-  std::optional<StopReason> check(std::int32_t token, int generated, std::int64_t length,
-                                  std::int64_t seq_length) const;
 };
 
 } // namespace tpullm::runtime

@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "tpullm/frontend/stage_params.hpp"
-#include "tpullm/runtime/sampler.hpp"
+#include "tpullm/runtime/generation.hpp"
 #include "tpullm/runtime/stage_executor.hpp"
 #include "tpullm/support/error.hpp"
 
@@ -31,12 +31,6 @@ struct SessionDims {
   std::int64_t kv_heads = 0;
   std::int64_t head_dim = 0;
   std::int64_t vocab = 0;
-};
-
-/// How Session::generate picks tokens and when it stops.
-struct GenerateOptions {
-  SamplingOptions sampling; ///< greedy by default
-  StopCriteria stop;        ///< eos ids and a token budget (the sequence end always stops)
 };
 
 /// What Session::generate produced.
@@ -68,12 +62,17 @@ public:
     length_ = n;
   }
 
-  /// Records that a batched decode step (runtime/batched_decode.hpp) wrote one more token into
-  /// this conversation's caches at position length(). Throws Error(invalid_input) when the
-  /// cache is full.
-  void extend_one() {
+  /// Throws Error(invalid_input) when the KV cache is full (no token can be fed at length()):
+  /// the one place decode, batched decode and extend_one() refuse a full cache.
+  void check_room() const {
     check(length_ < params_.seq_length, ErrorKind::invalid_input, "decode",
           "the KV cache is full (", params_.seq_length, " tokens = the compiled sequence length)");
+  }
+  /// Records that a batched decode step (runtime/batched_decode.hpp) wrote one more token into
+  /// this conversation's caches at position length(). Throws as check_room() when the cache is
+  /// full.
+  void extend_one() {
+    check_room();
     length_ += 1;
   }
 
@@ -97,6 +96,11 @@ public:
   /// options, a prompt that does not fit, or ids outside the vocabulary.
   GenerateResult generate(const std::vector<std::int32_t>& prompt, const GenerateOptions& options,
                           const std::function<void(std::int32_t)>& on_token = {});
+  /// As above with the answer's rules and text in `gen` (runtime/generation.hpp: built over the
+  /// whole conversation, with a tokenizer for text and stop strings): `on_step` sees each step
+  /// (its token, the text it decided, the stop) as it is taken. Same refusals.
+  GenerateResult generate(const std::vector<std::int32_t>& prompt, Generation& gen,
+                          const std::function<void(const GenerationStep&)>& on_step = {});
 
   /// The decode variant used at position p: the smallest compiled S >= p.
   std::int64_t decode_length_for(std::int64_t p) const {

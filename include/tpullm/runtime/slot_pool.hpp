@@ -1,0 +1,125 @@
+#pragma once
+/// A pool of generation slots over one executor: what `tpullm serve` computes with, and what a
+/// library user serving several conversations at once builds on. Each slot is one conversation
+/// with its own KV region of the executor (memory/kv_geometry.hpp), its Session, its PromptCache
+/// (the ids its cache holds: a prompt reuses their longest common prefix) and, while it answers,
+/// its Generation (sampler, stop ids, stop strings, budget, streamed text).
+///
+/// No thread and no queue: the caller assigns requests to idle slots (pick(), start()) and calls
+/// step() for one scheduler round. In a round every busy slot takes one step: a slot in its
+/// prompt feeds one prefill segment (max_input_length tokens; its first token when that was the
+/// last one), and the slots generating decode their next token, together in one batched decode
+/// call (runtime/batched_decode.hpp) when the bundle has batched variants, else in turn. So a
+/// prefill segment of one slot and the decode rows of the others share a round, and a long
+/// prompt or answer delays another slot's next token by at most one step per busy slot.
+///
+/// Slot states (as llama.cpp's server has them):
+///   idle -> start() -> prefill -> (last prompt segment fed, first token) -> generating
+///   -> (the answer ended, failed, or cancel()) -> idle.
+
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "tpullm/frontend/stage_params.hpp"
+#include "tpullm/runtime/batched_decode.hpp"
+#include "tpullm/runtime/generation.hpp"
+#include "tpullm/runtime/session.hpp"
+
+namespace tpullm::runtime {
+
+class Executor;
+class PromptCache;
+class CompiledStages;
+
+/// Where a slot stands.
+enum class SlotState {
+  idle,       ///< no request; its KV cache keeps the last conversation for reuse
+  prefill,    ///< feeding its prompt, one segment per round
+  generating, ///< decoding its answer, one token per round
+};
+
+/// "idle", "prefill" or "generating".
+std::string_view to_string(SlotState s) noexcept;
+
+/// What a slot is asked to generate.
+struct SlotRequest {
+  std::vector<std::int32_t> prompt; ///< the whole prompt (every token of the conversation)
+  GenerateOptions options;          ///< sampling and stop rules (eos ids included)
+};
+
+/// What one slot did in a round.
+struct SlotEvent {
+  int slot = 0;                   ///< which slot
+  std::int32_t token = -1;        ///< the token chosen this round (-1: none, a prefill segment)
+  std::string text;               ///< answer text decided this round
+  bool first_token = false;       ///< this round chose the answer's first token
+  std::optional<StopReason> stop; ///< the answer ended (the slot is idle again)
+  std::exception_ptr error;       ///< the step failed (the slot is idle, its cache forgotten)
+  std::int64_t prompt_tokens = 0; ///< the whole prompt
+  std::int64_t cached_tokens = 0; ///< prompt tokens found in the slot's KV cache at start()
+  std::int64_t generated = 0;     ///< tokens generated so far (the stop token included)
+};
+
+/// What one round did.
+struct SlotRound {
+  std::vector<SlotEvent> events; ///< one per busy slot that fed a segment, chose a token or failed
+  std::int64_t prefill_segments = 0; ///< prefill segments fed
+  std::int64_t decode_batch = 0;     ///< rows of the round's batched decode call (0: none)
+};
+
+/// See the file comment. Not thread-safe: one thread drives the pool.
+class SlotPool {
+public:
+  /// One slot per KV slot of `exec` (Executor::kv_geometry().slots), each a Session over it.
+  /// `tok` decodes answers into text (null: ids only; stop strings are then refused); `exec`
+  /// and `tok` must outlive the pool.
+  SlotPool(Executor& exec, SessionDims dims, frontend::StageParams params,
+           const text::Tokenizer* tok);
+  ~SlotPool();
+  SlotPool(const SlotPool&) = delete;
+  SlotPool& operator=(const SlotPool&) = delete;
+
+  /// Number of slots.
+  int size() const { return static_cast<int>(slots_.size()); }
+  /// The state of `slot`.
+  SlotState state(int slot) const;
+  /// True when some slot is not idle.
+  bool busy() const;
+  /// The idle slot for `prompt`: the one whose cache shares the longest reusable prefix with it
+  /// (PromptCache::reusable), else the least recently used; nullopt when every slot is busy.
+  std::optional<int> pick(const std::vector<std::int32_t>& prompt) const;
+  /// Starts `request` on idle `slot`: keeps the reusable prefix of its cache and makes the
+  /// answer's Generation. Throws Error(invalid_input) for a busy slot, an empty prompt or bad
+  /// options (the slot stays idle).
+  void start(int slot, const SlotRequest& request);
+  /// Ends `slot`'s request now (the client went away); the slot is idle. Nothing for an idle one.
+  void cancel(int slot);
+  /// One scheduler round (see the file comment). A slot whose step throws ends with an event
+  /// carrying the error (its cache forgotten); the others go on.
+  SlotRound step();
+  /// Largest compiled batched decode (1: none).
+  std::int64_t max_decode_batch() const { return decoder_.batches().back(); }
+
+private:
+  struct Slot;
+  void step_one(Slot& s, SlotRound& round);
+  void decode_together(const std::vector<Slot*>& slots, SlotRound& round);
+  void consume(Slot& s, std::span<const float> logits, SlotRound& round);
+  void fail(Slot& s, SlotRound& round);
+  SlotEvent event_of(const Slot& s) const;
+  void release(Slot& s);
+
+  Executor& exec_;
+  frontend::StageParams params_;
+  const text::Tokenizer* tok_;
+  BatchedDecoder decoder_;
+  std::vector<std::unique_ptr<Slot>> slots_;
+  std::uint64_t clock_ = 0;
+};
+
+} // namespace tpullm::runtime

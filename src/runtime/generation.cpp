@@ -1,0 +1,123 @@
+// Generation: stop ids, stop strings with hold-back, the streaming detokenizer and the budget of
+// one answer (generation.hpp).
+#include "tpullm/runtime/generation.hpp"
+
+#include <algorithm>
+
+#include "tpullm/support/error.hpp"
+#include "tpullm/text/stream_decoder.hpp"
+
+namespace tpullm::runtime {
+
+std::string_view to_string(StopReason r) noexcept {
+  switch (r) {
+  case StopReason::eos:
+    return "eos";
+  case StopReason::stop_string:
+    return "stop string";
+  case StopReason::token_budget:
+    return "token budget";
+  case StopReason::sequence_end:
+    return "sequence end";
+  }
+  return "unknown";
+}
+
+std::string_view finish_reason(StopReason r) noexcept {
+  return r == StopReason::eos || r == StopReason::stop_string ? "stop" : "length";
+}
+
+void StopCriteria::validate() const {
+  tpullm::check(max_new_tokens >= 1, ErrorKind::invalid_input, "stop criteria", "max_new_tokens ",
+                max_new_tokens, " must be >= 1");
+  for (const auto& s : stop_strings)
+    tpullm::check(!s.empty(), ErrorKind::invalid_input, "stop criteria",
+                  "a stop string must not be empty");
+}
+
+bool StopCriteria::is_eos(std::int32_t token) const {
+  return std::find(eos_ids.begin(), eos_ids.end(), token) != eos_ids.end();
+}
+
+std::size_t stop_prefix_length(std::string_view text, std::span<const std::string> stops) {
+  std::size_t best = 0;
+  for (const auto& s : stops)
+    for (std::size_t n = std::min(s.size() - 1, text.size()); n > best; --n)
+      if (text.compare(text.size() - n, n, s, 0, n) == 0) {
+        best = n;
+        break;
+      }
+  return best;
+}
+
+Generation::Generation(const GenerateOptions& options, const text::Tokenizer* tok,
+                       std::span<const std::int32_t> context)
+    : options_(options), sampler_(options.sampling), context_(context.begin(), context.end()) {
+  options_.stop.validate();
+  check(tok != nullptr || options_.stop.stop_strings.empty(), ErrorKind::invalid_input,
+        "stop strings", "need a text answer (a tokenizer); token ids alone cannot match them");
+  if (tok)
+    decoder_ = std::make_unique<text::StreamDecoder>(*tok, true);
+  for (const auto& s : options_.stop.stop_strings)
+    longest_stop_ = std::max(longest_stop_, s.size());
+}
+
+Generation::~Generation() = default;
+Generation::Generation(Generation&&) noexcept = default;
+Generation& Generation::operator=(Generation&&) noexcept = default;
+
+GenerationStep Generation::step(std::span<const float> logits, std::int64_t length,
+                                std::int64_t seq_length) {
+  check(!done(), ErrorKind::internal, "generation", "a token was asked for after the answer ended");
+  return accept(sampler_.sample(logits, context_), length, seq_length);
+}
+
+GenerationStep Generation::accept(std::int32_t token, std::int64_t length,
+                                  std::int64_t seq_length) {
+  check(!done(), ErrorKind::internal, "generation", "a token was given after the answer ended");
+  GenerationStep out;
+  out.token = token;
+  tokens_.push_back(token);
+  context_.push_back(token);
+  std::optional<StopReason> why;
+  if (options_.stop.is_eos(token)) {
+    why = StopReason::eos; // the stop token is not part of the answer
+  } else {
+    if (decoder_)
+      text_ += decoder_->push(token);
+    if (generated() >= options_.stop.max_new_tokens)
+      why = StopReason::token_budget;
+    else if (length >= seq_length)
+      why = StopReason::sequence_end; // the token cannot be fed
+  }
+  if (decoder_) {
+    if (why)
+      text_ += decoder_->finish();
+    // A stop string ends the answer before it: searched from where one could begin that was not
+    // decided yet (the emitted text holds none).
+    const auto& stops = options_.stop.stop_strings;
+    const std::size_t from = sent_ > longest_stop_ ? sent_ - longest_stop_ : 0;
+    std::size_t cut = std::string::npos;
+    for (const auto& s : stops)
+      cut = std::min(cut, text_.find(s, from));
+    if (cut != std::string::npos) {
+      text_.resize(cut);
+      why = StopReason::stop_string;
+    }
+    std::size_t safe = text_.size();
+    if (!why) {
+      safe -= stop_prefix_length(text_, stops);
+      while (safe > sent_ && (static_cast<unsigned char>(text_[safe]) & 0xC0) == 0x80)
+        --safe; // never split a character
+    }
+    if (safe > sent_) {
+      out.text = text_.substr(sent_, safe - sent_);
+      sent_ = safe;
+    }
+  }
+  stop_ = why;
+  out.stop = why;
+  return out;
+}
+
+} // namespace tpullm::runtime

@@ -1,0 +1,217 @@
+// SlotPool: slots, their states and one scheduler round (slot_pool.hpp).
+#include "tpullm/runtime/slot_pool.hpp"
+
+#include <algorithm>
+
+#include "tpullm/runtime/compiled_stages.hpp"
+#include "tpullm/runtime/executor.hpp"
+#include "tpullm/runtime/prompt_cache.hpp"
+#include "tpullm/support/error.hpp"
+
+namespace tpullm::runtime {
+
+std::string_view to_string(SlotState s) noexcept {
+  switch (s) {
+  case SlotState::idle:
+    return "idle";
+  case SlotState::prefill:
+    return "prefill";
+  case SlotState::generating:
+    return "generating";
+  }
+  return "unknown";
+}
+
+/// One conversation: its KV slot of the executor, the session and prompt cache over it, and the
+/// request it answers (with its progress).
+struct SlotPool::Slot {
+  int index = 0;
+  std::unique_ptr<CompiledStages> stages;
+  std::unique_ptr<Session> session;
+  std::unique_ptr<PromptCache> cache; ///< the ids in the KV cache; what a prompt reuses
+  std::uint64_t last_used = 0;
+
+  SlotState state = SlotState::idle;
+  std::vector<std::int32_t> prompt;
+  std::optional<Generation> gen; ///< the answer: sampler, stop rules, text
+  std::size_t fed = 0;           ///< prompt tokens in the cache
+  std::int64_t cached = 0;       ///< prompt tokens found there at start()
+  std::int32_t last = 0;         ///< the last chosen token (fed at the next decode step)
+};
+
+SlotPool::SlotPool(Executor& exec, SessionDims dims, frontend::StageParams params,
+                   const text::Tokenizer* tok)
+    : exec_(exec), params_(params), tok_(tok), decoder_(exec, dims, params) {
+  const auto n = exec_.kv_geometry().slots;
+  check(n >= 1, ErrorKind::invalid_input, "slot pool", "the executor has no KV slot");
+  for (std::int64_t i = 0; i < n; ++i) {
+    auto s = std::make_unique<Slot>();
+    s->index = static_cast<int>(i);
+    s->stages = std::make_unique<CompiledStages>(exec_, static_cast<std::int32_t>(i));
+    s->session = std::make_unique<Session>(*s->stages, dims, params_);
+    s->cache = std::make_unique<PromptCache>(*s->session);
+    slots_.push_back(std::move(s));
+  }
+}
+
+SlotPool::~SlotPool() = default;
+
+SlotState SlotPool::state(int slot) const {
+  check(slot >= 0 && slot < size(), ErrorKind::invalid_input, "slot pool", "slot ", slot,
+        " is outside [0, ", size(), ")");
+  return slots_[static_cast<std::size_t>(slot)]->state;
+}
+
+bool SlotPool::busy() const {
+  return std::any_of(slots_.begin(), slots_.end(),
+                     [](const auto& s) { return s->state != SlotState::idle; });
+}
+
+std::optional<int> SlotPool::pick(const std::vector<std::int32_t>& prompt) const {
+  const Slot* best = nullptr;
+  std::int64_t best_reuse = 0;
+  for (const auto& s : slots_) {
+    if (s->state != SlotState::idle)
+      continue;
+    const std::int64_t r = s->cache->reusable(prompt);
+    if (!best || r > best_reuse || (r == best_reuse && s->last_used < best->last_used)) {
+      best = s.get();
+      best_reuse = r;
+    }
+  }
+  if (!best)
+    return std::nullopt;
+  return best->index;
+}
+
+void SlotPool::start(int slot, const SlotRequest& request) {
+  check(state(slot) == SlotState::idle, ErrorKind::invalid_input, "slot pool", "slot ", slot,
+        " is ", to_string(state(slot)), ", not idle");
+  check(!request.prompt.empty(), ErrorKind::invalid_input, "prompt", "is empty");
+  Slot& s = *slots_[static_cast<std::size_t>(slot)];
+  s.gen.emplace(request.options, tok_, request.prompt); // validates the options first
+  s.prompt = request.prompt;
+  s.cached = s.cache->keep_prefix(s.prompt);
+  s.fed = static_cast<std::size_t>(s.cached);
+  s.state = SlotState::prefill;
+}
+
+void SlotPool::release(Slot& s) {
+  s.state = SlotState::idle;
+  s.gen.reset();
+  s.prompt.clear();
+  s.last_used = ++clock_;
+}
+
+void SlotPool::cancel(int slot) {
+  Slot& s = *slots_[static_cast<std::size_t>(slot)];
+  (void)state(slot); // range check
+  if (s.state != SlotState::idle)
+    release(s);
+}
+
+SlotEvent SlotPool::event_of(const Slot& s) const {
+  SlotEvent e;
+  e.slot = s.index;
+  e.prompt_tokens = static_cast<std::int64_t>(s.prompt.size());
+  e.cached_tokens = s.cached;
+  e.generated = s.gen ? s.gen->generated() : 0;
+  return e;
+}
+
+SlotRound SlotPool::step() {
+  SlotRound round;
+  // Slots in their prompt take one prefill segment each (or their first token); the slots
+  // generating decode their next token together, in one batched decode call when the bundle has
+  // one (continuous batching: a slot joins or leaves between rounds).
+  std::vector<Slot*> decoding;
+  for (auto& s : slots_) {
+    if (s->state == SlotState::idle)
+      continue;
+    if (s->state == SlotState::generating && decoder_.batched())
+      decoding.push_back(s.get());
+    else
+      step_one(*s, round);
+  }
+  if (decoding.size() == 1)
+    step_one(*decoding[0], round);
+  else if (!decoding.empty())
+    decode_together(decoding, round);
+  return round;
+}
+
+void SlotPool::step_one(Slot& s, SlotRound& round) {
+  try {
+    std::vector<float> logits;
+    if (s.state == SlotState::prefill) {
+      // One prefill segment per round (max_input_length tokens), so other slots go on between.
+      const std::size_t n = std::min<std::size_t>(
+          s.prompt.size() - s.fed, static_cast<std::size_t>(params_.max_input_length));
+      const std::vector<std::int32_t> seg(s.prompt.begin() + static_cast<std::ptrdiff_t>(s.fed),
+                                          s.prompt.begin() +
+                                              static_cast<std::ptrdiff_t>(s.fed + n));
+      logits = s.session->prefill(seg, false);
+      s.cache->record(seg);
+      s.fed += n;
+      round.prefill_segments += 1;
+      if (s.fed < s.prompt.size())
+        return;
+      s.state = SlotState::generating;
+    } else {
+      logits = s.session->decode(s.last);
+      s.cache->record(std::span<const std::int32_t>(&s.last, 1));
+    }
+    consume(s, logits, round);
+  } catch (...) { // e.g. out of memory: this request fails, the others go on
+    fail(s, round);
+  }
+}
+
+void SlotPool::decode_together(const std::vector<Slot*>& slots, SlotRound& round) {
+  std::vector<DecodeRow> rows;
+  for (Slot* s : slots)
+    rows.push_back({s->session.get(), s->index, s->last});
+  std::vector<float> logits;
+  try {
+    logits = decoder_.decode(rows);
+  } catch (...) {
+    for (Slot* s : slots)
+      fail(*s, round);
+    return;
+  }
+  round.decode_batch = static_cast<std::int64_t>(slots.size());
+  const auto V = logits.size() / slots.size();
+  for (std::size_t r = 0; r < slots.size(); ++r) {
+    Slot& s = *slots[r];
+    try {
+      s.cache->record(std::span<const std::int32_t>(&s.last, 1));
+      consume(s, std::span<const float>(logits.data() + r * V, V), round);
+    } catch (...) {
+      fail(s, round);
+    }
+  }
+}
+
+void SlotPool::consume(Slot& s, std::span<const float> logits, SlotRound& round) {
+  const GenerationStep step = s.gen->step(logits, s.session->length(), params_.seq_length);
+  s.last = step.token;
+  SlotEvent e = event_of(s);
+  e.token = step.token;
+  e.text = step.text;
+  e.first_token = s.gen->generated() == 1;
+  e.stop = step.stop;
+  round.events.push_back(std::move(e));
+  if (step.stop)
+    release(s);
+}
+
+void SlotPool::fail(Slot& s, SlotRound& round) {
+  SlotEvent e = event_of(s);
+  e.error = std::current_exception();
+  round.events.push_back(std::move(e));
+  // What the cache holds after a failed step is not known: forget it.
+  s.cache->reset();
+  release(s);
+}
+
+} // namespace tpullm::runtime

@@ -1,0 +1,183 @@
+// SlotPool (runtime/slot_pool.hpp), without HTTP: two slots on one executor, a prefill segment of
+// one beside the decode of the other in one round, both generating in one batched decode call,
+// greedy answers equal to a lone Session's; slot states, pick() by reuse, refusals and cancel().
+#include "test_data_dir.hpp"
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <map>
+
+#include "tpullm/bundle/bundle.hpp"
+#include "tpullm/compiler/compiler.hpp"
+#include "tpullm/frontend/stage_builder.hpp"
+#include "tpullm/runtime/compiled_stages.hpp"
+#include "tpullm/runtime/engine.hpp"
+#include "tpullm/runtime/slot_pool.hpp"
+
+using namespace tpullm;
+using runtime::SlotState;
+
+namespace {
+
+frontend::StageParams pool_params() {
+  frontend::StageParams p;
+  p.seq_length = 128;
+  p.max_input_length = 32;
+  p.decode_chunks = {64};
+  p.decode_batches = {1, 2, 4};
+  return p;
+}
+
+std::vector<std::int32_t> ids(std::size_t n, std::size_t seed) {
+  std::vector<std::int32_t> p(n);
+  for (std::size_t i = 0; i < n; ++i)
+    p[i] = static_cast<std::int32_t>((i * 37 + seed * 101 + 5) % 500);
+  return p;
+}
+
+runtime::GenerateOptions greedy(int n) {
+  runtime::GenerateOptions g;
+  g.stop.max_new_tokens = n;
+  return g;
+}
+
+struct Compiled {
+  frontend::ModelDesc desc =
+      frontend::load_model(std::filesystem::path(TPULLM_TEST_DATA_DIR) / "models" / "llama-gqa");
+  compiler::CompiledModel cm = [this] {
+    compiler::CompileOptions o;
+    o.target.cores = 2;
+    return compiler::compile(frontend::build_top_modules(desc, pool_params()), o);
+  }();
+  runtime::SessionDims dims() const {
+    return runtime::Engine::dims_of(bundle::make_model_info(desc, pool_params(), "f32"));
+  }
+  /// The greedy answer of a lone Session on its own executor.
+  std::vector<std::int32_t> alone(const std::vector<std::int32_t>& prompt, int n) const {
+    auto exec = compiler::make_executor(cm);
+    runtime::CompiledStages stages(*exec);
+    runtime::Session s(stages, dims(), pool_params());
+    return s.generate(prompt, greedy(n)).tokens;
+  }
+};
+
+const runtime::SlotEvent* event_of(const runtime::SlotRound& r, int slot) {
+  for (const auto& e : r.events)
+    if (e.slot == slot)
+      return &e;
+  return nullptr;
+}
+
+} // namespace
+
+TEST_CASE("two slots: a prefill segment beside a decode, then one batched decode", "[slot-pool]") {
+  const Compiled c;
+  auto exec = compiler::make_executor(c.cm, 2);
+  runtime::SlotPool pool(*exec, c.dims(), pool_params(), nullptr);
+  REQUIRE(pool.size() == 2);
+  CHECK(pool.max_decode_batch() == 4);
+  CHECK_FALSE(pool.busy());
+
+  const auto a = ids(10, 1); // one prefill segment
+  const auto b = ids(40, 2); // two (32 + 8)
+  const int n = 6;
+  std::map<int, std::vector<std::int32_t>> got;
+  auto collect = [&](const runtime::SlotRound& r) {
+    for (const auto& e : r.events) {
+      REQUIRE_FALSE(e.error);
+      if (e.token >= 0)
+        got[e.slot].push_back(e.token);
+    }
+  };
+
+  const auto sa = pool.pick(a);
+  REQUIRE(sa);
+  pool.start(*sa, {a, greedy(n)});
+  CHECK(pool.state(*sa) == SlotState::prefill);
+  CHECK_THROWS_AS(pool.start(*sa, {a, greedy(n)}), Error); // busy
+
+  // Round 1: a's whole prompt and its first token.
+  auto r = pool.step();
+  collect(r);
+  CHECK(r.prefill_segments == 1);
+  REQUIRE(event_of(r, *sa));
+  CHECK(event_of(r, *sa)->first_token);
+  CHECK(pool.state(*sa) == SlotState::generating);
+
+  const auto sb = pool.pick(b);
+  REQUIRE(sb);
+  CHECK(*sb != *sa);
+  pool.start(*sb, {b, greedy(n)});
+  CHECK_FALSE(pool.pick(a)); // every slot busy
+
+  // Round 2: b's first segment beside a's decode, in one round.
+  r = pool.step();
+  collect(r);
+  CHECK(r.prefill_segments == 1);
+  CHECK(r.decode_batch == 0); // a decodes alone: it is the only slot generating
+  REQUIRE(event_of(r, *sa));
+  CHECK(event_of(r, *sa)->token >= 0);
+  CHECK_FALSE(event_of(r, *sb)); // a segment that is not the last chooses nothing
+  CHECK(pool.state(*sb) == SlotState::prefill);
+
+  // Round 3: b's last segment (its first token) beside a's decode.
+  r = pool.step();
+  collect(r);
+  CHECK(r.prefill_segments == 1);
+  REQUIRE(event_of(r, *sb));
+  CHECK(event_of(r, *sb)->first_token);
+  CHECK(event_of(r, *sb)->prompt_tokens == 40);
+  CHECK(pool.state(*sb) == SlotState::generating);
+
+  // Round 4: both generating, in one batched decode call.
+  r = pool.step();
+  collect(r);
+  CHECK(r.prefill_segments == 0);
+  CHECK(r.decode_batch == 2);
+  CHECK(r.events.size() == 2);
+
+  std::map<int, runtime::StopReason> stops;
+  while (pool.busy()) {
+    r = pool.step();
+    collect(r);
+    for (const auto& e : r.events)
+      if (e.stop)
+        stops[e.slot] = *e.stop;
+  }
+  CHECK(stops[*sa] == runtime::StopReason::token_budget);
+  CHECK(stops[*sb] == runtime::StopReason::token_budget);
+  CHECK(pool.state(*sa) == SlotState::idle);
+  CHECK(got[*sa] == c.alone(a, n));
+  CHECK(got[*sb] == c.alone(b, n));
+
+  // The conversation continued goes back to the slot that holds it, and reuses its cache.
+  auto more = a;
+  more.insert(more.end(), got[*sa].begin(), got[*sa].end());
+  more.push_back(7);
+  REQUIRE(pool.pick(more) == sa);
+  pool.start(*sa, {more, greedy(2)});
+  r = pool.step();
+  REQUIRE(event_of(r, *sa));
+  CHECK(event_of(r, *sa)->cached_tokens == static_cast<std::int64_t>(a.size()) + n - 1);
+  pool.cancel(*sa);
+  CHECK(pool.state(*sa) == SlotState::idle);
+  CHECK_FALSE(pool.busy());
+}
+
+TEST_CASE("a slot's failed step ends only that slot", "[slot-pool]") {
+  const Compiled c;
+  auto exec = compiler::make_executor(c.cm, 2);
+  runtime::SlotPool pool(*exec, c.dims(), pool_params(), nullptr);
+  CHECK_THROWS_AS(pool.start(0, {{}, greedy(2)}), Error);     // an empty prompt
+  CHECK_THROWS_AS(pool.start(0, {{1, 2}, greedy(0)}), Error); // a bad budget
+  CHECK(pool.state(0) == SlotState::idle);
+  pool.start(0, {{1, 2, 999999}, greedy(2)}); // an id outside the vocabulary: fails at prefill
+  pool.start(1, {ids(5, 3), greedy(2)});
+  const auto r = pool.step();
+  REQUIRE(event_of(r, 0));
+  CHECK(event_of(r, 0)->error);
+  CHECK(pool.state(0) == SlotState::idle);
+  REQUIRE(event_of(r, 1));
+  CHECK_FALSE(event_of(r, 1)->error);
+  CHECK(pool.state(1) == SlotState::generating);
+}
