@@ -147,10 +147,12 @@ void parse_rope(const ConfigReader& r, HfConfig& c) {
     return;
   }
   const auto* factor = r.get(*src, "factor");
-  if (type == "linear") {
-    check(factor != nullptr, ErrorKind::invalid_input, r.where,
-          "linear RoPE scaling needs \"factor\"");
-    c.rope.type = RopeType::linear;
+  // dynamic: up to max_position_embeddings (which bounds every compiled seq_length)
+  // transformers' dynamic NTK RoPE computes the default frequencies; only the factor is read.
+  if (type == "linear" || type == "dynamic") {
+    check(factor != nullptr, ErrorKind::invalid_input, r.where, type,
+          " RoPE scaling needs \"factor\"");
+    c.rope.type = type == "linear" ? RopeType::linear : RopeType::dynamic;
     c.rope.factor = r.to_double(*factor, "factor");
     check(c.rope.factor > 0, ErrorKind::invalid_input, r.where, "RoPE \"factor\" must be > 0");
     return;
@@ -176,16 +178,6 @@ void parse_rope(const ConfigReader& r, HfConfig& c) {
   }
   if (type == "yarn") {
     parse_yarn(r, *src, c);
-    return;
-  }
-  if (type == "dynamic") {
-    // Up to max_position_embeddings (which bounds every compiled seq_length) transformers'
-    // dynamic NTK RoPE computes the default frequencies: the factor changes nothing before that.
-    check(factor != nullptr, ErrorKind::invalid_input, r.where,
-          "dynamic RoPE scaling needs \"factor\"");
-    c.rope.type = RopeType::dynamic;
-    c.rope.factor = r.to_double(*factor, "factor");
-    check(c.rope.factor > 0, ErrorKind::invalid_input, r.where, "RoPE \"factor\" must be > 0");
     return;
   }
   throw_error(ErrorKind::unsupported, r.where, "RoPE type '", type,
