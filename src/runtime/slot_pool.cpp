@@ -85,8 +85,9 @@ std::optional<int> SlotPool::pick(const std::vector<std::int32_t>& prompt) const
 }
 
 void SlotPool::start(int slot, const SlotRequest& request) {
-  check(state(slot) == SlotState::idle, ErrorKind::invalid_input, "slot pool", "slot ", slot,
-        " is ", to_string(state(slot)), ", not idle");
+  if (state(slot) != SlotState::idle)
+    throw BusyError("slot pool",
+                    str_cat("slot ", slot, " is ", to_string(state(slot)), ", not idle"));
   check(!request.prompt.empty(), ErrorKind::invalid_input, "prompt", "is empty");
   Slot& s = *slots_[static_cast<std::size_t>(slot)];
   s.gen.emplace(request.options, tok_, request.prompt); // validates the options first

@@ -94,7 +94,7 @@ TEST_CASE("two slots: a prefill segment beside a decode, then one batched decode
   REQUIRE(sa);
   pool.start(*sa, {a, greedy(n)});
   CHECK(pool.state(*sa) == SlotState::prefill);
-  CHECK_THROWS_AS(pool.start(*sa, {a, greedy(n)}), Error); // busy
+  CHECK_THROWS_AS(pool.start(*sa, {a, greedy(n)}), runtime::BusyError);
 
   // Round 1: a's whole prompt and its first token.
   auto r = pool.step();

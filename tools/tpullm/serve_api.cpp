@@ -5,6 +5,7 @@
 #include <limits>
 #include "tpullm/support/json.hpp"
 
+#include "tpullm/runtime/slot_pool.hpp"
 #include "tpullm/support/error.hpp"
 
 namespace tpullm::cli::serve {
@@ -227,6 +228,8 @@ void parse_sampling(const json& j, const nlohmann::json& d, GenerationRequest& r
 } // namespace
 
 ApiError api_error(const std::exception& e) {
+  if (const auto* busy = dynamic_cast<const runtime::BusyError*>(&e))
+    return ApiError{503, busy->message(), "server_error", "", "queue_full"};
   const auto* err = dynamic_cast<const Error*>(&e);
   const bool bad =
       err && (err->kind() == ErrorKind::invalid_input || err->kind() == ErrorKind::unsupported);

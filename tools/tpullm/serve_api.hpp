@@ -23,9 +23,9 @@ struct ApiError {
   std::string code;                           ///< error.code ("" = null)
 };
 
-/// The one mapping of library errors to HTTP: tpullm::Error of kind invalid_input or
-/// unsupported is 400 (invalid_request_error), anything else 500 (server_error); the message is
-/// what() says.
+/// The one mapping of library errors to HTTP: runtime::BusyError is 503 (server_error, code
+/// queue_full, its message alone), another tpullm::Error of kind invalid_input or unsupported 400
+/// (invalid_request_error), anything else 500 (server_error); the message is what() says.
 ApiError api_error(const std::exception& e);
 
 /// OpenAI's error object: {"error": {"message", "type", "param", "code"}}.

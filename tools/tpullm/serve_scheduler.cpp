@@ -85,11 +85,9 @@ std::shared_ptr<Job> Scheduler::submit(JobSpec spec) {
     // A job waits only when every slot is taken; the queue holds at most max_queue of them.
     if (queue_.size() + static_cast<std::size_t>(busy_locked()) >=
         jobs_.size() + options_.max_queue)
-      throw ApiError{503,
-                     "the server is busy: every slot is generating and " +
-                         std::to_string(options_.max_queue) +
-                         " requests are already waiting; retry later",
-                     "server_error", "", "queue_full"};
+      throw runtime::BusyError("", "the server is busy: every slot is generating and " +
+                                       std::to_string(options_.max_queue) +
+                                       " requests are already waiting; retry later");
     queue_.push_back(job);
   }
   cv_.notify_all();

@@ -92,7 +92,8 @@ public:
   Scheduler(const Scheduler&) = delete;
   Scheduler& operator=(const Scheduler&) = delete;
 
-  /// Queues a job. Throws ApiError 503 when the queue is full or the server is stopping.
+  /// Queues a job. Throws runtime::BusyError when every slot is taken and the queue is full (503
+  /// queue_full through api_error), ApiError 503 when the server is stopping.
   std::shared_ptr<Job> submit(JobSpec spec);
   /// Ends every queued and running job (with a 503 "shutting down" error) and joins the thread.
   void stop();

@@ -23,18 +23,30 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "tpullm/frontend/stage_params.hpp"
 #include "tpullm/runtime/batched_decode.hpp"
 #include "tpullm/runtime/generation.hpp"
 #include "tpullm/runtime/session.hpp"
+#include "tpullm/support/error.hpp"
 
 namespace tpullm::runtime {
 
 class Executor;
 class PromptCache;
 class CompiledStages;
+
+/// A request refused for want of capacity right now (a slot that is not idle; a server's wait
+/// queue that is full): retry later. Its kind is invalid_input (the request cannot be taken as it
+/// stands); callers that answer it differently (`tpullm serve`: 503) tell it apart by its type.
+class BusyError : public Error {
+public:
+  /// where: what is busy (e.g. "slot pool"); message: why.
+  BusyError(std::string where, std::string message)
+      : Error(ErrorKind::invalid_input, std::move(where), std::move(message)) {}
+};
 
 /// Where a slot stands.
 enum class SlotState {
@@ -94,8 +106,8 @@ public:
   /// (PromptCache::reusable), else the least recently used; nullopt when every slot is busy.
   std::optional<int> pick(const std::vector<std::int32_t>& prompt) const;
   /// Starts `request` on idle `slot`: keeps the reusable prefix of its cache and makes the
-  /// answer's Generation. Throws Error(invalid_input) for a busy slot, an empty prompt or bad
-  /// options (the slot stays idle).
+  /// answer's Generation. Throws BusyError for a slot that is not idle, Error(invalid_input)
+  /// for an empty prompt or bad options (the slot stays idle).
   void start(int slot, const SlotRequest& request);
   /// Ends `slot`'s request now (the client went away); the slot is idle. Nothing for an idle one.
   void cancel(int slot);
