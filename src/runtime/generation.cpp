@@ -54,6 +54,8 @@ Generation::Generation(const GenerateOptions& options, const text::Tokenizer* to
                        std::span<const std::int32_t> context)
     : options_(options), sampler_(options.sampling), context_(context.begin(), context.end()) {
   options_.stop.validate();
+  check(options_.logprobs >= -1 && options_.logprobs <= kMaxTopLogprobs, ErrorKind::invalid_input,
+        "logprobs", "top_logprobs ", options_.logprobs, " is outside [0, ", kMaxTopLogprobs, "]");
   check(tok != nullptr || options_.stop.stop_strings.empty(), ErrorKind::invalid_input,
         "stop strings", "need a text answer (a tokenizer); token ids alone cannot match them");
   if (tok)
@@ -69,7 +71,13 @@ Generation& Generation::operator=(Generation&&) noexcept = default;
 GenerationStep Generation::step(std::span<const float> logits, std::int64_t length,
                                 std::int64_t seq_length) {
   check(!done(), ErrorKind::internal, "generation", "a token was asked for after the answer ended");
-  return accept(sampler_.sample(logits, context_), length, seq_length);
+  const std::int32_t token = sampler_.sample(logits, context_);
+  std::optional<TokenLogprobs> lp;
+  if (options_.logprobs >= 0)
+    lp = token_logprobs(logits, token, options_.logprobs);
+  GenerationStep out = accept(token, length, seq_length);
+  out.logprobs = std::move(lp);
+  return out;
 }
 
 GenerationStep Generation::accept(std::int32_t token, std::int64_t length,

@@ -235,31 +235,38 @@ struct Server {
     spec.max_tokens = static_cast<int>(std::min<std::int64_t>(g.max_tokens.value_or(room), room));
     spec.sampling = g.sampling;
     spec.stop = g.stop;
+    spec.logprobs = g.logprobs;
     auto job = scheduler->submit(std::move(spec));
     serve::AnswerIds ids{(chat ? "chatcmpl-" : "cmpl-") + std::to_string(next_id++),
                          static_cast<std::int64_t>(std::time(nullptr)), model_id, chat};
+    const bool logprobs = g.logprobs >= 0;
+    const text::Tokenizer* tok = &text.tokenizer;
     if (!g.stream) {
       std::string answer;
-      while (!job->wait(answer, std::chrono::milliseconds(1000))) {
+      std::vector<runtime::TokenLogprobs> lps;
+      while (!job->wait(answer, std::chrono::milliseconds(1000), &lps)) {
       }
       const auto& o = job->outcome();
       if (o.error)
         return send_error(res, *o.error);
-      res.set_content(serve::completion_body(ids, answer, o.finish_reason, o.usage),
-                      "application/json");
+      res.set_content(
+          serve::completion_body(ids, answer, o.finish_reason, o.usage,
+                                 logprobs ? serve::logprobs_json(chat, lps, *tok) : nullptr),
+          "application/json");
       return;
     }
     res.set_header("Cache-Control", "no-cache");
     ++streams;
     struct State {
       bool first = true, finished = false;
+      std::int64_t text_offset = 0; ///< completions logprobs: token text bytes sent so far
       std::chrono::steady_clock::time_point last_write = std::chrono::steady_clock::now();
     };
     auto st = std::make_shared<State>();
     const bool usage = g.include_usage;
     res.set_chunked_content_provider(
         "text/event-stream",
-        [job, ids, st, usage](std::size_t, httplib::DataSink& sink) {
+        [job, ids, st, usage, logprobs, tok](std::size_t, httplib::DataSink& sink) {
           auto send = [&](const std::string& data) {
             const std::string frame = "data: " + data + "\n\n";
             st->last_write = std::chrono::steady_clock::now();
@@ -271,8 +278,18 @@ struct Server {
               return false;
           }
           std::string piece;
-          const bool done = job->wait(piece, std::chrono::milliseconds(200));
-          if (!piece.empty() && !send(serve::chunk_json(ids, piece, false, "")))
+          std::vector<runtime::TokenLogprobs> lps;
+          const bool done = job->wait(piece, std::chrono::milliseconds(200), &lps);
+          nlohmann::ordered_json lp = nullptr;
+          if (logprobs && !lps.empty()) {
+            lp = serve::logprobs_json(ids.chat, lps, *tok, st->text_offset);
+            if (!ids.chat)
+              for (const auto& t : lp["tokens"])
+                st->text_offset +=
+                    static_cast<std::int64_t>(t.get_ref<const std::string&>().size());
+          }
+          if ((!piece.empty() || !lp.is_null()) &&
+              !send(serve::chunk_json(ids, piece, false, "", nullptr, lp)))
             return false; // the client went away: the releaser cancels the job
           if (!done) {
             // A comment line now and then finds a client that went away while nothing is written.

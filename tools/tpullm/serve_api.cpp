@@ -3,10 +3,11 @@
 
 #include <cmath>
 #include <limits>
-#include "tpullm/support/json.hpp"
 
 #include "tpullm/runtime/slot_pool.hpp"
 #include "tpullm/support/error.hpp"
+#include "tpullm/support/json.hpp"
+#include "tpullm/text/tokenizer.hpp"
 
 namespace tpullm::cli::serve {
 
@@ -245,6 +246,26 @@ std::string error_body(const ApiError& e) {
   return dump(json{{"error", err}});
 }
 
+namespace {
+
+/// Chat: `logprobs` (boolean) and `top_logprobs` (0..20, only with logprobs true);
+/// completions: `logprobs` (0..5 alternatives, as OpenAI's legacy endpoint).
+void parse_logprobs(const json& j, GenerationRequest& r) {
+  if (r.chat) {
+    const auto top = integer(j, "top_logprobs", 0, runtime::kMaxTopLogprobs);
+    if (!boolean(j, "logprobs")) {
+      if (top)
+        bad("top_logprobs", "'top_logprobs' needs 'logprobs': true");
+      return;
+    }
+    r.logprobs = static_cast<int>(top.value_or(0));
+  } else if (auto n = integer(j, "logprobs", 0, 5)) {
+    r.logprobs = static_cast<int>(*n);
+  }
+}
+
+} // namespace
+
 GenerationRequest parse_request(const std::string& body, bool chat, const std::string& model,
                                 const nlohmann::json& defaults, const RequestLimits& limits) {
   json j;
@@ -286,9 +307,7 @@ GenerationRequest parse_request(const std::string& body, bool chat, const std::s
     bad("best_of", "only best_of = 1 is supported");
   if (boolean(j, "echo"))
     bad("echo", "'echo' is not supported");
-  if ((j.contains("logprobs") && !j["logprobs"].is_null() && j["logprobs"] != false) ||
-      (j.contains("top_logprobs") && !j["top_logprobs"].is_null()))
-    bad("logprobs", "log probabilities are not supported");
+  parse_logprobs(j, r);
   if (j.contains("tools") && !j["tools"].is_null() &&
       !(j["tools"].is_array() && j["tools"].empty()))
     bad("tools", "tools are not supported");
@@ -320,15 +339,74 @@ json reason(const std::string& r) {
 
 } // namespace
 
+namespace {
+
+/// OpenAI writes a token of zero probability as -9999.0 (JSON has no -inf).
+double finite_logprob(double lp) {
+  return std::isfinite(lp) ? lp : -9999.0;
+}
+
+} // namespace
+
+nlohmann::ordered_json logprobs_json(bool chat, std::span<const runtime::TokenLogprobs> lps,
+                                     const text::Tokenizer& tok, std::int64_t text_offset) {
+  const auto text_of = [&](std::int32_t id) {
+    const std::int32_t one[] = {id};
+    return tok.decode(one, false);
+  };
+  const auto bytes_of = [](const std::string& t) {
+    json b = json::array();
+    for (unsigned char c : t)
+      b.push_back(static_cast<int>(c));
+    return b;
+  };
+  if (chat) {
+    json content = json::array();
+    for (const auto& lp : lps) {
+      const std::string t = text_of(lp.chosen.token);
+      json top = json::array();
+      for (const auto& alt : lp.top) {
+        const std::string a = text_of(alt.token);
+        top.push_back(
+            {{"token", a}, {"logprob", finite_logprob(alt.logprob)}, {"bytes", bytes_of(a)}});
+      }
+      content.push_back({{"token", t},
+                         {"logprob", finite_logprob(lp.chosen.logprob)},
+                         {"bytes", bytes_of(t)},
+                         {"top_logprobs", top}});
+    }
+    return {{"content", content}, {"refusal", nullptr}};
+  }
+  json tokens = json::array(), values = json::array(), tops = json::array(),
+       offsets = json::array();
+  std::int64_t offset = text_offset;
+  for (const auto& lp : lps) {
+    const std::string t = text_of(lp.chosen.token);
+    tokens.push_back(t);
+    values.push_back(finite_logprob(lp.chosen.logprob));
+    json top = json::object();
+    for (const auto& alt : lp.top)
+      top[text_of(alt.token)] = finite_logprob(alt.logprob);
+    tops.push_back(top);
+    offsets.push_back(offset);
+    offset += static_cast<std::int64_t>(t.size());
+  }
+  return {{"tokens", tokens},
+          {"token_logprobs", values},
+          {"top_logprobs", tops},
+          {"text_offset", offsets}};
+}
+
 std::string completion_body(const AnswerIds& ids, const std::string& text,
-                            const std::string& finish_reason, const Usage& u) {
+                            const std::string& finish_reason, const Usage& u,
+                            const nlohmann::ordered_json& logprobs) {
   json out = head(ids, false);
   json choice = {{"index", 0}};
   if (ids.chat)
     choice["message"] = {{"role", "assistant"}, {"content", text}};
   else
     choice["text"] = text;
-  choice["logprobs"] = nullptr;
+  choice["logprobs"] = logprobs;
   choice["finish_reason"] = reason(finish_reason);
   out["choices"] = json::array({choice});
   out["usage"] = usage_json(u);
@@ -336,7 +414,8 @@ std::string completion_body(const AnswerIds& ids, const std::string& text,
 }
 
 std::string chunk_json(const AnswerIds& ids, const std::string& text, bool role,
-                       const std::string& finish_reason, const Usage* usage) {
+                       const std::string& finish_reason, const Usage* usage,
+                       const nlohmann::ordered_json& logprobs) {
   json out = head(ids, true);
   if (usage) {
     out["choices"] = json::array();
@@ -354,7 +433,7 @@ std::string chunk_json(const AnswerIds& ids, const std::string& text, bool role,
   } else {
     choice["text"] = text;
   }
-  choice["logprobs"] = nullptr;
+  choice["logprobs"] = logprobs;
   choice["finish_reason"] = reason(finish_reason);
   out["choices"] = json::array({choice});
   return dump(out);

@@ -5,12 +5,18 @@
 #include <cstdint>
 #include <exception>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "tpullm/runtime/logprobs.hpp"
 #include "tpullm/runtime/sampler.hpp"
+
+namespace tpullm::text {
+class Tokenizer;
+}
 
 namespace tpullm::cli::serve {
 
@@ -51,6 +57,9 @@ struct GenerationRequest {
   std::optional<int> max_tokens;          ///< max_tokens / max_completion_tokens
   std::vector<std::string> stop;          ///< stop strings (not part of the answer)
   runtime::SamplingOptions sampling;      ///< temperature, top_p, top_k, seed, penalty
+  /// -1: no log probabilities; else each answer token's and this many alternatives (chat:
+  /// logprobs true + top_logprobs 0..20; completions: logprobs 0..5).
+  int logprobs = -1;
 };
 
 /// Parses a request body for `chat` (else /v1/completions). `model` is the served model's id:
@@ -79,13 +88,27 @@ struct AnswerIds {
   bool chat = false;        ///< chat.completion[.chunk] (else text_completion)
 };
 
-/// The whole answer of a non-streaming request: a chat.completion or text_completion object.
+/// A choice's `logprobs` object for `lps` (answer tokens in order, runtime/logprobs.hpp). Chat:
+/// {"content": [{"token", "logprob", "bytes", "top_logprobs": [{"token", "logprob", "bytes"}]}]};
+/// completions: {"tokens", "token_logprobs", "top_logprobs": [{token: logprob}], "text_offset"}.
+/// A token's text is its own decoded text (tok.decode of that id alone, special tokens shown),
+/// "bytes" its UTF-8 bytes; a -inf logprob is written -9999.0 (OpenAI's value for a token of
+/// zero probability). `text_offset`: bytes of answer text before the first token (completions
+/// offsets add each token's text length to it).
+nlohmann::ordered_json logprobs_json(bool chat, std::span<const runtime::TokenLogprobs> lps,
+                                     const text::Tokenizer& tok, std::int64_t text_offset = 0);
+
+/// The whole answer of a non-streaming request: a chat.completion or text_completion object;
+/// `logprobs` (null when not asked for) is the choice's logprobs object (logprobs_json).
 std::string completion_body(const AnswerIds& ids, const std::string& text,
-                            const std::string& finish_reason, const Usage& u);
+                            const std::string& finish_reason, const Usage& u,
+                            const nlohmann::ordered_json& logprobs = nullptr);
 /// One stream chunk's JSON (without the "data: " framing). `role`: the first chat chunk carries
 /// delta.role; `finish_reason` "" = null; `usage`: the last chunk with include_usage (choices
 /// empty).
+/// `logprobs`: the chunk's tokens' logprobs object (logprobs_json; null when not asked for).
 std::string chunk_json(const AnswerIds& ids, const std::string& text, bool role,
-                       const std::string& finish_reason, const Usage* usage = nullptr);
+                       const std::string& finish_reason, const Usage* usage = nullptr,
+                       const nlohmann::ordered_json& logprobs = nullptr);
 
 } // namespace tpullm::cli::serve
