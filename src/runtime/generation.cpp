@@ -4,8 +4,13 @@
 
 #include <algorithm>
 
+#include <cmath>
+#include <limits>
+
+#include "tpullm/grammar/grammar.hpp"
 #include "tpullm/support/error.hpp"
 #include "tpullm/text/stream_decoder.hpp"
+#include "tpullm/text/tokenizer.hpp"
 
 namespace tpullm::runtime {
 
@@ -58,8 +63,12 @@ Generation::Generation(const GenerateOptions& options, const text::Tokenizer* to
         "logprobs", "top_logprobs ", options_.logprobs, " is outside [0, ", kMaxTopLogprobs, "]");
   check(tok != nullptr || options_.stop.stop_strings.empty(), ErrorKind::invalid_input,
         "stop strings", "need a text answer (a tokenizer); token ids alone cannot match them");
+  check(tok != nullptr || !options_.grammar, ErrorKind::invalid_input, "grammar",
+        "needs a tokenizer (the tokens' bytes)");
   if (tok)
     decoder_ = std::make_unique<text::StreamDecoder>(*tok, true);
+  if (options_.grammar)
+    matcher_ = std::make_unique<grammar::Matcher>(options_.grammar, tok->token_table());
   for (const auto& s : options_.stop.stop_strings)
     longest_stop_ = std::max(longest_stop_, s.size());
 }
@@ -71,18 +80,58 @@ Generation& Generation::operator=(Generation&&) noexcept = default;
 GenerationStep Generation::step(std::span<const float> logits, std::int64_t length,
                                 std::int64_t seq_length) {
   check(!done(), ErrorKind::internal, "generation", "a token was asked for after the answer ended");
-  const std::int32_t token = sampler_.sample(logits, context_);
-  std::optional<TokenLogprobs> lp;
-  if (options_.logprobs >= 0)
-    lp = token_logprobs(logits, token, options_.logprobs);
-  GenerationStep out = accept(token, length, seq_length);
-  out.logprobs = std::move(lp);
-  return out;
+  const auto take = [&](std::int32_t token) {
+    // Log probabilities of the raw row (logprobs.hpp), whatever the grammar masks.
+    std::optional<TokenLogprobs> lp;
+    if (options_.logprobs >= 0)
+      lp = token_logprobs(logits, token, options_.logprobs);
+    GenerationStep out = accept(token, length, seq_length);
+    out.logprobs = std::move(lp);
+    return out;
+  };
+  if (!matcher_)
+    return take(sampler_.sample(logits, context_));
+  // Tokens that would leave the language get -inf; eos only where the grammar may end, and
+  // nothing else once it is complete.
+  constexpr float kNone = -std::numeric_limits<float>::infinity();
+  masked_.assign(logits.size(), kNone);
+  bool any = false;
+  if (!matcher_->is_complete()) {
+    matcher_->fill_mask(allowed_);
+    const std::size_t n = std::min(logits.size(), allowed_.size() * 64);
+    for (std::size_t w = 0; w * 64 < n; ++w) {
+      std::uint64_t bits = allowed_[w];
+      while (bits) {
+        const std::size_t id = w * 64 + static_cast<std::size_t>(__builtin_ctzll(bits));
+        bits &= bits - 1;
+        if (id < n) {
+          masked_[id] = logits[id];
+          any = true;
+        }
+      }
+    }
+  }
+  if (matcher_->can_end())
+    for (const std::int32_t e : options_.stop.eos_ids)
+      if (e >= 0 && static_cast<std::size_t>(e) < logits.size()) {
+        masked_[static_cast<std::size_t>(e)] = logits[static_cast<std::size_t>(e)];
+        any = true;
+      }
+  check(any, ErrorKind::invalid_input, "grammar",
+        "no token of the vocabulary continues the answer in the grammar's language");
+  return take(sampler_.sample(masked_, context_));
 }
 
 GenerationStep Generation::accept(std::int32_t token, std::int64_t length,
                                   std::int64_t seq_length) {
   check(!done(), ErrorKind::internal, "generation", "a token was given after the answer ended");
+  if (matcher_) {
+    const bool eos = options_.stop.is_eos(token);
+    check(eos ? matcher_->can_end() : matcher_->accept_token(token), ErrorKind::invalid_input,
+          "grammar", "token ", token,
+          eos ? " (eos) ends the answer where the grammar cannot end"
+              : " leaves the grammar's language");
+  }
   GenerationStep out;
   out.token = token;
   tokens_.push_back(token);
@@ -93,7 +142,9 @@ GenerationStep Generation::accept(std::int32_t token, std::int64_t length,
   } else {
     if (decoder_)
       text_ += decoder_->push(token);
-    if (generated() >= options_.stop.max_new_tokens)
+    if (matcher_ && options_.stop.eos_ids.empty() && matcher_->is_complete())
+      why = StopReason::eos; // nothing can follow and no eos id can say so
+    else if (generated() >= options_.stop.max_new_tokens)
       why = StopReason::token_budget;
     else if (length >= seq_length)
       why = StopReason::sequence_end; // the token cannot be fed

@@ -161,6 +161,28 @@ std::string Decoder::decode(std::vector<std::string> tokens) const {
   return out;
 }
 
+std::string Decoder::raw_bytes(std::string t) const {
+  for (const auto& step : steps)
+    std::visit(Overload{[&](const ByteLevelDecode&) {
+                          std::string bytes;
+                          for (std::size_t i = 0; i < t.size();) {
+                            const int b = byte_of_char(next_code_point(t, i));
+                            if (b < 0)
+                              return; // a token with other characters keeps its own bytes
+                            bytes += static_cast<char>(b);
+                          }
+                          t.swap(bytes);
+                        },
+                        [&](const ReplaceDecode& r) { t = replace_all(r.pattern, t, r.content); },
+                        [&](const ByteFallbackDecode&) {
+                          if (const int b = fallback_byte(t); b >= 0)
+                            t.assign(1, static_cast<char>(b));
+                        },
+                        [&](const FuseDecode&) {}, [&](const StripDecode&) {}},
+               step);
+  return t;
+}
+
 Decoder parse_decoder(const json& j) {
   Decoder d;
   if (!j.is_null()) {

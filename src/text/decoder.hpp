@@ -35,6 +35,9 @@ struct Decoder {
   bool present = false;
   /// The text of `tokens`.
   std::string decode(std::vector<std::string> tokens) const;
+  /// The bytes one token contributes inside a text: the steps on `token` alone, without the
+  /// lossy UTF-8 step and without Strip (Tokenizer::token_bytes).
+  std::string raw_bytes(std::string token) const;
 };
 
 /// Parses tokenizer.json's "decoder" (null = none); unknown types are Error(unsupported).

@@ -1,6 +1,8 @@
 // text::Tokenizer: loading tokenizer.json and running the pipeline (tokenizer_impl.hpp).
 #include "tpullm/text/tokenizer.hpp"
 
+#include <algorithm>
+
 #include "tokenizer_impl.hpp"
 #include "tpullm/support/input_file.hpp"
 #include "tpullm/support/json.hpp"
@@ -135,6 +137,80 @@ std::optional<std::int32_t> Tokenizer::token_to_id(std::string_view piece) const
   if (const auto* a = impl_->added->by_content(piece))
     return a->id;
   return impl_->model->token_to_id(piece);
+}
+
+std::string Tokenizer::token_bytes(std::int32_t id) const {
+  if (const auto* a = impl_->added->by_id(id))
+    return impl_->decoder.present ? impl_->decoder.raw_bytes(a->content) : a->content;
+  if (const std::string* t = impl_->model->id_to_token(id))
+    return impl_->decoder.present ? impl_->decoder.raw_bytes(*t) : *t;
+  return {};
+}
+
+std::shared_ptr<const TokenTable> Tokenizer::token_table() const {
+  std::call_once(impl_->token_table_once, [&] {
+    const auto n = static_cast<std::size_t>(impl_->vocab_size);
+    std::vector<std::string> bytes(n);
+    std::vector<std::uint8_t> special(n, 0);
+    for (std::size_t id = 0; id < n; ++id) {
+      bytes[id] = token_bytes(static_cast<std::int32_t>(id));
+      special[id] = is_special(static_cast<std::int32_t>(id)) ? 1 : 0;
+    }
+    impl_->token_table =
+        std::make_shared<const TokenTable>(TokenTable::build(std::move(bytes), std::move(special)));
+  });
+  return impl_->token_table;
+}
+
+TokenTable TokenTable::build(std::vector<std::string> bytes, std::vector<std::uint8_t> special) {
+  TokenTable t;
+  t.bytes = std::move(bytes);
+  t.special = std::move(special);
+  t.special.resize(t.bytes.size(), 0);
+  std::vector<std::int32_t> order;
+  for (std::size_t id = 0; id < t.bytes.size(); ++id)
+    if (!t.special[id] && !t.bytes[id].empty() && t.bytes[id].size() <= 65535)
+      order.push_back(static_cast<std::int32_t>(id));
+  std::sort(order.begin(), order.end(), [&](std::int32_t a, std::int32_t b) {
+    const auto &x = t.bytes[static_cast<std::size_t>(a)], &y = t.bytes[static_cast<std::size_t>(b)];
+    return x != y ? x < y : a < b;
+  });
+  // Preorder: the sorted strings share prefixes with their predecessor; `path` holds the nodes
+  // of the previous string, closed (end set) when the next string leaves them.
+  t.nodes.push_back(TokenTable::Node{});
+  std::vector<std::int32_t> path{0};
+  std::string prev;
+  const auto close_to = [&](std::size_t depth) {
+    while (path.size() > depth + 1) {
+      t.nodes[static_cast<std::size_t>(path.back())].end = static_cast<std::int32_t>(t.nodes.size());
+      path.pop_back();
+    }
+  };
+  for (const std::int32_t id : order) {
+    const std::string& s = t.bytes[static_cast<std::size_t>(id)];
+    std::size_t common = 0;
+    while (common < s.size() && common < prev.size() && s[common] == prev[common])
+      ++common;
+    close_to(common);
+    for (std::size_t d = common; d < s.size(); ++d) {
+      TokenTable::Node n;
+      n.byte = static_cast<std::uint8_t>(s[d]);
+      n.depth = static_cast<std::uint16_t>(d + 1);
+      n.first = n.last = static_cast<std::int32_t>(t.ids.size());
+      path.push_back(static_cast<std::int32_t>(t.nodes.size()));
+      t.nodes.push_back(n);
+    }
+    // Tokens are pushed in node order, so a node's ids stay contiguous.
+    auto& leaf = t.nodes[static_cast<std::size_t>(path.back())];
+    if (leaf.last != static_cast<std::int32_t>(t.ids.size()))
+      leaf.first = static_cast<std::int32_t>(t.ids.size());
+    t.ids.push_back(id);
+    leaf.last = static_cast<std::int32_t>(t.ids.size());
+    prev = s;
+  }
+  close_to(0);
+  t.nodes[0].end = static_cast<std::int32_t>(t.nodes.size());
+  return t;
 }
 
 std::int64_t Tokenizer::vocab_size() const {

@@ -1,5 +1,6 @@
 #pragma once
 // The loaded pipeline behind text::Tokenizer.
+#include <mutex>
 #include <string>
 
 #include "added_tokens.hpp"
@@ -23,6 +24,9 @@ struct Tokenizer::Impl {
   std::int64_t vocab_size = 0;
   TokenizerConfig config;
   std::string tokenizer_json, tokenizer_config_json, generation_config_json;
+  /// Tokenizer::token_table, built on first use.
+  mutable std::once_flag token_table_once;
+  mutable std::shared_ptr<const TokenTable> token_table;
 };
 
 namespace detail {

@@ -17,6 +17,15 @@
 /// skipped): never half a UTF-8 character, and the tail of the text that may be the beginning of
 /// a stop string is held back until the next tokens decide it (at the end it is emitted or cut).
 /// The concatenation of every step's text is the answer.
+///
+/// With GenerateOptions::grammar set, the answer stays in the grammar's language
+/// (docs/grammar.md): step() sets the logits of the tokens that would leave it to -inf before
+/// sampling, allows the eos ids only where the grammar may end, and, once the grammar is complete
+/// (no token can extend it), allows only the eos ids; without eos ids the answer then ends at
+/// once with StopReason::eos (on the token that completed it). accept() of a token the grammar
+/// refuses throws Error(invalid_input). The tokens' bytes come from the tokenizer's own token
+/// table (text::Tokenizer::token_table: built on its first use, then shared by every
+/// Generation of that tokenizer).
 
 #include <cstddef>
 #include <cstdint>
@@ -34,6 +43,11 @@ namespace tpullm::text {
 class Tokenizer;
 class StreamDecoder;
 } // namespace tpullm::text
+
+namespace tpullm::grammar {
+class Grammar;
+class Matcher;
+} // namespace tpullm::grammar
 
 namespace tpullm::runtime {
 
@@ -72,6 +86,8 @@ struct GenerateOptions {
   /// Log probabilities with each step() (logprobs.hpp): -1 = none; 0..kMaxTopLogprobs = the
   /// chosen token's and this many most likely alternatives. accept() never reports them.
   int logprobs = -1;
+  /// The language the answer must stay in (null: free text); needs a tokenizer (see Generation).
+  std::shared_ptr<const grammar::Grammar> grammar;
 };
 
 /// What one Generation step produced.
@@ -92,9 +108,9 @@ std::size_t stop_prefix_length(std::string_view text, std::span<const std::strin
 class Generation {
 public:
   /// Validates `options` (Error(invalid_input) for logprobs outside [-1, kMaxTopLogprobs]) and
-  /// seeds the sampler. `tok` decodes the answer into text (null: ids
-  /// only; stop strings are then refused with Error(invalid_input)); it must outlive the
-  /// Generation. `context`: the conversation's tokens before the answer (the whole prompt, cached
+  /// seeds the sampler. `tok` decodes the answer into text (null: ids only; stop strings and a
+  /// grammar are then refused with Error(invalid_input)); it must outlive the Generation.
+  /// `context`: the conversation's tokens before the answer (the whole prompt, cached
   /// part included), the repetition penalty's context.
   Generation(const GenerateOptions& options, const text::Tokenizer* tok,
              std::span<const std::int32_t> context);
@@ -132,6 +148,9 @@ private:
   std::size_t sent_ = 0;                         ///< bytes of text_ emitted
   std::size_t longest_stop_ = 0;                 ///< bytes of the longest stop string
   std::optional<StopReason> stop_;
+  std::unique_ptr<grammar::Matcher> matcher_; ///< null: free text
+  std::vector<std::uint64_t> allowed_;        ///< the grammar's token mask of this step
+  std::vector<float> masked_;                 ///< the logits with the mask applied
 };
 
 } // namespace tpullm::runtime

@@ -47,6 +47,31 @@ struct TokenizerConfig {
   bool clean_up_tokenization_spaces = false;
 };
 
+/// Every token's bytes, built once per tokenizer (Tokenizer::token_table) for masks over the
+/// vocabulary (grammar-constrained decoding, include/tpullm/grammar/grammar.hpp).
+struct TokenTable {
+  /// token_bytes(id) for every id below vocab_size ("" for an id with no token).
+  std::vector<std::string> bytes;
+  /// 1 for an added token marked special (never part of a grammar's text), else 0.
+  std::vector<std::uint8_t> special;
+  /// One node of the trie of the non-special, non-empty byte strings, stored in depth-first
+  /// preorder: a node's subtree is the nodes [its index, end).
+  struct Node {
+    std::uint8_t byte = 0;    ///< the byte that leads to this node from its parent
+    std::uint16_t depth = 0;  ///< bytes from the root (the root, node 0, has depth 0)
+    std::int32_t end = 0;     ///< one past the last node of this node's subtree
+    std::int32_t first = 0;   ///< tokens whose bytes end here: ids[first, last)
+    std::int32_t last = 0;    ///< see first
+  };
+  /// The trie (node 0 is the root, the empty string, with no token).
+  std::vector<Node> nodes;
+  /// Token ids grouped by node (see Node::first).
+  std::vector<std::int32_t> ids;
+  /// The table of `bytes` and `special` (builds the trie); longer byte strings than 65535 bytes
+  /// are left out of the trie.
+  static TokenTable build(std::vector<std::string> bytes, std::vector<std::uint8_t> special);
+};
+
 /// The tokenizer: normalizer -> pre-tokenizer -> BPE model -> post-processor for encode,
 /// decoder for decode, with added tokens matched inside the text before the normalizer.
 /// Immutable after loading; encode/decode are safe to call from several threads.
@@ -74,6 +99,16 @@ public:
   std::vector<std::string> pieces(std::span<const std::int32_t> ids) const;
   /// The id of a vocab string or added token, if any.
   std::optional<std::int32_t> token_to_id(std::string_view piece) const;
+  /// The raw bytes token `id` contributes in the middle of a text: the decoder's steps on this
+  /// token alone without the lossy UTF-8 step and without Strip (byte-level characters mapped
+  /// back to bytes, SentencePiece's U+2581 as a space, <0xNN> as the byte NN). An added token
+  /// gives its content; "" for an id with no token. For ids of a text, decode(ids) is the
+  /// concatenation of their token_bytes when that is valid UTF-8, apart from a leading space
+  /// that a Strip decoder removes.
+  std::string token_bytes(std::int32_t id) const;
+  /// Every token's bytes and the trie over them, built on the first call and then shared (the
+  /// table lives as long as a holder of the pointer; safe to call from several threads).
+  std::shared_ptr<const TokenTable> token_table() const;
   /// Max id + 1 over the vocab and the added tokens.
   std::int64_t vocab_size() const;
   /// Whether `id` is an added token marked special.
