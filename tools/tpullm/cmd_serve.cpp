@@ -236,6 +236,7 @@ struct Server {
     spec.sampling = g.sampling;
     spec.stop = g.stop;
     spec.logprobs = g.logprobs;
+    spec.grammar = g.grammar;
     auto job = scheduler->submit(std::move(spec));
     serve::AnswerIds ids{(chat ? "chatcmpl-" : "cmpl-") + std::to_string(next_id++),
                          static_cast<std::int64_t>(std::time(nullptr)), model_id, chat};

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 
+#include "tpullm/grammar/grammar.hpp"
 #include "tpullm/runtime/slot_pool.hpp"
 #include "tpullm/support/error.hpp"
 #include "tpullm/support/json.hpp"
@@ -264,6 +265,46 @@ void parse_logprobs(const json& j, GenerationRequest& r) {
   }
 }
 
+/// `response_format`: {"type": "text"} (free text), {"type": "json_object"} (one JSON object)
+/// or {"type": "json_schema", "json_schema": {"name", "schema", "strict"}} (JSON valid against
+/// the schema; strict or not, the answer is constrained). A schema outside the grammar subset
+/// (docs/grammar.md) is refused with the keyword named.
+void parse_response_format(const json& j, GenerationRequest& r) {
+  if (!j.contains("response_format") || j["response_format"].is_null())
+    return;
+  const json& f = j["response_format"];
+  if (!f.is_object() || !f.contains("type") || !f["type"].is_string())
+    bad("response_format", "'response_format' must be an object with a string 'type'",
+        "invalid_type");
+  const std::string type = f["type"].get<std::string>();
+  if (type == "text")
+    return;
+  if (type == "json_object") {
+    r.grammar = grammar::json_object_grammar();
+    return;
+  }
+  if (type != "json_schema")
+    bad("response_format",
+        "response_format type '" + type + "' is not supported (text, json_object, json_schema)");
+  if (!f.contains("json_schema") || !f["json_schema"].is_object())
+    bad("response_format", "'response_format.json_schema' must be an object", "invalid_type");
+  const json& js = f["json_schema"];
+  if (js.contains("name") && !js["name"].is_string())
+    bad("response_format", "'response_format.json_schema.name' must be a string", "invalid_type");
+  if (js.contains("strict") && !js["strict"].is_null() && !js["strict"].is_boolean())
+    bad("response_format", "'response_format.json_schema.strict' must be a boolean",
+        "invalid_type");
+  if (!js.contains("schema") || !(js["schema"].is_object() || js["schema"].is_boolean()))
+    bad("response_format", "'response_format.json_schema.schema' must be a JSON Schema object",
+        "invalid_type");
+  try {
+    // The grammar engine takes a plain json; key order does not matter to a schema.
+    r.grammar = grammar::grammar_from_json_schema(nlohmann::json::parse(js["schema"].dump()));
+  } catch (const Error& e) {
+    bad("response_format", e.what());
+  }
+}
+
 } // namespace
 
 GenerationRequest parse_request(const std::string& body, bool chat, const std::string& model,
@@ -308,6 +349,7 @@ GenerationRequest parse_request(const std::string& body, bool chat, const std::s
   if (boolean(j, "echo"))
     bad("echo", "'echo' is not supported");
   parse_logprobs(j, r);
+  parse_response_format(j, r);
   if (j.contains("tools") && !j["tools"].is_null() &&
       !(j["tools"].is_array() && j["tools"].empty()))
     bad("tools", "tools are not supported");

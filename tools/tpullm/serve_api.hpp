@@ -4,6 +4,7 @@
 // (completion objects, stream chunks, error objects).
 #include <cstdint>
 #include <exception>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -16,6 +17,9 @@
 
 namespace tpullm::text {
 class Tokenizer;
+}
+namespace tpullm::grammar {
+class Grammar;
 }
 
 namespace tpullm::cli::serve {
@@ -60,6 +64,8 @@ struct GenerationRequest {
   /// -1: no log probabilities; else each answer token's and this many alternatives (chat:
   /// logprobs true + top_logprobs 0..20; completions: logprobs 0..5).
   int logprobs = -1;
+  /// response_format json_object / json_schema: the language of the answer (null: free text).
+  std::shared_ptr<const grammar::Grammar> grammar;
 };
 
 /// Parses a request body for `chat` (else /v1/completions). `model` is the served model's id:

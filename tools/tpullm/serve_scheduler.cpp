@@ -126,6 +126,7 @@ void Scheduler::assign_locked() {
     request.options.sampling = job->spec().sampling;
     request.options.stop = {text_.stop_ids, job->spec().max_tokens, job->spec().stop};
     request.options.logprobs = job->spec().logprobs;
+    request.options.grammar = job->spec().grammar;
     try {
       pool_->start(*slot, request);
     } catch (const std::exception& e) { // checked before submit(): a bug if it happens

@@ -34,6 +34,7 @@ struct JobSpec {
   int max_tokens = 1;                ///< >= 1; the end of the compiled sequence also stops
   std::vector<std::string> stop;     ///< stop strings (the answer ends before the first one)
   int logprobs = -1; ///< -1: none; 0..20: each answer token's logprob and this many alternatives
+  std::shared_ptr<const grammar::Grammar> grammar; ///< the answer's language (null: free text)
 };
 
 /// How a job ended.
