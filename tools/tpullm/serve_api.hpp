@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tpullm/runtime/sampler.hpp"
+#include "tpullm/runtime/tool_calls.hpp"
 
 namespace tpullm::cli::serve {
 
@@ -33,25 +34,53 @@ std::string error_body(const ApiError& e);
 
 /// Limits on what a request may ask for (documented in docs/serve.md).
 struct RequestLimits {
-  std::size_t max_messages = 1024;      ///< messages per chat request
-  std::size_t max_stop = 4;             ///< stop strings (OpenAI's limit)
-  std::size_t max_stop_bytes = 256;     ///< bytes of one stop string
-  std::size_t max_prompt_ids = 1 << 20; ///< token ids of a /v1/completions id prompt
+  std::size_t max_messages = 1024;       ///< messages per chat request
+  std::size_t max_stop = 4;              ///< stop strings (OpenAI's limit)
+  std::size_t max_stop_bytes = 256;      ///< bytes of one stop string
+  std::size_t max_prompt_ids = 1 << 20;  ///< token ids of a /v1/completions id prompt
+  std::size_t max_tools = 128;           ///< tools per request (OpenAI's limit)
+  std::size_t max_tools_bytes = 1 << 20; ///< bytes of the tools array as compact JSON
+  std::size_t max_tool_calls = 128;      ///< tool_calls of one assistant message
+};
+
+/// tool_choice: whether and which tool the answer must call.
+enum class ToolChoice {
+  none,      ///< no call: tools reach the template, the answer is not parsed for calls
+  automatic, ///< "auto": the model decides; the answer is parsed for calls
+  required,  ///< at least one call (constrained by the grammar of the tools' parameters)
+  named,     ///< a call to GenerationRequest::tool_name
 };
 
 /// What the endpoint asked for, checked: either chat messages (rendered later through the chat
 /// template) or a raw prompt (text, or token ids), and how to generate.
 struct GenerationRequest {
-  bool chat = false;                      ///< /v1/chat/completions
-  nlohmann::ordered_json messages;        ///< chat: the messages, each with a string role
-  std::optional<std::string> prompt_text; ///< completions: a text prompt
-  std::vector<std::int32_t> prompt_ids;   ///< completions: a token-id prompt
-  bool stream = false;                    ///< answer as server-sent events
-  bool include_usage = false;             ///< stream_options.include_usage
-  std::optional<int> max_tokens;          ///< max_tokens / max_completion_tokens
-  std::vector<std::string> stop;          ///< stop strings (not part of the answer)
-  runtime::SamplingOptions sampling;      ///< temperature, top_p, top_k, seed, penalty
+  bool chat = false;                         ///< /v1/chat/completions
+  nlohmann::ordered_json messages;           ///< chat: the messages, each with a string role
+  std::optional<std::string> prompt_text;    ///< completions: a text prompt
+  std::vector<std::int32_t> prompt_ids;      ///< completions: a token-id prompt
+  bool stream = false;                       ///< answer as server-sent events
+  bool include_usage = false;                ///< stream_options.include_usage
+  std::optional<int> max_tokens;             ///< max_tokens / max_completion_tokens
+  std::vector<std::string> stop;             ///< stop strings (not part of the answer)
+  runtime::SamplingOptions sampling;         ///< temperature, top_p, top_k, seed, penalty
+  nlohmann::ordered_json tools;              ///< chat: the checked tools as sent (null = none)
+  ToolChoice tool_choice = ToolChoice::none; ///< chat: auto when tools are given and it is not
+  std::string tool_name;                     ///< tool_choice named: the function's name
+  bool parallel_tool_calls = true;           ///< accepted; calls are never limited to one
 };
+
+/// Whether the answer to `g` is parsed for tool calls (tools given and tool_choice not none).
+bool parses_tool_calls(const GenerationRequest& g);
+
+/// The constraint that makes the answer to `g` a call (tool_choice required or named), to be
+/// built into the request's grammar. Until the grammar engine is in this build it throws
+/// ApiError 400 (param tool_choice) for those choices; nothing for auto and none.
+void tool_call_grammar(runtime::ToolCallFormat format, const GenerationRequest& g);
+
+/// `messages` with the null content of assistant messages that carry tool_calls replaced by ""
+/// (for templates that fail on null content, as Qwen3's does); nullopt when there is none.
+std::optional<nlohmann::ordered_json>
+with_empty_tool_call_content(const nlohmann::ordered_json& messages);
 
 /// Parses a request body for `chat` (else /v1/completions). `model` is the served model's id:
 /// a request naming another gets 404. Sampling fields the request leaves out take `defaults`
@@ -80,12 +109,19 @@ struct AnswerIds {
 };
 
 /// The whole answer of a non-streaming request: a chat.completion or text_completion object.
+/// `calls`: a chat answer's tool calls (message.tool_calls; content null when `text` is empty;
+/// finish_reason "tool_calls").
 std::string completion_body(const AnswerIds& ids, const std::string& text,
-                            const std::string& finish_reason, const Usage& u);
+                            const std::string& finish_reason, const Usage& u,
+                            const std::vector<runtime::ToolCall>* calls = nullptr);
 /// One stream chunk's JSON (without the "data: " framing). `role`: the first chat chunk carries
 /// delta.role; `finish_reason` "" = null; `usage`: the last chunk with include_usage (choices
 /// empty).
 std::string chunk_json(const AnswerIds& ids, const std::string& text, bool role,
                        const std::string& finish_reason, const Usage* usage = nullptr);
+/// The two chunks of one tool call, as OpenAI streams them: delta.tool_calls [{index, id,
+/// type, function: {name, arguments: ""}}], then [{index, function: {arguments}}].
+std::vector<std::string> tool_call_chunks(const AnswerIds& ids, std::size_t index,
+                                          const runtime::ToolCall& call);
 
 } // namespace tpullm::cli::serve
