@@ -211,12 +211,12 @@ struct Server {
   /// that (Qwen3's) is rendered again with "" in its place.
   std::vector<std::int32_t> render_tools_chat(const serve::GenerationRequest& g) const {
     try {
-      return runtime::render_chat(text.tokenizer, *text.chat_template, g.messages, g.tools);
+      return runtime::render_chat(text.tokenizer, *text.chat_template, g.messages, g.tools.list);
     } catch (const Error&) {
       auto retry = serve::with_empty_tool_call_content(g.messages);
       if (!retry)
         throw;
-      return runtime::render_chat(text.tokenizer, *text.chat_template, *retry, g.tools);
+      return runtime::render_chat(text.tokenizer, *text.chat_template, *retry, g.tools.list);
     }
   }
 

@@ -196,9 +196,9 @@ void parse_tools(const json& j, GenerationRequest& r, const RequestLimits& limit
     bad("tools", "'tools' must be an array", "invalid_type");
   if (t.size() > limits.max_tools)
     bad("tools", "at most " + std::to_string(limits.max_tools) + " tools are accepted");
-  if (dump(t).size() > limits.max_tools_bytes)
+  if (dump(t).size() > limits.max_tool_bytes)
     bad("tools",
-        "the tools take more than " + std::to_string(limits.max_tools_bytes) + " bytes as JSON");
+        "the tools take more than " + std::to_string(limits.max_tool_bytes) + " bytes as JSON");
   std::set<std::string> names;
   for (std::size_t i = 0; i < t.size(); ++i) {
     const std::string param = "tools[" + std::to_string(i) + "]";
@@ -224,21 +224,21 @@ void parse_tools(const json& j, GenerationRequest& r, const RequestLimits& limit
       bad(param + ".function.strict", "'strict' must be a boolean", "invalid_type");
   }
   if (!t.empty())
-    r.tools = t;
+    r.tools.list = t;
 }
 
 /// `tool_choice`: "none", "auto", "required" or {type: "function", function: {name}};
 /// `parallel_tool_calls`: a boolean.
 void parse_tool_choice(const json& j, GenerationRequest& r) {
-  const bool tools = !r.tools.is_null();
-  r.tool_choice = tools ? ToolChoice::automatic : ToolChoice::none;
-  r.parallel_tool_calls = !j.contains("parallel_tool_calls") ||
-                          j["parallel_tool_calls"].is_null() || boolean(j, "parallel_tool_calls");
+  const bool tools = !r.tools.list.is_null();
+  r.tools.choice = tools ? ToolChoice::automatic : ToolChoice::none;
+  r.tools.parallel = !j.contains("parallel_tool_calls") || j["parallel_tool_calls"].is_null() ||
+                     boolean(j, "parallel_tool_calls");
   if (!j.contains("tool_choice") || j["tool_choice"].is_null())
     return;
   const json& c = j["tool_choice"];
   if (c == "none") {
-    r.tool_choice = ToolChoice::none;
+    r.tools.choice = ToolChoice::none;
     return;
   }
   if (c.is_string() && c != "auto" && c != "required")
@@ -260,16 +260,16 @@ void parse_tool_choice(const json& j, GenerationRequest& r) {
   if (c == "auto")
     return;
   if (c == "required") {
-    r.tool_choice = ToolChoice::required;
+    r.tools.choice = ToolChoice::required;
     return;
   }
-  r.tool_choice = ToolChoice::named;
-  r.tool_name = c["function"]["name"].get<std::string>();
+  r.tools.choice = ToolChoice::named;
+  r.tools.name = c["function"]["name"].get<std::string>();
   bool found = false;
-  for (const auto& t : r.tools)
-    found = found || t["function"]["name"] == r.tool_name;
+  for (const auto& t : r.tools.list)
+    found = found || t["function"]["name"] == r.tools.name;
   if (!found)
-    bad("tool_choice", "the function '" + r.tool_name + "' is not among the tools");
+    bad("tool_choice", "the function '" + r.tools.name + "' is not among the tools");
 }
 
 void parse_prompt(const json& j, GenerationRequest& r, const RequestLimits& limits) {
@@ -572,21 +572,21 @@ std::vector<std::string> tool_call_chunks(const AnswerIds& ids, std::size_t inde
 }
 
 bool parses_tool_calls(const GenerationRequest& g) {
-  return g.chat && !g.tools.is_null() && g.tool_choice != ToolChoice::none;
+  return g.chat && !g.tools.list.is_null() && g.tools.choice != ToolChoice::none;
 }
 
 void tool_call_grammar(runtime::ToolCallFormat format, const GenerationRequest& g) {
-  if (g.tool_choice != ToolChoice::required && g.tool_choice != ToolChoice::named)
+  if (g.tools.choice != ToolChoice::required && g.tools.choice != ToolChoice::named)
     return;
   // What the grammar will be built from (refused here, with the library's reasons, when even
   // the constraint cannot be written for this format).
   try {
-    (void)runtime::tool_call_constraint(format, g.tools, g.tool_name);
+    (void)runtime::tool_call_constraint(format, g.tools.list, g.tools.name);
   } catch (const Error& e) {
     bad("tool_choice", e.what());
   }
   bad("tool_choice",
-      "tool_choice '" + std::string(g.tool_choice == ToolChoice::required ? "required" : "named") +
+      "tool_choice '" + std::string(g.tools.choice == ToolChoice::required ? "required" : "named") +
           "' needs constrained decoding (a grammar of the function's parameters), which this "
           "build of tpullm serve does not have yet; use 'auto'",
       "unsupported_value");

@@ -34,13 +34,13 @@ std::string error_body(const ApiError& e);
 
 /// Limits on what a request may ask for (documented in docs/serve.md).
 struct RequestLimits {
-  std::size_t max_messages = 1024;       ///< messages per chat request
-  std::size_t max_stop = 4;              ///< stop strings (OpenAI's limit)
-  std::size_t max_stop_bytes = 256;      ///< bytes of one stop string
-  std::size_t max_prompt_ids = 1 << 20;  ///< token ids of a /v1/completions id prompt
-  std::size_t max_tools = 128;           ///< tools per request (OpenAI's limit)
-  std::size_t max_tools_bytes = 1 << 20; ///< bytes of the tools array as compact JSON
-  std::size_t max_tool_calls = 128;      ///< tool_calls of one assistant message
+  std::size_t max_messages = 1024;      ///< messages per chat request
+  std::size_t max_stop = 4;             ///< stop strings (OpenAI's limit)
+  std::size_t max_stop_bytes = 256;     ///< bytes of one stop string
+  std::size_t max_prompt_ids = 1 << 20; ///< token ids of a /v1/completions id prompt
+  std::size_t max_tools = 128;          ///< tools per request (OpenAI's limit)
+  std::size_t max_tool_bytes = 1 << 20; ///< bytes of the tools array as compact JSON
+  std::size_t max_tool_calls = 128;     ///< tool_calls of one assistant message
 };
 
 /// tool_choice: whether and which tool the answer must call.
@@ -48,25 +48,30 @@ enum class ToolChoice {
   none,      ///< no call: tools reach the template, the answer is not parsed for calls
   automatic, ///< "auto": the model decides; the answer is parsed for calls
   required,  ///< at least one call (constrained by the grammar of the tools' parameters)
-  named,     ///< a call to GenerationRequest::tool_name
+  named,     ///< a call to ToolRequest::name
+};
+
+/// A chat request's tools and what it asks of them.
+struct ToolRequest {
+  nlohmann::ordered_json list;          ///< the checked tools as sent (null = none)
+  ToolChoice choice = ToolChoice::none; ///< auto when tools are given and tool_choice is not
+  std::string name;                     ///< choice named: the function's name
+  bool parallel = true;                 ///< parallel_tool_calls: accepted, never enforced
 };
 
 /// What the endpoint asked for, checked: either chat messages (rendered later through the chat
 /// template) or a raw prompt (text, or token ids), and how to generate.
 struct GenerationRequest {
-  bool chat = false;                         ///< /v1/chat/completions
-  nlohmann::ordered_json messages;           ///< chat: the messages, each with a string role
-  std::optional<std::string> prompt_text;    ///< completions: a text prompt
-  std::vector<std::int32_t> prompt_ids;      ///< completions: a token-id prompt
-  bool stream = false;                       ///< answer as server-sent events
-  bool include_usage = false;                ///< stream_options.include_usage
-  std::optional<int> max_tokens;             ///< max_tokens / max_completion_tokens
-  std::vector<std::string> stop;             ///< stop strings (not part of the answer)
-  runtime::SamplingOptions sampling;         ///< temperature, top_p, top_k, seed, penalty
-  nlohmann::ordered_json tools;              ///< chat: the checked tools as sent (null = none)
-  ToolChoice tool_choice = ToolChoice::none; ///< chat: auto when tools are given and it is not
-  std::string tool_name;                     ///< tool_choice named: the function's name
-  bool parallel_tool_calls = true;           ///< accepted; calls are never limited to one
+  bool chat = false;                      ///< /v1/chat/completions
+  nlohmann::ordered_json messages;        ///< chat: the messages, each with a string role
+  std::optional<std::string> prompt_text; ///< completions: a text prompt
+  std::vector<std::int32_t> prompt_ids;   ///< completions: a token-id prompt
+  bool stream = false;                    ///< answer as server-sent events
+  bool include_usage = false;             ///< stream_options.include_usage
+  std::optional<int> max_tokens;          ///< max_tokens / max_completion_tokens
+  std::vector<std::string> stop;          ///< stop strings (not part of the answer)
+  runtime::SamplingOptions sampling;      ///< temperature, top_p, top_k, seed, penalty
+  ToolRequest tools;                      ///< chat: tools, tool_choice, parallel_tool_calls
 };
 
 /// Whether the answer to `g` is parsed for tool calls (tools given and tool_choice not none).
