@@ -183,6 +183,30 @@ std::optional<std::vector<NamedArgs>> deepseek_calls(std::string_view body) {
   return out;
 }
 
+/// Mistral's newer form (tokenizer v11+): `NAME[ARGS]{...}` per call, calls separated by
+/// `[TOOL_CALLS]` (the first one already taken as the block's marker).
+std::optional<std::vector<NamedArgs>> mistral_args_calls(std::string_view body) {
+  constexpr std::string_view marker = "[TOOL_CALLS]", args = "[ARGS]";
+  std::vector<NamedArgs> out;
+  for (;;) {
+    const auto next = body.find(marker);
+    const std::string_view one = body.substr(0, next);
+    const auto a = one.find(args);
+    if (a == std::string_view::npos)
+      return std::nullopt;
+    const std::string name(trim(one.substr(0, a)));
+    auto j = parse(trim(one.substr(a + args.size())));
+    auto text = j ? arguments_text(*j) : std::nullopt;
+    if (name.empty() || !text)
+      return std::nullopt;
+    out.emplace_back(name, *text);
+    if (next == std::string_view::npos)
+      break;
+    body.remove_prefix(next + marker.size());
+  }
+  return out;
+}
+
 /// The calls written in one call block of `format`, or nullopt when it does not parse.
 std::optional<std::vector<NamedArgs>> calls_of(ToolCallFormat format, std::string_view body) {
   std::vector<NamedArgs> out;
@@ -209,7 +233,7 @@ std::optional<std::vector<NamedArgs>> calls_of(ToolCallFormat format, std::strin
   case ToolCallFormat::mistral: {
     auto j = parse(trim(body));
     if (!j)
-      return std::nullopt;
+      return mistral_args_calls(body);
     const json list = j->is_array() ? *j : json::array({*j});
     if (list.empty())
       return std::nullopt;

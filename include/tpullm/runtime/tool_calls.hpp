@@ -23,7 +23,8 @@ enum class ToolCallFormat {
   /// `;`), optionally after `<|python_tag|>`.
   llama3_json,
   /// Mistral: `[TOOL_CALLS][{"name": N, "arguments": {...}}, ...]` to the end of the answer (or
-  /// the answer starting with `[{` when the `[TOOL_CALLS]` control token was not decoded).
+  /// the answer starting with `[{` when the `[TOOL_CALLS]` control token was not decoded), or
+  /// the newer `[TOOL_CALLS]N[ARGS]{...}` per call.
   mistral,
   /// DeepSeek-V3: `<｜tool▁calls▁begin｜>` then per call `<｜tool▁call▁begin｜>function
   /// <｜tool▁sep｜>N\n```json\n{...}\n```<｜tool▁call▁end｜>`, then `<｜tool▁calls▁end｜>`.
