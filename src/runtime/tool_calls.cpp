@@ -326,7 +326,10 @@ void ToolCallParser::scan(std::vector<ToolCallEvent>& out, bool at_end) {
   for (;;) {
     if (in_call_) {
       if (!s.end.empty()) {
-        const auto e = pending_.find(s.end);
+        // Only the new text (and a marker's length before it) is searched: a long call block
+        // costs linear time, not quadratic.
+        const auto e = pending_.find(s.end, searched_);
+        searched_ = pending_.size() >= s.end.size() ? pending_.size() - s.end.size() + 1 : 0;
         if (e != std::string::npos) {
           const bool ok = close_call(out, std::string_view(pending_).substr(0, e));
           if (!ok)
@@ -380,6 +383,7 @@ void ToolCallParser::scan(std::vector<ToolCallEvent>& out, bool at_end) {
       pending_.erase(0, found->in_body ? at : at + found->text.size());
       in_call_ = true;
       answer_start_ = false;
+      searched_ = 0;
       continue;
     }
     // No marker yet: show what cannot become one, hold back the rest (a partial marker at the

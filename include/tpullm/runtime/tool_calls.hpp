@@ -92,13 +92,14 @@ private:
   std::string id_prefix_;
   std::string pending_;      ///< text not yet reported
   bool in_call_ = false;     ///< pending_ is inside a call block (after its start marker)
+  std::size_t searched_ = 0; ///< in a call: pending_ before this holds no end marker
   std::string call_start_;   ///< in a call: the marker and the whitespace dropped before it
   bool answer_start_ = true; ///< nothing but whitespace was seen yet
   bool after_call_ = false;  ///< whitespace after a call is dropped
   std::size_t calls_ = 0;    ///< calls reported
 };
 
-/// parse a finished answer: ToolCallParser fed the whole text, events collected.
+/// A finished answer parsed: ToolCallParser fed the whole text, its events collected.
 ParsedAnswer parse_tool_calls(ToolCallFormat format, std::string_view text,
                               const std::string& id_prefix = "call_");
 
