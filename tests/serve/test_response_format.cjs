@@ -1,6 +1,6 @@
 // response_format through the official OpenAI SDK on the random-weight bundle: json_schema
 // answers (a schema with finitely many values, so every answer ends within max_tokens) parse and
-// validate with ajv (pinned, scripts/fetch-ajv.sh) for many seeds, plain and streamed;
+// validate with ajv (pinned, scripts/fetch-validators.sh) for many seeds, plain and streamed;
 // json_object answers that end are one JSON object; a schema outside the subset, a bad type and a
 // forced tool call beside a response_format are 400 naming response_format; text is free text.
 'use strict';
@@ -11,6 +11,8 @@ const mod = sdk();
 const OpenAI = mod.OpenAI || mod.default || mod;
 const Ajv = require(path.join(process.env.OPENAI_SDK, '..', 'ajv'));
 const ajv = new (Ajv.default || Ajv)({ strict: false });
+const { z } = require(path.join(process.env.OPENAI_SDK, '..', 'zod'));
+const { zodResponseFormat } = require(path.join(process.env.OPENAI_SDK, 'helpers', 'zod'));
 
 const schema = {
   type: 'object',
@@ -37,6 +39,24 @@ async function run() {
         const c = r.choices[0];
         assert.equal(c.finish_reason, 'stop', `seed ${seed}: ${c.message.content}`);
         assert.ok(validate(JSON.parse(c.message.content)), `seed ${seed}: ${ajv.errorsText(validate.errors)}`);
+      }
+    }],
+    ['the SDK zod helper: parse() returns objects its zod schema accepts', async () => {
+      // zodResponseFormat writes the JSON Schema (strict: every property required, no others);
+      // parse() validates the answer with zod and throws when it does not parse.
+      const Rating = z.object({
+        mood: z.enum(['happy', 'sad', 'neutral']),
+        ok: z.boolean(),
+        level: z.enum(['low', 'high']).nullable(),
+      });
+      for (let seed = 1; seed <= 6; ++seed) {
+        const r = await client.chat.completions.parse({
+          ...base, response_format: zodResponseFormat(Rating, 'rating'), temperature: 1, seed,
+        });
+        const c = r.choices[0];
+        assert.equal(c.finish_reason, 'stop', `seed ${seed}: ${c.message.content}`);
+        assert.ok(c.message.parsed, `seed ${seed}: ${c.message.content}`);
+        assert.deepEqual(Rating.parse(c.message.parsed), c.message.parsed);
       }
     }],
     ['a streamed json_schema answer equals the plain one', async () => {

@@ -169,7 +169,7 @@ async function run() {
     }],
     ['a forced call (required, named) always yields arguments that validate', async () => {
       // A tool whose arguments have finitely many values, so that every forced answer of the
-      // random model completes within max_tokens; ajv (pinned, scripts/fetch-ajv.sh) validates.
+      // random model completes within max_tokens; ajv (pinned, scripts/fetch-validators.sh) validates.
       const units = {
         type: 'function',
         function: {
