@@ -43,13 +43,14 @@ void Conversation::reset() {
 std::vector<std::int32_t> render_chat(const text::Tokenizer& tok, const text::ChatTemplate& tmpl,
                                       const nlohmann::ordered_json& messages,
                                       const nlohmann::ordered_json& tools,
-                                      const nlohmann::ordered_json& template_kwargs) {
+                                      const nlohmann::ordered_json& template_kwargs,
+                                      const text::RenderLimits& limits) {
   const auto special = template_special_tokens(tok);
   const auto ctx =
       text::ChatTemplate::make_context(messages, tools, true, special, template_kwargs);
   // The template writes the BOS and every special token itself: none are added (as transformers'
   // apply_chat_template(tokenize=True) does).
-  return tok.encode(tmpl.render(ctx), false);
+  return tok.encode(tmpl.render(ctx, limits), false);
 }
 
 std::vector<std::int32_t> Conversation::render(const nlohmann::ordered_json& messages) const {

@@ -193,6 +193,8 @@ struct Server {
       }
       if (g.prompt_text)
         return text.tokenizer.encode(*g.prompt_text, true);
+    } catch (const text::RenderCancelled&) {
+      throw ApiError{503, "the server is shutting down", "server_error", "", "shutting_down"};
     } catch (const Error& e) {
       throw ApiError{400, e.what(), "invalid_request_error", g.chat ? "messages" : "prompt", ""};
     }
@@ -209,14 +211,22 @@ struct Server {
   /// The chat of `g` rendered with its tools. An assistant message with tool_calls and null
   /// content goes to the template as transformers passes it (null); a template that fails on
   /// that (Qwen3's) is rendered again with "" in its place.
+  /// The render stops at its next step once a stop signal came (text::RenderCancelled).
   std::vector<std::int32_t> render_tools_chat(const serve::GenerationRequest& g) const {
+    text::RenderLimits limits;
+    limits.cancel = &stopping;
+    const auto kwargs = nlohmann::ordered_json::object();
     try {
-      return runtime::render_chat(text.tokenizer, *text.chat_template, g.messages, g.tools.list);
+      return runtime::render_chat(text.tokenizer, *text.chat_template, g.messages, g.tools.list,
+                                  kwargs, limits);
+    } catch (const text::RenderCancelled&) {
+      throw;
     } catch (const Error&) {
       auto retry = serve::with_empty_tool_call_content(g.messages);
       if (!retry)
         throw;
-      return runtime::render_chat(text.tokenizer, *text.chat_template, *retry, g.tools.list);
+      return runtime::render_chat(text.tokenizer, *text.chat_template, *retry, g.tools.list, kwargs,
+                                  limits);
     }
   }
 

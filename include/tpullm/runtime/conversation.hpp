@@ -39,12 +39,14 @@ std::vector<std::int32_t> stop_ids(const text::Tokenizer& tok,
 /// generation prompt, the tokenizer's special-token strings and `tools` / `template_kwargs` as
 /// template variables, then tokenized without adding special tokens (the template writes them,
 /// as transformers' apply_chat_template(tokenize=True)). What Conversation and `tpullm serve`
-/// render; const, so callable from several threads at once. Throws the template's and the
-/// tokenizer's Error.
+/// render; const, so callable from several threads at once. `limits`: the render's bounds and
+/// its cancellation flag (text::RenderLimits; `tpullm serve` passes its shutdown flag). Throws
+/// the template's and the tokenizer's Error (text::RenderCancelled once `limits.cancel` is set).
 std::vector<std::int32_t>
 render_chat(const text::Tokenizer& tok, const text::ChatTemplate& tmpl,
             const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools = nullptr,
-            const nlohmann::ordered_json& template_kwargs = nlohmann::ordered_json::object());
+            const nlohmann::ordered_json& template_kwargs = nlohmann::ordered_json::object(),
+            const text::RenderLimits& limits = {});
 
 /// A conversation: the messages so far and the cache that holds their tokens.
 class Conversation {
