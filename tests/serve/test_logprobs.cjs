@@ -45,6 +45,10 @@ async function run() {
       const c = r.choices[0];
       assert.ok(c.logprobs && Array.isArray(c.logprobs.content), JSON.stringify(c.logprobs));
       checkEntries(c.logprobs.content, r.usage.completion_tokens, c.finish_reason);
+      // The entries' bytes add up to the answer (special tokens aside: the answer skips them).
+      if (!c.logprobs.content.some((e) => /^<\|.*\|>$/.test(e.token)))
+        assert.equal(Buffer.from(c.logprobs.content.flatMap((e) => e.bytes)).toString('utf8'),
+          c.message.content);
       plain = r;
     }],
     ['streamed logprobs equal the plain ones', async () => {

@@ -581,9 +581,11 @@ nlohmann::ordered_json logprobs_json(bool chat, std::span<const runtime::TokenLo
     const std::int32_t one[] = {id};
     return tok.decode(one, false);
   };
-  const auto bytes_of = [](const std::string& t) {
+  // A token's own bytes (byte-level pieces may end inside a UTF-8 character; the text then
+  // shows U+FFFD where the bytes are exact).
+  const auto bytes_of = [&](std::int32_t id) {
     json b = json::array();
-    for (unsigned char c : t)
+    for (unsigned char c : tok.token_bytes(id))
       b.push_back(static_cast<int>(c));
     return b;
   };
@@ -594,12 +596,13 @@ nlohmann::ordered_json logprobs_json(bool chat, std::span<const runtime::TokenLo
       json top = json::array();
       for (const auto& alt : lp.top) {
         const std::string a = text_of(alt.token);
-        top.push_back(
-            {{"token", a}, {"logprob", finite_logprob(alt.logprob)}, {"bytes", bytes_of(a)}});
+        top.push_back({{"token", a},
+                       {"logprob", finite_logprob(alt.logprob)},
+                       {"bytes", bytes_of(alt.token)}});
       }
       content.push_back({{"token", t},
                          {"logprob", finite_logprob(lp.chosen.logprob)},
-                         {"bytes", bytes_of(t)},
+                         {"bytes", bytes_of(lp.chosen.token)},
                          {"top_logprobs", top}});
     }
     return {{"content", content}, {"refusal", nullptr}};

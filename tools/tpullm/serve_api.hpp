@@ -134,7 +134,8 @@ struct AnswerIds {
 /// {"content": [{"token", "logprob", "bytes", "top_logprobs": [{"token", "logprob", "bytes"}]}]};
 /// completions: {"tokens", "token_logprobs", "top_logprobs": [{token: logprob}], "text_offset"}.
 /// A token's text is its own decoded text (tok.decode of that id alone, special tokens shown),
-/// "bytes" its UTF-8 bytes; a -inf logprob is written -9999.0 (OpenAI's value for a token of
+/// "bytes" its own bytes (Tokenizer::token_bytes: exact where the text shows U+FFFD for part of
+/// a UTF-8 character); a -inf logprob is written -9999.0 (OpenAI's value for a token of
 /// zero probability). `text_offset`: bytes of answer text before the first token (completions
 /// offsets add each token's text length to it).
 nlohmann::ordered_json logprobs_json(bool chat, std::span<const runtime::TokenLogprobs> lps,
