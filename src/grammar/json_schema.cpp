@@ -23,15 +23,17 @@ const std::map<std::string, std::pair<std::string, std::vector<std::string>>>& c
       {"string", {R"("\"" char* "\"")", {"char"}}},
       {"integer", {R"("-"? ("0" | [1-9] [0-9]{0,15}))", {}}},
       {"number",
-       {R"("-"? ("0" | [1-9] [0-9]{0,15}) ("." [0-9]{1,16})? ([eE] [-+]? [0-9]{1,3})?)", {}}},
+       {R"("-"? ("0" | [1-9] [0-9]{0,15}) ("." [0-9]{1,16})? ([eE] [-+]? [0-9]{1,2})?)", {}}},
       {"boolean", {R"("true" | "false")", {}}},
       {"null", {R"("null")", {}}},
-      {"value", {R"(object | array | string | number | boolean | null)",
-                 {"object", "array", "string", "number", "boolean", "null"}}},
+      {"value",
+       {R"(object | array | string | number | boolean | null)",
+        {"object", "array", "string", "number", "boolean", "null"}}},
       {"object", {R"("{" ws (member ("," ws member)* ws)? "}")", {"ws", "member"}}},
       {"member", {R"(string ":" ws value)", {"string", "ws", "value"}}},
       {"array", {R"("[" ws (value ("," ws value)* ws)? "]")", {"ws", "value"}}},
-      {"date", {R"([0-9]{4} "-" ("0" [1-9] | "1" [0-2]) "-" ("0" [1-9] | [12] [0-9] | "3" [01]))", {}}},
+      {"date",
+       {R"([0-9]{4} "-" ("0" [1-9] | "1" [0-2]) "-" ("0" [1-9] | [12] [0-9] | "3" [01]))", {}}},
       {"time",
        {R"(([01] [0-9] | "2" [0-3]) ":" [0-5] [0-9] ":" [0-5] [0-9] ("." [0-9]{1,9})? ("Z" | [+-] ([01] [0-9] | "2" [0-3]) ":" [0-5] [0-9]))",
         {}}},
@@ -39,7 +41,8 @@ const std::map<std::string, std::pair<std::string, std::vector<std::string>>>& c
       {"uuid",
        {R"([0-9a-fA-F]{8} "-" [0-9a-fA-F]{4} "-" [0-9a-fA-F]{4} "-" [0-9a-fA-F]{4} "-" [0-9a-fA-F]{12})",
         {}}},
-      {"ipv4-part", {R"("25" [0-5] | "2" [0-4] [0-9] | "1" [0-9] [0-9] | [1-9] [0-9] | [0-9])", {}}},
+      {"ipv4-part",
+       {R"("25" [0-5] | "2" [0-4] [0-9] | "1" [0-9] [0-9] | [1-9] [0-9] | [0-9])", {}}},
       {"ipv4", {R"(ipv4-part "." ipv4-part "." ipv4-part "." ipv4-part)", {"ipv4-part"}}},
   };
   return rules;
@@ -400,12 +403,13 @@ private:
     if (!s.is_object())
       invalid(path, "a schema must be an object or a boolean");
     static const std::set<std::string> annotations = {
-        "title",    "description", "default",    "examples",  "$schema", "$id",
-        "$comment", "deprecated",  "readOnly",   "writeOnly", "$defs",   "definitions"};
+        "title",    "description", "default",  "examples",  "$schema", "$id",
+        "$comment", "deprecated",  "readOnly", "writeOnly", "$defs",   "definitions"};
     static const std::set<std::string> known = {
-        "type",  "properties", "required", "additionalProperties", "enum",     "const",
-        "items", "anyOf",      "$ref",     "pattern",              "format",   "minItems",
-        "maxItems", "minLength", "maxLength"};
+        "type",     "properties", "required", "additionalProperties",
+        "enum",     "const",      "items",    "anyOf",
+        "$ref",     "pattern",    "format",   "minItems",
+        "maxItems", "minLength",  "maxLength"};
     for (const auto& [k, v] : s.items())
       if (!annotations.count(k) && !known.count(k))
         unsupported(k, path + "/" + pointer_escape(k));
@@ -464,9 +468,11 @@ private:
       invalid(path + "/type", "expected a string or a list of strings");
     const std::string type = t.get<std::string>();
     const auto only = [&](std::initializer_list<const char*> allowed) {
-      static const std::set<std::string> per_type = {"properties", "required", "additionalProperties",
-                                                     "items", "pattern", "format", "minItems",
-                                                     "maxItems", "minLength", "maxLength"};
+      static const std::set<std::string> per_type = {
+          "properties", "required", "additionalProperties",
+          "items",      "pattern",  "format",
+          "minItems",   "maxItems", "minLength",
+          "maxLength"};
       for (const auto& [k, v] : s.items()) {
         if (!per_type.count(k))
           continue;
@@ -501,7 +507,7 @@ private:
     if (!s.contains(key))
       return dflt;
     const json& v = s[key];
-    if (!v.is_number_unsigned())
+    if (!v.is_number_integer() || v.get<std::int64_t>() < 0)
       invalid(path + "/" + key, "expected a non-negative integer");
     const auto n = v.get<std::uint64_t>();
     if (n > kMaxCount)
@@ -515,8 +521,9 @@ private:
     if (hi == 0)
       return "";
     const std::size_t more_lo = lo > 0 ? lo - 1 : 0;
-    std::string rep = hi == SIZE_MAX ? "{" + std::to_string(more_lo) + ",}"
-                                     : "{" + std::to_string(more_lo) + "," + std::to_string(hi - 1) + "}";
+    std::string rep = hi == SIZE_MAX
+                          ? "{" + std::to_string(more_lo) + ",}"
+                          : "{" + std::to_string(more_lo) + "," + std::to_string(hi - 1) + "}";
     std::string body = item + " (" + sep + " " + item + ")" + rep;
     return lo == 0 ? "(" + body + ")?" : body;
   }
@@ -526,11 +533,13 @@ private:
     const std::size_t hi = count(s, "maxItems", path, SIZE_MAX);
     if (hi < lo)
       invalid(path, "maxItems < minItems");
-    const std::string item = s.contains("items") ? visit(s["items"], path + "/items") : use("value");
+    const std::string item =
+        s.contains("items") ? visit(s["items"], path + "/items") : use("value");
     use("ws");
     const std::string item_rule = define(path.empty() ? "item" : path + "-item", item);
     const std::string body = list(item_rule, "\",\" ws", lo, hi);
-    return define(path.empty() ? "array" : path, "\"[\" ws " + (body.empty() ? "" : "(" + body + " ws) ") + "\"]\"");
+    return define(path.empty() ? "array" : path,
+                  "\"[\" ws " + (body.empty() ? "" : "(" + body + " ws) ") + "\"]\"");
   }
 
   std::string string(const json& s, const std::string& path) {
@@ -542,7 +551,8 @@ private:
       if (!f.is_string())
         invalid(path + "/format", "expected a string");
       const std::string name = f.get<std::string>();
-      if (name != "date" && name != "time" && name != "date-time" && name != "uuid" && name != "ipv4")
+      if (name != "date" && name != "time" && name != "date-time" && name != "uuid" &&
+          name != "ipv4")
         unsupported("format' '" + name, path + "/format");
       return "\"\\\"\" " + use(name) + " \"\\\"\"";
     }
@@ -561,8 +571,9 @@ private:
       invalid(path, "maxLength < minLength");
     if (lo == 0 && hi == SIZE_MAX)
       return use("string");
-    const std::string rep =
-        hi == SIZE_MAX ? "{" + std::to_string(lo) + ",}" : "{" + std::to_string(lo) + "," + std::to_string(hi) + "}";
+    const std::string rep = hi == SIZE_MAX
+                                ? "{" + std::to_string(lo) + ",}"
+                                : "{" + std::to_string(lo) + "," + std::to_string(hi) + "}";
     return "\"\\\"\" char" + rep + " \"\\\"\"";
   }
 
@@ -676,7 +687,8 @@ std::shared_ptr<const Grammar> grammar_from_json_schema(const nlohmann::json& sc
 }
 
 std::shared_ptr<const Grammar> json_object_grammar() {
-  static const std::shared_ptr<const Grammar> g = grammar_from_json_schema(json{{"type", "object"}});
+  static const std::shared_ptr<const Grammar> g =
+      grammar_from_json_schema(json{{"type", "object"}});
   return g;
 }
 

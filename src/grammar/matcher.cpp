@@ -42,11 +42,11 @@ struct Matcher::State {
   struct Node {
     std::int32_t pos = 0, parent = 0, depth = 0;
   };
-  std::vector<Node> nodes;                              // node 0: the empty stack
+  std::vector<Node> nodes; // node 0: the empty stack
   std::unordered_map<std::uint64_t, std::int32_t> node_ids;
-  std::vector<std::vector<std::int32_t>> sets;          // set 0: no stack (dead)
+  std::vector<std::vector<std::int32_t>> sets; // set 0: no stack (dead)
   std::unordered_map<std::vector<std::int32_t>, std::int32_t, detail::VecHash> set_ids;
-  std::vector<std::int32_t> trans;                      // sets.size() * 256; -1: not computed
+  std::vector<std::int32_t> trans; // sets.size() * 256; -1: not computed
   std::unordered_map<std::int32_t, std::vector<std::uint64_t>> masks;
   std::int32_t start = 0, cur = 0;
   std::vector<std::int32_t> scratch;
@@ -54,9 +54,8 @@ struct Matcher::State {
 
   // The node of stack (pos, parent); -1 when it would nest deeper than kMaxDepth.
   std::int32_t node(std::int32_t pos, std::int32_t parent) {
-    const std::uint64_t key =
-        (static_cast<std::uint64_t>(static_cast<std::uint32_t>(pos)) << 32) |
-        static_cast<std::uint32_t>(parent);
+    const std::uint64_t key = (static_cast<std::uint64_t>(static_cast<std::uint32_t>(pos)) << 32) |
+                              static_cast<std::uint32_t>(parent);
     if (const auto f = node_ids.find(key); f != node_ids.end())
       return f->second;
     const std::int32_t depth = nodes[static_cast<std::size_t>(parent)].depth + 1;
@@ -178,7 +177,8 @@ struct Matcher::State {
   }
 };
 
-Matcher::Matcher(std::shared_ptr<const Grammar> grammar, std::shared_ptr<const text::TokenTable> table)
+Matcher::Matcher(std::shared_ptr<const Grammar> grammar,
+                 std::shared_ptr<const text::TokenTable> table)
     : s_(std::make_unique<State>()) {
   if (!grammar)
     throw Error(ErrorKind::invalid_input, "grammar", "a matcher of a null grammar");
@@ -205,8 +205,8 @@ bool Matcher::accept_bytes(std::string_view bytes) {
 bool Matcher::accept_token(std::int32_t id) {
   check(s_->table != nullptr, ErrorKind::internal, "grammar", "a matcher without a token table");
   const auto& t = *s_->table;
-  if (id < 0 || static_cast<std::size_t>(id) >= t.bytes.size() || t.special[static_cast<std::size_t>(id)] ||
-      t.bytes[static_cast<std::size_t>(id)].empty())
+  if (id < 0 || static_cast<std::size_t>(id) >= t.bytes.size() ||
+      t.special[static_cast<std::size_t>(id)] || t.bytes[static_cast<std::size_t>(id)].empty())
     return false;
   return accept_bytes(t.bytes[static_cast<std::size_t>(id)]);
 }

@@ -117,8 +117,9 @@ GenerationStep Generation::accept(std::int32_t token, std::int64_t length,
   if (matcher_) {
     const bool eos = options_.stop.is_eos(token);
     check(eos ? matcher_->can_end() : matcher_->accept_token(token), ErrorKind::invalid_input,
-          "grammar", "token ", token, eos ? " (eos) ends the answer where the grammar cannot end"
-                                          : " leaves the grammar's language");
+          "grammar", "token ", token,
+          eos ? " (eos) ends the answer where the grammar cannot end"
+              : " leaves the grammar's language");
   }
   GenerationStep out;
   out.token = token;

@@ -101,9 +101,9 @@ std::size_t stop_prefix_length(std::string_view text, std::span<const std::strin
 class Generation {
 public:
   /// Validates `options` and seeds the sampler. `tok` decodes the answer into text (null: ids
-  /// only; stop strings and a grammar are then refused with Error(invalid_input)); it must outlive the
-  /// Generation. `context`: the conversation's tokens before the answer (the whole prompt, cached
-  /// part included), the repetition penalty's context.
+  /// only; stop strings and a grammar are then refused with Error(invalid_input)); it must outlive
+  /// the Generation. `context`: the conversation's tokens before the answer (the whole prompt,
+  /// cached part included), the repetition penalty's context.
   Generation(const GenerateOptions& options, const text::Tokenizer* tok,
              std::span<const std::int32_t> context);
   ~Generation();
