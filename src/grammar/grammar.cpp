@@ -522,6 +522,9 @@ private:
         error(i_, "invalid UTF-8");
       c = (c << 6) | (b & 0x3F);
     }
+    static constexpr char32_t kMin[] = {0, 0, 0x80, 0x800, 0x10000};
+    if (c < kMin[n] || c > kMaxCp || (c >= 0xD800 && c <= 0xDFFF))
+      error(i_, "invalid UTF-8");
     i_ += static_cast<std::size_t>(n);
     return c;
   }
