@@ -95,39 +95,63 @@ TEST_CASE("the token trie holds every ordinary token once, under its bytes", "[g
   CHECK(ordinary > 150000);
 }
 
+namespace {
+
+// Over every token of the vocabulary: the mask's bit is what accept_token says after `prefix`.
+void check_mask(const std::shared_ptr<const grammar::Grammar>& g, const std::string& prefix,
+                grammar::Matcher& m) {
+  const auto table = tokenizer("qwen3").token_table();
+  grammar::Matcher probe(g, table);
+  std::vector<std::uint64_t> allowed;
+  m.reset();
+  REQUIRE(m.accept_bytes(prefix));
+  m.fill_mask(allowed);
+  REQUIRE(allowed.size() * 64 >= table->bytes.size());
+  std::size_t count = 0;
+  for (std::size_t id = 0; id < table->bytes.size(); ++id) {
+    const bool bit = (allowed[id / 64] >> (id % 64)) & 1;
+    probe.reset();
+    REQUIRE(probe.accept_bytes(prefix));
+    const bool ok = probe.accept_token(static_cast<std::int32_t>(id));
+    if (bit != ok)
+      FAIL("prefix '" << prefix << "', token " << id << " '" << table->bytes[id] << "': mask "
+                      << bit << ", matcher " << ok);
+    count += bit;
+  }
+  INFO(prefix);
+  if (m.is_complete())
+    CHECK(count == 0);
+  else
+    CHECK(count > 0);
+}
+
+} // namespace
+
 TEST_CASE("the mask allows exactly the tokens that keep the text a prefix", "[grammar][mask]") {
-  const auto& tok = tokenizer("qwen3");
-  const auto table = tok.token_table();
+  const auto table = tokenizer("qwen3").token_table();
   const json schema = json::parse(R"({"type":"object","properties":{
     "name":{"type":"string"},"n":{"type":"integer"},"tags":{"type":"array","items":{"enum":["a","b"]}}},
     "required":["name","n"],"additionalProperties":false})");
   const auto g = grammar::grammar_from_json_schema(schema);
-  grammar::Matcher m(g, table), probe(g, table);
-  std::vector<std::uint64_t> allowed;
+  grammar::Matcher m(g, table);
+  // One matcher through all prefixes: its caches (cut states among them) carry over.
   for (const char* prefix :
-       {"", "{", "{\"n\":", "{\"n\":12", "{\"n\":12,\"name\":\"ab\xE4",
-        "{\"n\":12,\"name\":\"x\",\"tags\":[\"a\"", "{\"n\":1,\"name\":\"\"}"}) {
-    m.reset();
-    REQUIRE(m.accept_bytes(prefix));
-    m.fill_mask(allowed);
-    REQUIRE(allowed.size() * 64 >= table->bytes.size());
-    std::size_t count = 0;
-    for (std::size_t id = 0; id < table->bytes.size(); ++id) {
-      const bool bit = (allowed[id / 64] >> (id % 64)) & 1;
-      probe.reset();
-      REQUIRE(probe.accept_bytes(prefix));
-      const bool ok = probe.accept_token(static_cast<std::int32_t>(id));
-      if (bit != ok)
-        FAIL("prefix '" << prefix << "', token " << id << " '" << table->bytes[id] << "': mask "
-                        << bit << ", matcher " << ok);
-      count += bit;
-    }
-    INFO(prefix);
-    if (std::string_view(prefix).ends_with("}"))
-      CHECK(count == 0);
-    else
-      CHECK(count > 0);
-  }
+       {"", "{", "{\"n\":", "{\"n\":12", "{\"n\":12,\"name\":\"ab\xE4", "{\"n\":12,\"name\":\"x",
+        "{\"n\":12,\"name\":\"x\",\"tags\":[\"a\"", "{\"n\":1,\"name\":\"\"}"})
+    check_mask(g, prefix, m);
+}
+
+TEST_CASE("the mask is exact at every depth of json_object", "[grammar][mask]") {
+  const auto g = grammar::json_object_grammar();
+  grammar::Matcher m(g, tokenizer("qwen3").token_table());
+  for (const std::string& prefix :
+       {std::string("{\"a\": \"x"), std::string("{\"a\": [\"x\", \"y"),
+        std::string("{\"a\": [[{\"b\": \"y"), std::string("{\"a\": [[{\"b\": 1"),
+        std::string("{\"a\": [[{\"b\": [1, {\"c\": "),
+        // past kMaxDepth / 2 (no cut state) and near kMaxDepth (the depth bound refuses)
+        "{\"a\":" + std::string(80, '['), "{\"a\":" + std::string(80, '[') + "\"s",
+        "{\"a\":" + std::string(40, '[') + "\"s", "{\"a\":" + std::string(40, '[') + "1"})
+    check_mask(g, prefix, m);
 }
 
 TEST_CASE("greedy decoding of random logits under a schema gives JSON with the required keys",
