@@ -223,6 +223,8 @@ private:
       i_ += 2;
       if (std::string cls = escape_class(e); !cls.empty())
         return cls;
+      if (e == 'u')
+        return json_cp(hex4());
       if (e == 'n')
         return json_char('\n');
       if (e == 't')
@@ -240,6 +242,35 @@ private:
     const std::string ch(re_.substr(i_, n));
     i_ += n;
     return n == 1 ? json_char(ch[0]) : literal(ch);
+  }
+
+  // \uHHHH after the "\u" (a surrogate or a bad digit is refused).
+  char32_t hex4() {
+    if (i_ + 4 > re_.size())
+      bad("has a short '\\u' escape");
+    char32_t v = 0;
+    for (int k = 0; k < 4; ++k) {
+      const char c = re_[i_++];
+      const int d = c >= '0' && c <= '9'   ? c - '0'
+                    : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                    : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                           : -1;
+      if (d < 0)
+        bad("has a bad '\\u' escape");
+      v = v * 16 + static_cast<char32_t>(d);
+    }
+    if (v >= 0xD800 && v <= 0xDFFF)
+      bad("has a '\\u' escape of a surrogate");
+    return v;
+  }
+
+  // The grammar text of one code point as it appears inside a JSON string.
+  static std::string json_cp(char32_t c) {
+    if (c < 0x80)
+      return json_char(static_cast<char>(c));
+    char buf[16];
+    std::snprintf(buf, sizeof buf, "\"\\U%08X\"", static_cast<unsigned>(c));
+    return buf;
   }
 
   char32_t class_cp() {
@@ -287,19 +318,32 @@ private:
           r.insert(r.end(), {{' ', ' '}, {'\t', '\n'}, {'\r', '\r'}});
           continue;
         }
-        if ((e >= 'a' && e <= 'z' && e != 'n' && e != 't' && e != 'r') || (e >= 'A' && e <= 'Z') ||
-            (e >= '0' && e <= '9'))
+        if ((e >= 'a' && e <= 'z' && e != 'n' && e != 't' && e != 'r' && e != 'u') ||
+            (e >= 'A' && e <= 'Z') || (e >= '0' && e <= '9'))
           bad(std::string("has the escape '\\") + e + "' in a class");
-        a = e == 'n' ? '\n' : e == 't' ? '\t' : e == 'r' ? '\r' : static_cast<unsigned char>(e);
+        a = e == 'n'   ? '\n'
+            : e == 't' ? '\t'
+            : e == 'r' ? '\r'
+            : e == 'u' ? hex4()
+                       : static_cast<unsigned char>(e);
       } else {
         a = class_cp();
       }
       char32_t z = a;
       if (i_ + 1 < re_.size() && re_[i_] == '-' && re_[i_ + 1] != ']') {
         ++i_;
-        if (re_[i_] == '\\')
-          bad("has an escape as the end of a range");
-        z = class_cp();
+        if (re_[i_] == '\\') {
+          const char e = i_ + 1 < re_.size() ? re_[i_ + 1] : 'x';
+          i_ += 2;
+          if (e == 'u')
+            z = hex4();
+          else if (!std::isalnum(static_cast<unsigned char>(e)))
+            z = static_cast<unsigned char>(e);
+          else
+            bad(std::string("has the escape '\\") + e + "' as the end of a range");
+        } else {
+          z = class_cp();
+        }
         if (z < a)
           bad("has a range with its end before its start");
       }

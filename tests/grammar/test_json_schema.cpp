@@ -120,6 +120,10 @@ TEST_CASE("schema strings: pattern, format, lengths", "[grammar][schema]") {
   const json cls = {{"type", "string"}, {"pattern", "^[ -~]+$"}};
   CHECK(matches(cls, R"("a \"b\\ c")"));
   CHECK_FALSE(matches(cls, "\"a\\u00e9\""));
+  const json u = {{"type", "string"}, {"pattern", "^caf\\u00e9 [\\u00e0-\\u00ff]+$"}};
+  CHECK(matches(u, "\"caf\xC3\xA9 \xC3\xA0\xC3\xBF\""));
+  CHECK_FALSE(matches(u, "\"cafe \xC3\xA0\""));
+  CHECK_THAT(refusal({{"type", "string"}, {"pattern", "\\ud800"}}), Catch::Contains("surrogate"));
   CHECK(matches({{"type", "string"}, {"format", "uuid"}},
                 R"("123e4567-e89b-12d3-a456-426614174000")"));
   CHECK(matches({{"type", "string"}, {"format", "date-time"}}, R"("2024-01-31T23:59:60Z")") ==

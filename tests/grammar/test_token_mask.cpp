@@ -40,7 +40,8 @@ const char* const kTexts[] = {
 } // namespace
 
 TEST_CASE("token bytes concatenate to the decoded text", "[grammar][tokens]") {
-  for (const char* name : {"qwen3", "llama3", "llama2"}) {
+  for (const char* name :
+       {"qwen3", "llama3", "llama2", "llama3_1", "gemma3", "deepseek_v3", "gptoss"}) {
     const auto& tok = tokenizer(name);
     const auto table = tok.token_table();
     REQUIRE(table.get() == tok.token_table().get()); // built once
@@ -152,6 +153,24 @@ TEST_CASE("the mask is exact at every depth of json_object", "[grammar][mask]") 
         "{\"a\":" + std::string(80, '['), "{\"a\":" + std::string(80, '[') + "\"s",
         "{\"a\":" + std::string(40, '[') + "\"s", "{\"a\":" + std::string(40, '[') + "1"})
     check_mask(g, prefix, m);
+}
+
+TEST_CASE("the mask is exact for a wrapped schema and for Unicode classes", "[grammar][mask]") {
+  const auto table = tokenizer("qwen3").token_table();
+  const auto args = grammar::grammar_from_json_schema(json::parse(
+      R"({"type":"object","properties":{"q":{"type":"string","pattern":"^[a-z\\u00e0-\\u00ff ]{1,20}$"},
+      "k":{"type":"integer"}},"required":["q"],"additionalProperties":false})"));
+  const auto call = grammar::wrap("<tool_call>\n", args, "\n</tool_call>");
+  grammar::Matcher m(call, table);
+  for (const char* prefix :
+       {"", "<tool", "<tool_call>\n{", "<tool_call>\n{\"q\":\"caf\xC3",
+        "<tool_call>\n{\"q\":\"ab\"}", "<tool_call>\n{\"q\":\"ab\"}\n</tool_call>"})
+    check_mask(call, prefix, m);
+  const auto cjk =
+      grammar::parse_grammar(R"(root ::= [\u4e00-\u9fff]+ ("。" | "！") [^\x00-\x7F]*)");
+  grammar::Matcher c(cjk, table);
+  for (const char* prefix : {"", "\xE4\xB8\xAD", "\xE4\xB8\xAD\xE6", "\xE4\xB8\xAD\xE3\x80\x82"})
+    check_mask(cjk, prefix, c);
 }
 
 TEST_CASE("greedy decoding of random logits under a schema gives JSON with the required keys",
