@@ -39,6 +39,7 @@ struct VecHash {
 
 namespace {
 constexpr std::size_t kMaxCachedMasks = 128; // masks kept per matcher (~19 KiB each at 152k)
+constexpr std::size_t kMaxSharedMasks = 256; // cut masks kept per grammar
 } // namespace
 
 struct Matcher::State {
@@ -54,14 +55,9 @@ struct Matcher::State {
   static constexpr std::int32_t kCtxDepth = kMaxDepth / 2; // kCtx's depth (see mask())
   static constexpr std::int32_t kMaxMargin = 2;            // see mask()
   static constexpr std::int32_t kOverflow = -2;            // a cut stack past kMaxDepth: uncertain
-  struct CutMask {
-    std::vector<std::uint64_t> accepted; // decided within the top frames
-    std::vector<std::int32_t> uncertain; // popping into the context: check against the state
-    bool too_uncertain = false;          // more than kMaxUncertain: cut deeper
-  };
-  std::unordered_map<std::int32_t, CutMask> cut_masks;
-  std::vector<std::uint8_t> has_ctx; // per set: holds kCtx
-  std::vector<Node> nodes;           // node 0: the empty stack
+  std::unordered_map<std::int32_t, std::shared_ptr<const CutMask>> cut_masks; // by cut state
+  std::vector<std::uint8_t> has_ctx;                                          // per set: holds kCtx
+  std::vector<Node> nodes; // node 0: the empty stack
   std::unordered_map<std::uint64_t, std::int32_t> node_ids;
   std::vector<std::vector<std::int32_t>> sets; // set 0: no stack (dead)
   std::unordered_map<std::vector<std::int32_t>, std::int32_t, detail::VecHash> set_ids;
@@ -271,6 +267,51 @@ struct Matcher::State {
     return true;
   }
 
+  // The cut mask of cut state `c`: from the grammar's shared cache (other matchers of this
+  // grammar and table computed it) or walked here and put there.
+  std::shared_ptr<const CutMask> shared_cut_mask(std::int32_t c) {
+    // The key: each stack as its code positions from the top down (-1: the empty stack), sorted.
+    std::vector<std::vector<std::int32_t>> stacks;
+    for (const std::int32_t s : sets[static_cast<std::size_t>(c)]) {
+      std::vector<std::int32_t> frames;
+      if (s == 0)
+        frames.push_back(-1);
+      for (std::int32_t f = s; f > kCtx; f = nodes[static_cast<std::size_t>(f)].parent)
+        frames.push_back(nodes[static_cast<std::size_t>(f)].pos);
+      stacks.push_back(std::move(frames));
+    }
+    std::sort(stacks.begin(), stacks.end());
+    std::vector<std::int32_t> key;
+    for (const auto& st : stacks) {
+      key.insert(key.end(), st.begin(), st.end());
+      key.push_back(-2);
+    }
+    SharedCutMasks& shared = *g->cut_masks;
+    {
+      const std::lock_guard<std::mutex> lock(shared.mu);
+      if (shared.table_address == table.get() && shared.table.lock() == table) {
+        if (const auto f = shared.masks.find(key); f != shared.masks.end())
+          return f->second;
+      }
+    }
+    auto cm = std::make_shared<CutMask>();
+    cm->accepted = walk_trie(c, &cm->uncertain);
+    if (cm->uncertain.size() > table->bytes.size() / 32) {
+      *cm = CutMask{};
+      cm->too_uncertain = true;
+    }
+    const std::lock_guard<std::mutex> lock(shared.mu);
+    if (shared.table_address != table.get() || shared.table.lock() != table) {
+      shared.masks.clear(); // masks of another (or a freed) token table
+      shared.table = table;
+      shared.table_address = table.get();
+    }
+    if (shared.masks.size() >= kMaxSharedMasks)
+      shared.masks.clear();
+    shared.masks.emplace(std::move(key), cm);
+    return cm;
+  }
+
   const std::vector<std::uint64_t>& mask(std::int32_t set) {
     if (const auto f = masks.find(set); f != masks.end())
       return f->second;
@@ -279,7 +320,6 @@ struct Matcher::State {
     // The shallowest cut whose uncertain tokens are few: a stack at the shallowest depth may
     // finish a small rule (an optional space) and go on in the frame under it (the value after
     // it), which a cut one frame deeper keeps.
-    const std::size_t max_uncertain = table->bytes.size() / 32;
     for (std::int32_t margin = 0; margin <= kMaxMargin; ++margin) {
       const std::int32_t c = cut(set, margin);
       if (c < 0)
@@ -288,18 +328,13 @@ struct Matcher::State {
       if (f == cut_masks.end()) {
         if (cut_masks.size() >= kMaxCachedMasks)
           cut_masks.clear();
-        CutMask cm;
-        cm.accepted = walk_trie(c, &cm.uncertain);
-        if (cm.uncertain.size() > max_uncertain) {
-          cm = CutMask{};
-          cm.too_uncertain = true;
-        }
-        f = cut_masks.emplace(c, std::move(cm)).first;
+        f = cut_masks.emplace(c, shared_cut_mask(c)).first;
       }
-      if (f->second.too_uncertain)
+      const CutMask& cm = *f->second;
+      if (cm.too_uncertain)
         continue;
-      std::vector<std::uint64_t> m = f->second.accepted;
-      for (const std::int32_t id : f->second.uncertain)
+      std::vector<std::uint64_t> m = cm.accepted;
+      for (const std::int32_t id : cm.uncertain)
         if (takes(set, table->bytes[static_cast<std::size_t>(id)]))
           m[static_cast<std::size_t>(id) / 64] |= std::uint64_t{1} << (id % 64);
       return masks.emplace(set, std::move(m)).first->second;

@@ -4,6 +4,7 @@
 
 #include <filesystem>
 #include <random>
+#include <thread>
 #include <string>
 
 #include "error_kind.hpp"
@@ -100,8 +101,8 @@ namespace {
 
 // Over every token of the vocabulary: the mask's bit is what accept_token says after `prefix`.
 void check_mask(const std::shared_ptr<const grammar::Grammar>& g, const std::string& prefix,
-                grammar::Matcher& m) {
-  const auto table = tokenizer("qwen3").token_table();
+                grammar::Matcher& m, const char* tok_name = "qwen3") {
+  const auto table = tokenizer(tok_name).token_table();
   grammar::Matcher probe(g, table);
   std::vector<std::uint64_t> allowed;
   m.reset();
@@ -171,6 +172,53 @@ TEST_CASE("the mask is exact for a wrapped schema and for Unicode classes", "[gr
   grammar::Matcher c(cjk, table);
   for (const char* prefix : {"", "\xE4\xB8\xAD", "\xE4\xB8\xAD\xE6", "\xE4\xB8\xAD\xE3\x80\x82"})
     check_mask(cjk, prefix, c);
+}
+
+TEST_CASE("matchers of one grammar share its cut masks, per token table", "[grammar][mask]") {
+  const auto g = grammar::grammar_from_json_schema(json{{"type", "object"}});
+  for (const char* name : {"qwen3", "llama3", "qwen3"}) {
+    // A new matcher each time: the second qwen3 one finds the masks the first left, the llama3
+    // one must not use them.
+    grammar::Matcher m(g, tokenizer(name).token_table());
+    for (const char* prefix : {"{\"a\": \"x", "{\"a\": [\"x\", \"y", "{\"b\": [{\"c\": 1"})
+      check_mask(g, prefix, m, name);
+  }
+}
+
+TEST_CASE("matchers of one grammar on several threads give the same masks", "[grammar][mask]") {
+  const auto table = tokenizer("qwen3").token_table();
+  const auto g = grammar::grammar_from_json_schema(json{{"type", "object"}});
+  const char* const prefixes[] = {"{\"a\": \"x", "{\"a\": [\"x\", \"y", "{\"b\": [{\"c\": 1",
+                                  "{\"d\": tr"};
+  std::vector<std::vector<std::uint64_t>> expected;
+  {
+    grammar::Matcher m(grammar::grammar_from_json_schema(json{{"type", "object"}}), table);
+    for (const char* p : prefixes) {
+      m.reset();
+      REQUIRE(m.accept_bytes(p));
+      m.fill_mask(expected.emplace_back());
+    }
+  }
+  std::vector<int> same(4, 0);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([&, t] {
+      grammar::Matcher m(g, table);
+      std::vector<std::uint64_t> got;
+      int ok = 0;
+      for (int round = 0; round < 3; ++round)
+        for (std::size_t k = 0; k < std::size(prefixes); ++k) {
+          m.reset();
+          m.accept_bytes(prefixes[(k + static_cast<std::size_t>(t)) % std::size(prefixes)]);
+          m.fill_mask(got);
+          ok += got == expected[(k + static_cast<std::size_t>(t)) % std::size(prefixes)];
+        }
+      same[static_cast<std::size_t>(t)] = ok;
+    });
+  for (auto& th : threads)
+    th.join();
+  for (const int ok : same)
+    CHECK(ok == 3 * static_cast<int>(std::size(prefixes)));
 }
 
 TEST_CASE("greedy decoding of random logits under a schema gives JSON with the required keys",
