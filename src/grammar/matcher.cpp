@@ -64,7 +64,6 @@ struct Matcher::State {
   std::vector<std::int32_t> trans; // sets.size() * 256; -1: not computed
   std::unordered_map<std::int32_t, std::vector<std::uint64_t>> masks;
   std::int32_t start = 0, cur = 0;
-  std::vector<std::int32_t> scratch;
   std::vector<std::int32_t> walk; // the trie walk's state per depth
 
   // The node of stack (pos, parent); -1 when it would nest deeper than kMaxDepth.
