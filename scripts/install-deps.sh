@@ -30,3 +30,4 @@ fi
 "$(dirname "$0")/fetch-tokenizers.sh"
 # The serve tests drive the server with the official OpenAI Node SDK (pinned, cached likewise).
 "$(dirname "$0")/fetch-openai-sdk.sh"
+"$(dirname "$0")/fetch-validators.sh"

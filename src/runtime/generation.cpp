@@ -58,6 +58,8 @@ Generation::Generation(const GenerateOptions& options, const text::Tokenizer* to
                        std::span<const std::int32_t> context)
     : options_(options), sampler_(options.sampling), context_(context.begin(), context.end()) {
   options_.stop.validate();
+  check(options_.logprobs >= -1 && options_.logprobs <= kMaxTopLogprobs, ErrorKind::invalid_input,
+        "logprobs", "top_logprobs ", options_.logprobs, " is outside [0, ", kMaxTopLogprobs, "]");
   check(tok != nullptr || options_.stop.stop_strings.empty(), ErrorKind::invalid_input,
         "stop strings", "need a text answer (a tokenizer); token ids alone cannot match them");
   check(tok != nullptr || !options_.grammar, ErrorKind::invalid_input, "grammar",
@@ -77,8 +79,17 @@ Generation& Generation::operator=(Generation&&) noexcept = default;
 GenerationStep Generation::step(std::span<const float> logits, std::int64_t length,
                                 std::int64_t seq_length) {
   check(!done(), ErrorKind::internal, "generation", "a token was asked for after the answer ended");
+  const auto take = [&](std::int32_t token) {
+    // Log probabilities of the raw row (logprobs.hpp), whatever the grammar masks.
+    std::optional<TokenLogprobs> lp;
+    if (options_.logprobs >= 0)
+      lp = token_logprobs(logits, token, options_.logprobs);
+    GenerationStep out = accept(token, length, seq_length);
+    out.logprobs = std::move(lp);
+    return out;
+  };
   if (!matcher_)
-    return accept(sampler_.sample(logits, context_), length, seq_length);
+    return take(sampler_.sample(logits, context_));
   // Tokens that would leave the language get -inf; eos only where the grammar may end, and
   // nothing else once it is complete.
   constexpr float kNone = -std::numeric_limits<float>::infinity();
@@ -117,7 +128,7 @@ GenerationStep Generation::step(std::span<const float> logits, std::int64_t leng
       }
   check(any, ErrorKind::invalid_input, "grammar",
         "no token of the vocabulary continues the answer in the grammar's language");
-  return accept(sampler_.sample(masked_, context_), length, seq_length);
+  return take(sampler_.sample(masked_, context_));
 }
 
 GenerationStep Generation::accept(std::int32_t token, std::int64_t length,

@@ -194,13 +194,14 @@ void SlotPool::decode_together(const std::vector<Slot*>& slots, SlotRound& round
 }
 
 void SlotPool::consume(Slot& s, std::span<const float> logits, SlotRound& round) {
-  const GenerationStep step = s.gen->step(logits, s.session->length(), params_.seq_length);
+  GenerationStep step = s.gen->step(logits, s.session->length(), params_.seq_length);
   s.last = step.token;
   SlotEvent e = event_of(s);
   e.token = step.token;
   e.text = step.text;
   e.first_token = s.gen->generated() == 1;
   e.stop = step.stop;
+  e.logprobs = std::move(step.logprobs);
   round.events.push_back(std::move(e));
   if (step.stop)
     release(s);

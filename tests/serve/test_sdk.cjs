@@ -109,7 +109,7 @@ async function run() {
       for (const bad of [
         { temperature: 'hot' }, { temperature: 3 }, { n: 2 }, { messages: [] },
         { messages: [{ content: 'no role' }] }, { max_tokens: 0 }, { top_p: 0 },
-        { frequency_penalty: 1 }, { stop: [1] }, { logprobs: true },
+        { frequency_penalty: 1 }, { stop: [1] }, { logprobs: 'yes' },
       ])
         await assert.rejects(
           client.chat.completions.create({ ...hello, ...bad }),

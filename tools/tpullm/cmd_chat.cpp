@@ -53,6 +53,7 @@ int cmd_chat(const std::vector<std::string>& args) {
       "extra chat-template variables, a JSON object (e.g. '{\"enable_thinking\": false}')")(
       "no-stats", po::bool_switch(&no_stats), "do not print the per-turn figures on stderr");
   o.add(sampling_options(g));
+  o.add(constraint_options(g));
   po::variables_map vm;
   if (!parse_bundle_command(args, o, source, vm))
     return kOk;

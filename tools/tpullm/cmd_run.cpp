@@ -36,6 +36,7 @@ int cmd_run(const std::vector<std::string>& args) {
       "ignore-eos", po::bool_switch(&ignore_eos), "do not stop on eos tokens")(
       "quiet,q", po::bool_switch(&quiet), "print only the generated ids");
   o.add(sampling_options(g));
+  o.add(constraint_options(g));
   po::variables_map vm;
   if (!parse_bundle_command(args, o, source, vm))
     return kOk;
@@ -50,6 +51,8 @@ int cmd_run(const std::vector<std::string>& args) {
   const bool as_text = vm.count("prompt-ids") == 0;
   check(as_text || g.stop.stop_strings.empty(), ErrorKind::invalid_input, "--stop",
         "applies to text answers (--prompt, --chat), not to --prompt-ids");
+  check(as_text || !g.grammar, ErrorKind::invalid_input, "--json-schema / --grammar / --json",
+        "apply to text answers (--prompt, --chat), not to --prompt-ids");
   const auto prompt = as_text ? std::vector<std::int32_t>{}
                               : parse_id_list<std::int32_t>(prompt_text, "--prompt-ids");
   std::string checked;

@@ -134,6 +134,12 @@ std::string read_body(const httplib::Request& req, const httplib::ContentReader&
                          "invalid_request_error", "", "bad_framing"});
 }
 
+/// Tool-call ids of an answer: "call_" + its number + "_" + the call's index (unique per
+/// server run, and the same in a streamed answer as in the whole one).
+std::string call_id_prefix(const serve::AnswerIds& ids) {
+  return "call_" + ids.id.substr(ids.id.find('-') + 1) + "_";
+}
+
 /// The server's shared state.
 struct Server {
   Server(std::shared_ptr<const bundle::Bundle> b, runtime::TextSide t)
@@ -183,7 +189,7 @@ struct Server {
                          "invalid_request_error", "messages", "no_chat_template"};
         // Rendered on this request's own thread under no lock, as Conversation renders: a
         // render is const (its state is the call's), so a long one delays nobody else.
-        return runtime::render_chat(text.tokenizer, *text.chat_template, g.messages);
+        return render_tools_chat(g);
       }
       if (g.prompt_text)
         return text.tokenizer.encode(*g.prompt_text, true);
@@ -200,12 +206,47 @@ struct Server {
     return g.prompt_ids;
   }
 
+  /// The chat of `g` rendered with its tools. An assistant message with tool_calls and null
+  /// content goes to the template as transformers passes it (null); a template that fails on
+  /// that (Qwen3's) is rendered again with "" in its place.
+  std::vector<std::int32_t> render_tools_chat(const serve::GenerationRequest& g) const {
+    try {
+      return runtime::render_chat(text.tokenizer, *text.chat_template, g.messages, g.tools.list);
+    } catch (const Error&) {
+      auto retry = serve::with_empty_tool_call_content(g.messages);
+      if (!retry)
+        throw;
+      return runtime::render_chat(text.tokenizer, *text.chat_template, *retry, g.tools.list);
+    }
+  }
+
+  /// The tool-call format of this model for a request that parses calls; 400 (param tools)
+  /// when the chat template has none.
+  runtime::ToolCallFormat tool_format() const {
+    if (!text.chat_template)
+      throw ApiError{400,
+                     "no chat template: " + text.tokenizer.config().no_chat_template_reason() +
+                         "; use /v1/completions",
+                     "invalid_request_error", "messages", "no_chat_template"};
+    try {
+      return runtime::detect_tool_call_format(text.chat_template->source(), bundle->model().family);
+    } catch (const Error& e) {
+      throw ApiError{400, e.what(), "invalid_request_error", "tools", "unsupported_value"};
+    }
+  }
+
   void generate(const httplib::Request& req, const httplib::ContentReader& reader,
                 httplib::Response& res, bool chat) {
     authorize(req);
     const std::string body = read_body(req, reader, stopping);
     auto g = serve::parse_request(body, chat, model_id, text.tokenizer.config().generation_defaults,
                                   limits);
+    std::optional<runtime::ToolCallFormat> tools;
+    if (serve::parses_tool_calls(g)) {
+      tools = tool_format();
+      if (auto forced = serve::tool_call_grammar(*tools, g))
+        g.grammar = std::move(forced);
+    }
     serve::JobSpec spec;
     spec.prompt = prompt_of(g);
     const std::int64_t seq = bundle->model().params.seq_length;
@@ -235,17 +276,31 @@ struct Server {
     spec.max_tokens = static_cast<int>(std::min<std::int64_t>(g.max_tokens.value_or(room), room));
     spec.sampling = g.sampling;
     spec.stop = g.stop;
+    spec.logprobs = g.logprobs;
+    spec.grammar = g.grammar;
     auto job = scheduler->submit(std::move(spec));
     serve::AnswerIds ids{(chat ? "chatcmpl-" : "cmpl-") + std::to_string(next_id++),
                          static_cast<std::int64_t>(std::time(nullptr)), model_id, chat};
+    const bool logprobs = g.logprobs >= 0;
+    const text::Tokenizer* tok = &text.tokenizer;
     if (!g.stream) {
       std::string answer;
-      while (!job->wait(answer, std::chrono::milliseconds(1000))) {
+      std::vector<runtime::TokenLogprobs> lps;
+      while (!job->wait(answer, std::chrono::milliseconds(1000), &lps)) {
       }
       const auto& o = job->outcome();
       if (o.error)
         return send_error(res, *o.error);
-      res.set_content(serve::completion_body(ids, answer, o.finish_reason, o.usage),
+      const nlohmann::ordered_json lp =
+          logprobs ? serve::logprobs_json(chat, lps, *tok) : nlohmann::ordered_json();
+      if (tools) {
+        const auto parsed = runtime::parse_tool_calls(*tools, answer, call_id_prefix(ids));
+        res.set_content(serve::completion_body(ids, parsed.content, o.finish_reason, o.usage,
+                                               &parsed.tool_calls, lp),
+                        "application/json");
+        return;
+      }
+      res.set_content(serve::completion_body(ids, answer, o.finish_reason, o.usage, nullptr, lp),
                       "application/json");
       return;
     }
@@ -253,13 +308,18 @@ struct Server {
     ++streams;
     struct State {
       bool first = true, finished = false;
+      std::int64_t text_offset = 0; ///< completions logprobs: token text bytes sent so far
       std::chrono::steady_clock::time_point last_write = std::chrono::steady_clock::now();
+      std::optional<runtime::ToolCallParser> tools; ///< when the answer is parsed for calls
+      bool called = false;                          ///< a tool call was sent
     };
     auto st = std::make_shared<State>();
+    if (tools)
+      st->tools.emplace(*tools, call_id_prefix(ids));
     const bool usage = g.include_usage;
     res.set_chunked_content_provider(
         "text/event-stream",
-        [job, ids, st, usage](std::size_t, httplib::DataSink& sink) {
+        [job, ids, st, usage, logprobs, tok](std::size_t, httplib::DataSink& sink) {
           auto send = [&](const std::string& data) {
             const std::string frame = "data: " + data + "\n\n";
             st->last_write = std::chrono::steady_clock::now();
@@ -270,9 +330,44 @@ struct Server {
             if (!send(serve::chunk_json(ids, "", true, "")))
               return false;
           }
+          // Text as chunks, or (parsing tool calls) the parser's content and calls.
+          auto send_events = [&](const std::vector<runtime::ToolCallEvent>& events) {
+            for (const auto& e : events) {
+              if (!e.is_call) {
+                if (!send(serve::chunk_json(ids, e.content, false, "")))
+                  return false;
+                continue;
+              }
+              st->called = true;
+              for (const auto& c : serve::tool_call_chunks(ids, e.index, e.call))
+                if (!send(c))
+                  return false;
+            }
+            return true;
+          };
           std::string piece;
-          const bool done = job->wait(piece, std::chrono::milliseconds(200));
-          if (!piece.empty() && !send(serve::chunk_json(ids, piece, false, "")))
+          std::vector<runtime::TokenLogprobs> lps;
+          const bool done = job->wait(piece, std::chrono::milliseconds(200), &lps);
+          nlohmann::ordered_json lp = nullptr;
+          if (logprobs && !lps.empty()) {
+            lp = serve::logprobs_json(ids.chat, lps, *tok, st->text_offset);
+            if (!ids.chat)
+              for (const auto& t : lp["tokens"])
+                st->text_offset +=
+                    static_cast<std::int64_t>(t.get_ref<const std::string&>().size());
+          }
+          bool sent = true;
+          if (st->tools) {
+            // The parser decides the content and calls; the tokens' logprobs go in a chunk of
+            // their own.
+            if (!piece.empty())
+              sent = send_events(st->tools->feed(piece));
+            if (sent && !lp.is_null())
+              sent = send(serve::chunk_json(ids, "", false, "", nullptr, lp));
+          } else if (!piece.empty() || !lp.is_null()) {
+            sent = send(serve::chunk_json(ids, piece, false, "", nullptr, lp));
+          }
+          if (!sent)
             return false; // the client went away: the releaser cancels the job
           if (!done) {
             // A comment line now and then finds a client that went away while nothing is written.
@@ -288,7 +383,10 @@ struct Server {
             if (!send(serve::error_body(*o.error)))
               return false;
           } else {
-            if (!send(serve::chunk_json(ids, "", false, o.finish_reason)))
+            if (st->tools && !send_events(st->tools->finish()))
+              return false;
+            if (!send(
+                    serve::chunk_json(ids, "", false, st->called ? "tool_calls" : o.finish_reason)))
               return false;
             if (usage && !send(serve::chunk_json(ids, "", false, "", &o.usage)))
               return false;

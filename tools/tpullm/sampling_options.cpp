@@ -4,6 +4,8 @@
 #include <sstream>
 
 #include "command.hpp"
+#include "tpullm/grammar/grammar.hpp"
+#include "tpullm/support/input_file.hpp"
 #include "tpullm/support/json.hpp"
 
 namespace tpullm::cli {
@@ -30,6 +32,41 @@ po::options_description sampling_options(runtime::GenerateOptions& g) {
       "stop", po::value(&g.stop.stop_strings)->composing(),
       "end the answer before this text (repeatable; the text is not printed, and text that may "
       "begin it is held back until decided)");
+  return o;
+}
+
+namespace {
+
+/// Most bytes of a --json-schema / --grammar file.
+constexpr std::size_t kMaxGrammarFileBytes = std::size_t{1} << 20;
+
+} // namespace
+
+po::options_description constraint_options(runtime::GenerateOptions& g) {
+  po::options_description o("constrained output (docs/grammar.md)");
+  o.add_options()("json-schema", po::value<std::string>()->notifier([&g](const std::string& file) {
+    check(!g.grammar, ErrorKind::invalid_input, "--json-schema",
+          "takes no --grammar or --json beside it");
+    const std::string text = read_regular_file(file, kMaxGrammarFileBytes);
+    g.grammar = grammar::grammar_from_json_schema(
+        parse_json(text, file, "is not JSON (--json-schema expects a JSON Schema)"));
+  }),
+                  "the answer is JSON valid against the JSON Schema in this file (the subset of "
+                  "docs/grammar.md; a schema outside it is refused by name)")(
+      "grammar", po::value<std::string>()->notifier([&g](const std::string& file) {
+        check(!g.grammar, ErrorKind::invalid_input, "--grammar",
+              "takes no --json-schema or --json beside it");
+        g.grammar = grammar::parse_grammar(read_regular_file(file, kMaxGrammarFileBytes));
+      }),
+      "the answer is in the language of the grammar in this file (docs/grammar.md)")(
+      "json", po::bool_switch()->notifier([&g](bool on) {
+        if (!on)
+          return;
+        check(!g.grammar, ErrorKind::invalid_input, "--json",
+              "takes no --json-schema or --grammar beside it");
+        g.grammar = grammar::json_object_grammar();
+      }),
+      "the answer is one JSON object (OpenAI's json_object response format)");
   return o;
 }
 

@@ -15,6 +15,11 @@ namespace tpullm::cli {
 /// --stop (repeatable) writing into `g` (greedy, 64 new tokens, no stop string by default).
 boost::program_options::options_description sampling_options(runtime::GenerateOptions& g);
 
+/// --json-schema FILE, --grammar FILE and --json (one of them): the grammar the answer must
+/// stay in (GenerateOptions::grammar). Files are read (at most 1 MiB) and parsed when the
+/// options are notified; a bad file is Error(invalid_input) / Error(unsupported) naming it.
+boost::program_options::options_description constraint_options(runtime::GenerateOptions& g);
+
 /// Takes generation_config.json's sampling fields (`defaults`: do_sample, temperature, top_k,
 /// top_p, repetition_penalty) for each option the command line did not give; do_sample false
 /// or absent keeps greedy. Returns a one-line description of the result ("greedy" or

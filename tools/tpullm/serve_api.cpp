@@ -1,12 +1,16 @@
 // OpenAI request parsing and response shapes of `tpullm serve` (serve_api.hpp).
 #include "serve_api.hpp"
 
+#include <cctype>
 #include <cmath>
 #include <limits>
-#include "tpullm/support/json.hpp"
+#include <set>
 
+#include "tpullm/grammar/grammar.hpp"
 #include "tpullm/runtime/slot_pool.hpp"
 #include "tpullm/support/error.hpp"
+#include "tpullm/support/json.hpp"
+#include "tpullm/text/tokenizer.hpp"
 
 namespace tpullm::cli::serve {
 
@@ -78,6 +82,68 @@ std::string content_text(const json& c, std::size_t i) {
   return out;
 }
 
+/// A role:tool message: {role, content, tool_call_id} (and name when given), as transformers
+/// passes it to the template.
+json tool_message(const json& msg, std::size_t i) {
+  const std::string param = "messages[" + std::to_string(i) + "]";
+  if (!msg.contains("tool_call_id") || !msg["tool_call_id"].is_string())
+    bad(param + ".tool_call_id", "a tool message needs a string 'tool_call_id'",
+        "missing_required_parameter");
+  json out = {{"role", "tool"},
+              {"content", content_text(msg.value("content", json()), i)},
+              {"tool_call_id", msg["tool_call_id"]}};
+  if (msg.contains("name") && msg["name"].is_string())
+    out["name"] = msg["name"];
+  return out;
+}
+
+/// An assistant message with tool_calls: content as sent (null stays null) and each call
+/// {id, type, function: {name, arguments}} with its arguments parsed into an object, as the
+/// templates of transformers expect them.
+json assistant_tool_calls(const json& msg, std::size_t i, const RequestLimits& limits) {
+  const std::string param = "messages[" + std::to_string(i) + "].tool_calls";
+  const json& calls = msg["tool_calls"];
+  if (!calls.is_array())
+    bad(param, "'tool_calls' must be an array", "invalid_type");
+  if (calls.size() > limits.max_tool_calls)
+    bad(param, "at most " + std::to_string(limits.max_tool_calls) +
+                   " tool calls per message are accepted");
+  json out_calls = json::array();
+  for (std::size_t k = 0; k < calls.size(); ++k) {
+    const std::string p = param + "[" + std::to_string(k) + "]";
+    const json& c = calls[k];
+    if (!c.is_object() || c.value("type", json("function")) != "function" ||
+        !c.contains("function") || !c["function"].is_object())
+      bad(p,
+          "a tool call is {\"id\", \"type\": \"function\", \"function\": {\"name\", "
+          "\"arguments\"}}",
+          "invalid_type");
+    const json& f = c["function"];
+    if (!f.contains("name") || !f["name"].is_string())
+      bad(p + ".function.name", "a tool call needs a string function name", "invalid_type");
+    json args = json::object();
+    if (f.contains("arguments") && !f["arguments"].is_null()) {
+      if (!f["arguments"].is_string())
+        bad(p + ".function.arguments", "'arguments' must be a string of JSON", "invalid_type");
+      try {
+        args = parse_ordered_json(f["arguments"].get<std::string>(), "arguments", "not JSON");
+      } catch (const Error& e) {
+        bad(p + ".function.arguments", std::string("'arguments' is not JSON: ") + e.what());
+      }
+    }
+    json call = json::object();
+    if (c.contains("id") && c["id"].is_string())
+      call["id"] = c["id"];
+    call["type"] = "function";
+    call["function"] = {{"name", f["name"]}, {"arguments", std::move(args)}};
+    out_calls.push_back(std::move(call));
+  }
+  const json& content = msg.contains("content") ? msg["content"] : json();
+  return {{"role", "assistant"},
+          {"content", content.is_null() ? json() : json(content_text(content, i))},
+          {"tool_calls", std::move(out_calls)}};
+}
+
 json parse_messages(const json& j, const RequestLimits& limits) {
   if (!j.contains("messages"))
     bad("messages", "'messages' is required", "missing_required_parameter");
@@ -93,15 +159,119 @@ json parse_messages(const json& j, const RequestLimits& limits) {
     if (!msg.is_object() || !msg.contains("role") || !msg["role"].is_string())
       bad(param, "each message must be an object with a string 'role'", "invalid_type");
     const auto role = msg["role"].get<std::string>();
-    if (role != "system" && role != "developer" && role != "user" && role != "assistant")
+    if (role != "system" && role != "developer" && role != "user" && role != "assistant" &&
+        role != "tool")
       bad(param + ".role",
-          "role '" + role + "' is not supported (system, developer, user or assistant)");
-    if (msg.contains("tool_calls") && !msg["tool_calls"].is_null())
-      bad(param, "tool calls are not supported");
+          "role '" + role + "' is not supported (system, developer, user, assistant or tool)");
+    if (role == "tool") {
+      out.push_back(tool_message(msg, i));
+      continue;
+    }
+    if (msg.contains("tool_calls") && !msg["tool_calls"].is_null()) {
+      if (role != "assistant")
+        bad(param + ".tool_calls", "only assistant messages carry tool_calls");
+      out.push_back(assistant_tool_calls(msg, i, limits));
+      continue;
+    }
     out.push_back({{"role", role == "developer" ? "system" : role},
                    {"content", content_text(msg.value("content", json()), i)}});
   }
   return out;
+}
+
+bool tool_name_ok(const std::string& name) {
+  if (name.empty() || name.size() > 64)
+    return false;
+  for (char c : name)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_' && c != '-')
+      return false;
+  return true;
+}
+
+/// `tools`: an array of {type: "function", function: {name, description?, parameters?,
+/// strict?}}, names unique; kept as sent (the template renders them).
+void parse_tools(const json& j, GenerationRequest& r, const RequestLimits& limits) {
+  if (!j.contains("tools") || j["tools"].is_null())
+    return;
+  const json& t = j["tools"];
+  if (!t.is_array())
+    bad("tools", "'tools' must be an array", "invalid_type");
+  if (t.size() > limits.max_tools)
+    bad("tools", "at most " + std::to_string(limits.max_tools) + " tools are accepted");
+  if (dump(t).size() > limits.max_tool_bytes)
+    bad("tools",
+        "the tools take more than " + std::to_string(limits.max_tool_bytes) + " bytes as JSON");
+  std::set<std::string> names;
+  for (std::size_t i = 0; i < t.size(); ++i) {
+    const std::string param = "tools[" + std::to_string(i) + "]";
+    const json& tool = t[i];
+    if (!tool.is_object() || !tool.contains("type") || tool["type"] != "function")
+      bad(param + ".type", "each tool must be an object with type 'function'");
+    if (!tool.contains("function") || !tool["function"].is_object())
+      bad(param + ".function", "a tool needs a 'function' object", "missing_required_parameter");
+    const json& f = tool["function"];
+    if (!f.contains("name") || !f["name"].is_string() ||
+        !tool_name_ok(f["name"].get<std::string>()))
+      bad(param + ".function.name",
+          "a function name must be 1 to 64 characters of a-z, A-Z, 0-9, '_' and '-'");
+    if (!names.insert(f["name"].get<std::string>()).second)
+      bad(param + ".function.name",
+          "the function name '" + f["name"].get<std::string>() + "' is given twice");
+    if (f.contains("description") && !f["description"].is_null() && !f["description"].is_string())
+      bad(param + ".function.description", "'description' must be a string", "invalid_type");
+    if (f.contains("parameters") && !f["parameters"].is_null() && !f["parameters"].is_object())
+      bad(param + ".function.parameters", "'parameters' must be a JSON schema object",
+          "invalid_type");
+    if (f.contains("strict") && !f["strict"].is_null() && !f["strict"].is_boolean())
+      bad(param + ".function.strict", "'strict' must be a boolean", "invalid_type");
+  }
+  if (!t.empty())
+    r.tools.list = t;
+}
+
+/// `tool_choice`: "none", "auto", "required" or {type: "function", function: {name}};
+/// `parallel_tool_calls`: a boolean.
+void parse_tool_choice(const json& j, GenerationRequest& r) {
+  const bool tools = !r.tools.list.is_null();
+  r.tools.choice = tools ? ToolChoice::automatic : ToolChoice::none;
+  r.tools.parallel = !j.contains("parallel_tool_calls") || j["parallel_tool_calls"].is_null() ||
+                     boolean(j, "parallel_tool_calls");
+  if (!j.contains("tool_choice") || j["tool_choice"].is_null())
+    return;
+  const json& c = j["tool_choice"];
+  if (c == "none") {
+    r.tools.choice = ToolChoice::none;
+    return;
+  }
+  if (c.is_string() && c != "auto" && c != "required")
+    bad("tool_choice", "'tool_choice' must be 'none', 'auto', 'required' or "
+                       "{\"type\": \"function\", \"function\": {\"name\": ...}}");
+  if (c.is_object()) {
+    if (c.value("type", json()) != "function" || !c.contains("function") ||
+        !c["function"].is_object() || !c["function"].contains("name") ||
+        !c["function"]["name"].is_string())
+      bad("tool_choice",
+          "a named tool_choice is {\"type\": \"function\", \"function\": "
+          "{\"name\": ...}}",
+          "invalid_type");
+  } else if (!c.is_string()) {
+    bad("tool_choice", "'tool_choice' must be a string or an object", "invalid_type");
+  }
+  if (!tools)
+    bad("tool_choice", "'tool_choice' other than 'none' needs 'tools'");
+  if (c == "auto")
+    return;
+  if (c == "required") {
+    r.tools.choice = ToolChoice::required;
+    return;
+  }
+  r.tools.choice = ToolChoice::named;
+  r.tools.name = c["function"]["name"].get<std::string>();
+  bool found = false;
+  for (const auto& t : r.tools.list)
+    found = found || t["function"]["name"] == r.tools.name;
+  if (!found)
+    bad("tool_choice", "the function '" + r.tools.name + "' is not among the tools");
 }
 
 void parse_prompt(const json& j, GenerationRequest& r, const RequestLimits& limits) {
@@ -245,6 +415,66 @@ std::string error_body(const ApiError& e) {
   return dump(json{{"error", err}});
 }
 
+namespace {
+
+/// Chat: `logprobs` (boolean) and `top_logprobs` (0..20, only with logprobs true);
+/// completions: `logprobs` (0..5 alternatives, as OpenAI's legacy endpoint).
+void parse_logprobs(const json& j, GenerationRequest& r) {
+  if (r.chat) {
+    const auto top = integer(j, "top_logprobs", 0, runtime::kMaxTopLogprobs);
+    if (!boolean(j, "logprobs")) {
+      if (top)
+        bad("top_logprobs", "'top_logprobs' needs 'logprobs': true");
+      return;
+    }
+    r.logprobs = static_cast<int>(top.value_or(0));
+  } else if (auto n = integer(j, "logprobs", 0, 5)) {
+    r.logprobs = static_cast<int>(*n);
+  }
+}
+
+/// `response_format`: {"type": "text"} (free text), {"type": "json_object"} (one JSON object)
+/// or {"type": "json_schema", "json_schema": {"name", "schema", "strict"}} (JSON valid against
+/// the schema; strict or not, the answer is constrained). A schema outside the grammar subset
+/// (docs/grammar.md) is refused with the keyword named.
+void parse_response_format(const json& j, GenerationRequest& r) {
+  if (!j.contains("response_format") || j["response_format"].is_null())
+    return;
+  const json& f = j["response_format"];
+  if (!f.is_object() || !f.contains("type") || !f["type"].is_string())
+    bad("response_format", "'response_format' must be an object with a string 'type'",
+        "invalid_type");
+  const std::string type = f["type"].get<std::string>();
+  if (type == "text")
+    return;
+  if (type == "json_object") {
+    r.grammar = grammar::json_object_grammar();
+    return;
+  }
+  if (type != "json_schema")
+    bad("response_format",
+        "response_format type '" + type + "' is not supported (text, json_object, json_schema)");
+  if (!f.contains("json_schema") || !f["json_schema"].is_object())
+    bad("response_format", "'response_format.json_schema' must be an object", "invalid_type");
+  const json& js = f["json_schema"];
+  if (js.contains("name") && !js["name"].is_string())
+    bad("response_format", "'response_format.json_schema.name' must be a string", "invalid_type");
+  if (js.contains("strict") && !js["strict"].is_null() && !js["strict"].is_boolean())
+    bad("response_format", "'response_format.json_schema.strict' must be a boolean",
+        "invalid_type");
+  if (!js.contains("schema") || !(js["schema"].is_object() || js["schema"].is_boolean()))
+    bad("response_format", "'response_format.json_schema.schema' must be a JSON Schema object",
+        "invalid_type");
+  try {
+    // The grammar engine takes a plain json; key order does not matter to a schema.
+    r.grammar = grammar::grammar_from_json_schema(nlohmann::json::parse(js["schema"].dump()));
+  } catch (const Error& e) {
+    bad("response_format", e.what());
+  }
+}
+
+} // namespace
+
 GenerationRequest parse_request(const std::string& body, bool chat, const std::string& model,
                                 const nlohmann::json& defaults, const RequestLimits& limits) {
   json j;
@@ -286,12 +516,16 @@ GenerationRequest parse_request(const std::string& body, bool chat, const std::s
     bad("best_of", "only best_of = 1 is supported");
   if (boolean(j, "echo"))
     bad("echo", "'echo' is not supported");
-  if ((j.contains("logprobs") && !j["logprobs"].is_null() && j["logprobs"] != false) ||
-      (j.contains("top_logprobs") && !j["top_logprobs"].is_null()))
-    bad("logprobs", "log probabilities are not supported");
-  if (j.contains("tools") && !j["tools"].is_null() &&
-      !(j["tools"].is_array() && j["tools"].empty()))
-    bad("tools", "tools are not supported");
+  parse_logprobs(j, r);
+  parse_response_format(j, r);
+  if (chat) {
+    parse_tools(j, r, limits);
+    parse_tool_choice(j, r);
+  } else {
+    for (const char* key : {"tools", "tool_choice", "parallel_tool_calls"})
+      if (j.contains(key) && !j[key].is_null())
+        bad(key, std::string("'") + key + "' is for /v1/chat/completions");
+  }
   if (j.contains("suffix") && !j["suffix"].is_null())
     bad("suffix", "'suffix' is not supported");
   parse_stop(j, r, limits);
@@ -318,25 +552,101 @@ json reason(const std::string& r) {
   return r.empty() ? json() : json(r);
 }
 
+/// An answer's message with its tool calls: content null when there is no text.
+json tool_call_message(const std::string& text, const std::vector<runtime::ToolCall>& calls) {
+  json list = json::array();
+  for (const auto& c : calls)
+    list.push_back({{"id", c.id},
+                    {"type", "function"},
+                    {"function", {{"name", c.name}, {"arguments", c.arguments}}}});
+  return {{"role", "assistant"},
+          {"content", text.empty() ? json() : json(text)},
+          {"tool_calls", std::move(list)}};
+}
+
 } // namespace
 
+namespace {
+
+/// OpenAI writes a token of zero probability as -9999.0 (JSON has no -inf).
+double finite_logprob(double lp) {
+  return std::isfinite(lp) ? lp : -9999.0;
+}
+
+} // namespace
+
+nlohmann::ordered_json logprobs_json(bool chat, std::span<const runtime::TokenLogprobs> lps,
+                                     const text::Tokenizer& tok, std::int64_t text_offset) {
+  const auto text_of = [&](std::int32_t id) {
+    const std::int32_t one[] = {id};
+    return tok.decode(one, false);
+  };
+  const auto bytes_of = [](const std::string& t) {
+    json b = json::array();
+    for (unsigned char c : t)
+      b.push_back(static_cast<int>(c));
+    return b;
+  };
+  if (chat) {
+    json content = json::array();
+    for (const auto& lp : lps) {
+      const std::string t = text_of(lp.chosen.token);
+      json top = json::array();
+      for (const auto& alt : lp.top) {
+        const std::string a = text_of(alt.token);
+        top.push_back(
+            {{"token", a}, {"logprob", finite_logprob(alt.logprob)}, {"bytes", bytes_of(a)}});
+      }
+      content.push_back({{"token", t},
+                         {"logprob", finite_logprob(lp.chosen.logprob)},
+                         {"bytes", bytes_of(t)},
+                         {"top_logprobs", top}});
+    }
+    return {{"content", content}, {"refusal", nullptr}};
+  }
+  json tokens = json::array(), values = json::array(), tops = json::array(),
+       offsets = json::array();
+  std::int64_t offset = text_offset;
+  for (const auto& lp : lps) {
+    const std::string t = text_of(lp.chosen.token);
+    tokens.push_back(t);
+    values.push_back(finite_logprob(lp.chosen.logprob));
+    json top = json::object();
+    for (const auto& alt : lp.top)
+      top[text_of(alt.token)] = finite_logprob(alt.logprob);
+    tops.push_back(top);
+    offsets.push_back(offset);
+    offset += static_cast<std::int64_t>(t.size());
+  }
+  return {{"tokens", tokens},
+          {"token_logprobs", values},
+          {"top_logprobs", tops},
+          {"text_offset", offsets}};
+}
+
 std::string completion_body(const AnswerIds& ids, const std::string& text,
-                            const std::string& finish_reason, const Usage& u) {
+                            const std::string& finish_reason, const Usage& u,
+                            const std::vector<runtime::ToolCall>* calls,
+                            const nlohmann::ordered_json& logprobs) {
   json out = head(ids, false);
   json choice = {{"index", 0}};
-  if (ids.chat)
+  const bool called = ids.chat && calls && !calls->empty();
+  if (called)
+    choice["message"] = tool_call_message(text, *calls);
+  else if (ids.chat)
     choice["message"] = {{"role", "assistant"}, {"content", text}};
   else
     choice["text"] = text;
-  choice["logprobs"] = nullptr;
-  choice["finish_reason"] = reason(finish_reason);
+  choice["logprobs"] = logprobs;
+  choice["finish_reason"] = reason(called ? "tool_calls" : finish_reason);
   out["choices"] = json::array({choice});
   out["usage"] = usage_json(u);
   return dump(out);
 }
 
 std::string chunk_json(const AnswerIds& ids, const std::string& text, bool role,
-                       const std::string& finish_reason, const Usage* usage) {
+                       const std::string& finish_reason, const Usage* usage,
+                       const nlohmann::ordered_json& logprobs) {
   json out = head(ids, true);
   if (usage) {
     out["choices"] = json::array();
@@ -354,10 +664,70 @@ std::string chunk_json(const AnswerIds& ids, const std::string& text, bool role,
   } else {
     choice["text"] = text;
   }
-  choice["logprobs"] = nullptr;
+  choice["logprobs"] = logprobs;
   choice["finish_reason"] = reason(finish_reason);
   out["choices"] = json::array({choice});
   return dump(out);
+}
+
+std::vector<std::string> tool_call_chunks(const AnswerIds& ids, std::size_t index,
+                                          const runtime::ToolCall& call) {
+  std::vector<std::string> out;
+  for (int part = 0; part < 2; ++part) {
+    json c = {{"index", index}};
+    if (part == 0) {
+      c["id"] = call.id;
+      c["type"] = "function";
+      c["function"] = {{"name", call.name}, {"arguments", ""}};
+    } else {
+      c["function"] = {{"arguments", call.arguments}};
+    }
+    json out_chunk = head(ids, true);
+    out_chunk["choices"] = json::array({{{"index", 0},
+                                         {"delta", {{"tool_calls", json::array({c})}}},
+                                         {"logprobs", nullptr},
+                                         {"finish_reason", nullptr}}});
+    out.push_back(dump(out_chunk));
+  }
+  return out;
+}
+
+bool parses_tool_calls(const GenerationRequest& g) {
+  return g.chat && !g.tools.list.is_null() && g.tools.choice != ToolChoice::none;
+}
+
+std::shared_ptr<const grammar::Grammar> tool_call_grammar(runtime::ToolCallFormat format,
+                                                          const GenerationRequest& g) {
+  if (g.tools.choice != ToolChoice::required && g.tools.choice != ToolChoice::named)
+    return nullptr;
+  if (g.grammar)
+    bad("response_format",
+        "a response_format and a forced tool call (tool_choice required or a named function) "
+        "cannot both constrain the answer");
+  try {
+    const runtime::ToolCallConstraint c =
+        runtime::tool_call_constraint(format, g.tools.list, g.tools.name);
+    return grammar::wrap(c.prefix,
+                         grammar::grammar_from_json_schema(nlohmann::json::parse(c.schema.dump())),
+                         c.suffix);
+  } catch (const Error& e) {
+    bad("tool_choice", e.what());
+  }
+}
+
+std::optional<nlohmann::ordered_json>
+with_empty_tool_call_content(const nlohmann::ordered_json& messages) {
+  bool changed = false;
+  json out = messages;
+  for (auto& m : out)
+    if (m.is_object() && m.contains("tool_calls") && m.contains("content") &&
+        m["content"].is_null()) {
+      m["content"] = "";
+      changed = true;
+    }
+  if (!changed)
+    return std::nullopt;
+  return out;
 }
 
 } // namespace tpullm::cli::serve

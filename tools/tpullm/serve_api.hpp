@@ -4,13 +4,24 @@
 // (completion objects, stream chunks, error objects).
 #include <cstdint>
 #include <exception>
+#include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "tpullm/runtime/logprobs.hpp"
 #include "tpullm/runtime/sampler.hpp"
+#include "tpullm/runtime/tool_calls.hpp"
+
+namespace tpullm::text {
+class Tokenizer;
+}
+namespace tpullm::grammar {
+class Grammar;
+}
 
 namespace tpullm::cli::serve {
 
@@ -37,6 +48,25 @@ struct RequestLimits {
   std::size_t max_stop = 4;             ///< stop strings (OpenAI's limit)
   std::size_t max_stop_bytes = 256;     ///< bytes of one stop string
   std::size_t max_prompt_ids = 1 << 20; ///< token ids of a /v1/completions id prompt
+  std::size_t max_tools = 128;          ///< tools per request (OpenAI's limit)
+  std::size_t max_tool_bytes = 1 << 20; ///< bytes of the tools array as compact JSON
+  std::size_t max_tool_calls = 128;     ///< tool_calls of one assistant message
+};
+
+/// tool_choice: whether and which tool the answer must call.
+enum class ToolChoice {
+  none,      ///< no call: tools reach the template, the answer is not parsed for calls
+  automatic, ///< "auto": the model decides; the answer is parsed for calls
+  required,  ///< at least one call (constrained by the grammar of the tools' parameters)
+  named,     ///< a call to ToolRequest::name
+};
+
+/// A chat request's tools and what it asks of them.
+struct ToolRequest {
+  nlohmann::ordered_json list;          ///< the checked tools as sent (null = none)
+  ToolChoice choice = ToolChoice::none; ///< auto when tools are given and tool_choice is not
+  std::string name;                     ///< choice named: the function's name
+  bool parallel = true;                 ///< parallel_tool_calls: accepted, never enforced
 };
 
 /// What the endpoint asked for, checked: either chat messages (rendered later through the chat
@@ -51,7 +81,28 @@ struct GenerationRequest {
   std::optional<int> max_tokens;          ///< max_tokens / max_completion_tokens
   std::vector<std::string> stop;          ///< stop strings (not part of the answer)
   runtime::SamplingOptions sampling;      ///< temperature, top_p, top_k, seed, penalty
+  /// -1: no log probabilities; else each answer token's and this many alternatives (chat:
+  /// logprobs true + top_logprobs 0..20; completions: logprobs 0..5).
+  int logprobs = -1;
+  /// response_format json_object / json_schema: the language of the answer (null: free text).
+  std::shared_ptr<const grammar::Grammar> grammar;
+  ToolRequest tools; ///< chat: tools, tool_choice, parallel_tool_calls
 };
+
+/// Whether the answer to `g` is parsed for tool calls (tools given and tool_choice not none).
+bool parses_tool_calls(const GenerationRequest& g);
+
+/// The grammar that makes the answer to `g` a call (tool_choice required or named: the format's
+/// prefix, JSON valid against runtime::tool_call_constraint's schema, its suffix); null for auto
+/// and none. ApiError 400 (param tool_choice) when the constraint cannot be built, (param
+/// response_format) when the request also has a response_format grammar.
+std::shared_ptr<const grammar::Grammar> tool_call_grammar(runtime::ToolCallFormat format,
+                                                          const GenerationRequest& g);
+
+/// `messages` with the null content of assistant messages that carry tool_calls replaced by ""
+/// (for templates that fail on null content, as Qwen3's does); nullopt when there is none.
+std::optional<nlohmann::ordered_json>
+with_empty_tool_call_content(const nlohmann::ordered_json& messages);
 
 /// Parses a request body for `chat` (else /v1/completions). `model` is the served model's id:
 /// a request naming another gets 404. Sampling fields the request leaves out take `defaults`
@@ -79,13 +130,34 @@ struct AnswerIds {
   bool chat = false;        ///< chat.completion[.chunk] (else text_completion)
 };
 
+/// A choice's `logprobs` object for `lps` (answer tokens in order, runtime/logprobs.hpp). Chat:
+/// {"content": [{"token", "logprob", "bytes", "top_logprobs": [{"token", "logprob", "bytes"}]}]};
+/// completions: {"tokens", "token_logprobs", "top_logprobs": [{token: logprob}], "text_offset"}.
+/// A token's text is its own decoded text (tok.decode of that id alone, special tokens shown),
+/// "bytes" its UTF-8 bytes; a -inf logprob is written -9999.0 (OpenAI's value for a token of
+/// zero probability). `text_offset`: bytes of answer text before the first token (completions
+/// offsets add each token's text length to it).
+nlohmann::ordered_json logprobs_json(bool chat, std::span<const runtime::TokenLogprobs> lps,
+                                     const text::Tokenizer& tok, std::int64_t text_offset = 0);
+
 /// The whole answer of a non-streaming request: a chat.completion or text_completion object.
+/// `calls`: a chat answer's tool calls (message.tool_calls; content null when `text` is empty;
+/// finish_reason "tool_calls"). `logprobs` (null when not asked for) is the choice's logprobs
+/// object (logprobs_json).
 std::string completion_body(const AnswerIds& ids, const std::string& text,
-                            const std::string& finish_reason, const Usage& u);
+                            const std::string& finish_reason, const Usage& u,
+                            const std::vector<runtime::ToolCall>* calls = nullptr,
+                            const nlohmann::ordered_json& logprobs = nullptr);
 /// One stream chunk's JSON (without the "data: " framing). `role`: the first chat chunk carries
 /// delta.role; `finish_reason` "" = null; `usage`: the last chunk with include_usage (choices
 /// empty).
+/// `logprobs`: the chunk's tokens' logprobs object (logprobs_json; null when not asked for).
 std::string chunk_json(const AnswerIds& ids, const std::string& text, bool role,
-                       const std::string& finish_reason, const Usage* usage = nullptr);
+                       const std::string& finish_reason, const Usage* usage = nullptr,
+                       const nlohmann::ordered_json& logprobs = nullptr);
+/// The two chunks of one tool call, as OpenAI streams them: delta.tool_calls [{index, id,
+/// type, function: {name, arguments: ""}}], then [{index, function: {arguments}}].
+std::vector<std::string> tool_call_chunks(const AnswerIds& ids, std::size_t index,
+                                          const runtime::ToolCall& call);
 
 } // namespace tpullm::cli::serve

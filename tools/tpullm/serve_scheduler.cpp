@@ -17,20 +17,27 @@ double seconds_since(clock_type::time_point t) {
 
 } // namespace
 
-bool Job::wait(std::string& text, std::chrono::milliseconds timeout) {
+bool Job::wait(std::string& text, std::chrono::milliseconds timeout,
+               std::vector<runtime::TokenLogprobs>* logprobs) {
   std::unique_lock lock(m_);
-  cv_.wait_for(lock, timeout, [&] { return done_ || !pending_.empty(); });
+  cv_.wait_for(lock, timeout,
+               [&] { return done_ || !pending_.empty() || !pending_logprobs_.empty(); });
   text += pending_;
   pending_.clear();
+  if (logprobs)
+    logprobs->insert(logprobs->end(), pending_logprobs_.begin(), pending_logprobs_.end());
+  pending_logprobs_.clear();
   return done_;
 }
 
-void Job::emit(const std::string& text) {
-  if (text.empty())
+void Job::emit(const std::string& text, const std::optional<runtime::TokenLogprobs>& logprobs) {
+  if (text.empty() && !logprobs)
     return;
   {
     std::lock_guard lock(m_);
     pending_ += text;
+    if (logprobs)
+      pending_logprobs_.push_back(*logprobs);
   }
   cv_.notify_all();
 }
@@ -118,6 +125,8 @@ void Scheduler::assign_locked() {
     request.prompt = job->spec().prompt;
     request.options.sampling = job->spec().sampling;
     request.options.stop = {text_.stop_ids, job->spec().max_tokens, job->spec().stop};
+    request.options.logprobs = job->spec().logprobs;
+    request.options.grammar = job->spec().grammar;
     try {
       pool_->start(*slot, request);
     } catch (const std::exception& e) { // checked before submit(): a bug if it happens
@@ -190,7 +199,9 @@ void Scheduler::deliver(const runtime::SlotEvent& e) {
   }
   if (e.first_token)
     t_first_[i] = clock_type::now();
-  job.emit(e.text);
+  // The eos token is not part of the answer: neither is its log probability.
+  const bool eos = e.stop && *e.stop == runtime::StopReason::eos;
+  job.emit(e.text, eos ? std::nullopt : e.logprobs);
   if (!e.stop)
     return;
   JobOutcome o;

@@ -33,6 +33,8 @@ struct JobSpec {
   runtime::SamplingOptions sampling; ///< validated
   int max_tokens = 1;                ///< >= 1; the end of the compiled sequence also stops
   std::vector<std::string> stop;     ///< stop strings (the answer ends before the first one)
+  int logprobs = -1; ///< -1: none; 0..20: each answer token's logprob and this many alternatives
+  std::shared_ptr<const grammar::Grammar> grammar; ///< the answer's language (null: free text)
 };
 
 /// How a job ended.
@@ -49,9 +51,12 @@ class Job {
 public:
   explicit Job(JobSpec spec)
       : spec_(std::move(spec)), submitted_(std::chrono::steady_clock::now()) {}
-  /// Waits up to `timeout` for answer text or the end; appends the new text to `text`. Returns
-  /// true once the job has ended (outcome() is then final and every piece has been returned).
-  bool wait(std::string& text, std::chrono::milliseconds timeout);
+  /// Waits up to `timeout` for answer text or the end; appends the new text to `text` and (when
+  /// `logprobs` is not null) the log probabilities of the tokens generated since the last call
+  /// (JobSpec::logprobs >= 0; an eos token has none). Returns true once the job has ended
+  /// (outcome() is then final and every piece has been returned).
+  bool wait(std::string& text, std::chrono::milliseconds timeout,
+            std::vector<runtime::TokenLogprobs>* logprobs = nullptr);
   /// The client went away: the scheduler drops the job at its next step.
   void cancel() { cancelled_ = true; }
   /// Valid once wait() returned true.
@@ -60,7 +65,7 @@ public:
 
 private:
   friend class Scheduler;
-  void emit(const std::string& text);
+  void emit(const std::string& text, const std::optional<runtime::TokenLogprobs>& logprobs);
   void finish(JobOutcome o);
 
   JobSpec spec_;
@@ -68,6 +73,7 @@ private:
   std::mutex m_;
   std::condition_variable cv_;
   std::string pending_;
+  std::vector<runtime::TokenLogprobs> pending_logprobs_;
   bool done_ = false;
   JobOutcome outcome_;
   std::atomic<bool> cancelled_{false};

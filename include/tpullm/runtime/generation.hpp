@@ -36,6 +36,7 @@
 #include <string_view>
 #include <vector>
 
+#include "tpullm/runtime/logprobs.hpp"
 #include "tpullm/runtime/sampler.hpp"
 
 namespace tpullm::text {
@@ -82,6 +83,9 @@ struct GenerateOptions {
   SamplingOptions sampling; ///< greedy by default
   StopCriteria stop;        ///< eos ids, stop strings and a token budget (the sequence end always
                             ///< stops)
+  /// Log probabilities with each step() (logprobs.hpp): -1 = none; 0..kMaxTopLogprobs = the
+  /// chosen token's and this many most likely alternatives. accept() never reports them.
+  int logprobs = -1;
   /// The language the answer must stay in (null: free text); needs a tokenizer (see Generation).
   std::shared_ptr<const grammar::Grammar> grammar;
 };
@@ -91,6 +95,9 @@ struct GenerationStep {
   std::int32_t token = 0;         ///< the token chosen
   std::string text;               ///< answer text this token decided ("" while held back)
   std::optional<StopReason> stop; ///< set when the answer ended with this token
+  /// The token's log probability and top alternatives (step() with GenerateOptions::logprobs
+  /// >= 0; the raw logits row's log-softmax, logprobs.hpp).
+  std::optional<TokenLogprobs> logprobs;
 };
 
 /// Length of the longest suffix of `text` that is a proper prefix of one of `stops`: the bytes a
@@ -100,10 +107,11 @@ std::size_t stop_prefix_length(std::string_view text, std::span<const std::strin
 /// See the file comment. One answer per object; not thread-safe.
 class Generation {
 public:
-  /// Validates `options` and seeds the sampler. `tok` decodes the answer into text (null: ids
-  /// only; stop strings and a grammar are then refused with Error(invalid_input)); it must outlive
-  /// the Generation. `context`: the conversation's tokens before the answer (the whole prompt,
-  /// cached part included), the repetition penalty's context.
+  /// Validates `options` (Error(invalid_input) for logprobs outside [-1, kMaxTopLogprobs]) and
+  /// seeds the sampler. `tok` decodes the answer into text (null: ids only; stop strings and a
+  /// grammar are then refused with Error(invalid_input)); it must outlive the Generation.
+  /// `context`: the conversation's tokens before the answer (the whole prompt, cached
+  /// part included), the repetition penalty's context.
   Generation(const GenerateOptions& options, const text::Tokenizer* tok,
              std::span<const std::int32_t> context);
   ~Generation();

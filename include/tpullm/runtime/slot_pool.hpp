@@ -75,6 +75,7 @@ struct SlotEvent {
   std::int64_t prompt_tokens = 0; ///< the whole prompt
   std::int64_t cached_tokens = 0; ///< prompt tokens found in the slot's KV cache at start()
   std::int64_t generated = 0;     ///< tokens generated so far (the stop token included)
+  std::optional<TokenLogprobs> logprobs; ///< the token's (GenerateOptions::logprobs >= 0)
 };
 
 /// What one round did.
