@@ -78,7 +78,7 @@ void utf8_sequences(char32_t lo, char32_t hi, std::vector<ByteSeq>& out) {
 
 struct Compiler {
   Grammar::Impl& g;
-  std::map<Ranges, std::int32_t> class_rules;   // non-ASCII class -> compiled helper rule
+  std::map<Ranges, std::int32_t> class_rules; // non-ASCII class -> compiled helper rule
   std::map<std::array<std::uint64_t, 4>, std::int32_t> set_ids;
   std::vector<std::vector<std::vector<Elem>>> helper_alts; // helpers' sequences, compiled last
 
@@ -113,7 +113,8 @@ struct Compiler {
     std::vector<ByteSeq> seqs;
     for (const auto& [a, z] : it.chars) {
       if (a < 0x80) {
-        set_bits(ascii, static_cast<unsigned>(a), static_cast<unsigned>(std::min<char32_t>(z, 0x7F)));
+        set_bits(ascii, static_cast<unsigned>(a),
+                 static_cast<unsigned>(std::min<char32_t>(z, 0x7F)));
         any_ascii = true;
       }
       const char32_t lo = std::max<char32_t>(a, 0x80);
@@ -325,6 +326,16 @@ public:
     for (std::size_t r = 0; r < rules_.size(); ++r)
       if (!defined_[r])
         error(first_use_[r], "rule '" + rules_[r].name + "' is not defined");
+    std::map<std::string, int> next;
+    for (const int h : helpers_) {
+      Rule& r = rules_[static_cast<std::size_t>(h)];
+      std::string name;
+      do
+        name = r.name + "-" + std::to_string(++next[r.name]);
+      while (names_.count(name));
+      names_.emplace(name, h);
+      r.name = name;
+    }
     const auto root = names_.find("root");
     if (root == names_.end())
       error(s_.size(), "no rule named 'root'");
@@ -378,11 +389,13 @@ private:
     return it->second;
   }
 
+  // A rule for a group or repetition; named after parsing (unlike any name of the text).
   int helper(std::vector<std::vector<Item>> alts, bool repeat) {
-    const std::string name = current_ + "-" + std::to_string(++helpers_);
-    const int id = rule_id(name, i_);
-    defined_[static_cast<std::size_t>(id)] = 1;
-    rules_[static_cast<std::size_t>(id)].alts = std::move(alts);
+    const int id = static_cast<int>(rules_.size());
+    rules_.push_back(Rule{current_, std::move(alts), {}});
+    defined_.push_back(1);
+    first_use_.push_back(i_);
+    helpers_.push_back(id);
     if (repeat)
       rules_[static_cast<std::size_t>(id)].repeat_of = current_;
     return id;
@@ -509,6 +522,9 @@ private:
         error(i_, "invalid UTF-8");
       c = (c << 6) | (b & 0x3F);
     }
+    static constexpr char32_t kMin[] = {0, 0, 0x80, 0x800, 0x10000};
+    if (c < kMin[n] || c > kMaxCp || (c >= 0xD800 && c <= 0xDFFF))
+      error(i_, "invalid UTF-8");
     i_ += static_cast<std::size_t>(n);
     return c;
   }
@@ -641,7 +657,7 @@ private:
   std::vector<char> defined_;
   std::vector<std::size_t> first_use_;
   std::string current_;
-  int helpers_ = 0;
+  std::vector<int> helpers_;
 };
 
 } // namespace
@@ -747,7 +763,11 @@ std::shared_ptr<const Grammar> wrap(std::string prefix, std::shared_ptr<const Gr
   const auto add_literal = [&](std::string_view s) {
     for (std::size_t i = 0; i < s.size();) {
       const auto b0 = static_cast<unsigned char>(s[i]);
-      const int n = b0 < 0x80 ? 1 : (b0 >> 5) == 6 ? 2 : (b0 >> 4) == 14 ? 3 : (b0 >> 3) == 30 ? 4 : 0;
+      const int n = b0 < 0x80         ? 1
+                    : (b0 >> 5) == 6  ? 2
+                    : (b0 >> 4) == 14 ? 3
+                    : (b0 >> 3) == 30 ? 4
+                                      : 0;
       bool ok = n > 0 && i + static_cast<std::size_t>(n) <= s.size();
       char32_t c = n == 1 ? b0 : n == 2 ? (b0 & 0x1F) : n == 3 ? (b0 & 0x0F) : (b0 & 0x07);
       for (int k = 1; ok && k < n; ++k) {

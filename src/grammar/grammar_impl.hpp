@@ -3,6 +3,8 @@
 // the JSON Schema converter build) and their compiled byte-level form (what Matcher runs).
 #include <array>
 #include <cstdint>
+#include <map>
+#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -35,6 +37,22 @@ struct Elem {
   std::int32_t arg = 0; ///< bytes: index into Impl::sets; ref: compiled rule id
 };
 
+/// The token mask of a cut state (src/grammar/matcher.cpp).
+struct CutMask {
+  std::vector<std::uint64_t> accepted; ///< tokens decided within the top frames
+  std::vector<std::int32_t> uncertain; ///< tokens popping into the context: checked per state
+  bool too_uncertain = false;          ///< more uncertain tokens than worth it: cut deeper
+};
+
+/// Cut masks shared by every Matcher of one grammar (for one token table at a time): keyed by
+/// the cut state's stacks written as code positions, which mean the same in every matcher.
+struct SharedCutMasks {
+  std::mutex mu;
+  std::weak_ptr<const text::TokenTable> table; ///< the table the masks are for
+  const text::TokenTable* table_address = nullptr;
+  std::map<std::vector<std::int32_t>, std::shared_ptr<const CutMask>> masks;
+};
+
 /// The compiled grammar.
 struct Grammar::Impl {
   std::vector<Rule> rules; ///< as built (code points)
@@ -45,6 +63,8 @@ struct Grammar::Impl {
   std::vector<std::array<std::uint64_t, 4>> sets;
   /// Per compiled rule (rules first, then the UTF-8 helpers): where its alternatives start.
   std::vector<std::vector<std::int32_t>> alts;
+  /// The matchers' shared cut masks (the Impl is const; this cache is the mutable part).
+  std::shared_ptr<SharedCutMasks> cut_masks = std::make_shared<SharedCutMasks>();
 };
 
 /// Checks `rules` (every rule defined, no left recursion, no repetition of what can be empty)

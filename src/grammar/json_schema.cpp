@@ -23,15 +23,17 @@ const std::map<std::string, std::pair<std::string, std::vector<std::string>>>& c
       {"string", {R"("\"" char* "\"")", {"char"}}},
       {"integer", {R"("-"? ("0" | [1-9] [0-9]{0,15}))", {}}},
       {"number",
-       {R"("-"? ("0" | [1-9] [0-9]{0,15}) ("." [0-9]{1,16})? ([eE] [-+]? [0-9]{1,3})?)", {}}},
+       {R"("-"? ("0" | [1-9] [0-9]{0,15}) ("." [0-9]{1,16})? ([eE] [-+]? [0-9]{1,2})?)", {}}},
       {"boolean", {R"("true" | "false")", {}}},
       {"null", {R"("null")", {}}},
-      {"value", {R"(object | array | string | number | boolean | null)",
-                 {"object", "array", "string", "number", "boolean", "null"}}},
+      {"value",
+       {R"(object | array | string | number | boolean | null)",
+        {"object", "array", "string", "number", "boolean", "null"}}},
       {"object", {R"("{" ws (member ("," ws member)* ws)? "}")", {"ws", "member"}}},
       {"member", {R"(string ":" ws value)", {"string", "ws", "value"}}},
       {"array", {R"("[" ws (value ("," ws value)* ws)? "]")", {"ws", "value"}}},
-      {"date", {R"([0-9]{4} "-" ("0" [1-9] | "1" [0-2]) "-" ("0" [1-9] | [12] [0-9] | "3" [01]))", {}}},
+      {"date",
+       {R"([0-9]{4} "-" ("0" [1-9] | "1" [0-2]) "-" ("0" [1-9] | [12] [0-9] | "3" [01]))", {}}},
       {"time",
        {R"(([01] [0-9] | "2" [0-3]) ":" [0-5] [0-9] ":" [0-5] [0-9] ("." [0-9]{1,9})? ("Z" | [+-] ([01] [0-9] | "2" [0-3]) ":" [0-5] [0-9]))",
         {}}},
@@ -39,7 +41,8 @@ const std::map<std::string, std::pair<std::string, std::vector<std::string>>>& c
       {"uuid",
        {R"([0-9a-fA-F]{8} "-" [0-9a-fA-F]{4} "-" [0-9a-fA-F]{4} "-" [0-9a-fA-F]{4} "-" [0-9a-fA-F]{12})",
         {}}},
-      {"ipv4-part", {R"("25" [0-5] | "2" [0-4] [0-9] | "1" [0-9] [0-9] | [1-9] [0-9] | [0-9])", {}}},
+      {"ipv4-part",
+       {R"("25" [0-5] | "2" [0-4] [0-9] | "1" [0-9] [0-9] | [1-9] [0-9] | [0-9])", {}}},
       {"ipv4", {R"(ipv4-part "." ipv4-part "." ipv4-part "." ipv4-part)", {"ipv4-part"}}},
   };
   return rules;
@@ -220,6 +223,8 @@ private:
       i_ += 2;
       if (std::string cls = escape_class(e); !cls.empty())
         return cls;
+      if (e == 'u')
+        return json_cp(hex4());
       if (e == 'n')
         return json_char('\n');
       if (e == 't')
@@ -237,6 +242,35 @@ private:
     const std::string ch(re_.substr(i_, n));
     i_ += n;
     return n == 1 ? json_char(ch[0]) : literal(ch);
+  }
+
+  // \uHHHH after the "\u" (a surrogate or a bad digit is refused).
+  char32_t hex4() {
+    if (i_ + 4 > re_.size())
+      bad("has a short '\\u' escape");
+    char32_t v = 0;
+    for (int k = 0; k < 4; ++k) {
+      const char c = re_[i_++];
+      const int d = c >= '0' && c <= '9'   ? c - '0'
+                    : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                    : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                           : -1;
+      if (d < 0)
+        bad("has a bad '\\u' escape");
+      v = v * 16 + static_cast<char32_t>(d);
+    }
+    if (v >= 0xD800 && v <= 0xDFFF)
+      bad("has a '\\u' escape of a surrogate");
+    return v;
+  }
+
+  // The grammar text of one code point as it appears inside a JSON string.
+  static std::string json_cp(char32_t c) {
+    if (c < 0x80)
+      return json_char(static_cast<char>(c));
+    char buf[16];
+    std::snprintf(buf, sizeof buf, "\"\\U%08X\"", static_cast<unsigned>(c));
+    return buf;
   }
 
   char32_t class_cp() {
@@ -284,19 +318,32 @@ private:
           r.insert(r.end(), {{' ', ' '}, {'\t', '\n'}, {'\r', '\r'}});
           continue;
         }
-        if ((e >= 'a' && e <= 'z' && e != 'n' && e != 't' && e != 'r') || (e >= 'A' && e <= 'Z') ||
-            (e >= '0' && e <= '9'))
+        if ((e >= 'a' && e <= 'z' && e != 'n' && e != 't' && e != 'r' && e != 'u') ||
+            (e >= 'A' && e <= 'Z') || (e >= '0' && e <= '9'))
           bad(std::string("has the escape '\\") + e + "' in a class");
-        a = e == 'n' ? '\n' : e == 't' ? '\t' : e == 'r' ? '\r' : static_cast<unsigned char>(e);
+        a = e == 'n'   ? '\n'
+            : e == 't' ? '\t'
+            : e == 'r' ? '\r'
+            : e == 'u' ? hex4()
+                       : static_cast<unsigned char>(e);
       } else {
         a = class_cp();
       }
       char32_t z = a;
       if (i_ + 1 < re_.size() && re_[i_] == '-' && re_[i_ + 1] != ']') {
         ++i_;
-        if (re_[i_] == '\\')
-          bad("has an escape as the end of a range");
-        z = class_cp();
+        if (re_[i_] == '\\') {
+          const char e = i_ + 1 < re_.size() ? re_[i_ + 1] : 'x';
+          i_ += 2;
+          if (e == 'u')
+            z = hex4();
+          else if (!std::isalnum(static_cast<unsigned char>(e)))
+            z = static_cast<unsigned char>(e);
+          else
+            bad(std::string("has the escape '\\") + e + "' as the end of a range");
+        } else {
+          z = class_cp();
+        }
         if (z < a)
           bad("has a range with its end before its start");
       }
@@ -400,12 +447,13 @@ private:
     if (!s.is_object())
       invalid(path, "a schema must be an object or a boolean");
     static const std::set<std::string> annotations = {
-        "title",    "description", "default",    "examples",  "$schema", "$id",
-        "$comment", "deprecated",  "readOnly",   "writeOnly", "$defs",   "definitions"};
+        "title",    "description", "default",  "examples",  "$schema", "$id",
+        "$comment", "deprecated",  "readOnly", "writeOnly", "$defs",   "definitions"};
     static const std::set<std::string> known = {
-        "type",  "properties", "required", "additionalProperties", "enum",     "const",
-        "items", "anyOf",      "$ref",     "pattern",              "format",   "minItems",
-        "maxItems", "minLength", "maxLength"};
+        "type",     "properties", "required", "additionalProperties",
+        "enum",     "const",      "items",    "anyOf",
+        "$ref",     "pattern",    "format",   "minItems",
+        "maxItems", "minLength",  "maxLength"};
     for (const auto& [k, v] : s.items())
       if (!annotations.count(k) && !known.count(k))
         unsupported(k, path + "/" + pointer_escape(k));
@@ -464,9 +512,11 @@ private:
       invalid(path + "/type", "expected a string or a list of strings");
     const std::string type = t.get<std::string>();
     const auto only = [&](std::initializer_list<const char*> allowed) {
-      static const std::set<std::string> per_type = {"properties", "required", "additionalProperties",
-                                                     "items", "pattern", "format", "minItems",
-                                                     "maxItems", "minLength", "maxLength"};
+      static const std::set<std::string> per_type = {
+          "properties", "required", "additionalProperties",
+          "items",      "pattern",  "format",
+          "minItems",   "maxItems", "minLength",
+          "maxLength"};
       for (const auto& [k, v] : s.items()) {
         if (!per_type.count(k))
           continue;
@@ -501,7 +551,7 @@ private:
     if (!s.contains(key))
       return dflt;
     const json& v = s[key];
-    if (!v.is_number_unsigned())
+    if (!v.is_number_integer() || v.get<std::int64_t>() < 0)
       invalid(path + "/" + key, "expected a non-negative integer");
     const auto n = v.get<std::uint64_t>();
     if (n > kMaxCount)
@@ -515,8 +565,9 @@ private:
     if (hi == 0)
       return "";
     const std::size_t more_lo = lo > 0 ? lo - 1 : 0;
-    std::string rep = hi == SIZE_MAX ? "{" + std::to_string(more_lo) + ",}"
-                                     : "{" + std::to_string(more_lo) + "," + std::to_string(hi - 1) + "}";
+    std::string rep = hi == SIZE_MAX
+                          ? "{" + std::to_string(more_lo) + ",}"
+                          : "{" + std::to_string(more_lo) + "," + std::to_string(hi - 1) + "}";
     std::string body = item + " (" + sep + " " + item + ")" + rep;
     return lo == 0 ? "(" + body + ")?" : body;
   }
@@ -526,11 +577,13 @@ private:
     const std::size_t hi = count(s, "maxItems", path, SIZE_MAX);
     if (hi < lo)
       invalid(path, "maxItems < minItems");
-    const std::string item = s.contains("items") ? visit(s["items"], path + "/items") : use("value");
+    const std::string item =
+        s.contains("items") ? visit(s["items"], path + "/items") : use("value");
     use("ws");
     const std::string item_rule = define(path.empty() ? "item" : path + "-item", item);
     const std::string body = list(item_rule, "\",\" ws", lo, hi);
-    return define(path.empty() ? "array" : path, "\"[\" ws " + (body.empty() ? "" : "(" + body + " ws) ") + "\"]\"");
+    return define(path.empty() ? "array" : path,
+                  "\"[\" ws " + (body.empty() ? "" : "(" + body + " ws) ") + "\"]\"");
   }
 
   std::string string(const json& s, const std::string& path) {
@@ -542,7 +595,8 @@ private:
       if (!f.is_string())
         invalid(path + "/format", "expected a string");
       const std::string name = f.get<std::string>();
-      if (name != "date" && name != "time" && name != "date-time" && name != "uuid" && name != "ipv4")
+      if (name != "date" && name != "time" && name != "date-time" && name != "uuid" &&
+          name != "ipv4")
         unsupported("format' '" + name, path + "/format");
       return "\"\\\"\" " + use(name) + " \"\\\"\"";
     }
@@ -561,8 +615,9 @@ private:
       invalid(path, "maxLength < minLength");
     if (lo == 0 && hi == SIZE_MAX)
       return use("string");
-    const std::string rep =
-        hi == SIZE_MAX ? "{" + std::to_string(lo) + ",}" : "{" + std::to_string(lo) + "," + std::to_string(hi) + "}";
+    const std::string rep = hi == SIZE_MAX
+                                ? "{" + std::to_string(lo) + ",}"
+                                : "{" + std::to_string(lo) + "," + std::to_string(hi) + "}";
     return "\"\\\"\" char" + rep + " \"\\\"\"";
   }
 
@@ -676,7 +731,8 @@ std::shared_ptr<const Grammar> grammar_from_json_schema(const nlohmann::json& sc
 }
 
 std::shared_ptr<const Grammar> json_object_grammar() {
-  static const std::shared_ptr<const Grammar> g = grammar_from_json_schema(json{{"type", "object"}});
+  static const std::shared_ptr<const Grammar> g =
+      grammar_from_json_schema(json{{"type", "object"}});
   return g;
 }
 

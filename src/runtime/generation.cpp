@@ -4,7 +4,6 @@
 
 #include <algorithm>
 
-#include <cmath>
 #include <limits>
 
 #include "tpullm/grammar/grammar.hpp"
@@ -94,22 +93,32 @@ GenerationStep Generation::step(std::span<const float> logits, std::int64_t leng
   // Tokens that would leave the language get -inf; eos only where the grammar may end, and
   // nothing else once it is complete.
   constexpr float kNone = -std::numeric_limits<float>::infinity();
-  masked_.assign(logits.size(), kNone);
+  const std::size_t n = logits.size();
+  masked_.resize(n);
   bool any = false;
   if (!matcher_->is_complete()) {
     matcher_->fill_mask(allowed_);
-    const std::size_t n = std::min(logits.size(), allowed_.size() * 64);
+    // One pass over 64-token words: whole words copied or cleared (a string's state allows
+    // nearly every token, a structural one nearly none), mixed words bit by bit.
+    const float* in = logits.data();
+    float* out = masked_.data();
     for (std::size_t w = 0; w * 64 < n; ++w) {
-      std::uint64_t bits = allowed_[w];
-      while (bits) {
-        const std::size_t id = w * 64 + static_cast<std::size_t>(__builtin_ctzll(bits));
-        bits &= bits - 1;
-        if (id < n) {
-          masked_[id] = logits[id];
-          any = true;
-        }
+      const std::uint64_t bits = w < allowed_.size() ? allowed_[w] : 0;
+      const std::size_t base = w * 64, len = std::min<std::size_t>(64, n - base);
+      if (bits == 0) {
+        std::fill(out + base, out + base + len, kNone);
+        continue;
       }
+      any = true;
+      if (bits == ~std::uint64_t{0}) {
+        std::copy(in + base, in + base + len, out + base);
+        continue;
+      }
+      for (std::size_t j = 0; j < len; ++j)
+        out[base + j] = (bits >> j) & 1 ? in[base + j] : kNone;
     }
+  } else {
+    std::fill(masked_.begin(), masked_.end(), kNone);
   }
   if (matcher_->can_end())
     for (const std::int32_t e : options_.stop.eos_ids)

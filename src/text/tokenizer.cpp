@@ -182,7 +182,8 @@ TokenTable TokenTable::build(std::vector<std::string> bytes, std::vector<std::ui
   std::string prev;
   const auto close_to = [&](std::size_t depth) {
     while (path.size() > depth + 1) {
-      t.nodes[static_cast<std::size_t>(path.back())].end = static_cast<std::int32_t>(t.nodes.size());
+      t.nodes[static_cast<std::size_t>(path.back())].end =
+          static_cast<std::int32_t>(t.nodes.size());
       path.pop_back();
     }
   };

@@ -57,7 +57,7 @@ std::shared_ptr<const Grammar> wrap(std::string prefix, std::shared_ptr<const Gr
                                     std::string suffix);
 
 /// The most stacks (alternative parses) a Matcher follows at once; more is Error(unsupported).
-inline constexpr std::size_t kMaxStacks = 256;
+inline constexpr std::size_t kMaxStacks = 1024;
 /// The deepest nesting of rules a Matcher follows; a parse that would nest deeper is dropped (so
 /// the mask refuses the token that would open it).
 inline constexpr int kMaxDepth = 256;

@@ -57,11 +57,11 @@ struct TokenTable {
   /// One node of the trie of the non-special, non-empty byte strings, stored in depth-first
   /// preorder: a node's subtree is the nodes [its index, end).
   struct Node {
-    std::uint8_t byte = 0;    ///< the byte that leads to this node from its parent
-    std::uint16_t depth = 0;  ///< bytes from the root (the root, node 0, has depth 0)
-    std::int32_t end = 0;     ///< one past the last node of this node's subtree
-    std::int32_t first = 0;   ///< tokens whose bytes end here: ids[first, last)
-    std::int32_t last = 0;    ///< see first
+    std::uint8_t byte = 0;   ///< the byte that leads to this node from its parent
+    std::uint16_t depth = 0; ///< bytes from the root (the root, node 0, has depth 0)
+    std::int32_t end = 0;    ///< one past the last node of this node's subtree
+    std::int32_t first = 0;  ///< tokens whose bytes end here: ids[first, last)
+    std::int32_t last = 0;   ///< see first
   };
   /// The trie (node 0 is the root, the empty string, with no token).
   std::vector<Node> nodes;
