@@ -1,4 +1,5 @@
 // JSON Schema subset -> grammar text (docs/grammar.md), then parse_grammar; json_object_grammar.
+#include <algorithm>
 #include <cctype>
 #include <cstdio>
 #include <map>
@@ -438,6 +439,48 @@ private:
 
   static std::string json_literal(const json& v) { return literal(v.dump()); }
 
+  /// The alternatives of `values` (UTF-8 texts) as one expression sharing their common prefixes:
+  /// "ab" | "ac" becomes "a" ("b" | "c"), so a matcher follows one parse per distinct next
+  /// character instead of one per value (a 1000-value enum with a common prefix stays far within
+  /// kMaxStacks). Splits only at character boundaries.
+  static std::string trie_alternatives(std::vector<std::string> values) {
+    std::sort(values.begin(), values.end());
+    values.erase(std::unique(values.begin(), values.end()), values.end());
+    return trie(values, 0, values.size(), 0);
+  }
+
+  /// trie_alternatives of values[lo, hi) (sorted, distinct), which share their first `at` bytes.
+  static std::string trie(const std::vector<std::string>& v, std::size_t lo, std::size_t hi,
+                          std::size_t at) {
+    const std::string& first = v[lo];
+    std::size_t end = at;
+    while (end < first.size() && v[hi - 1].size() > end && v[hi - 1][end] == first[end])
+      ++end; // sorted: the first and the last share what every value between them shares
+    while (end > at && end < first.size() &&
+           (static_cast<unsigned char>(first[end]) & 0xC0) == 0x80)
+      --end; // never inside a character
+    std::string out = end > at ? literal(std::string_view(first).substr(at, end - at)) : "";
+    const bool ends_here = first.size() == end; // sorted: the one that ends sorts first
+    std::vector<std::string> alts;
+    for (std::size_t i = lo + (ends_here ? 1 : 0); i < hi;) {
+      const auto b = static_cast<unsigned char>(v[i][end]);
+      const std::size_t n = b < 0x80 ? 1 : (b >> 5) == 6 ? 2 : (b >> 4) == 14 ? 3 : 4;
+      std::size_t j = i + 1;
+      while (j < hi && v[j].compare(end, n, v[i], end, n) == 0)
+        ++j;
+      alts.push_back(trie(v, i, j, end));
+      i = j;
+    }
+    if (alts.empty())
+      return out;
+    std::string rest;
+    for (const auto& a : alts)
+      rest += (rest.empty() ? "" : " | ") + a;
+    if (alts.size() > 1 || ends_here)
+      rest = "(" + rest + ")" + (ends_here ? "?" : "");
+    return out.empty() ? rest : out + " " + rest;
+  }
+
   std::string visit(const json& s, const std::string& path) {
     if (s.is_boolean()) {
       if (s.get<bool>())
@@ -470,10 +513,10 @@ private:
       const json& e = s["enum"];
       if (!e.is_array() || e.empty())
         invalid(path + "/enum", "expected a non-empty array");
-      std::string out;
+      std::vector<std::string> values;
       for (const json& v : e)
-        out += (out.empty() ? "" : " | ") + json_literal(v);
-      return "(" + out + ")";
+        values.push_back(v.dump());
+      return "(" + trie_alternatives(std::move(values)) + ")";
     }
     if (s.contains("anyOf")) {
       const json& a = s["anyOf"];

@@ -1,6 +1,8 @@
 // The JSON Schema subset: each keyword accepted and what it refuses, and the refusals by name.
 #include <catch2/catch.hpp>
 
+#include <cstdio>
+
 #include <string>
 
 #include "error_kind.hpp"
@@ -93,6 +95,31 @@ TEST_CASE("schema enum, const, anyOf, $ref and $defs", "[grammar][schema]") {
   const json self = {{"type", "array"},
                      {"items", {{"anyOf", {{{"type", "integer"}}, {{"$ref", "#"}}}}}}};
   CHECK(matches(self, "[1,[2,[]]]"));
+}
+
+TEST_CASE("a huge enum shares its prefixes: every value matches, nothing else",
+          "[grammar][schema]") {
+  // 1000 values behind one common prefix: one parse per value would pass kMaxStacks.
+  json values = json::array();
+  for (int i = 0; i < 1000; ++i) {
+    char buf[16];
+    std::snprintf(buf, sizeof buf, "item_%04d", i);
+    values.push_back(buf);
+  }
+  const json e = {{"enum", values}};
+  for (int i = 0; i < 1000; i += 37)
+    CHECK(matches(e, "\"" + values[static_cast<std::size_t>(i)].get<std::string>() + "\""));
+  CHECK(matches(e, R"("item_0999")"));
+  CHECK_FALSE(matches(e, R"("item_1000")"));
+  CHECK_FALSE(matches(e, R"("item_099")"));
+  CHECK_FALSE(matches(e, R"("item_")"));
+  // A value that is a prefix of another, values that differ inside a multi-byte character
+  // (é and è share their first byte), and values of other types beside them.
+  const json p = {{"enum", {"a", "ab", "abc", "é", "è", 12, 1, nullptr}}};
+  for (const char* ok : {R"("a")", R"("ab")", R"("abc")", R"("é")", R"("è")", "12", "1", "null"})
+    CHECK(matches(p, ok));
+  for (const char* no : {R"("abcd")", R"("b")", R"("ê")", "123", "2", R"("")"})
+    CHECK_FALSE(matches(p, no));
 }
 
 TEST_CASE("schema arrays: items, minItems, maxItems", "[grammar][schema]") {
