@@ -7,6 +7,7 @@
 
 #include "grammar_impl.hpp"
 #include "tpullm/support/error.hpp"
+#include "tpullm/support/utf8.hpp"
 
 namespace tpullm::grammar {
 
@@ -14,24 +15,6 @@ namespace {
 
 constexpr char32_t kMaxCp = 0x10FFFF;
 constexpr int kMaxRepeat = 1000; // the largest m or n of x{m,n}
-
-void utf8_append(std::string& out, char32_t c) {
-  if (c < 0x80) {
-    out += static_cast<char>(c);
-  } else if (c < 0x800) {
-    out += static_cast<char>(0xC0 | (c >> 6));
-    out += static_cast<char>(0x80 | (c & 0x3F));
-  } else if (c < 0x10000) {
-    out += static_cast<char>(0xE0 | (c >> 12));
-    out += static_cast<char>(0x80 | ((c >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (c & 0x3F));
-  } else {
-    out += static_cast<char>(0xF0 | (c >> 18));
-    out += static_cast<char>(0x80 | ((c >> 12) & 0x3F));
-    out += static_cast<char>(0x80 | ((c >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (c & 0x3F));
-  }
-}
 
 // The byte ranges of every UTF-8 sequence of the code points [lo, hi] (no surrogates inside):
 // each sequence is a product of byte ranges (the split of regex engines' UTF-8 automata).
@@ -62,8 +45,8 @@ void utf8_sequences(char32_t lo, char32_t hi, std::vector<ByteSeq>& out) {
     }
   }
   std::string a, z;
-  utf8_append(a, lo);
-  utf8_append(z, hi);
+  append_utf8(a, lo);
+  append_utf8(z, hi);
   ByteSeq seq;
   for (std::size_t k = 0; k < a.size(); ++k)
     seq.emplace_back(static_cast<std::uint8_t>(a[k]), static_cast<std::uint8_t>(z[k]));
@@ -269,7 +252,7 @@ void print_char(std::string& out, char32_t c, bool in_class) {
     out += buf;
     return;
   }
-  utf8_append(out, c);
+  append_utf8(out, c);
 }
 
 void print_item(std::string& out, const Item& it, const std::vector<Rule>& rules) {

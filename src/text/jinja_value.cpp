@@ -6,6 +6,8 @@
 #include <cmath>
 #include <cstdio>
 
+#include "tpullm/support/utf8.hpp"
+
 namespace tpullm::text::jinja {
 
 std::string one_line(std::string_view message) {
@@ -202,23 +204,8 @@ std::vector<char32_t> utf8_decode(std::string_view s) {
 
 std::string utf8_encode(const std::vector<char32_t>& cps) {
   std::string out;
-  for (char32_t c : cps) {
-    if (c < 0x80) {
-      out += static_cast<char>(c);
-    } else if (c < 0x800) {
-      out += static_cast<char>(0xC0 | (c >> 6));
-      out += static_cast<char>(0x80 | (c & 0x3F));
-    } else if (c < 0x10000) {
-      out += static_cast<char>(0xE0 | (c >> 12));
-      out += static_cast<char>(0x80 | ((c >> 6) & 0x3F));
-      out += static_cast<char>(0x80 | (c & 0x3F));
-    } else {
-      out += static_cast<char>(0xF0 | (c >> 18));
-      out += static_cast<char>(0x80 | ((c >> 12) & 0x3F));
-      out += static_cast<char>(0x80 | ((c >> 6) & 0x3F));
-      out += static_cast<char>(0x80 | (c & 0x3F));
-    }
-  }
+  for (char32_t c : cps)
+    append_utf8(out, c);
   return out;
 }
 

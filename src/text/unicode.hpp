@@ -7,6 +7,8 @@
 #include <string>
 #include <string_view>
 
+#include "tpullm/support/utf8.hpp"
+
 namespace tpullm::text::detail {
 
 /// `s` with each byte that is not part of a valid UTF-8 sequence (stray continuation, truncated
@@ -17,9 +19,6 @@ std::string sanitize_utf8(std::string_view s);
 inline std::size_t utf8_len(unsigned char lead) noexcept {
   return lead < 0x80 ? 1 : lead < 0xE0 ? 2 : lead < 0xF0 ? 3 : 4;
 }
-
-/// Appends the UTF-8 encoding of code point `cp`.
-void append_utf8(std::string& out, char32_t cp);
 
 /// Decodes the code point at s[i] (valid UTF-8 assumed) and advances i past it.
 char32_t next_code_point(std::string_view s, std::size_t& i) noexcept;
