@@ -154,6 +154,18 @@ ir::Module build_lm_head(const ModelDesc& d, bool greedy, const std::string& nam
   return m;
 }
 
+ir::Module build_final_norm(const ModelDesc& d, const std::string& name) {
+  ir::Module m(name);
+  ir::Function& f = m.add_function(name);
+  f.set_info({ir::StageKind::lm_head, -1, std::nullopt});
+  ir::Builder b(m, f);
+  b.set_loc(Location{name});
+  ir::Value* h = f.add_argument("hidden", ir::TensorType({1, 1, d.dims.hidden}, ir::DType::f32));
+  // The same op and weight as lm_head's first op, so an embedding is what the head reads.
+  b.ret({detail::rms_norm(b, h, "final_norm", d.final_norm, d.norm_eps)});
+  return m;
+}
+
 std::vector<ir::Module> build_top_modules(const ModelDesc& d, const StageParams& params) {
   params.validate(d.dims.max_position);
   const RopeWeights rope = rope_weights(d, params.seq_length); // one table for every block
@@ -178,6 +190,7 @@ std::vector<ir::Module> build_top_modules(const ModelDesc& d, const StageParams&
   out.push_back(build_lm_head(d, true, "lm_head_greedy"));
   for (std::int64_t batch : params.decode_batch_sizes())
     out.push_back(build_lm_head(d, false, StageNames::lm_head(batch), batch));
+  out.push_back(build_final_norm(d, "final_norm"));
   return out;
 }
 

@@ -29,6 +29,24 @@ Session::Session(StageExecutor& exec, SessionDims dims, frontend::StageParams pa
 auto Session::prefill(const std::vector<std::int32_t>& tokens, bool all_rows,
                       const std::function<void(std::int64_t, std::int64_t)>& progress)
     -> std::vector<float> {
+  std::vector<float> logits;
+  feed(tokens, all_rows, progress,
+       [&](int cur, std::int64_t r, std::int64_t) { append_logits(logits, cur, r); });
+  return logits;
+}
+
+auto Session::prefill_hidden(
+    const std::vector<std::int32_t>& tokens, bool all_rows,
+    const std::function<void(std::int64_t, std::span<const float>)>& on_hidden) -> void {
+  const auto H = static_cast<std::size_t>(dims_.hidden);
+  feed(tokens, all_rows, {}, [&](int cur, std::int64_t r, std::int64_t i) {
+    on_hidden(i, std::span<const float>(hidden_[cur]).subspan(static_cast<std::size_t>(r) * H, H));
+  });
+}
+
+auto Session::feed(const std::vector<std::int32_t>& tokens, bool all_rows,
+                   const std::function<void(std::int64_t, std::int64_t)>& progress,
+                   const std::function<void(int, std::int64_t, std::int64_t)>& row) -> void {
   const std::int64_t n = static_cast<std::int64_t>(tokens.size());
   check(n > 0, ErrorKind::invalid_input, "prompt", "is empty");
   const std::int64_t L = params_.max_input_length;
@@ -48,7 +66,6 @@ auto Session::prefill(const std::vector<std::int32_t>& tokens, bool all_rows,
           "--no-history); recompile without --no-history, or with --max-input-length >= ",
           n);
   }
-  std::vector<float> logits;
   for (std::int64_t start = 0; start < n; start += L) {
     const std::int64_t valid = std::min(L, n - start);
     const std::int64_t pos0 = length_;
@@ -59,9 +76,9 @@ auto Session::prefill(const std::vector<std::int32_t>& tokens, bool all_rows,
       // A padded segment would run past the cache: feed the tail token by token through the
       // decode stage instead (same results, no padding).
       for (std::int64_t r = start; r < n; ++r) {
-        auto row = decode(tokens[static_cast<std::size_t>(r)]);
+        const int cur = decode_hidden(tokens[static_cast<std::size_t>(r)]);
         if (all_rows || r == n - 1)
-          logits.insert(logits.end(), row.begin(), row.end());
+          row(cur, 0, r);
       }
       if (progress)
         progress(n, n);
@@ -85,14 +102,20 @@ auto Session::prefill(const std::vector<std::int32_t>& tokens, bool all_rows,
     length_ += valid;
     for (std::int64_t r = 0; r < valid; ++r)
       if (all_rows || start + r == n - 1)
-        append_logits(logits, cur, r);
+        row(cur, r, start + r);
     if (progress)
       progress(start + valid, n);
   }
-  return logits;
 }
 
 auto Session::decode(std::int32_t token) -> std::vector<float> {
+  const int cur = decode_hidden(token);
+  std::vector<float> logits;
+  append_logits(logits, cur, 0);
+  return logits;
+}
+
+auto Session::decode_hidden(std::int32_t token) -> int {
   check_room();
   const std::int64_t p = length_;
   check_ids({token});
@@ -107,9 +130,7 @@ auto Session::decode(std::int32_t token) -> std::vector<float> {
     cur ^= 1;
   }
   length_ += 1;
-  std::vector<float> logits;
-  append_logits(logits, cur, 0);
-  return logits;
+  return cur;
 }
 
 auto Session::generate(const std::vector<std::int32_t>& prompt, const GenerateOptions& options,

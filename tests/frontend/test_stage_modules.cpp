@@ -62,7 +62,8 @@ TEST_CASE("every stage module verifies and has the paper's signatures", "[fronte
   const auto p = test_params();
   auto modules = frontend::build_top_modules(d, p);
   const std::size_t per_layer = 2 + p.decode_lengths().size();
-  REQUIRE(modules.size() == 4 + static_cast<std::size_t>(d.dims.layers) * per_layer);
+  // embedding, embedding_cache, lm_head, lm_head_greedy, final_norm
+  REQUIRE(modules.size() == 5 + static_cast<std::size_t>(d.dims.layers) * per_layer);
   std::map<std::string, const ir::Module*> by_name;
   for (const auto& m : modules) {
     INFO(m.name());
@@ -94,6 +95,11 @@ TEST_CASE("every stage module verifies and has the paper's signatures", "[fronte
   const auto& head = only_function(*by_name.at("lm_head_greedy"));
   CHECK(head.result_types() ==
         std::vector<ir::TensorType>{ir::TensorType({1, 1, 1}, ir::DType::i32)});
+  const auto& norm = only_function(*by_name.at("final_norm"));
+  REQUIRE(norm.num_arguments() == 1);
+  CHECK(norm.argument(0)->type() == ir::TensorType({1, 1, H}, ir::DType::f32));
+  CHECK(norm.result_types() ==
+        std::vector<ir::TensorType>{ir::TensorType({1, 1, H}, ir::DType::f32)});
   const auto& emb = only_function(*by_name.at("embedding"));
   CHECK(emb.result_types() ==
         std::vector<ir::TensorType>{ir::TensorType({1, 64, H}, ir::DType::f32)});
@@ -106,6 +112,8 @@ TEST_CASE("every stage module verifies and has the paper's signatures", "[fronte
   CHECK(count(kv, ir::OpKind::top_Concat) == 2);
   CHECK(count(kv, ir::OpKind::top_FAttention) == 1);
   CHECK(count(block, ir::OpKind::top_RMSNorm) == (d.qk_norm ? 4 : 2));
+  CHECK(count(norm, ir::OpKind::top_RMSNorm) == 1);
+  CHECK(count(norm, ir::OpKind::top_MatMul) == 0);
 }
 
 TEST_CASE("interpreted Top modules reproduce the transformers logits", "[frontend][golden]") {

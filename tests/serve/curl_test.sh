@@ -74,7 +74,8 @@ expect 400 context_length_exceeded "${auth[@]}" "${json[@]}" "$url/v1/completion
   -d "{\"prompt\":[$ids]}"
 expect 400 invalid_value "${auth[@]}" "${json[@]}" "$url/v1/completions" \
   -d '{"prompt":[1, 99999999]}'
-expect 404 unknown_route "${auth[@]}" "$url/v1/embeddings"
+expect 404 unknown_route "${auth[@]}" "$url/v1/images/generations"
+expect 400 missing_required_parameter "${auth[@]}" "${json[@]}" "$url/v1/embeddings" -d '{}'
 expect 404 model_not_found "${auth[@]}" "${json[@]}" "$chat" \
   -d '{"model":"gpt-4","messages":[{"role":"user","content":"hi"}]}'
 

@@ -177,3 +177,60 @@ TEST_CASE("tools and tool history reach the template as transformers passes them
     CHECK(e.param == "response_format");
   }
 }
+
+TEST_CASE("embeddings requests are parsed into inputs and answered as OpenAI's list", "[serve]") {
+  const RequestLimits limits;
+  auto parse = [&](const json& j) { return parse_embeddings_request(j.dump(), "m", limits); };
+  auto refused = [&](const json& j) -> std::string {
+    try {
+      parse(j);
+    } catch (const ApiError& e) {
+      CHECK(e.status == 400);
+      return e.param;
+    }
+    return "(accepted)";
+  };
+  const auto one = parse({{"input", "hi"}});
+  REQUIRE(one.inputs.size() == 1);
+  CHECK(one.inputs[0].text == "hi");
+  CHECK(!one.base64);
+  const auto ids = parse({{"input", {{1, 2}, json::array({3})}}, {"encoding_format", "base64"}});
+  REQUIRE(ids.inputs.size() == 2);
+  CHECK(ids.inputs[0].ids == std::vector<std::int32_t>{1, 2});
+  CHECK(ids.inputs[1].ids == std::vector<std::int32_t>{3});
+  CHECK(ids.base64);
+  CHECK(parse({{"input", {5, 6}}, {"dimensions", 8}}).dimensions == 8);
+  CHECK(refused({{"model", "m"}}) == "input");
+  CHECK(refused({{"input", json::array()}}) == "input");
+  CHECK(refused({{"input", {"a", {1}}}}) == "input");
+  CHECK(refused({{"input", {-1}}}) == "input");
+  CHECK(refused({{"input", std::vector<std::string>(65, "x")}}) == "input");
+  CHECK(refused({{"input", "x"}, {"encoding_format", "hex"}}) == "encoding_format");
+  CHECK(refused({{"input", "x"}, {"dimensions", 0}}) == "dimensions");
+  try {
+    parse({{"input", "x"}, {"model", "other"}});
+    FAIL("no refusal");
+  } catch (const ApiError& e) {
+    CHECK(e.status == 404);
+  }
+
+  // RFC 4648's test vectors.
+  auto b64 = [](const std::string& s) {
+    return base64_encode(std::as_bytes(std::span<const char>(s.data(), s.size())));
+  };
+  CHECK(b64("") == "");
+  CHECK(b64("f") == "Zg==");
+  CHECK(b64("fo") == "Zm8=");
+  CHECK(b64("foo") == "Zm9v");
+  CHECK(b64("foobar") == "Zm9vYmFy");
+  const std::vector<std::vector<float>> v = {{1.0f, -0.5f}, {0.25f, 0.0f}};
+  const json f = json::parse(embeddings_body("m", v, false, 7));
+  CHECK(f["object"] == "list");
+  CHECK(f["model"] == "m");
+  CHECK(f["usage"] == json{{"prompt_tokens", 7}, {"total_tokens", 7}});
+  REQUIRE(f["data"].size() == 2);
+  CHECK(f["data"][1] == json{{"object", "embedding"}, {"index", 1}, {"embedding", {0.25, 0.0}}});
+  const json b = json::parse(embeddings_body("m", v, true, 7));
+  // 1.0f and -0.5f as float32 little-endian: 00 00 80 3f, 00 00 00 bf.
+  CHECK(b["data"][0]["embedding"] == "AACAPwAAAL8=");
+}

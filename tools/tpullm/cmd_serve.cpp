@@ -5,11 +5,13 @@
 // SIGTERM end the in-flight requests and exit 0 within a bound; a second signal exits at once.
 #include <signal.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <ctime>
 #include <filesystem>
 #include <iostream>
+#include <mutex>
 #include <optional>
 #include <thread>
 
@@ -22,7 +24,10 @@
 #include "serve_metrics.hpp"
 #include "serve_scheduler.hpp"
 #include "tpullm/frontend/memory_estimate.hpp"
+#include "tpullm/runtime/compiled_stages.hpp"
 #include "tpullm/runtime/conversation.hpp"
+#include "tpullm/runtime/embeddings.hpp"
+#include "tpullm/runtime/engine.hpp"
 #include "tpullm/runtime/text_side.hpp"
 
 namespace tpullm::cli {
@@ -153,8 +158,21 @@ struct Server {
   serve::Metrics metrics;
   std::unique_ptr<serve::Scheduler> scheduler;
   std::atomic<std::uint64_t> next_id{1};
-  std::atomic<int> streams{0};       ///< streaming answers still being written
-  std::atomic<bool> stopping{false}; ///< a stop signal came
+  std::atomic<int> streams{0};                       ///< streaming answers still being written
+  std::atomic<bool> stopping{false};                 ///< a stop signal came
+  runtime::Pooling pooling = runtime::Pooling::last; ///< --pooling of /v1/embeddings
+  std::size_t max_queue = 8;                         ///< --max-queue
+  std::int64_t cores = 0;                            ///< --threads (0: the bundle target's)
+
+  /// /v1/embeddings computes on an executor of its own (one KV slot, built at the first such
+  /// request), never on the scheduler's: it cannot touch a slot's cache or race with the
+  /// scheduler thread. Requests take turns under embed_m; one computes and at most max_queue
+  /// wait (more get 503).
+  std::mutex embed_m;
+  std::unique_ptr<runtime::Executor> embed_exec;         ///< under embed_m
+  std::unique_ptr<runtime::CompiledStages> embed_stages; ///< under embed_m
+  std::unique_ptr<runtime::Session> embed_session;       ///< under embed_m
+  std::atomic<std::size_t> embed_in_flight{0};           ///< computing or waiting for embed_m
 
   /// 401 unless the request carries `Authorization: Bearer KEY` (the scheme in any case, RFC
   /// 7235; the key compared in constant time). The connection closes after a 401 (a body is
@@ -243,6 +261,89 @@ struct Server {
     } catch (const Error& e) {
       throw ApiError{400, e.what(), "invalid_request_error", "tools", "unsupported_value"};
     }
+  }
+
+  /// POST /v1/embeddings: each input tokenized (text: special tokens added, as /v1/completions)
+  /// and checked, then embedded in order (runtime/embeddings.hpp) with --pooling, normalized.
+  void embeddings(const httplib::Request& req, const httplib::ContentReader& reader,
+                  httplib::Response& res) {
+    authorize(req);
+    const std::string body = read_body(req, reader, stopping);
+    const auto e = serve::parse_embeddings_request(body, model_id, limits);
+    const auto& m = bundle->model();
+    if (std::none_of(bundle->programs().begin(), bundle->programs().end(),
+                     [](const auto& p) { return p.name == "final_norm"; }))
+      throw ApiError{400, "this bundle has no final_norm stage; recompile it",
+                     "invalid_request_error", "model", "unsupported_model"};
+    if (e.dimensions && *e.dimensions != m.hidden)
+      throw ApiError{400,
+                     "'dimensions' must be the model's hidden size " + std::to_string(m.hidden) +
+                         " (embeddings are not shortened), got " + std::to_string(*e.dimensions),
+                     "invalid_request_error", "dimensions", "invalid_value"};
+    std::vector<std::vector<std::int32_t>> prompts;
+    std::int64_t tokens = 0;
+    for (std::size_t i = 0; i < e.inputs.size(); ++i) {
+      const auto& in = e.inputs[i];
+      const std::string which = e.inputs.size() > 1 ? "input " + std::to_string(i) : "the input";
+      std::vector<std::int32_t> ids = in.ids;
+      if (in.text) {
+        try {
+          ids = text.tokenizer.encode(*in.text, true);
+        } catch (const Error& x) {
+          throw ApiError{400, which + ": " + x.what(), "invalid_request_error", "input", ""};
+        }
+      }
+      for (auto id : ids)
+        if (id >= m.vocab)
+          throw ApiError{400,
+                         which + ": token id " + std::to_string(id) +
+                             " is outside the vocabulary [0, " + std::to_string(m.vocab) + ")",
+                         "invalid_request_error", "input", "invalid_value"};
+      const auto n = static_cast<std::int64_t>(ids.size());
+      if (n == 0)
+        throw ApiError{400, which + " has no tokens", "invalid_request_error", "input", ""};
+      const std::int64_t most = m.params.with_history
+                                    ? m.params.seq_length
+                                    : std::min(m.params.seq_length, m.params.max_input_length);
+      if (n > most)
+        throw ApiError{400,
+                       which + " has " + std::to_string(n) + " tokens; at most " +
+                           std::to_string(most) + " fit this bundle" +
+                           (m.params.with_history ? " (its compiled sequence length)"
+                                                  : " (one prefill: compiled with --no-history)"),
+                       "invalid_request_error", "input", "context_length_exceeded"};
+      tokens += n;
+      prompts.push_back(std::move(ids));
+    }
+    const ApiError busy{503,
+                        "the server is busy: an embeddings request is computing and " +
+                            std::to_string(max_queue) + " are already waiting; retry later",
+                        "server_error", "", "queue_full"};
+    struct InFlight {
+      std::atomic<std::size_t>& n;
+      ~InFlight() { --n; }
+    } in_flight{embed_in_flight};
+    if (++embed_in_flight > max_queue + 1)
+      throw busy;
+    std::vector<std::vector<float>> vectors;
+    try {
+      std::lock_guard lock(embed_m);
+      if (!embed_session) {
+        embed_exec = bundle->make_executor(cores, 1);
+        embed_stages = std::make_unique<runtime::CompiledStages>(*embed_exec, 0);
+        embed_session = std::make_unique<runtime::Session>(*embed_stages,
+                                                           runtime::Engine::dims_of(m), m.params);
+      }
+      for (const auto& ids : prompts) {
+        if (stopping)
+          throw ApiError{503, "the server is shutting down", "server_error", "", "shutting_down"};
+        vectors.push_back(runtime::embed(*embed_session, ids, {pooling, true}));
+      }
+    } catch (const Error& x) {
+      throw ApiError(serve::api_error(x));
+    }
+    res.set_content(serve::embeddings_body(model_id, vectors, e.base64, tokens),
+                    "application/json");
   }
 
   void generate(const httplib::Request& req, const httplib::ContentReader& reader,
@@ -444,12 +545,14 @@ int cmd_serve(const std::vector<std::string>& args) {
   std::string host = "127.0.0.1", api_key;
   int port = 8080, slots = 0;
   std::int64_t max_queue = 8, request_timeout = 10;
+  std::string pooling = "last";
   bool reuse_port = false;
   BundleArgs source;
   po::options_description o("tpullm serve BUNDLE [options]\n\n"
                             "BUNDLE: a bundle file, a checkpoint folder or a .gguf file.\n"
                             "An OpenAI-compatible HTTP server: POST /v1/chat/completions, POST "
-                            "/v1/completions, GET /v1/models, GET /health, GET /metrics.\n\n"
+                            "/v1/completions, POST /v1/embeddings, GET /v1/models, GET /health, "
+                            "GET /metrics.\n\n"
                             "options");
   o.add_options()("help,h", "show this help")("host", po::value(&host)->default_value(host),
                                               "address to listen on")(
@@ -465,7 +568,9 @@ int cmd_serve(const std::vector<std::string>& args) {
       "request-timeout", po::value(&request_timeout)->default_value(request_timeout),
       "seconds a whole request (headers and body) may take to arrive; then 408")(
       "reuse-port", po::bool_switch(&reuse_port),
-      "share the port with other servers (SO_REUSEPORT); without it a port in use is refused");
+      "share the port with other servers (SO_REUSEPORT); without it a port in use is refused")(
+      "pooling", po::value(&pooling)->default_value(pooling),
+      "how /v1/embeddings pools a prompt's final hidden states: last (the last token's) or mean");
   po::variables_map vm;
   if (!parse_bundle_command(args, o, source, vm))
     return kOk;
@@ -476,6 +581,7 @@ int cmd_serve(const std::vector<std::string>& args) {
         "must be in [0, 256] (0: what memory allows), got ", slots);
   check(max_queue >= 0 && max_queue <= 4096, ErrorKind::invalid_input, "--max-queue",
         "must be in [0, 4096], got ", max_queue);
+  const runtime::Pooling pool_mode = runtime::parse_pooling(pooling, "--pooling");
   check(request_timeout >= 1 && request_timeout <= 3600, ErrorKind::invalid_input,
         "--request-timeout", "must be in [1, 3600] seconds, got ", request_timeout);
   // An empty key (an unset shell variable in --api-key "$KEY") would turn authentication off
@@ -526,6 +632,9 @@ int cmd_serve(const std::vector<std::string>& args) {
     id_path = id_path.parent_path();
   s.model_id = id_path.stem().string();
   s.api_key = api_key;
+  s.pooling = pool_mode;
+  s.max_queue = static_cast<std::size_t>(max_queue);
+  s.cores = cores;
   if (slots == 0)
     slots = default_slots(*s.bundle, cores);
   s.scheduler = std::make_unique<serve::Scheduler>(
@@ -544,7 +653,8 @@ int cmd_serve(const std::vector<std::string>& args) {
   http.set_logger([&s](const httplib::Request& req, const httplib::Response& res) {
     // Routes by name (an unknown path is "other": clients cannot grow the label set).
     const bool known = req.path == "/v1/chat/completions" || req.path == "/v1/completions" ||
-                       req.path == "/v1/models" || req.path == "/health" || req.path == "/metrics";
+                       req.path == "/v1/embeddings" || req.path == "/v1/models" ||
+                       req.path == "/health" || req.path == "/metrics";
     s.metrics.count_request(known ? req.path : "other", res.status);
     // What the client sent is escaped: a decoded newline or escape sequence in the path must
     // not forge a log line or drive the terminal.
@@ -552,7 +662,8 @@ int cmd_serve(const std::vector<std::string>& args) {
               << serve::log_escape(req.path) << " " << res.status << "\n";
   });
   // A request whose body is refused here is answered without reading it (and its connection
-  // closed): only the two generation routes read bodies, each through read_body's bound.
+  // closed): only the two generation routes and /v1/embeddings read bodies, each through
+  // read_body's bound.
   http.set_expect_100_continue_handler([](const httplib::Request& req, httplib::Response& res) {
     const std::string v = req.get_header_value("Content-Length");
     if (v.empty()) // chunked: bounded while it is read
@@ -565,8 +676,9 @@ int cmd_serve(const std::vector<std::string>& args) {
     return 413;
   });
   http.set_pre_routing_handler([](const httplib::Request& req, httplib::Response& res) {
-    const bool generation = req.method == "POST" &&
-                            (req.path == "/v1/chat/completions" || req.path == "/v1/completions");
+    const bool generation =
+        req.method == "POST" && (req.path == "/v1/chat/completions" ||
+                                 req.path == "/v1/completions" || req.path == "/v1/embeddings");
     const std::string length = req.get_header_value("Content-Length");
     const bool body = req.has_header("Transfer-Encoding") || (!length.empty() && length != "0") ||
                       req.method == "POST" || req.method == "PUT" || req.method == "PATCH" ||
@@ -621,6 +733,10 @@ int cmd_serve(const std::vector<std::string>& args) {
   http.Post("/v1/completions", [&s](const httplib::Request& req, httplib::Response& res,
                                     const httplib::ContentReader& reader) {
     answer(res, [&] { s.generate(req, reader, res, false); });
+  });
+  http.Post("/v1/embeddings", [&s](const httplib::Request& req, httplib::Response& res,
+                                   const httplib::ContentReader& reader) {
+    answer(res, [&] { s.embeddings(req, reader, res); });
   });
   http.Get("/v1/models", [&s](const httplib::Request& req, httplib::Response& res) {
     answer(res, [&] {

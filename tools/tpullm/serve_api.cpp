@@ -2,7 +2,9 @@
 #include "serve_api.hpp"
 
 #include <cctype>
+#include <bit>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <set>
 
@@ -731,6 +733,128 @@ with_empty_tool_call_content(const nlohmann::ordered_json& messages) {
   if (!changed)
     return std::nullopt;
   return out;
+}
+
+EmbeddingsRequest parse_embeddings_request(const std::string& body, const std::string& model,
+                                           const RequestLimits& limits) {
+  json j;
+  try {
+    j = parse_ordered_json(body, "the body", "the body is not valid JSON");
+  } catch (const Error& e) {
+    throw ApiError{400, e.message(), "invalid_request_error", "", "invalid_json"};
+  }
+  if (!j.is_object())
+    bad("", "the body must be a JSON object", "invalid_type");
+  if (j.contains("model") && !j["model"].is_null()) {
+    if (!j["model"].is_string())
+      bad("model", "'model' must be a string", "invalid_type");
+    if (j["model"].get<std::string>() != model)
+      throw ApiError{404,
+                     "the model '" + j["model"].get<std::string>() +
+                         "' does not exist (this server serves '" + model + "')",
+                     "invalid_request_error", "model", "model_not_found"};
+  }
+  if (!j.contains("input") || j["input"].is_null())
+    bad("input", "'input' is required", "missing_required_parameter");
+  EmbeddingsRequest r;
+  std::size_t ids_in_all = 0;
+  auto ids = [&](const json& a) {
+    EmbeddingsRequest::Input in;
+    if (a.empty())
+      bad("input", "an input is empty");
+    ids_in_all += a.size();
+    if (ids_in_all > limits.max_prompt_ids)
+      bad("input", "the inputs have more than " + std::to_string(limits.max_prompt_ids) +
+                       " token ids in all");
+    for (const auto& v : a) {
+      if (!v.is_number_integer() || v.get<std::int64_t>() < 0 ||
+          v.get<std::int64_t>() > std::numeric_limits<std::int32_t>::max())
+        bad("input", "a token-id input must be an array of non-negative integers");
+      in.ids.push_back(static_cast<std::int32_t>(v.get<std::int64_t>()));
+    }
+    r.inputs.push_back(std::move(in));
+  };
+  auto text = [&](const json& t) {
+    if (t.get_ref<const std::string&>().empty())
+      bad("input", "an input is empty");
+    r.inputs.push_back({t.get<std::string>(), {}});
+  };
+  const json& in = j["input"];
+  const char* shape = "'input' must be a string, an array of strings, an array of token ids or "
+                      "an array of arrays of token ids";
+  if (in.is_string()) {
+    text(in);
+  } else if (in.is_array() && !in.empty() && in[0].is_number()) {
+    ids(in);
+  } else if (in.is_array() && !in.empty()) {
+    if (in.size() > limits.max_embedding_inputs)
+      bad("input", "at most " + std::to_string(limits.max_embedding_inputs) +
+                       " inputs per request, got " + std::to_string(in.size()));
+    const bool strings = in[0].is_string();
+    for (const auto& e : in) {
+      if (strings && e.is_string())
+        text(e);
+      else if (!strings && e.is_array())
+        ids(e);
+      else
+        bad("input", std::string(shape) + " (not a mix)", "invalid_type");
+    }
+  } else if (in.is_array()) {
+    bad("input", "'input' is an empty array");
+  } else {
+    bad("input", shape, "invalid_type");
+  }
+  if (j.contains("encoding_format") && !j["encoding_format"].is_null()) {
+    const json& f = j["encoding_format"];
+    if (!f.is_string() || (f.get<std::string>() != "float" && f.get<std::string>() != "base64"))
+      bad("encoding_format", "'encoding_format' must be \"float\" or \"base64\"");
+    r.base64 = f.get<std::string>() == "base64";
+  }
+  r.dimensions = integer(j, "dimensions", 1, std::numeric_limits<std::int32_t>::max());
+  if (j.contains("user") && !j["user"].is_null() && !j["user"].is_string())
+    bad("user", "'user' must be a string", "invalid_type");
+  return r;
+}
+
+std::string base64_encode(std::span<const std::byte> bytes) {
+  static constexpr char kDigits[] =
+      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  out.reserve((bytes.size() + 2) / 3 * 4);
+  std::size_t i = 0;
+  auto at = [&](std::size_t k) { return static_cast<std::uint32_t>(bytes[k]); };
+  for (; i + 3 <= bytes.size(); i += 3) {
+    const std::uint32_t v = at(i) << 16 | at(i + 1) << 8 | at(i + 2);
+    for (int s = 18; s >= 0; s -= 6)
+      out.push_back(kDigits[(v >> s) & 63]);
+  }
+  if (const std::size_t rest = bytes.size() - i; rest > 0) {
+    const std::uint32_t v = at(i) << 16 | (rest == 2 ? at(i + 1) << 8 : 0);
+    out.push_back(kDigits[(v >> 18) & 63]);
+    out.push_back(kDigits[(v >> 12) & 63]);
+    out.push_back(rest == 2 ? kDigits[(v >> 6) & 63] : '=');
+    out.push_back('=');
+  }
+  return out;
+}
+
+std::string embeddings_body(const std::string& model, std::span<const std::vector<float>> vectors,
+                            bool base64, std::int64_t prompt_tokens) {
+  static_assert(std::endian::native == std::endian::little,
+                "base64 embeddings are float32 little-endian bytes");
+  json data = json::array();
+  for (std::size_t i = 0; i < vectors.size(); ++i) {
+    json e = {{"object", "embedding"}, {"index", i}};
+    if (base64)
+      e["embedding"] = base64_encode(std::as_bytes(std::span<const float>(vectors[i])));
+    else
+      e["embedding"] = vectors[i];
+    data.push_back(std::move(e));
+  }
+  return dump(json{{"object", "list"},
+                   {"data", std::move(data)},
+                   {"model", model},
+                   {"usage", {{"prompt_tokens", prompt_tokens}, {"total_tokens", prompt_tokens}}}});
 }
 
 } // namespace tpullm::cli::serve

@@ -44,13 +44,14 @@ std::string error_body(const ApiError& e);
 
 /// Limits on what a request may ask for (documented in docs/serve.md).
 struct RequestLimits {
-  std::size_t max_messages = 1024;      ///< messages per chat request
-  std::size_t max_stop = 4;             ///< stop strings (OpenAI's limit)
-  std::size_t max_stop_bytes = 256;     ///< bytes of one stop string
-  std::size_t max_prompt_ids = 1 << 20; ///< token ids of a /v1/completions id prompt
-  std::size_t max_tools = 128;          ///< tools per request (OpenAI's limit)
-  std::size_t max_tool_bytes = 1 << 20; ///< bytes of the tools array as compact JSON
-  std::size_t max_tool_calls = 128;     ///< tool_calls of one assistant message
+  std::size_t max_messages = 1024;       ///< messages per chat request
+  std::size_t max_stop = 4;              ///< stop strings (OpenAI's limit)
+  std::size_t max_stop_bytes = 256;      ///< bytes of one stop string
+  std::size_t max_prompt_ids = 1 << 20;  ///< token ids of a /v1/completions id prompt
+  std::size_t max_tools = 128;           ///< tools per request (OpenAI's limit)
+  std::size_t max_tool_bytes = 1 << 20;  ///< bytes of the tools array as compact JSON
+  std::size_t max_tool_calls = 128;      ///< tool_calls of one assistant message
+  std::size_t max_embedding_inputs = 64; ///< inputs of one /v1/embeddings request
 };
 
 /// tool_choice: whether and which tool the answer must call.
@@ -160,5 +161,35 @@ std::string chunk_json(const AnswerIds& ids, const std::string& text, bool role,
 /// type, function: {name, arguments: ""}}], then [{index, function: {arguments}}].
 std::vector<std::string> tool_call_chunks(const AnswerIds& ids, std::size_t index,
                                           const runtime::ToolCall& call);
+
+/// A /v1/embeddings request, checked: one input per vector, each either text or token ids.
+struct EmbeddingsRequest {
+  /// The inputs in order: text (tokenized later) or token ids (checked against the vocabulary
+  /// later); exactly one of the two is set per input.
+  struct Input {
+    std::optional<std::string> text; ///< a text input (not empty)
+    std::vector<std::int32_t> ids;   ///< a token-id input (not empty)
+  };
+  std::vector<Input> inputs;              ///< 1..max_embedding_inputs of them
+  bool base64 = false;                    ///< encoding_format "base64" (else "float")
+  std::optional<std::int64_t> dimensions; ///< as sent (the caller refuses one that is not H)
+};
+
+/// Parses a /v1/embeddings body: `input` a string, an array of strings, an array of token ids
+/// or an array of arrays of token ids (at most limits.max_embedding_inputs inputs, each not
+/// empty, limits.max_prompt_ids ids in all), `model` (404 when it names another), optional
+/// `encoding_format` ("float" or "base64"), `dimensions` (a positive integer) and `user`
+/// (ignored). Throws ApiError (400 naming the param, 404).
+EmbeddingsRequest parse_embeddings_request(const std::string& body, const std::string& model,
+                                           const RequestLimits& limits);
+
+/// The standard base64 (RFC 4648, padded) of `bytes`.
+std::string base64_encode(std::span<const std::byte> bytes);
+
+/// OpenAI's answer to /v1/embeddings: {"object": "list", "data": [{"object": "embedding",
+/// "index", "embedding"}], "model", "usage": {"prompt_tokens", "total_tokens"}}; each embedding
+/// an array of numbers, or with `base64` the base64 of its float32 little-endian bytes.
+std::string embeddings_body(const std::string& model, std::span<const std::vector<float>> vectors,
+                            bool base64, std::int64_t prompt_tokens);
 
 } // namespace tpullm::cli::serve

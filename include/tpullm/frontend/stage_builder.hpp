@@ -11,6 +11,8 @@
 ///   lm_head          (hidden [1, 1, H]) -> logits [1, 1, V] f32
 ///   lm_head_bB       (hidden [B, 1, H]) -> logits [B, 1, V] f32
 ///   lm_head_greedy   (hidden [1, 1, H]) -> token [1, 1, 1] i32 (ArgMax inside)
+///   final_norm       (hidden [1, 1, H]) -> normed [1, 1, H] f32 (the model's final RMSNorm,
+///                    lm_head's first op: what embeddings return, runtime/embeddings.hpp)
 /// k and v are the new tokens' post-RoPE keys and values [1, L, kv_heads, d]. Every block
 /// module comes from one parameterized template (block_template), never three copies.
 
@@ -70,11 +72,15 @@ ir::Module build_embedding(const ModelDesc& d, std::int64_t tokens, const std::s
 ir::Module build_lm_head(const ModelDesc& d, bool greedy, const std::string& name,
                          std::int64_t batch = 1);
 
+/// `final_norm`: hidden [1, 1, H] -> normed [1, 1, H] f32, the final RMSNorm alone (the same op
+/// and weight as lm_head's first op).
+ir::Module build_final_norm(const ModelDesc& d, const std::string& name);
+
 /// Every stage module of the model for `params`, in a deterministic order: embedding,
 /// embedding_cache, then per layer block_i and block_kv_i (with_history) for each prefill
 /// length (max_input_length first: block_i; then block_i_P for the shorter variants),
 /// block_cache_i_S for each decode length (then block_cache_i_S_bB for each batched decode size
-/// B), then lm_head, lm_head_greedy and lm_head_bB for each B.
+/// B), then lm_head, lm_head_greedy, lm_head_bB for each B, and final_norm.
 std::vector<ir::Module> build_top_modules(const ModelDesc& d, const StageParams& params);
 
 } // namespace tpullm::frontend

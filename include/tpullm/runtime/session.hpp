@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -85,8 +86,18 @@ public:
   std::vector<float> prefill(const std::vector<std::int32_t>& tokens, bool all_rows,
                              const std::function<void(std::int64_t, std::int64_t)>& progress = {});
 
+  /// Feeds `tokens` as prefill() does but runs no lm_head: `on_hidden(i, row)` sees the last
+  /// block's hidden state [hidden] (before the final norm) of prompt token i, for every i when
+  /// `all_rows`, else for the last one only, in order. The row is valid during the call. Same
+  /// refusals as prefill().
+  void prefill_hidden(const std::vector<std::int32_t>& tokens, bool all_rows,
+                      const std::function<void(std::int64_t, std::span<const float>)>& on_hidden);
+
   /// Feeds one token at position length() and returns its logits [vocab].
   std::vector<float> decode(std::int32_t token);
+
+  /// The executor the stages run on.
+  StageExecutor& executor() { return exec_; }
 
   /// Generates an answer to `prompt` (fed after what the cache already holds: a second turn
   /// goes through prefill_kv with the kept cache): prefill, then sample / decode until an eos
@@ -150,6 +161,15 @@ private:
   /// new keys / values at slots [pos0, pos0 + L).
   void block(StageHandle fn, std::int64_t layer, std::int64_t L, std::int64_t pos0, std::int64_t S,
              int cur);
+
+  /// prefill() and prefill_hidden(): `row(cur, r, i)` takes row r of hidden buffer `cur`, the
+  /// hidden state of prompt token i, for every token when `all_rows`, else the last one.
+  void feed(const std::vector<std::int32_t>& tokens, bool all_rows,
+            const std::function<void(std::int64_t, std::int64_t)>& progress,
+            const std::function<void(int, std::int64_t, std::int64_t)>& row);
+  /// Feeds one token at position length() through the decode stage; returns the hidden buffer
+  /// holding its last hidden state (row 0).
+  int decode_hidden(std::int32_t token);
 
   /// Runs lm_head on row r of hidden buffer `cur` and appends the logits.
   void append_logits(std::vector<float>& logits, int cur, std::int64_t r);
