@@ -10,14 +10,19 @@
 // answer valid: the bias changes how many answers end within the budget, never their validity.
 //
 // Usage: tpullm-structured-sample TOKENIZER_DIR (SCHEMA.json | --json-object) FIRST_SEED ANSWERS
-//        MAX_TOKENS
+//        MAX_TOKENS [--timing]
+// --timing also writes to stderr the time per step with the grammar and, on the same rows, of a
+// fresh Generation's free step: the difference is the mask's cost per token for this schema (a
+// measurement, never an assertion).
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
 #include <random>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -30,7 +35,8 @@
 using namespace tpullm;
 
 int main(int argc, char** argv) {
-  if (argc != 6) {
+  const bool timing = argc == 7 && std::string_view(argv[6]) == "--timing";
+  if (argc != 6 && !timing) {
     std::cerr << "usage: tpullm-structured-sample TOKENIZER_DIR (SCHEMA.json | --json-object) "
                  "FIRST_SEED ANSWERS MAX_TOKENS\n";
     return 2;
@@ -69,6 +75,9 @@ int main(int argc, char** argv) {
       x = normal(noise_rng);
 
     std::vector<float> row(vocab);
+    using clock = std::chrono::steady_clock;
+    clock::duration with_grammar{}, free_text{};
+    std::int64_t steps = 0;
     for (int a = 0; a < answers; ++a) {
       const std::uint64_t seed = first + static_cast<std::uint64_t>(a);
       runtime::GenerateOptions o;
@@ -78,6 +87,8 @@ int main(int argc, char** argv) {
       o.stop.max_new_tokens = max_tokens;
       o.grammar = grammar;
       runtime::Generation gen(o, &tok, {});
+      runtime::GenerateOptions free_options = o;
+      free_options.grammar = nullptr;
       std::mt19937_64 rng(seed ^ 0x9e3779b97f4a7c15ull);
       while (!gen.done()) {
         // The noise table rotated by a random offset, then the bias.
@@ -86,7 +97,20 @@ int main(int argc, char** argv) {
         std::copy(noise.begin(), noise.begin() + off, row.end() - off);
         for (std::size_t i : biased)
           row[i] += 12.0f;
-        (void)gen.step(row, 0, 1 << 20);
+        const auto t0 = clock::now();
+        const runtime::GenerationStep st = gen.step(row, 0, 1 << 20);
+        const auto t1 = clock::now();
+        if (timing) {
+          // The same work without the grammar: a free step on the same row (its token is
+          // dropped), for the sampler and the detokenizer's share.
+          runtime::Generation probe(free_options, &tok, {});
+          const auto t2 = clock::now();
+          (void)probe.step(row, 0, 1 << 20);
+          free_text += clock::now() - t2;
+          with_grammar += t1 - t0;
+          ++steps;
+        }
+        (void)st;
       }
       std::cout << nlohmann::json{{"seed", seed},
                                   {"stop", std::string(runtime::to_string(*gen.stop_reason()))},
@@ -94,6 +118,14 @@ int main(int argc, char** argv) {
                        .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)
                 << "\n";
     }
+    if (timing && steps > 0)
+      std::cerr << "steps " << steps << ", us per step with the grammar "
+                << std::chrono::duration<double, std::micro>(with_grammar).count() /
+                       static_cast<double>(steps)
+                << ", without "
+                << std::chrono::duration<double, std::micro>(free_text).count() /
+                       static_cast<double>(steps)
+                << "\n";
   } catch (const std::exception& e) {
     std::cerr << "tpullm-structured-sample: " << e.what() << "\n";
     return 1;
