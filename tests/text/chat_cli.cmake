@@ -49,6 +49,33 @@ foreach(mode IN ITEMS run chat)
 endforeach()
 tpullm_bundle_text_test(run-stop-with-ids 2 "--stop: applies to text answers \\(--prompt, --chat\\), not to --prompt-ids"
   ${tpullm} run ${C}/chat.bundle --prompt-ids 1,2 --stop x)
+# Constrained answers (docs/grammar.md): the random model's answer under a JSON Schema enum, a
+# grammar file or json_object can only be a sentence of that language, ended by eos where the
+# language may end; refusals are one line, exit 2.
+file(WRITE ${C}/yesno.schema.json "{\"enum\": [\"yes\", \"no\"]}")
+file(WRITE ${C}/abcd.gbnf "root ::= \"ab\" | \"cd\" \"!\"*\n")
+file(WRITE ${C}/not.schema.json "{\"type\": \"object\", \"not\": {}}")
+foreach(seed IN ITEMS 1 2 3)
+  tpullm_bundle_text_test(run-json-schema-${seed} 0 "^\"(yes|no)\"\n(.|\n)*stopped: eos after"
+    ${tpullm} run ${C}/chat.bundle --chat "Yes or no?" -n 16 --temperature 1 --seed ${seed}
+    --json-schema ${C}/yesno.schema.json)
+endforeach()
+tpullm_bundle_text_test(run-grammar 0 "^(ab|cd!*)\n(.|\n)*stopped: (eos|token budget) after"
+  ${tpullm} run ${C}/chat.bundle --prompt "Say it" -n 12 --grammar ${C}/abcd.gbnf)
+tpullm_bundle_text_test(run-json 0 "^\\{"
+  ${tpullm} run ${C}/chat.bundle --chat "JSON please" -n 8 --json)
+file(WRITE ${C}/yesno-turn.txt "Yes or no?\n")
+tpullm_bundle_text_test(chat-json-schema 0 "\"(yes|no)\"\n(.|\n)*stopped: eos"
+  /bin/sh -c "exec '$<TARGET_FILE:tpullm-driver>' chat '${C}/chat.bundle' -n 16 --json-schema '${C}/yesno.schema.json' < '${C}/yesno-turn.txt'")
+tpullm_bundle_text_test(run-json-schema-refused 2 "json schema: 'not' is not supported at /not"
+  ${tpullm} run ${C}/chat.bundle --chat "x" --json-schema ${C}/not.schema.json)
+tpullm_bundle_text_test(run-two-constraints 2 "takes no"
+  ${tpullm} run ${C}/chat.bundle --chat "x" --json --grammar ${C}/abcd.gbnf)
+tpullm_bundle_text_test(run-json-with-ids 2 "apply to text answers"
+  ${tpullm} run ${C}/chat.bundle --prompt-ids 1,2 --json)
+tpullm_bundle_text_test(run-json-schema-missing 2 "yesno-missing.json"
+  ${tpullm} run ${C}/chat.bundle --chat "x" --json-schema ${C}/yesno-missing.json)
+
 # Five turns piped in: every later turn reuses the cached conversation and prefills only its
 # new tokens (prefill_kv), as the per-turn figures show.
 file(WRITE ${C}/five.txt "Hi there\nWhat is two plus two?\n/reset\nTell me about the sea.\nAnd then?\nThanks, bye\n")
