@@ -102,9 +102,8 @@ TEST_CASE("a huge enum shares its prefixes: every value matches, nothing else",
   // 1000 values behind one common prefix: one parse per value would pass kMaxStacks.
   json values = json::array();
   for (int i = 0; i < 1000; ++i) {
-    char buf[16];
-    std::snprintf(buf, sizeof buf, "item_%04d", i);
-    values.push_back(buf);
+    const std::string digits = std::to_string(i);
+    values.push_back("item_" + std::string(4 - digits.size(), '0') + digits);
   }
   const json e = {{"enum", values}};
   for (int i = 0; i < 1000; i += 37)
