@@ -617,8 +617,12 @@ private:
       return {Item{-1, complement({})}};
     }
     if (c == '(') {
+      // The parser recurses per group: a bound keeps hostile text from overflowing the stack.
+      if (++group_depth_ > kMaxGroupDepth)
+        error(at, "groups nested deeper than " + std::to_string(kMaxGroupDepth));
       ++i_;
       auto alts = alternatives();
+      --group_depth_;
       if (i_ >= s_.size() || s_[i_] != ')')
         error(at, "unbalanced '('");
       ++i_;
@@ -633,8 +637,10 @@ private:
     error(at, std::string("unexpected character '") + c + "'");
   }
 
+  static constexpr int kMaxGroupDepth = 256; ///< deepest nesting of '(' groups
   std::string_view s_;
   std::size_t i_ = 0;
+  int group_depth_ = 0;
   std::vector<Rule> rules_;
   std::map<std::string, int> names_;
   std::vector<char> defined_;

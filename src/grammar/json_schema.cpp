@@ -755,11 +755,19 @@ private:
     // The rule is named before its body is built, so recursion refers to it.
     const std::string name = fresh("ref" + target.substr(1));
     refs_[target] = name;
+    // Each new $ref inside the one being built recurses: a bound keeps a hostile chain of
+    // references from overflowing the stack.
+    if (++ref_depth_ > kMaxRefDepth)
+      unsupported("$ref' chained deeper than " + std::to_string(kMaxRefDepth) + " at '" + target,
+                  path);
     rules_[name] = visit(*node, target.substr(1));
+    --ref_depth_;
     return name;
   }
 
+  static constexpr int kMaxRefDepth = 256; ///< most $refs being resolved inside each other
   const json& root_;
+  int ref_depth_ = 0;
   std::map<std::string, std::string> rules_;
   std::set<std::string> reserved_;
   std::set<std::string> used_common_;

@@ -103,14 +103,17 @@ GenerationStep Generation::step(std::span<const float> logits, std::int64_t leng
     const float* in = logits.data();
     float* out = masked_.data();
     for (std::size_t w = 0; w * 64 < n; ++w) {
-      const std::uint64_t bits = w < allowed_.size() ? allowed_[w] : 0;
       const std::size_t base = w * 64, len = std::min<std::size_t>(64, n - base);
+      // Bits of ids past the row (a tokenizer larger than the model's vocabulary) are dropped,
+      // so `any` never counts a token the row cannot hold.
+      const std::uint64_t keep = len == 64 ? ~std::uint64_t{0} : (std::uint64_t{1} << len) - 1;
+      const std::uint64_t bits = (w < allowed_.size() ? allowed_[w] : 0) & keep;
       if (bits == 0) {
         std::fill(out + base, out + base + len, kNone);
         continue;
       }
       any = true;
-      if (bits == ~std::uint64_t{0}) {
+      if (bits == keep) {
         std::copy(in + base, in + base + len, out + base);
         continue;
       }

@@ -111,6 +111,14 @@ TEST_CASE("bad grammar text is refused with its line and column", "[grammar]") {
   CHECK_THAT(message_of("root ::= [abc"), Catch::Contains("unterminated character class"));
   CHECK_THAT(message_of("root ::= (\"a\""), Catch::Contains("unbalanced '('"));
   CHECK_THAT(message_of("root ::= \"a\" )"), Catch::Contains("unbalanced ')'"));
+  // Hostile nesting is refused by a bound, not by a stack overflow: 256 groups parse, 20,000
+  // do not.
+  const auto nest = [](int n) {
+    return "root ::= " + std::string(static_cast<std::size_t>(n), '(') + "\"a\"" +
+           std::string(static_cast<std::size_t>(n), ')');
+  };
+  CHECK_NOTHROW(grammar::parse_grammar(nest(256)));
+  CHECK_THAT(message_of(nest(20000)), Catch::Contains("groups nested deeper than 256"));
   CHECK_THAT(message_of("start ::= \"a\""), Catch::Contains("no rule named 'root'"));
   CHECK_THAT(message_of("root ::= \"a\"\nroot ::= \"b\""), Catch::Contains("defined twice"));
   CHECK_THAT(message_of("root ::= \"\\q\""), Catch::Contains("unknown escape"));

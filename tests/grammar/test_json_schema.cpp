@@ -97,6 +97,18 @@ TEST_CASE("schema enum, const, anyOf, $ref and $defs", "[grammar][schema]") {
   CHECK(matches(self, "[1,[2,[]]]"));
 }
 
+TEST_CASE("a chain of $refs is bounded, not a stack overflow", "[grammar][schema]") {
+  const auto chain = [](int n) {
+    json defs = json::object();
+    for (int i = 0; i < n; ++i)
+      defs["a" + std::to_string(i)] = {{"$ref", "#/$defs/a" + std::to_string(i + 1)}};
+    defs["a" + std::to_string(n)] = {{"type", "integer"}};
+    return json{{"$defs", defs}, {"$ref", "#/$defs/a0"}};
+  };
+  CHECK(matches(chain(200), "42"));
+  CHECK_THAT(refusal(chain(20000)), Catch::Contains("chained deeper than 256"));
+}
+
 TEST_CASE("a huge enum shares its prefixes: every value matches, nothing else",
           "[grammar][schema]") {
   // 1000 values behind one common prefix: one parse per value would pass kMaxStacks.

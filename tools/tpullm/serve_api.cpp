@@ -475,10 +475,9 @@ void parse_response_format(const json& j, GenerationRequest& r) {
   }
 }
 
-} // namespace
-
-GenerationRequest parse_request(const std::string& body, bool chat, const std::string& model,
-                                const nlohmann::json& defaults, const RequestLimits& limits) {
+/// A request body parsed as a JSON object whose optional `model` names the served model: 400
+/// (invalid_json, invalid_type) or 404 (model_not_found) otherwise. Shared by every endpoint.
+json request_object(const std::string& body, const std::string& model) {
   json j;
   try {
     j = parse_ordered_json(body, "the body", "the body is not valid JSON");
@@ -496,6 +495,14 @@ GenerationRequest parse_request(const std::string& body, bool chat, const std::s
                          "' does not exist (this server serves '" + model + "')",
                      "invalid_request_error", "model", "model_not_found"};
   }
+  return j;
+}
+
+} // namespace
+
+GenerationRequest parse_request(const std::string& body, bool chat, const std::string& model,
+                                const nlohmann::json& defaults, const RequestLimits& limits) {
+  json j = request_object(body, model);
   GenerationRequest r;
   r.chat = chat;
   if (chat)
@@ -737,23 +744,7 @@ with_empty_tool_call_content(const nlohmann::ordered_json& messages) {
 
 EmbeddingsRequest parse_embeddings_request(const std::string& body, const std::string& model,
                                            const RequestLimits& limits) {
-  json j;
-  try {
-    j = parse_ordered_json(body, "the body", "the body is not valid JSON");
-  } catch (const Error& e) {
-    throw ApiError{400, e.message(), "invalid_request_error", "", "invalid_json"};
-  }
-  if (!j.is_object())
-    bad("", "the body must be a JSON object", "invalid_type");
-  if (j.contains("model") && !j["model"].is_null()) {
-    if (!j["model"].is_string())
-      bad("model", "'model' must be a string", "invalid_type");
-    if (j["model"].get<std::string>() != model)
-      throw ApiError{404,
-                     "the model '" + j["model"].get<std::string>() +
-                         "' does not exist (this server serves '" + model + "')",
-                     "invalid_request_error", "model", "model_not_found"};
-  }
+  json j = request_object(body, model);
   if (!j.contains("input") || j["input"].is_null())
     bad("input", "'input' is required", "missing_required_parameter");
   EmbeddingsRequest r;
