@@ -15,9 +15,10 @@ namespace tpullm::interp::linalg {
 int max_threads();
 
 /// Threads worth using for `macs` multiply-adds over `n` output columns: one below about
-/// 2^18 multiply-adds (the fork costs more than it saves), and at least 16 columns per thread.
+/// 2^22 multiply-adds (the fork, join and spin cost more than they save), and at least 16 columns
+/// per thread.
 inline int threads_for(double macs, std::int64_t n) {
-  if (macs < static_cast<double>(1 << 18))
+  if (macs < static_cast<double>(1 << 22))
     return 1;
   return static_cast<int>(std::clamp<std::int64_t>(n / 16, 1, max_threads()));
 }
