@@ -5,7 +5,7 @@
 # The committed seed corpus (tests/fuzz/corpus/<target>/) is copied into a working corpus under
 # the build dir, so new inputs never land in the source tree. Crashes are written to
 # $BUILD/fuzz-artifacts/<target>/; copy a reproducer into tests/fuzz/corpus/<target>/ once fixed
-# so the replay test (tpullm-fuzz-replay-<target>, run by ctest with any compiler) keeps it fixed.
+# so the replay test (the CTest test tpullm-fuzz-replay-<target>, with any compiler) keeps it fixed.
 # Environment: FUZZ_BUILD_DIR (default build-fuzz), CXX (default clang++-14 or clang++),
 # FUZZ_JOBS (parallel fuzzing jobs per target, default 1).
 set -euo pipefail
@@ -44,7 +44,7 @@ for t in "${targets[@]}"; do
   par=()
   [ "${FUZZ_JOBS:-1}" -gt 1 ] && par=(-jobs="$FUZZ_JOBS" -workers="$FUZZ_JOBS")
   # Run inside the artifacts dir: libFuzzer writes fuzz-N.log files to the working directory.
-  if ! (cd "$art" && "$build/tests/frontend/tpullm-fuzz-$t" "$work" "${dict[@]}" \
+  if ! (cd "$art" && "$build/tests/fuzz/tpullm-fuzz-$t" "$work" "${dict[@]}" \
       -max_total_time="$secs" -max_len="$maxlen" -timeout=10 -rss_limit_mb=2048 \
       -print_final_stats=1 "${par[@]}" -artifact_prefix="$art/"); then
     echo "== $t: FAILURE, reproducer(s) in $art" >&2
