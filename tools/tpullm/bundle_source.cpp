@@ -113,14 +113,8 @@ bool parse_bundle_command(const std::vector<std::string>& args, po::options_desc
       "weights of the linear and MLP layers, as tpullm compile --mode (default: f32)");
   o.add(bundle_open_options(a.open));
   o.add(s);
-  po::positional_options_description pos;
-  pos.add("bundle", 1);
-  po::store(po::command_line_parser(args).options(o).positional(pos).style(kOptionStyle).run(), vm);
-  if (vm.count("help")) {
-    std::cout << o;
+  if (!parse_command_line(args, o, "bundle", vm))
     return false;
-  }
-  po::notify(vm);
   check(a.threads >= 0 && a.threads <= 4096, ErrorKind::invalid_input, "--threads",
         "must be in [0, 4096] (0: the bundle target's), got ", a.threads);
   check_bundle_open_options(a.open); // before a source is compiled for minutes

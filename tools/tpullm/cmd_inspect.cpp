@@ -24,15 +24,9 @@ int cmd_inspect(const std::vector<std::string>& args) {
       "also read the whole weight blob and check every chunk's CRC-32C (docs/bundle.md)");
   bool no_mmap = false;
   o.add(bundle_read_options(no_mmap));
-  po::positional_options_description pos;
-  pos.add("bundle", 1);
   po::variables_map vm;
-  po::store(po::command_line_parser(args).options(o).positional(pos).style(kOptionStyle).run(), vm);
-  if (vm.count("help")) {
-    std::cout << o;
+  if (!parse_command_line(args, o, "bundle", vm))
     return kOk;
-  }
-  po::notify(vm);
   const auto b = bundle::Bundle::open(file, no_mmap ? FileAccess::read : FileAccess::map);
   std::optional<bundle::WeightCheck> checked;
   if (verify)

@@ -102,15 +102,9 @@ int cmd_tokenize(const std::vector<std::string>& args) {
       "and --chat)");
   bool no_mmap = false;
   o.add(bundle_read_options(no_mmap));
-  po::positional_options_description pos;
-  pos.add("source", 1);
   po::variables_map vm;
-  po::store(po::command_line_parser(args).options(o).positional(pos).style(kOptionStyle).run(), vm);
-  if (vm.count("help")) {
-    std::cout << o;
+  if (!parse_command_line(args, o, "source", vm))
     return kOk;
-  }
-  po::notify(vm);
   const bool decoding = vm.count("decode") > 0, chatting = vm.count("chat") > 0;
   check(!(chatting && (decoding || vm.count("text") || no_special)), ErrorKind::invalid_input,
         "--chat", "cannot be combined with --text, --decode or --no-special");

@@ -143,18 +143,25 @@ void refuse_output_over_input(const std::string& output, const std::string& inpu
                     "' this command reads; writing there would destroy it");
 }
 
-bool parse_model_command(const std::vector<std::string>& args, po::options_description& o,
-                         frontend::StageParams& params, po::variables_map* parsed) {
-  o.add(stage_options(params));
+bool parse_command_line(const std::vector<std::string>& args, const po::options_description& o,
+                        const char* positional, po::variables_map& vm) {
   po::positional_options_description pos;
-  pos.add("model", 1);
-  po::variables_map vm;
+  pos.add(positional, 1);
   po::store(po::command_line_parser(args).options(o).positional(pos).style(kOptionStyle).run(), vm);
   if (vm.count("help")) {
     std::cout << o;
     return false;
   }
   po::notify(vm);
+  return true;
+}
+
+bool parse_model_command(const std::vector<std::string>& args, po::options_description& o,
+                         frontend::StageParams& params, po::variables_map* parsed) {
+  o.add(stage_options(params));
+  po::variables_map vm;
+  if (!parse_command_line(args, o, "model", vm))
+    return false;
   params.with_history = !vm.count("no-history");
   // The decode variants by the options' names, before the library's checks name its fields.
   if (!vm.count("decode-chunks") && params.seq_length > 0 &&

@@ -43,6 +43,12 @@ struct Command {
 /// Every subcommand, in the order `tpullm --help` lists them (commands.cpp).
 const std::vector<Command>& commands();
 
+/// Parses `args` against `o` (kOptionStyle) with one positional argument stored as option
+/// `positional` (e.g. "bundle"), into `vm`. Returns false after printing help (nothing else to
+/// do); otherwise notifies `vm` (required options checked, values stored).
+bool parse_command_line(const std::vector<std::string>& args, const po::options_description& o,
+                        const char* positional, po::variables_map& vm);
+
 /// Options shared by every command that builds stage modules, writing into `p`.
 po::options_description stage_options(frontend::StageParams& p);
 
