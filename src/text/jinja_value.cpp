@@ -449,19 +449,21 @@ std::string to_str(const Value& v, int line) {
 
 namespace {
 
+/// A JSON number or boolean as Python's numeric tower sees it (True == 1), widened to compare.
+long double num(const Json& x) {
+  if (x.is_boolean())
+    return x.get<bool>() ? 1 : 0;
+  if (x.is_number_integer())
+    return static_cast<long double>(x.get<std::int64_t>());
+  if (x.is_number_unsigned())
+    return static_cast<long double>(x.get<std::uint64_t>());
+  return x.get<double>();
+}
+
 bool json_equals(const Json& a, const Json& b) {
   const bool an = a.is_number() || a.is_boolean();
   const bool bn = b.is_number() || b.is_boolean();
   if (an && bn) {
-    const auto num = [](const Json& x) -> long double {
-      if (x.is_boolean())
-        return x.get<bool>() ? 1 : 0;
-      if (x.is_number_integer())
-        return static_cast<long double>(x.get<std::int64_t>());
-      if (x.is_number_unsigned())
-        return static_cast<long double>(x.get<std::uint64_t>());
-      return x.get<double>();
-    };
     return num(a) == num(b);
   }
   if (a.type() != b.type())
@@ -509,15 +511,6 @@ int compare(const Value& a, const Value& b, int line) {
   const bool an = a.is_data() && (a.data().is_number() || a.data().is_boolean());
   const bool bn = b.is_data() && (b.data().is_number() || b.data().is_boolean());
   if (an && bn) {
-    const auto num = [](const Json& x) -> long double {
-      if (x.is_boolean())
-        return x.get<bool>() ? 1 : 0;
-      if (x.is_number_integer())
-        return static_cast<long double>(x.get<std::int64_t>());
-      if (x.is_number_unsigned())
-        return static_cast<long double>(x.get<std::uint64_t>());
-      return x.get<double>();
-    };
     const long double x = num(a.data()), y = num(b.data());
     return x < y ? -1 : x > y ? 1 : 0;
   }
