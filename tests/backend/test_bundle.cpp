@@ -41,7 +41,7 @@ frontend::StageParams small_params() {
 
 struct Compiled {
   frontend::ModelDesc desc;
-  compiler::CompiledModel model;
+  codegen::CompiledModel model;
   bundle::ModelInfo info;
 };
 
@@ -172,7 +172,7 @@ TEST_CASE("a bundle runs to the same logits as the in-memory compiled model", "[
   for (const char* mode : {"f32", "bf16"}) {
     INFO(mode);
     const auto c = compile("llama-gqa", mode);
-    auto exec = compiler::make_executor(c.model);
+    auto exec = runtime::make_executor(c.model);
     runtime::CompiledStages stages(*exec);
     runtime::Session mem(stages, runtime::Engine::dims_of(c.info), small_params());
     TempFile f(bytes_of(c));

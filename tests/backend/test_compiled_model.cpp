@@ -15,6 +15,7 @@
 #include "tpullm/frontend/stage_builder.hpp"
 #include "tpullm/ir/text/printer.hpp"
 #include "tpullm/memory/plan_memory.hpp"
+#include "tpullm/runtime/executor.hpp"
 #include "tpullm/runtime/stage_executor.hpp"
 #include "tpullm/tiling/layer_group.hpp"
 
@@ -37,7 +38,7 @@ frontend::StageParams small_params() {
   return p;
 }
 
-compiler::CompiledModel compile(const std::string& name, compiler::CompileOptions o = {}) {
+codegen::CompiledModel compile(const std::string& name, compiler::CompileOptions o = {}) {
   const auto d = frontend::load_model(model_dir(name));
   o.target.cores = 2;
   return compiler::compile(frontend::build_top_modules(d, small_params()), o);
@@ -188,7 +189,7 @@ TEST_CASE("the greedy lm_head (MatMulArgMax) picks the argmax of lm_head", "[bac
                                        [](const auto& p) { return p.name == "lm_head_greedy"; });
     REQUIRE(std::any_of(greedy.instrs.begin(), greedy.instrs.end(),
                         [](const auto& i) { return i.kind() == ir::OpKind::tpu_MatMulArgMax; }));
-    auto ex = compiler::make_executor(cm);
+    auto ex = runtime::make_executor(cm);
     const std::int64_t H = greedy.args[0].type.shape.back();
     const std::int64_t V = ex->program("lm_head").results[0].type.shape.back();
     std::mt19937 rng(3);
@@ -211,7 +212,7 @@ TEST_CASE("the greedy lm_head (MatMulArgMax) picks the argmax of lm_head", "[bac
 
 TEST_CASE("the executor refuses bad inputs with clear errors", "[backend][exec]") {
   const auto cm = compile("llama-gqa");
-  auto ex = compiler::make_executor(cm);
+  auto ex = runtime::make_executor(cm);
   const auto& p = ex->program("block_cache_0_32");
   const std::int64_t H = p.args[0].type.shape.back();
   std::vector<float> x(static_cast<std::size_t>(H), 0.1f);

@@ -53,7 +53,7 @@ struct Int8TempFile {
 };
 
 /// Writes `cm` with `info` as a bundle file at `path`.
-void write_bundle_file(const compiler::CompiledModel& cm, const bundle::ModelInfo& info,
+void write_bundle_file(const codegen::CompiledModel& cm, const bundle::ModelInfo& info,
                        const fs::path& path) {
   std::ofstream f(path, std::ios::binary);
   bundle::write_bundle(cm, info, f);
@@ -249,7 +249,7 @@ TEST_CASE("int8 static attributes survive a bundle and run to the in-memory logi
     CHECK(static_ops > 0);
     CHECK(zero_points > 0);
   }
-  auto exec = compiler::make_executor(cm);
+  auto exec = runtime::make_executor(cm);
   runtime::CompiledStages stages(*exec);
   runtime::Session mem(stages, runtime::Engine::dims_of(info), int8_params());
   runtime::Engine engine(file.path);

@@ -44,7 +44,7 @@ frontend::StageParams min_params() {
 
 struct MinCompiled {
   frontend::ModelDesc desc;
-  compiler::CompiledModel model;
+  codegen::CompiledModel model;
   bundle::ModelInfo info;
 };
 
@@ -118,7 +118,7 @@ std::vector<float> min_conversation(runtime::Session& s) {
 }
 
 std::vector<float> run_in_memory(const MinCompiled& c) {
-  auto exec = compiler::make_executor(c.model);
+  auto exec = runtime::make_executor(c.model);
   runtime::CompiledStages stages(*exec);
   runtime::Session s(stages, runtime::Engine::dims_of(c.info), min_params());
   return min_conversation(s);

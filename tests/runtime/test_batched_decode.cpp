@@ -54,9 +54,9 @@ struct Conversations {
   std::unique_ptr<runtime::Executor> exec;
   std::vector<std::unique_ptr<runtime::CompiledStages>> stages;
   std::vector<std::unique_ptr<runtime::Session>> sessions;
-  Conversations(const compiler::CompiledModel& cm, const runtime::SessionDims& dims,
+  Conversations(const codegen::CompiledModel& cm, const runtime::SessionDims& dims,
                 const frontend::StageParams& p, int n)
-      : exec(compiler::make_executor(cm, n)) {
+      : exec(runtime::make_executor(cm, 0, n)) {
     for (int i = 0; i < n; ++i) {
       stages.push_back(std::make_unique<runtime::CompiledStages>(*exec, i));
       sessions.push_back(std::make_unique<runtime::Session>(*stages.back(), dims, p));
@@ -161,7 +161,7 @@ TEST_CASE("batched decode refuses bad rows", "[batched-decode]") {
   auto p1 = p;
   p1.decode_batches = {};
   const auto cm1 = compiler::compile(frontend::build_top_modules(desc, p1), o);
-  auto e1 = compiler::make_executor(cm1, 2);
+  auto e1 = runtime::make_executor(cm1, 0, 2);
   CHECK(!runtime::BatchedDecoder(*e1, dims, p1).batched());
   p1.decode_batches = {0};
   CHECK_THROWS_AS(p1.validate(0), Error);

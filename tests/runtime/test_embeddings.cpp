@@ -89,8 +89,8 @@ TEST_CASE("embeddings of a compiled bundle match the float64 interpreter's norme
 
   compiler::CompileOptions co;
   co.target.cores = 2;
-  const compiler::CompiledModel cm = compiler::compile(frontend::build_top_modules(desc, p), co);
-  auto exec = compiler::make_executor(cm);
+  const codegen::CompiledModel cm = compiler::compile(frontend::build_top_modules(desc, p), co);
+  auto exec = runtime::make_executor(cm);
   CompiledStages stages(*exec);
   Session s(stages, dims, p);
   InterpreterExecutor ref_exec(frontend::build_top_modules(desc, p));

@@ -88,8 +88,8 @@ TEST_CASE("a Generation's logprobs match the log-softmax of transformers' float6
   p.decode_chunks = {64};
   compiler::CompileOptions co;
   co.target.cores = 2;
-  const compiler::CompiledModel cm = compiler::compile(frontend::build_top_modules(desc, p), co);
-  auto exec = compiler::make_executor(cm);
+  const codegen::CompiledModel cm = compiler::compile(frontend::build_top_modules(desc, p), co);
+  auto exec = runtime::make_executor(cm);
   CompiledStages stages(*exec);
   Session s(stages, Engine::dims_of(bundle::make_model_info(desc, p, "f32")), p);
   const std::vector<float> logits = s.prefill(g.a.prompt, false);

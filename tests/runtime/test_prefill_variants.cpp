@@ -72,8 +72,8 @@ TEST_CASE("a short segment runs through the smallest prefill variant, same logit
   CHECK(pv.prefill_length_for(17) == 32);
   const auto with = compiler::compile(frontend::build_top_modules(desc, pv), o);
   const auto without = compiler::compile(frontend::build_top_modules(desc, pp), o);
-  auto ew = compiler::make_executor(with);
-  auto eo = compiler::make_executor(without);
+  auto ew = runtime::make_executor(with);
+  auto eo = runtime::make_executor(without);
   runtime::CompiledStages sw(*ew), so(*eo);
   Recording rec(sw);
   const auto dims = runtime::Engine::dims_of(bundle::make_model_info(desc, pv, "f32"));

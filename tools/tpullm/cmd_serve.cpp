@@ -329,7 +329,7 @@ struct Server {
     try {
       std::lock_guard lock(embed_m);
       if (!embed_session) {
-        embed_exec = bundle->make_executor(cores, 1);
+        embed_exec = runtime::make_executor(*bundle, cores, 1);
         embed_stages = std::make_unique<runtime::CompiledStages>(*embed_exec, 0);
         embed_session = std::make_unique<runtime::Session>(*embed_stages,
                                                            runtime::Engine::dims_of(m), m.params);

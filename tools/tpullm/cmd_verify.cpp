@@ -191,7 +191,7 @@ int cmd_verify(const std::vector<std::string>& args) {
     const std::string refusal = "the compiled programs would not run";
     std::unique_ptr<runtime::Executor> exec;
     try {
-      exec = compiler::make_executor(cm);
+      exec = runtime::make_executor(cm);
     } catch (const OutputError&) {
       throw;
     } catch (const Error& e) {

@@ -21,7 +21,7 @@ public:
       : Engine(bundle::Bundle::open(path), cores) {}
   /// Runs an opened bundle.
   explicit Engine(std::shared_ptr<const bundle::Bundle> b, std::int64_t cores = 0)
-      : bundle_(std::move(b)), exec_(bundle_->make_executor(cores)), stages_(*exec_),
+      : bundle_(std::move(b)), exec_(make_executor(*bundle_, cores)), stages_(*exec_),
         session_(stages_, dims_of(bundle_->model()), bundle_->model().params) {}
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
