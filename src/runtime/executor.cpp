@@ -9,6 +9,7 @@
 #include "tpullm/bundle/bundle.hpp"
 #include "tpullm/codegen/compiled_model.hpp"
 #include "tpullm/frontend/memory_estimate.hpp"
+#include "tpullm/runtime/bundle_session.hpp"
 #include "tpullm/conversion/weight_convert.hpp"
 #include "tpullm/kernels/worker_pool.hpp"
 #include "tpullm/tiling/core_split.hpp"
@@ -462,6 +463,10 @@ std::unique_ptr<Executor> make_executor(const codegen::CompiledModel& m, std::in
   for (const auto& p : m.programs)
     ex->add_program(p);
   return ex;
+}
+
+SessionDims session_dims(const bundle::ModelInfo& m) {
+  return {m.layers, m.hidden, m.kv_heads, m.head_dim, m.vocab};
 }
 
 } // namespace tpullm::runtime

@@ -14,9 +14,10 @@
 #include "tpullm/compiler/compiler.hpp"
 #include "tpullm/frontend/stage_builder.hpp"
 #include "tpullm/ir/text/printer.hpp"
+#include "tpullm/kernels/worker_pool.hpp"
 #include "tpullm/memory/plan_memory.hpp"
 #include "tpullm/runtime/executor.hpp"
-#include "tpullm/runtime/stage_executor.hpp"
+#include "tpullm/runtime/stages.hpp"
 #include "tpullm/tiling/layer_group.hpp"
 
 using namespace tpullm;
@@ -278,4 +279,21 @@ TEST_CASE("the pipeline compile records is the one it ran, and parses back into 
     parsed.run(modules[i]);
     CHECK(ir::text::print_module(modules[i]) == ir::text::print_module(cm.modules[i]));
   }
+}
+
+TEST_CASE("make_executor runs a compiled model by the one rule for cores and memory",
+          "[backend][exec]") {
+  auto cm = compile("llama-gqa");
+  // cores 0: the target's, but no more than this process may use; an explicit count is obeyed.
+  cm.target.cores = 4096;
+  CHECK(runtime::make_executor(cm)->threads() ==
+        std::min<std::int64_t>(kernels::usable_cores(), kernels::WorkerPool::kMaxThreads));
+  CHECK(runtime::make_executor(cm, 3)->threads() == 3);
+  CHECK(runtime::make_executor(cm, 1, 2)->kv_geometry().slots == 2);
+  CHECK_THROWS_WITH(runtime::make_executor(cm, -1), Catch::Contains("must be in [0, 4096]"));
+  CHECK_THROWS_WITH(runtime::make_executor(cm, 0, 0), Catch::Contains("must be in [1, 4096]"));
+  // A KV cache no machine holds is refused before anything is allocated, naming what was run.
+  cm.kv.capacity = std::int64_t{1} << 40;
+  CHECK_THROWS_WITH(runtime::make_executor(cm),
+                    Catch::Contains("compiled model") && Catch::Contains("of memory available"));
 }

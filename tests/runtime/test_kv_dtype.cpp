@@ -19,7 +19,7 @@
 #include "tpullm/kernels/sampling.hpp"
 #include "tpullm/runtime/batched_decode.hpp"
 #include "tpullm/runtime/compiled_stages.hpp"
-#include "tpullm/runtime/engine.hpp"
+#include "tpullm/runtime/bundle_session.hpp"
 #include "tpullm/runtime/prompt_cache.hpp"
 
 using namespace tpullm;
@@ -75,7 +75,7 @@ Compiled compile_with(const std::string& model, const std::string& mode,
   o.lower.kv_dtype = kv_dtype;
   o.lower.group_size = 32; // divides llama-gqa's intermediate 352 (w8a16)
   c.cm = compiler::compile(frontend::build_top_modules(c.desc, kv_params()), o);
-  c.dims = runtime::Engine::dims_of(bundle::make_model_info(c.desc, kv_params(), mode));
+  c.dims = runtime::session_dims(bundle::make_model_info(c.desc, kv_params(), mode));
   return c;
 }
 

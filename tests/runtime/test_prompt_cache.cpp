@@ -11,7 +11,7 @@
 #include "tpullm/compiler/compiler.hpp"
 #include "tpullm/frontend/stage_builder.hpp"
 #include "tpullm/runtime/compiled_stages.hpp"
-#include "tpullm/runtime/engine.hpp"
+#include "tpullm/runtime/bundle_session.hpp"
 #include "tpullm/runtime/prompt_cache.hpp"
 
 using namespace tpullm;
@@ -35,7 +35,7 @@ struct Model {
     return compiler::compile(frontend::build_top_modules(desc, params()), o);
   }();
   runtime::SessionDims dims() const {
-    return runtime::Engine::dims_of(bundle::make_model_info(desc, params(), "f32"));
+    return runtime::session_dims(bundle::make_model_info(desc, params(), "f32"));
   }
 };
 

@@ -11,7 +11,7 @@
 #include "tpullm/compiler/compiler.hpp"
 #include "tpullm/frontend/stage_builder.hpp"
 #include "tpullm/runtime/compiled_stages.hpp"
-#include "tpullm/runtime/engine.hpp"
+#include "tpullm/runtime/bundle_session.hpp"
 #include "tpullm/runtime/slot_pool.hpp"
 
 using namespace tpullm;
@@ -50,7 +50,7 @@ struct Compiled {
     return compiler::compile(frontend::build_top_modules(desc, pool_params()), o);
   }();
   runtime::SessionDims dims() const {
-    return runtime::Engine::dims_of(bundle::make_model_info(desc, pool_params(), "f32"));
+    return runtime::session_dims(bundle::make_model_info(desc, pool_params(), "f32"));
   }
   /// The greedy answer of a lone Session on its own executor.
   std::vector<std::int32_t> alone(const std::vector<std::int32_t>& prompt, int n) const {
