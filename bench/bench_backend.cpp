@@ -17,6 +17,7 @@
 #include "tpullm/compiler/compiler.hpp"
 #include "tpullm/frontend/make_model.hpp"
 #include "tpullm/frontend/stage_builder.hpp"
+#include "tpullm/runtime/executor.hpp"
 
 namespace tpullm::bench {
 namespace {
@@ -60,7 +61,7 @@ LayerModel& layer_model() {
 
 /// A compiled variant with its executor.
 struct Variant {
-  compiler::CompiledModel model;
+  codegen::CompiledModel model;
   std::unique_ptr<runtime::Executor> exec;
 };
 
@@ -76,7 +77,7 @@ Variant& variant(const std::string& name, const compiler::CompileOptions& o) {
     sp.with_history = false;
     v = std::make_unique<Variant>();
     v->model = compiler::compile(frontend::build_top_modules(frontend::load_model(lm.dir), sp), o);
-    v->exec = compiler::make_executor(v->model);
+    v->exec = runtime::make_executor(v->model);
   }
   return *v;
 }

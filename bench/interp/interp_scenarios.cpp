@@ -25,7 +25,7 @@
 #include "tpullm/frontend/safetensors_writer.hpp"
 #include "tpullm/frontend/stage_builder.hpp"
 #include "tpullm/interp/linalg.hpp"
-#include "tpullm/runtime/interpreter_executor.hpp"
+#include "tpullm/runtime/interpreted_stages.hpp"
 #include "tpullm/runtime/session.hpp"
 
 using namespace tpullm;
@@ -151,7 +151,7 @@ int main(int argc, char** argv) {
       p.decode_chunk = 0;
       p.with_history = false;
     }
-    runtime::InterpreterExecutor exec(frontend::build_top_modules(d, p));
+    runtime::InterpretedStages exec(frontend::build_top_modules(d, p));
     runtime::Session session(
         exec, {d.dims.layers, d.dims.hidden, d.dims.kv_heads, d.dims.head_dim, d.dims.vocab}, p);
     std::printf("%s: %lld layers, hidden %lld, vocab %lld; %d OpenMP threads; modules built in "

@@ -11,7 +11,7 @@
 #include <tpullm/bundle/bundle.hpp>
 #include <tpullm/compiler/compiler.hpp>
 #include <tpullm/frontend/stage_builder.hpp>
-#include <tpullm/runtime/engine.hpp>
+#include <tpullm/runtime/bundle_session.hpp>
 
 int main(int argc, char** argv) {
   if (argc < 3) {
@@ -34,7 +34,7 @@ int main(int argc, char** argv) {
                                    out);
     }
     // 2. Run: map the bundle, prefill the prompt, decode greedily, streaming the tokens.
-    tpullm::runtime::Engine engine(argv[2]);
+    tpullm::runtime::BundleSession engine(argv[2]);
     std::vector<std::int32_t> prompt;
     for (int i = 3; i < argc; ++i)
       prompt.push_back(static_cast<std::int32_t>(std::atoi(argv[i])));

@@ -16,7 +16,6 @@
 #include "tpullm/bundle/bundle.hpp"
 #include "tpullm/kernels/worker_pool.hpp"
 #include "tpullm/conversion/weight_convert.hpp"
-#include "tpullm/frontend/memory_estimate.hpp"
 #include "tpullm/ir/builder.hpp"
 #include "tpullm/support/crc32c.hpp"
 #include "tpullm/support/mapped_file.hpp"
@@ -116,7 +115,7 @@ struct BundleReader {
 
   void kv(const fb::KvCache& k) {
     const ModelInfo& m = out.model_;
-    runtime::KvGeometry& g = out.kv_;
+    memory::KvGeometry& g = out.kv_;
     g.layers = k.layers();
     g.capacity = k.capacity();
     g.row_bytes = k.row_bytes();
@@ -253,7 +252,7 @@ struct BundleReader {
     const ir::MemoryInfo& mem = *p.info.memory;
     bounded(mem.arena, 0, kMaxBytes, where + " arena");
     bounded(mem.local, 0, kMaxBytes, where + " local memory");
-    const runtime::KvGeometry& kv = out.kv_;
+    const memory::KvGeometry& kv = out.kv_;
     if (mem.kv_row != 0 && (mem.kv_row != kv.row_bytes || mem.kv_capacity != kv.capacity))
       fail(where, "was planned for another KV cache geometry");
     const std::int64_t layer_bytes = kv.capacity * kv.row_bytes;
@@ -654,34 +653,6 @@ WeightVerifyResult check_weights(const Bundle& b, WeightVerify how, std::int64_t
       b.file_identity().ctime_ns < start - std::int64_t{2000000000})
     remember(record, key);
   return r;
-}
-
-std::unique_ptr<runtime::Executor> Bundle::make_executor(std::int64_t cores,
-                                                         std::int64_t slots) const {
-  check(cores >= 0 && cores <= 4096, ErrorKind::invalid_input, "cores",
-        "must be in [0, 4096] (0: the bundle target's), got ", cores);
-  check(slots >= 1 && slots <= 4096, ErrorKind::invalid_input, "slots",
-        "must be in [1, 4096], got ", slots);
-  runtime::KvGeometry kv = kv_;
-  kv.slots = slots;
-  // The target's cores, but no more than this process may run on (an explicit count is obeyed).
-  const std::int64_t n =
-      cores > 0 ? cores : std::min<std::int64_t>(target_.cores, kernels::usable_cores());
-  const std::int64_t local = std::max(target_.local_memory, max_local_);
-  // What the executor allocates (the weights stay in the mapping): refuse before touching it.
-  const double need = static_cast<double>(kv.bytes()) + static_cast<double>(max_arena_) +
-                      static_cast<double>(local) * static_cast<double>(n);
-  const double limit = frontend::memory_limit_bytes();
-  check(need <= limit, ErrorKind::invalid_input, path_, "running it needs ",
-        static_cast<std::int64_t>(need / (1 << 20)), " MiB for the KV cache (", slots, " x ",
-        kv_.capacity, " positions) and activations, more than the ",
-        static_cast<std::int64_t>(limit / (1 << 20)), " MiB of memory available");
-  auto ex = std::make_unique<runtime::Executor>(kv, n, local);
-  for (const auto& w : weights_)
-    ex->add_weight(w);
-  for (const auto& p : programs_)
-    ex->add_program(p);
-  return ex;
 }
 
 } // namespace tpullm::bundle

@@ -6,9 +6,7 @@
 
 #include "bundle_format.hpp"
 #include "tpullm/bundle/bundle.hpp"
-#include "tpullm/compiler/compiler.hpp"
 #include "tpullm/frontend/text_files.hpp"
-#include "tpullm/runtime/text_side.hpp"
 #include "tpullm/frontend/model_desc.hpp"
 #include "tpullm/support/crc32c.hpp"
 #include "tpullm/version.hpp"
@@ -147,7 +145,7 @@ flatbuffers::Offset<fb::Function> encode_program(Builder& b, const codegen::Prog
 
 } // namespace
 
-WriteStats write_bundle(const compiler::CompiledModel& model, const ModelInfo& info,
+WriteStats write_bundle(const codegen::CompiledModel& model, const ModelInfo& info,
                         std::ostream& out) {
   WriteStats st;
   // Every weight a program reads, by name (sorted: the order of the file never depends on
@@ -283,7 +281,7 @@ ModelInfo make_model_info(const frontend::ModelDesc& desc, const frontend::Stage
   if (i.source.empty())
     i.source = desc.dir.parent_path().filename().string();
   i.text = desc.text ? *desc.text : frontend::read_text_files(desc.dir);
-  runtime::check_text_files(i.text, i.vocab, desc.dir.string());
+  frontend::check_text_files(i.text, i.vocab, desc.dir.string());
   return i;
 }
 

@@ -79,10 +79,10 @@ pass::Pipeline compile_pipeline(const CompileOptions& o, std::int64_t kv_capacit
   return p;
 }
 
-CompiledModel compile(std::vector<ir::Module> modules, const CompileOptions& o) {
+codegen::CompiledModel compile(std::vector<ir::Module> modules, const CompileOptions& o) {
   const auto t0 = std::chrono::steady_clock::now();
   o.target.validate();
-  CompiledModel out;
+  codegen::CompiledModel out;
   out.target = o.target;
   std::int64_t layers = 0;
   const ir::DType kv_dtype = conversion::kv_cache_dtype(o.lower);
@@ -154,18 +154,6 @@ CompiledModel compile(std::vector<ir::Module> modules, const CompileOptions& o) 
   out.modules = std::move(modules);
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return out;
-}
-
-std::unique_ptr<runtime::Executor> make_executor(const CompiledModel& model, std::int64_t slots) {
-  runtime::KvGeometry kv = model.kv;
-  kv.slots = slots;
-  auto ex = std::make_unique<runtime::Executor>(
-      kv, model.target.cores, std::max(model.target.local_memory, model.max_local));
-  for (const auto& m : model.modules)
-    ex->add_weights(m);
-  for (const auto& p : model.programs)
-    ex->add_program(p);
-  return ex;
 }
 
 } // namespace tpullm::compiler

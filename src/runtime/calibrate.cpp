@@ -11,7 +11,7 @@
 #include "tpullm/conversion/calib_stats.hpp"
 #include "tpullm/frontend/hf_config.hpp"
 #include "tpullm/frontend/stage_builder.hpp"
-#include "tpullm/runtime/interpreter_executor.hpp"
+#include "tpullm/runtime/interpreted_stages.hpp"
 #include "tpullm/runtime/session.hpp"
 
 namespace tpullm::runtime {
@@ -87,16 +87,16 @@ struct Recorder {
 /// The interpreter, less the lm_head: calibration reads the blocks' inputs, never the logits a
 /// Session computes for a prompt's last row, so the head (for a tied model the whole embedding
 /// table, widened) is never materialized. Its outputs are zeros.
-class NoLogitsExecutor : public StageExecutor {
+class NoLogitsStages : public Stages {
 public:
-  explicit NoLogitsExecutor(InterpreterExecutor& exec) : exec_(exec) {
+  explicit NoLogitsStages(InterpretedStages& exec) : exec_(exec) {
     for (const auto& m : exec.modules())
       for (const auto& f : m.functions())
         if (f->info().stage == ir::StageKind::lm_head)
           skipped_.insert(f->name());
   }
   bool has_function(const std::string& name) const override { return exec_.has_function(name); }
-  using StageExecutor::run;
+  using Stages::run;
   void run(const std::string& name, std::span<const ConstBytes> inputs,
            std::span<const MutBytes> outputs) override {
     if (skipped_.count(name) == 0)
@@ -106,7 +106,7 @@ public:
   }
 
 private:
-  InterpreterExecutor& exec_;
+  InterpretedStages& exec_;
   std::set<std::string> skipped_;
 };
 
@@ -201,9 +201,9 @@ conversion::CalibTable calibrate(const frontend::ModelDesc& desc,
   std::exception_ptr failure;
   auto worker = [&](bool is_first) {
     try {
-      InterpreterExecutor exec(
+      InterpretedStages exec(
           is_first ? std::move(first) : frontend::build_top_modules(desc, params), weights);
-      NoLogitsExecutor no_logits(exec);
+      NoLogitsStages no_logits(exec);
       Session session(no_logits, dims, params);
       for (;;) {
         std::size_t i = 0;

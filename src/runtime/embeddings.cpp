@@ -20,7 +20,7 @@ Pooling parse_pooling(std::string_view s, std::string_view where) {
 
 std::vector<float> embed(Session& session, const std::vector<std::int32_t>& tokens,
                          const EmbedOptions& options) {
-  StageExecutor& exec = session.executor();
+  Stages& exec = session.stages();
   check(exec.has_function("final_norm"), ErrorKind::unsupported, "embeddings",
         "this bundle has no final_norm stage; recompile it");
   const StageHandle norm = exec.resolve("final_norm");

@@ -6,6 +6,10 @@
 #include <stdexcept>
 
 #include "exec_call.hpp"
+#include "tpullm/bundle/bundle.hpp"
+#include "tpullm/codegen/compiled_model.hpp"
+#include "tpullm/frontend/memory_estimate.hpp"
+#include "tpullm/runtime/bundle_session.hpp"
 #include "tpullm/conversion/weight_convert.hpp"
 #include "tpullm/kernels/worker_pool.hpp"
 #include "tpullm/tiling/core_split.hpp"
@@ -407,6 +411,62 @@ Executor::run(std::int64_t id, std::span<const std::span<const std::byte>> input
   stats_.kernel_seconds += kernel_s;
   ++stats_.runs;
   return views;
+}
+
+namespace {
+
+/// The executor make_executor returns, still without weights and programs: one rule for the
+/// thread count and one memory check, whatever holds the programs (`where` names it).
+std::unique_ptr<Executor> empty_executor(KvGeometry kv, const target::Target& target,
+                                         std::int64_t max_arena, std::int64_t max_local,
+                                         std::int64_t cores, std::int64_t slots,
+                                         const std::string& where) {
+  check(cores >= 0 && cores <= 4096, ErrorKind::invalid_input, "cores",
+        "must be in [0, 4096] (0: the target's), got ", cores);
+  check(slots >= 1 && slots <= 4096, ErrorKind::invalid_input, "slots",
+        "must be in [1, 4096], got ", slots);
+  kv.slots = slots;
+  // The target's cores, but no more than this process may run on (an explicit count is obeyed).
+  const std::int64_t n =
+      cores > 0 ? cores : std::min<std::int64_t>(target.cores, kernels::usable_cores());
+  const std::int64_t local = std::max(target.local_memory, max_local);
+  // What the executor allocates (the weights stay where they are): refuse before touching it.
+  const double need = static_cast<double>(kv.bytes()) + static_cast<double>(max_arena) +
+                      static_cast<double>(local) * static_cast<double>(n);
+  const double limit = frontend::memory_limit_bytes();
+  check(need <= limit, ErrorKind::invalid_input, where, "running it needs ",
+        static_cast<std::int64_t>(need / (1 << 20)), " MiB for the KV cache (", slots, " x ",
+        kv.capacity, " positions) and activations, more than the ",
+        static_cast<std::int64_t>(limit / (1 << 20)), " MiB of memory available");
+  return std::make_unique<Executor>(kv, n, local);
+}
+
+} // namespace
+
+std::unique_ptr<Executor> make_executor(const bundle::Bundle& b, std::int64_t cores,
+                                        std::int64_t slots) {
+  auto ex =
+      empty_executor(b.kv(), b.target(), b.max_arena(), b.max_local(), cores, slots, b.path());
+  for (const auto& w : b.weights())
+    ex->add_weight(w);
+  for (const auto& p : b.programs())
+    ex->add_program(p);
+  return ex;
+}
+
+std::unique_ptr<Executor> make_executor(const codegen::CompiledModel& m, std::int64_t cores,
+                                        std::int64_t slots) {
+  auto ex =
+      empty_executor(m.kv, m.target, m.max_arena, m.max_local, cores, slots, "compiled model");
+  for (const auto& mod : m.modules)
+    ex->add_weights(mod);
+  for (const auto& p : m.programs)
+    ex->add_program(p);
+  return ex;
+}
+
+SessionDims session_dims(const bundle::ModelInfo& m) {
+  return {m.layers, m.hidden, m.kv_heads, m.head_dim, m.vocab};
 }
 
 } // namespace tpullm::runtime

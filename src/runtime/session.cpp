@@ -3,14 +3,14 @@
 
 namespace tpullm::runtime {
 
-Session::Session(StageExecutor& exec, SessionDims dims, frontend::StageParams params)
-    : exec_(exec), dims_(dims), params_(std::move(params)) {
+Session::Session(Stages& stages, SessionDims dims, frontend::StageParams params)
+    : stages_(stages), dims_(dims), params_(std::move(params)) {
   const std::size_t L = static_cast<std::size_t>(params_.max_input_length);
   hidden_[0].resize(L * static_cast<std::size_t>(dims_.hidden));
   hidden_[1].resize(hidden_[0].size());
   ids_.resize(L);
   pos_.resize(L);
-  if (!exec_.owns_kv_cache()) {
+  if (!stages_.owns_kv_cache()) {
     const auto n = static_cast<std::size_t>(params_.seq_length * row());
     k_cache_.assign(static_cast<std::size_t>(dims_.layers), std::vector<float>(n, 0.0f));
     v_cache_ = k_cache_;
@@ -181,7 +181,7 @@ auto Session::decode_length_for(const std::vector<std::int64_t>& lengths, std::i
 auto Session::embed(StageHandle& fn, const char* name, std::int64_t L) -> int {
   const ConstBytes in[] = {cbytes(ids_.data(), L)};
   const MutBytes out[] = {mbytes(hidden_[0].data(), L * dims_.hidden)};
-  exec_.run(once(fn, name), in, out);
+  stages_.run(once(fn, name), in, out);
   return 0;
 }
 
@@ -190,7 +190,7 @@ auto Session::block(StageHandle fn, std::int64_t layer, std::int64_t L, std::int
   const std::int64_t H = dims_.hidden;
   ConstBytes in[4] = {cbytes(hidden_[cur].data(), L * H), cbytes(pos_.data(), L), {}, {}};
   MutBytes out[3] = {mbytes(hidden_[cur ^ 1].data(), L * H), {}, {}};
-  if (!exec_.owns_kv_cache()) {
+  if (!stages_.owns_kv_cache()) {
     check(pos0 + L <= params_.seq_length, ErrorKind::internal, "session", "slots beyond the cache");
     auto& kc = k_cache_[static_cast<std::size_t>(layer)];
     auto& vc = v_cache_[static_cast<std::size_t>(layer)];
@@ -202,7 +202,7 @@ auto Session::block(StageHandle fn, std::int64_t layer, std::int64_t L, std::int
     out[2] = mbytes(vc.data() + pos0 * row(), L * row());
   }
   // history arguments (empty when the executor owns the cache) only when the function has them
-  exec_.run(fn, std::span<const ConstBytes>(in, S > 0 ? 4 : 2), out);
+  stages_.run(fn, std::span<const ConstBytes>(in, S > 0 ? 4 : 2), out);
 }
 
 auto Session::append_logits(std::vector<float>& logits, int cur, std::int64_t r) -> void {
@@ -210,7 +210,7 @@ auto Session::append_logits(std::vector<float>& logits, int cur, std::int64_t r)
   logits.resize(at + static_cast<std::size_t>(dims_.vocab));
   const ConstBytes in[] = {cbytes(hidden_[cur].data() + r * dims_.hidden, dims_.hidden)};
   const MutBytes out[] = {mbytes(logits.data() + at, dims_.vocab)};
-  exec_.run(once(lm_head_fn_, "lm_head"), in, out);
+  stages_.run(once(lm_head_fn_, "lm_head"), in, out);
 }
 
 } // namespace tpullm::runtime

@@ -17,19 +17,6 @@ std::map<std::string, std::string> template_special_tokens(const text::Tokenizer
   return special;
 }
 
-void check_text_files(const frontend::TextFiles& files, std::int64_t vocab,
-                      const std::string& where) {
-  if (files.empty())
-    return;
-  const auto tok = text::Tokenizer::from_json(files.tokenizer_json, files.tokenizer_config_json,
-                                              files.generation_config_json);
-  check(tok.vocab_size() <= vocab, ErrorKind::invalid_input, where, "tokenizer.json has ",
-        tok.vocab_size(), " tokens, more than the model's ", vocab,
-        " embedding rows (a tokenizer of another model?)");
-  if (!tok.config().chat_template.empty())
-    (void)text::ChatTemplate::parse(tok.config().chat_template);
-}
-
 TextSide load_text_side(const bundle::Bundle& b, const std::string& what) {
   const auto& t = b.model().text;
   check(!t.tokenizer_json.empty(), ErrorKind::unsupported, what,

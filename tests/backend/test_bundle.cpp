@@ -2,8 +2,8 @@
 // weight byte), a bundle runs to bit-identical logits with the in-memory compiled model, writing
 // is deterministic, and a damaged bundle (truncated, extended, another version, a flipped byte,
 // random corruption of the metadata behind a valid checksum) is refused with an Error, never a
-// crash. Generation through the Engine: greedy equals argmax of the logits, a seed reproduces
-// its sample, bad prompts are refused.
+// crash. Generation through the BundleSession: greedy equals argmax of the logits, a seed
+// reproduces its sample, bad prompts are refused.
 #include "test_data_dir.hpp"
 #include <catch2/catch.hpp>
 
@@ -19,7 +19,7 @@
 #include "tpullm/compiler/compiler.hpp"
 #include "tpullm/frontend/stage_builder.hpp"
 #include "tpullm/rewrite/op_equivalence.hpp"
-#include "tpullm/runtime/engine.hpp"
+#include "tpullm/runtime/bundle_session.hpp"
 #include "tpullm/support/crc32c.hpp"
 
 using namespace tpullm;
@@ -41,7 +41,7 @@ frontend::StageParams small_params() {
 
 struct Compiled {
   frontend::ModelDesc desc;
-  compiler::CompiledModel model;
+  codegen::CompiledModel model;
   bundle::ModelInfo info;
 };
 
@@ -172,11 +172,11 @@ TEST_CASE("a bundle runs to the same logits as the in-memory compiled model", "[
   for (const char* mode : {"f32", "bf16"}) {
     INFO(mode);
     const auto c = compile("llama-gqa", mode);
-    auto exec = compiler::make_executor(c.model);
+    auto exec = runtime::make_executor(c.model);
     runtime::CompiledStages stages(*exec);
-    runtime::Session mem(stages, runtime::Engine::dims_of(c.info), small_params());
+    runtime::Session mem(stages, runtime::session_dims(c.info), small_params());
     TempFile f(bytes_of(c));
-    runtime::Engine engine(f.path);
+    runtime::BundleSession engine(f.path);
     const auto a = conversation(mem);
     const auto b = conversation(engine.session());
     REQUIRE(a.size() == b.size());
@@ -241,7 +241,7 @@ TEST_CASE("random corruption behind a valid checksum never crashes the loader or
     put64(bad, 56, fnv(bad.data() + meta_off, meta_size));
     TempFile f(bad, "fuzz");
     try {
-      runtime::Engine engine(f.path);
+      runtime::BundleSession engine(f.path);
       ++opened;
       // What opens must run or refuse cleanly.
       try {
@@ -260,7 +260,7 @@ TEST_CASE("random corruption behind a valid checksum never crashes the loader or
 TEST_CASE("generation through the engine: greedy, seeded sampling, refusals", "[bundle]") {
   const auto c = compile("llama-gqa");
   TempFile f(bytes_of(c));
-  runtime::Engine engine(f.path);
+  runtime::BundleSession engine(f.path);
   auto& s = engine.session();
   const std::vector<std::int32_t> prompt{1, 2, 3, 4, 5, 6, 7};
 

@@ -14,8 +14,10 @@
 #include "tpullm/compiler/compiler.hpp"
 #include "tpullm/frontend/stage_builder.hpp"
 #include "tpullm/ir/text/printer.hpp"
+#include "tpullm/kernels/worker_pool.hpp"
 #include "tpullm/memory/plan_memory.hpp"
-#include "tpullm/runtime/stage_executor.hpp"
+#include "tpullm/runtime/executor.hpp"
+#include "tpullm/runtime/stages.hpp"
 #include "tpullm/tiling/layer_group.hpp"
 
 using namespace tpullm;
@@ -37,7 +39,7 @@ frontend::StageParams small_params() {
   return p;
 }
 
-compiler::CompiledModel compile(const std::string& name, compiler::CompileOptions o = {}) {
+codegen::CompiledModel compile(const std::string& name, compiler::CompileOptions o = {}) {
   const auto d = frontend::load_model(model_dir(name));
   o.target.cores = 2;
   return compiler::compile(frontend::build_top_modules(d, small_params()), o);
@@ -188,7 +190,7 @@ TEST_CASE("the greedy lm_head (MatMulArgMax) picks the argmax of lm_head", "[bac
                                        [](const auto& p) { return p.name == "lm_head_greedy"; });
     REQUIRE(std::any_of(greedy.instrs.begin(), greedy.instrs.end(),
                         [](const auto& i) { return i.kind() == ir::OpKind::tpu_MatMulArgMax; }));
-    auto ex = compiler::make_executor(cm);
+    auto ex = runtime::make_executor(cm);
     const std::int64_t H = greedy.args[0].type.shape.back();
     const std::int64_t V = ex->program("lm_head").results[0].type.shape.back();
     std::mt19937 rng(3);
@@ -211,7 +213,7 @@ TEST_CASE("the greedy lm_head (MatMulArgMax) picks the argmax of lm_head", "[bac
 
 TEST_CASE("the executor refuses bad inputs with clear errors", "[backend][exec]") {
   const auto cm = compile("llama-gqa");
-  auto ex = compiler::make_executor(cm);
+  auto ex = runtime::make_executor(cm);
   const auto& p = ex->program("block_cache_0_32");
   const std::int64_t H = p.args[0].type.shape.back();
   std::vector<float> x(static_cast<std::size_t>(H), 0.1f);
@@ -277,4 +279,21 @@ TEST_CASE("the pipeline compile records is the one it ran, and parses back into 
     parsed.run(modules[i]);
     CHECK(ir::text::print_module(modules[i]) == ir::text::print_module(cm.modules[i]));
   }
+}
+
+TEST_CASE("make_executor runs a compiled model by the one rule for cores and memory",
+          "[backend][exec]") {
+  auto cm = compile("llama-gqa");
+  // cores 0: the target's, but no more than this process may use; an explicit count is obeyed.
+  cm.target.cores = 4096;
+  CHECK(runtime::make_executor(cm)->threads() ==
+        std::min<std::int64_t>(kernels::usable_cores(), kernels::WorkerPool::kMaxThreads));
+  CHECK(runtime::make_executor(cm, 3)->threads() == 3);
+  CHECK(runtime::make_executor(cm, 1, 2)->kv_geometry().slots == 2);
+  CHECK_THROWS_WITH(runtime::make_executor(cm, -1), Catch::Contains("must be in [0, 4096]"));
+  CHECK_THROWS_WITH(runtime::make_executor(cm, 0, 0), Catch::Contains("must be in [1, 4096]"));
+  // A KV cache no machine holds is refused before anything is allocated, naming what was run.
+  cm.kv.capacity = std::int64_t{1} << 40;
+  CHECK_THROWS_WITH(runtime::make_executor(cm),
+                    Catch::Contains("compiled model") && Catch::Contains("of memory available"));
 }

@@ -19,7 +19,7 @@
 #include "tpullm/rewrite/op_equivalence.hpp"
 #include "tpullm/runtime/calibrate.hpp"
 #include "tpullm/runtime/compiled_stages.hpp"
-#include "tpullm/runtime/engine.hpp"
+#include "tpullm/runtime/bundle_session.hpp"
 
 using namespace tpullm;
 namespace fs = std::filesystem;
@@ -53,7 +53,7 @@ struct Int8TempFile {
 };
 
 /// Writes `cm` with `info` as a bundle file at `path`.
-void write_bundle_file(const compiler::CompiledModel& cm, const bundle::ModelInfo& info,
+void write_bundle_file(const codegen::CompiledModel& cm, const bundle::ModelInfo& info,
                        const fs::path& path) {
   std::ofstream f(path, std::ios::binary);
   bundle::write_bundle(cm, info, f);
@@ -249,10 +249,10 @@ TEST_CASE("int8 static attributes survive a bundle and run to the in-memory logi
     CHECK(static_ops > 0);
     CHECK(zero_points > 0);
   }
-  auto exec = compiler::make_executor(cm);
+  auto exec = runtime::make_executor(cm);
   runtime::CompiledStages stages(*exec);
-  runtime::Session mem(stages, runtime::Engine::dims_of(info), int8_params());
-  runtime::Engine engine(file.path);
+  runtime::Session mem(stages, runtime::session_dims(info), int8_params());
+  runtime::BundleSession engine(file.path);
   const std::vector<std::int32_t> prompt{1,  5,  9,  2,  7,  3,  8,  4,  6,  10,
                                          11, 12, 13, 14, 15, 16, 17, 18, 19, 20};
   const auto a = mem.prefill(prompt, true);

@@ -17,7 +17,7 @@
 #include "tpullm/frontend/stage_builder.hpp"
 #include "tpullm/memory/plan_memory.hpp"
 #include "tpullm/runtime/compiled_stages.hpp"
-#include "tpullm/runtime/engine.hpp"
+#include "tpullm/runtime/bundle_session.hpp"
 #include "tpullm/tiling/layer_group.hpp"
 
 using namespace tpullm;
@@ -32,12 +32,12 @@ frontend::StageParams moe_params() {
   return p;
 }
 
-compiler::CompiledModel compile_moe(const frontend::ModelDesc& d, compiler::CompileOptions o = {}) {
+codegen::CompiledModel compile_moe(const frontend::ModelDesc& d, compiler::CompileOptions o = {}) {
   o.target.cores = 2;
   return compiler::compile(frontend::build_top_modules(d, moe_params()), o);
 }
 
-compiler::CompiledModel compile_moe(const std::string& name, compiler::CompileOptions o = {}) {
+codegen::CompiledModel compile_moe(const std::string& name, compiler::CompileOptions o = {}) {
   return compile_moe(
       frontend::load_model(std::filesystem::path(TPULLM_TEST_DATA_DIR) / "models" / name), o);
 }
@@ -133,9 +133,9 @@ TEST_CASE("a NaN router logit through the executor is the model's invalid input,
   const auto desc = frontend::load_model(dst);
   const auto p = moe_params();
   const auto cm = compile_moe(desc);
-  const auto exec = compiler::make_executor(cm, 1);
+  const auto exec = runtime::make_executor(cm, 0, 1);
   runtime::CompiledStages stages(*exec, 0);
-  runtime::Session s(stages, runtime::Engine::dims_of(bundle::make_model_info(desc, p, "f32")), p);
+  runtime::Session s(stages, runtime::session_dims(bundle::make_model_info(desc, p, "f32")), p);
   const std::vector<std::int32_t> ids{1, 2, 3};
   try {
     (void)s.prefill(ids, false);

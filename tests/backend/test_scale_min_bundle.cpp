@@ -27,7 +27,7 @@
 #include "tpullm/compiler/compiler.hpp"
 #include "tpullm/conversion/weight_convert.hpp"
 #include "tpullm/frontend/stage_builder.hpp"
-#include "tpullm/runtime/engine.hpp"
+#include "tpullm/runtime/bundle_session.hpp"
 
 using namespace tpullm;
 namespace fs = std::filesystem;
@@ -44,7 +44,7 @@ frontend::StageParams min_params() {
 
 struct MinCompiled {
   frontend::ModelDesc desc;
-  compiler::CompiledModel model;
+  codegen::CompiledModel model;
   bundle::ModelInfo info;
 };
 
@@ -118,9 +118,9 @@ std::vector<float> min_conversation(runtime::Session& s) {
 }
 
 std::vector<float> run_in_memory(const MinCompiled& c) {
-  auto exec = compiler::make_executor(c.model);
+  auto exec = runtime::make_executor(c.model);
   runtime::CompiledStages stages(*exec);
-  runtime::Session s(stages, runtime::Engine::dims_of(c.info), min_params());
+  runtime::Session s(stages, runtime::session_dims(c.info), min_params());
   return min_conversation(s);
 }
 
@@ -163,7 +163,7 @@ TEST_CASE("scale-and-min weights run through the executor and a bundle", "[bundl
           CHECK(w.find_part("zeros") == nullptr);
         }
       CHECK(with_mins > 0);
-      runtime::Engine engine(path);
+      runtime::BundleSession engine(path);
       from_bundle = min_conversation(engine.session());
     }
     std::error_code ec;

@@ -47,7 +47,7 @@
 #include "tpullm/frontend/model_desc.hpp"
 #include "tpullm/frontend/safetensors.hpp"
 #include "tpullm/frontend/stage_builder.hpp"
-#include "tpullm/runtime/interpreter_executor.hpp"
+#include "tpullm/runtime/interpreted_stages.hpp"
 #include "tpullm/runtime/session.hpp"
 #include "tpullm/support/float16.hpp"
 
@@ -355,7 +355,7 @@ std::string goldens_of(const fs::path& dir, const tpullm::frontend::Goldens& bas
   const auto desc = frontend::load_model(dir);
   frontend::StageParams params;
   params.validate(desc.dims.max_position);
-  runtime::InterpreterExecutor exec(frontend::build_top_modules(desc, params));
+  runtime::InterpretedStages exec(frontend::build_top_modules(desc, params));
   const runtime::SessionDims dims{desc.dims.layers, desc.dims.hidden, desc.dims.kv_heads,
                                   desc.dims.head_dim, desc.dims.vocab};
   runtime::Session session(exec, dims, params);

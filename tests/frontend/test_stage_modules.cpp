@@ -6,7 +6,7 @@
 #include "frontend_test_util.hpp"
 #include "tpullm/frontend/stage_builder.hpp"
 #include "tpullm/ir/ir.hpp"
-#include "tpullm/runtime/interpreter_executor.hpp"
+#include "tpullm/runtime/interpreted_stages.hpp"
 #include "tpullm/verify/golden_check.hpp"
 
 using namespace tpullm;
@@ -121,7 +121,7 @@ TEST_CASE("interpreted Top modules reproduce the transformers logits", "[fronten
   INFO(name);
   const auto d = frontend::load_model(fe_test::model_dir(name));
   const auto p = test_params();
-  runtime::InterpreterExecutor exec(frontend::build_top_modules(d, p));
+  runtime::InterpretedStages exec(frontend::build_top_modules(d, p));
   runtime::Session session(exec, dims_of(d), p);
   const auto goldens = frontend::load_goldens(fe_test::model_dir(name));
   for (const auto& r : verify::check_goldens(session, goldens)) {
@@ -142,7 +142,7 @@ TEST_CASE("a prompt tail too close to the cache end goes through decode, with th
   auto p = test_params();
   p.seq_length = 308;
   p.decode_chunk = 0;
-  runtime::InterpreterExecutor exec(frontend::build_top_modules(d, p));
+  runtime::InterpretedStages exec(frontend::build_top_modules(d, p));
   runtime::Session session(exec, dims_of(d), p);
   const auto logits = session.prefill(goldens.c.prompt, false);
   const auto m = frontend::compare_logits(logits, goldens.c.prefill_logits);
@@ -155,7 +155,7 @@ TEST_CASE("the golden check fails when the model is wrong", "[frontend][golden]"
   auto d = frontend::load_model(fe_test::model_dir("llama-gqa"));
   d.rope.theta *= 2;
   const auto p = test_params();
-  runtime::InterpreterExecutor exec(frontend::build_top_modules(d, p));
+  runtime::InterpretedStages exec(frontend::build_top_modules(d, p));
   runtime::Session session(exec, dims_of(d), p);
   const auto reports =
       verify::check_goldens(session, frontend::load_goldens(fe_test::model_dir("llama-gqa")));
@@ -168,7 +168,7 @@ TEST_CASE("a prompt longer than the compiled sequence is refused", "[frontend][s
   auto p = test_params();
   p.seq_length = 128;
   p.decode_chunk = 0;
-  runtime::InterpreterExecutor exec(frontend::build_top_modules(d, p));
+  runtime::InterpretedStages exec(frontend::build_top_modules(d, p));
   runtime::Session session(exec, dims_of(d), p);
   std::vector<std::int32_t> prompt(129, 1);
   REQUIRE_THROWS_WITH(session.prefill(prompt, false),

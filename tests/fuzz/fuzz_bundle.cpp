@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "tpullm/runtime/engine.hpp"
+#include "tpullm/runtime/bundle_session.hpp"
 #include "tpullm/support/crc32c.hpp"
 
 namespace {
@@ -97,7 +97,7 @@ bool fix_weight_checksums(std::vector<std::uint8_t>& bytes, const tpullm::bundle
 
 /// Runs one prefill and one decode step of an opened bundle (refusals with Error are fine).
 void exercise(std::shared_ptr<const tpullm::bundle::Bundle> b) {
-  tpullm::runtime::Engine engine(std::move(b), 1);
+  tpullm::runtime::BundleSession engine(std::move(b), 1);
   try {
     auto& s = engine.session();
     (void)s.prefill({1}, false);

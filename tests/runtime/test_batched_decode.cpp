@@ -16,7 +16,7 @@
 #include "tpullm/kernels/sampling.hpp"
 #include "tpullm/runtime/batched_decode.hpp"
 #include "tpullm/runtime/compiled_stages.hpp"
-#include "tpullm/runtime/engine.hpp"
+#include "tpullm/runtime/bundle_session.hpp"
 
 using namespace tpullm;
 
@@ -54,9 +54,9 @@ struct Conversations {
   std::unique_ptr<runtime::Executor> exec;
   std::vector<std::unique_ptr<runtime::CompiledStages>> stages;
   std::vector<std::unique_ptr<runtime::Session>> sessions;
-  Conversations(const compiler::CompiledModel& cm, const runtime::SessionDims& dims,
+  Conversations(const codegen::CompiledModel& cm, const runtime::SessionDims& dims,
                 const frontend::StageParams& p, int n)
-      : exec(compiler::make_executor(cm, n)) {
+      : exec(runtime::make_executor(cm, 0, n)) {
     for (int i = 0; i < n; ++i) {
       stages.push_back(std::make_unique<runtime::CompiledStages>(*exec, i));
       sessions.push_back(std::make_unique<runtime::Session>(*stages.back(), dims, p));
@@ -79,7 +79,7 @@ TEST_CASE("batched decode equals each conversation decoding alone", "[batched-de
   const auto p = batched_params();
   CHECK(p.decode_batch_sizes() == std::vector<std::int64_t>{2, 4});
   const auto cm = compiler::compile(frontend::build_top_modules(desc, p), o);
-  const auto dims = runtime::Engine::dims_of(bundle::make_model_info(desc, p, "f32"));
+  const auto dims = runtime::session_dims(bundle::make_model_info(desc, p, "f32"));
 
   // Three conversations at different history lengths, across both decode lengths (64, 128).
   const std::vector<std::size_t> lengths{5, 40, 70};
@@ -137,7 +137,7 @@ TEST_CASE("batched decode refuses bad rows", "[batched-decode]") {
   o.target.cores = 2;
   const auto p = batched_params();
   const auto cm = compiler::compile(frontend::build_top_modules(desc, p), o);
-  const auto dims = runtime::Engine::dims_of(bundle::make_model_info(desc, p, "f32"));
+  const auto dims = runtime::session_dims(bundle::make_model_info(desc, p, "f32"));
   Conversations c(cm, dims, p, 2);
   for (auto& s : c.sessions)
     s->prefill(prompt(4, 1), false);
@@ -161,7 +161,7 @@ TEST_CASE("batched decode refuses bad rows", "[batched-decode]") {
   auto p1 = p;
   p1.decode_batches = {};
   const auto cm1 = compiler::compile(frontend::build_top_modules(desc, p1), o);
-  auto e1 = compiler::make_executor(cm1, 2);
+  auto e1 = runtime::make_executor(cm1, 0, 2);
   CHECK(!runtime::BatchedDecoder(*e1, dims, p1).batched());
   p1.decode_batches = {0};
   CHECK_THROWS_AS(p1.validate(0), Error);

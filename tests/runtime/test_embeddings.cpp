@@ -19,8 +19,8 @@
 #include "tpullm/frontend/stage_builder.hpp"
 #include "tpullm/runtime/compiled_stages.hpp"
 #include "tpullm/runtime/embeddings.hpp"
-#include "tpullm/runtime/engine.hpp"
-#include "tpullm/runtime/interpreter_executor.hpp"
+#include "tpullm/runtime/bundle_session.hpp"
+#include "tpullm/runtime/interpreted_stages.hpp"
 
 using namespace tpullm;
 using namespace tpullm::runtime;
@@ -39,7 +39,7 @@ frontend::StageParams small_params() {
 
 /// The reference: every row's final hidden state from the interpreter, through its final_norm,
 /// pooled and normalized in double here.
-std::vector<double> reference(InterpreterExecutor& exec, Session& s,
+std::vector<double> reference(InterpretedStages& exec, Session& s,
                               const std::vector<std::int32_t>& prompt, Pooling pooling) {
   const std::int64_t H = s.dims().hidden;
   std::vector<std::vector<float>> rows;
@@ -85,15 +85,15 @@ TEST_CASE("embeddings of a compiled bundle match the float64 interpreter's norme
   const frontend::StageParams p = small_params();
   REQUIRE(static_cast<std::int64_t>(prompt.size()) > 3 * p.max_input_length);
   REQUIRE(static_cast<std::int64_t>(prompt.size()) <= p.seq_length);
-  const SessionDims dims = Engine::dims_of(bundle::make_model_info(desc, p, "f32"));
+  const SessionDims dims = session_dims(bundle::make_model_info(desc, p, "f32"));
 
   compiler::CompileOptions co;
   co.target.cores = 2;
-  const compiler::CompiledModel cm = compiler::compile(frontend::build_top_modules(desc, p), co);
-  auto exec = compiler::make_executor(cm);
+  const codegen::CompiledModel cm = compiler::compile(frontend::build_top_modules(desc, p), co);
+  auto exec = runtime::make_executor(cm);
   CompiledStages stages(*exec);
   Session s(stages, dims, p);
-  InterpreterExecutor ref_exec(frontend::build_top_modules(desc, p));
+  InterpretedStages ref_exec(frontend::build_top_modules(desc, p));
   Session ref_s(ref_exec, dims, p);
 
   for (const Pooling pooling : {Pooling::last, Pooling::mean}) {
@@ -132,9 +132,9 @@ TEST_CASE("embeddings are refused without a final_norm stage, for an empty promp
   const auto dir = std::filesystem::path(TPULLM_TEST_DATA_DIR) / "models" / "llama-gqa";
   const frontend::ModelDesc desc = frontend::load_model(dir);
   const frontend::StageParams p = small_params();
-  const SessionDims dims = Engine::dims_of(bundle::make_model_info(desc, p, "f32"));
+  const SessionDims dims = session_dims(bundle::make_model_info(desc, p, "f32"));
   {
-    InterpreterExecutor exec(frontend::build_top_modules(desc, p));
+    InterpretedStages exec(frontend::build_top_modules(desc, p));
     Session s(exec, dims, p);
     CHECK_THROWS_KIND(embed(s, {}), invalid_input);
     CHECK_THROWS_KIND(embed(s, {1, static_cast<std::int32_t>(dims.vocab)}), invalid_input);
@@ -142,7 +142,7 @@ TEST_CASE("embeddings are refused without a final_norm stage, for an empty promp
   // A bundle compiled before final_norm existed: its modules without it.
   auto modules = frontend::build_top_modules(desc, p);
   std::erase_if(modules, [](const ir::Module& m) { return m.name() == "final_norm"; });
-  InterpreterExecutor old(std::move(modules));
+  InterpretedStages old(std::move(modules));
   Session s(old, dims, p);
   CHECK_THROWS_KIND(embed(s, {1, 2, 3}), unsupported);
   CHECK_THROWS_WITH(embed(s, {1, 2, 3}),

@@ -19,7 +19,7 @@
 #include "tpullm/kernels/sampling.hpp"
 #include "tpullm/runtime/batched_decode.hpp"
 #include "tpullm/runtime/compiled_stages.hpp"
-#include "tpullm/runtime/engine.hpp"
+#include "tpullm/runtime/bundle_session.hpp"
 #include "tpullm/runtime/prompt_cache.hpp"
 
 using namespace tpullm;
@@ -61,7 +61,7 @@ std::vector<std::int32_t> ids(std::size_t n, std::size_t seed) {
 
 struct Compiled {
   frontend::ModelDesc desc;
-  compiler::CompiledModel cm;
+  codegen::CompiledModel cm;
   runtime::SessionDims dims;
 };
 
@@ -75,11 +75,11 @@ Compiled compile_with(const std::string& model, const std::string& mode,
   o.lower.kv_dtype = kv_dtype;
   o.lower.group_size = 32; // divides llama-gqa's intermediate 352 (w8a16)
   c.cm = compiler::compile(frontend::build_top_modules(c.desc, kv_params()), o);
-  c.dims = runtime::Engine::dims_of(bundle::make_model_info(c.desc, kv_params(), mode));
+  c.dims = runtime::session_dims(bundle::make_model_info(c.desc, kv_params(), mode));
   return c;
 }
 
-const codegen::Program& program(const compiler::CompiledModel& cm, const std::string& name) {
+const codegen::Program& program(const codegen::CompiledModel& cm, const std::string& name) {
   for (const auto& p : cm.programs)
     if (p.name == name)
       return p;
@@ -132,9 +132,9 @@ TEST_CASE("decode and batched decode on an f16 / bf16 cache follow the f32 cache
   const auto f32 = compile_with("llama-gqa", "f32", "f32");
   const auto k16 = compile_with("llama-gqa", "f32", kv);
   const auto p = kv_params();
-  auto e32 = compiler::make_executor(f32.cm, 2);
-  auto e16 = compiler::make_executor(k16.cm, 2);
-  auto e16_alone = compiler::make_executor(k16.cm, 2);
+  auto e32 = runtime::make_executor(f32.cm, 0, 2);
+  auto e16 = runtime::make_executor(k16.cm, 0, 2);
+  auto e16_alone = runtime::make_executor(k16.cm, 0, 2);
   std::vector<std::unique_ptr<runtime::CompiledStages>> st;
   std::vector<std::unique_ptr<runtime::Session>> s32, s16, alone;
   for (int i = 0; i < 2; ++i) {
@@ -184,8 +184,8 @@ TEST_CASE("the prompt cache on an f16 cache follows the f32 cache", "[kv-dtype][
   const auto f32 = compile_with("llama-gqa", "f32", "f32");
   const auto k16 = compile_with("llama-gqa", "f32", "f16");
   const auto p = kv_params();
-  auto e32 = compiler::make_executor(f32.cm);
-  auto e16 = compiler::make_executor(k16.cm);
+  auto e32 = runtime::make_executor(f32.cm);
+  auto e16 = runtime::make_executor(k16.cm);
   runtime::CompiledStages st32(*e32), st16(*e16);
   runtime::Session s32(st32, f32.dims, p), s16(st16, k16.dims, p);
   runtime::PromptCache c32(s32), c16(s16);

@@ -16,7 +16,7 @@
 #include "tpullm/frontend/goldens.hpp"
 #include "tpullm/frontend/stage_builder.hpp"
 #include "tpullm/runtime/compiled_stages.hpp"
-#include "tpullm/runtime/engine.hpp"
+#include "tpullm/runtime/bundle_session.hpp"
 #include "tpullm/runtime/generation.hpp"
 #include "tpullm/runtime/logprobs.hpp"
 
@@ -88,10 +88,10 @@ TEST_CASE("a Generation's logprobs match the log-softmax of transformers' float6
   p.decode_chunks = {64};
   compiler::CompileOptions co;
   co.target.cores = 2;
-  const compiler::CompiledModel cm = compiler::compile(frontend::build_top_modules(desc, p), co);
-  auto exec = compiler::make_executor(cm);
+  const codegen::CompiledModel cm = compiler::compile(frontend::build_top_modules(desc, p), co);
+  auto exec = runtime::make_executor(cm);
   CompiledStages stages(*exec);
-  Session s(stages, Engine::dims_of(bundle::make_model_info(desc, p, "f32")), p);
+  Session s(stages, session_dims(bundle::make_model_info(desc, p, "f32")), p);
   const std::vector<float> logits = s.prefill(g.a.prompt, false);
 
   GenerateOptions o;

@@ -17,7 +17,7 @@
 #include "tpullm/compiler/compiler.hpp"
 #include "tpullm/frontend/stage_builder.hpp"
 #include "tpullm/runtime/compiled_stages.hpp"
-#include "tpullm/runtime/engine.hpp"
+#include "tpullm/runtime/bundle_session.hpp"
 
 using namespace tpullm;
 
@@ -33,10 +33,10 @@ frontend::StageParams params(std::vector<std::int64_t> chunks) {
 }
 
 /// Records the names of the functions a session runs.
-struct Recording : runtime::StageExecutor {
-  runtime::StageExecutor& inner;
+struct Recording : runtime::Stages {
+  runtime::Stages& inner;
   std::multiset<std::string> calls;
-  explicit Recording(runtime::StageExecutor& e) : inner(e) {}
+  explicit Recording(runtime::Stages& e) : inner(e) {}
   void run(const std::string& name, std::span<const runtime::ConstBytes> in,
            std::span<const runtime::MutBytes> out) override {
     calls.insert(name);
@@ -72,11 +72,11 @@ TEST_CASE("a short segment runs through the smallest prefill variant, same logit
   CHECK(pv.prefill_length_for(17) == 32);
   const auto with = compiler::compile(frontend::build_top_modules(desc, pv), o);
   const auto without = compiler::compile(frontend::build_top_modules(desc, pp), o);
-  auto ew = compiler::make_executor(with);
-  auto eo = compiler::make_executor(without);
+  auto ew = runtime::make_executor(with);
+  auto eo = runtime::make_executor(without);
   runtime::CompiledStages sw(*ew), so(*eo);
   Recording rec(sw);
-  const auto dims = runtime::Engine::dims_of(bundle::make_model_info(desc, pv, "f32"));
+  const auto dims = runtime::session_dims(bundle::make_model_info(desc, pv, "f32"));
   runtime::Session a(rec, dims, pv), b(so, dims, pp);
 
   // A 5-token prompt: block_i_8 for every layer, never the padded block_i.
@@ -116,7 +116,7 @@ TEST_CASE("a short segment runs through the smallest prefill variant, same logit
     f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
   }
   {
-    runtime::Engine e(path);
+    runtime::BundleSession e(path);
     CHECK(e.bundle().model().params.prefill_lengths() == pv.prefill_lengths());
     CHECK(rel_err(e.session().prefill(p1, true), la) < 1e-6);
   }

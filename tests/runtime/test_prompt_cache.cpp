@@ -11,7 +11,7 @@
 #include "tpullm/compiler/compiler.hpp"
 #include "tpullm/frontend/stage_builder.hpp"
 #include "tpullm/runtime/compiled_stages.hpp"
-#include "tpullm/runtime/engine.hpp"
+#include "tpullm/runtime/bundle_session.hpp"
 #include "tpullm/runtime/prompt_cache.hpp"
 
 using namespace tpullm;
@@ -29,13 +29,13 @@ frontend::StageParams params() {
 struct Model {
   frontend::ModelDesc desc =
       frontend::load_model(std::filesystem::path(TPULLM_TEST_DATA_DIR) / "models" / "llama-gqa");
-  compiler::CompiledModel cm = [this] {
+  codegen::CompiledModel cm = [this] {
     compiler::CompileOptions o;
     o.target.cores = 2;
     return compiler::compile(frontend::build_top_modules(desc, params()), o);
   }();
   runtime::SessionDims dims() const {
-    return runtime::Engine::dims_of(bundle::make_model_info(desc, params(), "f32"));
+    return runtime::session_dims(bundle::make_model_info(desc, params(), "f32"));
   }
 };
 
@@ -55,7 +55,7 @@ std::vector<std::int32_t> cat(std::vector<std::int32_t> a, const std::vector<std
 
 TEST_CASE("a repeated conversation feeds only its new tokens", "[prompt-cache]") {
   Model m;
-  auto exec = compiler::make_executor(m.cm);
+  auto exec = runtime::make_executor(m.cm);
   runtime::CompiledStages stages(*exec);
   runtime::Session s(stages, m.dims(), params());
   runtime::PromptCache cache(s);
@@ -89,7 +89,7 @@ TEST_CASE("a repeated conversation feeds only its new tokens", "[prompt-cache]")
 TEST_CASE("a prompt that departs from the cache rolls it back to the common prefix",
           "[prompt-cache]") {
   Model m;
-  auto exec = compiler::make_executor(m.cm);
+  auto exec = runtime::make_executor(m.cm);
   runtime::CompiledStages stages(*exec);
   runtime::Session s(stages, m.dims(), params());
   runtime::PromptCache cache(s);
@@ -117,7 +117,7 @@ TEST_CASE("a prompt that departs from the cache rolls it back to the common pref
 TEST_CASE("a prompt that leaves no room for an answer is refused, the cache unchanged",
           "[prompt-cache]") {
   Model m;
-  auto exec = compiler::make_executor(m.cm);
+  auto exec = runtime::make_executor(m.cm);
   runtime::CompiledStages stages(*exec);
   runtime::Session s(stages, m.dims(), params());
   runtime::PromptCache cache(s);
@@ -135,7 +135,7 @@ TEST_CASE("a prompt that leaves no room for an answer is refused, the cache unch
 TEST_CASE("a prompt fed from outside: keep_prefix, then record what was fed", "[prompt-cache]") {
   // What a serving slot does (segment by segment), against generate() on a twin cache.
   Model m;
-  auto exec = compiler::make_executor(m.cm);
+  auto exec = runtime::make_executor(m.cm);
   runtime::CompiledStages stages(*exec);
   runtime::Session s(stages, m.dims(), params()), twin_s(stages, m.dims(), params());
   runtime::PromptCache cache(s), twin(twin_s);

@@ -11,7 +11,7 @@
 #include "tpullm/compiler/compiler.hpp"
 #include "tpullm/frontend/stage_builder.hpp"
 #include "tpullm/runtime/compiled_stages.hpp"
-#include "tpullm/runtime/engine.hpp"
+#include "tpullm/runtime/bundle_session.hpp"
 #include "tpullm/runtime/slot_pool.hpp"
 
 using namespace tpullm;
@@ -44,17 +44,17 @@ runtime::GenerateOptions greedy(int n) {
 struct Compiled {
   frontend::ModelDesc desc =
       frontend::load_model(std::filesystem::path(TPULLM_TEST_DATA_DIR) / "models" / "llama-gqa");
-  compiler::CompiledModel cm = [this] {
+  codegen::CompiledModel cm = [this] {
     compiler::CompileOptions o;
     o.target.cores = 2;
     return compiler::compile(frontend::build_top_modules(desc, pool_params()), o);
   }();
   runtime::SessionDims dims() const {
-    return runtime::Engine::dims_of(bundle::make_model_info(desc, pool_params(), "f32"));
+    return runtime::session_dims(bundle::make_model_info(desc, pool_params(), "f32"));
   }
   /// The greedy answer of a lone Session on its own executor.
   std::vector<std::int32_t> alone(const std::vector<std::int32_t>& prompt, int n) const {
-    auto exec = compiler::make_executor(cm);
+    auto exec = runtime::make_executor(cm);
     runtime::CompiledStages stages(*exec);
     runtime::Session s(stages, dims(), pool_params());
     return s.generate(prompt, greedy(n)).tokens;
@@ -72,7 +72,7 @@ const runtime::SlotEvent* event_of(const runtime::SlotRound& r, int slot) {
 
 TEST_CASE("two slots: a prefill segment beside a decode, then one batched decode", "[slot-pool]") {
   const Compiled c;
-  auto exec = compiler::make_executor(c.cm, 2);
+  auto exec = runtime::make_executor(c.cm, 0, 2);
   runtime::SlotPool pool(*exec, c.dims(), pool_params(), nullptr);
   REQUIRE(pool.size() == 2);
   CHECK(pool.max_decode_batch() == 4);
@@ -166,7 +166,7 @@ TEST_CASE("two slots: a prefill segment beside a decode, then one batched decode
 
 TEST_CASE("a slot's failed step ends only that slot", "[slot-pool]") {
   const Compiled c;
-  auto exec = compiler::make_executor(c.cm, 2);
+  auto exec = runtime::make_executor(c.cm, 0, 2);
   runtime::SlotPool pool(*exec, c.dims(), pool_params(), nullptr);
   CHECK_THROWS_AS(pool.start(0, {{}, greedy(2)}), Error);     // an empty prompt
   CHECK_THROWS_AS(pool.start(0, {{1, 2}, greedy(0)}), Error); // a bad budget

@@ -11,7 +11,7 @@
 
 #include "tpullm/frontend/make_model.hpp"
 #include "tpullm/frontend/stage_builder.hpp"
-#include "tpullm/runtime/interpreter_executor.hpp"
+#include "tpullm/runtime/interpreted_stages.hpp"
 #include "tpullm/runtime/session.hpp"
 
 using namespace tpullm;
@@ -32,7 +32,7 @@ TEST_CASE("a random qwen2.5 layer from make-model keeps activations at a real mo
   p.max_input_length = 8;
   p.decode_chunk = 0;
   p.with_history = false;
-  runtime::InterpreterExecutor exec(frontend::build_top_modules(d, p));
+  runtime::InterpretedStages exec(frontend::build_top_modules(d, p));
   runtime::Session s(exec, {1, 896, 2, 64, 256}, p);
   const auto logits = s.prefill({3, 1, 4, 1, 5, 9, 2, 6}, true);
   REQUIRE(logits.size() == 8 * 256);

@@ -20,7 +20,7 @@
 #include "tpullm/kernels/cpu_features.hpp"
 #include "tpullm/kernels/detail/matmul_gemm_bf16dot.hpp"
 #include "tpullm/kernels/worker_pool.hpp"
-#include "tpullm/runtime/engine.hpp"
+#include "tpullm/runtime/bundle_session.hpp"
 #include "tpullm/support/ceilings.hpp"
 
 namespace tpullm::cli {
@@ -273,7 +273,7 @@ int cmd_bench(const std::vector<std::string>& args) {
 
   // The executor (and its memory check) before the ceilings: a bundle too big for this machine
   // is refused before seconds of measuring.
-  runtime::Engine engine(opened, cores);
+  runtime::BundleSession engine(opened, cores);
   std::cerr << checked << "\n"
             << "measuring this machine's ceilings (a few seconds)...\n";
   const machine::Ceilings& ceil = machine::measure_ceilings();
@@ -467,7 +467,7 @@ int cmd_bench(const std::vector<std::string>& args) {
     const double quiet = 1 / dec.front()["tokens_per_s"].get<double>();
     double one = 0;
     {
-      runtime::Engine single(opened, 1);
+      runtime::BundleSession single(opened, 1);
       one = decode_seconds(single.session(), C, decode_steps, repeat, m.vocab);
     }
     print_progress("decode on 1 thread", 1, 1);

@@ -15,7 +15,7 @@
 #include "tpullm/support/json.hpp"
 #include "sampling_options.hpp"
 #include "tpullm/runtime/conversation.hpp"
-#include "tpullm/runtime/engine.hpp"
+#include "tpullm/runtime/bundle_session.hpp"
 #include "tpullm/runtime/text_side.hpp"
 
 namespace tpullm::cli {
@@ -62,7 +62,7 @@ int cmd_chat(const std::vector<std::string>& args) {
   std::string checked;
   const OpenedBundle opened = open_bundle_source(source, !no_stats, &checked);
   const std::string& file = opened.name;
-  runtime::Engine engine(opened.bundle, source.threads);
+  runtime::BundleSession engine(opened.bundle, source.threads);
   const auto text = runtime::load_text_side(engine.bundle(), file);
   check(text.chat_template.has_value(), ErrorKind::unsupported, file,
         "no chat template: ", text.tokenizer.config().no_chat_template_reason(),

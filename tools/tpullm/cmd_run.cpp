@@ -8,7 +8,7 @@
 #include "command.hpp"
 #include "sampling_options.hpp"
 #include "tpullm/runtime/conversation.hpp"
-#include "tpullm/runtime/engine.hpp"
+#include "tpullm/runtime/bundle_session.hpp"
 #include "tpullm/runtime/text_side.hpp"
 
 namespace tpullm::cli {
@@ -58,7 +58,7 @@ int cmd_run(const std::vector<std::string>& args) {
   std::string checked;
   const OpenedBundle opened = open_bundle_source(source, !quiet, &checked);
   const std::string& file = opened.name;
-  runtime::Engine engine(opened.bundle, source.threads);
+  runtime::BundleSession engine(opened.bundle, source.threads);
   const auto& m = engine.bundle().model();
   std::optional<runtime::TextSide> text;
   if (as_text)

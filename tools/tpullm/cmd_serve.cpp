@@ -27,7 +27,7 @@
 #include "tpullm/runtime/compiled_stages.hpp"
 #include "tpullm/runtime/conversation.hpp"
 #include "tpullm/runtime/embeddings.hpp"
-#include "tpullm/runtime/engine.hpp"
+#include "tpullm/runtime/bundle_session.hpp"
 #include "tpullm/runtime/text_side.hpp"
 
 namespace tpullm::cli {
@@ -329,10 +329,10 @@ struct Server {
     try {
       std::lock_guard lock(embed_m);
       if (!embed_session) {
-        embed_exec = bundle->make_executor(cores, 1);
+        embed_exec = runtime::make_executor(*bundle, cores, 1);
         embed_stages = std::make_unique<runtime::CompiledStages>(*embed_exec, 0);
-        embed_session = std::make_unique<runtime::Session>(*embed_stages,
-                                                           runtime::Engine::dims_of(m), m.params);
+        embed_session =
+            std::make_unique<runtime::Session>(*embed_stages, runtime::session_dims(m), m.params);
       }
       for (const auto& ids : prompts) {
         if (stopping)

@@ -12,10 +12,10 @@
 #include "tpullm/frontend/memory_estimate.hpp"
 #include "tpullm/frontend/stage_builder.hpp"
 #include "tpullm/runtime/compiled_stages.hpp"
-#include "tpullm/runtime/engine.hpp"
+#include "tpullm/runtime/bundle_session.hpp"
 #include "compile_bundle.hpp"
 #include "quant_options.hpp"
-#include "tpullm/runtime/interpreter_executor.hpp"
+#include "tpullm/runtime/interpreted_stages.hpp"
 #include "tpullm/support/output_file.hpp"
 #include "tpullm/support/temp_file.hpp"
 #include "tpullm/verify/golden_check.hpp"
@@ -165,17 +165,18 @@ int cmd_verify(const std::vector<std::string>& args) {
                                   desc.dims.head_dim, desc.dims.vocab};
   std::vector<verify::ScenarioReport> reports;
   if (level == "top") {
-    runtime::InterpreterExecutor exec(frontend::build_top_modules(desc, params));
+    runtime::InterpretedStages exec(frontend::build_top_modules(desc, params));
     runtime::Session session(exec, dims, params);
     reports = verify::check_goldens(session, g, rel_tol, min_argmax, max_kl);
   } else if (level == "bundle") {
-    // Through a real file: compiled, written, mapped, validated, run by the runtime's Engine.
-    // The default file is created exclusively at an unpredictable path in TMPDIR and removed
-    // afterwards (also when a signal ends the run); no file this run did not create is touched.
+    // Through a real file: compiled, written, mapped, validated, run by the runtime's
+    // BundleSession. The default file is created exclusively at an unpredictable path in TMPDIR and
+    // removed afterwards (also when a signal ends the run); no file this run did not create is
+    // touched.
     const fs::path file = temp ? temp->path() : fs::path(bundle_path);
     const auto r = compile_bundle(desc, params, copts, file, true, {}, "--bundle");
     std::cerr << describe(r);
-    runtime::Engine engine(bundle::Bundle::open(file, load.access));
+    runtime::BundleSession engine(bundle::Bundle::open(file, load.access));
     const auto wc = engine.bundle().verify_weights(0); // what was written is what is read
     std::cerr << "weights: " << wc.chunks << " CRC-32C chunks verified\n";
     reports = verify::check_goldens(engine.session(), g, rel_tol, min_argmax, max_kl);
@@ -191,7 +192,7 @@ int cmd_verify(const std::vector<std::string>& args) {
     const std::string refusal = "the compiled programs would not run";
     std::unique_ptr<runtime::Executor> exec;
     try {
-      exec = compiler::make_executor(cm);
+      exec = runtime::make_executor(cm);
     } catch (const OutputError&) {
       throw;
     } catch (const Error& e) {

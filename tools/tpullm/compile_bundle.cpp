@@ -12,7 +12,7 @@
 #include "tpullm/frontend/memory_estimate.hpp"
 #include "tpullm/frontend/hf_config.hpp"
 #include "tpullm/frontend/stage_builder.hpp"
-#include "tpullm/runtime/engine.hpp"
+#include "tpullm/runtime/bundle_session.hpp"
 #include "tpullm/support/output_file.hpp"
 
 namespace tpullm::cli {
@@ -32,9 +32,9 @@ std::string mib(std::int64_t b) {
 /// prefill, one prefill_kv when it has them, and one decode step. A failure is compile's
 /// refusal (Error(invalid_input) naming `out`), before the bundle replaces anything.
 void check_runs(const fs::path& file, const fs::path& out) {
-  std::unique_ptr<runtime::Engine> engine;
+  std::unique_ptr<runtime::BundleSession> engine;
   try {
-    engine = std::make_unique<runtime::Engine>(file); // the target's cores, as `run` uses
+    engine = std::make_unique<runtime::BundleSession>(file); // the target's cores, as `run` uses
   } catch (const OutputError&) {
     throw;
   } catch (const Error& e) {

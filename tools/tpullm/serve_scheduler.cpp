@@ -3,7 +3,7 @@
 
 #include <algorithm>
 
-#include "tpullm/runtime/engine.hpp"
+#include "tpullm/runtime/bundle_session.hpp"
 
 namespace tpullm::cli::serve {
 
@@ -66,8 +66,8 @@ Scheduler::Scheduler(std::shared_ptr<const bundle::Bundle> bundle, const runtime
   check(options_.slots >= 1, ErrorKind::invalid_input, "--slots", "must be >= 1");
   // One executor: its KV cache holds every slot's conversation, so one decode call can step
   // them all (batched decode) and the activation arena is shared.
-  exec_ = bundle_->make_executor(options_.cores, options_.slots);
-  pool_ = std::make_unique<runtime::SlotPool>(*exec_, runtime::Engine::dims_of(bundle_->model()),
+  exec_ = runtime::make_executor(*bundle_, options_.cores, options_.slots);
+  pool_ = std::make_unique<runtime::SlotPool>(*exec_, runtime::session_dims(bundle_->model()),
                                               bundle_->model().params, &text_.tokenizer);
   jobs_.resize(static_cast<std::size_t>(options_.slots));
   t_first_.resize(jobs_.size());

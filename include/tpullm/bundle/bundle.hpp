@@ -20,18 +20,15 @@
 #include <string>
 #include <vector>
 
-#include "tpullm/codegen/program.hpp"
+#include "tpullm/codegen/compiled_model.hpp"
 #include "tpullm/frontend/stage_params.hpp"
 #include "tpullm/frontend/text_files.hpp"
 #include "tpullm/ir/module.hpp"
-#include "tpullm/runtime/executor.hpp"
+#include "tpullm/memory/kv_geometry.hpp"
 #include "tpullm/support/input_file.hpp"
 #include "tpullm/support/mapped_file.hpp"
 #include "tpullm/target/target.hpp"
 
-namespace tpullm::compiler {
-struct CompiledModel;
-}
 namespace tpullm::frontend {
 struct ModelDesc;
 }
@@ -83,7 +80,7 @@ struct WriteStats {
 
 /// Writes `model` (every function and every weight its programs read) with `info` to `out`.
 /// Throws Error(io) when a write fails, Error(invalid_input) when a weight has no data.
-WriteStats write_bundle(const compiler::CompiledModel& model, const ModelInfo& info,
+WriteStats write_bundle(const codegen::CompiledModel& model, const ModelInfo& info,
                         std::ostream& out);
 
 /// An opened bundle: validated metadata decoded into Programs, weights whose bytes point into
@@ -99,7 +96,7 @@ public:
 
   const ModelInfo& model() const { return model_; }        ///< model and stage params
   const target::Target& target() const { return target_; } ///< what the plans assume
-  const runtime::KvGeometry& kv() const { return kv_; }    ///< KV cache of every program
+  const memory::KvGeometry& kv() const { return kv_; }     ///< KV cache of every program
   const std::vector<codegen::Program>& programs() const { return programs_; } ///< in order
   const std::vector<ir::Weight>& weights() const { return weights_; }         ///< sorted by name
   /// The weight `name`, or null (binary search: weights are sorted by name).
@@ -130,13 +127,6 @@ public:
   const FileIdentity& file_identity() const { return identity_; }
   const std::string& compiler() const { return compiler_; } ///< "tpullm <version>"
 
-  /// An executor with every program and weight (weights shared, not copied) and its own KV
-  /// cache of `slots` conversations (memory/kv_geometry.hpp); `cores` 0 = the target's. Throws
-  /// Error(invalid_input) naming the file when the KV cache and activation memory it would
-  /// allocate exceed the memory available.
-  std::unique_ptr<runtime::Executor> make_executor(std::int64_t cores = 0,
-                                                   std::int64_t slots = 1) const;
-
   /// Use open(); public for std::make_shared.
   Bundle() = default;
 
@@ -144,7 +134,7 @@ private:
   friend struct BundleReader;
   ModelInfo model_;
   target::Target target_;
-  runtime::KvGeometry kv_;
+  memory::KvGeometry kv_;
   std::vector<codegen::Program> programs_;
   std::vector<ir::Weight> weights_;
   std::int64_t file_bytes_ = 0, blob_bytes_ = 0, max_arena_ = 0, max_local_ = 0, lower_bound_ = 0;

@@ -10,11 +10,10 @@
 #include <string>
 #include <vector>
 
-#include "tpullm/codegen/program.hpp"
+#include "tpullm/codegen/compiled_model.hpp"
 #include "tpullm/conversion/lower_to_tpu.hpp"
 #include "tpullm/ir/module.hpp"
 #include "tpullm/pass/pipeline.hpp"
-#include "tpullm/runtime/executor.hpp"
 #include "tpullm/target/target.hpp"
 
 namespace tpullm::compiler {
@@ -33,34 +32,14 @@ struct CompileOptions {
   std::function<void(std::size_t, std::size_t, const std::string&)> progress;
 };
 
-/// A compiled model in memory.
-struct CompiledModel {
-  std::vector<ir::Module> modules;        ///< planned Tpu modules (weights with data)
-  std::vector<codegen::Program> programs; ///< one per function, in module order
-  runtime::KvGeometry kv;                 ///< the cache every program was planned for
-  target::Target target;                  ///< what the plans assume
-  double seconds = 0;                     ///< wall-clock compile time
-  std::int64_t weight_bytes = 0;          ///< bytes of distinct weights the programs read
-  std::int64_t conversions = 0;           ///< weights converted (each once)
-  std::int64_t max_arena = 0;             ///< largest activation arena of any function
-  std::int64_t max_local = 0;             ///< largest per-core local memory of any group
-  std::int64_t arena_lower_bound = 0;     ///< largest max-live lower bound of any function
-  std::string pipeline;                   ///< the pass pipeline every module ran (text)
-};
-
 /// Compiles `modules` (Top stage modules of one model; block functions tagged with their stage
 /// and layer). Throws Error / DiagnosticError naming the module and op that failed.
-CompiledModel compile(std::vector<ir::Module> modules, const CompileOptions& options);
+codegen::CompiledModel compile(std::vector<ir::Module> modules, const CompileOptions& options);
 
 /// The pass pipeline `compile` runs on every module, for a KV cache of `kv_capacity` slots:
 ///   lower-to-tpu{...}, <fusions>, layer-group{...}, plan-memory{...}
-/// Its text() is what CompiledModel::pipeline records and what tpullm-opt -p parses into the
-/// same pipeline. Throws pass::PipelineError when `options.fusions` is not a pipeline.
+/// Its text() is what codegen::CompiledModel::pipeline records and what tpullm-opt -p parses into
+/// the same pipeline. Throws pass::PipelineError when `options.fusions` is not a pipeline.
 pass::Pipeline compile_pipeline(const CompileOptions& options, std::int64_t kv_capacity);
-
-/// An executor loaded with every program and weight of `model` (its own KV cache, of `slots`
-/// conversations).
-std::unique_ptr<runtime::Executor> make_executor(const CompiledModel& model,
-                                                 std::int64_t slots = 1);
 
 } // namespace tpullm::compiler

@@ -4,6 +4,7 @@
 /// is enough on its own to tokenize and chat).
 
 #include <cstddef>
+#include <cstdint>
 #include <filesystem>
 #include <string>
 
@@ -25,5 +26,11 @@ inline constexpr std::size_t kMaxTokenizerFileBytes = std::size_t{256} << 20;
 /// kMaxTokenizerFileBytes). Throws Error(io) / Error(invalid_input) naming a file that exists but
 /// cannot be read; the contents are not parsed here.
 TextFiles read_text_files(const std::filesystem::path& dir);
+
+/// Checks that `files` (a checkpoint's text side) load: the tokenizer parses, its vocabulary
+/// fits the model's `vocab` embedding rows, and the chat template (if any) parses. Throws the
+/// loaders' Error, or Error(invalid_input) naming `where` (the checkpoint) for a tokenizer
+/// larger than the model. Nothing to check when `files` is empty.
+void check_text_files(const TextFiles& files, std::int64_t vocab, const std::string& where);
 
 } // namespace tpullm::frontend

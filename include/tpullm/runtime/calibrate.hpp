@@ -3,7 +3,7 @@
 /// linear `--mode int8` quantizes (q/k/v/o, the MLP's input for gate / up, its SwiGLU
 /// activation for down), the statistics of a calibration table (conversion/calib_table.hpp).
 ///
-/// The model runs through the reference Top interpreter (InterpreterExecutor + Session, exactly
+/// The model runs through the reference Top interpreter (InterpretedStages + Session, exactly
 /// what `verify --level top` checks against the goldens): the f64 semantics of the Top ops, so
 /// the table does not depend on any compiled kernel or on the mode being calibrated. An
 /// observation hook (TopInterpreter::set_observer) sees each top.MatMul / top.MLP of a block

@@ -1,15 +1,15 @@
 #pragma once
-/// A StageExecutor over the compiled executor (runtime/executor.hpp): what `tpullm verify
+/// Stages of compiled Programs run by the Executor (runtime/executor.hpp): what `tpullm verify
 /// --level tpu` and the runtime drive the Session with. The executor owns the KV cache, so the
 /// Session passes no history and receives no keys / values.
 
 #include "tpullm/runtime/executor.hpp"
-#include "tpullm/runtime/stage_executor.hpp"
+#include "tpullm/runtime/stages.hpp"
 
 namespace tpullm::runtime {
 
 /// Stage functions run by an Executor, on one of its KV slots (one conversation's caches).
-class CompiledStages : public StageExecutor {
+class CompiledStages : public Stages {
 public:
   /// Runs on KV slot `slot` of `e` (in [0, e.kv_geometry().slots)).
   explicit CompiledStages(Executor& e, std::int32_t slot = 0) : exec_(e), slot_(slot) {

@@ -25,6 +25,13 @@
 #include "tpullm/kernels/packed_weights.hpp"
 #include "tpullm/memory/kv_geometry.hpp"
 
+namespace tpullm::bundle {
+class Bundle;
+}
+namespace tpullm::codegen {
+struct CompiledModel;
+}
+
 namespace tpullm::runtime {
 
 /// Geometry of the KV cache region (memory/kv_geometry.hpp, shared with the planner).
@@ -116,5 +123,19 @@ private:
   ExecStats stats_;
   bool profiling_ = false;
 };
+
+/// The one way to make an Executor: every program and weight of the opened bundle `b` (weights
+/// shared with its mapping, not copied) and its own KV cache of `slots` conversations
+/// (memory/kv_geometry.hpp). `cores` 0: the target's cores, but no more than this process may
+/// run on (kernels::usable_cores); an explicit count is obeyed. Throws Error(invalid_input) for
+/// `cores` outside [0, 4096] or `slots` outside [1, 4096], and, naming the bundle's file, when
+/// the KV cache, activation arena and local scratch it would allocate exceed the memory
+/// available (frontend::memory_limit_bytes).
+std::unique_ptr<Executor> make_executor(const bundle::Bundle& b, std::int64_t cores = 0,
+                                        std::int64_t slots = 1);
+/// make_executor of a compiled model in memory (compiler::compile's result, no bundle file:
+/// `tpullm verify`, tests, benchmarks), by the same rules; its weights are every module's.
+std::unique_ptr<Executor> make_executor(const codegen::CompiledModel& m, std::int64_t cores = 0,
+                                        std::int64_t slots = 1);
 
 } // namespace tpullm::runtime

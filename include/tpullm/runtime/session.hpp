@@ -1,5 +1,5 @@
 #pragma once
-/// The three-stage generation loop of the paper (section 4.5) over any StageExecutor:
+/// The three-stage generation loop of the paper (section 4.5) over any Stages:
 /// prompts go through `embedding` + block_i (first segment) or block_kv_i (later segments,
 /// with the cached history) + lm_head; single tokens go through `embedding_cache` + the
 /// smallest block_cache_i_S whose S holds the history + lm_head.
@@ -20,7 +20,7 @@
 
 #include "tpullm/frontend/stage_params.hpp"
 #include "tpullm/runtime/generation.hpp"
-#include "tpullm/runtime/stage_executor.hpp"
+#include "tpullm/runtime/stages.hpp"
 #include "tpullm/support/error.hpp"
 
 namespace tpullm::runtime {
@@ -43,11 +43,11 @@ struct GenerateResult {
   double decode_seconds = 0;           ///< every later token
 };
 
-/// One conversation's state: KV cache length (and the cache itself when the executor does not
-/// own it), over an executor.
+/// One conversation's state: KV cache length (and the cache itself when the back end does not
+/// own it), over one model's Stages.
 class Session {
 public:
-  Session(StageExecutor& exec, SessionDims dims, frontend::StageParams params);
+  Session(Stages& stages, SessionDims dims, frontend::StageParams params);
 
   /// Tokens held in the KV cache (= position of the next token).
   std::int64_t length() const { return length_; }
@@ -96,8 +96,8 @@ public:
   /// Feeds one token at position length() and returns its logits [vocab].
   std::vector<float> decode(std::int32_t token);
 
-  /// The executor the stages run on.
-  StageExecutor& executor() { return exec_; }
+  /// The back end the stages run on.
+  Stages& stages() { return stages_; }
 
   /// Generates an answer to `prompt` (fed after what the cache already holds: a second turn
   /// goes through prefill_kv with the kept cache): prefill, then sample / decode until an eos
@@ -143,14 +143,14 @@ private:
       if (h.lengths[i] == n) {
         StageHandle& x = h.fn[i][static_cast<std::size_t>(layer)];
         if (x.id < 0)
-          x = exec_.resolve(name());
+          x = stages_.resolve(name());
         return x;
       }
     throw Error(ErrorKind::internal, "session", str_cat("no compiled variant of length ", n));
   }
   StageHandle once(StageHandle& h, const char* name) {
     if (h.id < 0)
-      h = exec_.resolve(name);
+      h = stages_.resolve(name);
     return h;
   }
 
@@ -174,7 +174,7 @@ private:
   /// Runs lm_head on row r of hidden buffer `cur` and appends the logits.
   void append_logits(std::vector<float>& logits, int cur, std::int64_t r);
 
-  StageExecutor& exec_;
+  Stages& stages_;
   SessionDims dims_;
   frontend::StageParams params_;
   std::vector<float> hidden_[2];

@@ -25,13 +25,6 @@ struct TextSide {
 /// those the tokenizer config sets), as transformers passes them to apply_chat_template.
 std::map<std::string, std::string> template_special_tokens(const text::Tokenizer& tok);
 
-/// Checks that `files` (a checkpoint's text side) load: the tokenizer parses, its vocabulary
-/// fits the model's `vocab` embedding rows, and the chat template (if any) parses. Throws the
-/// loaders' Error, or Error(invalid_input) naming `where` (the checkpoint) for a tokenizer
-/// larger than the model. Nothing to check when `files` is empty.
-void check_text_files(const frontend::TextFiles& files, std::int64_t vocab,
-                      const std::string& where);
-
 /// The text side of an opened bundle. Throws Error(unsupported) naming `what` (the bundle's
 /// path) when the bundle was compiled from a checkpoint without tokenizer.json.
 TextSide load_text_side(const bundle::Bundle& b, const std::string& what);

@@ -1,11 +1,11 @@
-// Out-of-line definitions of tpullm/runtime/interpreter_executor.hpp (compiled once into
+// Out-of-line definitions of tpullm/runtime/interpreted_stages.hpp (compiled once into
 // tpullm_core).
-#include "tpullm/runtime/interpreter_executor.hpp"
+#include "tpullm/runtime/interpreted_stages.hpp"
 
 namespace tpullm::runtime {
 
-InterpreterExecutor::InterpreterExecutor(std::vector<ir::Module> modules,
-                                         std::shared_ptr<interp::WeightStore> weights)
+InterpretedStages::InterpretedStages(std::vector<ir::Module> modules,
+                                     std::shared_ptr<interp::WeightStore> weights)
     : modules_(std::move(modules)), weights_(std::move(weights)) {
   for (auto& m : modules_) {
     auto interp = std::make_shared<interp::TopInterpreter>(m, weights_);
@@ -17,8 +17,8 @@ InterpreterExecutor::InterpreterExecutor(std::vector<ir::Module> modules,
   }
 }
 
-auto InterpreterExecutor::run(const std::string& name, std::span<const ConstBytes> inputs,
-                              std::span<const MutBytes> outputs) -> void {
+auto InterpretedStages::run(const std::string& name, std::span<const ConstBytes> inputs,
+                            std::span<const MutBytes> outputs) -> void {
   auto it = by_function_.find(name);
   check(it != by_function_.end(), ErrorKind::invalid_input, "@" + name,
         "no stage module defines this function");

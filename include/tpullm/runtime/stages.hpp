@@ -1,7 +1,10 @@
 #pragma once
-/// What the generation loop needs from a back end: run a stage function by name over byte
-/// spans. Inputs are read where the caller keeps them and outputs written into the caller's
-/// spans, so the loop never copies activations, token ids, positions or KV history.
+/// Stages: what the generation loop (Session) needs from a back end, the stage functions of one
+/// model run by name over byte spans. Two back ends: CompiledStages (Programs on an Executor's KV
+/// slot, runtime/compiled_stages.hpp) and InterpretedStages (Top modules on the reference
+/// interpreter, runtime/interpreted_stages.hpp). Inputs are read where the caller keeps them and
+/// outputs written into the caller's spans, so the loop never copies activations, token ids,
+/// positions or KV history.
 
 #include <cstddef>
 #include <cstdint>
@@ -40,15 +43,15 @@ MutBytes as_writable_bytes(std::span<T> s) {
   return std::as_writable_bytes(s);
 }
 
-/// A stage function resolved once (StageExecutor::resolve): valid while its executor lives.
+/// A stage function resolved once (Stages::resolve): valid while its Stages lives.
 struct StageHandle {
   std::int64_t id = -1; ///< the back end's index (-1: none)
 };
 
 /// Runs compiled or interpreted stage functions by name, or by a handle resolved once.
-class StageExecutor {
+class Stages {
 public:
-  virtual ~StageExecutor() = default;
+  virtual ~Stages() = default;
   /// Resolves function `name` once, so a per-token loop runs handles without building or
   /// looking up names. The default keeps the name and runs it by name. Throws Error when
   /// the back end has no such function.
@@ -61,7 +64,7 @@ public:
   virtual void run(StageHandle h, std::span<const ConstBytes> inputs,
                    std::span<const MutBytes> outputs) {
     check(h.id >= 0 && h.id < static_cast<std::int64_t>(names_.size()), ErrorKind::internal,
-          "stage executor", "unknown handle ", h.id);
+          "stages", "unknown handle ", h.id);
     run(names_[static_cast<std::size_t>(h.id)], inputs, outputs);
   }
   /// Runs function `name`. inputs[i]: the bytes of argument i (exactly its size; a history
