@@ -285,3 +285,44 @@ TEST_CASE("int8 MoE: every tpu.MoE carries act_quant = dynamic through a bundle"
     }
   CHECK(moe_ops > 0);
 }
+
+TEST_CASE("the quantization plan is built once from the options, with the caller's table",
+          "[int8][quant]") {
+  conversion::LowerOptions o;
+  o.mode = "int8";
+  o.act_quant = "static";
+  o.calib = (fs::path(TPULLM_TEST_DATA_DIR) / "no-such-calib.json").string();
+  const auto table = std::make_shared<const conversion::CalibTable>();
+  const conversion::QuantPlan p = conversion::make_quant_plan(o, table);
+  CHECK(p.calib == table); // the caller's table: the file is not read
+  CHECK(p.linear.w8a8);
+  CHECK(p.linear.bits == 8);
+  CHECK(p.linear.dtype == ir::DType::bf16);
+  CHECK(p.act.static_tensor);
+  CHECK_FALSE(p.act.asymmetric);
+  CHECK(p.kv_dtype == ir::DType::f16);
+  // Without one, the plan loads the file named by calib (here: missing).
+  CHECK_THROWS_WITH(conversion::make_quant_plan(o), Catch::Contains("no-such-calib.json"));
+  // The rules refuse with the option's name.
+  o.act_quant = "per-row";
+  CHECK_THROWS_WITH(conversion::make_quant_plan(o, table),
+                    Catch::Contains("lower-to-tpu option 'act-quant'") &&
+                        Catch::Contains("must be dynamic or static, got 'per-row'"));
+  conversion::LowerOptions w;
+  w.mode = "w4a16";
+  w.keep_float = "^(?:layers\\.0\\.q|layers\\.1\\.k)$";
+  const conversion::QuantPlan q = conversion::make_quant_plan(w);
+  CHECK(q.linear.bits == 4);
+  CHECK(q.keeps_float("layers.0.q"));
+  CHECK(q.keeps_float("layers.1.k"));
+  CHECK_FALSE(q.keeps_float("layers.0.k"));
+  w.mode = "bf16";
+  CHECK_THROWS_WITH(conversion::make_quant_plan(w),
+                    Catch::Contains("'keep-float'") &&
+                        Catch::Contains("applies only to the quantizing modes"));
+  // A text pipeline builds the plan when it is bound: a missing table is refused before any
+  // module is lowered.
+  CHECK_THROWS_AS(
+      pass::Pipeline::parse("lower-to-tpu{mode=int8,act-quant=static,calib=" + o.calib + "}"),
+      pass::PipelineError);
+}
