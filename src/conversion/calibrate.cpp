@@ -1,5 +1,5 @@
-// The calibration pass of --mode int8 (runtime/calibrate.hpp).
-#include "tpullm/runtime/calibrate.hpp"
+// The calibration pass of --mode int8 (conversion/calibrate.hpp).
+#include "tpullm/conversion/calibrate.hpp"
 
 #include <algorithm>
 #include <map>
@@ -14,9 +14,16 @@
 #include "tpullm/runtime/interpreter_executor.hpp"
 #include "tpullm/runtime/session.hpp"
 
-namespace tpullm::runtime {
+namespace tpullm::conversion {
 
 namespace {
+
+using runtime::ConstBytes;
+using runtime::InterpreterExecutor;
+using runtime::MutBytes;
+using runtime::Session;
+using runtime::SessionDims;
+using runtime::StageExecutor;
 
 using Ptr = std::shared_ptr<const interp::Tensor>;
 using Stats = std::map<std::string, conversion::InputStats>;
@@ -282,4 +289,4 @@ conversion::CalibTable calibrate(const frontend::ModelDesc& desc,
   return t;
 }
 
-} // namespace tpullm::runtime
+} // namespace tpullm::conversion
