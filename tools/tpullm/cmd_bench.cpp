@@ -21,7 +21,7 @@
 #include "tpullm/kernels/detail/matmul_gemm_bf16dot.hpp"
 #include "tpullm/kernels/worker_pool.hpp"
 #include "tpullm/runtime/engine.hpp"
-#include "tpullm/support/ceilings.hpp"
+#include "tpullm/devtools/ceilings.hpp"
 
 namespace tpullm::cli {
 
