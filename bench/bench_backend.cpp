@@ -15,7 +15,7 @@
 
 #include "roofline.hpp"
 #include "tpullm/compiler/compiler.hpp"
-#include "tpullm/frontend/make_model.hpp"
+#include "tpullm/devtools/make_model.hpp"
 #include "tpullm/frontend/stage_builder.hpp"
 #include "tpullm/runtime/executor.hpp"
 

@@ -19,7 +19,7 @@
 
 #include <benchmark/benchmark.h>
 
-#include "tpullm/support/ceilings.hpp"
+#include "tpullm/devtools/ceilings.hpp"
 
 namespace tpullm::bench {
 

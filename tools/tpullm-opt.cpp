@@ -19,7 +19,7 @@
 #include "tpullm/pass/pass_manager.hpp"
 #include "tpullm/support/input_file.hpp"
 #include "tpullm/support/output_file.hpp"
-#include "tpullm/support/tool_main.hpp"
+#include "tpullm/devtools/tool_main.hpp"
 #include "tpullm/version.hpp"
 
 namespace po = boost::program_options;

@@ -3,14 +3,11 @@
 
 #include <cmath>
 #include <cstdio>
-#include <map>
-#include <mutex>
 #include <unordered_set>
 #include <set>
 #include <unordered_map>
 
 #include "tpullm/conversion/int8_calib.hpp"
-#include "tpullm/support/regex.hpp"
 #include "tpullm/ir/builder.hpp"
 #include "tpullm/ir/verifier.hpp"
 
@@ -22,58 +19,6 @@ using ir::Operation;
 using ir::TensorType;
 using ir::Value;
 
-ir::DType mode_dtype(const std::string& text, const std::string& fallback, const char* option) {
-  const std::string t = text.empty() ? fallback : text;
-  if (t == "f32")
-    return ir::DType::f32;
-  if (t == "bf16")
-    return ir::DType::bf16;
-  if (t == "f16")
-    return ir::DType::f16;
-  throw_error(ErrorKind::invalid_input, std::string("lower-to-tpu option '") + option + "'",
-              "must be f32, bf16 or f16, got '", t, "'");
-}
-
-/// How one class of linear weights is stored: a float dtype, or quantized by RTN to `bits`.
-struct WeightChoice {
-  ir::DType dtype = ir::DType::f32; ///< the float dtype (of the quantizing modes: bf16)
-  int bits = 0;                     ///< 0: float; 4 or 8: RTN-quantized
-  bool w8a8 = false;                ///< int8: 8 bits, symmetric per channel, int8 activations
-};
-
-/// The `mode` option: f32 / bf16 / f16, or w8a16 / w4a16 (bf16 for what stays float).
-WeightChoice mode_choice(const std::string& mode) {
-  if (mode == "w8a16")
-    return {ir::DType::bf16, 8};
-  if (mode == "w4a16")
-    return {ir::DType::bf16, 4};
-  if (mode == "int8")
-    return {ir::DType::bf16, 8, true};
-  check(mode.empty() || mode == "f32" || mode == "bf16" || mode == "f16", ErrorKind::invalid_input,
-        "lower-to-tpu option 'mode'", "must be f32, bf16, f16, w8a16, w4a16 or int8, got '", mode,
-        "'");
-  return {mode_dtype(mode, "f32", "mode"), 0};
-}
-
-/// The `lm-head` / `embedding` option: a float dtype or w8 / w4 (empty: the mode's float dtype).
-WeightChoice table_choice(const std::string& text, const WeightChoice& mode, const char* option) {
-  if (text == "w8" || text == "w4")
-    return {mode.dtype, text == "w8" ? 8 : 4};
-  return {mode_dtype(text, std::string(ir::name(mode.dtype)), option), 0};
-}
-
-/// The calibration table at `path`, parsed once per process and path (every module of a
-/// compilation lowers with the same options).
-std::shared_ptr<const CalibTable> calib_table(const std::string& path) {
-  static std::mutex mu;
-  static std::map<std::string, std::shared_ptr<const CalibTable>> cache;
-  std::lock_guard<std::mutex> lock(mu);
-  auto& t = cache[path];
-  if (!t)
-    t = std::make_shared<const CalibTable>(load_calib_table(path));
-  return t;
-}
-
 bool is_block_stage(ir::StageKind k) {
   return k == ir::StageKind::prefill || k == ir::StageKind::prefill_kv ||
          k == ir::StageKind::decode;
@@ -83,57 +28,12 @@ bool is_block_stage(ir::StageKind k) {
 class FunctionLowering {
 public:
   FunctionLowering(ir::Module& m, const ir::Function& src, WeightConverter& conv,
-                   const LowerOptions& o)
+                   const QuantPlan& plan)
       : module_(m), src_(src), conv_(conv), dst_(std::make_unique<ir::Function>(src.name())),
-        b_(m, *dst_) {
-    mode_ = mode_choice(o.mode);
-    embedding_ = table_choice(o.embedding, mode_, "embedding");
-    lm_head_ = table_choice(o.lm_head, mode_, "lm-head");
-    kv_dtype_ = kv_cache_dtype(o);
-    rtn_.group_size = o.group_size;
-    rtn_.symmetric = o.symmetric;
-    setup_int8(o);
-    check(o.group_size >= 0, ErrorKind::invalid_input, "lower-to-tpu option 'group-size'",
-          "must be >= 0 (0: per output channel), got ", o.group_size);
-    if (!o.keep_float.empty()) {
-      check(mode_.bits > 0, ErrorKind::invalid_input, "lower-to-tpu option 'keep-float'",
-            "applies only to the quantizing modes w8a16 / w4a16 / int8, not '", o.mode, "'");
-      if (auto names = literal_alternation(o.keep_float)) {
-        keep_float_names_.insert(names->begin(), names->end());
-      } else {
-        RegexLimits limits;
-        limits.max_length = 64 * 1024;
-        keep_float_.emplace(o.keep_float, "lower-to-tpu option 'keep-float'", limits);
-      }
-    }
-  }
-
-  /// The int8 options: checked together, the table loaded when static or smoothing.
-  void setup_int8(const LowerOptions& o) {
-    const char* opt = "lower-to-tpu option";
-    check(o.act_quant == "dynamic" || o.act_quant == "static", ErrorKind::invalid_input,
-          std::string(opt) + " 'act-quant'", "must be dynamic or static, got '", o.act_quant, "'");
-    static_ = o.act_quant == "static";
-    asymmetric_ = o.act_asymmetric;
-    alpha_ = o.smooth_alpha;
-    if (!mode_.w8a8) {
-      check(!static_ && !asymmetric_ && o.calib.empty() && alpha_ == 0, ErrorKind::invalid_input,
-            std::string(opt) + "s 'act-quant' / 'act-asymmetric' / 'calib' / 'smooth-alpha'",
-            "apply only to mode int8, not '", o.mode, "'");
-      return;
-    }
-    check(!asymmetric_ || static_, ErrorKind::invalid_input, std::string(opt) + " 'act-asymmetric'",
-          "applies only to act-quant=static (dynamic scales are symmetric per row)");
-    check(alpha_ == 0 || (alpha_ > 0 && alpha_ < 1), ErrorKind::invalid_input,
-          std::string(opt) + " 'smooth-alpha'", "must be in (0, 1) (0: no smoothing), got ",
-          alpha_);
-    check(!static_ || !o.calib.empty(), ErrorKind::invalid_input, std::string(opt) + " 'act-quant'",
-          "static needs a calibration table (calib=FILE)");
-    check(alpha_ == 0 || !o.calib.empty(), ErrorKind::invalid_input,
-          std::string(opt) + " 'smooth-alpha'", "needs a calibration table (calib=FILE)");
-    if (!o.calib.empty())
-      table_ = calib_table(o.calib);
-  }
+        b_(m, *dst_), plan_(plan), mode_(plan.linear), lm_head_(plan.lm_head),
+        embedding_(plan.embedding), kv_dtype_(plan.kv_dtype), rtn_(plan.rtn),
+        static_(plan.act.static_tensor), asymmetric_(plan.act.asymmetric),
+        alpha_(plan.act.smooth_alpha), table_(plan.calib.get()) {}
 
   std::unique_ptr<ir::Function> run() {
     dst_->set_loc(src_.loc());
@@ -315,14 +215,12 @@ private:
 
   /// How a linear / MLP / expert weight of this function is stored: lm_head's choice in the
   /// lm_head function, else the mode's (a keep-float weight stays in the mode's float dtype).
-  WeightChoice linear_choice(const Value* v) const {
+  WeightFormat linear_choice(const Value* v) const {
     if (src_.info().stage == ir::StageKind::lm_head)
       return lm_head_;
-    WeightChoice c = mode_;
+    WeightFormat c = mode_;
     const ir::Weight* w = weight_of(v);
-    if (c.bits > 0 && w &&
-        (keep_float_names_.contains(w->name) ||
-         (keep_float_ && keep_float_->full_match(w->name)))) {
+    if (c.bits > 0 && w && plan_.keeps_float(w->name)) {
       c.bits = 0;
       c.w8a8 = false;
     }
@@ -335,7 +233,7 @@ private:
   /// SmoothQuant factors then scale its rows.
   const ir::Weight& linear_weight(const Operation& op, const Value* v, bool transposed,
                                   bool reads_input = true) {
-    const WeightChoice c = linear_choice(v);
+    const WeightFormat c = linear_choice(v);
     if (c.bits == 0)
       return packed_weight(op, v, transposed, c.dtype);
     const ir::Weight* w = weight_of(v);
@@ -779,15 +677,14 @@ private:
   WeightConverter& conv_;
   std::unique_ptr<ir::Function> dst_;
   ir::Builder b_;
-  WeightChoice mode_, lm_head_, embedding_;
-  ir::DType kv_dtype_ = ir::DType::f32; ///< the KV cache's element type
-  std::set<std::size_t> history_args_;  ///< argument indices that are the KV cache
-  RtnOptions rtn_;
-  std::optional<UserRegex> keep_float_;
-  std::unordered_set<std::string> keep_float_names_;
-  bool static_ = false, asymmetric_ = false; ///< int8: act-quant=static, act-asymmetric
-  double alpha_ = 0;                         ///< int8: smooth-alpha (0: off)
-  std::shared_ptr<const CalibTable> table_;  ///< int8: the calibration table, when given
+  const QuantPlan& plan_;                         ///< every quantization decision
+  const WeightFormat mode_, lm_head_, embedding_; ///< the plan's formats
+  const ir::DType kv_dtype_;                      ///< the KV cache's element type
+  std::set<std::size_t> history_args_;            ///< argument indices that are the KV cache
+  const RtnOptions rtn_;                          ///< the plan's RTN grouping
+  const bool static_, asymmetric_;                ///< int8: act-quant=static, act-asymmetric
+  const double alpha_;                            ///< int8: smooth-alpha (0: off)
+  const CalibTable* const table_; ///< int8: the plan's calibration table, or nullptr
   /// int8 smoothing: factors per smoothed RMSNorm output (Top value).
   std::unordered_map<const Value*, std::vector<float>> smooth_;
   std::unordered_map<const Value*, Value*> map_;
@@ -811,13 +708,7 @@ void require_dialect(const ir::Module& m, ir::Dialect dialect, const char* after
       }
 }
 
-ir::DType kv_cache_dtype(const LowerOptions& o) {
-  if (o.kv_dtype.empty())
-    return o.mode.empty() || o.mode == "f32" ? ir::DType::f32 : ir::DType::f16;
-  return mode_dtype(o.kv_dtype, "f32", "kv-dtype");
-}
-
-void lower_to_tpu(ir::Module& m, const LowerOptions& options, WeightConverter* converter) {
+void lower_to_tpu(ir::Module& m, const QuantPlan& plan, WeightConverter* converter) {
   WeightConverter local;
   WeightConverter& conv = converter ? *converter : local;
   std::vector<std::string> names;
@@ -828,7 +719,7 @@ void lower_to_tpu(ir::Module& m, const LowerOptions& options, WeightConverter* c
     top_weights.insert(name);
   for (const auto& name : names) {
     ir::Function* f = m.find_function(name);
-    auto lowered = FunctionLowering(m, *f, conv, options).run();
+    auto lowered = FunctionLowering(m, *f, conv, plan).run();
     m.replace_function(name, std::move(lowered));
   }
   // Drop Top weights no Tpu function reads any more.
@@ -843,8 +734,12 @@ void lower_to_tpu(ir::Module& m, const LowerOptions& options, WeightConverter* c
   require_dialect(m, ir::Dialect::tpu, "lower-to-tpu");
 }
 
-void run_lower_to_tpu(ir::Module& m, const LowerOptions& options, const pass::PassContext& ctx) {
-  lower_to_tpu(m, options, ctx.converter);
+pass::PassFn bind_lower_to_tpu(const LowerOptions& options) {
+  std::shared_ptr<const QuantPlan> plan =
+      options.plan ? options.plan : std::make_shared<const QuantPlan>(make_quant_plan(options));
+  return [plan](ir::Module& m, const pass::PassContext& ctx) {
+    lower_to_tpu(m, *plan, ctx.converter);
+  };
 }
 
 } // namespace tpullm::conversion

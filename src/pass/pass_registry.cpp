@@ -22,11 +22,11 @@ const std::vector<PassInfo>& pass_registry() {
           "fuse-qkv",
           "Tpu: projections of one decode-sized x in one MatMul over concatenated weights",
           run_fuse_qkv),
-      make_pass<conversion::LowerOptions>(
+      make_bound_pass<conversion::LowerOptions>(
           "lower-to-tpu",
           "translate Top functions into Tpu functions: packed / quantized weights, RoPE by "
           "table gather, the KV cache updated in place",
-          conversion::run_lower_to_tpu),
+          conversion::bind_lower_to_tpu),
       make_pass<tiling::LayerGroupOptions>(
           "layer-group",
           "group row-local Tpu ops into layer groups tiled over token rows to fit local "

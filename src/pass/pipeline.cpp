@@ -29,6 +29,14 @@ PipelineEntry bind_pass(std::string_view name, const std::vector<OptionText>& op
     e.run = info->bind(options);
   } catch (const OptionError& err) {
     throw PipelineError(err.what(), err.column() ? err.column() : column);
+  } catch (const PipelineError&) {
+    throw;
+  } catch (const Error& err) {
+    // What the pass derives from its options when bound (e.g. lower-to-tpu's plan) refused them.
+    throw PipelineError(
+        "pass '" + std::string(name) +
+            "': " + (err.where().empty() ? err.message() : err.where() + ": " + err.message()),
+        column);
   }
   return e;
 }

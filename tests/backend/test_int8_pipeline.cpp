@@ -17,7 +17,7 @@
 #include "tpullm/conversion/int8_calib.hpp"
 #include "tpullm/frontend/stage_builder.hpp"
 #include "tpullm/rewrite/op_equivalence.hpp"
-#include "tpullm/runtime/calibrate.hpp"
+#include "tpullm/calibration/calibrate.hpp"
 #include "tpullm/runtime/compiled_stages.hpp"
 #include "tpullm/runtime/bundle_session.hpp"
 
@@ -112,9 +112,9 @@ TEST_CASE("calibration: stats of the first input match a direct computation", "[
   // layers.0.q reads rms_norm(embedding[ids]) * gamma: computed here from the interpreter-free
   // definition on the checkpoint's own tensors, in double.
   const auto desc = frontend::load_model(int8_model_dir("llama-gqa"));
-  const auto samples = runtime::builtin_calib_samples(desc.dims.vocab, 12, 2);
-  runtime::CalibrateOptions o;
-  const auto t = runtime::calibrate(desc, int8_params(), samples, o);
+  const auto samples = calibration::builtin_calib_samples(desc.dims.vocab, 12, 2);
+  calibration::CalibrateOptions o;
+  const auto t = calibration::calibrate(desc, int8_params(), samples, o);
   REQUIRE(t.inputs.size() == static_cast<std::size_t>(7 * desc.dims.layers));
   const conversion::CalibEntry* q = t.find("layers.0.q");
   REQUIRE(q != nullptr);
@@ -152,11 +152,11 @@ TEST_CASE("calibration: stats of the first input match a direct computation", "[
   CHECK(t.tokens == 24);
   // The same table on two threads, and for every method its text parses back to itself.
   o.threads = 2;
-  CHECK(conversion::format_calib_table(runtime::calibrate(desc, int8_params(), samples, o)) ==
+  CHECK(conversion::format_calib_table(calibration::calibrate(desc, int8_params(), samples, o)) ==
         conversion::format_calib_table(t));
   for (const char* m : {"percentile", "kl"}) {
     o.method = m;
-    const auto tm = runtime::calibrate(desc, int8_params(), samples, o);
+    const auto tm = calibration::calibrate(desc, int8_params(), samples, o);
     const std::string text = conversion::format_calib_table(tm);
     CHECK(conversion::format_calib_table(conversion::parse_calib_table(text, "t")) == text);
     for (const auto& e : tm.inputs)
@@ -167,15 +167,15 @@ TEST_CASE("calibration: stats of the first input match a direct computation", "[
 TEST_CASE("calibration in a small weight budget: the same table, the budget kept", "[int8]") {
   const auto desc = frontend::load_model(int8_model_dir("llama-gqa"));
   REQUIRE(desc.dims.layers >= 2);
-  const auto samples = runtime::builtin_calib_samples(desc.dims.vocab, 12, 3);
-  runtime::CalibrateStats all;
-  runtime::CalibrateOptions o;
+  const auto samples = calibration::builtin_calib_samples(desc.dims.vocab, 12, 3);
+  calibration::CalibrateStats all;
+  calibration::CalibrateOptions o;
   o.stats = &all;
   const std::string want =
-      conversion::format_calib_table(runtime::calibrate(desc, int8_params(), samples, o));
+      conversion::format_calib_table(calibration::calibrate(desc, int8_params(), samples, o));
   // The default budget holds the tiny model whole: each weight is widened once, and neither
   // the embedding table (gathered by rows) nor the lm_head (not run) is among them.
-  CHECK(all.budget_bytes == runtime::kDefaultCalibBudget);
+  CHECK(all.budget_bytes == calibration::kDefaultCalibBudget);
   CHECK(all.peak_bytes < all.budget_bytes);
   const auto emb = static_cast<std::size_t>(desc.dims.vocab * desc.dims.hidden) * 8;
   std::size_t block_bytes = 0;
@@ -188,13 +188,13 @@ TEST_CASE("calibration in a small weight budget: the same table, the budget kept
     INFO("threads " << threads);
     // The least budget this run accepts: one layer per thread, so every sample widens every
     // layer again; the table is byte-equal and the store stayed within the budget.
-    runtime::CalibrateStats st;
-    runtime::CalibrateOptions small;
+    calibration::CalibrateStats st;
+    calibration::CalibrateOptions small;
     small.threads = threads;
     small.stats = &st;
     small.memory_budget = all.min_budget_bytes * static_cast<std::size_t>(threads);
-    CHECK(conversion::format_calib_table(runtime::calibrate(desc, int8_params(), samples, small)) ==
-          want);
+    CHECK(conversion::format_calib_table(
+              calibration::calibrate(desc, int8_params(), samples, small)) == want);
     CHECK(st.min_budget_bytes == small.memory_budget);
     CHECK(st.budget_bytes == small.memory_budget);
     CHECK(st.peak_bytes <= small.memory_budget);
@@ -202,7 +202,7 @@ TEST_CASE("calibration in a small weight budget: the same table, the budget kept
     CHECK(st.materializations > all.materializations);
     // One byte less is refused before any work, naming the minimum.
     small.memory_budget -= 1;
-    CHECK_THROWS_WITH(runtime::calibrate(desc, int8_params(), samples, small),
+    CHECK_THROWS_WITH(calibration::calibrate(desc, int8_params(), samples, small),
                       Catch::Contains("--memory-budget") &&
                           Catch::Contains("of f64 weights that " + std::to_string(threads) +
                                           " thread(s) use at once"));
@@ -211,9 +211,9 @@ TEST_CASE("calibration in a small weight budget: the same table, the budget kept
 
 TEST_CASE("int8 static attributes survive a bundle and run to the in-memory logits", "[int8]") {
   const auto desc = frontend::load_model(int8_model_dir("qwen3-headdim"));
-  runtime::CalibrateOptions co;
-  const auto table = runtime::calibrate(desc, int8_params(),
-                                        runtime::builtin_calib_samples(desc.dims.vocab, 16, 2), co);
+  calibration::CalibrateOptions co;
+  const auto table = calibration::calibrate(
+      desc, int8_params(), calibration::builtin_calib_samples(desc.dims.vocab, 16, 2), co);
   Int8TempFile calib(".json");
   std::ofstream(calib.path) << conversion::format_calib_table(table);
   compiler::CompileOptions o;
@@ -284,4 +284,45 @@ TEST_CASE("int8 MoE: every tpu.MoE carries act_quant = dynamic through a bundle"
       }
     }
   CHECK(moe_ops > 0);
+}
+
+TEST_CASE("the quantization plan is built once from the options, with the caller's table",
+          "[int8][quant]") {
+  conversion::LowerOptions o;
+  o.mode = "int8";
+  o.act_quant = "static";
+  o.calib = (fs::path(TPULLM_TEST_DATA_DIR) / "no-such-calib.json").string();
+  const auto table = std::make_shared<const conversion::CalibTable>();
+  const conversion::QuantPlan p = conversion::make_quant_plan(o, table);
+  CHECK(p.calib == table); // the caller's table: the file is not read
+  CHECK(p.linear.w8a8);
+  CHECK(p.linear.bits == 8);
+  CHECK(p.linear.dtype == ir::DType::bf16);
+  CHECK(p.act.static_tensor);
+  CHECK_FALSE(p.act.asymmetric);
+  CHECK(p.kv_dtype == ir::DType::f16);
+  // Without one, the plan loads the file named by calib (here: missing).
+  CHECK_THROWS_WITH(conversion::make_quant_plan(o), Catch::Contains("no-such-calib.json"));
+  // The rules refuse with the option's name.
+  o.act_quant = "per-row";
+  CHECK_THROWS_WITH(conversion::make_quant_plan(o, table),
+                    Catch::Contains("lower-to-tpu option 'act-quant'") &&
+                        Catch::Contains("must be dynamic or static, got 'per-row'"));
+  conversion::LowerOptions w;
+  w.mode = "w4a16";
+  w.keep_float = "^(?:layers\\.0\\.q|layers\\.1\\.k)$";
+  const conversion::QuantPlan q = conversion::make_quant_plan(w);
+  CHECK(q.linear.bits == 4);
+  CHECK(q.keeps_float("layers.0.q"));
+  CHECK(q.keeps_float("layers.1.k"));
+  CHECK_FALSE(q.keeps_float("layers.0.k"));
+  w.mode = "bf16";
+  CHECK_THROWS_WITH(conversion::make_quant_plan(w),
+                    Catch::Contains("'keep-float'") &&
+                        Catch::Contains("applies only to the quantizing modes"));
+  // A text pipeline builds the plan when it is bound: a missing table is refused before any
+  // module is lowered.
+  CHECK_THROWS_AS(
+      pass::Pipeline::parse("lower-to-tpu{mode=int8,act-quant=static,calib=" + o.calib + "}"),
+      pass::PipelineError);
 }

@@ -3,7 +3,7 @@
 // interpreter is in tests/unit/test_interpreter_make_model.cpp, which compiles it anyway).
 #include "frontend_test_util.hpp"
 
-#include "tpullm/frontend/make_model.hpp"
+#include "tpullm/devtools/make_model.hpp"
 #include "tpullm/frontend/model_desc.hpp"
 #include "tpullm/frontend/safetensors_writer.hpp"
 

@@ -4,7 +4,7 @@
 // or mis-shaped expert tensors, a router of the wrong width, top-k above the expert count).
 #include "frontend_test_util.hpp"
 
-#include "tpullm/frontend/make_model.hpp"
+#include "tpullm/devtools/make_model.hpp"
 #include "tpullm/frontend/memory_estimate.hpp"
 #include "tpullm/frontend/model_desc.hpp"
 #include "tpullm/frontend/safetensors_writer.hpp"

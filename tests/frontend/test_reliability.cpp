@@ -13,7 +13,7 @@
 #include "tpullm/support/mapped_file.hpp"
 #include "tpullm/support/output_file.hpp"
 #include "tpullm/support/temp_file.hpp"
-#include "tpullm/support/tool_main.hpp"
+#include "tpullm/devtools/tool_main.hpp"
 #include "tpullm/target/target.hpp"
 
 #include <catch2/catch.hpp>

@@ -6,6 +6,17 @@ execute_process(COMMAND ${CMAKE_COMMAND} --install ${BUILD_DIR} --prefix ${prefi
 if(rc)
   message(FATAL_ERROR "install failed: ${rc}")
 endif()
+# The library's headers are installed, the developer tools' folder (include/tpullm/devtools:
+# ceilings, make_model, tool_main) is not.
+if(NOT EXISTS ${prefix}/include/tpullm/support/error.hpp)
+  message(FATAL_ERROR "install: include/tpullm/support/error.hpp is missing")
+endif()
+file(GLOB_RECURSE dev_headers ${prefix}/include/*.hpp)
+list(FILTER dev_headers INCLUDE REGEX "/devtools/|/ceilings\\.hpp$|/make_model\\.hpp$|/tool_main\\.hpp$")
+if(dev_headers OR IS_DIRECTORY ${prefix}/include/tpullm/devtools)
+  message(FATAL_ERROR "install: developer-tool headers were installed: ${dev_headers}")
+endif()
+message(STATUS "installed include/tpullm without the developer tools' headers (devtools/)")
 execute_process(COMMAND ${CMAKE_COMMAND} -S ${SOURCE_DIR}/examples/consumer -B ${WORK_DIR}/build
   -DCMAKE_PREFIX_PATH=${prefix} -DCMAKE_CXX_COMPILER=${CXX} -DCMAKE_BUILD_TYPE=Release
   RESULT_VARIABLE rc)

@@ -21,6 +21,7 @@ file(READ ${ROOT}/cmake/tpullmConfig.cmake.in config)
 string(REGEX MATCHALL "find_dependency\\(([A-Za-z0-9_]+)" deps "${config}")
 list(TRANSFORM deps REPLACE "find_dependency\\(" "")
 file(GLOB_RECURSE headers ${ROOT}/include/tpullm/*.hpp)
+list(FILTER headers EXCLUDE REGEX "/include/tpullm/devtools/") # not installed
 set(sources "")
 foreach(h IN LISTS headers)
   file(READ ${h} text)

@@ -1,4 +1,4 @@
-// The machine ceilings' helpers (support/ceilings.hpp) that `tpullm bench` and the kernel
+// The machine ceilings' helpers (devtools/ceilings.hpp) that `tpullm bench` and the kernel
 // benchmarks judge figures against: the last-level cache size and the read ceiling measured next
 // to a figure, and the compute peaks measured next to one.
 #include <catch2/catch.hpp>
@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "tpullm/kernels/cpu_features.hpp"
-#include "tpullm/support/ceilings.hpp"
+#include "tpullm/devtools/ceilings.hpp"
 
 using namespace tpullm;
 

@@ -9,7 +9,7 @@
 #include <unistd.h>
 #include <vector>
 
-#include "tpullm/frontend/make_model.hpp"
+#include "tpullm/devtools/make_model.hpp"
 #include "tpullm/frontend/stage_builder.hpp"
 #include "tpullm/runtime/interpreted_stages.hpp"
 #include "tpullm/runtime/session.hpp"

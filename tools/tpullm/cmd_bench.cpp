@@ -20,8 +20,8 @@
 #include "tpullm/kernels/cpu_features.hpp"
 #include "tpullm/kernels/detail/matmul_gemm_bf16dot.hpp"
 #include "tpullm/kernels/worker_pool.hpp"
+#include "tpullm/devtools/ceilings.hpp"
 #include "tpullm/runtime/bundle_session.hpp"
-#include "tpullm/support/ceilings.hpp"
 
 namespace tpullm::cli {
 

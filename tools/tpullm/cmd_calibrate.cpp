@@ -1,5 +1,5 @@
 // tpullm calibrate MODEL_DIR -o calib.json [--samples FILE] [--method max|percentile|kl]: the
-// calibration table of --mode int8 --act-quant static (runtime/calibrate.hpp).
+// calibration table of --mode int8 --act-quant static (calibration/calibrate.hpp).
 #include <charconv>
 #include <filesystem>
 #include <iomanip>
@@ -8,7 +8,7 @@
 
 #include "command.hpp"
 #include "tpullm/frontend/memory_estimate.hpp"
-#include "tpullm/runtime/calibrate.hpp"
+#include "tpullm/calibration/calibrate.hpp"
 #include "tpullm/support/input_file.hpp"
 #include "tpullm/support/output_file.hpp"
 #include "tpullm/text/tokenizer.hpp"
@@ -84,7 +84,7 @@ int cmd_calibrate(const std::vector<std::string>& args) {
   std::string model, out, samples_file;
   bool no_mmap = false;
   std::int64_t budget_mib = 0;
-  runtime::CalibrateOptions copt;
+  calibration::CalibrateOptions copt;
   frontend::StageParams params;
   po::options_description o("tpullm calibrate MODEL_DIR -o calib.json [options]");
   o.add_options()("help,h", "show this help")("model", po::value(&model)->required(),
@@ -129,8 +129,8 @@ int cmd_calibrate(const std::vector<std::string>& args) {
   const auto desc = frontend::load_model(model, load);
   params.validate(desc.dims.max_position);
   // The weights are widened into a store of the budget, a layer at a time, not all at once.
-  const double store = static_cast<double>(copt.memory_budget > 0 ? copt.memory_budget
-                                                                  : runtime::kDefaultCalibBudget);
+  const double store = static_cast<double>(
+      copt.memory_budget > 0 ? copt.memory_budget : calibration::kDefaultCalibBudget);
   const double limit = frontend::memory_limit_bytes();
   check(copt.memory_budget == 0 || store <= limit, ErrorKind::invalid_input, "--memory-budget",
         budget_mib, " MiB is more than the ", frontend::detail::human_bytes(limit),
@@ -139,16 +139,16 @@ int cmd_calibrate(const std::vector<std::string>& args) {
       frontend::estimate_calibrate_memory(desc, params, load.access, copt.threads, store), params,
       desc, limit);
   const auto samples = samples_file.empty()
-                           ? runtime::builtin_calib_samples(
+                           ? calibration::builtin_calib_samples(
                                  desc.dims.vocab, std::min<std::int64_t>(64, params.seq_length))
                            : read_samples(samples_file, desc.dir, params.seq_length);
   OutputFile f(out); // a bad target is refused before the work
   copt.progress = [](std::size_t done, std::size_t total) {
     print_progress("calibrated sample", done, total);
   };
-  runtime::CalibrateStats stats;
+  calibration::CalibrateStats stats;
   copt.stats = &stats;
-  const conversion::CalibTable t = runtime::calibrate(desc, params, samples, copt);
+  const conversion::CalibTable t = calibration::calibrate(desc, params, samples, copt);
   f.stream() << conversion::format_calib_table(t);
   f.commit();
   std::cerr << "calibrated " << t.inputs.size() << " inputs of " << model << " on " << t.samples

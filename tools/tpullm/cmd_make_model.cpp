@@ -11,7 +11,7 @@
 #include <iostream>
 
 #include "command.hpp"
-#include "tpullm/frontend/make_model.hpp"
+#include "tpullm/devtools/make_model.hpp"
 #include "tpullm/frontend/model_desc.hpp"
 #include "tpullm/support/output_file.hpp"
 

@@ -150,7 +150,7 @@ int cmd_verify(const std::vector<std::string>& args) {
   if (level != "top") {
     copts.lower.keep_float = keep_float; // checked as given, then mapped to the Top names
     check_runnable(desc, params, copts); // what compile would refuse, verify refuses too
-    copts.lower.keep_float = resolve_keep_float(desc, keep_float);
+    plan_quantization(desc, copts.lower, keep_float);
   }
   frontend::check_memory(frontend::estimate_memory(desc, params,
                                                    level == "top" ? frontend::Workload::interpret

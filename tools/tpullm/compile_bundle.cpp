@@ -74,11 +74,6 @@ void check_session_runs(runtime::Session& s, bool with_history, const std::strin
   }
 }
 
-conversion::CalibModel calib_model(const frontend::ModelDesc& d) {
-  return {std::string(frontend::family_name(d.family)), d.dims.layers, d.dims.hidden,
-          d.dims.intermediate, d.dims.vocab};
-}
-
 void check_int8_options(const frontend::ModelDesc& desc, const conversion::LowerOptions& lo) {
   const bool int8 = lo.mode == "int8";
   if (!int8) {
@@ -110,9 +105,6 @@ void check_int8_options(const frontend::ModelDesc& desc, const conversion::Lower
       check(!w->is_quantized(), ErrorKind::unsupported, "--mode",
             "int8 quantizes float checkpoints; '", w->name(),
             "' is already quantized (GPTQ / AWQ weights go through direct in the other modes)");
-  if (!lo.calib.empty())
-    conversion::check_calib_model(conversion::load_calib_table(lo.calib), calib_model(desc),
-                                  lo.calib);
 }
 
 void check_runnable(const frontend::ModelDesc& desc, const frontend::StageParams& params,
@@ -256,7 +248,7 @@ CompileReport compile_checkpoint(const frontend::ModelDesc& desc,
   params.validate(desc.dims.max_position);
   options.lower.keep_float = keep_float; // checked as given, then mapped to the Top names
   check_runnable(desc, params, options);
-  options.lower.keep_float = resolve_keep_float(desc, keep_float);
+  plan_quantization(desc, options.lower, keep_float);
   // Refuse up front what cannot be compiled here, or run from the bundle (its KV cache).
   frontend::check_memory(
       frontend::estimate_memory(desc, params, frontend::Workload::run, access,

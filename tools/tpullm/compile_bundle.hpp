@@ -6,7 +6,6 @@
 
 #include "tpullm/bundle/bundle.hpp"
 #include "tpullm/compiler/compiler.hpp"
-#include "tpullm/conversion/calib_table.hpp"
 #include "tpullm/frontend/model_desc.hpp"
 #include "tpullm/frontend/stage_params.hpp"
 #include "tpullm/runtime/session.hpp"
@@ -46,8 +45,9 @@ frontend::ModelDesc load_checkpoint(const std::string& model, FileAccess access)
 
 /// What `tpullm compile` does once its options are parsed, shared by every command that compiles
 /// a checkpoint into a bundle file: validates `params` against `desc`, checks the options
-/// (check_runnable), resolves `keep_float` (--keep-float's regex) to the Top names, refuses what
-/// would not fit in memory (frontend::check_memory; `access`: how the checkpoint is held), then
+/// (check_runnable), builds the quantization plan (plan_quantization: --keep-float's regex
+/// resolved to the Top names, the --calib table loaded and checked), refuses what would not fit
+/// in memory (frontend::check_memory; `access`: how the checkpoint is held), then
 /// compile_bundle.
 CompileReport
 compile_checkpoint(const frontend::ModelDesc& desc, const frontend::StageParams& params,
@@ -61,12 +61,9 @@ compile_checkpoint(const frontend::ModelDesc& desc, const frontend::StageParams&
 void check_session_runs(runtime::Session& s, bool with_history, const std::string& what);
 
 /// The int8 options of `lo` (--act-quant, --act-asymmetric, --calib, --smooth-alpha) against each
-/// other, the mode and the model (no MoE layers, no pre-quantized linears, a table measured on
-/// this model). Throws Error naming the option.
+/// other, the mode and the model (no MoE layers, no pre-quantized linears; the table's model is
+/// checked when plan_quantization loads it). Throws Error naming the option.
 void check_int8_options(const frontend::ModelDesc& desc, const conversion::LowerOptions& lo);
-
-/// The identity a calibration table records for model `d`.
-conversion::CalibModel calib_model(const frontend::ModelDesc& d);
 
 /// Refuses (Error(invalid_input) naming the option) what would compile into a bundle the
 /// runtime cannot run or that misbehaves: a negative --tile-rows or --threads, --tile-rows

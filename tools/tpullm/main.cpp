@@ -12,7 +12,7 @@
 #include "command.hpp"
 #include "tpullm/kernels/cpu_features.hpp"
 #include "tpullm/kernels/detail/matmul_gemm_bf16dot.hpp"
-#include "tpullm/support/tool_main.hpp"
+#include "tpullm/devtools/tool_main.hpp"
 #include "tpullm/version.hpp"
 
 using namespace tpullm;

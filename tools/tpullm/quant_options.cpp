@@ -1,9 +1,11 @@
 // The weight-quantization options of compile and verify (quant_options.hpp).
 #include "quant_options.hpp"
 
+#include <memory>
 #include <utility>
 #include <vector>
 
+#include "tpullm/frontend/hf_config.hpp"
 #include "tpullm/support/regex.hpp"
 
 namespace tpullm::cli {
@@ -76,6 +78,22 @@ std::string resolve_keep_float(const frontend::ModelDesc& d, const std::string& 
         "' matches no linear weight's tensor name (e.g. ",
         d.layers.empty() ? "" : d.layers[0].q.name(), ")");
   return "^(?:" + alt + ")$";
+}
+
+conversion::CalibModel calib_model(const frontend::ModelDesc& d) {
+  return {std::string(frontend::family_name(d.family)), d.dims.layers, d.dims.hidden,
+          d.dims.intermediate, d.dims.vocab};
+}
+
+void plan_quantization(const frontend::ModelDesc& d, conversion::LowerOptions& lo,
+                       const std::string& keep_float) {
+  lo.keep_float = resolve_keep_float(d, keep_float);
+  std::shared_ptr<const conversion::CalibTable> table;
+  if (!lo.calib.empty()) {
+    table = std::make_shared<const conversion::CalibTable>(conversion::load_calib_table(lo.calib));
+    conversion::check_calib_model(*table, calib_model(d), lo.calib);
+  }
+  lo.plan = std::make_shared<const conversion::QuantPlan>(conversion::make_quant_plan(lo, table));
 }
 
 } // namespace tpullm::cli

@@ -1,7 +1,8 @@
 #pragma once
 // The weight-quantization options of `compile` and `verify` (--group-size, --symmetric,
-// --keep-float) and the translation of --keep-float's checkpoint tensor names into the Top
-// weight names the lowering sees.
+// --keep-float, the int8 options), the translation of --keep-float's checkpoint tensor names
+// into the Top weight names the lowering sees, and the typed quantization plan built from them
+// once before lowering (plan_quantization).
 #include <string>
 
 #include "command.hpp"
@@ -20,5 +21,15 @@ po::options_description quantization_options(conversion::LowerOptions& l, std::s
 /// Error(invalid_input) naming --keep-float for a bad regex, one over a limit (length, nesting,
 /// backtracking) or one that matches no linear weight.
 std::string resolve_keep_float(const frontend::ModelDesc& d, const std::string& hf);
+
+/// The identity a calibration table records for model `d`.
+conversion::CalibModel calib_model(const frontend::ModelDesc& d);
+
+/// Builds the quantization plan of `lo` for model `d` once, before lowering, into lo.plan:
+/// resolves `keep_float` (--keep-float's checkpoint-name regex) into lo.keep_float, loads the
+/// --calib table (once) and refuses one measured on another model (Error naming the file), then
+/// conversion::make_quant_plan. The options are checked first (check_runnable).
+void plan_quantization(const frontend::ModelDesc& d, conversion::LowerOptions& lo,
+                       const std::string& keep_float);
 
 } // namespace tpullm::cli

@@ -24,16 +24,22 @@
 /// Lowering refuses with a located error what the Tpu op set cannot express (e.g. a Top Add
 /// with general broadcasting, a Rope whose cos/sin are not gathered from tables by position).
 /// After it, no `top.` op remains (checked).
+/// Every quantization decision comes from one typed QuantPlan (conversion/quant_plan.hpp),
+/// built before lowering (make_quant_plan: the options' text is parsed and checked there, the
+/// calibration table loaded by the plan's builder); the pass parses no option text.
 
+#include <memory>
 #include <string>
 
+#include "tpullm/conversion/quant_plan.hpp"
 #include "tpullm/conversion/weight_convert.hpp"
 #include "tpullm/ir/module.hpp"
 #include "tpullm/pass/pass.hpp"
 
 namespace tpullm::conversion {
 
-/// Options of `lower-to-tpu`.
+/// Options of `lower-to-tpu`, as spelt in a pipeline (`lower-to-tpu{mode=int8,...}`) and on the
+/// command line; make_quant_plan turns them into the typed plan the pass follows.
 struct LowerOptions {
   std::string mode = "f32";     ///< linear / MLP weights: f32, bf16, f16, w8a16 or w4a16
   std::string embedding;        ///< dtype of the embedding table (empty: the mode's float dtype)
@@ -49,6 +55,10 @@ struct LowerOptions {
   bool act_asymmetric = false;       ///< int8 static: a zero point from the table's min / max
   std::string calib;                 ///< int8: calibration table (conversion/calib_table.hpp)
   double smooth_alpha = 0;           ///< int8: SmoothQuant migration strength in (0, 1); 0: off
+  /// Not an option (no text): the plan built from these fields ahead of the pipeline (the
+  /// compile tool's, holding the table it loaded once); null: the pass's binding builds it
+  /// with make_quant_plan. Who sets it keeps it in step with the fields.
+  std::shared_ptr<const QuantPlan> plan;
   template <class S, class F>
   static void fields(S& s, F&& f) {
     f("mode", s.mode,
@@ -78,13 +88,23 @@ struct LowerOptions {
 /// else throws Error(invalid_input)), else f32 for mode f32 and f16 for every other mode.
 ir::DType kv_cache_dtype(const LowerOptions& options);
 
-/// Lowers every function of `m` to Tpu ops, converting weights through `converter` (shared by
-/// all modules of one compilation, so a weight is converted once); with nullptr a private
-/// converter is used. Throws DiagnosticError at the op that cannot be lowered.
-void lower_to_tpu(ir::Module& m, const LowerOptions& options, WeightConverter* converter);
+/// The one place the text options become a plan: checks them together (Error(invalid_input)
+/// naming "lower-to-tpu option '<key>'": an unknown mode or dtype, a negative group-size,
+/// keep-float outside the quantizing modes or a bad regex, int8 options outside mode int8 or
+/// inconsistent with each other) and takes `calib` as the calibration table; when options.calib
+/// names a file and `calib` is null, loads it (once: every module of a compilation then shares
+/// the plan). The table's model identity is the caller's to check (it knows the model).
+QuantPlan make_quant_plan(const LowerOptions& options,
+                          std::shared_ptr<const CalibTable> calib = nullptr);
 
-/// The pass-table entry point: the context's converter (a private one when it has none).
-void run_lower_to_tpu(ir::Module& m, const LowerOptions& options, const pass::PassContext& ctx);
+/// Lowers every function of `m` to Tpu ops as `plan` says, converting weights through
+/// `converter` (shared by all modules of one compilation, so a weight is converted once); with
+/// nullptr a private converter is used. Throws DiagnosticError at the op that cannot be lowered.
+void lower_to_tpu(ir::Module& m, const QuantPlan& plan, WeightConverter* converter);
+
+/// The pass-table binding: the plan of `options` (options.plan, else make_quant_plan(options)),
+/// built once, and a pass that lowers with it and the context's converter.
+pass::PassFn bind_lower_to_tpu(const LowerOptions& options);
 
 /// Throws DiagnosticError at the first op of `m` that is not of `dialect` or builtin.
 void require_dialect(const ir::Module& m, ir::Dialect dialect, const char* after_what);

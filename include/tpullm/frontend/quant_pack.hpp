@@ -7,7 +7,7 @@
 ///                             off 1 for checkpoint_format gptq, 0 for gptq_v2)
 ///   AWQ  qweight [K, N/8]:    word (k, c) nibble i = q[k][8c + order[i]], order 0,2,4,6,1,3,5,7
 ///        qzeros  [G, N/8]:    word (g, c) nibble i = zero[g][8c + order[i]]
-/// Used by `tpullm make-model --quantize` (frontend/make_model.hpp). The importer's unpacking
+/// Used by `tpullm make-model --quantize` (devtools/make_model.hpp). The importer's unpacking
 /// (conversion/quant_repack.hpp) is the inverse, written separately.
 
 #include "tpullm/support/error.hpp"

@@ -54,23 +54,33 @@ PassFn bind_options(Fn fn, Opts opts) {
   };
 }
 
-/// A PassInfo for `fn(module, opts)` whose options struct is Opts.
-template <class Opts, class Fn>
-PassInfo make_pass(std::string name, std::string description, Fn fn) {
+/// A PassInfo whose options struct is Opts and whose `bind(opts)` returns the pass bound to
+/// them: what a pass derives from its options once, when bound, rather than at every run
+/// (lower-to-tpu's quantization plan), is built there. An Error thrown by `bind` is a refusal
+/// of the options (bind_pass reports it as a PipelineError).
+template <class Opts, class Bind>
+PassInfo make_bound_pass(std::string name, std::string description, Bind bind) {
   PassInfo info;
   info.name = name;
   info.description = std::move(description);
   info.options = describe_options<Opts>();
-  info.bind = [name, fn](const std::vector<OptionText>& given) -> PassFn {
-    return bind_options<Opts>(fn, parse_options<Opts>(name, given));
+  info.bind = [name, bind](const std::vector<OptionText>& given) -> PassFn {
+    return bind(parse_options<Opts>(name, given));
   };
-  info.bind_typed = [name, fn](const std::any& opts) -> PassFn {
+  info.bind_typed = [name, bind](const std::any& opts) -> PassFn {
     const Opts* o = std::any_cast<Opts>(&opts);
     check(o != nullptr, ErrorKind::internal, "pass '" + name + "'",
           "bound with options of another pass");
-    return bind_options<Opts>(fn, *o);
+    return bind(*o);
   };
   return info;
+}
+
+/// A PassInfo for `fn(module, opts)` whose options struct is Opts.
+template <class Opts, class Fn>
+PassInfo make_pass(std::string name, std::string description, Fn fn) {
+  return make_bound_pass<Opts>(std::move(name), std::move(description),
+                               [fn](const Opts& opts) { return bind_options<Opts>(fn, opts); });
 }
 
 /// Runs fn(module, function) on each function of `m` (for function-local passes).

@@ -1,5 +1,5 @@
-// The calibration pass of --mode int8 (runtime/calibrate.hpp).
-#include "tpullm/runtime/calibrate.hpp"
+// The calibration pass of --mode int8 (calibration/calibrate.hpp).
+#include "tpullm/calibration/calibrate.hpp"
 
 #include <algorithm>
 #include <map>
@@ -14,9 +14,16 @@
 #include "tpullm/runtime/interpreted_stages.hpp"
 #include "tpullm/runtime/session.hpp"
 
-namespace tpullm::runtime {
+namespace tpullm::calibration {
 
 namespace {
+
+using runtime::ConstBytes;
+using runtime::InterpretedStages;
+using runtime::MutBytes;
+using runtime::Session;
+using runtime::SessionDims;
+using runtime::Stages;
 
 using Ptr = std::shared_ptr<const interp::Tensor>;
 using Stats = std::map<std::string, conversion::InputStats>;
@@ -282,4 +289,4 @@ conversion::CalibTable calibrate(const frontend::ModelDesc& desc,
   return t;
 }
 
-} // namespace tpullm::runtime
+} // namespace tpullm::calibration

@@ -1,4 +1,4 @@
-// Measures the machine ceilings of support/ceilings.hpp.
+// Measures the machine ceilings of devtools/ceilings.hpp.
 //  - read bandwidth: the best over access patterns of a buffer of dram_rotation_bytes()
 //    (max(1 GiB, 2 x the last-level cache)): S = 1, 2, 4 or 8 interleaved streams per thread (the
 //    thread's part cut into S pieces read 256 bytes from each in turn), software prefetch 0, 1 or 4
@@ -15,7 +15,7 @@
 //  - AMX (only where cpu_features().amx): tdpbf16ps / tdpbssd on 4 accumulator tiles from 2 + 2
 //    register-resident source tiles (16 x 16 x 32 bf16 = 16384 flops, 16 x 16 x 64 int8 = 32768
 //    ops per instruction), best of 5. Elsewhere the AMX ceilings are 0 and printed as absent.
-#include "tpullm/support/ceilings.hpp"
+#include "tpullm/devtools/ceilings.hpp"
 
 #include <algorithm>
 #include <chrono>

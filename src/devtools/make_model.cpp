@@ -1,5 +1,5 @@
-// Out-of-line definitions of tpullm/frontend/make_model.hpp (compiled once into tpullm_core).
-#include "tpullm/frontend/make_model.hpp"
+// Out-of-line definitions of tpullm/devtools/make_model.hpp (compiled once into tpullm_devtools).
+#include "tpullm/devtools/make_model.hpp"
 
 namespace tpullm::frontend {
 

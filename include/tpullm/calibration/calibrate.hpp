@@ -14,6 +14,10 @@
 /// first out, widened again when next needed), the embedding table is gathered by rows without
 /// widening it whole, and the lm_head is not run (no logits are needed), so the f64 working set
 /// is about one layer per thread instead of 8 bytes for every parameter of the model.
+///
+/// Compile-time work (its table feeds only `compile --mode int8`), but it runs the runtime's
+/// Session over the reference interpreter, so it sits above runtime/ in a folder of its own
+/// (docs/architecture.md "Layers"); the table's format and statistics stay in conversion/.
 
 #include <cstdint>
 #include <functional>
@@ -24,12 +28,14 @@
 #include "tpullm/frontend/model_desc.hpp"
 #include "tpullm/frontend/stage_params.hpp"
 
-namespace tpullm::runtime {
+namespace tpullm::calibration {
+
+using conversion::CalibTable;
 
 /// The default weight budget of calibrate: 1 GiB of widened (f64) weights.
 inline constexpr std::size_t kDefaultCalibBudget = std::size_t{1024} << 20;
 
-/// What the weight store of one calibrate() run did (runtime/calibrate.hpp, WeightStore).
+/// What the weight store of one calibrate() run did (calibration/calibrate.hpp, WeightStore).
 struct CalibrateStats {
   std::size_t budget_bytes = 0;     ///< the budget the store ran under
   std::size_t min_budget_bytes = 0; ///< the least budget this run accepts (see CalibrateOptions)
@@ -57,14 +63,13 @@ struct CalibrateOptions {
 /// ids below the vocabulary). Identical for any `threads` and any `memory_budget`. Throws
 /// Error(invalid_input) for an unknown method, no samples, a bad id or length, a budget below
 /// the minimum, a mixture-of-experts or pre-quantized model (int8 does not compile those).
-conversion::CalibTable calibrate(const frontend::ModelDesc& desc,
-                                 const frontend::StageParams& params,
-                                 const std::vector<std::vector<std::int32_t>>& samples,
-                                 const CalibrateOptions& options);
+CalibTable calibrate(const frontend::ModelDesc& desc, const frontend::StageParams& params,
+                     const std::vector<std::vector<std::int32_t>>& samples,
+                     const CalibrateOptions& options);
 
 /// The built-in samples: `count` prompts of `length` ids, drawn from std::mt19937 seeded with
 /// 20240613 + prompt index, each id = draw % vocab (the same on every platform).
 std::vector<std::vector<std::int32_t>> builtin_calib_samples(std::int64_t vocab,
                                                              std::int64_t length, int count = 4);
 
-} // namespace tpullm::runtime
+} // namespace tpullm::calibration

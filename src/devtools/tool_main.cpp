@@ -1,5 +1,5 @@
-// Out-of-line definitions of tpullm/support/tool_main.hpp (compiled once into tpullm_core).
-#include "tpullm/support/tool_main.hpp"
+// Out-of-line definitions of tpullm/devtools/tool_main.hpp (compiled once into tpullm_devtools).
+#include "tpullm/devtools/tool_main.hpp"
 
 namespace tpullm::detail {
 
