@@ -8,7 +8,7 @@
 #include "exec_call.hpp"
 #include "tpullm/conversion/weight_convert.hpp"
 #include "tpullm/kernels/worker_pool.hpp"
-#include "tpullm/tiling/core_split.hpp"
+#include "tpullm/tiling/core_split_plan.hpp"
 
 namespace tpullm::runtime {
 

@@ -6,7 +6,7 @@
 #include <set>
 
 #include "tpullm/target/target.hpp"
-#include "tpullm/tiling/core_split.hpp"
+#include "tpullm/tiling/core_split_plan.hpp"
 
 namespace tpullm::tiling {
 

@@ -1,12 +1,12 @@
 // Op policies (ir/op_policy.hpp): every Tpu op declares one, its facts are consistent with the
-// op's arity, and the one core-split policy (tiling/core_split.hpp) follows its SplitRule.
+// op's arity, and the one core-split policy (tiling/core_split_plan.hpp) follows its SplitRule.
 #include <catch2/catch.hpp>
 
 #include <vector>
 
 #include "tpullm/ir/ir.hpp"
 #include "tpullm/rewrite/side_effects.hpp"
-#include "tpullm/tiling/core_split.hpp"
+#include "tpullm/tiling/core_split_plan.hpp"
 
 using namespace tpullm;
 using namespace tpullm::ir;

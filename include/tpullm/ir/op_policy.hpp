@@ -10,7 +10,7 @@
 
 namespace tpullm::ir {
 
-/// How an ungrouped op divides its work across cores (tiling/core_split.hpp applies it).
+/// How an ungrouped op divides its work across cores (tiling/core_split_plan.hpp applies it).
 ///   none          : runs on one core
 ///   gemm          : columns when the activation has at most 4 rows (GEMV), else rows
 ///   attention     : heads when decoding one token with at least one KV head per core, else rows

@@ -1,8 +1,9 @@
 #pragma once
-/// The one core-split policy: how an ungrouped Tpu op divides its work across `cores`, from its
-/// policy's SplitRule (ir/op_policy.hpp). The tiler records the result in each op's plan; the
-/// executor applies the same function only to instructions that carry no plan (a function that
-/// never went through layer-group), so planned and unplanned runs split alike.
+/// The core-split plan of an op (the compiler side; kernels/core_split.hpp is how a kernel
+/// executes one): the one core-split policy, how an ungrouped Tpu op divides its work across
+/// `cores`, from its policy's SplitRule (ir/op_policy.hpp). The tiler records the result in each
+/// op's plan; the executor applies the same function only to instructions that carry no plan (a
+/// function that never went through layer-group), so planned and unplanned runs split alike.
 
 #include <cstdint>
 
