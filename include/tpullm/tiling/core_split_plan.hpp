@@ -34,8 +34,9 @@ ir::SplitPlan core_split(const ir::OpVariant& op, std::size_t num_operands,
                                                                : ir::SliceDim::rows,
             cores};
   case ir::SplitRule::attention: {
-    const auto* a = std::get_if<ir::tpu::FAttentionOp>(&op);
-    if (a && operand_type(0).shape.at(1) == 1 && a->kv_heads >= cores)
+    // Decoding one token: heads, when the head operand (axis 2) has one per core at least.
+    const auto& heads = operand_type(static_cast<std::size_t>(p.head_operand));
+    if (operand_type(0).shape.at(1) == 1 && heads.shape.at(2) >= cores)
       return {ir::SliceDim::heads, cores};
     return {ir::SliceDim::rows, cores};
   }
