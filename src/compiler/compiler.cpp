@@ -18,13 +18,14 @@ namespace tpullm::compiler {
 
 namespace {
 
-/// One module through the compilation's pipeline, with the shared converter in the context.
-/// The IR is verified after every pass: a pass that leaves it invalid is our bug.
-void compile_module(ir::Module& m, const pass::Pipeline& pipeline,
-                    conversion::WeightConverter& conv) {
+/// Runs entries [first, last) of `pipeline` on one module, with the shared converter in the
+/// context. The IR is verified after every pass: a pass that leaves it invalid is our bug.
+void run_passes(ir::Module& m, const pass::Pipeline& pipeline, std::size_t first, std::size_t last,
+                conversion::WeightConverter& conv) {
   pass::PassContext ctx;
   ctx.converter = &conv;
-  for (const auto& e : pipeline.entries()) {
+  for (std::size_t i = first; i < last; ++i) {
+    const auto& e = pipeline.entries()[i];
     e.run(m, ctx);
     const auto errors = ir::verify_module(m);
     if (!errors.empty())
@@ -32,31 +33,44 @@ void compile_module(ir::Module& m, const pass::Pipeline& pipeline,
   }
 }
 
-/// The largest KV view any module needs and the slot size they agree on, in bytes of `dtype`
-/// (the KV cache's element type; Top blocks carry f32 keys and values).
-std::pair<std::int64_t, std::int64_t> kv_needs(const std::vector<ir::Module>& modules,
-                                               ir::DType dtype, std::int64_t* layers) {
-  std::int64_t cap = 0, row = 0;
-  for (const auto& m : modules)
-    for (const auto& f : m.functions()) {
-      if (f->info().layer >= 0)
-        *layers = std::max(*layers, f->info().layer + 1);
-      for (const auto& op : f->ops()) {
-        // Top blocks: the history argument plus new rows is the largest view.
-        if (const auto* c = op->as<ir::top::ConcatOp>();
-            c && op->num_operands() == 2 && op->result(0)->type().rank() == 4) {
-          const auto& t = op->result(0)->type();
-          cap = std::max(cap, t.shape[1]);
-          row = memory::kv_row_bytes(ir::TensorType(t.shape, dtype));
-        }
-        if (op->is<ir::top::FAttentionOp>()) {
-          const auto& t = op->operand(1)->type();
-          cap = std::max(cap, t.shape[1]);
-          row = memory::kv_row_bytes(ir::TensorType(t.shape, dtype));
-        }
+/// Calls `work(module)` for every module on a small pool (`threads` workers, each taking the
+/// next module until none is left); rethrows the first failure, naming its module.
+template <class Work>
+void for_each_module(std::vector<ir::Module>& modules, std::size_t threads, Work&& work) {
+  const std::size_t n = modules.size();
+  std::atomic<std::size_t> next{0};
+  std::mutex mu;
+  std::exception_ptr failure;
+  auto worker = [&] {
+    for (std::size_t i = next++; i < n; i = next++) {
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        if (failure)
+          return;
+      }
+      try {
+        work(modules[i]);
+      } catch (const Error& e) {
+        std::lock_guard<std::mutex> lock(mu);
+        if (!failure)
+          failure = std::make_exception_ptr(e.within("module @" + modules[i].name()));
+        return;
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(mu);
+        if (!failure)
+          failure = std::current_exception();
+        return;
       }
     }
-  return {cap, row};
+  };
+  std::vector<std::thread> pool;
+  for (std::size_t t = 1; t < threads; ++t)
+    pool.emplace_back(worker);
+  worker();
+  for (auto& t : pool)
+    t.join();
+  if (failure)
+    std::rethrow_exception(failure);
 }
 
 } // namespace
@@ -85,57 +99,42 @@ codegen::CompiledModel compile(std::vector<ir::Module> modules, const CompileOpt
   codegen::CompiledModel out;
   out.target = o.target;
   std::int64_t layers = 0;
-  const ir::DType kv_dtype = conversion::kv_cache_dtype(o.lower);
-  const auto [need, row] = kv_needs(modules, kv_dtype, &layers);
-  const std::int64_t capacity = std::max(need, o.kv_capacity);
-  out.kv = {layers, row > 0 ? capacity : 0, row};
-  out.kv.dtype = kv_dtype;
-  const pass::Pipeline pipeline = compile_pipeline(o, capacity);
-  out.pipeline = pipeline.text();
+  for (const auto& m : modules)
+    for (const auto& f : m.functions())
+      if (f->info().layer >= 0)
+        layers = std::max(layers, f->info().layer + 1);
   conversion::WeightConverter conv;
-  // Modules compile independently: a small pool takes the next module until none is left.
+  // Modules compile independently on a small pool, in two rounds: every pass but plan-memory,
+  // then plan-memory with the one KV capacity all modules share (memory::kv_needs over their
+  // Tpu KV ops, at least the requested kv_capacity).
   const std::size_t n = modules.size();
   const std::size_t threads = static_cast<std::size_t>(
       std::clamp<std::int64_t>(o.threads > 0 ? o.threads : o.target.cores, 1,
                                static_cast<std::int64_t>(std::max<std::size_t>(n, 1))));
-  std::atomic<std::size_t> next{0}, done{0};
-  std::mutex mu;
-  std::exception_ptr failure;
-  auto worker = [&] {
-    for (std::size_t i = next++; i < n; i = next++) {
-      {
-        std::lock_guard<std::mutex> lock(mu);
-        if (failure)
-          return;
-      }
-      try {
-        compile_module(modules[i], pipeline, conv);
-      } catch (const Error& e) {
-        std::lock_guard<std::mutex> lock(mu);
-        if (!failure)
-          failure = std::make_exception_ptr(e.within("module @" + modules[i].name()));
-        return;
-      } catch (...) {
-        std::lock_guard<std::mutex> lock(mu);
-        if (!failure)
-          failure = std::current_exception();
-        return;
-      }
-      const std::size_t d = ++done;
-      if (o.progress) {
-        std::lock_guard<std::mutex> lock(mu);
-        o.progress(d, n, modules[i].name());
-      }
+  const pass::Pipeline lowering = compile_pipeline(o, 0);
+  const std::size_t planning = lowering.entries().size() - 1; // plan-memory comes last
+  check(lowering.entries().back().text.starts_with("plan-memory"), ErrorKind::internal, "compile",
+        "the compile pipeline must end with plan-memory");
+  for_each_module(modules, threads,
+                  [&](ir::Module& m) { run_passes(m, lowering, 0, planning, conv); });
+  memory::KvNeeds need;
+  for (const auto& m : modules)
+    need = memory::kv_needs(m, need);
+  const std::int64_t capacity = std::max(need.capacity, o.kv_capacity);
+  out.kv = {layers, need.row > 0 ? capacity : 0, need.row};
+  out.kv.dtype = conversion::kv_cache_dtype(o.lower);
+  const pass::Pipeline pipeline = compile_pipeline(o, capacity);
+  out.pipeline = pipeline.text();
+  std::atomic<std::size_t> done{0};
+  std::mutex progress_mu;
+  for_each_module(modules, threads, [&](ir::Module& m) {
+    run_passes(m, pipeline, planning, pipeline.entries().size(), conv);
+    const std::size_t d = ++done;
+    if (o.progress) {
+      std::lock_guard<std::mutex> lock(progress_mu);
+      o.progress(d, n, m.name());
     }
-  };
-  std::vector<std::thread> pool;
-  for (std::size_t t = 1; t < threads; ++t)
-    pool.emplace_back(worker);
-  worker();
-  for (auto& t : pool)
-    t.join();
-  if (failure)
-    std::rethrow_exception(failure);
+  });
   std::set<std::string> seen;
   for (const auto& m : modules) {
     for (const auto& f : m.functions()) {

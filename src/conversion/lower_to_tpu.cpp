@@ -585,9 +585,10 @@ private:
   }
 
   void lower(const Operation& op, const ir::top::MLPOp& o) {
-    const ir::Weight& gate = linear_weight(op, op.operand(1), o.transpose_b);
-    const ir::Weight& up = linear_weight(op, op.operand(2), o.transpose_b);
-    const ir::Weight& down = linear_weight(op, op.operand(3), o.transpose_b, false);
+    using T = ir::top::MLPOp;
+    const ir::Weight& gate = linear_weight(op, op.operand(T::gate), o.transpose_b);
+    const ir::Weight& up = linear_weight(op, op.operand(T::up), o.transpose_b);
+    const ir::Weight& down = linear_weight(op, op.operand(T::down), o.transpose_b, false);
     // An act-order down projection reads the intermediate activation in a permuted order; the
     // tiled MLP needs natural order, so the permutation moves into the gate / up columns.
     WeightConverter::MlpOperands f{};
@@ -596,18 +597,18 @@ private:
     } catch (const Error& e) {
       fail(op, e.where().empty() ? e.message() : e.where() + ": " + e.message());
     }
-    ir::tpu::MLPOp t;
-    t.activation = o.activation;
-    const bool gq = linear_choice(op.operand(1)).w8a8, uq = linear_choice(op.operand(2)).w8a8,
-               dq = linear_choice(op.operand(3)).w8a8;
+    ir::tpu::MLPOp t{o}; // Top's semantics, plus the activation quantization
+    const bool gq = linear_choice(op.operand(T::gate)).w8a8,
+               uq = linear_choice(op.operand(T::up)).w8a8,
+               dq = linear_choice(op.operand(T::down)).w8a8;
     if (gq != uq || gq != dq)
       fail(op, "mode int8 quantizes the MLP's gate, up and down together: keep-float must name "
                "all three or none");
     if (gq) {
       t.act_quant = static_ ? ir::ActQuantKind::static_tensor : ir::ActQuantKind::dynamic;
       if (static_) {
-        const StaticActParams in = static_params(op, op.operand(1), op.operand(0));
-        const StaticActParams dn = static_params(op, op.operand(3), nullptr);
+        const StaticActParams in = static_params(op, op.operand(T::gate), op.operand(T::x));
+        const StaticActParams dn = static_params(op, op.operand(T::down), nullptr);
         t.act_scale = in.scale;
         if (in.zero != 0)
           t.act_zero = in.zero;
@@ -617,7 +618,7 @@ private:
       }
     }
     set(op.result(0), create(op, t,
-                             {get(op.operand(0)), weight_value(*f.gate), weight_value(*f.up),
+                             {get(op.operand(T::x)), weight_value(*f.gate), weight_value(*f.up),
                               weight_value(*f.down)}));
   }
 
@@ -625,17 +626,20 @@ private:
   // int8 (W8A8): the experts run with dynamic per-row activation scales only (an expert sees
   // just the tokens routed to it; calibrate records no per-expert ranges).
   void lower(const Operation& op, const ir::top::MoEOp& o) {
-    std::vector<Value*> in{get(op.operand(0)),
-                           packed(op, op.operand(1), o.transpose_b, ir::DType::f32)};
-    const bool q = op.num_operands() > 2 && linear_choice(op.operand(2)).w8a8;
-    for (std::size_t i = 2; i < op.num_operands(); ++i) {
+    using T = ir::top::MoEOp;
+    std::vector<Value*> in{get(op.operand(T::x)),
+                           packed(op, op.operand(T::router), o.transpose_b, ir::DType::f32)};
+    const bool q =
+        op.num_operands() > T::first_expert && linear_choice(op.operand(T::first_expert)).w8a8;
+    for (std::size_t i = T::first_expert; i < op.num_operands(); ++i) {
       if (linear_choice(op.operand(i)).w8a8 != q)
         fail(op, "mode int8 quantizes every expert's gate, up and down together: keep-float must "
                  "name all of a MoE layer's expert weights or none");
-      const bool reads_input = (i - 2) % 3 != 2; // gate / up read x, down reads the activation
+      // gate / up read x, down reads the activation
+      const bool reads_input = (i - T::first_expert) % 3 != 2;
       in.push_back(weight_value(linear_weight(op, op.operand(i), o.transpose_b, reads_input)));
     }
-    ir::tpu::MoEOp t{o.experts, o.top_k, o.renormalize, o.activation, std::nullopt};
+    ir::tpu::MoEOp t{o}; // Top's semantics, plus the activation quantization
     if (q) {
       if (static_)
         fail(op, "--act-quant static does not cover mixture-of-experts layers (no per-expert "

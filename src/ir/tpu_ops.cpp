@@ -259,4 +259,20 @@ auto GatherOp::infer(Types in) const -> std::vector<TensorType> {
   return r;
 }
 
+std::int64_t SliceOp::view_offset(const TensorType& in) const {
+  const std::int64_t r = in.rank();
+  // Find the first axis whose size is not 1; every later axis must be taken whole.
+  std::int64_t a = 0;
+  while (a < r && sizes[static_cast<std::size_t>(a)] == 1)
+    ++a;
+  for (std::int64_t i = a + 1; i < r; ++i)
+    if (offsets[static_cast<std::size_t>(i)] != 0 ||
+        sizes[static_cast<std::size_t>(i)] != in.shape[static_cast<std::size_t>(i)])
+      return -1;
+  std::int64_t linear = 0;
+  for (std::int64_t i = 0; i < r; ++i)
+    linear = linear * in.shape[static_cast<std::size_t>(i)] + offsets[static_cast<std::size_t>(i)];
+  return byte_size(in.dtype, linear);
+}
+
 } // namespace tpullm::ir::tpu

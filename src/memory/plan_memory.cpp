@@ -24,24 +24,6 @@ std::int64_t bytes_of(const ir::TensorType& t) {
 
 using ir::rows_of;
 
-/// Byte offset of a Slice that selects one contiguous range of its row-major operand, or -1.
-std::int64_t contiguous_slice_delta(const ir::TensorType& in, const ir::tpu::SliceOp& s) {
-  const std::int64_t r = in.rank();
-  // Find the first axis whose size is not 1; every later axis must be taken whole.
-  std::int64_t a = 0;
-  while (a < r && s.sizes[static_cast<std::size_t>(a)] == 1)
-    ++a;
-  for (std::int64_t i = a + 1; i < r; ++i)
-    if (s.offsets[static_cast<std::size_t>(i)] != 0 ||
-        s.sizes[static_cast<std::size_t>(i)] != in.shape[static_cast<std::size_t>(i)])
-      return -1;
-  std::int64_t linear = 0;
-  for (std::int64_t i = 0; i < r; ++i)
-    linear =
-        linear * in.shape[static_cast<std::size_t>(i)] + s.offsets[static_cast<std::size_t>(i)];
-  return ir::byte_size(in.dtype, linear);
-}
-
 /// What a storage class is placed in.
 enum class Home { arena, local, input, output, kv, weight };
 
@@ -130,33 +112,37 @@ private:
     return !v->is_argument() && !v->defining_op()->is<ir::builtin::WeightOp>() && !kv_[r];
   }
 
+  /// Views, KV stores and in-place results, as each op's policy says (each reads its
+  /// kSourceOperand).
   void views_and_in_place() {
     for (const auto& op : f_.ops()) {
-      if (op->policy().view) {
-        alias(op->result(0), op->operand(0), 0);
-      } else if (const auto* s = op->as<ir::tpu::SliceOp>()) {
-        const std::int64_t d = contiguous_slice_delta(op->operand(0)->type(), *s);
+      const ir::OpPolicy& p = op->policy();
+      if (p.view) {
+        alias(op->result(0), op->operand(ir::kSourceOperand), 0);
+      } else if (p.offset_view) {
+        const std::int64_t d = ir::view_offset(op->op(), op->operand(ir::kSourceOperand)->type());
         if (d >= 0)
-          alias(op->result(0), op->operand(0), d);
-      } else if (const auto* st = op->as<ir::tpu::KVStoreOp>()) {
-        const KvSlot slot{st->layer, st->kv == ir::KvKind::key ? 0 : 1, kv_row_};
-        const auto [r, d] = find(id(op->operand(0)));
+          alias(op->result(0), op->operand(ir::kSourceOperand), d);
+      } else if (p.effect == ir::MemoryEffect::writes_kv) {
+        const ir::KvCacheRef& c = *ir::kv_cache_of(op->op());
+        const KvSlot slot{c.layer, c.kv == ir::KvKind::key ? 0 : 1, kv_row_};
+        const auto [r, d] = find(id(op->operand(ir::kSourceOperand)));
         // A batched decode's rows go to different conversations' caches: stored by copy.
-        const bool batched = op->operand(0)->type().shape.at(0) > 1;
+        const bool batched = op->operand(ir::kSourceOperand)->type().shape.at(0) > 1;
         const bool eligible = o_.kv_in_place && !batched && is_plain_result(r) && d == 0 &&
                               extent_[r] == bytes_of(op->result(0)->type()) && !returned_root(r);
         if (eligible) {
-          alias(op->result(0), op->operand(0), 0);
+          alias(op->result(0), op->operand(ir::kSourceOperand), 0);
           kv_[r] = slot;
           store_in_place_.push_back(op.get());
         } else {
           kv_[id(op->result(0))] = slot;
         }
-      } else if (op->policy().in_place) {
-        const auto [r, d] = find(id(op->operand(0)));
+      } else if (p.in_place) {
+        const auto [r, d] = find(id(op->operand(ir::kSourceOperand)));
         if (is_plain_result(r) && d == 0 && last_[r] == op->number() &&
             extent_[r] == bytes_of(op->result(0)->type()) && !returned_root(r))
-          alias(op->result(0), op->operand(0), 0);
+          alias(op->result(0), op->operand(ir::kSourceOperand), 0);
       }
     }
   }
@@ -177,12 +163,14 @@ private:
     const std::size_t n = values_.size();
     home_.assign(n, Home::arena);
     slot_.assign(n, 0);
-    // History arguments are the cache itself.
+    // Cache operands (a KV append's history) are the cache itself.
     for (const auto& op : f_.ops())
-      if (const auto* a = op->as<ir::tpu::KVAppendOp>()) {
-        check(op->operand(0)->is_argument(), ErrorKind::invalid_input, "@" + f_.name(),
-              "tpu.KVAppend's history must be a function argument (the cache)");
-        kv_[id(op->operand(0))] = KvSlot{a->layer, a->kv == ir::KvKind::key ? 0 : 1, 0};
+      if (const int k = op->policy().kv_cache_operand; k >= 0) {
+        const ir::Value* cache = op->operand(static_cast<std::size_t>(k));
+        check(cache->is_argument(), ErrorKind::invalid_input, "@" + f_.name(), op->name(),
+              "'s history must be a function argument (the cache)");
+        const ir::KvCacheRef& c = *ir::kv_cache_of(op->op());
+        kv_[id(cache)] = KvSlot{c.layer, c.kv == ir::KvKind::key ? 0 : 1, 0};
       }
     for (std::size_t i = 0; i < n; ++i) {
       if (find(static_cast<int>(i)).first != static_cast<int>(i))
@@ -409,25 +397,32 @@ std::int64_t kv_cache_offset(std::int64_t layer, int kind, std::int64_t capacity
   return KvGeometry{0, capacity, row_bytes}.cache_offset(layer, kind);
 }
 
+KvNeeds kv_needs(const ir::Module& m, KvNeeds need) {
+  for (const auto& f : m.functions())
+    for (const auto& op : f->ops()) {
+      // The ops that touch the cache, as their policies say: their result 0 is a view of it.
+      const ir::OpPolicy& p = op->policy();
+      if (p.effect != ir::MemoryEffect::writes_kv && p.kv_cache_operand < 0)
+        continue;
+      const ir::TensorType& t = op->result(0)->type();
+      const std::int64_t r = kv_row_bytes(t);
+      check(need.row == 0 || need.row == r, ErrorKind::invalid_input, "@" + f->name(),
+            "KV rows of ", r, " bytes differ from ", need.row, " bytes elsewhere in the module");
+      need.row = r;
+      need.capacity = std::max(need.capacity, t.shape[1]);
+    }
+  return need;
+}
+
 void plan_memory(ir::Module& m, const PlanMemoryOptions& o) {
   check(o.alignment > 0 && (o.alignment & (o.alignment - 1)) == 0, ErrorKind::invalid_input,
         "plan-memory option 'alignment'", "must be a power of two, got ", o.alignment);
   check(o.kv_capacity >= 0, ErrorKind::invalid_input, "plan-memory option 'kv-capacity'",
         "must be >= 0, got ", o.kv_capacity);
   // One KV geometry for the whole module: row bytes agree, capacity covers every view.
-  std::int64_t capacity = 0, row = 0;
-  for (const auto& f : m.functions())
-    for (const auto& op : f->ops()) {
-      const bool append = op->is<ir::tpu::KVAppendOp>(), store = op->is<ir::tpu::KVStoreOp>();
-      if (!append && !store)
-        continue;
-      const ir::TensorType& t = op->result(0)->type();
-      const std::int64_t r = kv_row_bytes(t);
-      check(row == 0 || row == r, ErrorKind::invalid_input, "@" + f->name(), "KV rows of ", r,
-            " bytes differ from ", row, " bytes elsewhere in the module");
-      row = r;
-      capacity = std::max(capacity, t.shape[1]);
-    }
+  const KvNeeds need = kv_needs(m);
+  std::int64_t capacity = need.capacity;
+  const std::int64_t row = need.row;
   if (o.kv_capacity > 0) {
     check(o.kv_capacity >= capacity, ErrorKind::invalid_input, "plan-memory option 'kv-capacity'",
           o.kv_capacity, " slots are fewer than the ", capacity, " a KV view of the module spans");
@@ -516,10 +511,10 @@ std::string check_memory_plan(const ir::Function& fc) {
       for (const Operation* u : v->users())
         e = std::max(e, u->number());
       // Walk to the storage this view shares.
-      const Value* src = op->operand(0);
+      const Value* src = op->operand(ir::kSourceOperand);
       while (src->buffer() && src->buffer()->view && src->defining_op() &&
              src->defining_op()->num_operands() > 0)
-        src = src->defining_op()->operand(0);
+        src = src->defining_op()->operand(ir::kSourceOperand);
       auto it = end_of.find(src);
       if (it != end_of.end())
         it->second = std::max(it->second, e);

@@ -62,11 +62,12 @@ Rows rows_cols(const Call& c, const TensorRef& r) {
 const k::PackedWeights& packed(const Call& c, std::size_t i);
 
 void exec(const ir::tpu::EmbeddingOp&, Call& c) {
-  const TensorRef& table = c.in.operands[0];
-  const std::int64_t L = c.elems(c.in.operands[1]);
-  auto ids = span_of<std::int32_t>(c.operand(1), L);
+  using Op = ir::tpu::EmbeddingOp;
+  const TensorRef& table = c.in.operands[Op::table];
+  const std::int64_t L = c.elems(c.in.operands[Op::ids]);
+  auto ids = span_of<std::int32_t>(c.operand(Op::ids), L);
   if (table.type.layout == ir::Layout::panels) { // the tied lm_head weight, [H, V]
-    const k::PackedWeights& w = packed(c, 0);
+    const k::PackedWeights& w = packed(c, Op::table);
     k::packed_embedding_gather(ids, w, mspan_of<float>(c.result(0), L * w.K), c.split);
     return;
   }
@@ -78,23 +79,26 @@ void exec(const ir::tpu::EmbeddingOp&, Call& c) {
 }
 
 void exec(const ir::tpu::RMSNormOp& o, Call& c) {
-  const auto [rows, H] = rows_cols(c, c.in.operands[0]);
-  const TensorRef& g = c.in.operands[1];
-  const void* gp =
-      g.buffer.region == ir::Region::weight ? c.weight(g.weight).bytes.data() : c.operand(1, false);
+  using Op = ir::tpu::RMSNormOp;
+  const auto [rows, H] = rows_cols(c, c.in.operands[Op::x]);
+  const TensorRef& g = c.in.operands[Op::gamma];
+  const void* gp = g.buffer.region == ir::Region::weight ? c.weight(g.weight).bytes.data()
+                                                         : c.operand(Op::gamma, false);
   with_param(g, gp, H, [&](auto gamma) {
-    k::rms_norm(span_of<float>(c.operand(0), rows * H), gamma,
+    k::rms_norm(span_of<float>(c.operand(Op::x), rows * H), gamma,
                 mspan_of<float>(c.result(0), rows * H), {rows, H}, o.eps, c.split);
   });
 }
 
 void exec(const ir::tpu::AddRMSNormOp& o, Call& c) {
-  const auto [rows, H] = rows_cols(c, c.in.operands[0]);
-  const TensorRef& g = c.in.operands[2];
-  const void* gp =
-      g.buffer.region == ir::Region::weight ? c.weight(g.weight).bytes.data() : c.operand(2, false);
+  using Op = ir::tpu::AddRMSNormOp;
+  const auto [rows, H] = rows_cols(c, c.in.operands[Op::x]);
+  const TensorRef& g = c.in.operands[Op::gamma];
+  const void* gp = g.buffer.region == ir::Region::weight ? c.weight(g.weight).bytes.data()
+                                                         : c.operand(Op::gamma, false);
   with_param(g, gp, H, [&](auto gamma) {
-    k::add_rms_norm(span_of<float>(c.operand(0), rows * H), span_of<float>(c.operand(1), rows * H),
+    k::add_rms_norm(span_of<float>(c.operand(Op::x), rows * H),
+                    span_of<float>(c.operand(Op::residual), rows * H),
                     mspan_of<float>(c.result(0), rows * H), gamma,
                     mspan_of<float>(c.result(1), rows * H), {rows, H}, o.eps, c.split);
   });
@@ -121,31 +125,33 @@ k::ActQuant act_quant(ir::ActQuantKind kind, const std::optional<float>& scale,
 }
 
 void exec(const ir::tpu::MatMulOp& o, Call& c) {
-  const k::PackedWeights& w = packed(c, 1);
-  const std::int64_t M = c.elems(c.in.operands[0]) / w.K;
+  using Op = ir::tpu::MatMulOp;
+  const k::PackedWeights& w = packed(c, Op::w);
+  const std::int64_t M = c.elems(c.in.operands[Op::x]) / w.K;
   std::span<const float> bias;
   if (c.in.operands.size() == 3) {
-    const TensorRef& b = c.in.operands[2];
+    const TensorRef& b = c.in.operands[Op::bias];
     const void* bp = b.buffer.region == ir::Region::weight ? c.weight(b.weight).bytes.data()
-                                                           : c.operand(2, false);
+                                                           : c.operand(Op::bias, false);
     bias = span_of<float>(bp, w.N);
   }
   if (o.act_quant) { // W8A8 (--mode int8)
-    k::linear_w8a8(span_of<float>(c.operand(0), M * w.K), w, bias,
+    k::linear_w8a8(span_of<float>(c.operand(Op::x), M * w.K), w, bias,
                    mspan_of<float>(c.result(0), M * w.N), {M, w.K, w.N},
                    act_quant(*o.act_quant, o.act_scale, o.act_zero), c.split);
     return;
   }
-  k::linear(span_of<float>(c.operand(0), M * w.K), w, bias, mspan_of<float>(c.result(0), M * w.N),
-            {M, w.K, w.N}, c.split);
+  k::linear(span_of<float>(c.operand(Op::x), M * w.K), w, bias,
+            mspan_of<float>(c.result(0), M * w.N), {M, w.K, w.N}, c.split);
 }
 
 void exec(const ir::tpu::MatMulArgMaxOp&, Call& c) {
-  const k::PackedWeights& w = packed(c, 1);
+  using Op = ir::tpu::MatMulArgMaxOp;
+  const k::PackedWeights& w = packed(c, Op::w);
   // Logits in column chunks through the linear machinery; only the running best survives.
   constexpr std::int64_t kChunk = 8192; // columns per chunk (a multiple of the 32-col panel)
   std::vector<float> y(static_cast<std::size_t>(std::min(kChunk, w.N)));
-  const float* x = c.f32_in(0);
+  const float* x = c.f32_in(Op::x);
   std::vector<float> xp;
   const float* xk = k::detail::prepare_x(x, 1, w, xp);
   float best = 0;
@@ -171,47 +177,51 @@ void exec(const ir::tpu::MatMulArgMaxOp&, Call& c) {
 }
 
 void exec(const ir::tpu::MLPOp& o, Call& c) {
-  const k::PackedWeights& g = packed(c, 1);
-  const k::PackedWeights& u = packed(c, 2);
-  const k::PackedWeights& d = packed(c, 3);
+  using Op = ir::tpu::MLPOp;
+  const k::PackedWeights& g = packed(c, Op::gate);
+  const k::PackedWeights& u = packed(c, Op::up);
+  const k::PackedWeights& d = packed(c, Op::down);
   const std::int64_t H = g.K, I = g.N;
-  const std::int64_t M = c.elems(c.in.operands[0]) / H;
+  const std::int64_t M = c.elems(c.in.operands[Op::x]) / H;
   if (o.act_quant) { // W8A8 (--mode int8)
-    k::swiglu_mlp_w8a8(span_of<float>(c.operand(0), M * H), g, u, d,
+    k::swiglu_mlp_w8a8(span_of<float>(c.operand(Op::x), M * H), g, u, d,
                        mspan_of<float>(c.result(0), M * H), {M, H, I},
                        act_quant(*o.act_quant, o.act_scale, o.act_zero),
                        act_quant(*o.act_quant, o.down_act_scale, o.down_act_zero),
                        static_cast<std::size_t>(c.local_memory), c.split);
     return;
   }
-  k::swiglu_mlp(span_of<float>(c.operand(0), M * H), g, u, d, mspan_of<float>(c.result(0), M * H),
-                {M, H, I}, static_cast<std::size_t>(c.local_memory), c.split);
+  k::swiglu_mlp(span_of<float>(c.operand(Op::x), M * H), g, u, d,
+                mspan_of<float>(c.result(0), M * H), {M, H, I},
+                static_cast<std::size_t>(c.local_memory), c.split);
 }
 
 void exec(const ir::tpu::MoEOp& o, Call& c) {
-  const k::PackedWeights& router = packed(c, 1);
+  using Op = ir::tpu::MoEOp;
+  const k::PackedWeights& router = packed(c, Op::router);
   std::vector<k::MoeExpert> experts(static_cast<std::size_t>(o.experts));
   for (std::int64_t e = 0; e < o.experts; ++e) {
-    const auto i = static_cast<std::size_t>(2 + 3 * e);
+    const std::size_t i = Op::expert_gate(e); // then up, down
     experts[static_cast<std::size_t>(e)] = {&packed(c, i), &packed(c, i + 1), &packed(c, i + 2)};
   }
   const std::int64_t H = router.K, I = experts[0].gate->N;
-  const std::int64_t M = c.elems(c.in.operands[0]) / H;
+  const std::int64_t M = c.elems(c.in.operands[Op::x]) / H;
   std::optional<k::ActQuant> w8a8; // W8A8 (--mode int8): dynamic per-row scales only
   if (o.act_quant)
     w8a8 = act_quant(*o.act_quant, std::nullopt, std::nullopt);
-  k::moe_mlp(span_of<float>(c.operand(0), M * H), router, experts,
+  k::moe_mlp(span_of<float>(c.operand(Op::x), M * H), router, experts,
              mspan_of<float>(c.result(0), M * H), {M, H, I, o.experts, o.top_k, o.renormalize},
              static_cast<std::size_t>(c.local_memory), c.split, w8a8);
 }
 
 void exec(const ir::tpu::RopeOp& o, Call& c) {
-  const TensorRef& x = c.in.operands[0];
+  using Op = ir::tpu::RopeOp;
+  const TensorRef& x = c.in.operands[Op::x];
   const std::int64_t heads = x.type.shape[2], d = x.type.shape[3];
   // Rows: the tile's of [1, L, ...]; every row of a batched decode's [B, 1, ...] (each its own
   // position, which rope_apply reads per row).
   const std::int64_t L = x.type.shape[0] > 1 ? x.type.shape[0] : c.rows(x);
-  const TensorRef& ct = c.in.operands[1];
+  const TensorRef& ct = c.in.operands[Op::cos_table];
   const std::int64_t P = ct.type.shape[0], half = ct.type.shape[1];
   auto table = [&](std::size_t i) -> const float* {
     const TensorRef& t = c.in.operands[i];
@@ -219,11 +229,11 @@ void exec(const ir::tpu::RopeOp& o, Call& c) {
                                               ? c.weight(t.weight).bytes.data()
                                               : c.operand(i, false));
   };
-  const k::RopeTablesView tables(span_of<float>(table(1), P * half),
-                                 span_of<float>(table(2), P * half), P, half);
+  const k::RopeTablesView tables(span_of<float>(table(Op::cos_table), P * half),
+                                 span_of<float>(table(Op::sin_table), P * half), P, half);
   k::rope_apply(
-      span_of<float>(c.operand(0), L * heads * d), mspan_of<float>(c.result(0), L * heads * d),
-      span_of<std::int32_t>(c.operand(3), L), tables, {L, heads, d},
+      span_of<float>(c.operand(Op::x), L * heads * d), mspan_of<float>(c.result(0), L * heads * d),
+      span_of<std::int32_t>(c.operand(Op::positions), L), tables, {L, heads, d},
       o.mode == ir::RopeMode::halves ? k::RopeMode::halves : k::RopeMode::interleaved, c.split);
 }
 
@@ -245,7 +255,8 @@ void kv_convert_store(const float* src, std::byte* dst, std::int64_t n, ir::DTyp
 
 /// A batched decode's KVStore: row b into slot row_slots[b]'s cache at position row_pos[b].
 void kv_store_batched(Call& c) {
-  const TensorRef& rows = c.in.operands[0];
+  using Op = ir::tpu::KVStoreOp;
+  const TensorRef& rows = c.in.operands[Op::rows];
   const std::int64_t B = rows.type.shape[0];
   const ir::DType dt = c.in.results[0].type.dtype;
   const std::int64_t row_elems = rows.type.shape[2] * rows.type.shape[3];
@@ -253,7 +264,7 @@ void kv_store_batched(Call& c) {
   check(static_cast<std::int64_t>(c.reg.row_slots.size()) == B && c.reg.row_pos != nullptr,
         ErrorKind::invalid_input, c.in.where, "a batched KV store of ", B,
         " rows needs a KV slot per row");
-  const std::byte* src = c.operand(0, false);
+  const std::byte* src = c.operand(Op::rows, false);
   const std::int64_t offset = c.in.results[0].buffer.offset; // the layer's cache in a slot
   for (std::int64_t b = 0; b < B; ++b) {
     const std::int64_t p = c.reg.row_pos[b];
@@ -265,26 +276,28 @@ void kv_store_batched(Call& c) {
 }
 
 void exec(const ir::tpu::KVStoreOp&, Call& c) {
-  if (c.in.operands[0].type.shape[0] > 1)
+  using Op = ir::tpu::KVStoreOp;
+  if (c.in.operands[Op::rows].type.shape[0] > 1)
     return kv_store_batched(c);
   if (c.in.results[0].buffer.view)
     return; // its operand was produced in the cache slot already
-  const TensorRef& rows = c.in.operands[0];
+  const TensorRef& rows = c.in.operands[Op::rows];
   const std::int64_t n = c.elems(rows);
   const std::int64_t cap = c.reg.kv_capacity;
   const std::int64_t row_elems = rows.type.shape[2] * rows.type.shape[3];
   const std::int64_t first = c.reg.pos0 + (c.sliced(rows) ? c.r0 : 0);
   check(first + n / row_elems <= cap, ErrorKind::invalid_input, c.in.where, "positions ", first,
         "..", first + n / row_elems - 1, " are beyond the KV cache of ", cap, " slots");
-  kv_convert_store(c.f32_in(0), c.result(0), n, c.in.results[0].type.dtype);
+  kv_convert_store(c.f32_in(Op::rows), c.result(0), n, c.in.results[0].type.dtype);
 }
 
 /// A batched decode's attention: row b's one query over slot row_slots[b]'s cache up to its own
 /// position row_pos[b] (flash-decoding over that row's history, split as planned).
 void attention_batched(const ir::tpu::FAttentionOp& o, Call& c) {
-  const TensorRef& q = c.in.operands[0];
-  const TensorRef& kr = c.in.operands[1];
-  const TensorRef& vr = c.in.operands[2];
+  using Op = ir::tpu::FAttentionOp;
+  const TensorRef& q = c.in.operands[Op::q];
+  const TensorRef& kr = c.in.operands[Op::k];
+  const TensorRef& vr = c.in.operands[Op::v];
   const std::int64_t B = q.type.shape[0], d = o.head_dim;
   check(o.kv_form == ir::KvForm::cache && kr.buffer.region == ir::Region::kv &&
             vr.buffer.region == ir::Region::kv &&
@@ -302,7 +315,7 @@ void attention_batched(const ir::tpu::FAttentionOp& o, Call& c) {
   s.S = kr.type.shape[1];
   const std::int64_t kv_elems = s.S * o.kv_heads * d;
   const std::int64_t q_elems = o.q_heads * d;
-  const float* qp = c.f32_in(0, false);
+  const float* qp = c.f32_in(Op::q, false);
   float* out = c.f32_out(0, false);
   for (std::int64_t b = 0; b < B; ++b) {
     const std::int32_t* pos = c.reg.row_pos + b;
@@ -320,12 +333,13 @@ void attention_batched(const ir::tpu::FAttentionOp& o, Call& c) {
 }
 
 void exec(const ir::tpu::FAttentionOp& o, Call& c) {
-  if (c.in.operands[0].type.shape[0] > 1)
+  using Op = ir::tpu::FAttentionOp;
+  if (c.in.operands[Op::q].type.shape[0] > 1)
     return attention_batched(o, c);
-  const TensorRef& q = c.in.operands[0];
+  const TensorRef& q = c.in.operands[Op::q];
   const std::int64_t L = c.rows(q), L_all = Call::rows_of(q.type);
   const std::int64_t r0 = c.sliced(q) ? c.r0 : 0;
-  const std::int32_t* pos = c.i32_in(3, false) + r0;
+  const std::int32_t* pos = c.i32_in(Op::positions, false) + r0;
   const std::int64_t d = o.head_dim;
   k::AttentionShape s;
   s.L = L;
@@ -335,9 +349,9 @@ void exec(const ir::tpu::FAttentionOp& o, Call& c) {
   s.head_dim = d;
   s.scale = o.scale;
   s.causal = o.causal;
-  const TensorRef& kr = c.in.operands[1];
-  const std::byte* kp = c.operand(1, false);
-  const std::byte* vp = c.operand(2, false);
+  const TensorRef& kr = c.in.operands[Op::k];
+  const std::byte* kp = c.operand(Op::k, false);
+  const std::byte* vp = c.operand(Op::v, false);
   std::vector<std::int32_t> rel;
   std::span<const std::int32_t> positions(pos, static_cast<std::size_t>(L));
   if (o.kv_form == ir::KvForm::cache) {
@@ -346,7 +360,7 @@ void exec(const ir::tpu::FAttentionOp& o, Call& c) {
     s.S_valid = std::min<std::int64_t>(s.S, pos[L - 1] + 1);
   } else {
     // Only the new rows: slot t holds position pos0 + t; positions relative to pos0.
-    const std::int32_t base = c.i32_in(3, false)[0];
+    const std::int32_t base = c.i32_in(Op::positions, false)[0];
     rel.resize(static_cast<std::size_t>(L));
     for (std::int64_t i = 0; i < L; ++i)
       rel[static_cast<std::size_t>(i)] = pos[i] - base;
@@ -358,7 +372,7 @@ void exec(const ir::tpu::FAttentionOp& o, Call& c) {
   // keys and values in the cache's dtype (f32, f16 or bf16), widened inside the kernel
   with_param(kr, kp, kv_elems, [&](auto ks) {
     using KV = std::remove_const_t<typename decltype(ks)::element_type>;
-    k::flash_attention<KV>(span_of<float>(c.operand(0), L * o.q_heads * d), ks,
+    k::flash_attention<KV>(span_of<float>(c.operand(Op::q), L * o.q_heads * d), ks,
                            span_of<KV>(vp, kv_elems), positions,
                            mspan_of<float>(c.result(0), L * o.q_heads * d), s, c.split,
                            static_cast<std::size_t>(c.local_memory));
@@ -367,13 +381,14 @@ void exec(const ir::tpu::FAttentionOp& o, Call& c) {
 
 template <k::BinaryOp Op>
 void binary(Call& c) {
-  const auto [rows, cols] = rows_cols(c, c.in.operands[0]);
-  const TensorRef& b = c.in.operands[1];
+  const auto [rows, cols] = rows_cols(c, c.in.operands[ir::tpu::AddOp::lhs]);
+  const TensorRef& b = c.in.operands[ir::tpu::AddOp::rhs];
   const bool bcast =
-      b.type.rank() == 1 && b.type.num_elements() != c.in.operands[0].type.num_elements();
+      b.type.rank() == 1 &&
+      b.type.num_elements() != c.in.operands[ir::tpu::AddOp::lhs].type.num_elements();
   const void* bp = b.buffer.region == ir::Region::weight ? c.weight(b.weight).bytes.data()
-                                                         : c.operand(1, !bcast);
-  k::binary(Op, span_of<float>(c.operand(0), rows * cols),
+                                                         : c.operand(ir::tpu::AddOp::rhs, !bcast);
+  k::binary(Op, span_of<float>(c.operand(ir::tpu::AddOp::lhs), rows * cols),
             span_of<float>(bp, bcast ? cols : rows * cols),
             mspan_of<float>(c.result(0), rows * cols), {rows, cols}, c.split);
 }
@@ -480,15 +495,16 @@ void exec(const ir::tpu::ConcatOp& o, Call& c) {
 }
 
 void exec(const ir::tpu::GatherOp&, Call& c) {
-  const TensorRef& t = c.in.operands[0];
+  using Op = ir::tpu::GatherOp;
+  const TensorRef& t = c.in.operands[Op::table];
   const std::int64_t R = t.type.shape[0];
   const std::int64_t row = t.type.num_elements() / std::max<std::int64_t>(R, 1);
-  const std::int64_t n = c.in.operands[1].type.num_elements();
-  const void* tp =
-      t.buffer.region == ir::Region::weight ? c.weight(t.weight).bytes.data() : c.operand(0, false);
+  const std::int64_t n = c.in.operands[Op::indices].type.num_elements();
+  const void* tp = t.buffer.region == ir::Region::weight ? c.weight(t.weight).bytes.data()
+                                                         : c.operand(Op::table, false);
   k::EmbeddingShape shape{R, row};
   with_param(t, tp, R * row, [&](auto table) {
-    k::embedding_gather(span_of<std::int32_t>(c.operand(1, false), n), table,
+    k::embedding_gather(span_of<std::int32_t>(c.operand(Op::indices, false), n), table,
                         mspan_of<float>(c.result(0, false), n * row), shape, c.split);
   });
 }

@@ -12,7 +12,7 @@
 #include "tpullm/runtime/bundle_session.hpp"
 #include "tpullm/conversion/weight_convert.hpp"
 #include "tpullm/kernels/worker_pool.hpp"
-#include "tpullm/tiling/core_split.hpp"
+#include "tpullm/tiling/core_split_plan.hpp"
 
 namespace tpullm::runtime {
 

@@ -6,7 +6,7 @@
 #include <set>
 
 #include "tpullm/target/target.hpp"
-#include "tpullm/tiling/core_split.hpp"
+#include "tpullm/tiling/core_split_plan.hpp"
 
 namespace tpullm::tiling {
 
@@ -40,9 +40,9 @@ bool is_gemm(const Operation& op) {
 }
 
 /// True when `op` computes rows [r0, r1) of its [1, L, ...] results from rows [r0, r1) of its
-/// row operands (plus whole weights / vectors), with L = `L`, as its policy declares. Attention
-/// (kv_before_group) qualifies when its keys and values come from outside `members`: they must
-/// be complete before its first tile.
+/// row operands (plus whole weights / vectors), with L = `L`, as its policy declares. An op with
+/// `before_group` operands (attention's keys and values) qualifies when those come from outside
+/// `members`: they must be complete before its first tile.
 bool row_local(const Operation& op, std::int64_t L, const std::set<const Operation*>& members) {
   const ir::OpPolicy& p = op.policy();
   if (!p.row_local || op.num_results() == 0 || rows_of(op.result(0)->type()) != L)
@@ -55,8 +55,8 @@ bool row_local(const Operation& op, std::int64_t L, const std::set<const Operati
     if (rows_of(t) != L && !((p.vector_operands & bit) && t.rank() == 1))
       return false;
   }
-  if (p.kv_before_group)
-    for (std::size_t i : {1u, 2u}) {
+  for (std::size_t i = 0; i < op.num_operands(); ++i)
+    if (p.before_group & (std::uint32_t{1} << i)) {
       const Operation* d = op.operand(i)->defining_op();
       if (d && members.count(d))
         return false;
@@ -156,10 +156,11 @@ public:
       p.split = core_split(
           op->op(), op->num_operands(),
           [&](std::size_t k) -> const ir::TensorType& { return op->operand(k)->type(); }, cores_);
-      if (const auto* a = op->as<ir::tpu::FAttentionOp>();
-          a && p.split.dim == ir::SliceDim::heads) {
-        const std::int64_t size = (a->kv_heads + p.split.parts - 1) / p.split.parts;
-        p.tile = {ir::SliceDim::heads, size, (a->kv_heads + size - 1) / size};
+      // A heads split tiles the heads its policy's head operand counts (axis 2).
+      if (const int h = op->policy().head_operand; h >= 0 && p.split.dim == ir::SliceDim::heads) {
+        const std::int64_t heads = op->operand(static_cast<std::size_t>(h))->type().shape.at(2);
+        const std::int64_t size = (heads + p.split.parts - 1) / p.split.parts;
+        p.tile = {ir::SliceDim::heads, size, (heads + size - 1) / size};
       }
       op->set_plan(p);
     }

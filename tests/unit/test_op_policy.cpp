@@ -1,12 +1,15 @@
 // Op policies (ir/op_policy.hpp): every Tpu op declares one, its facts are consistent with the
-// op's arity, and the one core-split policy (tiling/core_split.hpp) follows its SplitRule.
+// op's arity, and the one core-split policy (tiling/core_split_plan.hpp) follows its SplitRule.
 #include <catch2/catch.hpp>
 
+#include <string_view>
 #include <vector>
 
 #include "tpullm/ir/ir.hpp"
+#include "tpullm/ir/text/parser.hpp"
+#include "tpullm/memory/plan_memory.hpp"
 #include "tpullm/rewrite/side_effects.hpp"
-#include "tpullm/tiling/core_split.hpp"
+#include "tpullm/tiling/core_split_plan.hpp"
 
 using namespace tpullm;
 using namespace tpullm::ir;
@@ -35,7 +38,10 @@ void check_policy_fits_arity() {
     CHECK((p.row_operands >> max_operands) == 0);
     CHECK((p.vector_operands & ~p.row_operands) == 0);
     CHECK((p.row_local || p.row_operands == 0));
-    CHECK((!p.kv_before_group || (p.row_local && max_operands >= 3)));
+    CHECK((p.before_group >> max_operands) == 0);
+    CHECK((p.before_group == 0 || p.row_local));
+    CHECK(p.head_operand < max_operands);
+    CHECK(p.kv_cache_operand < max_operands);
     CHECK(p.positions < max_operands);
     CHECK(p.split_operand < std::max(max_operands, 1));
     // A view produces no bytes of its own, so it cannot also overwrite its operand.
@@ -116,4 +122,40 @@ TEST_CASE("the core split follows each op's SplitRule", "[policy][split]") {
     CHECK(split_of(tpu::KVStoreOp{}, {f32({1, 512, 2, 16}), TensorType({1, 512}, DType::i32)}, 4) ==
           SplitPlan{});
   }
+}
+
+TEST_CASE("exactly the ops whose policy touches a KV cache name one", "[policy][kv]") {
+  std::vector<std::string_view> touching;
+  for (std::size_t k = 0; k < kNumOpKinds; ++k) {
+    const auto kind = static_cast<OpKind>(k);
+    const OpPolicy& p = policy_of(kind);
+    const bool touches = p.effect == MemoryEffect::writes_kv || p.kv_cache_operand >= 0;
+    INFO(op_name(kind));
+    CHECK((kv_cache_of(make_op(kind)) != nullptr) == touches);
+    if (touches)
+      touching.push_back(op_name(kind));
+  }
+  CHECK(touching == std::vector<std::string_view>{"tpu.KVStore", "tpu.KVAppend"});
+}
+
+TEST_CASE("the KV capacity comes from the ops whose policy touches the cache", "[policy][kv]") {
+  // Layer 1's decode block over 8 history slots: a store of one new row of 2 heads x 16 f32
+  // (128 bytes) and the append that views 9 slots; the MatMul is no KV op.
+  const Module m = text::parse_module(R"(module @m {
+  weight @w : tensor<32x32xf32, panels>
+  func @f(%x: tensor<1x1x32xf32>, %pos: tensor<1x1xi32>, %hk: tensor<1x8x2x16xf32>) -> (tensor<1x9x2x16xf32>) attributes {stage = decode, layer = 1} {
+    %w = "builtin.Weight"() {name = @w} : () -> tensor<32x32xf32, panels>
+    %k = "tpu.MatMul"(%x, %w) : (tensor<1x1x32xf32>, tensor<32x32xf32, panels>) -> tensor<1x1x32xf32>
+    %k4 = "tpu.Reshape"(%k) {shape = [1, 1, 2, 16]} : (tensor<1x1x32xf32>) -> tensor<1x1x2x16xf32>
+    %s = "tpu.KVStore"(%k4, %pos) {layer = 1 : i64, kv = key} : (tensor<1x1x2x16xf32>, tensor<1x1xi32>) -> tensor<1x1x2x16xf32>
+    %a = "tpu.KVAppend"(%hk, %s, %pos) {layer = 1 : i64, kv = key} : (tensor<1x8x2x16xf32>, tensor<1x1x2x16xf32>, tensor<1x1xi32>) -> tensor<1x9x2x16xf32>
+    "builtin.Return"(%a) : (tensor<1x9x2x16xf32>) -> ()
+  }
+})");
+  const memory::KvNeeds need = memory::kv_needs(m);
+  CHECK(need.capacity == 9);
+  CHECK(need.row == 128);
+  // Widening: an earlier module's larger capacity stays; a disagreeing row size is refused.
+  CHECK(memory::kv_needs(m, {16, 128}).capacity == 16);
+  CHECK_THROWS_AS(memory::kv_needs(m, {16, 64}), Error);
 }

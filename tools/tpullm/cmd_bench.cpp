@@ -92,7 +92,8 @@ std::int64_t decode_weight_bytes(const bundle::Bundle& b, std::int64_t S) {
           continue;
         }
         if (names.insert(r.weight).second) {
-          if (const auto* moe = std::get_if<ir::tpu::MoEOp>(&in.op); moe && i >= 2) {
+          if (const auto* moe = std::get_if<ir::tpu::MoEOp>(&in.op);
+              moe && i >= ir::tpu::MoEOp::first_expert) {
             // A routed MLP reads its router and top_k of its experts: each expert's share.
             for (const auto& part : b.find_weight(r.weight)->parts)
               bytes += static_cast<std::int64_t>(part.bytes.size()) * moe->top_k / moe->experts;
@@ -191,7 +192,7 @@ double moe_active_parameters(const bundle::Bundle& b, std::int64_t S) {
             !names.insert(r.weight).second)
           continue;
         const double kn = static_cast<double>(r.type.shape[0] * r.type.shape[1]);
-        macs += moe && i >= 2
+        macs += moe && i >= ir::tpu::MoEOp::first_expert
                     ? kn * static_cast<double>(moe->top_k) / static_cast<double>(moe->experts)
                     : kn;
       }

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <optional>
 #include <string_view>
+#include <type_traits>
 #include <variant>
 
 #include "tpullm/ir/builtin_ops.hpp"
@@ -124,6 +125,12 @@ concept DeclaresPolicy = requires {
   { T::policy } -> std::convertible_to<OpPolicy>;
 };
 
+/// True when op struct T can say where its result lies in its operand's bytes (an offset view).
+template <class T>
+concept HasViewOffset = requires(const T& op, const TensorType& t) {
+  { op.view_offset(t) } -> std::same_as<std::int64_t>;
+};
+
 /// The policy of op struct T; builtin and Top ops have the empty one. A Tpu op without a
 /// `policy` member fails to compile here (the instantiation names the op).
 template <class T>
@@ -131,10 +138,23 @@ constexpr OpPolicy policy_of() {
   static_assert(dialect_of<T>() != Dialect::tpu || DeclaresPolicy<T>,
                 "a Tpu op struct must declare `static constexpr OpPolicy policy{...}` "
                 "(ir/op_policy.hpp)");
-  if constexpr (DeclaresPolicy<T>)
+  if constexpr (DeclaresPolicy<T>) {
+    // A KV op names its cache exactly when its policy says it touches one: a new op that
+    // writes KV cannot be planned as an ordinary arena value for want of a policy field.
+    constexpr bool names_cache = std::derived_from<T, KvCacheRef>;
+    static_assert(names_cache == (T::policy.effect == MemoryEffect::writes_kv ||
+                                  T::policy.kv_cache_operand >= 0),
+                  "a Tpu op derives from KvCacheRef exactly when its policy writes KV "
+                  "(effect = writes_kv) or names a kv_cache_operand");
+    static_assert(!T::policy.offset_view || HasViewOffset<T>,
+                  "a Tpu op whose policy is an offset_view declares "
+                  "`std::int64_t view_offset(const TensorType&) const`");
+    static_assert(T::policy.split != SplitRule::attention || T::policy.head_operand >= 0,
+                  "an attention split names the operand that counts the heads (head_operand)");
     return T::policy;
-  else
+  } else {
     return OpPolicy{};
+  }
 }
 
 /// Policies, indexed by OpKind (expanding ops.def checks every Tpu op declares one).
@@ -153,6 +173,28 @@ constexpr const OpPolicy& policy_of(OpKind k) {
 template <class V, class F>
 decltype(auto) visit_op(V&& v, F&& f) {
   return std::visit(std::forward<F>(f), std::forward<V>(v));
+}
+
+/// The KV cache op `v` addresses (ops whose policy writes KV or names a kv_cache_operand), or
+/// null.
+inline const KvCacheRef* kv_cache_of(const OpVariant& v) {
+  return visit_op(v, [](const auto& o) -> const KvCacheRef* {
+    if constexpr (std::derived_from<std::decay_t<decltype(o)>, KvCacheRef>)
+      return &o;
+    else
+      return nullptr;
+  });
+}
+
+/// Where the result of an offset_view op lies in operand 0 (of type `in`): a byte offset, or -1
+/// when the op must copy (ops that are no offset view: -1).
+inline std::int64_t view_offset(const OpVariant& v, const TensorType& in) {
+  return visit_op(v, [&](const auto& o) -> std::int64_t {
+    if constexpr (HasViewOffset<std::decay_t<decltype(o)>>)
+      return o.view_offset(in);
+    else
+      return -1;
+  });
 }
 
 } // namespace tpullm::ir

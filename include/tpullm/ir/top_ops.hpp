@@ -3,6 +3,9 @@
 /// attributes as members, `attrs(self, f)` listing them for the printer/parser, and
 /// `infer(operand types)` that checks operand rules and returns the result types (throwing
 /// tpullm::Error(invalid_input) with the reason).
+/// An op with more than one operand names them in an `Operand` enum (MatMulOp::b,
+/// FAttentionOp::positions): builders, lowering, the planner, the tiler and the executor index
+/// operands by these names, never by number.
 /// Shapes below use B = batch (1 here), L = query tokens, S = key slots, H = hidden size.
 
 #include <algorithm>
@@ -91,6 +94,7 @@ namespace top {
 struct MatMulOp {
   static constexpr Arity operands{2, 3};
   static constexpr int results = 1;
+  enum Operand : std::uint8_t { a, b, bias };
   bool transpose_b = false; ///< b is stored [N, K] (HuggingFace Linear layout)
   template <class S, class F>
   static void attrs(S& s, F&& f) {
@@ -103,6 +107,7 @@ struct MatMulOp {
 struct RMSNormOp {
   static constexpr Arity operands{2, 2};
   static constexpr int results = 1;
+  enum Operand : std::uint8_t { x, gamma };
   float eps = 1e-6f; ///< added to mean(x^2)
   template <class S, class F>
   static void attrs(S& s, F&& f) {
@@ -116,6 +121,7 @@ struct RMSNormOp {
 struct GatherOp {
   static constexpr Arity operands{2, 2};
   static constexpr int results = 1;
+  enum Operand : std::uint8_t { table, indices };
   std::int64_t axis = 0; ///< table axis indexed
   template <class S, class F>
   static void attrs(S& s, F&& f) {
@@ -131,6 +137,7 @@ struct GatherOp {
 struct RopeOp {
   static constexpr Arity operands{3, 3};
   static constexpr int results = 1;
+  enum Operand : std::uint8_t { x, cosines, sines };
   RopeMode mode = RopeMode::halves;
   template <class S, class F>
   static void attrs(S& s, F&& f) {
@@ -193,6 +200,7 @@ struct ConcatOp {
 struct AddOp {
   static constexpr Arity operands{2, 2};
   static constexpr int results = 1;
+  enum Operand : std::uint8_t { lhs, rhs };
   template <class S, class F>
   static void attrs(S&, F&&) {}
   std::vector<TensorType> infer(Types in) const { return detail::infer_binary(in); }
@@ -202,6 +210,7 @@ struct AddOp {
 struct MulOp {
   static constexpr Arity operands{2, 2};
   static constexpr int results = 1;
+  enum Operand : std::uint8_t { lhs, rhs };
   template <class S, class F>
   static void attrs(S&, F&&) {}
   std::vector<TensorType> infer(Types in) const { return detail::infer_binary(in); }
@@ -256,6 +265,7 @@ struct CastOp {
 struct FAttentionOp {
   static constexpr Arity operands{4, 4};
   static constexpr int results = 1;
+  enum Operand : std::uint8_t { q, k, v, positions };
   float scale = 1.0f;        ///< multiplies q.k (usually 1/sqrt(d))
   std::int64_t q_heads = 1;  ///< query heads
   std::int64_t kv_heads = 1; ///< key/value heads; divides q_heads
@@ -274,19 +284,52 @@ struct FAttentionOp {
   std::vector<TensorType> infer(Types in) const;
 };
 
-/// Gated MLP: x [..., H] -> down(act(x * gate) * (x * up)) [..., H].
-/// gate/up are [H, I] and down [I, H] (or [I, H] / [H, I] when transpose_b, HF layout).
-struct MLPOp {
-  static constexpr Arity operands{4, 4};
-  static constexpr int results = 1;
+/// The semantics of a gated MLP both dialects share: its operands and activation
+/// (top::MLPOp adds the weights' layout, tpu::MLPOp the activation quantization).
+struct GatedMLP {
+  enum Operand : std::uint8_t { x, gate, up, down };
   Activation activation = Activation::silu;
-  bool transpose_b = false; ///< weights stored [out, in]
   template <class S, class F>
   static void attrs(S& s, F&& f) {
     f("activation", s.activation);
+  }
+};
+
+/// Gated MLP: x [..., H] -> down(act(x * gate) * (x * up)) [..., H].
+/// gate/up are [H, I] and down [I, H] (or [I, H] / [H, I] when transpose_b, HF layout).
+struct MLPOp : GatedMLP {
+  static constexpr Arity operands{4, 4};
+  static constexpr int results = 1;
+  bool transpose_b = false; ///< weights stored [out, in]
+  template <class S, class F>
+  static void attrs(S& s, F&& f) {
+    GatedMLP::attrs(s, f);
     f("transpose_b", s.transpose_b);
   }
   std::vector<TensorType> infer(Types in) const;
+};
+
+/// The routing semantics of a mixture-of-experts MLP both dialects share: its operands, expert
+/// count, top-k choice and activation (top::MoEOp adds the weights' layout, tpu::MoEOp the
+/// activation quantization). Operands: 2 + 3 * experts, in the order x, router, gate_0, up_0,
+/// down_0, gate_1, ...
+struct MoERouting {
+  enum Operand : std::uint8_t { x, router, first_expert };
+  /// The operand of expert e's gate (up: + 1, down: + 2).
+  static constexpr std::size_t expert_gate(std::int64_t e) {
+    return first_expert + 3 * static_cast<std::size_t>(e);
+  }
+  std::int64_t experts = 1; ///< E
+  std::int64_t top_k = 1;   ///< experts per token, 1 <= top_k <= E
+  bool renormalize = false; ///< divide the chosen probabilities by their sum
+  Activation activation = Activation::silu;
+  template <class S, class F>
+  static void attrs(S& s, F&& f) {
+    f("experts", s.experts);
+    f("top_k", s.top_k);
+    f("renormalize", s.renormalize);
+    f("activation", s.activation);
+  }
 };
 
 /// Routed mixture-of-experts MLP (kept fused like MLP): x [..., H], router [E, H] (or [H, E]
@@ -294,21 +337,13 @@ struct MLPOp {
 /// (transposed as MLP's) -> [..., H]. Per row: p = softmax(x · router) over the E experts,
 /// the top_k largest p (lower expert index first on ties), divided by their sum when
 /// `renormalize`, and y = sum over the chosen e of p_e * down_e(silu(x · gate_e) * (x · up_e)).
-/// Operands: 2 + 3 * experts, in the order x, router, gate_0, up_0, down_0, gate_1, ...
-struct MoEOp {
+struct MoEOp : MoERouting {
   static constexpr Arity operands{5, -1};
   static constexpr int results = 1;
-  std::int64_t experts = 1; ///< E
-  std::int64_t top_k = 1;   ///< experts per token, 1 <= top_k <= E
-  bool renormalize = false; ///< divide the chosen probabilities by their sum
-  Activation activation = Activation::silu;
   bool transpose_b = true; ///< router and expert weights stored [out, in] (HF Linear layout)
   template <class S, class F>
   static void attrs(S& s, F&& f) {
-    f("experts", s.experts);
-    f("top_k", s.top_k);
-    f("renormalize", s.renormalize);
-    f("activation", s.activation);
+    MoERouting::attrs(s, f);
     f("transpose_b", s.transpose_b);
   }
   std::vector<TensorType> infer(Types in) const;

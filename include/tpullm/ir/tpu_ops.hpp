@@ -9,9 +9,11 @@
 ///
 /// Op struct conventions as in top_ops.hpp, plus a required `static constexpr OpPolicy policy`
 /// (ir/op_policy.hpp): row tiling, core split, view / in place, positions operand, memory
-/// effects. op_kind.hpp refuses to compile a Tpu op without one. A Tpu op that computes what a
-/// Top op computes derives from it: it holds the Top op's attributes and calls its infer() after
-/// its own storage checks, so the two dialects share one shape rule.
+/// effects, its operand indices named by the op's `Operand` enum. op_kind.hpp refuses to
+/// compile a Tpu op without one, and a KV op whose policy and KvCacheRef base disagree. A Tpu op
+/// that computes what a Top op computes derives from it: it holds the Top op's attributes and
+/// calls its infer() after its own storage checks, so the two dialects share one shape rule.
+///
 /// Shapes: L = new tokens, S = history slots, H = hidden, d = head_dim, P = positions.
 
 #include <array>
@@ -35,6 +37,19 @@ template <>
 struct EnumNames<KvKind> {
   static constexpr std::array<std::pair<KvKind, std::string_view>, 2> items = {
       {{KvKind::key, "key"}, {KvKind::value, "value"}}};
+};
+
+/// The cache a KV op addresses: layer `layer`'s keys or values. Exactly the ops whose policy
+/// writes KV (MemoryEffect::writes_kv) or names a `kv_cache_operand` derive from it
+/// (op_kind.hpp checks), so the planner finds a cache from the policy and this base alone.
+struct KvCacheRef {
+  std::int64_t layer = 0;
+  KvKind kv = KvKind::key;
+  template <class S, class F>
+  static void attrs(S& s, F&& f) {
+    f("layer", s.layer);
+    f("kv", s.kv);
+  }
 };
 
 /// Where tpu.FAttention finds keys and values.
@@ -103,10 +118,11 @@ namespace tpu {
 struct EmbeddingOp {
   static constexpr Arity operands{2, 2};
   static constexpr int results = 1;
+  enum Operand : std::uint8_t { table, ids };
   static constexpr OpPolicy policy{.row_local = true,
-                                   .row_operands = operand_set({1}),
+                                   .row_operands = operand_set({ids}),
                                    .split = SplitRule::rows_if_large,
-                                   .split_operand = 1};
+                                   .split_operand = ids};
   template <class S, class F>
   static void attrs(S&, F&&) {}
   std::vector<TensorType> infer(Types in) const;
@@ -117,12 +133,12 @@ struct RMSNormOp : top::RMSNormOp {
   static constexpr Arity operands{2, 2};
   static constexpr int results = 1;
   static constexpr OpPolicy policy{.row_local = true,
-                                   .row_operands = operand_set({0}),
+                                   .row_operands = operand_set({x}),
                                    .split = SplitRule::rows_if_large,
                                    .in_place = true};
   std::vector<TensorType> infer(Types in) const {
-    detail::require_act(in[0], "input");
-    detail::require_param(in[1], "gamma");
+    detail::require_act(in[x], "input");
+    detail::require_param(in[gamma], "gamma");
     return top::RMSNormOp::infer(in); // the shape rule is Top's
   }
 };
@@ -132,8 +148,10 @@ struct RMSNormOp : top::RMSNormOp {
 struct AddRMSNormOp {
   static constexpr Arity operands{3, 3};
   static constexpr int results = 2;
-  static constexpr OpPolicy policy{
-      .row_local = true, .row_operands = operand_set({0, 1}), .split = SplitRule::rows_if_large};
+  enum Operand : std::uint8_t { x, residual, gamma };
+  static constexpr OpPolicy policy{.row_local = true,
+                                   .row_operands = operand_set({x, residual}),
+                                   .split = SplitRule::rows_if_large};
   float eps = 1e-6f;
   template <class S, class F>
   static void attrs(S& s, F&& f) {
@@ -146,8 +164,9 @@ struct AddRMSNormOp {
 struct MatMulOp {
   static constexpr Arity operands{2, 3};
   static constexpr int results = 1;
+  enum Operand : std::uint8_t { x, w, bias };
   static constexpr OpPolicy policy{
-      .row_local = true, .row_operands = operand_set({0}), .split = SplitRule::gemm};
+      .row_local = true, .row_operands = operand_set({x}), .split = SplitRule::gemm};
   /// W8A8 (`--mode int8`): how lhs is quantized; absent for the float and weight-only modes.
   std::optional<ActQuantKind> act_quant;
   std::optional<float> act_scale;       ///< static: lhs ~= act_scale * (q - act_zero)
@@ -166,6 +185,7 @@ struct MatMulOp {
 struct MatMulArgMaxOp {
   static constexpr Arity operands{2, 2};
   static constexpr int results = 1;
+  enum Operand : std::uint8_t { x, w };
   static constexpr OpPolicy policy{.split = SplitRule::gemm};
   template <class S, class F>
   static void attrs(S&, F&&) {}
@@ -174,22 +194,21 @@ struct MatMulArgMaxOp {
 
 /// Gated MLP: x [..., H] f32, gate/up packed [H, I], down packed [I, H] ->
 /// down(act(x · gate) * (x · up)) [..., H] f32, the [rows, I] activation tiled to local memory.
-struct MLPOp {
+struct MLPOp : top::GatedMLP {
   static constexpr Arity operands{4, 4};
   static constexpr int results = 1;
   static constexpr OpPolicy policy{
-      .row_local = true, .row_operands = operand_set({0}), .split = SplitRule::gemm};
-  Activation activation = Activation::silu;
+      .row_local = true, .row_operands = operand_set({x}), .split = SplitRule::gemm};
   /// W8A8 (`--mode int8`): how the input (for gate / up) and the activation entering down are
   /// quantized; absent for the float and weight-only modes.
-  std::optional<ActQuantKind> act_quant;
-  std::optional<float> act_scale;            ///< static: the input's scale
-  std::optional<std::int64_t> act_zero;      ///< static: the input's zero point (absent: 0)
-  std::optional<float> down_act_scale;       ///< static: the down projection input's scale
-  std::optional<std::int64_t> down_act_zero; ///< static: its zero point (absent: 0)
+  std::optional<ActQuantKind> act_quant{};
+  std::optional<float> act_scale{};            ///< static: the input's scale
+  std::optional<std::int64_t> act_zero{};      ///< static: the input's zero point (absent: 0)
+  std::optional<float> down_act_scale{};       ///< static: the down projection input's scale
+  std::optional<std::int64_t> down_act_zero{}; ///< static: its zero point (absent: 0)
   template <class S, class F>
   static void attrs(S& s, F&& f) {
-    f("activation", s.activation);
+    top::GatedMLP::attrs(s, f); // Top's semantics (after them: the activation quantization)
     f("act_quant", s.act_quant);
     f("act_scale", s.act_scale);
     f("act_zero", s.act_zero);
@@ -205,24 +224,17 @@ struct MLPOp {
 /// expert (each expert one GEMM over its rows); decode reads only the chosen experts. Not
 /// row-local: its data-dependent grouping runs ungrouped, with a scratch sized for the worst
 /// case (all rows * top_k pairs, kernels/moe.hpp).
-struct MoEOp {
+struct MoEOp : top::MoERouting {
   static constexpr Arity operands{5, -1};
   static constexpr int results = 1;
   static constexpr OpPolicy policy{.split = SplitRule::gemm};
-  std::int64_t experts = 1;
-  std::int64_t top_k = 1;
-  bool renormalize = false;
-  Activation activation = Activation::silu;
   /// W8A8 (`--mode int8`): every expert's gate / up / down run int8 x int8 with the activation
   /// quantized per row (dynamic only: a static per-tensor scale would need calibration per
   /// expert); absent for the float and weight-only modes. The router stays f32.
-  std::optional<ActQuantKind> act_quant;
+  std::optional<ActQuantKind> act_quant{};
   template <class S, class F>
   static void attrs(S& s, F&& f) {
-    f("experts", s.experts);
-    f("top_k", s.top_k);
-    f("renormalize", s.renormalize);
-    f("activation", s.activation);
+    top::MoERouting::attrs(s, f); // Top's semantics (after them: the activation quantization)
     f("act_quant", s.act_quant);
   }
   std::vector<TensorType> infer(Types in) const;
@@ -234,11 +246,12 @@ struct MoEOp {
 struct RopeOp : top::RopeOp {
   static constexpr Arity operands{4, 4};
   static constexpr int results = 1;
+  enum Operand : std::uint8_t { x, cos_table, sin_table, positions };
   static constexpr OpPolicy policy{.row_local = true,
-                                   .row_operands = operand_set({0}),
+                                   .row_operands = operand_set({x}),
                                    .split = SplitRule::rows_if_large,
                                    .in_place = true,
-                                   .positions = 3};
+                                   .positions = positions};
   std::vector<TensorType> infer(Types in) const;
 };
 
@@ -248,24 +261,23 @@ struct RopeOp : top::RopeOp {
 /// cache (slot = position; positions must be consecutive). Writes persistent state.
 /// Batched decode: rows [B, 1, kv_heads, d], position_ids [B, 1]; row b goes into the cache of
 /// the conversation the run gives row b, at its own position.
-struct KVStoreOp {
+struct KVStoreOp : KvCacheRef {
   static constexpr Arity operands{2, 2};
   static constexpr int results = 1;
+  enum Operand : std::uint8_t { rows, positions };
   static constexpr OpPolicy policy{.row_local = true,
-                                   .row_operands = operand_set({0}),
-                                   .positions = 1,
+                                   .row_operands = operand_set({rows}),
+                                   .positions = positions,
                                    .effect = MemoryEffect::writes_kv};
-  std::int64_t layer = 0;
-  KvKind kv = KvKind::key;
   std::optional<DType> dtype; ///< the cache's element type: f32 (absent), f16 or bf16
   template <class S, class F>
   static void attrs(S& s, F&& f) {
-    f("layer", s.layer);
-    f("kv", s.kv);
+    KvCacheRef::attrs(s, f);
     f("dtype", s.dtype);
   }
   std::vector<TensorType> infer(Types in) const;
 };
+static_assert(KVStoreOp::rows == kSourceOperand, "a KV store stores its source operand");
 
 /// The paper's Concat of history and new keys as an address, not a copy: history
 /// [1, S, kv_heads, d] (the cache), new rows [1, L, kv_heads, d] (a tpu.KVStore result of the
@@ -274,19 +286,15 @@ struct KVStoreOp {
 /// new rows and result share the cache's dtype (f32, f16 or bf16).
 /// Batched decode: history [B, S, kv_heads, d], new rows [B, 1, kv_heads, d], position_ids
 /// [B, 1] -> [B, S + 1, kv_heads, d], row b being the cache of row b's conversation.
-struct KVAppendOp {
+struct KVAppendOp : KvCacheRef {
   static constexpr Arity operands{3, 3};
   static constexpr int results = 1;
-  static constexpr OpPolicy policy{.view = true, .positions = 2};
-  std::int64_t layer = 0;
-  KvKind kv = KvKind::key;
-  template <class S, class F>
-  static void attrs(S& s, F&& f) {
-    f("layer", s.layer);
-    f("kv", s.kv);
-  }
+  enum Operand : std::uint8_t { history, rows, positions };
+  static constexpr OpPolicy policy{
+      .view = true, .positions = positions, .kv_cache_operand = history};
   std::vector<TensorType> infer(Types in) const;
 };
+static_assert(KVAppendOp::history == kSourceOperand, "a KV append is a view of its history");
 
 /// Causal attention with GQA, tiled flash attention with an online softmax:
 /// q [1, L, q_heads, d], k/v as `kv_form` says, position_ids [1, L] -> [1, L, q_heads * d].
@@ -299,10 +307,11 @@ struct FAttentionOp : top::FAttentionOp {
   static constexpr Arity operands{4, 4};
   static constexpr int results = 1;
   static constexpr OpPolicy policy{.row_local = true,
-                                   .row_operands = operand_set({0}),
-                                   .kv_before_group = true,
+                                   .row_operands = operand_set({q}),
+                                   .before_group = operand_set({k, v}),
                                    .split = SplitRule::attention,
-                                   .positions = 3};
+                                   .head_operand = k,
+                                   .positions = positions};
   KvForm kv_form = KvForm::rows; ///< where keys and values come from (after Top's attributes)
   template <class S, class F>
   static void attrs(S& s, F&& f) {
@@ -316,9 +325,10 @@ struct FAttentionOp : top::FAttentionOp {
 struct AddOp {
   static constexpr Arity operands{2, 2};
   static constexpr int results = 1;
+  enum Operand : std::uint8_t { lhs, rhs };
   static constexpr OpPolicy policy{.row_local = true,
-                                   .row_operands = operand_set({0, 1}),
-                                   .vector_operands = operand_set({1}),
+                                   .row_operands = operand_set({lhs, rhs}),
+                                   .vector_operands = operand_set({rhs}),
                                    .split = SplitRule::rows_if_large,
                                    .in_place = true};
   template <class S, class F>
@@ -330,9 +340,10 @@ struct AddOp {
 struct MulOp {
   static constexpr Arity operands{2, 2};
   static constexpr int results = 1;
+  enum Operand : std::uint8_t { lhs, rhs };
   static constexpr OpPolicy policy{.row_local = true,
-                                   .row_operands = operand_set({0, 1}),
-                                   .vector_operands = operand_set({1}),
+                                   .row_operands = operand_set({lhs, rhs}),
+                                   .vector_operands = operand_set({rhs}),
                                    .split = SplitRule::rows_if_large,
                                    .in_place = true};
   template <class S, class F>
@@ -417,8 +428,13 @@ struct CopyOp : TopOp {
 /// Axis permutation (a strided copy): result.shape[i] = x.shape[order[i]].
 using PermuteOp = CopyOp<top::PermuteOp>;
 
-/// Static box copy: result[i...] = x[offsets + i...].
-using SliceOp = CopyOp<top::SliceOp>;
+/// Static box copy: result[i...] = x[offsets + i...]; an offset view of x where the box is one
+/// contiguous range of it (view_offset).
+struct SliceOp : CopyOp<top::SliceOp> {
+  static constexpr OpPolicy policy{.offset_view = true};
+  /// Byte offset into a row-major `in` of a box that is one contiguous range of it, or -1.
+  std::int64_t view_offset(const TensorType& in) const;
+};
 
 /// Concatenation along `axis` (a copy).
 struct ConcatOp : top::ConcatOp {
@@ -433,6 +449,7 @@ struct ConcatOp : top::ConcatOp {
 struct GatherOp {
   static constexpr Arity operands{2, 2};
   static constexpr int results = 1;
+  enum Operand : std::uint8_t { table, indices };
   static constexpr OpPolicy policy{};
   template <class S, class F>
   static void attrs(S&, F&&) {}

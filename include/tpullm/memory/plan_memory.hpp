@@ -45,6 +45,19 @@ struct PlanMemoryOptions {
 /// cannot be placed (e.g. a KV view beyond kv-capacity).
 void plan_memory(ir::Module& m, const PlanMemoryOptions& options);
 
+/// The KV geometry Tpu functions need: the most cache slots a KV view spans and the bytes of
+/// one slot (both 0 without KV ops).
+struct KvNeeds {
+  std::int64_t capacity = 0; ///< slots per layer cache
+  std::int64_t row = 0;      ///< bytes of one slot (kv_heads * head_dim elements)
+};
+
+/// The one place the KV capacity is derived: `need` widened by the KV ops of `m` (those whose
+/// policy writes KV or names a kv_cache_operand; their result 0 is a view of the cache).
+/// plan-memory takes it per module; the compiler, over all modules, before planning any (every
+/// module shares one cache layout). Throws Error(invalid_input) when slot sizes disagree.
+KvNeeds kv_needs(const ir::Module& m, KvNeeds need = {});
+
 /// The byte offset of layer `layer`'s key (kind 0) or value (kind 1) cache in the kv region.
 std::int64_t kv_cache_offset(std::int64_t layer, int kind, std::int64_t capacity,
                              std::int64_t row_bytes);

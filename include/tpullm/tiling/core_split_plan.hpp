@@ -1,8 +1,9 @@
 #pragma once
-/// The one core-split policy: how an ungrouped Tpu op divides its work across `cores`, from its
-/// policy's SplitRule (ir/op_policy.hpp). The tiler records the result in each op's plan; the
-/// executor applies the same function only to instructions that carry no plan (a function that
-/// never went through layer-group), so planned and unplanned runs split alike.
+/// The core-split plan of an op (the compiler side; kernels/core_split.hpp is how a kernel
+/// executes one): the one core-split policy, how an ungrouped Tpu op divides its work across
+/// `cores`, from its policy's SplitRule (ir/op_policy.hpp). The tiler records the result in each
+/// op's plan; the executor applies the same function only to instructions that carry no plan (a
+/// function that never went through layer-group), so planned and unplanned runs split alike.
 
 #include <cstdint>
 
@@ -33,8 +34,9 @@ ir::SplitPlan core_split(const ir::OpVariant& op, std::size_t num_operands,
                                                                : ir::SliceDim::rows,
             cores};
   case ir::SplitRule::attention: {
-    const auto* a = std::get_if<ir::tpu::FAttentionOp>(&op);
-    if (a && operand_type(0).shape.at(1) == 1 && a->kv_heads >= cores)
+    // Decoding one token: heads, when the head operand (axis 2) has one per core at least.
+    const auto& heads = operand_type(static_cast<std::size_t>(p.head_operand));
+    if (operand_type(0).shape.at(1) == 1 && heads.shape.at(2) >= cores)
       return {ir::SliceDim::heads, cores};
     return {ir::SliceDim::rows, cores};
   }
