@@ -4,6 +4,7 @@
 // random corruption of the metadata behind a valid checksum) is refused with an Error, never a
 // crash. Generation through the BundleSession: greedy equals argmax of the logits, a seed
 // reproduces its sample, bad prompts are refused.
+#include "small_compile.hpp"
 #include "test_data_dir.hpp"
 #include <catch2/catch.hpp>
 
@@ -27,16 +28,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-fs::path model_dir(const std::string& name) {
-  return fs::path(TPULLM_TEST_DATA_DIR) / "models" / name;
-}
-
 frontend::StageParams small_params() {
-  frontend::StageParams p;
-  p.seq_length = 128;
-  p.max_input_length = 32;
-  p.decode_chunks = {64, 32};
-  return p;
+  return tpullm_test::small_params(128, 32, {64, 32});
 }
 
 struct Compiled {
@@ -46,7 +39,7 @@ struct Compiled {
 };
 
 Compiled compile(const std::string& name, const std::string& mode = "f32") {
-  Compiled c{frontend::load_model(model_dir(name)), {}, {}};
+  Compiled c{frontend::load_model(tpullm_test::model_dir(name)), {}, {}};
   compiler::CompileOptions o;
   o.lower.mode = mode;
   o.target.cores = 2;

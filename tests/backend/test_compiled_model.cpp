@@ -3,6 +3,7 @@
 // all the stage functions that read it, the greedy lm_head fusion agrees with lm_head + argmax,
 // and the executor refuses bad inputs with clear errors.
 #include "test_data_dir.hpp"
+#include "small_compile.hpp"
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -32,11 +33,7 @@ std::filesystem::path model_dir(const std::string& name) {
 }
 
 frontend::StageParams small_params() {
-  frontend::StageParams p;
-  p.seq_length = 128;
-  p.max_input_length = 32;
-  p.decode_chunk = 32; // decode variants 128, 64, 32
-  return p;
+  return tpullm_test::halving_params(128, 32, 32); // decode variants halving down to the last
 }
 
 codegen::CompiledModel compile(const std::string& name, compiler::CompileOptions o = {}) {

@@ -1,6 +1,7 @@
 // --mode int8 end to end below the CLI: the calibration statistics and thresholds against hand
 // computations, the table independent of threads, the static / smoothed attributes surviving a
 // bundle (what is written is what is read), and a bundle running to the in-memory logits.
+#include "small_compile.hpp"
 #include "test_data_dir.hpp"
 #include <catch2/catch.hpp>
 
@@ -26,16 +27,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-fs::path int8_model_dir(const std::string& name) {
-  return fs::path(TPULLM_TEST_DATA_DIR) / "models" / name;
-}
-
 frontend::StageParams int8_params() {
-  frontend::StageParams p;
-  p.seq_length = 64;
-  p.max_input_length = 16;
-  p.decode_chunks = {64};
-  return p;
+  return tpullm_test::small_params(64, 16, {64});
 }
 
 /// A file in the temporary directory, removed at scope exit.
@@ -111,7 +104,7 @@ TEST_CASE("static parameters and smoothing factors by hand", "[int8]") {
 TEST_CASE("calibration: stats of the first input match a direct computation", "[int8]") {
   // layers.0.q reads rms_norm(embedding[ids]) * gamma: computed here from the interpreter-free
   // definition on the checkpoint's own tensors, in double.
-  const auto desc = frontend::load_model(int8_model_dir("llama-gqa"));
+  const auto desc = frontend::load_model(tpullm_test::model_dir("llama-gqa"));
   const auto samples = calibration::builtin_calib_samples(desc.dims.vocab, 12, 2);
   calibration::CalibrateOptions o;
   const auto t = calibration::calibrate(desc, int8_params(), samples, o);
@@ -165,7 +158,7 @@ TEST_CASE("calibration: stats of the first input match a direct computation", "[
 }
 
 TEST_CASE("calibration in a small weight budget: the same table, the budget kept", "[int8]") {
-  const auto desc = frontend::load_model(int8_model_dir("llama-gqa"));
+  const auto desc = frontend::load_model(tpullm_test::model_dir("llama-gqa"));
   REQUIRE(desc.dims.layers >= 2);
   const auto samples = calibration::builtin_calib_samples(desc.dims.vocab, 12, 3);
   calibration::CalibrateStats all;
@@ -210,7 +203,7 @@ TEST_CASE("calibration in a small weight budget: the same table, the budget kept
 }
 
 TEST_CASE("int8 static attributes survive a bundle and run to the in-memory logits", "[int8]") {
-  const auto desc = frontend::load_model(int8_model_dir("qwen3-headdim"));
+  const auto desc = frontend::load_model(tpullm_test::model_dir("qwen3-headdim"));
   calibration::CalibrateOptions co;
   const auto table = calibration::calibrate(
       desc, int8_params(), calibration::builtin_calib_samples(desc.dims.vocab, 16, 2), co);
@@ -264,7 +257,7 @@ TEST_CASE("int8 static attributes survive a bundle and run to the in-memory logi
 TEST_CASE("int8 MoE: every tpu.MoE carries act_quant = dynamic through a bundle", "[int8][moe]") {
   // An attribute lost on the way would still run (int8 experts with f32 activations) inside
   // verify's int8 bound: this checks the op itself, before and after the file.
-  const auto desc = frontend::load_model(int8_model_dir("mixtral-e8k2"));
+  const auto desc = frontend::load_model(tpullm_test::model_dir("mixtral-e8k2"));
   compiler::CompileOptions o;
   o.lower.mode = "int8";
   o.target.cores = 2;

@@ -3,6 +3,7 @@
 // are converted and stored once for every stage that reads them, the router stays f32 in the
 // bf16 mode while the experts take bf16, and the bundle holds the same weights.
 #include "test_data_dir.hpp"
+#include "small_compile.hpp"
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -25,11 +26,7 @@ using namespace tpullm;
 namespace {
 
 frontend::StageParams moe_params() {
-  frontend::StageParams p;
-  p.seq_length = 128;
-  p.max_input_length = 32;
-  p.decode_chunk = 64; // decode variants 128, 64
-  return p;
+  return tpullm_test::halving_params(128, 32, 64); // decode variants halving down to the last
 }
 
 codegen::CompiledModel compile_moe(const frontend::ModelDesc& d, compiler::CompileOptions o = {}) {

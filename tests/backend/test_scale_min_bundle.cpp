@@ -10,6 +10,7 @@
 //    an f16 cache rounds a few keys of the two runs apart and the gap grows to 5e-5).
 // The checkpoints cover a tied lm_head (its packed embedding gather), GQA attention and MoE
 // experts, so every op that reads a packed weight sees the new formats.
+#include "small_compile.hpp"
 #include "test_data_dir.hpp"
 #include <catch2/catch.hpp>
 
@@ -35,11 +36,7 @@ namespace fs = std::filesystem;
 namespace {
 
 frontend::StageParams min_params() {
-  frontend::StageParams p;
-  p.seq_length = 64;
-  p.max_input_length = 16;
-  p.decode_chunks = {32};
-  return p;
+  return tpullm_test::small_params(64, 16, {32});
 }
 
 struct MinCompiled {
@@ -50,7 +47,7 @@ struct MinCompiled {
 
 MinCompiled compile_min_case(const std::string& name, const std::string& mode,
                              const std::string& lm_head, std::int64_t group) {
-  MinCompiled c{frontend::load_model(fs::path(TPULLM_TEST_DATA_DIR) / "models" / name), {}, {}};
+  MinCompiled c{frontend::load_model(tpullm_test::model_dir(name)), {}, {}};
   compiler::CompileOptions o;
   o.lower.mode = mode;
   o.lower.lm_head = lm_head;

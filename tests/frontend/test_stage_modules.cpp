@@ -1,6 +1,7 @@
 // Stage modules (embedding, block_i, block_kv_i, block_cache_i_S, lm_head) built from the real
 // checkpoints: their signatures, and their logits through the Top interpreter against the
 // transformers goldens in all three scenarios.
+#include "small_compile.hpp"
 #include <catch2/catch.hpp>
 
 #include "frontend_test_util.hpp"
@@ -14,11 +15,7 @@ using namespace tpullm;
 namespace {
 
 frontend::StageParams test_params() {
-  frontend::StageParams p;
-  p.seq_length = 512;
-  p.max_input_length = 64;
-  p.decode_chunk = 128;
-  return p;
+  return tpullm_test::halving_params(512, 64, 128); // decode variants halving down to the last
 }
 
 runtime::SessionDims dims_of(const frontend::ModelDesc& d) {

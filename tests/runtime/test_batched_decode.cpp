@@ -2,6 +2,7 @@
 // one executor at its own history length, decode one step together through block_cache_i_S_bB
 // with the same argmax and logits within the f32 bound (1e-4 x max|logit|, docs/guarantees.md)
 // as each conversation decoding alone through the unbatched stages.
+#include "small_compile.hpp"
 #include "test_data_dir.hpp"
 #include <catch2/catch.hpp>
 
@@ -23,30 +24,11 @@ using namespace tpullm;
 namespace {
 
 frontend::StageParams batched_params() {
-  frontend::StageParams p;
-  p.seq_length = 128;
-  p.max_input_length = 32;
-  p.decode_chunks = {64};
-  p.decode_batches = {1, 2, 4};
-  return p;
-}
-
-/// max |a - b| / max |b| over one row of logits.
-double rel_err(std::span<const float> a, std::span<const float> b) {
-  REQUIRE(a.size() == b.size());
-  double worst = 0, scale = 0;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    worst = std::max(worst, std::abs(double(a[i]) - double(b[i])));
-    scale = std::max(scale, std::abs(double(b[i])));
-  }
-  return worst / scale;
+  return tpullm_test::small_params(128, 32, {64}, {1, 2, 4});
 }
 
 std::vector<std::int32_t> prompt(std::size_t n, std::size_t seed) {
-  std::vector<std::int32_t> p(n);
-  for (std::size_t i = 0; i < n; ++i)
-    p[i] = static_cast<std::int32_t>((i * 37 + seed * 101 + 5) % 500);
-  return p;
+  return tpullm_test::test_ids(n, seed);
 }
 
 /// N conversations on the KV slots of one executor.
@@ -89,7 +71,8 @@ TEST_CASE("batched decode equals each conversation decoding alone", "[batched-de
     const auto pr = prompt(lengths[i], i);
     const auto lb = batched.sessions[i]->prefill(pr, false);
     const auto la = alone.sessions[i]->prefill(pr, false);
-    CHECK(rel_err(lb, la) < 1e-6); // the same single-slot programs, on different slots
+    CHECK(tpullm_test::row_rel_err(lb, la) <
+          1e-6); // the same single-slot programs, on different slots
     next[i] = static_cast<std::int32_t>(kernels::argmax(std::span<const float>(la)));
   }
   runtime::BatchedDecoder dec(*batched.exec, dims, p);
@@ -114,7 +97,7 @@ TEST_CASE("batched decode equals each conversation decoding alone", "[batched-de
       const std::span<const float> got(logits.data() + r * V, V);
       INFO("step " << step << " conversation " << i << " at length "
                    << alone.sessions[i]->length());
-      CHECK(rel_err(got, ref) < 1e-4);
+      CHECK(tpullm_test::row_rel_err(got, ref) < 1e-4);
       const auto want = kernels::argmax(std::span<const float>(ref));
       CHECK(kernels::argmax(got) == want);
       CHECK(batched.sessions[i]->length() == alone.sessions[i]->length());
@@ -125,8 +108,8 @@ TEST_CASE("batched decode equals each conversation decoding alone", "[batched-de
   // it gives the same logits.
   for (std::size_t i = 0; i < 3; ++i) {
     const auto more = prompt(3, 7 + i);
-    CHECK(rel_err(batched.sessions[i]->prefill(more, false),
-                  alone.sessions[i]->prefill(more, false)) < 1e-4);
+    CHECK(tpullm_test::row_rel_err(batched.sessions[i]->prefill(more, false),
+                                   alone.sessions[i]->prefill(more, false)) < 1e-4);
   }
 }
 

@@ -4,6 +4,7 @@
 // final_norm here, pooled and normalized in double by the test), within verify's 1e-4 of
 // max|ref|; a prompt of several segments; refusals (no final_norm stage, empty prompt, bad
 // pooling name).
+#include "small_compile.hpp"
 #include "test_data_dir.hpp"
 #include <catch2/catch.hpp>
 
@@ -30,11 +31,7 @@ namespace {
 /// 37 + 23 tokens: more than three 16-token segments (the last through prefill_kv), and
 /// within the 64-token sequence.
 frontend::StageParams small_params() {
-  frontend::StageParams p;
-  p.seq_length = 64;
-  p.max_input_length = 16;
-  p.decode_chunks = {64};
-  return p;
+  return tpullm_test::small_params(64, 16, {64});
 }
 
 /// The reference: every row's final hidden state from the interpreter, through its final_norm,

@@ -5,6 +5,7 @@
 // logits within the documented f16-KV bound (docs/guarantees.md); batched decode on an f16
 // cache equals decoding alone on an f16 cache within the f32 bound (both read the same rounded
 // keys and values).
+#include "small_compile.hpp"
 #include "test_data_dir.hpp"
 #include <catch2/catch.hpp>
 
@@ -33,30 +34,11 @@ constexpr double kF16KvBound = 5e-3;
 constexpr double kBf16KvBound = 5e-2;
 
 frontend::StageParams kv_params() {
-  frontend::StageParams p;
-  p.seq_length = 128;
-  p.max_input_length = 32;
-  p.decode_chunks = {64};
-  p.decode_batches = {1, 2};
-  return p;
-}
-
-/// max |a - b| / max |b| over one row of logits.
-double row_err(std::span<const float> a, std::span<const float> b) {
-  REQUIRE(a.size() == b.size());
-  double worst = 0, scale = 0;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    worst = std::max(worst, std::abs(double(a[i]) - double(b[i])));
-    scale = std::max(scale, std::abs(double(b[i])));
-  }
-  return worst / scale;
+  return tpullm_test::small_params(128, 32, {64}, {1, 2});
 }
 
 std::vector<std::int32_t> ids(std::size_t n, std::size_t seed) {
-  std::vector<std::int32_t> p(n);
-  for (std::size_t i = 0; i < n; ++i)
-    p[i] = static_cast<std::int32_t>((i * 53 + seed * 97 + 3) % 500);
-  return p;
+  return tpullm_test::test_ids(n, seed, 53, 97, 3);
 }
 
 struct Compiled {
@@ -153,10 +135,10 @@ TEST_CASE("decode and batched decode on an f16 / bf16 cache follow the f32 cache
     const auto pr = ids(lengths[i], i);
     const auto l32 = s32[i]->prefill(pr, false);
     const auto l16 = s16[i]->prefill(pr, false);
-    CHECK(row_err(alone[i]->prefill(pr, false), l16) < 1e-6);
+    CHECK(tpullm_test::row_rel_err(alone[i]->prefill(pr, false), l16) < 1e-6);
     INFO("prefill of conversation " << i);
-    CHECK(row_err(l16, l32) <= bound);
-    CHECK(row_err(l16, l32) > 0); // the cache really is rounded
+    CHECK(tpullm_test::row_rel_err(l16, l32) <= bound);
+    CHECK(tpullm_test::row_rel_err(l16, l32) > 0); // the cache really is rounded
     next[i] = static_cast<std::int32_t>(kernels::argmax(std::span<const float>(l32)));
   }
   runtime::BatchedDecoder dec(*e16, k16.dims, p);
@@ -173,8 +155,8 @@ TEST_CASE("decode and batched decode on an f16 / bf16 cache follow the f32 cache
       const std::span<const float> got(logits.data() + i * V, V);
       const auto ref16 = alone[i]->decode(next[i]);
       const auto ref32 = s32[i]->decode(next[i]); // teacher-forced: the same token
-      CHECK(row_err(got, ref16) < 1e-4);
-      CHECK(row_err(got, ref32) <= bound);
+      CHECK(tpullm_test::row_rel_err(got, ref16) < 1e-4);
+      CHECK(tpullm_test::row_rel_err(got, ref32) <= bound);
       next[i] = static_cast<std::int32_t>(kernels::argmax(std::span<const float>(ref32)));
     }
   }
@@ -209,5 +191,5 @@ TEST_CASE("the prompt cache on an f16 cache follows the f32 cache", "[kv-dtype][
   CHECK(t16.reused == t32.reused);
   CHECK(s16.length() == s32.length());
   const std::int32_t probe = 17;
-  CHECK(row_err(s16.decode(probe), s32.decode(probe)) <= kF16KvBound);
+  CHECK(tpullm_test::row_rel_err(s16.decode(probe), s32.decode(probe)) <= kF16KvBound);
 }

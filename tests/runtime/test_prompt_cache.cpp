@@ -2,6 +2,7 @@
 // prefill_kv), to the same tokens as feeding that rest by hand; a prompt that departs from the
 // cache rolls it back to the common prefix; a prompt that does not fit is refused unchanged; a
 // prompt fed from outside (keep_prefix, then record: what a serving slot does) ends as generate().
+#include "small_compile.hpp"
 #include "test_data_dir.hpp"
 #include <catch2/catch.hpp>
 
@@ -19,11 +20,7 @@ using namespace tpullm;
 namespace {
 
 frontend::StageParams params() {
-  frontend::StageParams p;
-  p.seq_length = 96;
-  p.max_input_length = 16;
-  p.decode_chunks = {64, 32};
-  return p;
+  return tpullm_test::small_params(96, 16, {64, 32});
 }
 
 struct Model {

@@ -1,6 +1,7 @@
 // SlotPool (runtime/slot_pool.hpp), without HTTP: two slots on one executor, a prefill segment of
 // one beside the decode of the other in one round, both generating in one batched decode call,
 // greedy answers equal to a lone Session's; slot states, pick() by reuse, refusals and cancel().
+#include "small_compile.hpp"
 #include "test_data_dir.hpp"
 #include <catch2/catch.hpp>
 
@@ -20,19 +21,11 @@ using runtime::SlotState;
 namespace {
 
 frontend::StageParams pool_params() {
-  frontend::StageParams p;
-  p.seq_length = 128;
-  p.max_input_length = 32;
-  p.decode_chunks = {64};
-  p.decode_batches = {1, 2, 4};
-  return p;
+  return tpullm_test::small_params(128, 32, {64}, {1, 2, 4});
 }
 
 std::vector<std::int32_t> ids(std::size_t n, std::size_t seed) {
-  std::vector<std::int32_t> p(n);
-  for (std::size_t i = 0; i < n; ++i)
-    p[i] = static_cast<std::int32_t>((i * 37 + seed * 101 + 5) % 500);
-  return p;
+  return tpullm_test::test_ids(n, seed);
 }
 
 runtime::GenerateOptions greedy(int n) {
