@@ -25,6 +25,20 @@ TestFn no_arg(std::function<bool(const Value&)> f, std::string what) {
   };
 }
 
+/// Python's str.islower / str.isupper over ASCII: a string with at least one letter of case
+/// `want` (its first letter 'a' or 'A') and none of the other (`other`).
+bool all_cased_as(const Value& v, char want, char other) {
+  if (!v.is_string())
+    return false;
+  bool cased = false;
+  for (char c : v.data().get_ref<const std::string&>()) {
+    if (c >= other && c <= other + 25)
+      return false;
+    cased = cased || (c >= want && c <= want + 25);
+  }
+  return cased;
+}
+
 TestFn cmp_test(std::function<bool(int)> ok, std::string what) {
   return [ok = std::move(ok), what = std::move(what)](const Value& v, CallArgs& a, int line) {
     return ok(compare(v, one_arg(a, what, line), line));
@@ -78,34 +92,8 @@ const std::map<std::string, TestFn, std::less<>>& test_table() {
        no_arg([](const Value& v) { return v.is_bool() && !v.data().get<bool>(); }, "false")},
       {"callable",
        no_arg([](const Value& v) { return v.kind() == Value::Kind::callable; }, "callable")},
-      {"lower", no_arg(
-                    [](const Value& v) {
-                      if (!v.is_string())
-                        return false;
-                      const std::string& s = v.data().get_ref<const std::string&>();
-                      bool cased = false;
-                      for (char c : s) {
-                        if (c >= 'A' && c <= 'Z')
-                          return false;
-                        cased = cased || (c >= 'a' && c <= 'z');
-                      }
-                      return cased;
-                    },
-                    "lower")},
-      {"upper", no_arg(
-                    [](const Value& v) {
-                      if (!v.is_string())
-                        return false;
-                      const std::string& s = v.data().get_ref<const std::string&>();
-                      bool cased = false;
-                      for (char c : s) {
-                        if (c >= 'a' && c <= 'z')
-                          return false;
-                        cased = cased || (c >= 'A' && c <= 'Z');
-                      }
-                      return cased;
-                    },
-                    "upper")},
+      {"lower", no_arg([](const Value& v) { return all_cased_as(v, 'a', 'A'); }, "lower")},
+      {"upper", no_arg([](const Value& v) { return all_cased_as(v, 'A', 'a'); }, "upper")},
       {"even",
        [](const Value& v, CallArgs& a, int l) {
          check_args(a, 0, {}, "test 'even'", l);
