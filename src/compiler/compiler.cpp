@@ -111,7 +111,13 @@ codegen::CompiledModel compile(std::vector<ir::Module> modules, const CompileOpt
   const std::size_t threads = static_cast<std::size_t>(
       std::clamp<std::int64_t>(o.threads > 0 ? o.threads : o.target.cores, 1,
                                static_cast<std::int64_t>(std::max<std::size_t>(n, 1))));
-  const pass::Pipeline lowering = compile_pipeline(o, 0);
+  // The quantization plan is decided once (a calibration table loaded once) and shared by both
+  // rounds' pipelines, unless the caller already made it.
+  CompileOptions planned = o;
+  if (!planned.lower.plan)
+    planned.lower.plan =
+        std::make_shared<const conversion::QuantPlan>(conversion::make_quant_plan(o.lower));
+  const pass::Pipeline lowering = compile_pipeline(planned, 0);
   const std::size_t planning = lowering.entries().size() - 1; // plan-memory comes last
   check(lowering.entries().back().text.starts_with("plan-memory"), ErrorKind::internal, "compile",
         "the compile pipeline must end with plan-memory");
@@ -122,8 +128,8 @@ codegen::CompiledModel compile(std::vector<ir::Module> modules, const CompileOpt
     need = memory::kv_needs(m, need);
   const std::int64_t capacity = std::max(need.capacity, o.kv_capacity);
   out.kv = {layers, need.row > 0 ? capacity : 0, need.row};
-  out.kv.dtype = conversion::kv_cache_dtype(o.lower);
-  const pass::Pipeline pipeline = compile_pipeline(o, capacity);
+  out.kv.dtype = planned.lower.plan->kv_dtype;
+  const pass::Pipeline pipeline = compile_pipeline(planned, capacity);
   out.pipeline = pipeline.text();
   std::atomic<std::size_t> done{0};
   std::mutex progress_mu;

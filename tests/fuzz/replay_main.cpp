@@ -55,8 +55,11 @@ int main(int argc, char** argv) {
       for (const auto& e : fs::recursive_directory_iterator(p))
         if (e.is_regular_file())
           files.push_back(e.path());
-    } else {
+    } else if (fs::is_regular_file(p)) {
       files.push_back(p);
+    } else { // a mistyped corpus path must fail the test, not replay one empty input
+      std::fprintf(stderr, "replay: %s is neither a file nor a directory\n", argv[i]);
+      return 2;
     }
   }
   if (files.empty()) {
@@ -65,6 +68,10 @@ int main(int argc, char** argv) {
   }
   for (const auto& f : files) {
     std::ifstream in(f, std::ios::binary);
+    if (!in) {
+      std::fprintf(stderr, "replay: cannot read %s\n", f.c_str());
+      return 2;
+    }
     const std::string s((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     entry(reinterpret_cast<const std::uint8_t*>(s.data()), s.size());
   }
