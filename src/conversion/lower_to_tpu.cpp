@@ -244,9 +244,7 @@ private:
     ir::Weight smoothed;
     if (c.w8a8) {
       if (w->type.quant)
-        fail(op, "mode int8 quantizes float weights; @" + w->name +
-                     " is already quantized (a GPTQ / AWQ checkpoint): compile it without "
-                     "--mode int8 (its integer weights go through direct in every other mode)");
+        fail(op, plan_.quantized_weight_refusal(w->name));
       o.group_size = 0; // one scale per output channel
       o.symmetric = true;
       if (const std::vector<float>* s = reads_input ? smoothing_of(op.operand(0)) : nullptr) {
@@ -641,9 +639,8 @@ private:
     }
     ir::tpu::MoEOp t{o}; // Top's semantics, plus the activation quantization
     if (q) {
-      if (static_)
-        fail(op, "--act-quant static does not cover mixture-of-experts layers (no per-expert "
-                 "calibration); compile with --act-quant dynamic");
+      if (const std::string why = plan_.moe_refusal(); !why.empty())
+        fail(op, why);
       t.act_quant = ir::ActQuantKind::dynamic;
     }
     set(op.result(0), create(op, t, in));

@@ -1,15 +1,15 @@
 // lower-to-tpu's text options -> the typed quantization plan (conversion/quant_plan.hpp): the
-// one place they are parsed and checked.
+// one place they are parsed and checked, named as whoever gave them spells them.
 #include "tpullm/conversion/lower_to_tpu.hpp"
 
 namespace tpullm::conversion {
 
 namespace {
 
-constexpr const char* kOption = "lower-to-tpu option";
-
-/// `text` (or `fallback` when empty) as a float dtype; anything else names `option`.
-ir::DType float_dtype(const std::string& text, const std::string& fallback, const char* option) {
+/// `text` (or `fallback` when empty) as a float dtype; anything else is refused as not one of
+/// `choices`, naming option `key`.
+ir::DType float_dtype(const std::string& text, const std::string& fallback, const char* key,
+                      const char* choices, const QuantOptionSpelling& s) {
   const std::string t = text.empty() ? fallback : text;
   if (t == "f32")
     return ir::DType::f32;
@@ -17,90 +17,118 @@ ir::DType float_dtype(const std::string& text, const std::string& fallback, cons
     return ir::DType::bf16;
   if (t == "f16")
     return ir::DType::f16;
-  throw_error(ErrorKind::invalid_input, std::string(kOption) + " '" + option + "'",
-              "must be f32, bf16 or f16, got '", t, "'");
+  throw_error(ErrorKind::invalid_input, s.subject(key), "'", t, "' is not ", choices);
 }
 
 /// The `mode` option: f32 / bf16 / f16, or w8a16 / w4a16 / int8 (bf16 for what stays float).
-WeightFormat mode_format(const std::string& mode) {
+WeightFormat mode_format(const std::string& mode, const QuantOptionSpelling& s) {
   if (mode == "w8a16")
     return {ir::DType::bf16, 8};
   if (mode == "w4a16")
     return {ir::DType::bf16, 4};
   if (mode == "int8")
     return {ir::DType::bf16, 8, true};
-  check(mode.empty() || mode == "f32" || mode == "bf16" || mode == "f16", ErrorKind::invalid_input,
-        std::string(kOption) + " 'mode'", "must be f32, bf16, f16, w8a16, w4a16 or int8, got '",
-        mode, "'");
-  return {float_dtype(mode, "f32", "mode"), 0};
+  return {float_dtype(mode, "", "mode", "f32, bf16, f16, w8a16, w4a16 or int8", s), 0};
 }
 
 /// The `lm-head` / `embedding` option: a float dtype or w8 / w4 (empty: the mode's float dtype).
-WeightFormat table_format(const std::string& text, const WeightFormat& mode, const char* option) {
+WeightFormat table_format(const std::string& text, const WeightFormat& mode, const char* key,
+                          const QuantOptionSpelling& s) {
   if (text == "w8" || text == "w4")
     return {mode.dtype, text == "w8" ? 8 : 4};
-  return {float_dtype(text, std::string(ir::name(mode.dtype)), option), 0};
+  return {float_dtype(text, std::string(ir::name(mode.dtype)), key, "f32, bf16, f16, w8 or w4", s),
+          0};
 }
 
-/// The int8 options: checked together; the table taken (or loaded) when static or smoothing.
-void plan_int8(QuantPlan& p, const LowerOptions& o, std::shared_ptr<const CalibTable> calib) {
-  const std::string opt = kOption;
-  check(o.act_quant == "dynamic" || o.act_quant == "static", ErrorKind::invalid_input,
-        opt + " 'act-quant'", "must be dynamic or static, got '", o.act_quant, "'");
-  p.act.static_tensor = o.act_quant == "static";
-  p.act.asymmetric = o.act_asymmetric;
-  p.act.smooth_alpha = o.smooth_alpha;
+/// The int8 options, checked together: outside mode int8 none may be given; inside, static
+/// scales and smoothing need a calibration table, asymmetry needs static scales.
+void check_int8_options(const LowerOptions& o, bool int8, const QuantOptionSpelling& s) {
+  const bool stat = o.act_quant == "static";
   const double alpha = o.smooth_alpha;
-  if (!p.linear.w8a8) {
-    check(!p.act.static_tensor && !p.act.asymmetric && o.calib.empty() && alpha == 0,
-          ErrorKind::invalid_input,
-          opt + "s 'act-quant' / 'act-asymmetric' / 'calib' / 'smooth-alpha'",
-          "apply only to mode int8, not '", o.mode, "'");
+  if (!int8) {
+    for (const auto& [given, key] : {std::pair{o.act_quant != "dynamic", "act-quant"},
+                                     {o.act_asymmetric, "act-asymmetric"},
+                                     {!o.calib.empty(), "calib"},
+                                     {alpha != 0, "smooth-alpha"}})
+      check(!given, ErrorKind::invalid_input, s.subject(key), "applies only to ",
+            s.setting("mode", "int8"), ", not '", o.mode, "'");
     return;
   }
-  check(!p.act.asymmetric || p.act.static_tensor, ErrorKind::invalid_input,
-        opt + " 'act-asymmetric'",
-        "applies only to act-quant=static (dynamic scales are symmetric per row)");
-  check(alpha == 0 || (alpha > 0 && alpha < 1), ErrorKind::invalid_input, opt + " 'smooth-alpha'",
-        "must be in (0, 1) (0: no smoothing), got ", alpha);
-  check(!p.act.static_tensor || !o.calib.empty(), ErrorKind::invalid_input, opt + " 'act-quant'",
-        "static needs a calibration table (calib=FILE)");
-  check(alpha == 0 || !o.calib.empty(), ErrorKind::invalid_input, opt + " 'smooth-alpha'",
-        "needs a calibration table (calib=FILE)");
-  if (!o.calib.empty())
-    p.calib =
-        calib ? std::move(calib) : std::make_shared<const CalibTable>(load_calib_table(o.calib));
+  check(o.act_quant == "dynamic" || stat, ErrorKind::invalid_input, s.subject("act-quant"),
+        "must be dynamic or static, got '", o.act_quant, "'");
+  check(!o.act_asymmetric || stat, ErrorKind::invalid_input, s.subject("act-asymmetric"),
+        "applies only to ", s.setting("act-quant", "static"),
+        " (dynamic scales are symmetric per row)");
+  check(alpha == 0 || (alpha > 0 && alpha < 1), ErrorKind::invalid_input, s.subject("smooth-alpha"),
+        "must be in (0, 1) (typical 0.5), got ", alpha);
+  const std::string table = str_cat("a calibration table: ", s.setting("calib", "FILE"),
+                                    " (written by tpullm calibrate)");
+  check(!stat || !o.calib.empty(), ErrorKind::invalid_input, s.subject("act-quant"),
+        "static needs ", table);
+  check(alpha == 0 || !o.calib.empty(), ErrorKind::invalid_input, s.subject("smooth-alpha"),
+        "needs ", table);
 }
 
 } // namespace
 
-ir::DType kv_cache_dtype(const LowerOptions& o) {
-  if (o.kv_dtype.empty())
-    return o.mode.empty() || o.mode == "f32" ? ir::DType::f32 : ir::DType::f16;
-  return float_dtype(o.kv_dtype, "f32", "kv-dtype");
+std::string QuantPlan::moe_refusal() const {
+  if (!linear.w8a8 || !act.static_tensor)
+    return {};
+  return str_cat(spelling.setting("act-quant", "static"),
+                 " does not cover mixture-of-experts layers (an expert sees only the tokens "
+                 "routed to it: no per-tensor scale is calibrated for it); use ",
+                 spelling.setting("act-quant", "dynamic"));
 }
 
-QuantPlan make_quant_plan(const LowerOptions& o, std::shared_ptr<const CalibTable> calib) {
+std::string QuantPlan::quantized_weight_refusal(const std::string& name) const {
+  if (!linear.w8a8)
+    return {};
+  return str_cat(spelling.setting("mode", "int8"), " quantizes float weights; '", name,
+                 "' is already quantized (a GPTQ / AWQ checkpoint: every other mode takes its "
+                 "integer weights as they are)");
+}
+
+ir::DType kv_cache_dtype(const LowerOptions& o, const QuantOptionSpelling& s) {
+  if (o.kv_dtype.empty())
+    return o.mode.empty() || o.mode == "f32" ? ir::DType::f32 : ir::DType::f16;
+  return float_dtype(o.kv_dtype, "f32", "kv-dtype", "f32, f16 or bf16", s);
+}
+
+QuantPlan plan_quant_options(const LowerOptions& o, const QuantOptionSpelling& s) {
   QuantPlan p;
-  p.linear = mode_format(o.mode);
-  p.embedding = table_format(o.embedding, p.linear, "embedding");
-  p.lm_head = table_format(o.lm_head, p.linear, "lm-head");
-  p.kv_dtype = kv_cache_dtype(o);
+  p.spelling = s;
+  p.linear = mode_format(o.mode, s);
+  p.embedding = table_format(o.embedding, p.linear, "embedding", s);
+  p.lm_head = table_format(o.lm_head, p.linear, "lm-head", s);
+  p.kv_dtype = kv_cache_dtype(o, s);
+  check(o.group_size >= 0, ErrorKind::invalid_input, s.subject("group-size"),
+        "must be >= 0 (0: per output channel), got ", o.group_size);
   p.rtn.group_size = o.group_size;
   p.rtn.symmetric = o.symmetric;
-  plan_int8(p, o, std::move(calib));
-  check(o.group_size >= 0, ErrorKind::invalid_input, std::string(kOption) + " 'group-size'",
-        "must be >= 0 (0: per output channel), got ", o.group_size);
-  if (!o.keep_float.empty()) {
-    check(p.linear.bits > 0, ErrorKind::invalid_input, std::string(kOption) + " 'keep-float'",
-          "applies only to the quantizing modes w8a16 / w4a16 / int8, not '", o.mode, "'");
-    if (auto names = literal_alternation(o.keep_float)) {
-      p.keep_float_names.insert(names->begin(), names->end());
-    } else {
-      RegexLimits limits;
-      limits.max_length = 64 * 1024;
-      p.keep_float.emplace(o.keep_float, std::string(kOption) + " 'keep-float'", limits);
-    }
+  check(p.linear.bits > 0 || o.keep_float.empty(), ErrorKind::invalid_input,
+        s.subject("keep-float"), "applies only to ", s.setting("mode", "w8a16"),
+        " / w4a16 / int8, not '", o.mode, "'");
+  check_int8_options(o, p.linear.w8a8, s);
+  p.act.static_tensor = o.act_quant == "static";
+  p.act.asymmetric = o.act_asymmetric;
+  p.act.smooth_alpha = o.smooth_alpha;
+  return p;
+}
+
+QuantPlan make_quant_plan(const LowerOptions& o, std::shared_ptr<const CalibTable> calib,
+                          const QuantOptionSpelling& s) {
+  QuantPlan p = plan_quant_options(o, s);
+  if (!o.calib.empty())
+    p.calib =
+        calib ? std::move(calib) : std::make_shared<const CalibTable>(load_calib_table(o.calib));
+  if (o.keep_float.empty())
+    return p;
+  if (auto names = literal_alternation(o.keep_float)) {
+    p.keep_float_names.insert(names->begin(), names->end());
+  } else {
+    RegexLimits limits;
+    limits.max_length = 64 * 1024;
+    p.keep_float.emplace(o.keep_float, s.subject("keep-float"), limits);
   }
   return p;
 }

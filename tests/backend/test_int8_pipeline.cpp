@@ -301,6 +301,16 @@ TEST_CASE("the quantization plan is built once from the options, with the caller
   CHECK_THROWS_WITH(conversion::make_quant_plan(o, table),
                     Catch::Contains("lower-to-tpu option 'act-quant'") &&
                         Catch::Contains("must be dynamic or static, got 'per-row'"));
+  // The same rule, named as a tool's flag: one rule, whoever spells the options.
+  CHECK_THROWS_WITH(conversion::plan_quant_options(o, {.flags = true}),
+                    Catch::Contains("--act-quant: must be dynamic or static, got 'per-row'"));
+  o.act_quant = "static";
+  const conversion::QuantPlan flagged = conversion::make_quant_plan(o, table, {.flags = true});
+  CHECK_THAT(flagged.moe_refusal(), Catch::StartsWith("--act-quant static does not cover"));
+  CHECK_THAT(flagged.quantized_weight_refusal("w"), Catch::StartsWith("--mode int8 quantizes"));
+  CHECK(p.moe_refusal().starts_with("act-quant=static does not cover"));
+  o.act_quant = "dynamic";
+  CHECK(conversion::make_quant_plan(o, table).moe_refusal().empty());
   conversion::LowerOptions w;
   w.mode = "w4a16";
   w.keep_float = "^(?:layers\\.0\\.q|layers\\.1\\.k)$";
@@ -312,7 +322,7 @@ TEST_CASE("the quantization plan is built once from the options, with the caller
   w.mode = "bf16";
   CHECK_THROWS_WITH(conversion::make_quant_plan(w),
                     Catch::Contains("'keep-float'") &&
-                        Catch::Contains("applies only to the quantizing modes"));
+                        Catch::Contains("applies only to mode=w8a16 / w4a16 / int8"));
   // A text pipeline builds the plan when it is bound: a missing table is refused before any
   // module is lowered.
   CHECK_THROWS_AS(

@@ -6,25 +6,8 @@
 # Usage: int8.sh TPULLM MODELS_DIR WORK_DIR
 set -u
 tpullm=$1 models=$2 work=$3
-rm -rf "$work"
-mkdir -p "$work"
-cd "$work" || exit 1
-fail=0
-expect() { # expect RC REGEX CMD...: exit status RC, output matching REGEX, one line if RC is 2
-  local want=$1 re=$2
-  shift 2
-  local out rc
-  out=$("$@" 2>&1)
-  rc=$?
-  if [ "$rc" -ne "$want" ] || ! printf '%s' "$out" | grep -Eq -- "$re" ||
-     printf '%s' "$out" | grep -q "internal error" ||
-     { [ "$want" -eq 2 ] && [ "$(printf '%s\n' "$out" | wc -l)" -ne 1 ]; }; then
-    fail=1
-    echo "FAIL: $* -> rc $rc (want $want), output: $out"
-  else
-    echo "ok: $* -> $rc"
-  fi
-}
+. "$(dirname "$0")/expect.sh"
+work_in "$work"
 llama=$models/llama-gqa
 qwen3=$models/qwen3-headdim
 
@@ -112,9 +95,9 @@ expect 2 "--calib: applies only to --mode int8" "$tpullm" compile "$llama" -o x.
   --mode w8a16 --calib a.json
 expect 2 "--act-quant: applies only to --mode int8" "$tpullm" compile "$llama" -o x.bundle \
   --mode bf16 --act-quant static
-expect 2 "--act-quant: static does not cover mixture-of-experts layers" "$tpullm" compile \
+expect 2 "qwen3moe-e16k4: --act-quant static does not cover mixture-of-experts layers" "$tpullm" compile \
   "$models/qwen3moe-e16k4" -o x.bundle --mode int8 --act-quant static --calib a.json
-expect 2 "--mode: int8 quantizes float checkpoints; 'model.layers.0.self_attn.q_proj.qweight' is already quantized" \
+expect 2 "llama-gqa-gptq-g32: --mode int8 quantizes float weights; 'model.layers.0.self_attn.q_proj.qweight' is already quantized" \
   "$tpullm" compile "$models/llama-gqa-gptq-g32" -o x.bundle --mode int8
 expect 2 "--act-quant: is used only by the compiled levels" "$tpullm" verify "$llama" \
   --act-quant static

@@ -74,39 +74,6 @@ void check_session_runs(runtime::Session& s, bool with_history, const std::strin
   }
 }
 
-void check_int8_options(const frontend::ModelDesc& desc, const conversion::LowerOptions& lo) {
-  const bool int8 = lo.mode == "int8";
-  if (!int8) {
-    for (const auto& [given, option] : {std::pair{lo.act_quant != "dynamic", "--act-quant"},
-                                        {lo.act_asymmetric, "--act-asymmetric"},
-                                        {!lo.calib.empty(), "--calib"},
-                                        {lo.smooth_alpha != 0, "--smooth-alpha"}})
-      check(!given, ErrorKind::invalid_input, option, "applies only to --mode int8");
-    return;
-  }
-  check(lo.act_quant == "dynamic" || lo.act_quant == "static", ErrorKind::invalid_input,
-        "--act-quant", "must be dynamic or static, got '", lo.act_quant, "'");
-  const bool stat = lo.act_quant == "static";
-  check(!lo.act_asymmetric || stat, ErrorKind::invalid_input, "--act-asymmetric",
-        "applies only to --act-quant static (dynamic scales are symmetric per row)");
-  check(!stat || !lo.calib.empty(), ErrorKind::invalid_input, "--act-quant",
-        "static needs a calibration table: --calib FILE (written by tpullm calibrate)");
-  check(lo.smooth_alpha == 0 || (lo.smooth_alpha > 0 && lo.smooth_alpha < 1),
-        ErrorKind::invalid_input, "--smooth-alpha", "must be in (0, 1) (typical 0.5), got ",
-        lo.smooth_alpha);
-  check(lo.smooth_alpha == 0 || !lo.calib.empty(), ErrorKind::invalid_input, "--smooth-alpha",
-        "needs a calibration table: --calib FILE (written by tpullm calibrate)");
-  for (const auto& l : desc.layers)
-    check(!stat || !l.sparse(), ErrorKind::unsupported, "--act-quant",
-          "static does not cover mixture-of-experts layers (an expert sees only the tokens routed "
-          "to it: no per-tensor scale is calibrated for it); use --act-quant dynamic");
-  for (const auto& l : desc.layers)
-    for (const frontend::WeightRef* w : {&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down})
-      check(!w->is_quantized(), ErrorKind::unsupported, "--mode",
-            "int8 quantizes float checkpoints; '", w->name(),
-            "' is already quantized (GPTQ / AWQ weights go through direct in the other modes)");
-}
-
 void check_runnable(const frontend::ModelDesc& desc, const frontend::StageParams& params,
                     const compiler::CompileOptions& options) {
   (void)params;
@@ -121,50 +88,42 @@ void check_runnable(const frontend::ModelDesc& desc, const frontend::StageParams
           options.target.name, "' does not list ", ir::name(d), " among its weight_dtypes",
           d == ir::DType::bf16 || v == ir::name(d) ? "" : str_cat(" (needed by '", v, "')"));
   };
-  // q8 / q4: the names of the 8- and 4-bit RTN choices of this option (empty: none allowed).
-  auto check_dtype = [&](const std::string& v, const char* option, const std::string& q8,
-                         const std::string& q4) {
-    const bool q = !q8.empty() && (v == q8 || v == q4);
-    check(q || v == "f32" || v == "bf16" || v == "f16", ErrorKind::invalid_input, option, "'", v,
-          "' is not ",
-          q8.empty() ? "f32, bf16 or f16"
-          : std::string_view(option) == "--mode"
-              ? str_cat("f32, bf16, f16, ", q8, ", ", q4, " or int8")
-              : str_cat("f32, bf16, f16, ", q8, " or ", q4));
-    if (!q) {
-      require_target(*ir::parse_dtype(v), v, option);
-      return;
-    }
+  // The values and how they combine: the quantization plan's rules (conversion/quant_plan.hpp),
+  // named as this tool's flags. What the target lists and the kernels run is checked here.
+  const conversion::QuantPlan plan = conversion::plan_quant_options(lo, {.flags = true});
+  // Each format's element types: its float dtype, or bf16 and the integer codes.
+  auto require_format = [&](const conversion::WeightFormat& f, const std::string& v,
+                            const char* option) {
+    if (f.bits == 0)
+      return require_target(f.dtype, v, option);
     require_target(ir::DType::bf16, v, option);
-    require_target(v == q8 ? (lo.symmetric ? ir::DType::i8 : ir::DType::u8)
-                           : (lo.symmetric ? ir::DType::i4 : ir::DType::u4),
+    const bool sym = f.w8a8 || lo.symmetric;
+    require_target(f.bits == 8 ? (sym ? ir::DType::i8 : ir::DType::u8)
+                               : (sym ? ir::DType::i4 : ir::DType::u4),
                    v, option);
   };
-  const bool int8 = lo.mode == "int8";
-  if (int8) {
-    require_target(ir::DType::bf16, lo.mode, "--mode");
-    require_target(ir::DType::i8, lo.mode, "--mode");
-  } else {
-    check_dtype(lo.mode, "--mode", "w8a16", "w4a16");
-  }
-  check_int8_options(desc, lo);
-  const bool quantizing = lo.mode == "w8a16" || lo.mode == "w4a16" || int8;
+  require_format(plan.linear, lo.mode, "--mode");
   if (!lo.embedding.empty())
-    check_dtype(lo.embedding, "--embedding-dtype", "w8", "w4");
+    require_format(plan.embedding, lo.embedding, "--embedding-dtype");
   if (!lo.lm_head.empty())
-    check_dtype(lo.lm_head, "--lm-head-dtype", "w8", "w4");
-  check(lo.kv_dtype.empty() || lo.kv_dtype == "f32" || lo.kv_dtype == "f16" ||
-            lo.kv_dtype == "bf16",
-        ErrorKind::invalid_input, "--kv-dtype", "'", lo.kv_dtype, "' is not f32, f16 or bf16");
-  const bool any_rtn = quantizing || lo.lm_head == "w8" || lo.lm_head == "w4" ||
-                       lo.embedding == "w8" || lo.embedding == "w4";
+    require_format(plan.lm_head, lo.lm_head, "--lm-head-dtype");
+  const bool any_rtn = plan.linear.bits > 0 || plan.embedding.bits > 0 || plan.lm_head.bits > 0;
   check(lo.group_size == 0 || lo.group_size == 32 || lo.group_size == 64 || lo.group_size == 128,
         ErrorKind::invalid_input, "--group-size",
         "must be 32, 64, 128 or 0 (per output channel), got ", lo.group_size);
   check(any_rtn || !lo.symmetric, ErrorKind::invalid_input, "--symmetric",
         "applies only to --mode w8a16 / w4a16 or --lm-head-dtype / --embedding-dtype w8 / w4");
-  check(quantizing || lo.keep_float.empty(), ErrorKind::invalid_input, "--keep-float",
-        "applies only to --mode w8a16 / w4a16 / int8");
+  // int8 against the model: no mixture-of-experts layer under static scales, no linear weight
+  // already quantized (the lowering refuses both too, later; here before the work).
+  const std::string model = desc.dir.string();
+  if (const std::string why = plan.moe_refusal(); !why.empty())
+    for (const auto& l : desc.layers)
+      check(!l.sparse(), ErrorKind::unsupported, model, why);
+  for (const auto& l : desc.layers)
+    for (const frontend::WeightRef* w : {&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down})
+      if (w->is_quantized())
+        if (const std::string why = plan.quantized_weight_refusal(w->name()); !why.empty())
+          throw Error(ErrorKind::unsupported, model, why);
   const std::int64_t vocab = desc.dims.vocab;
   if (desc.bos_token_id)
     check(*desc.bos_token_id >= 0 && *desc.bos_token_id < vocab, ErrorKind::invalid_input,

@@ -60,15 +60,12 @@ compile_checkpoint(const frontend::ModelDesc& desc, const frontend::StageParams&
 /// Error(invalid_input, `what`, the reason). What compile and verify --level tpu check first.
 void check_session_runs(runtime::Session& s, bool with_history, const std::string& what);
 
-/// The int8 options of `lo` (--act-quant, --act-asymmetric, --calib, --smooth-alpha) against each
-/// other, the mode and the model (no MoE layers, no pre-quantized linears; the table's model is
-/// checked when plan_quantization loads it). Throws Error naming the option.
-void check_int8_options(const frontend::ModelDesc& desc, const conversion::LowerOptions& lo);
-
 /// Refuses (Error(invalid_input) naming the option) what would compile into a bundle the
-/// runtime cannot run or that misbehaves: a negative --tile-rows or --threads, --tile-rows
-/// below --max-input-length when the target's local memory cannot hold such tiles, bos / eos
-/// ids outside the vocabulary, a weight dtype the target does not list.
+/// runtime cannot run or that misbehaves: a negative --tile-rows or --threads, bos / eos ids
+/// outside the vocabulary, a weight dtype the target does not list, a group size the kernels do
+/// not run; the quantization options by the plan's rules (conversion::plan_quant_options, named
+/// as flags) and, for int8, against the model (Error(unsupported): static scales on a
+/// mixture-of-experts layer, an already-quantized linear weight).
 void check_runnable(const frontend::ModelDesc& desc, const frontend::StageParams& params,
                     const compiler::CompileOptions& options);
 

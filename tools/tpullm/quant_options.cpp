@@ -93,7 +93,8 @@ void plan_quantization(const frontend::ModelDesc& d, conversion::LowerOptions& l
     table = std::make_shared<const conversion::CalibTable>(conversion::load_calib_table(lo.calib));
     conversion::check_calib_model(*table, calib_model(d), lo.calib);
   }
-  lo.plan = std::make_shared<const conversion::QuantPlan>(conversion::make_quant_plan(lo, table));
+  lo.plan = std::make_shared<const conversion::QuantPlan>(
+      conversion::make_quant_plan(lo, table, {.flags = true}));
 }
 
 } // namespace tpullm::cli

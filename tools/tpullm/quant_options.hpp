@@ -28,7 +28,8 @@ conversion::CalibModel calib_model(const frontend::ModelDesc& d);
 /// Builds the quantization plan of `lo` for model `d` once, before lowering, into lo.plan:
 /// resolves `keep_float` (--keep-float's checkpoint-name regex) into lo.keep_float, loads the
 /// --calib table (once) and refuses one measured on another model (Error naming the file), then
-/// conversion::make_quant_plan. The options are checked first (check_runnable).
+/// conversion::make_quant_plan, its errors naming the flags. The options are checked first
+/// (check_runnable).
 void plan_quantization(const frontend::ModelDesc& d, conversion::LowerOptions& lo,
                        const std::string& keep_float);
 

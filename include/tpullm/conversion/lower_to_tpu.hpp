@@ -85,17 +85,24 @@ struct LowerOptions {
 };
 
 /// The KV cache element type `options` choose: kv_dtype when given (f32, f16 or bf16; anything
-/// else throws Error(invalid_input)), else f32 for mode f32 and f16 for every other mode.
-ir::DType kv_cache_dtype(const LowerOptions& options);
+/// else throws Error(invalid_input) naming the option as `spelling` writes it), else f32 for
+/// mode f32 and f16 for every other mode.
+ir::DType kv_cache_dtype(const LowerOptions& options, const QuantOptionSpelling& spelling = {});
 
-/// The one place the text options become a plan: checks them together (Error(invalid_input)
-/// naming "lower-to-tpu option '<key>'": an unknown mode or dtype, a negative group-size,
-/// keep-float outside the quantizing modes or a bad regex, int8 options outside mode int8 or
-/// inconsistent with each other) and takes `calib` as the calibration table; when options.calib
+/// The one place the options' rules live: the plan of `options` without its calibration table
+/// and keep-float set (no file read, no regex compiled: a tool checks the plan against the model
+/// before loading the table). Throws Error(invalid_input) naming the option as `spelling`
+/// writes it for an unknown mode or dtype, a negative group-size, keep-float outside the
+/// quantizing modes, int8 options outside mode int8 or inconsistent with each other.
+QuantPlan plan_quant_options(const LowerOptions& options, const QuantOptionSpelling& spelling = {});
+
+/// The one place the text options become a plan: plan_quant_options, then the keep-float names
+/// or bounded regex, and `calib` as the calibration table; when options.calib
 /// names a file and `calib` is null, loads it (once: every module of a compilation then shares
 /// the plan). The table's model identity is the caller's to check (it knows the model).
 QuantPlan make_quant_plan(const LowerOptions& options,
-                          std::shared_ptr<const CalibTable> calib = nullptr);
+                          std::shared_ptr<const CalibTable> calib = nullptr,
+                          const QuantOptionSpelling& spelling = {});
 
 /// Lowers every function of `m` to Tpu ops as `plan` says, converting weights through
 /// `converter` (shared by all modules of one compilation, so a weight is converted once); with

@@ -14,6 +14,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <unordered_set>
 
 #include "tpullm/conversion/calib_table.hpp"
@@ -37,6 +38,30 @@ struct ActQuantPlan {
   double smooth_alpha = 0;    ///< SmoothQuant migration strength in (0, 1); 0: off
 };
 
+/// How the options behind a plan read in its errors: as the lowering pass's options
+/// (`lower-to-tpu option 'act-quant'`, `act-quant=static`) or as a tool's flags (`--act-quant`,
+/// `--act-quant static`). One rule, one message, whoever gave the options.
+struct QuantOptionSpelling {
+  bool flags = false; ///< true: the tool's --flags; false: the pass's option keys
+
+  /// Option `key` (e.g. "act-quant") as written: `act-quant`, or `--act-quant` (the tables'
+  /// keys `embedding` and `lm-head` are the flags --embedding-dtype and --lm-head-dtype).
+  std::string name(std::string_view key) const {
+    if (!flags)
+      return std::string(key);
+    const bool table = key == "embedding" || key == "lm-head";
+    return "--" + std::string(key) + (table ? "-dtype" : "");
+  }
+  /// The subject of an error about option `key`.
+  std::string subject(std::string_view key) const {
+    return flags ? name(key) : "lower-to-tpu option '" + name(key) + "'";
+  }
+  /// Option `key` set to `value`, as the user writes it.
+  std::string setting(std::string_view key, std::string_view value) const {
+    return name(key) + (flags ? " " : "=") + std::string(value);
+  }
+};
+
 /// Every quantization decision of one compilation (see the file comment).
 struct QuantPlan {
   WeightFormat linear;                              ///< q/k/v/o/gate/up/down and MoE expert weights
@@ -48,11 +73,18 @@ struct QuantPlan {
   std::optional<UserRegex> keep_float;              ///< or by a bounded regex of Top names
   ActQuantPlan act;                                 ///< int8 activations
   std::shared_ptr<const CalibTable> calib;          ///< int8: the calibration table, when given
+  QuantOptionSpelling spelling;                     ///< how its options read in errors
 
   /// Whether linear weight `top_name` stays in the linear format's float dtype (keep-float).
   bool keeps_float(const std::string& top_name) const {
     return keep_float_names.contains(top_name) || (keep_float && keep_float->full_match(top_name));
   }
+  /// Why this plan cannot lower a mixture-of-experts layer ("" when it can): static activation
+  /// scales are per tensor, and an expert sees only the tokens routed to it.
+  std::string moe_refusal() const;
+  /// Why this plan cannot take the already-quantized (GPTQ / AWQ) linear weight `name` ("" when
+  /// it can: every mode but int8 passes integer weights through).
+  std::string quantized_weight_refusal(const std::string& name) const;
 };
 
 } // namespace tpullm::conversion
