@@ -6,23 +6,9 @@
 # Usage: corrupt_weights.sh TPULLM MODEL_DIR WORK_DIR
 set -u
 tpullm=$1 model=$2 work=$3
-rm -rf "$work"
-mkdir -p "$work"
+. "$(dirname "$0")/expect.sh"
+work_in "$work"
 export XDG_CACHE_HOME=$work/cache # the record of verified bundles, away from the real one
-fail=0
-expect() { # expect RC REGEX CMD...
-  local want=$1 re=$2
-  shift 2
-  local out rc
-  out=$("$@" 2>&1)
-  rc=$?
-  if [ "$rc" -ne "$want" ] || ! printf '%s' "$out" | grep -Eq -- "$re"; then
-    fail=1
-    echo "FAIL: $* -> rc $rc (want $want), output: $out"
-  else
-    echo "ok: $* -> $rc"
-  fi
-}
 b=$work/good.bundle
 "$tpullm" compile "$model" -o "$b" --seq-length 128 > /dev/null 2>&1 || { echo "compile failed"; exit 1; }
 expect 0 "chunks verified" "$tpullm" inspect "$b" --verify

@@ -9,27 +9,12 @@
 # Usage: run_source.sh TPULLM MODELS_DIR GGUF_MODELS_DIR WORK_DIR
 set -u
 tpullm=$1 models=$2 ggufs=$3 work=$4
-rm -rf "$work"
-mkdir -p "$work/tmp"
-cd "$work" || exit 1
+. "$(dirname "$0")/expect.sh"
+EXPECT_WHOLE=1 # its patterns span lines
+work_in "$work"
+mkdir -p tmp
 export XDG_CACHE_HOME=$work/cache TMPDIR=$work/tmp
 cache=$XDG_CACHE_HOME/tpullm/bundles
-fail=0
-out=
-expect() { # expect RC REGEX CMD...: exit status RC, output matching REGEX; the last line is the
-  local want=$1 re=$2 rc # error when RC is not 0, and an exit-2 refusal is the only line
-  shift 2
-  out=$("$@" 2>&1)
-  rc=$?
-  if [ "$rc" -ne "$want" ] || ! printf "%s" "$out" | grep -Ezq -- "$re" ||
-     printf '%s' "$out" | grep -Eq "internal error|terminate called|Aborted" ||
-     { [ "$want" -eq 2 ] && [ "$(printf '%s\n' "$out" | wc -l)" -ne 1 ]; }; then
-    fail=1
-    echo "FAIL: $* -> rc $rc (want $want), output: $out"
-  else
-    echo "ok: $* -> $rc"
-  fi
-}
 bundles() { find "$cache" -maxdepth 1 -name '*.bundle' 2>/dev/null | wc -l; }
 leftovers() { find "$cache" "$TMPDIR" -mindepth 1 \( -name '.*' -o -name 'tpullm-*' \) 2>/dev/null; }
 

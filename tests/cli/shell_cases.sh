@@ -4,24 +4,8 @@
 # Usage: shell_cases.sh TPULLM MODEL_DIR WORK_DIR
 set -u
 tpullm=$1 model=$2 work=$3
-rm -rf "$work"
-mkdir -p "$work"
-cd "$work" || exit 1
-fail=0
-expect() { # expect RC REGEX CMD...
-  local want=$1 re=$2
-  shift 2
-  local out rc
-  out=$("$@" 2>&1)
-  rc=$?
-  if [ "$rc" -ne "$want" ] || ! printf '%s' "$out" | grep -Eq -- "$re" ||
-     printf '%s' "$out" | grep -q "internal error"; then
-    fail=1
-    echo "FAIL: $* -> rc $rc (want $want), output: $out"
-  else
-    echo "ok: $* -> $rc"
-  fi
-}
+. "$(dirname "$0")/expect.sh"
+work_in "$work"
 expect 2 "^tpullm compile: invalid input: --output: the output path is empty$" "$tpullm" compile "$model" -o ""
 expect 2 "--mode: '' is not f32, bf16, f16, w8a16, w4a16 or int8" "$tpullm" compile "$model" -o x.bundle --mode ''
 expect 2 "--embedding-dtype: 'i8' is not f32, bf16, f16, w8 or w4" "$tpullm" compile "$model" -o x.bundle --embedding-dtype i8

@@ -7,6 +7,8 @@
 #include <catch2/catch.hpp>
 
 #include <filesystem>
+#include <memory>
+#include <tuple>
 
 #include "tpullm/bundle/bundle.hpp"
 #include "tpullm/compiler/compiler.hpp"
@@ -36,6 +38,14 @@ struct Model {
   }
 };
 
+/// The model compiled, its stages, one session and the prompt cache over it.
+struct Cached : Model {
+  std::unique_ptr<runtime::Executor> exec = runtime::make_executor(cm);
+  runtime::CompiledStages stages{*exec};
+  runtime::Session s{stages, dims(), params()};
+  runtime::PromptCache cache{s};
+};
+
 runtime::GenerateOptions greedy(std::int64_t n) {
   runtime::GenerateOptions g;
   g.stop.max_new_tokens = n;
@@ -51,11 +61,8 @@ std::vector<std::int32_t> cat(std::vector<std::int32_t> a, const std::vector<std
 } // namespace
 
 TEST_CASE("a repeated conversation feeds only its new tokens", "[prompt-cache]") {
-  Model m;
-  auto exec = runtime::make_executor(m.cm);
-  runtime::CompiledStages stages(*exec);
-  runtime::Session s(stages, m.dims(), params());
-  runtime::PromptCache cache(s);
+  Cached m;
+  auto [stages, s, cache] = std::tie(m.stages, m.s, m.cache); // references into m
 
   const std::vector<std::int32_t> a{1, 5, 9, 2, 7, 3, 8, 4, 6, 10, 11, 12, 13, 14, 15, 16, 17, 18};
   const auto r1 = cache.generate(a, greedy(5));
@@ -85,11 +92,8 @@ TEST_CASE("a repeated conversation feeds only its new tokens", "[prompt-cache]")
 
 TEST_CASE("a prompt that departs from the cache rolls it back to the common prefix",
           "[prompt-cache]") {
-  Model m;
-  auto exec = runtime::make_executor(m.cm);
-  runtime::CompiledStages stages(*exec);
-  runtime::Session s(stages, m.dims(), params());
-  runtime::PromptCache cache(s);
+  Cached m;
+  auto [stages, s, cache] = std::tie(m.stages, m.s, m.cache); // references into m
   const std::vector<std::int32_t> a{3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7};
   cache.generate(a, greedy(3));
   // Keep the first 9 tokens, then something else.
@@ -113,11 +117,8 @@ TEST_CASE("a prompt that departs from the cache rolls it back to the common pref
 
 TEST_CASE("a prompt that leaves no room for an answer is refused, the cache unchanged",
           "[prompt-cache]") {
-  Model m;
-  auto exec = runtime::make_executor(m.cm);
-  runtime::CompiledStages stages(*exec);
-  runtime::Session s(stages, m.dims(), params());
-  runtime::PromptCache cache(s);
+  Cached m;
+  auto [stages, s, cache] = std::tie(m.stages, m.s, m.cache); // references into m
   const std::vector<std::int32_t> a{7, 7, 7, 7};
   cache.generate(a, greedy(2));
   const auto held = cache.held();

@@ -79,6 +79,28 @@ function cli(args, input) {
   return { status: r.status, stdout: r.stdout, stderr: r.stderr };
 }
 
+/// The greedy answer of `tpullm run FILE --chat USER --system SYSTEM -n N`: its text, token count
+/// and whether it stopped at an end-of-sequence token.
+function runChat(file, system, user, n) {
+  const r = cli(['run', file, '--chat', user, '--system', system, '-n', String(n),
+    '--temperature', '0']);
+  assert.equal(r.status, 0, r.stderr);
+  const m = r.stderr.match(/stopped: (.*) after (\d+) tokens/);
+  assert.ok(m, r.stderr);
+  return { text: r.stdout.replace(/\n$/, ''), tokens: Number(m[2]), eos: m[1] === 'eos' };
+}
+
+/// POSTs `body` (greedy, at most `n` tokens unless it says otherwise) to the chat completions
+/// endpoint of `server`; asserts 200 and returns the parsed answer.
+async function postChat(server, body, n) {
+  const r = await fetch(`${server.url}/v1/chat/completions`, {
+    method: 'POST', headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ max_tokens: n, temperature: 0, ...body }),
+  });
+  assert.equal(r.status, 200);
+  return r.json();
+}
+
 function sdk() {
   const dir = process.env.OPENAI_SDK;
   if (!dir || !fs.existsSync(`${dir}/package.json`))
@@ -100,4 +122,4 @@ async function main(tests) {
   }
 }
 
-module.exports = { startServer, cli, sdk, main, withTimeout, assert, bundle };
+module.exports = { startServer, cli, runChat, postChat, sdk, main, withTimeout, assert, bundle };

@@ -4,28 +4,12 @@
 // --chat` gives alone (batch-1 decode), token for token, and the metrics show batched calls.
 // BATCHED_BUNDLE is that bundle.
 'use strict';
-const { startServer, cli, main, assert } = require('./harness.cjs');
+const { startServer, cli, runChat, postChat, main, assert } = require('./harness.cjs');
 
 const N = 12;
 const file = process.env.BATCHED_BUNDLE;
 
-function runChat(system, user) {
-  const r = cli(['run', file, '--chat', user, '--system', system, '-n', String(N),
-    '--temperature', '0']);
-  assert.equal(r.status, 0, r.stderr);
-  const m = r.stderr.match(/stopped: (.*) after (\d+) tokens/);
-  assert.ok(m, r.stderr);
-  return { text: r.stdout.replace(/\n$/, ''), tokens: Number(m[2]), eos: m[1] === 'eos' };
-}
 
-async function post(server, body) {
-  const r = await fetch(`${server.url}/v1/chat/completions`, {
-    method: 'POST', headers: { 'content-type': 'application/json' },
-    body: JSON.stringify({ max_tokens: N, temperature: 0, ...body }),
-  });
-  assert.equal(r.status, 200);
-  return r.json();
-}
 
 async function metric(url, name) {
   const text = await (await fetch(`${url}/metrics`)).text();
@@ -41,9 +25,9 @@ async function run() {
     'Hi', 'Write one line about the sea, the sky and the long road home tonight.'];
   await main([
     ['four concurrent greedy chats equal run --chat alone', async () => {
-      const oracle = users.map((u) => runChat(system, u));
+      const oracle = users.map((u) => runChat(file, system, u, N));
       const answers = await Promise.all(users.map((u) =>
-        post(server, { messages: [{ role: 'system', content: system }, { role: 'user', content: u }] })));
+        postChat(server, { messages: [{ role: 'system', content: system }, { role: 'user', content: u }] }, N)));
       for (const [i, a] of answers.entries()) {
         assert.equal(a.choices[0].message.content, oracle[i].text, `client ${i}`);
         assert.equal(a.usage.completion_tokens, oracle[i].tokens, `client ${i}`);
@@ -54,9 +38,9 @@ async function run() {
         await metric(server.url, 'tpullm_batched_decode_calls_total'));
     }],
     ['again with prompt reuse: the same answers', async () => {
-      const oracle = users.map((u) => runChat(system, u));
+      const oracle = users.map((u) => runChat(file, system, u, N));
       const answers = await Promise.all(users.map((u) =>
-        post(server, { messages: [{ role: 'system', content: system }, { role: 'user', content: u }] })));
+        postChat(server, { messages: [{ role: 'system', content: system }, { role: 'user', content: u }] }, N)));
       for (const [i, a] of answers.entries()) {
         assert.ok(a.usage.prompt_tokens_details.cached_tokens > 0, `client ${i}`);
         assert.equal(a.choices[0].message.content, oracle[i].text, `client ${i}`);

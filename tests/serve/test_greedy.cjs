@@ -4,19 +4,10 @@
 // (cached_tokens > 0: only the new suffix is prefilled, through prefill_kv). Text and token
 // count must both agree.
 'use strict';
-const { startServer, cli, main, assert, bundle } = require('./harness.cjs');
+const { startServer, cli, runChat, postChat, main, assert, bundle } = require('./harness.cjs');
 
 const N = 12;
 
-/// The answer and token count `tpullm run --chat` prints for one user message.
-function runChat(system, user) {
-  const r = cli(['run', bundle, '--chat', user, '--system', system, '-n', String(N),
-    '--temperature', '0']);
-  assert.equal(r.status, 0, r.stderr);
-  const m = r.stderr.match(/stopped: (.*) after (\d+) tokens/);
-  assert.ok(m, r.stderr);
-  return { text: r.stdout.replace(/\n$/, ''), tokens: Number(m[2]), eos: m[1] === 'eos' };
-}
 
 /// The same through `tpullm chat` with the whole conversation piped in as JSON.
 function chatMessages(messages) {
@@ -27,14 +18,6 @@ function chatMessages(messages) {
   return { text: r.stdout.replace(/\n$/, ''), tokens: Number(m[1]), eos: m[2] === 'eos' };
 }
 
-async function post(server, body) {
-  const r = await fetch(`${server.url}/v1/chat/completions`, {
-    method: 'POST', headers: { 'content-type': 'application/json' },
-    body: JSON.stringify({ max_tokens: N, temperature: 0, ...body }),
-  });
-  assert.equal(r.status, 200);
-  return r.json();
-}
 
 function same(server, oracle) {
   assert.equal(server.choices[0].message.content, oracle.text);
@@ -49,19 +32,19 @@ async function run() {
   let first;
   await main([
     ['first turn equals run --chat (nothing cached)', async () => {
-      first = await post(server, { messages: turn1 });
+      first = await postChat(server, { messages: turn1 }, N);
       assert.equal(first.usage.prompt_tokens_details.cached_tokens, 0);
-      same(first, runChat(system, 'Hello there'));
+      same(first, runChat(bundle, system, 'Hello there', N));
     }],
     ['the same request again: all but the last prompt token reused, same answer', async () => {
-      const again = await post(server, { messages: turn1 });
+      const again = await postChat(server, { messages: turn1 }, N);
       assert.equal(again.usage.prompt_tokens_details.cached_tokens, again.usage.prompt_tokens - 1);
-      same(again, runChat(system, 'Hello there'));
+      same(again, runChat(bundle, system, 'Hello there', N));
     }],
     ['second turn with reuse equals chat on the whole conversation', async () => {
       const turn2 = [...turn1, { role: 'assistant', content: first.choices[0].message.content },
         { role: 'user', content: 'And what about the sea?' }];
-      const second = await post(server, { messages: turn2 });
+      const second = await postChat(server, { messages: turn2 }, N);
       assert.ok(second.usage.prompt_tokens_details.cached_tokens >= first.usage.prompt_tokens,
         JSON.stringify(second.usage));
       same(second, chatMessages(turn2));
