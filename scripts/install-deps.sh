@@ -6,7 +6,7 @@ pkgs=(
   libeigen3-dev libboost-graph-dev libboost-program-options-dev
   libxtensor-dev libxsimd-dev xtl-dev nlohmann-json3-dev
   catch2 libbenchmark-dev libflatbuffers-dev flatbuffers-compiler
-  llvm-14-tools clang-format-14 ccache
+  llvm-14-tools clang-format-14 ccache lld
   libpcre2-dev libutf8proc-dev
   libcpp-httplib-dev curl
 )

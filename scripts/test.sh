@@ -4,7 +4,10 @@
 #      ISA path, frontend, install + consumer, formatting).
 #   2. ASan+UBSan build (build-asan/): the same tests except the install and format checks and the
 #      kernel numerics suites (tests/kernels: Release only; under the sanitizers every kernel the
-#      CPU dispatches to still runs through the compiled-model, bundle and CLI verify tests).
+#      CPU dispatches to still runs through the compiled-model, bundle and CLI verify tests). The
+#      library and the tools are instrumented in full; the test programs with ASan's heap checks
+#      only (CMakeLists.txt, TPULLM_TEST_CODE); the quantized test checkpoints and their goldens
+#      are the Release tree's, made minutes before from the same sources (tests/cli).
 # Both builds go through ccache (scripts/build.sh): a rebuild of an unchanged tree, in this
 # folder or a fresh clone elsewhere on the same machine, takes minutes.
 # Exits non-zero on any failure. TPULLM_TEST_SKIP_SANITIZE=1 skips step 2 (local iteration only).
@@ -20,7 +23,7 @@ ctest --test-dir "$root/build" -j "$jobs" --output-on-failure
 if [ "${TPULLM_TEST_SKIP_SANITIZE:-0}" != 1 ]; then
   echo "== ASan+UBSan build and tests =="
   "$root/scripts/build.sh" "$root/build-asan" -DTPULLM_SANITIZE=ON -DTPULLM_BUILD_BENCH=OFF \
-    -DTPULLM_BUILD_KERNEL_TESTS=OFF \
+    -DTPULLM_BUILD_KERNEL_TESTS=OFF -DTPULLM_QUANT_MODELS_FROM="$root/build/tests/cli/quant-models" \
     -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1"
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
     ctest --test-dir "$root/build-asan" -j "$jobs" --output-on-failure -E '^install:|^format:'

@@ -525,6 +525,7 @@ void make_broken(const fs::path& out) {
 }
 
 void make(const fs::path& out, const fs::path& models) {
+  fs::remove(out / ".complete"); // until this run has written everything again
   const fs::path base_dir = models / "llama-gqa";
   const auto base_cfg = nlohmann::json::parse(fe_test::read_file(base_dir / "config.json"));
   const auto base = tpullm::frontend::SafetensorsFile::open(base_dir / "model.safetensors");
@@ -699,6 +700,8 @@ int main(int argc, char** argv) {
   }
   try {
     make(argv[1], argv[2]);
+    // The last file: another tree may take this folder (tests/cli/copy_fixture.cmake) once it is.
+    fe_test::write_file(fs::path(argv[1]) / ".complete", "tpullm-make-quant-models\n");
   } catch (const std::exception& e) {
     std::fprintf(stderr, "tpullm-make-quant-models: %s\n", e.what());
     return 1;
