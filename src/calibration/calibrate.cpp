@@ -73,12 +73,13 @@ struct Recorder {
     if (!f || !is_block(f->info().stage))
       return;
     if (op.is<ir::top::MatMulOp>()) {
-      const std::string w = weight_name(op.operand(1));
+      const std::string w = weight_name(op.operand(ir::top::MatMulOp::b));
       if (!w.empty())
         record(w, args[0]);
     } else if (const auto* m = op.as<ir::top::MLPOp>()) {
-      const std::string g = weight_name(op.operand(1)), u = weight_name(op.operand(2)),
-                        d = weight_name(op.operand(3));
+      using P = ir::top::MLPOp;
+      const std::string g = weight_name(op.operand(P::gate)), u = weight_name(op.operand(P::up)),
+                        d = weight_name(op.operand(P::down));
       if (g.empty() || u.empty() || d.empty())
         return;
       record(g, args[0]);

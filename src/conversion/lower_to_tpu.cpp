@@ -19,6 +19,14 @@ using ir::Operation;
 using ir::TensorType;
 using ir::Value;
 
+/// The operand every linear reads its activation from: MatMul's a, MLP's and MoE's x.
+constexpr std::uint8_t kLinearInput = ir::top::MatMulOp::a;
+static_assert(ir::top::MLPOp::x == kLinearInput && ir::top::MoEOp::x == kLinearInput);
+/// The operands of the paper's KV append, Concat(history argument, new rows).
+enum KvAppendOperand : std::uint8_t { kHistory, kFresh };
+/// The results of a block function: (hidden, keys, values).
+enum BlockResult : std::uint8_t { kBlockHidden, kBlockKeys, kBlockValues };
+
 bool is_block_stage(ir::StageKind k) {
   return k == ir::StageKind::prefill || k == ir::StageKind::prefill_kv ||
          k == ir::StageKind::decode;
@@ -136,8 +144,8 @@ private:
                                      ") must take (input_states, position_ids [1, L] i32, ...), "
                                      "return (hidden, keys, values) and name its layer");
     positions_ = src_.argument(1);
-    key_out_ = ret->operand(1);
-    value_out_ = ret->operand(2);
+    key_out_ = ret->operand(kBlockKeys);
+    value_out_ = ret->operand(kBlockValues);
     for (const Value* kv : {key_out_, value_out_})
       if (kv->is_argument() || kv->type().rank() != 4)
         throw DiagnosticError(loc, "a block's keys and values must be computed [1, L, kv_heads, "
@@ -147,7 +155,7 @@ private:
     for (const auto& op : src_.ops())
       if (const auto* c = op->as<ir::top::ConcatOp>())
         if (is_kv_append(*op, *c))
-          history_args_.insert(op->operand(0)->index());
+          history_args_.insert(op->operand(kHistory)->index());
   }
 
   /// Gathers whose every user is a Rope that reads the table itself are not lowered on their own.
@@ -170,18 +178,20 @@ private:
     const Value* positions;
   };
   std::optional<RopeTables> rope_tables(const Operation& rope) const {
-    const Operation* c = rope.operand(1)->defining_op();
-    const Operation* s = rope.operand(2)->defining_op();
-    if (!c || !s || !c->is<ir::top::GatherOp>() || !s->is<ir::top::GatherOp>())
+    using G = ir::top::GatherOp;
+    const Operation* c = rope.operand(ir::top::RopeOp::cosines)->defining_op();
+    const Operation* s = rope.operand(ir::top::RopeOp::sines)->defining_op();
+    if (!c || !s || !c->is<G>() || !s->is<G>())
       return std::nullopt;
-    if (c->as<ir::top::GatherOp>()->axis != 0 || s->as<ir::top::GatherOp>()->axis != 0)
+    if (c->as<G>()->axis != 0 || s->as<G>()->axis != 0)
       return std::nullopt;
-    if (c->operand(1) != s->operand(1) || !weight_of(c->operand(0)) || !weight_of(s->operand(0)))
+    if (c->operand(G::indices) != s->operand(G::indices) || !weight_of(c->operand(G::table)) ||
+        !weight_of(s->operand(G::table)))
       return std::nullopt;
-    const TensorType& p = c->operand(1)->type();
-    if (p.dtype != ir::DType::i32 || p.rank() != 2 || c->operand(0)->type().rank() != 2)
+    const TensorType& p = c->operand(G::indices)->type();
+    if (p.dtype != ir::DType::i32 || p.rank() != 2 || c->operand(G::table)->type().rank() != 2)
       return std::nullopt;
-    return RopeTables{c->operand(0), s->operand(0), c->operand(1)};
+    return RopeTables{c->operand(G::table), s->operand(G::table), c->operand(G::indices)};
   }
 
   // ---- ops ---------------------------------------------------------------------------------
@@ -247,7 +257,8 @@ private:
         fail(op, plan_.quantized_weight_refusal(w->name));
       o.group_size = 0; // one scale per output channel
       o.symmetric = true;
-      if (const std::vector<float>* s = reads_input ? smoothing_of(op.operand(0)) : nullptr) {
+      if (const std::vector<float>* s =
+              reads_input ? smoothing_of(op.operand(kLinearInput)) : nullptr) {
         smoothed = smoothed_weight(op, *w, transposed, *s);
         w = &smoothed;
       }
@@ -321,16 +332,19 @@ private:
     const Value* y = norm.result(0);
     std::vector<std::pair<const Value*, bool>> weights; // (weight value, transposed)
     for (const Operation* u : y->users()) {
-      if (const auto* m = u->as<ir::top::MatMulOp>()) {
-        if (u->operand(0) != y || !weight_of(u->operand(1)) || !linear_choice(u->operand(1)).w8a8)
+      using M = ir::top::MatMulOp;
+      using P = ir::top::MLPOp;
+      if (const auto* m = u->as<M>()) {
+        if (u->operand(M::a) != y || !weight_of(u->operand(M::b)) ||
+            !linear_choice(u->operand(M::b)).w8a8)
           return nullptr;
-        weights.emplace_back(u->operand(1), m->transpose_b);
-      } else if (const auto* mlp = u->as<ir::top::MLPOp>()) {
-        if (u->operand(0) != y || !weight_of(u->operand(1)) || !weight_of(u->operand(2)) ||
-            !linear_choice(u->operand(1)).w8a8)
+        weights.emplace_back(u->operand(M::b), m->transpose_b);
+      } else if (const auto* mlp = u->as<P>()) {
+        if (u->operand(P::x) != y || !weight_of(u->operand(P::gate)) ||
+            !weight_of(u->operand(P::up)) || !linear_choice(u->operand(P::gate)).w8a8)
           return nullptr;
-        weights.emplace_back(u->operand(1), mlp->transpose_b);
-        weights.emplace_back(u->operand(2), mlp->transpose_b);
+        weights.emplace_back(u->operand(P::gate), mlp->transpose_b);
+        weights.emplace_back(u->operand(P::up), mlp->transpose_b);
       } else {
         return nullptr;
       }
@@ -364,7 +378,7 @@ private:
 
   /// The norm's gamma divided by the factors, as an f32 weight.
   const ir::Weight& smoothed_gamma(const Operation& norm, const std::vector<float>& s) {
-    const ir::Weight* g = weight_of(norm.operand(1));
+    const ir::Weight* g = weight_of(norm.operand(ir::top::RMSNormOp::gamma));
     if (!g || !g->has_data())
       fail(norm, "smoothing folds its factors into the norm's gamma, which must be a weight "
                  "with data");
@@ -407,16 +421,17 @@ private:
   }
 
   /// Elementwise binary: same shapes, or one side an [N] vector over the other's last axis.
-  template <class T>
+  template <class Top, class T>
   void binary(const Operation& op) {
-    const TensorType &a = op.operand(0)->type(), &c = op.operand(1)->type();
+    constexpr auto lhs = Top::lhs, rhs = Top::rhs;
+    const TensorType &a = op.operand(lhs)->type(), &c = op.operand(rhs)->type();
     auto vec_of = [](const TensorType& full, const TensorType& v) {
       return v.rank() == 1 && full.rank() >= 1 && v.shape[0] == full.shape.back();
     };
     if (a.shape == c.shape || vec_of(a, c)) {
-      set(op.result(0), create(op, T{}, {get(op.operand(0)), get(op.operand(1))}));
+      set(op.result(0), create(op, T{}, {get(op.operand(lhs)), get(op.operand(rhs))}));
     } else if (vec_of(c, a)) { // commutative: put the full tensor first
-      set(op.result(0), create(op, T{}, {get(op.operand(1)), get(op.operand(0))}));
+      set(op.result(0), create(op, T{}, {get(op.operand(rhs)), get(op.operand(lhs))}));
     } else {
       fail(op, "the Tpu form supports equal shapes or an [N] vector over the last axis, got " +
                    ir::shape_str(a.shape) + " and " + ir::shape_str(c.shape));
@@ -446,17 +461,19 @@ private:
   }
 
   void lower(const Operation& op, const ir::top::MatMulOp& o) {
-    std::vector<Value*> in{get(op.operand(0)),
-                           weight_value(linear_weight(op, op.operand(1), o.transpose_b))};
-    if (op.num_operands() == 3) {
-      const ir::Weight* bw = weight_of(op.operand(2));
-      in.push_back(bw ? weight_value(conv_.row_major(*bw, ir::DType::f32)) : get(op.operand(2)));
+    using M = ir::top::MatMulOp;
+    std::vector<Value*> in{get(op.operand(M::a)),
+                           weight_value(linear_weight(op, op.operand(M::b), o.transpose_b))};
+    if (op.num_operands() > M::bias) {
+      const ir::Weight* bw = weight_of(op.operand(M::bias));
+      in.push_back(bw ? weight_value(conv_.row_major(*bw, ir::DType::f32))
+                      : get(op.operand(M::bias)));
     }
     ir::tpu::MatMulOp t;
-    if (linear_choice(op.operand(1)).w8a8) {
+    if (linear_choice(op.operand(M::b)).w8a8) {
       t.act_quant = static_ ? ir::ActQuantKind::static_tensor : ir::ActQuantKind::dynamic;
       if (static_) {
-        const StaticActParams p = static_params(op, op.operand(1), op.operand(0));
+        const StaticActParams p = static_params(op, op.operand(M::b), op.operand(M::a));
         t.act_scale = p.scale;
         if (p.zero != 0)
           t.act_zero = p.zero;
@@ -470,14 +487,16 @@ private:
     if (const std::vector<float>* s = prepare_smoothing(op))
       gamma = weight_value(smoothed_gamma(op, *s));
     else
-      gamma = param(op.operand(1));
-    set(op.result(0), create(op, ir::tpu::RMSNormOp{o}, {get(op.operand(0)), gamma}));
+      gamma = param(op.operand(ir::top::RMSNormOp::gamma));
+    set(op.result(0),
+        create(op, ir::tpu::RMSNormOp{o}, {get(op.operand(ir::top::RMSNormOp::x)), gamma}));
   }
 
   void lower(const Operation& op, const ir::top::GatherOp& o) {
-    const ir::Weight* table = weight_of(op.operand(0));
-    const TensorType& idx = op.operand(1)->type();
-    if (o.axis != 0 && !(o.axis == -op.operand(0)->type().rank()))
+    using G = ir::top::GatherOp;
+    const ir::Weight* table = weight_of(op.operand(G::table));
+    const TensorType& idx = op.operand(G::indices)->type();
+    if (o.axis != 0 && !(o.axis == -op.operand(G::table)->type().rank()))
       fail(op, "the Tpu gather reads rows (axis 0), got axis " + std::to_string(o.axis));
     if (idx.dtype != ir::DType::i32)
       fail(op, "indices must be i32, got " + idx.str());
@@ -500,10 +519,11 @@ private:
         }
       }
       Value* t = weight_value(*packed_table);
-      set(op.result(0), create(op, ir::tpu::EmbeddingOp{}, {t, get(op.operand(1))}));
+      set(op.result(0), create(op, ir::tpu::EmbeddingOp{}, {t, get(op.operand(G::indices))}));
       return;
     }
-    set(op.result(0), create(op, ir::tpu::GatherOp{}, {param(op.operand(0)), get(op.operand(1))}));
+    set(op.result(0), create(op, ir::tpu::GatherOp{},
+                             {param(op.operand(G::table)), get(op.operand(G::indices))}));
   }
 
   void lower(const Operation& op, const ir::top::RopeOp& o) {
@@ -513,25 +533,25 @@ private:
                "[positions, d/2] tables on axis 0 by the same [1, L] i32 position_ids");
     Value* c = weight_value(conv_.row_major(*weight_of(t->cos_table), ir::DType::f32));
     Value* s = weight_value(conv_.row_major(*weight_of(t->sin_table), ir::DType::f32));
-    set(op.result(0),
-        create(op, ir::tpu::RopeOp{o}, {get(op.operand(0)), c, s, get(t->positions)}));
+    set(op.result(0), create(op, ir::tpu::RopeOp{o},
+                             {get(op.operand(ir::top::RopeOp::x)), c, s, get(t->positions)}));
   }
 
   void lower(const Operation& op, const ir::top::ReshapeOp& o) {
-    set(op.result(0), create(op, ir::tpu::ReshapeOp{o}, {get(op.operand(0))}));
+    set(op.result(0), create(op, ir::tpu::ReshapeOp{o}, {get(op.operand(ir::top::ReshapeOp::x))}));
   }
   void lower(const Operation& op, const ir::top::PermuteOp& o) {
-    set(op.result(0), create(op, ir::tpu::PermuteOp{o}, {get(op.operand(0))}));
+    set(op.result(0), create(op, ir::tpu::PermuteOp{o}, {get(op.operand(ir::top::PermuteOp::x))}));
   }
   void lower(const Operation& op, const ir::top::SliceOp& o) {
-    set(op.result(0), create(op, ir::tpu::SliceOp{o}, {get(op.operand(0))}));
+    set(op.result(0), create(op, ir::tpu::SliceOp{o}, {get(op.operand(ir::top::SliceOp::x))}));
   }
 
   /// Whether `op` is the paper's Concat(history argument, returned new keys / values).
   bool is_kv_append(const Operation& op, const ir::top::ConcatOp& o) const {
     return positions_ && op.num_operands() == 2 && (o.axis == 1 || o.axis == -3) &&
-           op.operand(0)->is_argument() && op.operand(0)->index() >= 2 &&
-           (op.operand(1) == key_out_ || op.operand(1) == value_out_);
+           op.operand(kHistory)->is_argument() && op.operand(kHistory)->index() >= 2 &&
+           (op.operand(kFresh) == key_out_ || op.operand(kFresh) == value_out_);
   }
 
   void lower(const Operation& op, const ir::top::ConcatOp& o) {
@@ -539,8 +559,9 @@ private:
     if (is_kv_append(op, o)) {
       ir::tpu::KVAppendOp a;
       a.layer = src_.info().layer;
-      a.kv = op.operand(1) == key_out_ ? ir::KvKind::key : ir::KvKind::value;
-      set(op.result(0), create(op, a, {get(op.operand(0)), get(op.operand(1)), get(positions_)}));
+      a.kv = op.operand(kFresh) == key_out_ ? ir::KvKind::key : ir::KvKind::value;
+      set(op.result(0),
+          create(op, a, {get(op.operand(kHistory)), get(op.operand(kFresh)), get(positions_)}));
       return;
     }
     std::vector<Value*> in;
@@ -549,19 +570,24 @@ private:
     set(op.result(0), create(op, ir::tpu::ConcatOp{o}, in));
   }
 
-  void lower(const Operation& op, const ir::top::AddOp&) { binary<ir::tpu::AddOp>(op); }
-  void lower(const Operation& op, const ir::top::MulOp&) { binary<ir::tpu::MulOp>(op); }
+  void lower(const Operation& op, const ir::top::AddOp&) {
+    binary<ir::top::AddOp, ir::tpu::AddOp>(op);
+  }
+  void lower(const Operation& op, const ir::top::MulOp&) {
+    binary<ir::top::MulOp, ir::tpu::MulOp>(op);
+  }
   void lower(const Operation& op, const ir::top::SiLUOp&) {
-    set(op.result(0), create(op, ir::tpu::SiLUOp{}, {get(op.operand(0))}));
+    set(op.result(0), create(op, ir::tpu::SiLUOp{}, {get(op.operand(ir::top::SiLUOp::x))}));
   }
   void lower(const Operation& op, const ir::top::SoftmaxOp& o) {
-    const auto r = op.operand(0)->type().rank();
+    const Value* x = op.operand(ir::top::SoftmaxOp::x);
+    const auto r = x->type().rank();
     if (o.axis != -1 && o.axis != r - 1)
       fail(op, "the Tpu softmax runs along the last axis, got axis " + std::to_string(o.axis));
-    set(op.result(0), create(op, ir::tpu::SoftmaxOp{}, {get(op.operand(0))}));
+    set(op.result(0), create(op, ir::tpu::SoftmaxOp{}, {get(x)}));
   }
   void lower(const Operation& op, const ir::top::CastOp& o) {
-    Value* x = get(op.operand(0));
+    Value* x = get(op.operand(ir::top::CastOp::x));
     if (o.dtype == ir::DType::f32 || o.dtype == ir::DType::f64)
       set(op.result(0), x); // activations are f32 already
     else
@@ -569,8 +595,9 @@ private:
   }
 
   void lower(const Operation& op, const ir::top::FAttentionOp& o) {
-    Value* k = get(op.operand(1));
-    Value* v = get(op.operand(2));
+    using A = ir::top::FAttentionOp;
+    Value* k = get(op.operand(A::k));
+    Value* v = get(op.operand(A::v));
     const bool cache = k->defining_op() && k->defining_op()->is<ir::tpu::KVAppendOp>() &&
                        v->defining_op() && v->defining_op()->is<ir::tpu::KVAppendOp>();
     if (o.history > 0 && !cache)
@@ -579,7 +606,7 @@ private:
                "returned new rows)");
     ir::tpu::FAttentionOp t{o}; // Top's semantics, plus where the keys come from
     t.kv_form = cache ? ir::KvForm::cache : ir::KvForm::rows;
-    set(op.result(0), create(op, t, {get(op.operand(0)), k, v, get(op.operand(3))}));
+    set(op.result(0), create(op, t, {get(op.operand(A::q)), k, v, get(op.operand(A::positions))}));
   }
 
   void lower(const Operation& op, const ir::top::MLPOp& o) {
@@ -647,20 +674,22 @@ private:
   }
 
   void lower(const Operation& op, const ir::top::ArgMaxOp& o) {
-    const auto r = op.operand(0)->type().rank();
+    const Value* x = op.operand(ir::top::ArgMaxOp::x);
+    const auto r = x->type().rank();
     if (o.axis != -1 && o.axis != r - 1)
       fail(op, "the Tpu argmax runs along the last axis, got axis " + std::to_string(o.axis));
-    set(op.result(0), create(op, ir::tpu::ArgMaxOp{}, {get(op.operand(0))}));
+    set(op.result(0), create(op, ir::tpu::ArgMaxOp{}, {get(x)}));
   }
 
   void lower(const Operation& op, const ir::top::TopKOp& o) {
-    const auto r = op.operand(0)->type().rank();
+    const Value* x = op.operand(ir::top::TopKOp::x);
+    const auto r = x->type().rank();
     if (o.axis != -1 && o.axis != r - 1)
       fail(op, "the Tpu top-k runs along the last axis, got axis " + std::to_string(o.axis));
     b_.set_loc(op.loc());
     Operation* t = nullptr;
     try {
-      t = b_.create_op(ir::tpu::TopKOp{o.k}, {get(op.operand(0))});
+      t = b_.create_op(ir::tpu::TopKOp{o.k}, {get(x)});
     } catch (const DiagnosticError& e) {
       fail(op, e.message());
     }

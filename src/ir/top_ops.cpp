@@ -37,7 +37,7 @@ std::vector<TensorType> infer_binary(Types in) {
 namespace tpullm::ir::top {
 
 auto MatMulOp::infer(Types in) const -> std::vector<TensorType> {
-  const auto &a = in[0], &b = in[1];
+  const auto &a = in[MatMulOp::a], &b = in[MatMulOp::b];
   detail::require_float(a, "lhs");
   detail::require_weight(b, "rhs");
   detail::require(a.rank() >= 1 && b.rank() == 2, "lhs must have rank >= 1 and rhs rank 2");
@@ -50,9 +50,10 @@ auto MatMulOp::infer(Types in) const -> std::vector<TensorType> {
   detail::require(k == bk, "contracting dims differ: lhs " + shape_str(a.shape) + ", rhs " +
                                shape_str(b.shape) + (transpose_b ? " (transposed)" : ""));
   if (in.size() == 3) {
-    detail::require_float(in[2], "bias");
-    detail::require(in[2].shape == std::vector<std::int64_t>{n},
-                    "bias must be [" + std::to_string(n) + "], got " + shape_str(in[2].shape));
+    detail::require_float(in[MatMulOp::bias], "bias");
+    detail::require(in[MatMulOp::bias].shape == std::vector<std::int64_t>{n},
+                    "bias must be [" + std::to_string(n) + "], got " +
+                        shape_str(in[MatMulOp::bias].shape));
   }
   auto shape = a.shape;
   shape.back() = n;
@@ -60,17 +61,18 @@ auto MatMulOp::infer(Types in) const -> std::vector<TensorType> {
 }
 
 auto RMSNormOp::infer(Types in) const -> std::vector<TensorType> {
-  detail::require_float(in[0], "input");
-  detail::require_float(in[1], "gamma");
-  detail::require_min_rank(in[0], 1, "input");
-  if (in[1].shape != std::vector<std::int64_t>{in[0].dim(-1)})
-    detail::fail("gamma must be [", in[0].dim(-1), "], got ", shape_str(in[1].shape));
+  detail::require_float(in[RMSNormOp::x], "input");
+  detail::require_float(in[RMSNormOp::gamma], "gamma");
+  detail::require_min_rank(in[RMSNormOp::x], 1, "input");
+  if (in[RMSNormOp::gamma].shape != std::vector<std::int64_t>{in[RMSNormOp::x].dim(-1)})
+    detail::fail("gamma must be [", in[RMSNormOp::x].dim(-1), "], got ",
+                 shape_str(in[RMSNormOp::gamma].shape));
   detail::require(eps >= 0, "eps must be >= 0");
-  return {in[0].with_shape(in[0].shape)};
+  return {in[RMSNormOp::x].with_shape(in[RMSNormOp::x].shape)};
 }
 
 auto GatherOp::infer(Types in) const -> std::vector<TensorType> {
-  const auto &t = in[0], &idx = in[1];
+  const auto &t = in[GatherOp::table], &idx = in[GatherOp::indices];
   detail::require(!t.quant || (quant_stored_as_rows(*t.quant) && t.rank() == 2 && axis == 0),
                   "gather of a quantized table is supported only for rows of a ggml table");
   detail::require_int_index(idx, "indices");
@@ -82,7 +84,7 @@ auto GatherOp::infer(Types in) const -> std::vector<TensorType> {
 }
 
 auto RopeOp::infer(Types in) const -> std::vector<TensorType> {
-  const auto &x = in[0], &c = in[1], &s = in[2];
+  const auto &x = in[RopeOp::x], &c = in[RopeOp::cosines], &s = in[RopeOp::sines];
   detail::require_float(x, "input");
   detail::require_float(c, "cos");
   detail::require_float(s, "sin");
@@ -97,19 +99,19 @@ auto RopeOp::infer(Types in) const -> std::vector<TensorType> {
 }
 
 auto ReshapeOp::infer(Types in) const -> std::vector<TensorType> {
-  TensorType r = in[0].with_shape(shape);
+  TensorType r = in[ReshapeOp::x].with_shape(shape);
   for (auto d : shape)
     if (d < 0)
       detail::fail("negative dimension in reshape target ", shape_str(shape));
   // num_elements() refuses types beyond the limits, so neither product overflows.
-  if (r.num_elements() != in[0].num_elements())
-    detail::fail("reshape ", shape_str(in[0].shape), " -> ", shape_str(shape),
+  if (r.num_elements() != in[ReshapeOp::x].num_elements())
+    detail::fail("reshape ", shape_str(in[ReshapeOp::x].shape), " -> ", shape_str(shape),
                  " changes the element count");
   return {r};
 }
 
 auto PermuteOp::infer(Types in) const -> std::vector<TensorType> {
-  const auto& x = in[0];
+  const auto& x = in[PermuteOp::x];
   if (static_cast<std::int64_t>(order.size()) != x.rank())
     detail::fail("order ", shape_str(order), " does not match rank ", x.rank());
   std::vector<bool> seen(order.size(), false);
@@ -125,7 +127,7 @@ auto PermuteOp::infer(Types in) const -> std::vector<TensorType> {
 }
 
 auto SliceOp::infer(Types in) const -> std::vector<TensorType> {
-  const auto& x = in[0];
+  const auto& x = in[SliceOp::x];
   detail::require(static_cast<std::int64_t>(offsets.size()) == x.rank() &&
                       static_cast<std::int64_t>(sizes.size()) == x.rank(),
                   "offsets and sizes need one entry per axis (rank " + std::to_string(x.rank()) +
@@ -157,14 +159,15 @@ auto ConcatOp::infer(Types in) const -> std::vector<TensorType> {
 }
 
 auto CastOp::infer(Types in) const -> std::vector<TensorType> {
-  detail::require_float(in[0], "input");
+  detail::require_float(in[CastOp::x], "input");
   detail::require(is_float(dtype),
                   "cast target must be a float type, got " + std::string(name(dtype)));
-  return {TensorType(in[0].shape, dtype)};
+  return {TensorType(in[CastOp::x].shape, dtype)};
 }
 
 auto FAttentionOp::infer(Types in) const -> std::vector<TensorType> {
-  const auto &q = in[0], &k = in[1], &v = in[2], &p = in[3];
+  const auto &q = in[FAttentionOp::q], &k = in[FAttentionOp::k], &v = in[FAttentionOp::v],
+             &p = in[FAttentionOp::positions];
   detail::require_float(q, "q");
   detail::require_float(k, "k");
   detail::require_float(v, "v");
@@ -189,7 +192,7 @@ auto FAttentionOp::infer(Types in) const -> std::vector<TensorType> {
 }
 
 auto MLPOp::infer(Types in) const -> std::vector<TensorType> {
-  const auto &x = in[0], &g = in[1], &u = in[2], &d = in[3];
+  const auto &x = in[MLPOp::x], &g = in[MLPOp::gate], &u = in[MLPOp::up], &d = in[MLPOp::down];
   detail::require_float(x, "input");
   for (const auto* w : {&g, &u, &d})
     detail::require_weight(*w, "MLP weight");
@@ -219,12 +222,12 @@ auto MoEOp::infer(Types in) const -> std::vector<TensorType> {
                   " must be in [1, 2^20]");
   detail::require(top_k >= 1 && top_k <= experts, "top_k = ", top_k,
                   " must be in [1, experts = ", experts, "]");
-  detail::require(static_cast<std::int64_t>(in.size()) == 2 + 3 * experts, "MoE with ", experts,
-                  " experts takes 2 + 3 * ", experts,
+  detail::require(static_cast<std::int64_t>(in.size()) == MoEOp::first_expert + 3 * experts,
+                  "MoE with ", experts, " experts takes 2 + 3 * ", experts,
                   " operands (x, router, gate/up/down per "
                   "expert), got ",
                   in.size());
-  const auto& x = in[0];
+  const auto& x = in[MoEOp::x];
   detail::require_float(x, "input");
   detail::require_min_rank(x, 1, "input");
   const std::int64_t h = x.dim(-1);
@@ -235,21 +238,23 @@ auto MoEOp::infer(Types in) const -> std::vector<TensorType> {
   for (std::size_t i = 1; i < in.size(); ++i) {
     // Experts (i >= 2) may also be ggml blocks, stored [out, in] as a float HF weight is.
     const bool ggml = i >= 2 && in[i].quant && quant_stored_as_rows(*in[i].quant) && transpose_b;
-    detail::require(ggml || (is_float(in[i].dtype) && !in[i].quant &&
-                             in[i].layout == Layout::row_major),
-                    "MoE weight #", i,
-                    " must be a float row-major tensor (experts: or ggml blocks read with "
-                    "transpose_b), got ",
-                    in[i]);
+    detail::require(
+        ggml || (is_float(in[i].dtype) && !in[i].quant && in[i].layout == Layout::row_major),
+        "MoE weight #", i,
+        " must be a float row-major tensor (experts: or ggml blocks read with "
+        "transpose_b), got ",
+        in[i]);
     detail::require(in[i].rank() == 2, "MoE weight #", i, " must be rank 2, got ", in[i]);
   }
-  detail::require(in[1].shape == io(h, experts), "router must be ", shape_str(io(h, experts)),
-                  " for hidden ", h, " and ", experts, " experts, got ", in[1]);
-  const std::int64_t i0 = transpose_b ? in[2].shape[0] : in[2].shape[1];
+  detail::require(in[MoEOp::router].shape == io(h, experts), "router must be ",
+                  shape_str(io(h, experts)), " for hidden ", h, " and ", experts, " experts, got ",
+                  in[MoEOp::router]);
+  const std::int64_t i0 =
+      transpose_b ? in[MoEOp::first_expert].shape[0] : in[MoEOp::first_expert].shape[1];
   for (std::int64_t e = 0; e < experts; ++e) {
-    const auto& g = in[static_cast<std::size_t>(2 + 3 * e)];
-    const auto& u = in[static_cast<std::size_t>(3 + 3 * e)];
-    const auto& d = in[static_cast<std::size_t>(4 + 3 * e)];
+    const auto& g = in[static_cast<std::size_t>(MoEOp::first_expert + 3 * e)];
+    const auto& u = in[static_cast<std::size_t>(MoEOp::first_expert + 1 + 3 * e)];
+    const auto& d = in[static_cast<std::size_t>(MoEOp::first_expert + 2 + 3 * e)];
     detail::require(g.shape == io(h, i0) && u.shape == io(h, i0) && d.shape == io(i0, h), "expert ",
                     e, " weights do not match hidden ", h, " / intermediate ", i0, ": gate ", g,
                     ", up ", u, ", down ", d);
@@ -258,20 +263,20 @@ auto MoEOp::infer(Types in) const -> std::vector<TensorType> {
 }
 
 auto ArgMaxOp::infer(Types in) const -> std::vector<TensorType> {
-  detail::require_float(in[0], "input");
-  auto shape = in[0].shape;
-  shape[detail::norm_axis(axis, in[0].rank())] = 1;
+  detail::require_float(in[ArgMaxOp::x], "input");
+  auto shape = in[ArgMaxOp::x].shape;
+  shape[detail::norm_axis(axis, in[ArgMaxOp::x].rank())] = 1;
   return {TensorType(shape, DType::i32)};
 }
 
 auto TopKOp::infer(Types in) const -> std::vector<TensorType> {
-  detail::require_float(in[0], "input");
-  auto shape = in[0].shape;
-  const auto a = detail::norm_axis(axis, in[0].rank());
+  detail::require_float(in[TopKOp::x], "input");
+  auto shape = in[TopKOp::x].shape;
+  const auto a = detail::norm_axis(axis, in[TopKOp::x].rank());
   detail::require(k >= 1 && k <= shape[a],
                   "k = " + std::to_string(k) + " must be in [1, " + std::to_string(shape[a]) + "]");
   shape[a] = k;
-  return {TensorType(shape, in[0].dtype), TensorType(shape, DType::i32)};
+  return {TensorType(shape, in[TopKOp::x].dtype), TensorType(shape, DType::i32)};
 }
 
 } // namespace tpullm::ir::top

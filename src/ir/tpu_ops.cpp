@@ -71,65 +71,78 @@ namespace tpullm::ir::tpu {
 
 auto EmbeddingOp::infer(Types in) const -> std::vector<TensorType> {
   std::int64_t H = 0;
-  if (in[0].layout == Layout::panels) {
-    H = detail::require_packed(in[0], "table").first;
+  if (in[EmbeddingOp::table].layout == Layout::panels) {
+    H = detail::require_packed(in[EmbeddingOp::table], "table").first;
   } else {
-    detail::require_param(in[0], "table");
-    detail::require(in[0].rank() == 2, "table must be [V, H], got " + in[0].str());
-    H = in[0].shape[1];
+    detail::require_param(in[EmbeddingOp::table], "table");
+    detail::require(in[EmbeddingOp::table].rank() == 2,
+                    "table must be [V, H], got " + in[EmbeddingOp::table].str());
+    H = in[EmbeddingOp::table].shape[1];
   }
-  detail::require(in[1].dtype == DType::i32 && in[1].rank() == 2 && in[1].shape[0] == 1,
-                  "ids must be [1, L] i32, got " + in[1].str());
-  return {TensorType({1, in[1].shape[1], H}, DType::f32)};
+  detail::require(in[EmbeddingOp::ids].dtype == DType::i32 && in[EmbeddingOp::ids].rank() == 2 &&
+                      in[EmbeddingOp::ids].shape[0] == 1,
+                  "ids must be [1, L] i32, got " + in[EmbeddingOp::ids].str());
+  return {TensorType({1, in[EmbeddingOp::ids].shape[1], H}, DType::f32)};
 }
 
 auto AddRMSNormOp::infer(Types in) const -> std::vector<TensorType> {
-  detail::require_act(in[0], "input");
-  detail::require_act(in[1], "residual");
-  detail::require(in[0].shape == in[1].shape,
-                  "input and residual differ: " + in[0].str() + " vs " + in[1].str());
-  detail::require_param(in[2], "gamma");
-  detail::require(in[0].rank() >= 1 && in[2].shape == std::vector<std::int64_t>{in[0].dim(-1)},
-                  "gamma must be [H], got " + in[2].str() + " for " + in[0].str());
+  detail::require_act(in[AddRMSNormOp::x], "input");
+  detail::require_act(in[AddRMSNormOp::residual], "residual");
+  detail::require(in[AddRMSNormOp::x].shape == in[AddRMSNormOp::residual].shape,
+                  "input and residual differ: " + in[AddRMSNormOp::x].str() + " vs " +
+                      in[AddRMSNormOp::residual].str());
+  detail::require_param(in[AddRMSNormOp::gamma], "gamma");
+  detail::require(in[AddRMSNormOp::x].rank() >= 1 &&
+                      in[AddRMSNormOp::gamma].shape ==
+                          std::vector<std::int64_t>{in[AddRMSNormOp::x].dim(-1)},
+                  "gamma must be [H], got " + in[AddRMSNormOp::gamma].str() + " for " +
+                      in[AddRMSNormOp::x].str());
   detail::require(eps >= 0, "eps must be >= 0");
-  return {in[0], in[0]};
+  return {in[AddRMSNormOp::x], in[AddRMSNormOp::x]};
 }
 
 auto MatMulOp::infer(Types in) const -> std::vector<TensorType> {
-  detail::require_act(in[0], "lhs");
-  const auto [K, N] = detail::require_packed(in[1], "rhs");
-  detail::require_act_quant(act_quant, act_scale, act_zero, "act_scale", {&in[1]});
-  detail::require(in[0].rank() >= 1 && in[0].dim(-1) == K,
-                  "lhs " + in[0].str() + " does not contract with rhs " + in[1].str());
+  detail::require_act(in[MatMulOp::x], "lhs");
+  const auto [K, N] = detail::require_packed(in[MatMulOp::w], "rhs");
+  detail::require_act_quant(act_quant, act_scale, act_zero, "act_scale", {&in[MatMulOp::w]});
+  detail::require(in[MatMulOp::x].rank() >= 1 && in[MatMulOp::x].dim(-1) == K,
+                  "lhs " + in[MatMulOp::x].str() + " does not contract with rhs " +
+                      in[MatMulOp::w].str());
   if (in.size() == 3)
-    detail::require(in[2].dtype == DType::f32 && in[2].shape == std::vector<std::int64_t>{N},
-                    "bias must be [" + std::to_string(N) + "] f32, got " + in[2].str());
-  auto shape = in[0].shape;
+    detail::require(in[MatMulOp::bias].dtype == DType::f32 &&
+                        in[MatMulOp::bias].shape == std::vector<std::int64_t>{N},
+                    "bias must be [" + std::to_string(N) + "] f32, got " +
+                        in[MatMulOp::bias].str());
+  auto shape = in[MatMulOp::x].shape;
   shape.back() = N;
   return {TensorType(shape, DType::f32)};
 }
 
 auto MatMulArgMaxOp::infer(Types in) const -> std::vector<TensorType> {
-  detail::require_act(in[0], "lhs");
-  const auto [K, N] = detail::require_packed(in[1], "rhs");
+  detail::require_act(in[MatMulArgMaxOp::x], "lhs");
+  const auto [K, N] = detail::require_packed(in[MatMulArgMaxOp::w], "rhs");
   (void)N;
-  detail::require(in[0].shape == std::vector<std::int64_t>{1, 1, K},
-                  "lhs must be [1, 1, " + std::to_string(K) + "], got " + in[0].str());
+  detail::require(in[MatMulArgMaxOp::x].shape == std::vector<std::int64_t>{1, 1, K},
+                  "lhs must be [1, 1, " + std::to_string(K) + "], got " +
+                      in[MatMulArgMaxOp::x].str());
   return {TensorType({1, 1, 1}, DType::i32)};
 }
 
 auto MLPOp::infer(Types in) const -> std::vector<TensorType> {
-  detail::require_act(in[0], "input");
-  const auto [gk, gn] = detail::require_packed(in[1], "gate");
-  const auto [uk, un] = detail::require_packed(in[2], "up");
-  const auto [dk, dn] = detail::require_packed(in[3], "down");
-  detail::require_act_quant(act_quant, act_scale, act_zero, "act_scale", {&in[1], &in[2]});
-  detail::require_act_quant(act_quant, down_act_scale, down_act_zero, "down_act_scale", {&in[3]});
-  const std::int64_t H = in[0].rank() >= 1 ? in[0].dim(-1) : -1;
+  detail::require_act(in[MLPOp::x], "input");
+  const auto [gk, gn] = detail::require_packed(in[MLPOp::gate], "gate");
+  const auto [uk, un] = detail::require_packed(in[MLPOp::up], "up");
+  const auto [dk, dn] = detail::require_packed(in[MLPOp::down], "down");
+  detail::require_act_quant(act_quant, act_scale, act_zero, "act_scale",
+                            {&in[MLPOp::gate], &in[MLPOp::up]});
+  detail::require_act_quant(act_quant, down_act_scale, down_act_zero, "down_act_scale",
+                            {&in[MLPOp::down]});
+  const std::int64_t H = in[MLPOp::x].rank() >= 1 ? in[MLPOp::x].dim(-1) : -1;
   detail::require(gk == H && uk == H && dn == H && gn == un && dk == gn,
-                  "MLP weights do not match hidden " + std::to_string(H) + ": gate " + in[1].str() +
-                      ", up " + in[2].str() + ", down " + in[3].str());
-  return {in[0]};
+                  "MLP weights do not match hidden " + std::to_string(H) + ": gate " +
+                      in[MLPOp::gate].str() + ", up " + in[MLPOp::up].str() + ", down " +
+                      in[MLPOp::down].str());
+  return {in[MLPOp::x]};
 }
 
 auto MoEOp::infer(Types in) const -> std::vector<TensorType> {
@@ -137,22 +150,24 @@ auto MoEOp::infer(Types in) const -> std::vector<TensorType> {
                   " must be in [1, 2^20]");
   detail::require(top_k >= 1 && top_k <= experts, "top_k = ", top_k,
                   " must be in [1, experts = ", experts, "]");
-  detail::require(static_cast<std::int64_t>(in.size()) == 2 + 3 * experts, "MoE with ", experts,
-                  " experts takes 2 + 3 * ", experts, " operands, got ", in.size());
-  detail::require_act(in[0], "input");
-  detail::require_min_rank(in[0], 1, "input");
-  const std::int64_t H = in[0].dim(-1);
-  const auto [rk, rn] = detail::require_packed(in[1], "router");
-  detail::require(in[1].dtype == DType::f32 && !in[1].quant && rk == H && rn == experts,
-                  "router must be packed [", H, ", ", experts, "] f32, got ", in[1]);
+  detail::require(static_cast<std::int64_t>(in.size()) == MoEOp::first_expert + 3 * experts,
+                  "MoE with ", experts, " experts takes 2 + 3 * ", experts, " operands, got ",
+                  in.size());
+  detail::require_act(in[MoEOp::x], "input");
+  detail::require_min_rank(in[MoEOp::x], 1, "input");
+  const std::int64_t H = in[MoEOp::x].dim(-1);
+  const auto [rk, rn] = detail::require_packed(in[MoEOp::router], "router");
+  detail::require(in[MoEOp::router].dtype == DType::f32 && !in[MoEOp::router].quant && rk == H &&
+                      rn == experts,
+                  "router must be packed [", H, ", ", experts, "] f32, got ", in[MoEOp::router]);
   detail::require(!act_quant || *act_quant == ActQuantKind::dynamic,
                   "MoE takes act_quant = dynamic only (no per-expert calibration), got static");
-  const auto [gk0, gn0] = detail::require_packed(in[2], "expert gate");
+  const auto [gk0, gn0] = detail::require_packed(in[MoEOp::first_expert], "expert gate");
   (void)gk0;
   for (std::int64_t e = 0; e < experts; ++e) {
-    const auto& g = in[static_cast<std::size_t>(2 + 3 * e)];
-    const auto& u = in[static_cast<std::size_t>(3 + 3 * e)];
-    const auto& d = in[static_cast<std::size_t>(4 + 3 * e)];
+    const auto& g = in[static_cast<std::size_t>(MoEOp::first_expert + 3 * e)];
+    const auto& u = in[static_cast<std::size_t>(MoEOp::first_expert + 1 + 3 * e)];
+    const auto& d = in[static_cast<std::size_t>(MoEOp::first_expert + 2 + 3 * e)];
     const auto [gk, gn] = detail::require_packed(g, "expert gate");
     const auto [uk, un] = detail::require_packed(u, "expert up");
     const auto [dk, dn] = detail::require_packed(d, "expert down");
@@ -161,11 +176,11 @@ auto MoEOp::infer(Types in) const -> std::vector<TensorType> {
                     ", up ", u, ", down ", d);
     detail::require_act_quant(act_quant, std::nullopt, std::nullopt, "act_scale", {&g, &u, &d});
   }
-  return {in[0]};
+  return {in[MoEOp::x]};
 }
 
 auto RopeOp::infer(Types in) const -> std::vector<TensorType> {
-  const auto &x = in[0], &c = in[1], &s = in[2];
+  const auto &x = in[RopeOp::x], &c = in[RopeOp::cos_table], &s = in[RopeOp::sin_table];
   detail::require_act(x, "input");
   detail::require(x.rank() == 4 && x.shape[0] >= 1 && x.shape[3] % 2 == 0,
                   "input must be [B, L, heads, d] with d even, got " + x.str());
@@ -175,24 +190,25 @@ auto RopeOp::infer(Types in) const -> std::vector<TensorType> {
                     "cos/sin tables must be [P, " + std::to_string(x.shape[3] / 2) + "] f32, got " +
                         t->str());
   detail::require(c.shape == s.shape, "cos and sin tables differ: " + c.str() + " vs " + s.str());
-  detail::require_batch_positions(in[3], x.shape[0], x.shape[1], "position_ids");
+  detail::require_batch_positions(in[RopeOp::positions], x.shape[0], x.shape[1], "position_ids");
   return {x};
 }
 
 auto KVStoreOp::infer(Types in) const -> std::vector<TensorType> {
-  detail::require_act(in[0], "rows");
-  detail::require(in[0].rank() == 4 && in[0].shape[0] >= 1,
-                  "rows must be [B, L, kv_heads, d], got " + in[0].str());
-  detail::require_batch_positions(in[1], in[0].shape[0], in[0].shape[1], "position_ids");
+  detail::require_act(in[KVStoreOp::rows], "rows");
+  detail::require(in[KVStoreOp::rows].rank() == 4 && in[KVStoreOp::rows].shape[0] >= 1,
+                  "rows must be [B, L, kv_heads, d], got " + in[KVStoreOp::rows].str());
+  detail::require_batch_positions(in[KVStoreOp::positions], in[KVStoreOp::rows].shape[0],
+                                  in[KVStoreOp::rows].shape[1], "position_ids");
   detail::require(layer >= 0, "layer must be >= 0");
   const DType t = dtype.value_or(DType::f32);
   detail::require(t == DType::f32 || t == DType::f16 || t == DType::bf16,
                   "dtype must be f32, f16 or bf16, got " + std::string(name(t)));
-  return {TensorType(in[0].shape, t)};
+  return {TensorType(in[KVStoreOp::rows].shape, t)};
 }
 
 auto KVAppendOp::infer(Types in) const -> std::vector<TensorType> {
-  const auto &h = in[0], &n = in[1];
+  const auto &h = in[KVAppendOp::history], &n = in[KVAppendOp::rows];
   detail::require_kv(h, "history");
   detail::require_kv(n, "new rows");
   detail::require(h.dtype == n.dtype,
@@ -202,43 +218,48 @@ auto KVAppendOp::infer(Types in) const -> std::vector<TensorType> {
                   "history and new rows must be [B, S, kv_heads, d] and [B, L, kv_heads, d], "
                   "got " +
                       h.str() + " and " + n.str());
-  detail::require_batch_positions(in[2], n.shape[0], n.shape[1], "position_ids");
+  detail::require_batch_positions(in[KVAppendOp::positions], n.shape[0], n.shape[1],
+                                  "position_ids");
   detail::require(layer >= 0, "layer must be >= 0");
   const std::int64_t slots = detail::checked_add(h.shape[1], n.shape[1], "S + L cache slots");
   return {TensorType({h.shape[0], slots, h.shape[2], h.shape[3]}, h.dtype)};
 }
 
 auto FAttentionOp::infer(Types in) const -> std::vector<TensorType> {
-  detail::require_act(in[0], "q");
-  detail::require_kv(in[1], "k");
-  detail::require_kv(in[2], "v");
-  detail::require(in[1].dtype == in[2].dtype,
-                  "k and v must have one dtype, got " + in[1].str() + " and " + in[2].str());
+  detail::require_act(in[FAttentionOp::q], "q");
+  detail::require_kv(in[FAttentionOp::k], "k");
+  detail::require_kv(in[FAttentionOp::v], "v");
+  detail::require(in[FAttentionOp::k].dtype == in[FAttentionOp::v].dtype,
+                  "k and v must have one dtype, got " + in[FAttentionOp::k].str() + " and " +
+                      in[FAttentionOp::v].str());
   detail::require(kv_form == KvForm::cache || history == 0,
                   "kv_form = rows holds no history (history must be 0)");
   auto r = top::FAttentionOp::infer(in); // the shape rule is Top's
-  detail::require(in[3].dtype == DType::i32, "position_ids must be i32, got " + in[3].str());
-  detail::require(in[0].shape[0] == 1 || (kv_form == KvForm::cache && in[0].shape[1] == 1),
+  detail::require(in[FAttentionOp::positions].dtype == DType::i32,
+                  "position_ids must be i32, got " + in[FAttentionOp::positions].str());
+  detail::require(in[FAttentionOp::q].shape[0] == 1 ||
+                      (kv_form == KvForm::cache && in[FAttentionOp::q].shape[1] == 1),
                   "a batch above 1 needs kv_form = cache and one token per row, got " +
-                      in[0].str());
+                      in[FAttentionOp::q].str());
   return r;
 }
 
 auto AddOp::infer(Types in) const -> std::vector<TensorType> {
-  detail::require_act(in[0], "lhs");
-  detail::require_act(in[1], "rhs");
-  detail::require(in[0].shape == in[1].shape ||
-                      (in[1].rank() == 1 && in[0].rank() >= 1 && in[1].shape[0] == in[0].dim(-1)),
+  detail::require_act(in[AddOp::lhs], "lhs");
+  detail::require_act(in[AddOp::rhs], "rhs");
+  detail::require(in[AddOp::lhs].shape == in[AddOp::rhs].shape ||
+                      (in[AddOp::rhs].rank() == 1 && in[AddOp::lhs].rank() >= 1 &&
+                       in[AddOp::rhs].shape[0] == in[AddOp::lhs].dim(-1)),
                   "rhs must have lhs's shape or be [N] with N its last dimension, got " +
-                      in[0].str() + " and " + in[1].str());
-  return {in[0]};
+                      in[AddOp::lhs].str() + " and " + in[AddOp::rhs].str());
+  return {in[AddOp::lhs]};
 }
 
 auto RoundOp::infer(Types in) const -> std::vector<TensorType> {
-  detail::require_act(in[0], "input");
+  detail::require_act(in[RoundOp::x], "input");
   detail::require(dtype == DType::f32 || dtype == DType::bf16 || dtype == DType::f16,
                   "round target must be f32, bf16 or f16, got " + std::string(name(dtype)));
-  return {in[0]};
+  return {in[RoundOp::x]};
 }
 
 auto ConcatOp::infer(Types in) const -> std::vector<TensorType> {
@@ -250,10 +271,10 @@ auto ConcatOp::infer(Types in) const -> std::vector<TensorType> {
 }
 
 auto GatherOp::infer(Types in) const -> std::vector<TensorType> {
-  detail::require_param(in[0], "table");
-  detail::require(in[0].rank() >= 1, "table must have rank >= 1");
-  detail::require(in[1].dtype == DType::i32 && !in[1].quant,
-                  "indices must be i32, got " + in[1].str());
+  detail::require_param(in[GatherOp::table], "table");
+  detail::require(in[GatherOp::table].rank() >= 1, "table must have rank >= 1");
+  detail::require(in[GatherOp::indices].dtype == DType::i32 && !in[GatherOp::indices].quant,
+                  "indices must be i32, got " + in[GatherOp::indices].str());
   auto r = top::GatherOp{0}.infer(in);
   r[0].dtype = DType::f32;
   return r;

@@ -31,18 +31,22 @@ struct FuseAddRMSNorm : rewrite::OpPattern<ir::tpu::RMSNormOp> {
   FuseAddRMSNorm() : OpPattern("fuse-add-rmsnorm") {}
   bool rewrite_op(Operation* norm, const ir::tpu::RMSNormOp& o,
                   rewrite::Rewriter& rw) const override {
-    Operation* add = norm->operand(0)->defining_op();
-    if (!add || !add->is<ir::tpu::AddOp>() || add->parent() != norm->parent())
+    using Norm = ir::tpu::RMSNormOp;
+    using Add = ir::tpu::AddOp;
+    using Fused = ir::tpu::AddRMSNormOp;
+    Operation* add = norm->operand(Norm::x)->defining_op();
+    if (!add || !add->is<Add>() || add->parent() != norm->parent())
       return false;
     const Value* h = add->result(0);
-    if (add->operand(0)->type() != add->operand(1)->type())
+    if (add->operand(Add::lhs)->type() != add->operand(Add::rhs)->type())
       return false; // the fused kernel adds two full tensors
     // Users of the sum between the Add and the norm would see it defined too late.
     if (!unused_between(add, norm, h))
       return false;
     rw.set_insertion_point(norm);
-    Operation* fused = rw.create_op(ir::tpu::AddRMSNormOp{o.eps},
-                                    {add->operand(0), add->operand(1), norm->operand(1)});
+    static_assert(Fused::x == 0 && Fused::residual == 1 && Fused::gamma == 2);
+    Operation* fused = rw.create_op(
+        Fused{o.eps}, {add->operand(Add::lhs), add->operand(Add::rhs), norm->operand(Norm::gamma)});
     rw.replace_op(norm, fused->result(1));
     rw.replace_op(add, fused->result(0));
     return true;
@@ -53,14 +57,16 @@ struct FuseAddRMSNorm : rewrite::OpPattern<ir::tpu::RMSNormOp> {
 struct FuseLmHeadArgMax : rewrite::OpPattern<ir::tpu::ArgMaxOp> {
   FuseLmHeadArgMax() : OpPattern("fuse-lm-head-argmax") {}
   bool rewrite_op(Operation* am, const ir::tpu::ArgMaxOp&, rewrite::Rewriter& rw) const override {
-    Operation* mm = am->operand(0)->defining_op();
-    if (!mm || !mm->is<ir::tpu::MatMulOp>() || mm->num_operands() != 2 ||
+    using M = ir::tpu::MatMulOp;
+    Operation* mm = am->operand(ir::tpu::ArgMaxOp::x)->defining_op();
+    if (!mm || !mm->is<M>() || mm->num_operands() != M::bias ||
         mm->result(0)->users().size() != 1 || mm->as<ir::tpu::MatMulOp>()->act_quant)
       return false; // (a W8A8 product has no argmax kernel)
-    const ir::TensorType& x = mm->operand(0)->type();
+    const ir::TensorType& x = mm->operand(M::x)->type();
     if (x.shape != std::vector<std::int64_t>{1, 1, x.shape.size() == 3 ? x.shape[2] : -1})
       return false;
-    rw.replace_op_with_new(am, ir::tpu::MatMulArgMaxOp{}, {mm->operand(0), mm->operand(1)});
+    static_assert(ir::tpu::MatMulArgMaxOp::x == 0 && ir::tpu::MatMulArgMaxOp::w == 1);
+    rw.replace_op_with_new(am, ir::tpu::MatMulArgMaxOp{}, {mm->operand(M::x), mm->operand(M::w)});
     rw.erase_op(mm);
     return true;
   }
@@ -115,7 +121,8 @@ struct FuseQkv : rewrite::OpPattern<ir::tpu::MatMulOp> {
 
   bool rewrite_op(Operation* first, const ir::tpu::MatMulOp& first_op,
                   rewrite::Rewriter& rw) const override {
-    Value* x = first->operand(0);
+    using M = ir::tpu::MatMulOp;
+    Value* x = first->operand(M::x);
     const ir::TensorType& xt = x->type();
     if (xt.rank() < 1 || xt.num_elements() / xt.shape.back() > max_rows_)
       return false;
@@ -124,7 +131,7 @@ struct FuseQkv : rewrite::OpPattern<ir::tpu::MatMulOp> {
     ir::Function* f = first->parent();
     for (auto it = f->find(first); it != f->end(); ++it) {
       Operation* op = it->get();
-      if (!op->is<ir::tpu::MatMulOp>() || op->operand(0) != x)
+      if (!op->is<M>() || op->operand(M::x) != x)
         continue;
       if (op != first && !compatible(first, op))
         continue;
@@ -138,9 +145,9 @@ struct FuseQkv : rewrite::OpPattern<ir::tpu::MatMulOp> {
         return false;
     std::vector<const ir::Weight*> ws, bs;
     for (Operation* op : group) {
-      ws.push_back(weight_of(module_, op->operand(1)));
-      if (op->num_operands() == 3)
-        bs.push_back(weight_of(module_, op->operand(2)));
+      ws.push_back(weight_of(module_, op->operand(M::w)));
+      if (op->num_operands() > M::bias)
+        bs.push_back(weight_of(module_, op->operand(M::bias)));
     }
     // Act-order weights read x in their own row order: only equal orders share one product.
     for (const ir::Weight* w : ws)
@@ -172,12 +179,13 @@ struct FuseQkv : rewrite::OpPattern<ir::tpu::MatMulOp> {
 
 private:
   bool compatible(const Operation* a, const Operation* b) const {
-    const ir::Weight* wa = weight_of(module_, a->operand(1));
-    const ir::Weight* wb = weight_of(module_, b->operand(1));
+    using M = ir::tpu::MatMulOp;
+    const ir::Weight* wa = weight_of(module_, a->operand(M::w));
+    const ir::Weight* wb = weight_of(module_, b->operand(M::w));
     if (!wa || !wb || a->num_operands() != b->num_operands())
       return false;
-    if (a->num_operands() == 3 &&
-        (!weight_of(module_, a->operand(2)) || !weight_of(module_, b->operand(2))))
+    if (a->num_operands() > M::bias &&
+        (!weight_of(module_, a->operand(M::bias)) || !weight_of(module_, b->operand(M::bias))))
       return false;
     // W8A8 products share one activation quantization only when their attributes agree.
     const auto& ma = *a->as<ir::tpu::MatMulOp>();

@@ -400,19 +400,22 @@ void exec(const ir::tpu::MulOp&, Call& c) {
 }
 
 void exec(const ir::tpu::SiLUOp&, Call& c) {
-  const std::int64_t n = c.elems(c.in.operands[0]);
-  k::silu(span_of<float>(c.operand(0), n), mspan_of<float>(c.result(0), n), c.split);
+  using Op = ir::tpu::SiLUOp;
+  const std::int64_t n = c.elems(c.in.operands[Op::x]);
+  k::silu(span_of<float>(c.operand(Op::x), n), mspan_of<float>(c.result(0), n), c.split);
 }
 
 void exec(const ir::tpu::SoftmaxOp&, Call& c) {
-  const auto [rows, cols] = rows_cols(c, c.in.operands[0]);
-  k::softmax_rows(span_of<float>(c.operand(0), rows * cols),
+  using Op = ir::tpu::SoftmaxOp;
+  const auto [rows, cols] = rows_cols(c, c.in.operands[Op::x]);
+  k::softmax_rows(span_of<float>(c.operand(Op::x), rows * cols),
                   mspan_of<float>(c.result(0), rows * cols), {rows, cols}, c.split);
 }
 
 void exec(const ir::tpu::RoundOp& o, Call& c) {
-  const std::int64_t n = c.elems(c.in.operands[0]);
-  const float* x = c.f32_in(0);
+  using Op = ir::tpu::RoundOp;
+  const std::int64_t n = c.elems(c.in.operands[Op::x]);
+  const float* x = c.f32_in(Op::x);
   float* y = c.f32_out(0);
   for (std::int64_t i = 0; i < n; ++i)
     y[i] = o.dtype == ir::DType::bf16  ? bf16_to_f32(f32_to_bf16(x[i]))
@@ -452,22 +455,24 @@ std::vector<std::int64_t> strides_of(const std::vector<std::int64_t>& shape) {
 void exec(const ir::tpu::SliceOp& o, Call& c) {
   if (c.in.results[0].buffer.view)
     return; // a contiguous slice is an address
-  const TensorRef& x = c.in.operands[0];
+  const TensorRef& x = c.in.operands[ir::tpu::SliceOp::x];
   const auto st = strides_of(x.type.shape);
   std::int64_t base = 0;
   for (std::size_t a = 0; a < st.size(); ++a)
     base += o.offsets[a] * st[a];
   const std::int64_t esz = ir::byte_size(x.type.dtype, 1);
-  strided_copy(c.operand(0, false) + base * esz, st, c.result(0, false), o.sizes, esz);
+  strided_copy(c.operand(ir::tpu::SliceOp::x, false) + base * esz, st, c.result(0, false), o.sizes,
+               esz);
 }
 
 void exec(const ir::tpu::PermuteOp& o, Call& c) {
-  const TensorRef& x = c.in.operands[0];
+  using Op = ir::tpu::PermuteOp;
+  const TensorRef& x = c.in.operands[Op::x];
   const auto st = strides_of(x.type.shape);
   std::vector<std::int64_t> ps;
   for (auto a : o.order)
     ps.push_back(st[static_cast<std::size_t>(a)]);
-  strided_copy(c.operand(0, false), ps, c.result(0, false), c.in.results[0].type.shape,
+  strided_copy(c.operand(Op::x, false), ps, c.result(0, false), c.in.results[0].type.shape,
                ir::byte_size(x.type.dtype, 1));
 }
 
@@ -510,16 +515,18 @@ void exec(const ir::tpu::GatherOp&, Call& c) {
 }
 
 void exec(const ir::tpu::ArgMaxOp&, Call& c) {
-  const auto [rows, cols] = rows_cols(c, c.in.operands[0]);
-  const float* x = c.f32_in(0);
+  using Op = ir::tpu::ArgMaxOp;
+  const auto [rows, cols] = rows_cols(c, c.in.operands[Op::x]);
+  const float* x = c.f32_in(Op::x);
   auto* y = reinterpret_cast<std::int32_t*>(c.result(0));
   for (std::int64_t r = 0; r < rows; ++r)
     y[r] = static_cast<std::int32_t>(k::argmax(span_of<float>(x + r * cols, cols)));
 }
 
 void exec(const ir::tpu::TopKOp& o, Call& c) {
-  const auto [rows, cols] = rows_cols(c, c.in.operands[0]);
-  const float* x = c.f32_in(0);
+  using Op = ir::tpu::TopKOp;
+  const auto [rows, cols] = rows_cols(c, c.in.operands[Op::x]);
+  const float* x = c.f32_in(Op::x);
   float* vals = c.f32_out(0);
   auto* idx = reinterpret_cast<std::int32_t*>(c.result(1));
   for (std::int64_t r = 0; r < rows; ++r) {

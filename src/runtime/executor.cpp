@@ -465,8 +465,4 @@ std::unique_ptr<Executor> make_executor(const codegen::CompiledModel& m, std::in
   return ex;
 }
 
-SessionDims session_dims(const bundle::ModelInfo& m) {
-  return {m.layers, m.hidden, m.kv_heads, m.head_dim, m.vocab};
-}
-
 } // namespace tpullm::runtime

@@ -150,6 +150,7 @@ struct RopeOp {
 struct ReshapeOp {
   static constexpr Arity operands{1, 1};
   static constexpr int results = 1;
+  enum Operand : std::uint8_t { x };
   std::vector<std::int64_t> shape; ///< result shape
   template <class S, class F>
   static void attrs(S& s, F&& f) {
@@ -162,6 +163,7 @@ struct ReshapeOp {
 struct PermuteOp {
   static constexpr Arity operands{1, 1};
   static constexpr int results = 1;
+  enum Operand : std::uint8_t { x };
   std::vector<std::int64_t> order; ///< a permutation of [0, rank)
   template <class S, class F>
   static void attrs(S& s, F&& f) {
@@ -174,6 +176,7 @@ struct PermuteOp {
 struct SliceOp {
   static constexpr Arity operands{1, 1};
   static constexpr int results = 1;
+  enum Operand : std::uint8_t { x };
   std::vector<std::int64_t> offsets; ///< start per axis
   std::vector<std::int64_t> sizes;   ///< extent per axis
   template <class S, class F>
@@ -220,11 +223,12 @@ struct MulOp {
 struct SiLUOp {
   static constexpr Arity operands{1, 1};
   static constexpr int results = 1;
+  enum Operand : std::uint8_t { x };
   template <class S, class F>
   static void attrs(S&, F&&) {}
   std::vector<TensorType> infer(Types in) const {
-    detail::require_float(in[0], "input");
-    return {in[0]};
+    detail::require_float(in[x], "input");
+    return {in[x]};
   }
 };
 
@@ -232,15 +236,16 @@ struct SiLUOp {
 struct SoftmaxOp {
   static constexpr Arity operands{1, 1};
   static constexpr int results = 1;
+  enum Operand : std::uint8_t { x };
   std::int64_t axis = -1;
   template <class S, class F>
   static void attrs(S& s, F&& f) {
     f("axis", s.axis);
   }
   std::vector<TensorType> infer(Types in) const {
-    detail::require_float(in[0], "input");
-    detail::norm_axis(axis, in[0].rank());
-    return {in[0]};
+    detail::require_float(in[x], "input");
+    detail::norm_axis(axis, in[x].rank());
+    return {in[x]};
   }
 };
 
@@ -248,6 +253,7 @@ struct SoftmaxOp {
 struct CastOp {
   static constexpr Arity operands{1, 1};
   static constexpr int results = 1;
+  enum Operand : std::uint8_t { x };
   DType dtype = DType::f32; ///< result element type
   template <class S, class F>
   static void attrs(S& s, F&& f) {
@@ -353,6 +359,7 @@ struct MoEOp : MoERouting {
 struct ArgMaxOp {
   static constexpr Arity operands{1, 1};
   static constexpr int results = 1;
+  enum Operand : std::uint8_t { x };
   std::int64_t axis = -1;
   template <class S, class F>
   static void attrs(S& s, F&& f) {
@@ -366,6 +373,7 @@ struct ArgMaxOp {
 struct TopKOp {
   static constexpr Arity operands{1, 1};
   static constexpr int results = 2;
+  enum Operand : std::uint8_t { x };
   std::int64_t k = 1;
   std::int64_t axis = -1;
   template <class S, class F>

@@ -355,14 +355,15 @@ struct MulOp {
 struct SiLUOp {
   static constexpr Arity operands{1, 1};
   static constexpr int results = 1;
+  enum Operand : std::uint8_t { x };
   static constexpr OpPolicy policy{.row_local = true,
-                                   .row_operands = operand_set({0}),
+                                   .row_operands = operand_set({x}),
                                    .split = SplitRule::rows_if_large,
                                    .in_place = true};
   template <class S, class F>
   static void attrs(S&, F&&) {}
   std::vector<TensorType> infer(Types in) const {
-    detail::require_act(in[0], "input");
+    detail::require_act(in[x], "input");
     return top::SiLUOp{}.infer(in);
   }
 };
@@ -371,15 +372,16 @@ struct SiLUOp {
 struct SoftmaxOp {
   static constexpr Arity operands{1, 1};
   static constexpr int results = 1;
+  enum Operand : std::uint8_t { x };
   static constexpr OpPolicy policy{.row_local = true,
-                                   .row_operands = operand_set({0}),
+                                   .row_operands = operand_set({x}),
                                    .split = SplitRule::rows_if_large,
                                    .in_place = true};
   template <class S, class F>
   static void attrs(S&, F&&) {}
   std::vector<TensorType> infer(Types in) const {
-    detail::require_act(in[0], "input");
-    detail::require(in[0].rank() >= 1, "input must have rank >= 1");
+    detail::require_act(in[x], "input");
+    detail::require(in[x].rank() >= 1, "input must have rank >= 1");
     return top::SoftmaxOp{-1}.infer(in); // along the last axis
   }
 };
@@ -389,8 +391,9 @@ struct SoftmaxOp {
 struct RoundOp {
   static constexpr Arity operands{1, 1};
   static constexpr int results = 1;
+  enum Operand : std::uint8_t { x };
   static constexpr OpPolicy policy{
-      .row_local = true, .row_operands = operand_set({0}), .in_place = true};
+      .row_local = true, .row_operands = operand_set({x}), .in_place = true};
   DType dtype = DType::bf16;
   template <class S, class F>
   static void attrs(S& s, F&& f) {
@@ -404,10 +407,10 @@ struct ReshapeOp : top::ReshapeOp {
   static constexpr Arity operands{1, 1};
   static constexpr int results = 1;
   static constexpr OpPolicy policy{
-      .row_local = true, .row_operands = operand_set({0}), .view = true};
+      .row_local = true, .row_operands = operand_set({x}), .view = true};
   std::vector<TensorType> infer(Types in) const {
-    detail::require(in[0].layout == Layout::row_major && !in[0].quant,
-                    "input must be a row-major tensor, got " + in[0].str());
+    detail::require(in[x].layout == Layout::row_major && !in[x].quant,
+                    "input must be a row-major tensor, got " + in[x].str());
     return top::ReshapeOp::infer(in);
   }
 };
@@ -420,7 +423,7 @@ struct CopyOp : TopOp {
   static constexpr int results = 1;
   static constexpr OpPolicy policy{};
   std::vector<TensorType> infer(Types in) const {
-    detail::require_copyable(in[0], "input");
+    detail::require_copyable(in[TopOp::x], "input");
     return TopOp::infer(in);
   }
 };
@@ -461,11 +464,12 @@ struct GatherOp {
 struct ArgMaxOp {
   static constexpr Arity operands{1, 1};
   static constexpr int results = 1;
+  enum Operand : std::uint8_t { x };
   static constexpr OpPolicy policy{};
   template <class S, class F>
   static void attrs(S&, F&&) {}
   std::vector<TensorType> infer(Types in) const {
-    detail::require_act(in[0], "input");
+    detail::require_act(in[x], "input");
     return top::ArgMaxOp{-1}.infer(in);
   }
 };
@@ -475,6 +479,7 @@ struct ArgMaxOp {
 struct TopKOp {
   static constexpr Arity operands{1, 1};
   static constexpr int results = 2;
+  enum Operand : std::uint8_t { x };
   static constexpr OpPolicy policy{};
   std::int64_t k = 1;
   template <class S, class F>
@@ -482,7 +487,7 @@ struct TopKOp {
     f("k", s.k);
   }
   std::vector<TensorType> infer(Types in) const {
-    detail::require_act(in[0], "input");
+    detail::require_act(in[x], "input");
     return top::TopKOp{k, -1}.infer(in);
   }
 };

@@ -10,9 +10,9 @@ namespace tpullm::rewrite::patterns {
 struct CastToSameType : OpPattern<ir::top::CastOp> {
   CastToSameType() : OpPattern("cast-to-same-type") {}
   bool rewrite_op(ir::Operation* op, const ir::top::CastOp& c, Rewriter& rw) const override {
-    if (c.dtype != op->operand(0)->type().dtype)
+    if (c.dtype != op->operand(ir::top::CastOp::x)->type().dtype)
       return false;
-    rw.replace_op(op, op->operand(0));
+    rw.replace_op(op, op->operand(ir::top::CastOp::x));
     return true;
   }
 };

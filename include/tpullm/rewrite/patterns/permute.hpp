@@ -17,7 +17,7 @@ struct PermuteIdentity : OpPattern<ir::top::PermuteOp> {
     for (std::size_t i = 0; i < p.order.size(); ++i)
       if (p.order[i] != static_cast<std::int64_t>(i))
         return false;
-    rw.replace_op(op, op->operand(0));
+    rw.replace_op(op, op->operand(ir::top::PermuteOp::x));
     return true;
   }
 };
@@ -27,14 +27,14 @@ struct PermuteIdentity : OpPattern<ir::top::PermuteOp> {
 struct PermuteOfPermute : OpPattern<ir::top::PermuteOp> {
   PermuteOfPermute() : OpPattern("permute-of-permute") {}
   bool rewrite_op(ir::Operation* op, const ir::top::PermuteOp& outer, Rewriter& rw) const override {
-    ir::Operation* inner_op = op->operand(0)->defining_op();
+    ir::Operation* inner_op = op->operand(ir::top::PermuteOp::x)->defining_op();
     const ir::top::PermuteOp* inner = inner_op ? inner_op->as<ir::top::PermuteOp>() : nullptr;
     if (!inner)
       return false;
     std::vector<std::int64_t> composed;
     for (auto o : outer.order)
       composed.push_back(inner->order.at(o));
-    ir::Value* x = inner_op->operand(0);
+    ir::Value* x = inner_op->operand(ir::top::PermuteOp::x);
     rw.modify_op_in_place(op, [&] {
       op->as<ir::top::PermuteOp>()->order = composed;
       op->set_operand(0, x);

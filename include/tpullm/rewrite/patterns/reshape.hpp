@@ -11,7 +11,7 @@ namespace tpullm::rewrite::patterns {
 struct ReshapeToSameShape : OpPattern<ir::top::ReshapeOp> {
   ReshapeToSameShape() : OpPattern("reshape-to-same-shape") {}
   bool rewrite_op(ir::Operation* op, const ir::top::ReshapeOp&, Rewriter& rw) const override {
-    ir::Value* x = op->operand(0);
+    ir::Value* x = op->operand(ir::top::ReshapeOp::x);
     if (!(x->type() == op->result(0)->type()))
       return false;
     rw.replace_op(op, x);
@@ -23,10 +23,10 @@ struct ReshapeToSameShape : OpPattern<ir::top::ReshapeOp> {
 struct ReshapeOfReshape : OpPattern<ir::top::ReshapeOp> {
   ReshapeOfReshape() : OpPattern("reshape-of-reshape") {}
   bool rewrite_op(ir::Operation* op, const ir::top::ReshapeOp&, Rewriter& rw) const override {
-    ir::Operation* inner = op->operand(0)->defining_op();
+    ir::Operation* inner = op->operand(ir::top::ReshapeOp::x)->defining_op();
     if (!inner || !inner->is<ir::top::ReshapeOp>())
       return false;
-    rw.set_operand(op, 0, inner->operand(0));
+    rw.set_operand(op, ir::top::ReshapeOp::x, inner->operand(ir::top::ReshapeOp::x));
     return true;
   }
 };

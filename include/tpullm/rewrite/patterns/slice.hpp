@@ -10,7 +10,7 @@ namespace tpullm::rewrite::patterns {
 struct SliceWhole : OpPattern<ir::top::SliceOp> {
   SliceWhole() : OpPattern("slice-whole") {}
   bool rewrite_op(ir::Operation* op, const ir::top::SliceOp& s, Rewriter& rw) const override {
-    ir::Value* x = op->operand(0);
+    ir::Value* x = op->operand(ir::top::SliceOp::x);
     if (s.sizes != x->type().shape)
       return false;
     for (auto o : s.offsets)
