@@ -2,6 +2,7 @@
 #include "tpullm/runtime/conversation.hpp"
 
 #include <algorithm>
+#include <optional>
 
 #include "tpullm/runtime/text_side.hpp"
 
@@ -78,12 +79,29 @@ TurnResult Conversation::run(const std::vector<std::int32_t>& prompt,
 }
 
 TurnResult Conversation::answer(const GenerateOptions& options, const TextSink& sink) {
-  const auto prompt = render(messages_);
+  auto prompt = render(messages_);
+  std::optional<Truncation> cut;
+  if (overflow_ == ContextOverflow::truncate_middle) {
+    const std::int64_t seq = cache_.session().params().seq_length;
+    const std::int64_t limit = seq - overflow_answer_room(seq, options.stop.max_new_tokens);
+    if (static_cast<std::int64_t>(prompt.size()) > limit) {
+      cut = truncate_middle(messages_, limit,
+                            [&](const nlohmann::ordered_json& m) { return render(m); });
+      prompt = cut->prompt;
+      if (on_truncate_)
+        on_truncate_(*cut);
+    }
+  }
   check(cache_.fits(prompt), ErrorKind::invalid_input, "chat", "the conversation would take ",
         prompt.size(),
         " tokens and leave no room for an answer in the compiled sequence length; "
         "reset to start over");
   auto r = run(prompt, options, sink);
+  if (cut) { // the kept messages replace the conversation only once the answer is there
+    messages_ = std::move(cut->messages);
+    r.dropped_messages = cut->dropped_messages;
+    r.dropped_tokens = cut->dropped_tokens;
+  }
   messages_.push_back({{"role", "assistant"}, {"content", r.text}});
   return r;
 }

@@ -2,6 +2,8 @@
 // prefill_kv), to the same tokens as feeding that rest by hand; a prompt that departs from the
 // cache rolls it back to the common prefix; a prompt that does not fit is refused unchanged; a
 // prompt fed from outside (keep_prefix, then record: what a serving slot does) ends as generate().
+// A chat that outgrows the cache under --context-overflow truncate-middle answers as a fresh
+// chat of the messages it kept (the cache re-fed from the first changed token).
 #include "small_compile.hpp"
 #include "test_data_dir.hpp"
 #include <catch2/catch.hpp>
@@ -15,7 +17,10 @@
 #include "tpullm/frontend/stage_builder.hpp"
 #include "tpullm/runtime/compiled_stages.hpp"
 #include "tpullm/runtime/bundle_session.hpp"
+#include "tpullm/runtime/conversation.hpp"
 #include "tpullm/runtime/prompt_cache.hpp"
+#include "tpullm/text/chat_template.hpp"
+#include "tpullm/text/tokenizer.hpp"
 
 using namespace tpullm;
 
@@ -157,4 +162,47 @@ TEST_CASE("a prompt fed from outside: keep_prefix, then record what was fed", "[
   // Ids recorded that the session was not fed: the cache would lie about the KV cache.
   CHECK_THROWS_AS(cache.record(std::vector<std::int32_t>{1}), Error);
   CHECK(cache.held() == b);
+}
+
+TEST_CASE("a truncated chat answers as a fresh chat of the messages it kept", "[prompt-cache]") {
+  // A small byte-level tokenizer (272 ids, inside the model's 512) and a template of our own.
+  const auto tok = text::Tokenizer::from_dir(std::filesystem::path(TPULLM_TEST_DATA_DIR) / "text" /
+                                             "tok" / "mini" / "bytelevel");
+  const auto tmpl = text::ChatTemplate::parse(
+      "{% for m in messages %}<|sep|>{{ m.role }}: {{ m.content }}{% endfor %}<|sep|>assistant:");
+  Cached a, b;
+  runtime::Conversation chat(a.cache, tok, &tmpl, "Be brief.");
+  chat.set_context_overflow(runtime::ContextOverflow::truncate_middle);
+  const auto g = greedy(6); // room for 6 answer tokens: prompts of at most 90 of the 96
+  runtime::TurnResult cut;
+  nlohmann::ordered_json before;
+  for (int turn = 0; turn < 12 && cut.dropped_messages == 0; ++turn) {
+    before = chat.messages();
+    cut = chat.say("q" + std::to_string(turn), g, {});
+  }
+  REQUIRE(cut.dropped_messages > 0); // the 12 turns outgrow 96 positions
+  CHECK(cut.dropped_messages % 2 == 0);
+  CHECK(cut.generated.prompt_size <= 90);
+  CHECK(cut.generated.reused > 0); // the system message's tokens stayed in the cache
+  CHECK(cut.generated.reused < cut.generated.prompt_size);
+  // The conversation holds the kept messages and the answer; the dropped ones are the oldest.
+  auto kept = chat.messages();
+  REQUIRE(kept.size() + static_cast<std::size_t>(cut.dropped_messages) == before.size() + 2);
+  REQUIRE(before.size() > 1 + static_cast<std::size_t>(cut.dropped_messages)); // a turn kept
+  CHECK(kept.at(0) == before.at(0));
+  CHECK(kept.at(1) == before.at(1 + static_cast<std::size_t>(cut.dropped_messages)));
+  kept.erase(kept.end() - 1);
+  runtime::Conversation fresh(b.cache, tok, &tmpl);
+  fresh.set_messages(kept);
+  const auto ref = fresh.answer(g, {});
+  CHECK(ref.generated.reused == 0);
+  CHECK(ref.generated.prompt_size == cut.generated.prompt_size);
+  CHECK(ref.generated.result.tokens == cut.generated.result.tokens);
+  CHECK(ref.text == cut.text);
+
+  // Refused as before under the default policy: the conversation and the cache unchanged.
+  runtime::Conversation strict(b.cache, tok, &tmpl, "Be brief.");
+  strict.set_messages(before);
+  CHECK_THROWS_AS(strict.say(std::string(120, 'x'), g, {}), Error);
+  CHECK(strict.messages() == before);
 }

@@ -93,6 +93,13 @@ string(REPEAT "word " 80 long_line)
 file(WRITE ${C}/overflow.txt "${long_line}\n/reset\nHi\n")
 tpullm_bundle_text_test(chat-overflow 2 "leave no room for an answer.*/reset.*turn 1: "
   /bin/sh -c "exec '$<TARGET_FILE:tpullm-driver>' chat '${C}/short.bundle' -n 3 < '${C}/overflow.txt'")
+# --context-overflow truncate-middle (runtime/context_overflow.hpp): eight turns outgrow the
+# 64 positions; the earliest turns are left out, said on stderr, and every turn is answered.
+file(WRITE ${C}/many.txt "Tell me about the sea please\nAnd about the wind today\nWhat of the sky at night\nAnd the rivers in spring\nTell me about the hills\nAnd the roads to the west\nWhat do the birds sing\nThanks, that is all\n")
+tpullm_bundle_text_test(chat-truncate-middle 0 "context full: the [1-9][0-9]* earliest messages \\([1-9][0-9]* tokens\\) left out.*turn 8: "
+  /bin/sh -c "exec '$<TARGET_FILE:tpullm-driver>' chat '${C}/short.bundle' -n 3 --system 'Be brief.' --context-overflow truncate-middle < '${C}/many.txt'")
+tpullm_bundle_text_test(chat-overflow-policy-bad 2 "--context-overflow: 'drop' is not a policy \\(refuse or truncate-middle\\)"
+  ${tpullm} chat ${C}/short.bundle --context-overflow drop)
 # --chat rendering through the template, on the checkpoint's files and on the bundle alike.
 file(WRITE ${C}/conv.json "{\"messages\": [{\"role\": \"user\", \"content\": \"Hello\"}]}")
 tpullm_tokenize_test(tokenize-chat-dir 0 "<\\|im_start\\|>user\nHello<\\|im_end\\|>\n<\\|im_start\\|>assistant\n"

@@ -37,7 +37,7 @@ void print_stats(int turn, const runtime::TurnResult& r) {
 } // namespace
 
 int cmd_chat(const std::vector<std::string>& args) {
-  std::string system, kwargs_text = "{}";
+  std::string system, kwargs_text = "{}", overflow_text = "refuse";
   runtime::GenerateOptions g;
   BundleArgs source;
   bool no_stats = false;
@@ -51,13 +51,18 @@ int cmd_chat(const std::vector<std::string>& args) {
                                               "system message put first in the conversation")(
       "template-kwargs", po::value(&kwargs_text),
       "extra chat-template variables, a JSON object (e.g. '{\"enable_thinking\": false}')")(
-      "no-stats", po::bool_switch(&no_stats), "do not print the per-turn figures on stderr");
+      "no-stats", po::bool_switch(&no_stats), "do not print the per-turn figures on stderr")(
+      "context-overflow", po::value(&overflow_text),
+      "refuse | truncate-middle: when a turn would leave too little room for the answer "
+      "(-n tokens, at most half the sequence length), refuse it (default) or drop the "
+      "earliest turns after the system message until it fits (said on stderr)");
   o.add(sampling_options(g));
   o.add(constraint_options(g));
   po::variables_map vm;
   if (!parse_bundle_command(args, o, source, vm))
     return kOk;
   const auto kwargs = parse_json_object(kwargs_text, "--template-kwargs");
+  const auto overflow = runtime::parse_context_overflow(overflow_text, "--context-overflow");
 
   std::string checked;
   const OpenedBundle opened = open_bundle_source(source, !no_stats, &checked);
@@ -73,6 +78,13 @@ int cmd_chat(const std::vector<std::string>& args) {
   g.stop.validate();
   runtime::PromptCache cache(engine.session());
   runtime::Conversation chat(cache, text.tokenizer, &*text.chat_template, system, kwargs);
+  // Never silent: the dropped turns are named before the answer that needed their room.
+  chat.set_context_overflow(overflow, [](const runtime::Truncation& t) {
+    std::cerr << "[context full: the " << t.dropped_messages << " earliest message"
+              << (t.dropped_messages == 1 ? "" : "s") << " (" << t.dropped_tokens
+              << " tokens) left out to make room for the answer; system messages and the last "
+                 "turn kept]\n";
+  });
   const bool interactive = ::isatty(STDIN_FILENO) != 0;
   const auto& m = engine.bundle().model();
   // Piped input is read and checked before anything is printed, so a refusal is one line.

@@ -161,8 +161,10 @@ struct Server {
   std::atomic<int> streams{0};                       ///< streaming answers still being written
   std::atomic<bool> stopping{false};                 ///< a stop signal came
   runtime::Pooling pooling = runtime::Pooling::last; ///< --pooling of /v1/embeddings
-  std::size_t max_queue = 8;                         ///< --max-queue
-  std::int64_t cores = 0;                            ///< --threads (0: the bundle target's)
+  /// --context-overflow: what a chat request too long for the compiled sequence gets.
+  runtime::ContextOverflow overflow = runtime::ContextOverflow::refuse;
+  std::size_t max_queue = 8; ///< --max-queue
+  std::int64_t cores = 0;    ///< --threads (0: the bundle target's)
 
   /// /v1/embeddings computes on an executor of its own (one KV slot, built at the first such
   /// request), never on the scheduler's: it cannot touch a slot's cache or race with the
@@ -207,7 +209,7 @@ struct Server {
                          "invalid_request_error", "messages", "no_chat_template"};
         // Rendered on this request's own thread under no lock, as Conversation renders: a
         // render is const (its state is the call's), so a long one delays nobody else.
-        return render_tools_chat(g);
+        return render_tools_chat(g.messages, g.tools.list);
       }
       if (g.prompt_text)
         return text.tokenizer.encode(*g.prompt_text, true);
@@ -226,24 +228,57 @@ struct Server {
     return g.prompt_ids;
   }
 
-  /// The chat of `g` rendered with its tools. An assistant message with tool_calls and null
+  /// --context-overflow truncate-middle: a chat whose prompt leaves fewer tokens than the
+  /// answer's room (max_tokens, else a quarter of the sequence; at most half) loses its
+  /// earliest turns (runtime::truncate_middle), said in the answer's
+  /// X-Tpullm-Context-Truncated header and on the log; 400 context_length_exceeded when even
+  /// the system messages and the last turn leave no room.
+  void truncate_to_fit(serve::GenerationRequest& g, std::vector<std::int32_t>& prompt,
+                       httplib::Response& res) const {
+    const std::int64_t seq = bundle->model().params.seq_length;
+    const std::int64_t limit =
+        seq - runtime::overflow_answer_room(seq, g.max_tokens.value_or(seq / 4));
+    if (static_cast<std::int64_t>(prompt.size()) <= limit)
+      return;
+    runtime::Truncation t;
+    try {
+      t = runtime::truncate_middle(g.messages, limit, [&](const nlohmann::ordered_json& m) {
+        return render_tools_chat(m, g.tools.list);
+      });
+    } catch (const text::RenderCancelled&) {
+      throw ApiError{503, "the server is shutting down", "server_error", "", "shutting_down"};
+    } catch (const Error& e) {
+      throw ApiError{400, e.what(), "invalid_request_error", "messages",
+                     e.kind() == ErrorKind::invalid_input ? "context_length_exceeded" : ""};
+    }
+    g.messages = std::move(t.messages);
+    prompt = std::move(t.prompt);
+    res.set_header("X-Tpullm-Context-Truncated",
+                   "messages=" + std::to_string(t.dropped_messages) +
+                       "; tokens=" + std::to_string(t.dropped_tokens));
+    std::cerr << "tpullm serve: context full: the " << t.dropped_messages
+              << " earliest messages of a chat (" << t.dropped_tokens << " tokens) left out\n";
+  }
+
+  /// The chat `messages` rendered with `tools`. An assistant message with tool_calls and null
   /// content goes to the template as transformers passes it (null); a template that fails on
   /// that (Qwen3's) is rendered again with "" in its place.
   /// The render stops at its next step once a stop signal came (text::RenderCancelled).
-  std::vector<std::int32_t> render_tools_chat(const serve::GenerationRequest& g) const {
+  std::vector<std::int32_t> render_tools_chat(const nlohmann::ordered_json& messages,
+                                              const nlohmann::ordered_json& tools) const {
     text::RenderLimits limits;
     limits.cancel = &stopping;
     const auto kwargs = nlohmann::ordered_json::object();
     try {
-      return runtime::render_chat(text.tokenizer, *text.chat_template, g.messages, g.tools.list,
-                                  kwargs, limits);
+      return runtime::render_chat(text.tokenizer, *text.chat_template, messages, tools, kwargs,
+                                  limits);
     } catch (const text::RenderCancelled&) {
       throw;
     } catch (const Error&) {
-      auto retry = serve::with_empty_tool_call_content(g.messages);
+      auto retry = serve::with_empty_tool_call_content(messages);
       if (!retry)
         throw;
-      return runtime::render_chat(text.tokenizer, *text.chat_template, *retry, g.tools.list, kwargs,
+      return runtime::render_chat(text.tokenizer, *text.chat_template, *retry, tools, kwargs,
                                   limits);
     }
   }
@@ -361,6 +396,8 @@ struct Server {
     serve::JobSpec spec;
     spec.prompt = prompt_of(g);
     const std::int64_t seq = bundle->model().params.seq_length;
+    if (chat && overflow == runtime::ContextOverflow::truncate_middle)
+      truncate_to_fit(g, spec.prompt, res);
     const auto n = static_cast<std::int64_t>(spec.prompt.size());
     if (n == 0)
       throw ApiError{400, "the prompt is empty", "invalid_request_error", "prompt", ""};
@@ -545,7 +582,7 @@ int cmd_serve(const std::vector<std::string>& args) {
   std::string host = "127.0.0.1", api_key;
   int port = 8080, slots = 0;
   std::int64_t max_queue = 8, request_timeout = 10;
-  std::string pooling = "last";
+  std::string pooling = "last", overflow = "refuse";
   bool reuse_port = false;
   BundleArgs source;
   po::options_description o("tpullm serve BUNDLE [options]\n\n"
@@ -570,7 +607,11 @@ int cmd_serve(const std::vector<std::string>& args) {
       "reuse-port", po::bool_switch(&reuse_port),
       "share the port with other servers (SO_REUSEPORT); without it a port in use is refused")(
       "pooling", po::value(&pooling)->default_value(pooling),
-      "how /v1/embeddings pools a prompt's final hidden states: last (the last token's) or mean");
+      "how /v1/embeddings pools a prompt's final hidden states: last (the last token's) or mean")(
+      "context-overflow", po::value(&overflow)->default_value(overflow),
+      "refuse | truncate-middle: a chat that leaves too little room for its answer (max_tokens, "
+      "else a quarter of the sequence length; at most half) gets 400, or loses its earliest "
+      "turns after the system messages until it fits (X-Tpullm-Context-Truncated header)");
   po::variables_map vm;
   if (!parse_bundle_command(args, o, source, vm))
     return kOk;
@@ -582,6 +623,7 @@ int cmd_serve(const std::vector<std::string>& args) {
   check(max_queue >= 0 && max_queue <= 4096, ErrorKind::invalid_input, "--max-queue",
         "must be in [0, 4096], got ", max_queue);
   const runtime::Pooling pool_mode = runtime::parse_pooling(pooling, "--pooling");
+  const auto overflow_mode = runtime::parse_context_overflow(overflow, "--context-overflow");
   check(request_timeout >= 1 && request_timeout <= 3600, ErrorKind::invalid_input,
         "--request-timeout", "must be in [1, 3600] seconds, got ", request_timeout);
   // An empty key (an unset shell variable in --api-key "$KEY") would turn authentication off
@@ -633,6 +675,7 @@ int cmd_serve(const std::vector<std::string>& args) {
   s.model_id = id_path.stem().string();
   s.api_key = api_key;
   s.pooling = pool_mode;
+  s.overflow = overflow_mode;
   s.max_queue = static_cast<std::size_t>(max_queue);
   s.cores = cores;
   if (slots == 0)

@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tpullm/runtime/context_overflow.hpp"
 #include "tpullm/runtime/prompt_cache.hpp"
 #include "tpullm/text/chat_template.hpp"
 #include "tpullm/text/tokenizer.hpp"
@@ -24,8 +25,10 @@ using TextSink = std::function<void(std::string_view)>;
 
 /// One answer: its text, its tokens and how the prompt was fed.
 struct TurnResult {
-  std::string text;               ///< the answer, stop token and stop string left out
-  CachedGenerateResult generated; ///< tokens, stop reason, timings, tokens reused from the cache
+  std::string text;                  ///< the answer, stop token and stop string left out
+  CachedGenerateResult generated;    ///< tokens, stop reason, timings, tokens reused from the cache
+  std::int64_t dropped_messages = 0; ///< earlier messages left out to fit (truncate-middle)
+  std::int64_t dropped_tokens = 0;   ///< prompt tokens they took
 };
 
 /// The ids that end an answer for a tokenizer and model: generation_config / tokenizer_config
@@ -61,10 +64,22 @@ public:
   /// The tokens of the conversation so far plus `user` as the next user message, rendered with
   /// the generation prompt (special tokens as the template writes them, none added).
   std::vector<std::int32_t> render_with(const std::string& user) const;
+  /// What say() and answer() do when the conversation does not fit (context_overflow.hpp;
+  /// default refuse). With truncate_middle, a turn whose prompt would leave fewer than
+  /// overflow_answer_room(seq_length, max_new_tokens) tokens for the answer first drops the
+  /// fewest oldest turns that make that room; `on_truncate` (may be empty) sees what was dropped
+  /// before the answer is generated, and the dropped messages are gone from messages() once the
+  /// turn succeeds.
+  void set_context_overflow(ContextOverflow policy,
+                            std::function<void(const Truncation&)> on_truncate = {}) {
+    overflow_ = policy;
+    on_truncate_ = std::move(on_truncate);
+  }
   /// Adds `user` as a user message, generates the assistant's answer (streamed to `sink`) and
   /// adds it to the messages. The cached prefix of the rendered conversation is not fed again.
   /// Throws Error(invalid_input) when the conversation would not fit the compiled sequence
-  /// length (the conversation is then unchanged: reset() to go on).
+  /// length (under truncate_middle: when even its last turn alone would not leave the answer's
+  /// room); the conversation is then unchanged: reset() to go on.
   TurnResult say(const std::string& user, const GenerateOptions& options, const TextSink& sink);
   /// Generates the assistant's answer to the messages as they are (the last one usually a user
   /// message) and adds it. Same refusals as say().
@@ -96,6 +111,8 @@ private:
   nlohmann::ordered_json kwargs_;
   nlohmann::ordered_json tools_ = nullptr;
   nlohmann::ordered_json messages_ = nlohmann::ordered_json::array();
+  ContextOverflow overflow_ = ContextOverflow::refuse;
+  std::function<void(const Truncation&)> on_truncate_;
 };
 
 } // namespace tpullm::runtime
