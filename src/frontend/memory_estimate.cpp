@@ -169,4 +169,20 @@ void check_memory(const MemoryEstimate& e, const StageParams& p, const ModelDesc
               " of memory available; ", advice);
 }
 
+void check_run_memory(const ModelDesc& d, const StageParams& p, FileAccess access,
+                      std::int64_t kv_value_bytes, double limit) {
+  const auto need = estimate_memory(d, p, Workload::run, access, kv_value_bytes);
+  if (need.total() > limit && kv_value_bytes > 2) {
+    const auto half = estimate_memory(d, p, Workload::run, access, 2);
+    if (!(half.total() > limit))
+      throw_error(
+          ErrorKind::invalid_input, "--seq-length", "this run needs about ",
+          detail::human_bytes(need.total()), " with a ", kv_value_bytes * 8, "-bit KV cache of ",
+          p.seq_length, " positions, more than the ", detail::human_bytes(limit),
+          " of memory available; --kv-dtype f16 (or bf16) halves the cache and needs about ",
+          detail::human_bytes(half.total()));
+  }
+  check_memory(need, p, d, limit);
+}
+
 } // namespace tpullm::frontend

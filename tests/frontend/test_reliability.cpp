@@ -438,6 +438,31 @@ TEST_CASE("memory is estimated up front and a huge --seq-length is refused",
   CHECK(memory_limit_bytes() > 0);
 }
 
+// A run whose f32 KV cache does not fit but whose 16-bit one would is refused naming
+// --kv-dtype f16 and both figures; one that fits neither way gets the plain refusal.
+TEST_CASE("a KV cache too large in f32 names the 16-bit dtype that fits", "[reliability][memory]") {
+  TempDir t;
+  TinyModel m;
+  m.config["max_position_embeddings"] = 1 << 24;
+  m.write(t / "m");
+  const ModelDesc d = load_model(t / "m");
+  StageParams p;
+  p.seq_length = 1 << 22;
+  p.decode_chunk = 0;
+  const double f32 = estimate_memory(d, p, Workload::run, FileAccess::map, 4).total();
+  const double f16 = estimate_memory(d, p, Workload::run, FileAccess::map, 2).total();
+  REQUIRE(f16 < f32);
+  CHECK_NOTHROW(check_run_memory(d, p, FileAccess::map, 4, f32));
+  REQUIRE_THROWS_WITH(check_run_memory(d, p, FileAccess::map, 4, (f16 + f32) / 2),
+                      Contains("--seq-length: this run needs about") &&
+                          Contains("with a 32-bit KV cache of 4194304 positions") &&
+                          Contains("--kv-dtype f16 (or bf16) halves the cache and needs about"));
+  CHECK_NOTHROW(check_run_memory(d, p, FileAccess::map, 2, (f16 + f32) / 2));
+  for (std::int64_t bytes : {4, 2})
+    REQUIRE_THROWS_WITH(check_run_memory(d, p, FileAccess::map, bytes, f16 * 0.9),
+                        Contains("lower --seq-length") && !Contains("--kv-dtype"));
+}
+
 // calibrate widens the weights into a bounded store a layer at a time: its estimate holds the
 // store, not the interpreter's f64 copy of every weight per module, so a 1B model is not refused
 // on a 24 GiB machine (it was: "needs about 42.3 GiB").

@@ -90,4 +90,11 @@ double memory_limit_bytes();
 void check_memory(const MemoryEstimate& e, const StageParams& p, const ModelDesc& d,
                   double limit = memory_limit_bytes());
 
+/// check_memory() of the run workload (a bundle compiled from `d` under `p`, run with a KV cache
+/// of `kv_value_bytes` per element). When that does not fit but a 16-bit cache would
+/// (kv_value_bytes > 2), the refusal (Error(invalid_input) on --seq-length) says so with both
+/// figures, so the user is told the option that makes the run fit.
+void check_run_memory(const ModelDesc& d, const StageParams& p, FileAccess access,
+                      std::int64_t kv_value_bytes, double limit = memory_limit_bytes());
+
 } // namespace tpullm::frontend
