@@ -58,6 +58,7 @@ Generation::Generation(const GenerateOptions& options, const text::Tokenizer* to
                        std::span<const std::int32_t> context)
     : options_(options), sampler_(options.sampling), context_(context.begin(), context.end()) {
   options_.stop.validate();
+  options_.speculation.validate();
   check(options_.logprobs >= -1 && options_.logprobs <= kMaxTopLogprobs, ErrorKind::invalid_input,
         "logprobs", "top_logprobs ", options_.logprobs, " is outside [0, ", kMaxTopLogprobs, "]");
   check(tok != nullptr || options_.stop.stop_strings.empty(), ErrorKind::invalid_input,

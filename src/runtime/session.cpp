@@ -1,6 +1,8 @@
 // Out-of-line definitions of tpullm/runtime/session.hpp (compiled once into tpullm_core).
 #include "tpullm/runtime/session.hpp"
 
+#include <algorithm>
+
 namespace tpullm::runtime {
 
 Session::Session(Stages& stages, SessionDims dims, frontend::StageParams params)
@@ -30,8 +32,9 @@ auto Session::prefill(const std::vector<std::int32_t>& tokens, bool all_rows,
                       const std::function<void(std::int64_t, std::int64_t)>& progress)
     -> std::vector<float> {
   std::vector<float> logits;
-  feed(tokens, all_rows, progress,
-       [&](int cur, std::int64_t r, std::int64_t) { append_logits(logits, cur, r); });
+  feed(tokens, all_rows, progress, [&](int cur, std::int64_t r, std::int64_t) {
+    append_logits(logits, hidden_[cur].data() + r * dims_.hidden);
+  });
   return logits;
 }
 
@@ -111,7 +114,38 @@ auto Session::feed(const std::vector<std::int32_t>& tokens, bool all_rows,
 auto Session::decode(std::int32_t token) -> std::vector<float> {
   const int cur = decode_hidden(token);
   std::vector<float> logits;
-  append_logits(logits, cur, 0);
+  append_logits(logits, hidden_[cur].data());
+  return logits;
+}
+
+auto Session::verify(std::span<const std::int32_t> tokens) -> std::vector<float> {
+  const auto n = static_cast<std::int64_t>(tokens.size());
+  const std::int64_t H = dims_.hidden, V = dims_.vocab;
+  rows_.resize(static_cast<std::size_t>(std::max<std::int64_t>(n, 1) * H));
+  feed(std::vector<std::int32_t>(tokens.begin(), tokens.end()), true, {},
+       [&](int cur, std::int64_t r, std::int64_t i) {
+         std::copy_n(hidden_[cur].data() + r * H, H, rows_.data() + i * H);
+       });
+  std::int64_t B = 0; // the smallest batched lm_head that holds the rows
+  for (auto b : params_.decode_batch_sizes())
+    if (b >= n && stages_.has_function(frontend::StageNames::lm_head(b))) {
+      B = b;
+      break;
+    }
+  std::vector<float> logits;
+  if (n > 1 && B > 0) {
+    rows_.resize(static_cast<std::size_t>(B * H));
+    for (std::int64_t r = n; r < B; ++r) // padding rows repeat the last one
+      std::copy_n(rows_.data() + (n - 1) * H, H, rows_.data() + r * H);
+    logits.resize(static_cast<std::size_t>(B * V));
+    const ConstBytes in[] = {cbytes(rows_.data(), B * H)};
+    const MutBytes out[] = {mbytes(logits.data(), B * V)};
+    stages_.run(frontend::StageNames::lm_head(B), in, out);
+    logits.resize(static_cast<std::size_t>(n * V));
+    return logits;
+  }
+  for (std::int64_t i = 0; i < n; ++i)
+    append_logits(logits, rows_.data() + i * H);
   return logits;
 }
 
@@ -144,6 +178,8 @@ auto Session::generate(const std::vector<std::int32_t>& prompt, const GenerateOp
 auto Session::generate(const std::vector<std::int32_t>& prompt, Generation& gen,
                        const std::function<void(const GenerationStep&)>& on_step)
     -> GenerateResult {
+  if (gen.options().speculation.draft_max > 0)
+    return generate_speculative(prompt, gen, on_step);
   using clock = std::chrono::steady_clock;
   GenerateResult res;
   res.prompt_tokens = static_cast<std::int64_t>(prompt.size());
@@ -161,6 +197,77 @@ auto Session::generate(const std::vector<std::int32_t>& prompt, Generation& gen,
       break;
     }
     logits = decode(step.token);
+  }
+  res.decode_seconds =
+      std::chrono::duration<double>(clock::now() - t0).count() - res.prefill_seconds;
+  return res;
+}
+
+auto Session::generate_speculative(const std::vector<std::int32_t>& prompt, Generation& gen,
+                                   const std::function<void(const GenerationStep&)>& on_step)
+    -> GenerateResult {
+  const SpeculationOptions& spec = gen.options().speculation;
+  check(params_.with_history, ErrorKind::unsupported, "speculation",
+        "the verify call needs the prefill_kv stage, and this bundle was compiled with "
+        "--no-history; recompile without --no-history");
+  using clock = std::chrono::steady_clock;
+  GenerateResult res;
+  res.prompt_tokens = static_cast<std::int64_t>(prompt.size());
+  const auto t0 = clock::now();
+  // Takes the next answer token from `logits` with `length` tokens fed; true when it ends the
+  // answer. The same call, in the same order, as plain decoding makes.
+  auto take = [&](std::span<const float> logits, std::int64_t length) {
+    const GenerationStep step = gen.step(logits, length, params_.seq_length);
+    if (gen.generated() == 1)
+      res.prefill_seconds = std::chrono::duration<double>(clock::now() - t0).count();
+    res.tokens.push_back(step.token);
+    if (on_step)
+      on_step(step);
+    if (step.stop)
+      res.reason = *step.stop;
+    return step.stop.has_value();
+  };
+  const auto V = static_cast<std::size_t>(dims_.vocab);
+  DraftLength length(spec.draft_max);
+  // (The logits first: a call's arguments are evaluated in no fixed order.)
+  const auto first = prefill(prompt, false);
+  bool done = take(first, length_);
+  while (!done) {
+    const std::int32_t last = res.tokens.back();
+    // 1 + k positions must fit the cache, and no more than the budget's tokens be drafted.
+    const std::int64_t k = std::max<std::int64_t>(
+        0, std::min<std::int64_t>({length.next(), params_.seq_length - length_ - 1,
+                                   static_cast<std::int64_t>(gen.options().stop.max_new_tokens) -
+                                       gen.generated() - 1}));
+    auto draft = k <= 0       ? std::vector<std::int32_t>{}
+                 : spec.draft ? spec.draft(gen.context(), static_cast<int>(k))
+                              : prompt_lookup_draft(gen.context(), spec, static_cast<int>(k));
+    if (static_cast<std::int64_t>(draft.size()) > k)
+      draft.resize(static_cast<std::size_t>(k));
+    if (draft.empty()) {
+      const auto logits = decode(last);
+      done = take(logits, length_);
+      continue;
+    }
+    std::vector<std::int32_t> segment{last};
+    segment.insert(segment.end(), draft.begin(), draft.end());
+    const std::int64_t L0 = length_;
+    const auto rows = verify(segment);
+    const auto d = static_cast<std::int64_t>(draft.size());
+    std::int64_t used = 0, accepted = 0;
+    for (std::int64_t i = 0; i <= d && !done; ++i) {
+      used = i + 1;
+      done = take(std::span<const float>(rows).subspan(static_cast<std::size_t>(i) * V, V),
+                  L0 + i + 1);
+      if (done || i == d || res.tokens.back() != draft[static_cast<std::size_t>(i)])
+        break;
+      ++accepted;
+    }
+    truncate(L0 + used); // the rows after the last one used were a draft that was not kept
+    res.speculation.verify_calls += 1;
+    res.speculation.drafted += d;
+    res.speculation.accepted += accepted;
+    length.record(static_cast<int>(d), static_cast<int>(accepted));
   }
   res.decode_seconds =
       std::chrono::duration<double>(clock::now() - t0).count() - res.prefill_seconds;
@@ -205,10 +312,10 @@ auto Session::block(StageHandle fn, std::int64_t layer, std::int64_t L, std::int
   stages_.run(fn, std::span<const ConstBytes>(in, S > 0 ? 4 : 2), out);
 }
 
-auto Session::append_logits(std::vector<float>& logits, int cur, std::int64_t r) -> void {
+auto Session::append_logits(std::vector<float>& logits, const float* row) -> void {
   const std::size_t at = logits.size();
   logits.resize(at + static_cast<std::size_t>(dims_.vocab));
-  const ConstBytes in[] = {cbytes(hidden_[cur].data() + r * dims_.hidden, dims_.hidden)};
+  const ConstBytes in[] = {cbytes(row, dims_.hidden)};
   const MutBytes out[] = {mbytes(logits.data() + at, dims_.vocab)};
   stages_.run(once(lm_head_fn_, "lm_head"), in, out);
 }

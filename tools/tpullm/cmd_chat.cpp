@@ -31,7 +31,10 @@ void print_stats(int turn, const runtime::TurnResult& r) {
             << "time to first token " << g.prefill_seconds * 1e3 << " ms; " << g.tokens.size()
             << " tokens, decode "
             << (decoded > 0 && g.decode_seconds > 0 ? decoded / g.decode_seconds : 0.0)
-            << " tokens/s; stopped: " << runtime::to_string(g.reason) << "]\n";
+            << " tokens/s; stopped: " << runtime::to_string(g.reason);
+  if (const auto spec = describe_speculation(g); !spec.empty())
+    std::cerr << "; " << spec;
+  std::cerr << "]\n";
 }
 
 } // namespace
@@ -58,6 +61,7 @@ int cmd_chat(const std::vector<std::string>& args) {
       "earliest turns after the system message until it fits (said on stderr)");
   o.add(sampling_options(g));
   o.add(constraint_options(g));
+  o.add(speculation_options(g));
   po::variables_map vm;
   if (!parse_bundle_command(args, o, source, vm))
     return kOk;

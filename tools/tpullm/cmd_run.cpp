@@ -37,6 +37,7 @@ int cmd_run(const std::vector<std::string>& args) {
       "quiet,q", po::bool_switch(&quiet), "print only the generated ids");
   o.add(sampling_options(g));
   o.add(constraint_options(g));
+  o.add(speculation_options(g));
   po::variables_map vm;
   if (!parse_bundle_command(args, o, source, vm))
     return kOk;
@@ -110,6 +111,8 @@ int cmd_run(const std::vector<std::string>& args) {
               << r.prompt_tokens << " tokens); decode "
               << (decoded > 0 && r.decode_seconds > 0 ? decoded / r.decode_seconds : 0.0)
               << " tokens/s\n";
+    if (const auto spec = describe_speculation(r); !spec.empty())
+      std::cerr << spec << "\n";
   }
   return kOk;
 }

@@ -1,6 +1,7 @@
 // Sampling options of run and chat (sampling_options.hpp).
 #include "sampling_options.hpp"
 
+#include <iomanip>
 #include <sstream>
 
 #include "command.hpp"
@@ -68,6 +69,40 @@ po::options_description constraint_options(runtime::GenerateOptions& g) {
       }),
       "the answer is one JSON object (OpenAI's json_object response format)");
   return o;
+}
+
+po::options_description speculation_options(runtime::GenerateOptions& g) {
+  po::options_description o("speculative decoding (docs/cli.md)");
+  o.add_options()(
+      "draft", po::value<std::string>()->notifier([&g](const std::string& v) {
+        const auto colon = v.find(':');
+        const bool on = runtime::parse_draft_kind(v.substr(0, colon), "--draft");
+        int n = 6;
+        if (colon != std::string::npos) {
+          const auto ids = parse_id_list<std::int32_t>(v.substr(colon + 1), "--draft");
+          check(ids.size() == 1, ErrorKind::invalid_input, "--draft",
+                "takes one draft length after ':', got '", v.substr(colon + 1), "'");
+          n = ids[0];
+        }
+        g.speculation.draft_max = on ? n : 0;
+        g.speculation.validate();
+      }),
+      "none | prompt-lookup[:N]: draft up to N (default 6) tokens from the context (what "
+      "followed the last 2-3 tokens' latest earlier occurrence) and check them in one prefill_kv "
+      "call; the answer is the same as without (fastest with --prefill-lengths and "
+      "--decode-batches that hold N + 1 rows)");
+  return o;
+}
+
+std::string describe_speculation(const runtime::GenerateResult& r) {
+  const auto& s = r.speculation;
+  if (s.verify_calls == 0)
+    return {};
+  std::ostringstream o;
+  o << std::fixed << std::setprecision(1) << "speculation: " << s.verify_calls << " verify calls, "
+    << s.drafted << " tokens drafted, " << s.accepted << " accepted (" << 100 * s.acceptance()
+    << "%)";
+  return o.str();
 }
 
 std::string apply_generation_defaults(const po::variables_map& vm, const nlohmann::json& d,

@@ -20,6 +20,14 @@ boost::program_options::options_description sampling_options(runtime::GenerateOp
 /// options are notified; a bad file is Error(invalid_input) / Error(unsupported) naming it.
 boost::program_options::options_description constraint_options(runtime::GenerateOptions& g);
 
+/// --draft none|prompt-lookup[:N]: speculative decoding with drafts from the context, at most N
+/// (default 6) draft tokens per verify call (GenerateOptions::speculation; the answer is the
+/// same either way).
+boost::program_options::options_description speculation_options(runtime::GenerateOptions& g);
+
+/// The speculation figures of an answer ("" when nothing was drafted), for the stats lines.
+std::string describe_speculation(const runtime::GenerateResult& r);
+
 /// Takes generation_config.json's sampling fields (`defaults`: do_sample, temperature, top_k,
 /// top_p, repetition_penalty) for each option the command line did not give; do_sample false
 /// or absent keeps greedy. Returns a one-line description of the result ("greedy" or

@@ -38,6 +38,7 @@
 
 #include "tpullm/runtime/logprobs.hpp"
 #include "tpullm/runtime/sampler.hpp"
+#include "tpullm/runtime/speculation.hpp"
 
 namespace tpullm::text {
 class Tokenizer;
@@ -88,6 +89,9 @@ struct GenerateOptions {
   int logprobs = -1;
   /// The language the answer must stay in (null: free text); needs a tokenizer (see Generation).
   std::shared_ptr<const grammar::Grammar> grammar;
+  /// Speculative decoding (speculation.hpp; draft_max 0: off). Session::generate honours it;
+  /// the answer is the same either way.
+  SpeculationOptions speculation;
 };
 
 /// What one Generation step produced.
@@ -131,6 +135,8 @@ public:
   std::optional<StopReason> stop_reason() const { return stop_; }
   /// The tokens generated so far (the stop token included).
   const std::vector<std::int32_t>& tokens() const { return tokens_; }
+  /// The conversation's tokens before the answer, then the tokens generated so far.
+  std::span<const std::int32_t> context() const { return context_; }
   /// Number of tokens generated so far.
   int generated() const { return static_cast<int>(tokens_.size()); }
   /// The answer text emitted so far (the whole answer once done()).

@@ -41,6 +41,7 @@ struct GenerateResult {
   std::int64_t prompt_tokens = 0;      ///< tokens prefilled
   double prefill_seconds = 0;          ///< prompt through the stages + first token (= TTFT)
   double decode_seconds = 0;           ///< every later token
+  SpeculationStats speculation;        ///< verify calls and drafts (speculation.hpp)
 };
 
 /// One conversation's state: KV cache length (and the cache itself when the back end does not
@@ -95,6 +96,12 @@ public:
 
   /// Feeds one token at position length() and returns its logits [vocab].
   std::vector<float> decode(std::int32_t token);
+
+  /// Feeds `tokens` at positions length().. as one segment (the prefill_kv variant that holds
+  /// it) and returns the logits [tokens, vocab] of every row: speculative decoding's verify call.
+  /// The rows go through the smallest batched lm_head (lm_head_bB, --decode-batches) that holds
+  /// them when there is one, else through lm_head one by one. Same refusals as prefill().
+  std::vector<float> verify(std::span<const std::int32_t> tokens);
 
   /// The back end the stages run on.
   Stages& stages() { return stages_; }
@@ -171,13 +178,16 @@ private:
   /// holding its last hidden state (row 0).
   int decode_hidden(std::int32_t token);
 
-  /// Runs lm_head on row r of hidden buffer `cur` and appends the logits.
-  void append_logits(std::vector<float>& logits, int cur, std::int64_t r);
+  /// Runs lm_head on one hidden row [hidden] and appends the logits.
+  void append_logits(std::vector<float>& logits, const float* row);
+  /// The speculative loop of generate() (options.speculation.draft_max > 0).
+  GenerateResult generate_speculative(const std::vector<std::int32_t>& prompt, Generation& gen,
+                                      const std::function<void(const GenerationStep&)>& on_step);
 
   Stages& stages_;
   SessionDims dims_;
   frontend::StageParams params_;
-  std::vector<float> hidden_[2];
+  std::vector<float> hidden_[2], rows_; // rows_: verify()'s hidden rows [B, hidden]
   std::vector<std::int32_t> ids_, pos_;
   std::vector<std::vector<float>> k_cache_, v_cache_;
   std::int64_t length_ = 0;

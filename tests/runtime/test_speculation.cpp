@@ -1,0 +1,197 @@
+// Speculative decoding with prompt-lookup drafts (runtime/speculation.hpp): the drafts, the
+// adaptive draft length, and on the compiled llama-gqa checkpoint the answers of plain and
+// speculative decoding compared token for token: greedy and sampled (several seeds), ended by
+// the budget, an eos id and the end of the sequence mid-draft, with the verify rows through a
+// batched lm_head and one by one; afterwards both caches continue alike.
+#include "small_compile.hpp"
+#include "test_data_dir.hpp"
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <memory>
+
+#include "tpullm/bundle/bundle.hpp"
+#include "tpullm/compiler/compiler.hpp"
+#include "tpullm/frontend/stage_builder.hpp"
+#include "tpullm/runtime/bundle_session.hpp"
+#include "tpullm/runtime/compiled_stages.hpp"
+#include "tpullm/runtime/session.hpp"
+#include "tpullm/runtime/speculation.hpp"
+
+using namespace tpullm;
+using runtime::SpeculationOptions;
+
+TEST_CASE("prompt lookup drafts what followed the latest earlier n-gram", "[speculation]") {
+  SpeculationOptions o; // n-grams of 3 then 2
+  const std::vector<std::int32_t> c{5, 6, 7, 8, 9, 1, 5, 6, 7, 4, 2, 9, 5, 6, 7};
+  // "5 6 7" occurs at 6 (latest earlier) and 0: the draft follows the one at 6, unless only the
+  // one at 0 has k tokens after it.
+  CHECK(runtime::prompt_lookup_draft(c, o, 3) == std::vector<std::int32_t>{4, 2, 9});
+  CHECK(runtime::prompt_lookup_draft(c, o, 8) == std::vector<std::int32_t>{8, 9, 1, 5, 6, 7, 4, 2});
+  CHECK(runtime::prompt_lookup_draft(std::span(c).first(10), o, 3).empty());
+  // In a loop the latest occurrence is right behind the suffix: one with k tokens after it wins.
+  const std::vector<std::int32_t> loop{9, 7, 7, 7, 7, 7, 7};
+  CHECK(runtime::prompt_lookup_draft(loop, o, 3) == std::vector<std::int32_t>{7, 7, 7});
+  CHECK(runtime::prompt_lookup_draft(c, o, 0).empty());
+  // No earlier "3 8 2", but "8 2" and then the bigram's continuation.
+  const std::vector<std::int32_t> d{8, 2, 4, 4, 3, 8, 2};
+  CHECK(runtime::prompt_lookup_draft(d, o, 2) == std::vector<std::int32_t>{4, 4});
+  // Nothing repeats: no draft; a unigram is not looked up unless allowed.
+  const std::vector<std::int32_t> e{1, 2, 3, 4, 2};
+  CHECK(runtime::prompt_lookup_draft(e, o, 4).empty());
+  o.ngram_min = 1;
+  CHECK(runtime::prompt_lookup_draft(e, o, 4) == std::vector<std::int32_t>{3, 4, 2});
+  CHECK(runtime::prompt_lookup_draft(std::vector<std::int32_t>{7}, o, 4).empty());
+  CHECK(runtime::prompt_lookup_draft(std::vector<std::int32_t>{}, o, 4).empty());
+}
+
+TEST_CASE("the draft length follows the acceptance and pauses when nothing is kept",
+          "[speculation]") {
+  runtime::DraftLength n(6);
+  CHECK(n.next() == 6);
+  n.record(6, 6);
+  CHECK(n.next() == 6); // at its bound
+  n.record(6, 2);
+  CHECK(n.next() == 3); // one more than was kept
+  n.record(3, 3);
+  CHECK(n.next() == 4);
+  // Two calls that keep nothing: a pause of 4 steps, then 8, ... up to kMaxPause.
+  int expected_pause = 4;
+  for (int round = 0; round < 6; ++round) {
+    n.record(1, 0);
+    n.record(1, 0);
+    int paused = 0;
+    while (n.next() == 0 && paused < 1000)
+      ++paused;
+    CHECK(paused == expected_pause);
+    expected_pause = std::min(runtime::DraftLength::kMaxPause, expected_pause * 2);
+  }
+  // A kept token ends the backing off.
+  n.record(1, 1);
+  n.record(2, 0);
+  CHECK(n.next() == 1);
+  SpeculationOptions bad;
+  bad.draft_max = 33;
+  CHECK_THROWS_AS(bad.validate(), Error);
+  bad.draft_max = 4;
+  bad.ngram_min = 4;
+  CHECK_THROWS_AS(bad.validate(), Error);
+  CHECK_THROWS_AS(runtime::parse_draft_kind("ngram", "--draft"), Error);
+  CHECK(runtime::parse_draft_kind("prompt-lookup", "--draft"));
+}
+
+namespace {
+
+/// llama-gqa compiled with 96 positions, prefill variants of 4 and 8 rows (the verify segments)
+/// and, when `batched`, lm_heads of 4 and 8 rows.
+struct Model {
+  explicit Model(bool batched) : batched(batched) {}
+  bool batched;
+  frontend::StageParams params() const {
+    auto p = tpullm_test::small_params(
+        96, 16, {64, 32}, batched ? std::vector<std::int64_t>{4, 8} : std::vector<std::int64_t>{});
+    p.prefill_chunks = {4, 8};
+    return p;
+  }
+  frontend::ModelDesc desc =
+      frontend::load_model(std::filesystem::path(TPULLM_TEST_DATA_DIR) / "models" / "llama-gqa");
+  codegen::CompiledModel cm = [this] {
+    compiler::CompileOptions o;
+    o.target.cores = 2;
+    return compiler::compile(frontend::build_top_modules(desc, params()), o);
+  }();
+  std::unique_ptr<runtime::Executor> exec = runtime::make_executor(cm);
+  runtime::CompiledStages stages{*exec};
+  runtime::Session session() {
+    return runtime::Session(
+        stages, runtime::session_dims(bundle::make_model_info(desc, params(), "f32")), params());
+  }
+};
+
+} // namespace
+
+TEST_CASE("speculative decoding answers as plain decoding, token for token", "[speculation]") {
+  // A prompt that repeats itself, so that prompt lookup finds drafts.
+  std::vector<std::int32_t> prompt;
+  for (int r = 0; r < 3; ++r)
+    prompt.insert(prompt.end(), {3, 17, 42, 9, 250, 11});
+  prompt.insert(prompt.end(), {3, 17});
+  struct Case {
+    const char* what;
+    int max_new = 40;
+    float temperature = 0;
+    std::uint64_t seed = 0;
+    bool eos = false;
+  };
+  const Case cases[] = {{"greedy", 40},
+                        {"greedy to the end of the sequence", 200},
+                        {"greedy to an eos id", 40, 0, 0, true},
+                        {"sampled, seed 1", 40, 0.8f, 1},
+                        {"sampled, seed 2", 40, 0.8f, 2},
+                        {"sampled, seed 3", 40, 1.2f, 3}};
+  // Draft sources: prompt lookup; the plain answer itself (every draft right); the plain answer
+  // with every third draft token wrong (at most two kept per call).
+  enum class Source { lookup, oracle, wrong_third };
+  for (bool batched : {true, false}) {
+    Model m(batched);
+    for (const auto& c : cases)
+      for (Source src : {Source::lookup, Source::oracle, Source::wrong_third}) {
+        INFO("batched lm_head: " << batched << "; " << c.what << "; source "
+                                 << static_cast<int>(src));
+        runtime::GenerateOptions g;
+        g.stop.max_new_tokens = c.max_new;
+        g.sampling.temperature = c.temperature;
+        g.sampling.seed = c.seed;
+        auto plain_s = m.session();
+        auto plain = plain_s.generate(prompt, g);
+        if (c.eos) { // an eos id met in the middle of the answer
+          REQUIRE(plain.tokens.size() > 20);
+          g.stop.eos_ids = {plain.tokens[20]};
+          plain_s.reset();
+          plain = plain_s.generate(prompt, g);
+          CHECK(plain.reason == runtime::StopReason::eos);
+        }
+        if (c.max_new == 200)
+          CHECK(plain.reason == runtime::StopReason::sequence_end);
+        auto sg = g;
+        sg.speculation.draft_max = 7; // segments of up to 8 rows
+        const auto answer = plain.tokens;
+        const auto n_prompt = prompt.size();
+        if (src != Source::lookup)
+          sg.speculation.draft = [&, src](std::span<const std::int32_t> ctx, int k) {
+            std::vector<std::int32_t> d;
+            for (std::size_t j = ctx.size() - n_prompt;
+                 j < answer.size() && static_cast<int>(d.size()) < k; ++j)
+              d.push_back(src == Source::wrong_third && d.size() == 2 ? (answer[j] + 1) % 512
+                                                                      : answer[j]);
+            return d;
+          };
+        auto spec_s = m.session();
+        const auto spec = spec_s.generate(prompt, sg);
+        CHECK(spec.tokens == plain.tokens);
+        CHECK(spec.reason == plain.reason);
+        CHECK(spec_s.length() == plain_s.length());
+        const auto& st = spec.speculation;
+        CHECK(st.accepted <= st.drafted);
+        if (src != Source::lookup) // the random model's answer rarely repeats its context
+          CHECK(st.verify_calls > 0);
+        if (src == Source::oracle)
+          CHECK(st.accepted * 10 >= st.drafted * 8);
+        if (src == Source::wrong_third)
+          CHECK(st.accepted <= 2 * st.verify_calls);
+        // The caches hold the same history: the next step agrees.
+        if (plain.reason != runtime::StopReason::sequence_end) {
+          const auto a = plain_s.decode(plain.tokens.back());
+          const auto b = spec_s.decode(spec.tokens.back());
+          float worst = 0, top = 0;
+          for (std::size_t i = 0; i < a.size(); ++i) {
+            worst = std::max(worst, std::abs(a[i] - b[i]));
+            top = std::max(top, std::abs(a[i]));
+          }
+          CHECK(worst <= 1e-4f * top);
+        }
+      }
+  }
+}
