@@ -2,7 +2,6 @@
 #include "tpullm/runtime/speculation.hpp"
 
 #include <algorithm>
-#include <string>
 
 #include "tpullm/support/error.hpp"
 
@@ -14,15 +13,6 @@ void SpeculationOptions::validate() const {
   check(ngram_min >= 1 && ngram_min <= ngram_max && ngram_max <= kMaxNgram,
         ErrorKind::invalid_input, "speculation", "n-gram lengths must satisfy 1 <= min (",
         ngram_min, ") <= max (", ngram_max, ") <= ", kMaxNgram);
-}
-
-bool parse_draft_kind(std::string_view s, std::string_view where) {
-  if (s == "none")
-    return false;
-  if (s == "prompt-lookup")
-    return true;
-  throw Error(ErrorKind::invalid_input, std::string(where),
-              str_cat("'", s, "' is not a draft kind (none or prompt-lookup)"));
 }
 
 std::vector<std::int32_t> prompt_lookup_draft(std::span<const std::int32_t> context,

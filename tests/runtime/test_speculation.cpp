@@ -2,7 +2,9 @@
 // adaptive draft length, and on the compiled llama-gqa checkpoint the answers of plain and
 // speculative decoding compared token for token: greedy and sampled (several seeds), ended by
 // the budget, an eos id and the end of the sequence mid-draft, with the verify rows through a
-// batched lm_head and one by one; afterwards both caches continue alike.
+// batched lm_head and one by one, with drafts from the context, from a draft model and from
+// the plain answer itself (right, and every third token wrong); afterwards both caches continue
+// alike.
 #include "small_compile.hpp"
 #include "test_data_dir.hpp"
 #include <catch2/catch.hpp>
@@ -17,6 +19,7 @@
 #include "tpullm/frontend/stage_builder.hpp"
 #include "tpullm/runtime/bundle_session.hpp"
 #include "tpullm/runtime/compiled_stages.hpp"
+#include "tpullm/runtime/draft_model.hpp"
 #include "tpullm/runtime/session.hpp"
 #include "tpullm/runtime/speculation.hpp"
 
@@ -78,8 +81,6 @@ TEST_CASE("the draft length follows the acceptance and pauses when nothing is ke
   bad.draft_max = 4;
   bad.ngram_min = 4;
   CHECK_THROWS_AS(bad.validate(), Error);
-  CHECK_THROWS_AS(runtime::parse_draft_kind("ngram", "--draft"), Error);
-  CHECK(runtime::parse_draft_kind("prompt-lookup", "--draft"));
 }
 
 namespace {
@@ -102,11 +103,14 @@ struct Model {
     o.target.cores = 2;
     return compiler::compile(frontend::build_top_modules(desc, params()), o);
   }();
-  std::unique_ptr<runtime::Executor> exec = runtime::make_executor(cm);
-  runtime::CompiledStages stages{*exec};
-  runtime::Session session() {
-    return runtime::Session(
-        stages, runtime::session_dims(bundle::make_model_info(desc, params(), "f32")), params());
+  /// Two KV slots: plain decoding in one, speculative decoding in the other.
+  std::unique_ptr<runtime::Executor> exec = runtime::make_executor(cm, 0, 2);
+  runtime::CompiledStages stages[2] = {runtime::CompiledStages{*exec, 0},
+                                       runtime::CompiledStages{*exec, 1}};
+  runtime::Session session(int slot) {
+    return runtime::Session(stages[slot],
+                            runtime::session_dims(bundle::make_model_info(desc, params(), "f32")),
+                            params());
   }
 };
 
@@ -133,18 +137,18 @@ TEST_CASE("speculative decoding answers as plain decoding, token for token", "[s
                         {"sampled, seed 3", 40, 1.2f, 3}};
   // Draft sources: prompt lookup; the plain answer itself (every draft right); the plain answer
   // with every third draft token wrong (at most two kept per call).
-  enum class Source { lookup, oracle, wrong_third };
+  enum class Source { lookup, oracle, wrong_third, model };
   for (bool batched : {true, false}) {
-    Model m(batched);
+    Model m(batched), draft_model(false);
     for (const auto& c : cases)
-      for (Source src : {Source::lookup, Source::oracle, Source::wrong_third}) {
+      for (Source src : {Source::lookup, Source::oracle, Source::wrong_third, Source::model}) {
         INFO("batched lm_head: " << batched << "; " << c.what << "; source "
                                  << static_cast<int>(src));
         runtime::GenerateOptions g;
         g.stop.max_new_tokens = c.max_new;
         g.sampling.temperature = c.temperature;
         g.sampling.seed = c.seed;
-        auto plain_s = m.session();
+        auto plain_s = m.session(0);
         auto plain = plain_s.generate(prompt, g);
         if (c.eos) { // an eos id met in the middle of the answer
           REQUIRE(plain.tokens.size() > 20);
@@ -159,7 +163,12 @@ TEST_CASE("speculative decoding answers as plain decoding, token for token", "[s
         sg.speculation.draft_max = 7; // segments of up to 8 rows
         const auto answer = plain.tokens;
         const auto n_prompt = prompt.size();
-        if (src != Source::lookup)
+        // The same checkpoint as its own draft model (greedy drafts: kept when greedy).
+        auto draft_session = draft_model.session(0);
+        runtime::DraftModel drafts(draft_session);
+        if (src == Source::model)
+          sg.speculation.draft = drafts.source();
+        else if (src != Source::lookup)
           sg.speculation.draft = [&, src](std::span<const std::int32_t> ctx, int k) {
             std::vector<std::int32_t> d;
             for (std::size_t j = ctx.size() - n_prompt;
@@ -168,7 +177,7 @@ TEST_CASE("speculative decoding answers as plain decoding, token for token", "[s
                                                                       : answer[j]);
             return d;
           };
-        auto spec_s = m.session();
+        auto spec_s = m.session(1);
         const auto spec = spec_s.generate(prompt, sg);
         CHECK(spec.tokens == plain.tokens);
         CHECK(spec.reason == plain.reason);
@@ -177,7 +186,7 @@ TEST_CASE("speculative decoding answers as plain decoding, token for token", "[s
         CHECK(st.accepted <= st.drafted);
         if (src != Source::lookup) // the random model's answer rarely repeats its context
           CHECK(st.verify_calls > 0);
-        if (src == Source::oracle)
+        if (src == Source::oracle || (src == Source::model && c.temperature == 0))
           CHECK(st.accepted * 10 >= st.drafted * 8);
         if (src == Source::wrong_third)
           CHECK(st.accepted <= 2 * st.verify_calls);

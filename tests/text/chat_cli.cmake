@@ -54,10 +54,13 @@ add_test(NAME text-cli:run-draft
           ${C}/chat.bundle ${C}/draft)
 set_tests_properties(text-cli:run-draft PROPERTIES FIXTURES_REQUIRED "chat-model;chat-bundle"
   TIMEOUT 300 PASS_REGULAR_EXPRESSION "ok: run --draft gives the plain answers")
-tpullm_bundle_text_test(run-draft-bad 2 "--draft: 'ngram' is not a draft kind \\(none or prompt-lookup\\)"
+tpullm_bundle_text_test(run-draft-bad 2 "--draft: 'ngram' is neither none, prompt-lookup nor an existing draft bundle file"
   ${tpullm} run ${C}/chat.bundle --prompt hi --draft ngram)
 tpullm_bundle_text_test(run-draft-too-long 2 "speculation: draft length must be in \\[0, 32\\], got 40"
-  ${tpullm} run ${C}/chat.bundle --prompt hi --draft prompt-lookup:40)
+  ${tpullm} run ${C}/chat.bundle --prompt hi --draft prompt-lookup --draft-max 40)
+tpullm_bundle_text_test(run-draft-other-vocab 2 "--draft: .*plain.bundle: its vocabulary has 512 ids, the model's 151936"
+  ${tpullm} run ${C}/chat.bundle --prompt hi --draft ${C}/plain.bundle)
+set_tests_properties(text-cli:run-draft-other-vocab PROPERTIES FIXTURES_REQUIRED "chat-model;chat-bundle;plain-bundle")
 tpullm_bundle_text_test(run-stop-with-ids 2 "--stop: applies to text answers \\(--prompt, --chat\\), not to --prompt-ids"
   ${tpullm} run ${C}/chat.bundle --prompt-ids 1,2 --stop x)
 # Constrained answers (docs/grammar.md): the random model's answer under a JSON Schema enum, a

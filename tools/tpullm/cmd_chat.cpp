@@ -61,7 +61,8 @@ int cmd_chat(const std::vector<std::string>& args) {
       "earliest turns after the system message until it fits (said on stderr)");
   o.add(sampling_options(g));
   o.add(constraint_options(g));
-  o.add(speculation_options(g));
+  DraftArgs draft;
+  o.add(speculation_options(draft));
   po::variables_map vm;
   if (!parse_bundle_command(args, o, source, vm))
     return kOk;
@@ -72,6 +73,7 @@ int cmd_chat(const std::vector<std::string>& args) {
   const OpenedBundle opened = open_bundle_source(source, !no_stats, &checked);
   const std::string& file = opened.name;
   runtime::BundleSession engine(opened.bundle, source.threads);
+  const auto drafts = apply_draft(draft, engine.bundle(), source.open, source.threads, g);
   const auto text = runtime::load_text_side(engine.bundle(), file);
   check(text.chat_template.has_value(), ErrorKind::unsupported, file,
         "no chat template: ", text.tokenizer.config().no_chat_template_reason(),

@@ -37,7 +37,8 @@ int cmd_run(const std::vector<std::string>& args) {
       "quiet,q", po::bool_switch(&quiet), "print only the generated ids");
   o.add(sampling_options(g));
   o.add(constraint_options(g));
-  o.add(speculation_options(g));
+  DraftArgs draft;
+  o.add(speculation_options(draft));
   po::variables_map vm;
   if (!parse_bundle_command(args, o, source, vm))
     return kOk;
@@ -60,6 +61,7 @@ int cmd_run(const std::vector<std::string>& args) {
   const OpenedBundle opened = open_bundle_source(source, !quiet, &checked);
   const std::string& file = opened.name;
   runtime::BundleSession engine(opened.bundle, source.threads);
+  const auto drafts = apply_draft(draft, engine.bundle(), source.open, source.threads, g);
   const auto& m = engine.bundle().model();
   std::optional<runtime::TextSide> text;
   if (as_text)

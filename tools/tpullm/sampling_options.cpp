@@ -1,11 +1,14 @@
 // Sampling options of run and chat (sampling_options.hpp).
 #include "sampling_options.hpp"
 
+#include <filesystem>
 #include <iomanip>
 #include <sstream>
 
 #include "command.hpp"
 #include "tpullm/grammar/grammar.hpp"
+#include "tpullm/runtime/bundle_session.hpp"
+#include "tpullm/runtime/draft_model.hpp"
 #include "tpullm/support/input_file.hpp"
 #include "tpullm/support/json.hpp"
 
@@ -71,27 +74,56 @@ po::options_description constraint_options(runtime::GenerateOptions& g) {
   return o;
 }
 
-po::options_description speculation_options(runtime::GenerateOptions& g) {
+po::options_description speculation_options(DraftArgs& d) {
   po::options_description o("speculative decoding (docs/cli.md)");
-  o.add_options()(
-      "draft", po::value<std::string>()->notifier([&g](const std::string& v) {
-        const auto colon = v.find(':');
-        const bool on = runtime::parse_draft_kind(v.substr(0, colon), "--draft");
-        int n = 6;
-        if (colon != std::string::npos) {
-          const auto ids = parse_id_list<std::int32_t>(v.substr(colon + 1), "--draft");
-          check(ids.size() == 1, ErrorKind::invalid_input, "--draft",
-                "takes one draft length after ':', got '", v.substr(colon + 1), "'");
-          n = ids[0];
-        }
-        g.speculation.draft_max = on ? n : 0;
-        g.speculation.validate();
-      }),
-      "none | prompt-lookup[:N]: draft up to N (default 6) tokens from the context (what "
-      "followed the last 2-3 tokens' latest earlier occurrence) and check them in one prefill_kv "
-      "call; the answer is the same as without (fastest with --prefill-lengths and "
-      "--decode-batches that hold N + 1 rows)");
+  o.add_options()("draft", po::value(&d.source)->default_value(d.source),
+                  "none | prompt-lookup | DRAFT.bundle: draft tokens from the context (what "
+                  "followed the last 2-3 tokens earlier) or from a smaller model with the same "
+                  "vocabulary, checked in one prefill_kv call; the answer is the same as without "
+                  "(fastest with --prefill-lengths and --decode-batches holding --draft-max + 1, "
+                  "e.g. 4 and 1,4)")(
+      "draft-max", po::value(&d.max)->default_value(d.max),
+      "draft tokens per verify call at most (the length adapts below it)");
   return o;
+}
+
+struct DraftEngine {
+  runtime::BundleSession session;
+  runtime::DraftModel model;
+  explicit DraftEngine(std::shared_ptr<const bundle::Bundle> b, std::int64_t threads)
+      : session(std::move(b), threads), model(session.session()) {}
+};
+
+void DraftEngineDeleter::operator()(DraftEngine* e) const {
+  delete e;
+}
+
+DraftEngineHolder apply_draft(const DraftArgs& d, const bundle::Bundle& target,
+                              const BundleOpenOptions& open, std::int64_t threads,
+                              runtime::GenerateOptions& g) {
+  g.speculation.draft_max = d.source == "none" ? 0 : d.max;
+  g.speculation.validate();
+  check(d.source == "none" || d.max > 0, ErrorKind::invalid_input, "--draft-max",
+        "must be at least 1 with --draft ", d.source);
+  if (d.source == "none" || d.source == "prompt-lookup")
+    return nullptr;
+  check(std::filesystem::is_regular_file(d.source), ErrorKind::invalid_input, "--draft", "'",
+        d.source, "' is neither none, prompt-lookup nor an existing draft bundle file");
+  auto b = open_bundle(d.source, open, threads);
+  const auto& dm = b->model();
+  const auto& tm = target.model();
+  check(dm.vocab == tm.vocab, ErrorKind::invalid_input, "--draft", d.source,
+        ": its vocabulary has ", dm.vocab, " ids, the model's ", tm.vocab,
+        " (a draft model needs the same tokenizer)");
+  check(dm.text.tokenizer_json.empty() || tm.text.tokenizer_json.empty() ||
+            dm.text.tokenizer_json == tm.text.tokenizer_json,
+        ErrorKind::invalid_input, "--draft", d.source,
+        ": its tokenizer differs from the model's (a draft model needs the same tokenizer)");
+  check(dm.params.with_history, ErrorKind::unsupported, "--draft", d.source,
+        ": compiled with --no-history; a draft model follows the conversation through prefill_kv");
+  DraftEngineHolder e(new DraftEngine(std::move(b), threads));
+  g.speculation.draft = e->model.source();
+  return e;
 }
 
 std::string describe_speculation(const runtime::GenerateResult& r) {

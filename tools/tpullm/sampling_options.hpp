@@ -2,11 +2,14 @@
 // The sampling and stopping options of the commands that generate (run, chat), the defaults a
 // model's generation_config.json gives to those the user leaves out, and the JSON-valued
 // template options of the text commands.
+#include <memory>
 #include <string>
 
 #include <boost/program_options.hpp>
 #include <nlohmann/json.hpp>
 
+#include "command.hpp"
+#include "tpullm/bundle/bundle.hpp"
 #include "tpullm/runtime/session.hpp"
 
 namespace tpullm::cli {
@@ -20,10 +23,31 @@ boost::program_options::options_description sampling_options(runtime::GenerateOp
 /// options are notified; a bad file is Error(invalid_input) / Error(unsupported) naming it.
 boost::program_options::options_description constraint_options(runtime::GenerateOptions& g);
 
-/// --draft none|prompt-lookup[:N]: speculative decoding with drafts from the context, at most N
-/// (default 6) draft tokens per verify call (GenerateOptions::speculation; the answer is the
-/// same either way).
-boost::program_options::options_description speculation_options(runtime::GenerateOptions& g);
+/// --draft and --draft-max as given (speculative decoding; docs/cli.md).
+struct DraftArgs {
+  std::string source = "none"; ///< none, prompt-lookup, or a draft bundle file
+  int max = 3;                 ///< draft tokens per verify call at most
+};
+
+/// --draft none|prompt-lookup|DRAFT.bundle and --draft-max N into `d`.
+boost::program_options::options_description speculation_options(DraftArgs& d);
+
+/// What a draft bundle needs while answers are generated: its session and the draft model.
+struct DraftEngine;
+/// Deleter of DraftEngine (complete in sampling_options.cpp).
+struct DraftEngineDeleter {
+  void operator()(DraftEngine* e) const;
+};
+using DraftEngineHolder = std::unique_ptr<DraftEngine, DraftEngineDeleter>;
+
+/// Sets `g.speculation` from `d` for answers of the `target` bundle (GenerateOptions::speculation;
+/// the answer is the same either way). A draft bundle is opened on `threads` cores and must have
+/// the target's vocabulary (and tokenizer, when both have one) and prefill_kv (opened with
+/// `open`, as the target was); the returned
+/// holder keeps it alive (null for none / prompt-lookup). Error(invalid_input) for a bad value.
+DraftEngineHolder apply_draft(const DraftArgs& d, const bundle::Bundle& target,
+                              const BundleOpenOptions& open, std::int64_t threads,
+                              runtime::GenerateOptions& g);
 
 /// The speculation figures of an answer ("" when nothing was drafted), for the stats lines.
 std::string describe_speculation(const runtime::GenerateResult& r);

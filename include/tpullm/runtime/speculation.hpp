@@ -13,7 +13,6 @@
 #include <cstdint>
 #include <functional>
 #include <span>
-#include <string_view>
 #include <vector>
 
 namespace tpullm::runtime {
@@ -22,7 +21,8 @@ namespace tpullm::runtime {
 struct SpeculationOptions {
   /// Most draft tokens per verify call (0: plain decoding). The verify segment is 1 + draft
   /// tokens: a bundle with prefill variants of those lengths (--prefill-lengths 4,8,...) and
-  /// batched lm_heads (--decode-batches ...,4,8) runs it at about the cost of one decode step.
+  /// batched lm_heads (--decode-batches ...,4,8) runs a short one at about the cost of one
+  /// decode step.
   int draft_max = 0;
   int ngram_max = 3; ///< longest n-gram looked up (tried first)
   int ngram_min = 2; ///< shortest n-gram looked up
@@ -37,10 +37,6 @@ struct SpeculationOptions {
   static constexpr int kMaxDraft = 32; ///< bound on draft_max
   static constexpr int kMaxNgram = 8;  ///< bound on ngram_max
 };
-
-/// The parsed spelling of `--draft`: "none" or "prompt-lookup" (true); Error(invalid_input)
-/// naming `where` otherwise.
-bool parse_draft_kind(std::string_view s, std::string_view where);
 
 /// At most `k` tokens that followed an earlier occurrence (not the suffix itself) of the last n
 /// tokens of `context`, for n from ngram_max down to ngram_min (the first n that occurs wins):
