@@ -463,6 +463,36 @@ TEST_CASE("a KV cache too large in f32 names the 16-bit dtype that fits", "[reli
                         Contains("lower --seq-length") && !Contains("--kv-dtype"));
 }
 
+// Issue 38's case: Llama-3.2-1B's shapes at 128k positions on a 24 GiB machine. The KV cache
+// is 32 KiB per token in f16 (4 GiB), 8 GiB in f32, beside 2.5 GB of bf16 weights (mapped): the
+// run fits with either dtype; at 512k positions only f16 would, and the refusal says so.
+TEST_CASE("Llama-3.2-1B at 128k positions fits a 24 GiB machine", "[reliability][memory]") {
+  TempDir t;
+  TinyModel m;
+  m.config["max_position_embeddings"] = 1 << 20;
+  m.write(t / "m");
+  ModelDesc d = load_model(t / "m");
+  d.dims.hidden = 2048;
+  d.dims.intermediate = 8192;
+  d.dims.layers = 16;
+  d.dims.heads = 32;
+  d.dims.kv_heads = 8;
+  d.dims.head_dim = 64;
+  d.dims.vocab = 128256;
+  StageParams p;
+  p.seq_length = 131072;
+  const double limit = 24.0 * (1ull << 30);
+  const auto f16 = estimate_memory(d, p, Workload::run, FileAccess::map, 2);
+  const auto f32 = estimate_memory(d, p, Workload::run, FileAccess::map, 4);
+  CHECK(f32.seq_length - f16.seq_length >= 4.0 * (1ull << 30)); // the cache's second half
+  CHECK_NOTHROW(check_run_memory(d, p, FileAccess::map, 2, limit));
+  CHECK_NOTHROW(check_run_memory(d, p, FileAccess::map, 4, limit));
+  p.seq_length = 524288;
+  CHECK_NOTHROW(check_run_memory(d, p, FileAccess::map, 2, limit));
+  REQUIRE_THROWS_WITH(check_run_memory(d, p, FileAccess::map, 4, limit),
+                      Contains("--kv-dtype f16 (or bf16) halves the cache"));
+}
+
 // calibrate widens the weights into a bounded store a layer at a time: its estimate holds the
 // store, not the interpreter's f64 copy of every weight per module, so a 1B model is not refused
 // on a 24 GiB machine (it was: "needs about 42.3 GiB").
