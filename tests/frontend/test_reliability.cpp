@@ -438,6 +438,21 @@ TEST_CASE("memory is estimated up front and a huge --seq-length is refused",
   CHECK(memory_limit_bytes() > 0);
 }
 
+namespace {
+
+/// Llama-3.2-1B's shapes on a tiny model's description.
+void llama_3_2_1b_dims(ModelDesc& d) {
+  d.dims.hidden = 2048;
+  d.dims.intermediate = 8192;
+  d.dims.layers = 16;
+  d.dims.heads = 32;
+  d.dims.kv_heads = 8;
+  d.dims.head_dim = 64;
+  d.dims.vocab = 128256;
+}
+
+} // namespace
+
 // A run whose f32 KV cache does not fit but whose 16-bit one would is refused naming
 // --kv-dtype f16 and both figures; one that fits neither way gets the plain refusal.
 TEST_CASE("a KV cache too large in f32 names the 16-bit dtype that fits", "[reliability][memory]") {
@@ -472,13 +487,7 @@ TEST_CASE("Llama-3.2-1B at 128k positions fits a 24 GiB machine", "[reliability]
   m.config["max_position_embeddings"] = 1 << 20;
   m.write(t / "m");
   ModelDesc d = load_model(t / "m");
-  d.dims.hidden = 2048;
-  d.dims.intermediate = 8192;
-  d.dims.layers = 16;
-  d.dims.heads = 32;
-  d.dims.kv_heads = 8;
-  d.dims.head_dim = 64;
-  d.dims.vocab = 128256;
+  llama_3_2_1b_dims(d);
   StageParams p;
   p.seq_length = 131072;
   const double limit = 24.0 * (1ull << 30);
@@ -516,13 +525,7 @@ TEST_CASE("calibrate's memory estimate holds its weight store, not every weight 
   CHECK(two.seq_length == 2 * one.seq_length);
   CHECK(two.max_input_length == 2 * one.max_input_length);
   // Llama-3.2-1B's shapes: interpreting wants far more than 24 GiB, calibrating about 1.3 GiB.
-  d.dims.hidden = 2048;
-  d.dims.intermediate = 8192;
-  d.dims.layers = 16;
-  d.dims.heads = 32;
-  d.dims.kv_heads = 8;
-  d.dims.head_dim = 64;
-  d.dims.vocab = 128256;
+  llama_3_2_1b_dims(d);
   const double limit = 24 * gib;
   REQUIRE_THROWS_WITH(check_memory(estimate_memory(d, p, Workload::interpret), p, d, limit),
                       Contains("this run needs about"));

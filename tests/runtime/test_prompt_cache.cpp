@@ -4,6 +4,7 @@
 // prompt fed from outside (keep_prefix, then record: what a serving slot does) ends as generate().
 // A chat that outgrows the cache under --context-overflow truncate-middle answers as a fresh
 // chat of the messages it kept (the cache re-fed from the first changed token).
+#include "llama_gqa.hpp"
 #include "small_compile.hpp"
 #include "test_data_dir.hpp"
 #include <catch2/catch.hpp>
@@ -30,17 +31,8 @@ frontend::StageParams params() {
   return tpullm_test::small_params(96, 16, {64, 32});
 }
 
-struct Model {
-  frontend::ModelDesc desc =
-      frontend::load_model(std::filesystem::path(TPULLM_TEST_DATA_DIR) / "models" / "llama-gqa");
-  codegen::CompiledModel cm = [this] {
-    compiler::CompileOptions o;
-    o.target.cores = 2;
-    return compiler::compile(frontend::build_top_modules(desc, params()), o);
-  }();
-  runtime::SessionDims dims() const {
-    return runtime::session_dims(bundle::make_model_info(desc, params(), "f32"));
-  }
+struct Model : tpullm_test::CompiledLlamaGqa {
+  Model() : CompiledLlamaGqa(params()) {}
 };
 
 /// The model compiled, its stages, one session and the prompt cache over it.

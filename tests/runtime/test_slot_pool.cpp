@@ -1,6 +1,7 @@
 // SlotPool (runtime/slot_pool.hpp), without HTTP: two slots on one executor, a prefill segment of
 // one beside the decode of the other in one round, both generating in one batched decode call,
 // greedy answers equal to a lone Session's; slot states, pick() by reuse, refusals and cancel().
+#include "llama_gqa.hpp"
 #include "small_compile.hpp"
 #include "test_data_dir.hpp"
 #include <catch2/catch.hpp>
@@ -34,17 +35,8 @@ runtime::GenerateOptions greedy(int n) {
   return g;
 }
 
-struct Compiled {
-  frontend::ModelDesc desc =
-      frontend::load_model(std::filesystem::path(TPULLM_TEST_DATA_DIR) / "models" / "llama-gqa");
-  codegen::CompiledModel cm = [this] {
-    compiler::CompileOptions o;
-    o.target.cores = 2;
-    return compiler::compile(frontend::build_top_modules(desc, pool_params()), o);
-  }();
-  runtime::SessionDims dims() const {
-    return runtime::session_dims(bundle::make_model_info(desc, pool_params(), "f32"));
-  }
+struct Compiled : tpullm_test::CompiledLlamaGqa {
+  Compiled() : CompiledLlamaGqa(pool_params()) {}
   /// The greedy answer of a lone Session on its own executor.
   std::vector<std::int32_t> alone(const std::vector<std::int32_t>& prompt, int n) const {
     auto exec = runtime::make_executor(cm);

@@ -5,6 +5,7 @@
 // batched lm_head and one by one, with drafts from the context, from a draft model and from
 // the plain answer itself (right, and every third token wrong); afterwards both caches continue
 // alike.
+#include "llama_gqa.hpp"
 #include "small_compile.hpp"
 #include "test_data_dir.hpp"
 #include <catch2/catch.hpp>
@@ -87,30 +88,21 @@ namespace {
 
 /// llama-gqa compiled with 96 positions, prefill variants of 4 and 8 rows (the verify segments)
 /// and, when `batched`, lm_heads of 4 and 8 rows.
-struct Model {
-  explicit Model(bool batched) : batched(batched) {}
-  bool batched;
-  frontend::StageParams params() const {
-    auto p = tpullm_test::small_params(
-        96, 16, {64, 32}, batched ? std::vector<std::int64_t>{4, 8} : std::vector<std::int64_t>{});
-    p.prefill_chunks = {4, 8};
-    return p;
-  }
-  frontend::ModelDesc desc =
-      frontend::load_model(std::filesystem::path(TPULLM_TEST_DATA_DIR) / "models" / "llama-gqa");
-  codegen::CompiledModel cm = [this] {
-    compiler::CompileOptions o;
-    o.target.cores = 2;
-    return compiler::compile(frontend::build_top_modules(desc, params()), o);
-  }();
+struct Model : tpullm_test::CompiledLlamaGqa {
+  explicit Model(bool batched)
+      : CompiledLlamaGqa([batched] {
+          auto p = tpullm_test::small_params(96, 16, {64, 32},
+                                             batched ? std::vector<std::int64_t>{4, 8}
+                                                     : std::vector<std::int64_t>{});
+          p.prefill_chunks = {4, 8};
+          return p;
+        }()) {}
   /// Two KV slots: plain decoding in one, speculative decoding in the other.
   std::unique_ptr<runtime::Executor> exec = runtime::make_executor(cm, 0, 2);
   runtime::CompiledStages stages[2] = {runtime::CompiledStages{*exec, 0},
                                        runtime::CompiledStages{*exec, 1}};
   runtime::Session session(int slot) {
-    return runtime::Session(stages[slot],
-                            runtime::session_dims(bundle::make_model_info(desc, params(), "f32")),
-                            params());
+    return runtime::Session(stages[slot], dims(), stage_params);
   }
 };
 
