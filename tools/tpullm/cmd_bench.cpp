@@ -17,6 +17,7 @@
 
 #include "bundle_source.hpp"
 #include "command.hpp"
+#include "sampling_options.hpp"
 #include "tpullm/kernels/cpu_features.hpp"
 #include "tpullm/kernels/detail/matmul_gemm_bf16dot.hpp"
 #include "tpullm/kernels/worker_pool.hpp"
@@ -223,6 +224,8 @@ int cmd_bench(const std::vector<std::string>& args) {
       "skip the contention rows (decode at the first context on 1 thread, and with a busy "
       "process on one core)")("json", po::bool_switch(&json),
                               "print one JSON object (docs/cli.md) instead of a table");
+  DraftArgs draft;
+  o.add(speculation_options(draft));
   po::variables_map vm;
   if (!parse_bundle_command(args, o, source, vm))
     return kOk;
@@ -495,6 +498,61 @@ int cmd_bench(const std::vector<std::string>& args) {
     }
   }
   out["contention"] = contention;
+  // Speculative decoding (--draft): plain and speculative decoding of the same decode-steps
+  // tokens after a context that the greedy answer repeats (a random prompt, then the model's
+  // own greedy continuation fed back twice), best of --repeat each.
+  nlohmann::ordered_json spec;
+  if (draft.source != "none") {
+    runtime::GenerateOptions plain, sped;
+    const auto drafts = apply_draft(draft, *opened, source.open, cores, sped);
+    constexpr std::int64_t kBase = 32, kPiece = 48;
+    check(kBase + 2 * kPiece + decode_steps < seq, ErrorKind::invalid_input, "--draft",
+          "the speculation row needs ", kBase + 2 * kPiece + decode_steps + 1,
+          " positions (a 128-token context and --decode-steps), the bundle has ", seq);
+    std::vector<std::int32_t> ctx = prompt_ids(kBase, m.vocab);
+    plain.stop.max_new_tokens = kPiece;
+    for (int r = 0; r < 2; ++r) {
+      s.reset();
+      const auto a = s.generate(ctx, plain);
+      ctx.insert(ctx.end(), a.tokens.begin(), a.tokens.end());
+    }
+    plain.stop.max_new_tokens = sped.stop.max_new_tokens = static_cast<int>(decode_steps);
+    double best_plain = 1e300, best_spec = 1e300;
+    runtime::GenerateResult p_res, s_res;
+    auto per_token = [](const runtime::GenerateResult& r) {
+      return r.decode_seconds / static_cast<double>(std::max<std::size_t>(1, r.tokens.size() - 1));
+    };
+    for (std::int64_t r = 0; r < repeat; ++r) {
+      s.reset();
+      p_res = s.generate(ctx, plain);
+      best_plain = std::min(best_plain, per_token(p_res));
+      s.reset();
+      s_res = s.generate(ctx, sped);
+      best_spec = std::min(best_spec, per_token(s_res));
+    }
+    print_progress("speculative decoding", 1, 1);
+    const auto& st = s_res.speculation;
+    const double near = dec.empty() ? read_bw : dec.front()["read_gbs_near"].get<double>() * 1e9;
+    const double bytes = static_cast<double>(decode_weight_bytes(*opened, seq));
+    spec = {{"draft", draft.source},
+            {"draft_max", draft.max},
+            {"context", static_cast<std::int64_t>(ctx.size())},
+            {"tokens", static_cast<std::int64_t>(s_res.tokens.size())},
+            {"plain_tokens_per_s", 1 / best_plain},
+            {"speculative_tokens_per_s", 1 / best_spec},
+            {"speedup", best_plain / best_spec},
+            {"verify_calls", st.verify_calls},
+            {"drafted", st.drafted},
+            {"accepted", st.accepted},
+            {"acceptance", st.acceptance()},
+            {"tokens_per_verify_call", st.verify_calls > 0
+                                           ? static_cast<double>(st.accepted + st.verify_calls) /
+                                                 static_cast<double>(st.verify_calls)
+                                           : 0.0},
+            {"plain_read_frac_near", bytes / best_plain / near},
+            {"same_answer", s_res.tokens == p_res.tokens}};
+  }
+  out["speculation"] = spec;
   // What this process may hold at its peak: what it held before opening the engine (binary,
   // libraries, the mapped bundle's pages already touched), the bundle, the KV cache, the
   // activation arena and local scratch, and 64 MiB of slack for the runtime's own buffers.
@@ -563,6 +621,23 @@ int cmd_bench(const std::vector<std::string>& args) {
               << contention["pool_stalls"].get<std::int64_t>() << " worker stalls)"
               << std::setprecision(1) << "\n";
   }
+  if (!spec.is_null())
+    std::cout << "speculation (" << spec["draft"].get<std::string>() << ", at most "
+              << spec["draft_max"].get<int>() << "): context "
+              << spec["context"].get<std::int64_t>()
+              << " tokens (its own greedy answer fed back twice), "
+              << spec["tokens"].get<std::int64_t>() << " tokens: plain "
+              << spec["plain_tokens_per_s"].get<double>() << " tokens/s (" << std::setprecision(3)
+              << spec["plain_read_frac_near"].get<double>()
+              << " of the near read ceiling), speculative " << std::setprecision(1)
+              << spec["speculative_tokens_per_s"].get<double>()
+              << " tokens/s = " << std::setprecision(2) << spec["speedup"].get<double>() << "x; "
+              << spec["verify_calls"].get<std::int64_t>() << " verify calls, "
+              << spec["drafted"].get<std::int64_t>() << " drafted, "
+              << spec["accepted"].get<std::int64_t>() << " kept (" << std::setprecision(1)
+              << 100 * spec["acceptance"].get<double>() << "%), " << std::setprecision(2)
+              << spec["tokens_per_verify_call"].get<double>() << " tokens per call; same answer: "
+              << (spec["same_answer"].get<bool>() ? "yes" : "NO") << std::setprecision(1) << "\n";
   std::cout << "peak resident memory " << peak / (1 << 20)
             << " MiB (before load + bundle + KV cache + arena + 64 MiB = " << budget / (1 << 20)
             << " MiB: " << (peak <= budget ? "within" : "OVER") << ")"
