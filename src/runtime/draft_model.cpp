@@ -8,8 +8,8 @@ namespace tpullm::runtime {
 std::vector<std::int32_t> DraftModel::draft(std::span<const std::int32_t> context, int k) {
   Session& s = cache_.session();
   const auto n = static_cast<std::int64_t>(context.size());
-  // The context fed, then k - 1 tokens decoded: all inside the draft model's cache.
-  if (k <= 0 || n == 0 || n + k > s.params().seq_length)
+  // The context fed, then k - 1 tokens decoded: n + k - 1 positions of the draft's cache.
+  if (k <= 0 || n == 0 || n + k - 1 > s.params().seq_length)
     return {};
   const std::vector<std::int32_t> ctx(context.begin(), context.end());
   const auto kept = cache_.keep_prefix(ctx); // a rejected draft is rolled back here

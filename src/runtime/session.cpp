@@ -23,6 +23,8 @@ Session::Session(Stages& stages, SessionDims dims, frontend::StageParams params)
     h.fn.assign(h.lengths.size(), std::vector<StageHandle>(static_cast<std::size_t>(dims_.layers)));
     return h;
   };
+  for (auto b : params_.decode_batch_sizes())
+    head_fns_.emplace_back(b, StageHandle{});
   decode_fns_ = table(params_.decode_lengths());
   prefill_fns_ = table(params_.prefill_lengths());
   prefill_kv_fns_ = table(params_.prefill_lengths());
@@ -47,7 +49,7 @@ auto Session::prefill_hidden(
   });
 }
 
-auto Session::feed(const std::vector<std::int32_t>& tokens, bool all_rows,
+auto Session::feed(std::span<const std::int32_t> tokens, bool all_rows,
                    const std::function<void(std::int64_t, std::int64_t)>& progress,
                    const std::function<void(int, std::int64_t, std::int64_t)>& row) -> void {
   const std::int64_t n = static_cast<std::int64_t>(tokens.size());
@@ -122,25 +124,19 @@ auto Session::verify(std::span<const std::int32_t> tokens) -> std::vector<float>
   const auto n = static_cast<std::int64_t>(tokens.size());
   const std::int64_t H = dims_.hidden, V = dims_.vocab;
   rows_.resize(static_cast<std::size_t>(std::max<std::int64_t>(n, 1) * H));
-  feed(std::vector<std::int32_t>(tokens.begin(), tokens.end()), true, {},
-       [&](int cur, std::int64_t r, std::int64_t i) {
-         std::copy_n(hidden_[cur].data() + r * H, H, rows_.data() + i * H);
-       });
-  std::int64_t B = 0; // the smallest batched lm_head that holds the rows
-  for (auto b : params_.decode_batch_sizes())
-    if (b >= n && stages_.has_function(frontend::StageNames::lm_head(b))) {
-      B = b;
-      break;
-    }
+  feed(tokens, true, {}, [&](int cur, std::int64_t r, std::int64_t i) {
+    std::copy_n(hidden_[cur].data() + r * H, H, rows_.data() + i * H);
+  });
+  const auto [B, head] = n > 1 ? batched_head(n) : std::pair<std::int64_t, StageHandle>{};
   std::vector<float> logits;
-  if (n > 1 && B > 0) {
+  if (head.id >= 0) {
     rows_.resize(static_cast<std::size_t>(B * H));
     for (std::int64_t r = n; r < B; ++r) // padding rows repeat the last one
       std::copy_n(rows_.data() + (n - 1) * H, H, rows_.data() + r * H);
     logits.resize(static_cast<std::size_t>(B * V));
     const ConstBytes in[] = {cbytes(rows_.data(), B * H)};
     const MutBytes out[] = {mbytes(logits.data(), B * V)};
-    stages_.run(frontend::StageNames::lm_head(B), in, out);
+    stages_.run(head, in, out);
     logits.resize(static_cast<std::size_t>(n * V));
     return logits;
   }
@@ -149,10 +145,24 @@ auto Session::verify(std::span<const std::int32_t> tokens) -> std::vector<float>
   return logits;
 }
 
+auto Session::batched_head(std::int64_t n) -> std::pair<std::int64_t, StageHandle> {
+  for (auto& [b, h] : head_fns_) {
+    if (b < n)
+      continue;
+    if (h.id == -1) {
+      const auto name = frontend::StageNames::lm_head(b);
+      h = stages_.has_function(name) ? stages_.resolve(name) : StageHandle{-2};
+    }
+    if (h.id >= 0)
+      return {b, h};
+  }
+  return {0, StageHandle{}};
+}
+
 auto Session::decode_hidden(std::int32_t token) -> int {
   check_room();
   const std::int64_t p = length_;
-  check_ids({token});
+  check_ids(std::span<const std::int32_t>(&token, 1));
   const std::int64_t S = decode_length_for(p);
   ids_[0] = token;
   pos_[0] = static_cast<std::int32_t>(p);
@@ -178,36 +188,10 @@ auto Session::generate(const std::vector<std::int32_t>& prompt, const GenerateOp
 auto Session::generate(const std::vector<std::int32_t>& prompt, Generation& gen,
                        const std::function<void(const GenerationStep&)>& on_step)
     -> GenerateResult {
-  if (gen.options().speculation.draft_max > 0)
-    return generate_speculative(prompt, gen, on_step);
-  using clock = std::chrono::steady_clock;
-  GenerateResult res;
-  res.prompt_tokens = static_cast<std::int64_t>(prompt.size());
-  const auto t0 = clock::now();
-  std::vector<float> logits = prefill(prompt, false);
-  for (;;) {
-    const GenerationStep step = gen.step(logits, length_, params_.seq_length);
-    if (gen.generated() == 1)
-      res.prefill_seconds = std::chrono::duration<double>(clock::now() - t0).count();
-    res.tokens.push_back(step.token);
-    if (on_step)
-      on_step(step);
-    if (step.stop) {
-      res.reason = *step.stop;
-      break;
-    }
-    logits = decode(step.token);
-  }
-  res.decode_seconds =
-      std::chrono::duration<double>(clock::now() - t0).count() - res.prefill_seconds;
-  return res;
-}
-
-auto Session::generate_speculative(const std::vector<std::int32_t>& prompt, Generation& gen,
-                                   const std::function<void(const GenerationStep&)>& on_step)
-    -> GenerateResult {
+  // One loop for plain and speculative decoding: without drafts (draft_max 0, or none found)
+  // a step is one decode; with a draft, one verify segment and as many steps as it holds.
   const SpeculationOptions& spec = gen.options().speculation;
-  check(params_.with_history, ErrorKind::unsupported, "speculation",
+  check(spec.draft_max == 0 || params_.with_history, ErrorKind::unsupported, "speculation",
         "the verify call needs the prefill_kv stage, and this bundle was compiled with "
         "--no-history; recompile without --no-history");
   using clock = std::chrono::steady_clock;
@@ -215,7 +199,7 @@ auto Session::generate_speculative(const std::vector<std::int32_t>& prompt, Gene
   res.prompt_tokens = static_cast<std::int64_t>(prompt.size());
   const auto t0 = clock::now();
   // Takes the next answer token from `logits` with `length` tokens fed; true when it ends the
-  // answer. The same call, in the same order, as plain decoding makes.
+  // answer.
   auto take = [&](std::span<const float> logits, std::int64_t length) {
     const GenerationStep step = gen.step(logits, length, params_.seq_length);
     if (gen.generated() == 1)

@@ -16,6 +16,7 @@
 #include <functional>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tpullm/frontend/stage_params.hpp"
@@ -130,7 +131,7 @@ public:
 private:
   std::int64_t row() const { return dims_.kv_heads * dims_.head_dim; }
 
-  void check_ids(const std::vector<std::int32_t>& ids) const {
+  void check_ids(std::span<const std::int32_t> ids) const {
     for (auto id : ids)
       check(id >= 0 && id < dims_.vocab, ErrorKind::invalid_input, "prompt", "token id ", id,
             " is outside the vocabulary [0, ", dims_.vocab, ")");
@@ -171,7 +172,7 @@ private:
 
   /// prefill() and prefill_hidden(): `row(cur, r, i)` takes row r of hidden buffer `cur`, the
   /// hidden state of prompt token i, for every token when `all_rows`, else the last one.
-  void feed(const std::vector<std::int32_t>& tokens, bool all_rows,
+  void feed(std::span<const std::int32_t> tokens, bool all_rows,
             const std::function<void(std::int64_t, std::int64_t)>& progress,
             const std::function<void(int, std::int64_t, std::int64_t)>& row);
   /// Feeds one token at position length() through the decode stage; returns the hidden buffer
@@ -180,9 +181,9 @@ private:
 
   /// Runs lm_head on one hidden row [hidden] and appends the logits.
   void append_logits(std::vector<float>& logits, const float* row);
-  /// The speculative loop of generate() (options.speculation.draft_max > 0).
-  GenerateResult generate_speculative(const std::vector<std::int32_t>& prompt, Generation& gen,
-                                      const std::function<void(const GenerationStep&)>& on_step);
+  /// The handle of lm_head_bB for verify()'s `n` rows: the smallest compiled batch B >= n; id
+  /// -1 when the bundle has none (the rows then go through lm_head one by one).
+  std::pair<std::int64_t, StageHandle> batched_head(std::int64_t n);
 
   Stages& stages_;
   SessionDims dims_;
@@ -193,6 +194,9 @@ private:
   std::int64_t length_ = 0;
   Handles decode_fns_, prefill_fns_, prefill_kv_fns_;
   StageHandle embedding_fn_, embedding_cache_fn_, lm_head_fn_;
+  /// lm_head_bB of every batched decode size B (ascending), resolved on first use: id -1 not
+  /// yet, -2 not in the bundle.
+  std::vector<std::pair<std::int64_t, StageHandle>> head_fns_;
 };
 
 } // namespace tpullm::runtime
