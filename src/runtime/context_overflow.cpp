@@ -35,8 +35,8 @@ bool has_role(const nlohmann::ordered_json& m, std::string_view role) {
 
 } // namespace
 
-Truncation truncate_middle(const nlohmann::ordered_json& messages, std::int64_t limit,
-                           const RenderMessages& render) {
+Truncation truncate_middle(const nlohmann::ordered_json& messages, std::vector<std::int32_t> prompt,
+                           std::int64_t limit, const RenderMessages& render) {
   check(messages.is_array(), ErrorKind::invalid_input, "messages", "must be a JSON array");
   const std::size_t n = messages.size();
   std::size_t lead = 0; // leading system / developer messages: always kept
@@ -68,13 +68,13 @@ Truncation truncate_middle(const nlohmann::ordered_json& messages, std::int64_t 
   };
   Truncation t;
   t.messages = messages;
-  t.prompt = render(messages);
+  t.prompt = std::move(prompt);
   const auto whole = static_cast<std::int64_t>(t.prompt.size());
   if (whole <= limit)
     return t;
   const std::size_t turns = starts.size() - 1;
-  auto most = kept(turns);
-  auto shortest = render(most);
+  auto most = turns == 0 ? messages : kept(turns);
+  auto shortest = turns == 0 ? t.prompt : render(most);
   check(static_cast<std::int64_t>(shortest.size()) <= limit, ErrorKind::invalid_input, "context",
         turns == 0
             ? std::string("the conversation has no earlier turn to drop: it takes ")
@@ -101,6 +101,16 @@ Truncation truncate_middle(const nlohmann::ordered_json& messages, std::int64_t 
   t.dropped_messages = static_cast<std::int64_t>(starts[hi] - lead);
   t.dropped_tokens = whole - static_cast<std::int64_t>(t.prompt.size());
   return t;
+}
+
+std::optional<Truncation> truncate_to_fit(const nlohmann::ordered_json& messages,
+                                          const std::vector<std::int32_t>& prompt,
+                                          std::int64_t seq_length, std::int64_t answer_budget,
+                                          const RenderMessages& render) {
+  const std::int64_t limit = seq_length - overflow_answer_room(seq_length, answer_budget);
+  if (static_cast<std::int64_t>(prompt.size()) <= limit)
+    return std::nullopt;
+  return truncate_middle(messages, prompt, limit, render);
 }
 
 } // namespace tpullm::runtime

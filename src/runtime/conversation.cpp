@@ -81,16 +81,14 @@ TurnResult Conversation::run(const std::vector<std::int32_t>& prompt,
 TurnResult Conversation::answer(const GenerateOptions& options, const TextSink& sink) {
   auto prompt = render(messages_);
   std::optional<Truncation> cut;
-  if (overflow_ == ContextOverflow::truncate_middle) {
-    const std::int64_t seq = cache_.session().params().seq_length;
-    const std::int64_t limit = seq - overflow_answer_room(seq, options.stop.max_new_tokens);
-    if (static_cast<std::int64_t>(prompt.size()) > limit) {
-      cut = truncate_middle(messages_, limit,
-                            [&](const nlohmann::ordered_json& m) { return render(m); });
-      prompt = cut->prompt;
-      if (on_truncate_)
-        on_truncate_(*cut);
-    }
+  if (overflow_ == ContextOverflow::truncate_middle)
+    cut = truncate_to_fit(messages_, prompt, cache_.session().params().seq_length,
+                          options.stop.max_new_tokens,
+                          [&](const nlohmann::ordered_json& m) { return render(m); });
+  if (cut) {
+    prompt = cut->prompt;
+    if (on_truncate_)
+      on_truncate_(*cut);
   }
   check(cache_.fits(prompt), ErrorKind::invalid_input, "chat", "the conversation would take ",
         prompt.size(),

@@ -60,11 +60,16 @@ std::int64_t size(const json& m) {
   return static_cast<std::int64_t>(render(m).size());
 }
 
+/// truncate_middle of `m` to `limit` tokens, its prompt rendered here as a caller's is.
+runtime::Truncation cut(const json& m, std::int64_t limit) {
+  return runtime::truncate_middle(m, render(m), limit, render);
+}
+
 } // namespace
 
 TEST_CASE("a conversation that fits is kept whole", "[context-overflow]") {
   const auto m = conversation(3);
-  const auto t = runtime::truncate_middle(m, size(m), render);
+  const auto t = cut(m, size(m));
   CHECK(t.messages == m);
   CHECK(t.prompt == render(m));
   CHECK(t.dropped_messages == 0);
@@ -77,7 +82,7 @@ TEST_CASE("the fewest oldest turns go, the system message and the last turn stay
   REQUIRE(size(m) == 117);
   // Every limit from the shortest possible prompt (system + last question: 17) to the whole.
   for (std::int64_t limit = 17; limit <= 117; ++limit) {
-    const auto t = runtime::truncate_middle(m, limit, render);
+    const auto t = cut(m, limit);
     const std::int64_t turns = (117 - limit + 19) / 20; // the fewest 20-token turns that make room
     INFO("limit " << limit);
     CHECK(t.dropped_messages == 2 * turns);
@@ -103,7 +108,7 @@ TEST_CASE("an answer's tool calls and results go with their question", "[context
   m.push_back(msg("assistant", words(4)));
   m.push_back(msg("tool", words(3))); // the last turn: from the last user message on
   const auto whole = size(m);
-  const auto t = runtime::truncate_middle(m, whole - 1, render);
+  const auto t = cut(m, whole - 1);
   CHECK(t.dropped_messages == 4); // user, assistant with calls, tool, assistant
   REQUIRE(t.messages.size() == 5);
   CHECK(t.messages[0] == m[0]);
@@ -118,7 +123,7 @@ TEST_CASE("messages before the first question are a turn of their own", "[contex
   m.push_back(msg("user", words(2)));
   m.push_back(msg("assistant", words(2)));
   m.push_back(msg("user", words(2)));
-  const auto t = runtime::truncate_middle(m, size(m) - 1, render);
+  const auto t = cut(m, size(m) - 1);
   CHECK(t.dropped_messages == 1);
   CHECK(t.dropped_tokens == 12);
   CHECK(t.messages.size() == 3);
@@ -129,7 +134,7 @@ TEST_CASE("what cannot be made to fit is refused in one line", "[context-overflo
   const auto last = size(json::array({m[0], m.back()}));
   // Dropping both earlier turns is not enough.
   try {
-    (void)runtime::truncate_middle(m, last - 1, render);
+    (void)cut(m, last - 1);
     FAIL("no refusal");
   } catch (const Error& e) {
     CHECK(e.kind() == ErrorKind::invalid_input);
@@ -137,27 +142,51 @@ TEST_CASE("what cannot be made to fit is refused in one line", "[context-overflo
                                          std::to_string(last) + " tokens, more than the " +
                                          std::to_string(last - 1)));
   }
-  CHECK(runtime::truncate_middle(m, last, render).dropped_messages == 4);
+  CHECK(cut(m, last).dropped_messages == 4);
   // A conversation of one turn has nothing to drop; nor has one without a user message.
   for (const json& one : {json::array({msg("system", words(3)), msg("user", words(9))}),
                           json::array({msg("system", words(3)), msg("assistant", words(9))})}) {
     try {
-      (void)runtime::truncate_middle(one, 5, render);
+      (void)cut(one, 5);
       FAIL("no refusal");
     } catch (const Error& e) {
       CHECK(e.kind() == ErrorKind::invalid_input);
       CHECK_THAT(e.what(), Catch::Contains("no earlier turn to drop"));
     }
   }
-  CHECK_THROWS_AS(runtime::truncate_middle(json::object(), 5, render), Error);
+  CHECK_THROWS_AS(runtime::truncate_middle(json::object(), {}, 5, render), Error);
 }
 
 TEST_CASE("the turns to drop are found in a logarithmic number of renders", "[context-overflow]") {
   const auto m = conversation(256); // 5137 tokens
+  const auto whole = render(m);
   renders = 0;
-  const auto t = runtime::truncate_middle(m, 2000, render);
+  const auto t = runtime::truncate_middle(m, whole, 2000, render);
   CHECK(t.dropped_messages == 2 * ((5137 - 2000 + 19) / 20));
-  CHECK(renders <= 2 + 9); // the whole, the shortest, then a bisection of 256 turns
+  CHECK(renders <= 1 + 8); // the shortest, then a bisection of 256 turns (the whole is given)
+  // One turn with nothing to drop is refused without a render.
+  const json one = json::array({msg("system", words(3)), msg("user", words(9))});
+  const auto one_prompt = render(one);
+  renders = 0;
+  CHECK_THROWS_AS(runtime::truncate_middle(one, one_prompt, 5, render), Error);
+  CHECK(renders == 0);
+}
+
+TEST_CASE("a turn is cut only when it leaves less than the answer's room", "[context-overflow]") {
+  const auto m = conversation(5); // 117 tokens
+  const auto p = render(m);
+  // 128 positions, an answer of 11: 117 + 11 fits; of 12 it does not, one turn goes.
+  CHECK_FALSE(runtime::truncate_to_fit(m, p, 128, 11, render).has_value());
+  const auto t = runtime::truncate_to_fit(m, p, 128, 12, render);
+  REQUIRE(t.has_value());
+  CHECK(t->dropped_messages == 2);
+  CHECK(static_cast<std::int64_t>(t->prompt.size()) <= 128 - 12);
+  // The room is at most half the sequence: a budget of 1000 on 234 positions asks for 117
+  // (117 + 117 fits), on 232 for 116 (one turn goes).
+  CHECK_FALSE(runtime::truncate_to_fit(m, p, 234, 1000, render).has_value());
+  const auto half = runtime::truncate_to_fit(m, p, 232, 1000, render);
+  REQUIRE(half.has_value());
+  CHECK(half->dropped_messages == 2);
 }
 
 TEST_CASE("the policy's spellings and its answer room", "[context-overflow]") {

@@ -236,23 +236,22 @@ struct Server {
   void truncate_to_fit(serve::GenerationRequest& g, std::vector<std::int32_t>& prompt,
                        httplib::Response& res) const {
     const std::int64_t seq = bundle->model().params.seq_length;
-    const std::int64_t limit =
-        seq - runtime::overflow_answer_room(seq, g.max_tokens.value_or(seq / 4));
-    if (static_cast<std::int64_t>(prompt.size()) <= limit)
-      return;
-    runtime::Truncation t;
+    std::optional<runtime::Truncation> cut;
     try {
-      t = runtime::truncate_middle(g.messages, limit, [&](const nlohmann::ordered_json& m) {
-        return render_tools_chat(m, g.tools.list);
-      });
+      cut = runtime::truncate_to_fit(
+          g.messages, prompt, seq, g.max_tokens.value_or(seq / 4),
+          [&](const nlohmann::ordered_json& m) { return render_tools_chat(m, g.tools.list); });
     } catch (const text::RenderCancelled&) {
       throw ApiError{503, "the server is shutting down", "server_error", "", "shutting_down"};
     } catch (const Error& e) {
       throw ApiError{400, e.what(), "invalid_request_error", "messages",
                      e.kind() == ErrorKind::invalid_input ? "context_length_exceeded" : ""};
     }
-    g.messages = std::move(t.messages);
-    prompt = std::move(t.prompt);
+    if (!cut)
+      return;
+    const runtime::Truncation& t = *cut;
+    g.messages = t.messages;
+    prompt = t.prompt;
     res.set_header("X-Tpullm-Context-Truncated",
                    "messages=" + std::to_string(t.dropped_messages) +
                        "; tokens=" + std::to_string(t.dropped_tokens));

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string_view>
 #include <vector>
 
@@ -46,8 +47,17 @@ using RenderMessages = std::function<std::vector<std::int32_t>(const nlohmann::o
 /// developer messages form a turn of their own. Never dropped: the leading system / developer
 /// messages and the last turn. Nothing is dropped when the whole list fits. Throws
 /// Error(invalid_input) when even the kept minimum takes more than `limit` tokens, naming both
-/// figures; the render's own errors pass through. Renders O(log turns) times.
-Truncation truncate_middle(const nlohmann::ordered_json& messages, std::int64_t limit,
-                           const RenderMessages& render);
+/// figures; the render's own errors pass through. `prompt` is render(messages), which the
+/// caller has already made; the bisection renders O(log turns) more times.
+Truncation truncate_middle(const nlohmann::ordered_json& messages, std::vector<std::int32_t> prompt,
+                           std::int64_t limit, const RenderMessages& render);
+
+/// The truncate-middle policy of one answer: nullopt when `prompt` (render(messages)) leaves
+/// overflow_answer_room(seq_length, answer_budget) positions for the answer, else
+/// truncate_middle() to seq_length less that room. What Conversation and `tpullm serve` apply.
+std::optional<Truncation> truncate_to_fit(const nlohmann::ordered_json& messages,
+                                          const std::vector<std::int32_t>& prompt,
+                                          std::int64_t seq_length, std::int64_t answer_budget,
+                                          const RenderMessages& render);
 
 } // namespace tpullm::runtime
