@@ -19,6 +19,10 @@ tpullm_chat_test(chat-compile-short 0 "wrote .*short.bundle"
   ${tpullm} compile ${C}/model -o ${C}/short.bundle --seq-length 64 --max-input-length 16
   --decode-chunk 0 --mode bf16)
 set_tests_properties(text-cli:chat-compile-short PROPERTIES FIXTURES_SETUP chat-bundle)
+tpullm_chat_test(chat-compile-nohist 0 "wrote .*short-nohist.bundle"
+  ${tpullm} compile ${C}/model -o ${C}/short-nohist.bundle --seq-length 64 --max-input-length 16
+  --decode-chunk 0 --no-history --mode bf16)
+set_tests_properties(text-cli:chat-compile-nohist PROPERTIES FIXTURES_SETUP chat-bundle)
 function(tpullm_bundle_text_test name exit regex)
   tpullm_tokenize_test(${name} ${exit} "${regex}" ${ARGN})
   set_tests_properties(text-cli:${name} PROPERTIES FIXTURES_REQUIRED "chat-model;chat-bundle")
@@ -56,8 +60,11 @@ set_tests_properties(text-cli:run-draft PROPERTIES FIXTURES_REQUIRED "chat-model
   TIMEOUT 300 PASS_REGULAR_EXPRESSION "ok: run --draft gives the plain answers")
 tpullm_bundle_text_test(run-draft-bad 2 "--draft: 'ngram' is neither none, prompt-lookup nor an existing draft bundle file"
   ${tpullm} run ${C}/chat.bundle --prompt hi --draft ngram)
-tpullm_bundle_text_test(run-draft-too-long 2 "speculation: draft length must be in \\[0, 32\\], got 40"
+tpullm_bundle_text_test(run-draft-too-long 2 "--draft-max: must be in \\[1, 32\\], got 40"
   ${tpullm} run ${C}/chat.bundle --prompt hi --draft prompt-lookup --draft-max 40)
+tpullm_bundle_text_test(run-draft-no-history 2 "--draft: the verify call needs the prefill_kv stage, and this bundle was compiled with --no-history"
+  ${tpullm} run ${C}/short-nohist.bundle --prompt hi --draft prompt-lookup)
+set_tests_properties(text-cli:run-draft-no-history PROPERTIES FIXTURES_REQUIRED "chat-model;chat-bundle")
 tpullm_bundle_text_test(run-draft-other-vocab 2 "--draft: .*plain.bundle: its vocabulary has 512 ids, the model's 151936"
   ${tpullm} run ${C}/chat.bundle --prompt hi --draft ${C}/plain.bundle)
 set_tests_properties(text-cli:run-draft-other-vocab PROPERTIES FIXTURES_REQUIRED "chat-model;chat-bundle;plain-bundle")

@@ -275,9 +275,19 @@ int cmd_bench(const std::vector<std::string>& args) {
           "--context", "context ", c, " + ", decode_steps,
           " decode steps exceeds the bundle's seq_length ", seq);
 
+  // The speculation row's context (--draft): a random prompt, the model's greedy continuation,
+  // the prompt again and the continuation of all that, so that the answer repeats it.
+  constexpr std::int64_t kSpecBase = 16, kSpecPiece = 64;
+  constexpr std::int64_t kSpecContext = 2 * (kSpecBase + kSpecPiece);
+  check(draft.source == "none" || kSpecContext + decode_steps < seq, ErrorKind::invalid_input,
+        "--draft", "the speculation row needs ", kSpecContext + decode_steps + 1, " positions (a ",
+        kSpecContext, "-token context and --decode-steps), the bundle has ", seq);
+
   // The executor (and its memory check) before the ceilings: a bundle too big for this machine
-  // is refused before seconds of measuring.
+  // is refused before seconds of measuring; so is a bad --draft.
   runtime::BundleSession engine(opened, cores);
+  runtime::GenerateOptions plain, sped;
+  const auto drafts = apply_draft(draft, *opened, source.open, cores, sped);
   std::cerr << checked << "\n"
             << "measuring this machine's ceilings (a few seconds)...\n";
   const machine::Ceilings& ceil = machine::measure_ceilings();
@@ -400,20 +410,32 @@ int cmd_bench(const std::vector<std::string>& args) {
   // a first sweep faults the pages in (timed sweeps must read resident memory) and says
   // whether the blob can be swept at all
   const bool near_ok =
-      !contexts.empty() && read_bw > 0 &&
+      (!contexts.empty() || draft.source != "none") && read_bw > 0 &&
       machine::read_bandwidth_now(blob.data(), near_bytes, static_cast<int>(threads)).gbs > 0;
+  // The best near read ceiling of sweeps made between timed runs (start-up ceiling when none).
+  auto sweep_near = [&](machine::ReadNow& near) {
+    if (!near_ok)
+      return;
+    machine::ReadNow r =
+        machine::read_bandwidth_now(blob.data(), near_bytes, static_cast<int>(threads));
+    if (r.gbs > near.gbs)
+      near = std::move(r);
+  };
+  // Bytes one decode step reads at history C: the weights of its variant and the valid KV
+  // history (mid-run).
+  auto step_bytes = [&](std::int64_t C) {
+    const std::int64_t S = s.decode_length_for(C + decode_steps / 2);
+    const double kv = 2.0 * static_cast<double>(m.layers) *
+                      static_cast<double>(C + decode_steps / 2) *
+                      static_cast<double>(opened->kv().row_bytes);
+    return std::pair{S, static_cast<double>(decode_weight_bytes(*opened, S)) + kv};
+  };
   nlohmann::ordered_json dec = nlohmann::ordered_json::array();
   for (auto C : contexts) {
     const std::int64_t stalls0 = engine.executor().pool_stalls();
     machine::ReadNow near;
-    const double best = decode_seconds(s, C, decode_steps, repeat, m.vocab, [&] {
-      if (!near_ok)
-        return;
-      machine::ReadNow r =
-          machine::read_bandwidth_now(blob.data(), near_bytes, static_cast<int>(threads));
-      if (r.gbs > near.gbs)
-        near = std::move(r);
-    });
+    const double best =
+        decode_seconds(s, C, decode_steps, repeat, m.vocab, [&] { sweep_near(near); });
     const double ceiling = near.gbs > 0 ? near.gbs * 1e9 : read_bw;
     const std::int64_t stalls = engine.executor().pool_stalls() - stalls0;
     print_progress("decode at context " + std::to_string(C), 1, 1);
@@ -436,12 +458,7 @@ int cmd_bench(const std::vector<std::string>& args) {
       kernel_share = ex.stats().kernel_seconds / seconds_since(t0);
       ex.set_profiling(false);
     }
-    // Bytes one step reads: the weights of its variant and the valid KV history (mid-run).
-    const std::int64_t S = s.decode_length_for(C + decode_steps / 2);
-    const double kv = 2.0 * static_cast<double>(m.layers) *
-                      static_cast<double>(C + decode_steps / 2) *
-                      static_cast<double>(opened->kv().row_bytes);
-    const double bytes = static_cast<double>(decode_weight_bytes(*opened, S)) + kv;
+    const auto [S, bytes] = step_bytes(C);
     dec.push_back({{"context", C},
                    {"variant", S},
                    {"tokens_per_s", 1 / best},
@@ -499,19 +516,16 @@ int cmd_bench(const std::vector<std::string>& args) {
   }
   out["contention"] = contention;
   // Speculative decoding (--draft): plain and speculative decoding of the same decode-steps
-  // tokens after a context that the greedy answer repeats (a random prompt, then the model's
-  // own greedy continuation fed back twice), best of --repeat each.
+  // tokens after the context above, best of --repeat each, the near read ceiling swept before
+  // each repeat.
   nlohmann::ordered_json spec;
   if (draft.source != "none") {
-    runtime::GenerateOptions plain, sped;
-    const auto drafts = apply_draft(draft, *opened, source.open, cores, sped);
-    constexpr std::int64_t kBase = 32, kPiece = 48;
-    check(kBase + 2 * kPiece + decode_steps < seq, ErrorKind::invalid_input, "--draft",
-          "the speculation row needs ", kBase + 2 * kPiece + decode_steps + 1,
-          " positions (a 128-token context and --decode-steps), the bundle has ", seq);
-    std::vector<std::int32_t> ctx = prompt_ids(kBase, m.vocab);
-    plain.stop.max_new_tokens = kPiece;
+    std::vector<std::int32_t> ctx = prompt_ids(kSpecBase, m.vocab);
+    const std::vector<std::int32_t> base = ctx;
+    plain.stop.max_new_tokens = static_cast<int>(kSpecPiece);
     for (int r = 0; r < 2; ++r) {
+      if (r > 0)
+        ctx.insert(ctx.end(), base.begin(), base.end());
       s.reset();
       const auto a = s.generate(ctx, plain);
       ctx.insert(ctx.end(), a.tokens.begin(), a.tokens.end());
@@ -519,10 +533,12 @@ int cmd_bench(const std::vector<std::string>& args) {
     plain.stop.max_new_tokens = sped.stop.max_new_tokens = static_cast<int>(decode_steps);
     double best_plain = 1e300, best_spec = 1e300;
     runtime::GenerateResult p_res, s_res;
+    machine::ReadNow near;
     auto per_token = [](const runtime::GenerateResult& r) {
       return r.decode_seconds / static_cast<double>(std::max<std::size_t>(1, r.tokens.size() - 1));
     };
     for (std::int64_t r = 0; r < repeat; ++r) {
+      sweep_near(near);
       s.reset();
       p_res = s.generate(ctx, plain);
       best_plain = std::min(best_plain, per_token(p_res));
@@ -530,10 +546,11 @@ int cmd_bench(const std::vector<std::string>& args) {
       s_res = s.generate(ctx, sped);
       best_spec = std::min(best_spec, per_token(s_res));
     }
+    sweep_near(near);
     print_progress("speculative decoding", 1, 1);
     const auto& st = s_res.speculation;
-    const double near = dec.empty() ? read_bw : dec.front()["read_gbs_near"].get<double>() * 1e9;
-    const double bytes = static_cast<double>(decode_weight_bytes(*opened, seq));
+    const double ceiling = near.gbs > 0 ? near.gbs * 1e9 : read_bw;
+    const double bytes = step_bytes(static_cast<std::int64_t>(ctx.size())).second;
     spec = {{"draft", draft.source},
             {"draft_max", draft.max},
             {"context", static_cast<std::int64_t>(ctx.size())},
@@ -549,7 +566,9 @@ int cmd_bench(const std::vector<std::string>& args) {
                                            ? static_cast<double>(st.accepted + st.verify_calls) /
                                                  static_cast<double>(st.verify_calls)
                                            : 0.0},
-            {"plain_read_frac_near", bytes / best_plain / near},
+            {"bytes_per_token", bytes},
+            {"read_gbs_near", ceiling / 1e9},
+            {"plain_read_frac_near", bytes / best_plain / ceiling},
             {"same_answer", s_res.tokens == p_res.tokens}};
   }
   out["speculation"] = spec;
@@ -625,12 +644,13 @@ int cmd_bench(const std::vector<std::string>& args) {
     std::cout << "speculation (" << spec["draft"].get<std::string>() << ", at most "
               << spec["draft_max"].get<int>() << "): context "
               << spec["context"].get<std::int64_t>()
-              << " tokens (its own greedy answer fed back twice), "
+              << " tokens (a prompt, its greedy continuation, the prompt again and the "
+                 "continuation of all that), "
               << spec["tokens"].get<std::int64_t>() << " tokens: plain "
               << spec["plain_tokens_per_s"].get<double>() << " tokens/s (" << std::setprecision(3)
-              << spec["plain_read_frac_near"].get<double>()
-              << " of the near read ceiling), speculative " << std::setprecision(1)
-              << spec["speculative_tokens_per_s"].get<double>()
+              << spec["plain_read_frac_near"].get<double>() << " of the near read ceiling, "
+              << std::setprecision(1) << spec["read_gbs_near"].get<double>()
+              << " GB/s), speculative " << spec["speculative_tokens_per_s"].get<double>()
               << " tokens/s = " << std::setprecision(2) << spec["speedup"].get<double>() << "x; "
               << spec["verify_calls"].get<std::int64_t>() << " verify calls, "
               << spec["drafted"].get<std::int64_t>() << " drafted, "

@@ -23,7 +23,7 @@ namespace tpullm::cli {
 namespace {
 
 /// Per-turn figures on stderr: what was fed, what was reused, time to first token, speed.
-void print_stats(int turn, const runtime::TurnResult& r) {
+void print_stats(int turn, const runtime::TurnResult& r, const runtime::GenerateOptions& opts) {
   const auto& g = r.generated.result;
   const double decoded = static_cast<double>(g.tokens.size()) - 1;
   std::cerr << std::fixed << std::setprecision(1) << "[turn " << turn << ": " << g.prompt_tokens
@@ -32,7 +32,7 @@ void print_stats(int turn, const runtime::TurnResult& r) {
             << " tokens, decode "
             << (decoded > 0 && g.decode_seconds > 0 ? decoded / g.decode_seconds : 0.0)
             << " tokens/s; stopped: " << runtime::to_string(g.reason);
-  if (const auto spec = describe_speculation(g); !spec.empty())
+  if (const auto spec = describe_speculation(opts, g); !spec.empty())
     std::cerr << "; " << spec;
   std::cerr << "]\n";
 }
@@ -121,7 +121,7 @@ int cmd_chat(const std::vector<std::string>& args) {
       const auto r = step();
       std::cout << "\n" << std::flush;
       if (!no_stats)
-        print_stats(++turn, r);
+        print_stats(++turn, r, g);
     } catch (const Error& e) {
       if (e.kind() != ErrorKind::invalid_input)
         throw;

@@ -113,7 +113,7 @@ int cmd_run(const std::vector<std::string>& args) {
               << r.prompt_tokens << " tokens); decode "
               << (decoded > 0 && r.decode_seconds > 0 ? decoded / r.decode_seconds : 0.0)
               << " tokens/s\n";
-    if (const auto spec = describe_speculation(r); !spec.empty())
+    if (const auto spec = describe_speculation(g, r); !spec.empty())
       std::cerr << spec << "\n";
   }
   return kOk;

@@ -101,10 +101,13 @@ void DraftEngineDeleter::operator()(DraftEngine* e) const {
 DraftEngineHolder apply_draft(const DraftArgs& d, const bundle::Bundle& target,
                               const BundleOpenOptions& open, std::int64_t threads,
                               runtime::GenerateOptions& g) {
+  check(d.max >= 1 && d.max <= runtime::SpeculationOptions::kMaxDraft, ErrorKind::invalid_input,
+        "--draft-max", "must be in [1, ", runtime::SpeculationOptions::kMaxDraft, "], got ", d.max);
   g.speculation.draft_max = d.source == "none" ? 0 : d.max;
-  g.speculation.validate();
-  check(d.source == "none" || d.max > 0, ErrorKind::invalid_input, "--draft-max",
-        "must be at least 1 with --draft ", d.source);
+  // Refused here, before anything runs or is measured, not at the first verify call.
+  check(d.source == "none" || target.model().params.with_history, ErrorKind::unsupported, "--draft",
+        "the verify call needs the prefill_kv stage, and this bundle was compiled "
+        "with --no-history; recompile without --no-history");
   if (d.source == "none" || d.source == "prompt-lookup")
     return nullptr;
   check(std::filesystem::is_regular_file(d.source), ErrorKind::invalid_input, "--draft", "'",
@@ -126,9 +129,10 @@ DraftEngineHolder apply_draft(const DraftArgs& d, const bundle::Bundle& target,
   return e;
 }
 
-std::string describe_speculation(const runtime::GenerateResult& r) {
+std::string describe_speculation(const runtime::GenerateOptions& g,
+                                 const runtime::GenerateResult& r) {
   const auto& s = r.speculation;
-  if (s.verify_calls == 0)
+  if (g.speculation.draft_max == 0)
     return {};
   std::ostringstream o;
   o << std::fixed << std::setprecision(1) << "speculation: " << s.verify_calls << " verify calls, "

@@ -49,8 +49,10 @@ DraftEngineHolder apply_draft(const DraftArgs& d, const bundle::Bundle& target,
                               const BundleOpenOptions& open, std::int64_t threads,
                               runtime::GenerateOptions& g);
 
-/// The speculation figures of an answer ("" when nothing was drafted), for the stats lines.
-std::string describe_speculation(const runtime::GenerateResult& r);
+/// The speculation figures of an answer generated with `g` ("" when `g` does not speculate;
+/// "0 verify calls" when no draft was found), for the stats lines.
+std::string describe_speculation(const runtime::GenerateOptions& g,
+                                 const runtime::GenerateResult& r);
 
 /// Takes generation_config.json's sampling fields (`defaults`: do_sample, temperature, top_k,
 /// top_p, repetition_penalty) for each option the command line did not give; do_sample false
