@@ -16,9 +16,23 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 jobs=$(nproc)
 "$root/scripts/install-deps.sh" >/dev/null
 
+# After a failure, the output of each failed test again (its last 60 lines), so that the end
+# of the log, which is what a CI summary keeps, says why and not only which.
+failed_output() {
+  local dir=$1/Testing/Temporary name
+  [ -f "$dir/LastTestsFailed.log" ] || return 0
+  while IFS= read -r name; do
+    name=${name#*:}
+    echo "---- output of $name"
+    awk -v t="$name" 'index($0, "Test: " t) && substr($0, length($0) - length(t) + 1) == t {on = 1; next}
+      on && /^<end of output>$/ {exit} on {print}' "$dir/LastTest.log" | tail -n 60
+  done < "$dir/LastTestsFailed.log"
+  return 1
+}
+
 echo "== Release build and tests =="
 "$root/scripts/build.sh" "$root/build"
-ctest --test-dir "$root/build" -j "$jobs" --output-on-failure
+ctest --test-dir "$root/build" -j "$jobs" --output-on-failure || failed_output "$root/build"
 
 if [ "${TPULLM_TEST_SKIP_SANITIZE:-0}" != 1 ]; then
   echo "== ASan+UBSan build and tests =="
@@ -26,6 +40,7 @@ if [ "${TPULLM_TEST_SKIP_SANITIZE:-0}" != 1 ]; then
     -DTPULLM_BUILD_KERNEL_TESTS=OFF -DTPULLM_QUANT_MODELS_FROM="$root/build/tests/cli/quant-models" \
     -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1"
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-    ctest --test-dir "$root/build-asan" -j "$jobs" --output-on-failure -E '^install:|^format:'
+    ctest --test-dir "$root/build-asan" -j "$jobs" --output-on-failure -E '^install:|^format:' ||
+    failed_output "$root/build-asan"
 fi
 echo "== all tests passed =="

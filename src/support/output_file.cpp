@@ -180,19 +180,24 @@ auto OutputFile::open_direct() -> void {
 }
 
 auto OutputFile::open_staging() -> void {
+  int e = 0;
   for (int attempt = 0; attempt < 100; ++attempt) {
     staging_ = detail::staging_name(target_, "tmp");
-    fd_ = UniqueFd(
-        ::open(staging_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666));
+    {
+      SignalBlock block; // created and registered as one step: a signal cannot come between
+      fd_ = UniqueFd(
+          ::open(staging_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666));
+      e = errno;
+      if (fd_)
+        slot_ = temp_registry::add(staging_.string(), false);
+    }
     if (fd_) {
-      slot_ = temp_registry::add(staging_.string(), false);
       attach();
       return;
     }
-    if (errno != EEXIST)
+    if (e != EEXIST)
       break;
   }
-  const int e = errno;
   staging_.clear();
   throw OutputError(target_.string(), "cannot create a temporary file in '" +
                                           detail::parent_of(target_).string() +
@@ -214,16 +219,20 @@ OutputDirectory::OutputDirectory(std::filesystem::path target, std::string marke
   if (ec)
     throw OutputError(target_.string(), "cannot create the parent directory '" + parent.string() +
                                             "': " + ec.message());
+  int e = 0;
   for (int attempt = 0; attempt < 100; ++attempt) {
     staging_ = detail::staging_name(target_, "tmp");
-    if (::mkdir(staging_.c_str(), 0777) == 0) {
-      slot_ = temp_registry::add(staging_.string(), true);
-      return;
+    {
+      SignalBlock block; // created and registered as one step
+      if (::mkdir(staging_.c_str(), 0777) == 0) {
+        slot_ = temp_registry::add(staging_.string(), true);
+        return;
+      }
+      e = errno;
     }
-    if (errno != EEXIST)
+    if (e != EEXIST)
       break;
   }
-  const int e = errno;
   staging_.clear();
   throw OutputError(target_.string(), "cannot create a staging directory in '" + parent.string() +
                                           "': " + detail::errno_text(e));

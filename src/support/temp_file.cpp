@@ -25,13 +25,19 @@ TemporaryFile::TemporaryFile(const std::filesystem::path& dir, const std::string
   std::string tmpl = (dir / (prefix + "XXXXXX" + suffix)).string();
   std::vector<char> buf(tmpl.begin(), tmpl.end());
   buf.push_back('\0');
-  const int fd = ::mkstemps(buf.data(), static_cast<int>(suffix.size()));
+  int fd = -1, e = 0;
+  {
+    SignalBlock block; // created and registered as one step: a signal cannot come between
+    fd = ::mkstemps(buf.data(), static_cast<int>(suffix.size()));
+    e = errno;
+    if (fd >= 0)
+      slot_ = temp_registry::add(buf.data(), false);
+  }
   if (fd < 0)
     throw Error(ErrorKind::io, dir.string(),
-                std::string("cannot create a temporary file: ") + std::strerror(errno));
+                std::string("cannot create a temporary file: ") + std::strerror(e));
   ::close(fd);
   path_ = buf.data();
-  slot_ = temp_registry::add(path_.string(), false);
 }
 
 } // namespace tpullm

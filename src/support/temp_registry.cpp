@@ -37,6 +37,15 @@ void remove_all() noexcept {
 }
 
 void on_signal(int sig) {
+  // Taken by a thread other than the one that installed the handler (a compile, OpenMP or
+  // checksum worker, which starts with the tool's mask): handed to that thread instead, so that
+  // the cleanup never runs while the main thread goes on creating or committing outputs. If the
+  // main thread blocks the signal (a commit's SignalBlock), it stays pending there until the
+  // commit is whole.
+  if (g_owner_set.load(std::memory_order_acquire) && !::pthread_equal(::pthread_self(), g_owner)) {
+    ::pthread_kill(g_owner, sig);
+    return;
+  }
   remove_all();
   ::signal(sig, SIG_DFL);
   sigset_t set;
@@ -66,6 +75,8 @@ int add(const std::string& path, bool directory) noexcept {
 }
 
 void install_signal_cleanup() noexcept {
+  detail::g_owner = ::pthread_self();
+  detail::g_owner_set.store(true, std::memory_order_release);
   for (int sig : detail::kSignals) {
     struct sigaction old {};
     if (::sigaction(sig, nullptr, &old) == 0 && old.sa_handler == SIG_IGN)

@@ -571,6 +571,42 @@ TEST_CASE("a signal removes every staged output and the process dies of it", "[r
   }
 }
 
+// A signal another thread takes (a compile or OpenMP worker) is cleaned up after by the thread
+// that installed the handler, so it waits for that thread's commit: the child blocks the
+// signals as a commit does, a second thread raises SIGINT at itself, and the main thread must
+// still find its staged file and finish the commit before the process dies of the signal.
+TEST_CASE("a signal taken by another thread waits for the main thread's commit", "[reliability]") {
+  TempDir t;
+  write_file(t / "old.txt", "old\n");
+  const pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    temp_registry::install_signal_cleanup();
+    OutputFile f(t / "old.txt");
+    f.write("new\n");
+    {
+      SignalBlock commit;
+      std::thread([] {
+        sigset_t set;      // a worker inherits the block: this one lifts it, as a pool started
+        sigemptyset(&set); // before the commit would not have it
+        sigaddset(&set, SIGINT);
+        ::pthread_sigmask(SIG_UNBLOCK, &set, nullptr);
+        ::raise(SIGINT);
+      }).join();
+      if (!fs::exists(f.staging_path()))
+        ::_exit(98); // the handler ran on the other thread and removed the staged file
+      f.commit();
+    }
+    ::_exit(99); // not reached: the pending signal ends the process when the block ends
+  }
+  int status = 0;
+  REQUIRE(::waitpid(pid, &status, 0) == pid);
+  REQUIRE(WIFSIGNALED(status));
+  CHECK(WTERMSIG(status) == SIGINT);
+  CHECK(listing(t.path) == std::vector<std::string>{"old.txt"});
+  CHECK(read_file(t / "old.txt") == "new\n");
+}
+
 TEST_CASE("an output FIFO without a reader is refused, with one it is written", "[reliability]") {
   TempDir t;
   REQUIRE(::mkfifo((t / "fifo").c_str(), 0644) == 0);

@@ -15,6 +15,7 @@
 /// getdents64, unlinkat, rmdir). SIGKILL and power loss cannot be handled; their leftovers are
 /// named `.NAME.tmp-XXXXXXXXXXXX` beside the target.
 
+#include <pthread.h>
 #include <signal.h>
 #include <sys/syscall.h>
 #include <sys/types.h>
@@ -52,6 +53,11 @@ void remove_flat_dir(const char* path) noexcept;
 /// owners remove their own paths).
 void remove_all() noexcept;
 
+/// The thread that called install_signal_cleanup(): the handler runs the cleanup there only
+/// (another thread that takes the signal forwards it with pthread_kill).
+inline pthread_t g_owner{};
+inline std::atomic<bool> g_owner_set{false};
+
 void on_signal(int sig);
 
 } // namespace detail
@@ -69,7 +75,8 @@ inline void remove(int slot) noexcept {
 
 /// Installs the handler described at the top of this file for SIGINT, SIGTERM, SIGHUP, SIGQUIT
 /// and SIGPIPE, except where a signal is ignored (a tool started with SIGINT ignored keeps
-/// ignoring it). Call once from a tool's main() (run_tool() does).
+/// ignoring it). Call once from a tool's main() (run_tool() does): the calling thread is the one
+/// that cleans up; a signal another thread takes is forwarded to it.
 void install_signal_cleanup() noexcept;
 
 } // namespace temp_registry
