@@ -37,6 +37,7 @@ struct SlotPool::Slot {
   std::size_t fed = 0;           ///< prompt tokens in the cache
   std::int64_t cached = 0;       ///< prompt tokens found there at start()
   std::int32_t last = 0;         ///< the last chosen token (fed at the next decode step)
+  DraftLength draft_length{0};   ///< speculation's adaptive draft length for this answer
 };
 
 SlotPool::SlotPool(Executor& exec, SessionDims dims, frontend::StageParams params,
@@ -91,6 +92,11 @@ void SlotPool::start(int slot, const SlotRequest& request) {
   check(!request.prompt.empty(), ErrorKind::invalid_input, "prompt", "is empty");
   Slot& s = *slots_[static_cast<std::size_t>(slot)];
   s.gen.emplace(request.options, tok_, request.prompt); // validates the options first
+  check(request.options.speculation.draft_max == 0 || params_.with_history, ErrorKind::unsupported,
+        "speculation",
+        "the verify call needs the prefill_kv stage, and this bundle was compiled with "
+        "--no-history; recompile without --no-history");
+  s.draft_length = DraftLength(request.options.speculation.draft_max);
   s.prompt = request.prompt;
   s.cached = s.cache->keep_prefix(s.prompt);
   s.fed = static_cast<std::size_t>(s.cached);
@@ -129,6 +135,12 @@ SlotRound SlotPool::step() {
   for (auto& s : slots_) {
     if (s->state == SlotState::idle)
       continue;
+    if (s->state == SlotState::generating) {
+      if (const auto draft = draft_for(*s); !draft.empty()) {
+        speculate(*s, draft, round); // alone: one verify call of 1 + k rows
+        continue;
+      }
+    }
     if (s->state == SlotState::generating && decoder_.batched())
       decoding.push_back(s.get());
     else
@@ -168,6 +180,60 @@ void SlotPool::step_one(Slot& s, SlotRound& round) {
   }
 }
 
+std::vector<std::int32_t> SlotPool::draft_for(Slot& s) {
+  const SpeculationOptions& spec = s.gen->options().speculation;
+  if (spec.draft_max == 0)
+    return {};
+  // 1 + k positions must fit the cache, and no more than the budget's tokens be drafted (as
+  // Session::generate).
+  const std::int64_t k = std::max<std::int64_t>(
+      0,
+      std::min<std::int64_t>({s.draft_length.next(), params_.seq_length - s.session->length() - 1,
+                              static_cast<std::int64_t>(s.gen->options().stop.max_new_tokens) -
+                                  s.gen->generated() - 1}));
+  if (k <= 0)
+    return {};
+  try {
+    auto draft = spec.draft ? spec.draft(s.gen->context(), static_cast<int>(k))
+                            : prompt_lookup_draft(s.gen->context(), spec, static_cast<int>(k));
+    if (static_cast<std::int64_t>(draft.size()) > k)
+      draft.resize(static_cast<std::size_t>(k));
+    return draft;
+  } catch (...) { // a draft source that fails costs the speedup, never the answer
+    return {};
+  }
+}
+
+void SlotPool::speculate(Slot& s, const std::vector<std::int32_t>& draft, SlotRound& round) {
+  try {
+    std::vector<std::int32_t> segment{s.last};
+    segment.insert(segment.end(), draft.begin(), draft.end());
+    const std::int64_t L0 = s.session->length();
+    const auto rows = s.session->verify(segment);
+    const auto V = rows.size() / segment.size();
+    const auto d = static_cast<std::int64_t>(draft.size());
+    std::int64_t used = 0, accepted = 0;
+    for (std::int64_t i = 0; i <= d; ++i) {
+      used = i + 1;
+      // Row i's token is chosen with L0 + i + 1 tokens fed (the sequence-end rule's length).
+      consume(s, std::span<const float>(rows).subspan(static_cast<std::size_t>(i) * V, V), round,
+              L0 + i + 1);
+      if (s.state != SlotState::generating || i == d ||
+          s.last != draft[static_cast<std::size_t>(i)])
+        break;
+      ++accepted;
+    }
+    s.session->truncate(L0 + used); // the rows after the last one used were not kept
+    s.cache->record(std::span<const std::int32_t>(segment.data(), static_cast<std::size_t>(used)));
+    round.speculation.verify_calls += 1;
+    round.speculation.drafted += d;
+    round.speculation.accepted += accepted;
+    s.draft_length.record(static_cast<int>(d), static_cast<int>(accepted));
+  } catch (...) {
+    fail(s, round);
+  }
+}
+
 void SlotPool::decode_together(const std::vector<Slot*>& slots, SlotRound& round) {
   std::vector<DecodeRow> rows;
   for (Slot* s : slots)
@@ -193,8 +259,10 @@ void SlotPool::decode_together(const std::vector<Slot*>& slots, SlotRound& round
   }
 }
 
-void SlotPool::consume(Slot& s, std::span<const float> logits, SlotRound& round) {
-  GenerationStep step = s.gen->step(logits, s.session->length(), params_.seq_length);
+void SlotPool::consume(Slot& s, std::span<const float> logits, SlotRound& round,
+                       std::int64_t length) {
+  GenerationStep step =
+      s.gen->step(logits, length < 0 ? s.session->length() : length, params_.seq_length);
   s.last = step.token;
   SlotEvent e = event_of(s);
   e.token = step.token;

@@ -166,3 +166,84 @@ TEST_CASE("a slot's failed step ends only that slot", "[slot-pool]") {
   CHECK_FALSE(event_of(r, 1)->error);
   CHECK(pool.state(1) == SlotState::generating);
 }
+
+// Speculation in the pool (issue 37): a slot drafting the plain answer itself (every draft
+// right, its answer running into the end of the sequence mid-draft), a slot whose every third
+// draft token is wrong, and a slot that does not speculate, in the same rounds: each answer is
+// the lone Session's, a verifying slot emits several tokens in one round, and the next
+// conversation reuses a cache that holds exactly what was kept.
+TEST_CASE("slots that speculate answer as plain decoding, beside one that does not",
+          "[slot-pool][speculation]") {
+  const Compiled c;
+  auto exec = runtime::make_executor(c.cm, 0, 3);
+  runtime::SlotPool pool(*exec, c.dims(), pool_params(), nullptr);
+  REQUIRE(pool.size() == 3);
+  const auto a = ids(100, 4), b = ids(20, 5), p = ids(12, 6);
+  const int n = 40; // a: 100 + 40 > 128, so its answer ends at the end of the sequence
+  const std::vector<std::int32_t> want[3] = {c.alone(a, n), c.alone(b, n), c.alone(p, n)};
+  const std::vector<std::int32_t>* prompts[3] = {&a, &b, &p};
+  auto drafting = [&](int slot, bool wrong_third) {
+    auto g = greedy(n);
+    g.speculation.draft_max = 5;
+    g.speculation.draft = [&, slot, wrong_third](std::span<const std::int32_t> ctx, int k) {
+      std::vector<std::int32_t> d;
+      const auto& ans = want[slot];
+      for (std::size_t j = ctx.size() - prompts[slot]->size();
+           j < ans.size() && static_cast<int>(d.size()) < k; ++j)
+        d.push_back(wrong_third && d.size() == 2 ? (ans[j] + 1) % 512 : ans[j]);
+      return d;
+    };
+    return g;
+  };
+  pool.start(0, {a, drafting(0, false)});
+  pool.start(1, {b, drafting(1, true)});
+  pool.start(2, {p, greedy(n)});
+  std::map<int, std::vector<std::int32_t>> got;
+  std::map<int, runtime::StopReason> stops;
+  runtime::SpeculationStats total;
+  std::size_t most_in_a_round = 0;
+  for (int round = 0; pool.busy() && round < 200; ++round) {
+    const auto r = pool.step();
+    std::map<int, std::size_t> per_slot;
+    for (const auto& e : r.events) {
+      REQUIRE_FALSE(e.error);
+      if (e.token >= 0) {
+        got[e.slot].push_back(e.token);
+        most_in_a_round = std::max(most_in_a_round, ++per_slot[e.slot]);
+      }
+      if (e.stop)
+        stops[e.slot] = *e.stop;
+    }
+    total.verify_calls += r.speculation.verify_calls;
+    total.drafted += r.speculation.drafted;
+    total.accepted += r.speculation.accepted;
+  }
+  REQUIRE_FALSE(pool.busy());
+  for (int s = 0; s < 3; ++s) {
+    INFO("slot " << s);
+    CHECK(got[s] == want[s]);
+  }
+  CHECK(stops[0] == runtime::StopReason::sequence_end);
+  CHECK(stops[1] == runtime::StopReason::token_budget);
+  CHECK(total.verify_calls > 0);
+  CHECK(total.accepted <= total.drafted);
+  CHECK(total.accepted * 2 >= total.drafted); // slot 0 keeps every draft, slot 1 two of three
+  CHECK(most_in_a_round > 1);
+  // Slot 1's cache holds its prompt and the answer fed (all but the last token): a continued
+  // conversation reuses all of it and then decodes as a lone Session would.
+  auto more = b;
+  more.insert(more.end(), got[1].begin(), got[1].end());
+  REQUIRE(pool.pick(more) == 1);
+  pool.start(1, {more, greedy(3)});
+  std::vector<std::int32_t> next;
+  std::int64_t cached = -1;
+  while (pool.busy())
+    for (const auto& e : pool.step().events) {
+      REQUIRE_FALSE(e.error);
+      cached = e.cached_tokens;
+      if (e.token >= 0)
+        next.push_back(e.token);
+    }
+  CHECK(cached == static_cast<std::int64_t>(b.size()) + n - 1);
+  CHECK(next == c.alone(more, 3));
+}

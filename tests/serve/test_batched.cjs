@@ -2,9 +2,12 @@
 // four concurrent greedy chat requests of different prompt lengths (slots at different history
 // lengths, joining and leaving the batch at different steps) each get the answer `tpullm run
 // --chat` gives alone (batch-1 decode), token for token, and the metrics show batched calls.
-// BATCHED_BUNDLE is that bundle.
+// Then a server with --draft prompt-lookup answers as plain decoding and counts the speculation
+// that `run --draft` reports for the same chats. BATCHED_BUNDLE is that bundle.
 'use strict';
 const { startServer, cli, runChat, postChat, main, assert } = require('./harness.cjs');
+
+const system = 'Answer briefly.';
 
 const N = 12;
 const file = process.env.BATCHED_BUNDLE;
@@ -20,7 +23,6 @@ async function metric(url, name) {
 
 async function run() {
   const server = await startServer(['--slots', '4'], file);
-  const system = 'Answer briefly.';
   const users = ['Hello there', 'What is the capital of France? Tell me about it.',
     'Hi', 'Write one line about the sea, the sky and the long road home tonight.'];
   await main([
@@ -49,6 +51,40 @@ async function run() {
     }],
   ]);
   await server.stop();
+
+  // --draft prompt-lookup: each answer is still plain decoding's, and the server's speculation
+  // counters are what `run --draft` reports for the same chats (the same drafts, verified per
+  // slot while the other slot decodes).
+  const spec = await startServer(['--slots', '2', '--draft', 'prompt-lookup', '--draft-max', '4'],
+    file);
+  const looped = ['one two three one two three one two three', 'Hello there'];
+  await main([
+    ['two chats with prompt-lookup drafts equal run --chat alone', async () => {
+      // run --draft's answer is plain decoding's (tests/runtime/test_speculation.cpp).
+      const oracle = [];
+      let want = [0, 0, 0];
+      for (const u of looped) {
+        const r = cli(['run', file, '--chat', u, '--system', system, '-n', '24', '--temperature',
+          '0', '--draft', 'prompt-lookup', '--draft-max', '4']);
+        assert.equal(r.status, 0, r.stderr);
+        const m = r.stderr.match(/speculation: (\d+) verify calls, (\d+) tokens drafted, (\d+) accepted/);
+        const t = r.stderr.match(/stopped: .* after (\d+) tokens/);
+        assert.ok(m && t, r.stderr);
+        want = want.map((w, i) => w + Number(m[i + 1]));
+        oracle.push({ text: r.stdout.replace(/\n$/, ''), tokens: Number(t[1]) });
+      }
+      const answers = await Promise.all(looped.map((u) =>
+        postChat(spec, { messages: [{ role: 'system', content: system }, { role: 'user', content: u }] }, 24)));
+      for (const [i, a] of answers.entries()) {
+        assert.equal(a.choices[0].message.content, oracle[i].text, `client ${i}`);
+        assert.equal(a.usage.completion_tokens, oracle[i].tokens, `client ${i}`);
+      }
+      assert.equal(await metric(spec.url, 'tpullm_speculation_verify_calls_total'), want[0]);
+      assert.equal(await metric(spec.url, 'tpullm_speculation_drafted_tokens_total'), want[1]);
+      assert.equal(await metric(spec.url, 'tpullm_speculation_accepted_tokens_total'), want[2]);
+    }],
+  ]);
+  await spec.stop();
 }
 
 run().catch((e) => {

@@ -19,6 +19,7 @@
 
 #include "bundle_source.hpp"
 #include "command.hpp"
+#include "sampling_options.hpp"
 #include "serve_api.hpp"
 #include "serve_http.hpp"
 #include "serve_metrics.hpp"
@@ -611,6 +612,8 @@ int cmd_serve(const std::vector<std::string>& args) {
       "refuse | truncate-middle: a chat that leaves too little room for its answer (max_tokens, "
       "else a quarter of the sequence length; at most half) gets 400, or loses its earliest "
       "turns after the system messages until it fits (X-Tpullm-Context-Truncated header)");
+  DraftArgs draft;
+  o.add(speculation_options(draft));
   po::variables_map vm;
   if (!parse_bundle_command(args, o, source, vm))
     return kOk;
@@ -665,6 +668,10 @@ int cmd_serve(const std::vector<std::string>& args) {
   check(bound > 0, ErrorKind::invalid_input, "--host / --port", "cannot listen on ", host, ":",
         port,
         port != 0 ? " (in use by another program? --reuse-port shares a port on purpose)" : "");
+  // Every request speculates when --draft says so (the same answers; slot_pool.hpp). The draft
+  // engine outlives the server, whose scheduler calls it.
+  runtime::GenerateOptions drafting;
+  const auto drafts = apply_draft(draft, *opened, source.open, cores, drafting);
   auto text = runtime::load_text_side(*opened, file);
   Server s(std::move(opened), std::move(text));
   // The model's name: the bundle's or the GGUF's stem, or the checkpoint folder's name.
@@ -680,7 +687,9 @@ int cmd_serve(const std::vector<std::string>& args) {
   if (slots == 0)
     slots = default_slots(*s.bundle, cores);
   s.scheduler = std::make_unique<serve::Scheduler>(
-      s.bundle, s.text, serve::SchedulerOptions{slots, cores, static_cast<std::size_t>(max_queue)},
+      s.bundle, s.text,
+      serve::SchedulerOptions{slots, cores, static_cast<std::size_t>(max_queue),
+                              drafting.speculation},
       s.metrics);
 
   // Workers for every slot, every queued request and a few more (a request beyond them waits
@@ -814,6 +823,9 @@ int cmd_serve(const std::vector<std::string>& args) {
             << m.params.seq_length << ") as model '" << s.model_id << "' with " << slots
             << " slot(s) of " << serve::Scheduler::slot_bytes(*s.bundle, cores) / (1 << 20)
             << " MiB, batched decode up to " << s.scheduler->max_decode_batch() << " rows; "
+            << (draft.source == "none" ? std::string()
+                                       : "speculation from " + draft.source + " (up to " +
+                                             std::to_string(draft.max) + " draft tokens); ")
             << checked << "; listening on http://" << host << ":" << bound << std::endl;
 
   // The first signal stops the server (stopper); the waiter goes on watching: a second signal,

@@ -32,6 +32,14 @@ void Metrics::count_decode_batch(std::int64_t rows) {
   batch_rows_ += rows;
 }
 
+void Metrics::count_speculation(std::int64_t verify_calls, std::int64_t drafted,
+                                std::int64_t accepted) {
+  std::lock_guard lock(m_);
+  verify_calls_ += verify_calls;
+  drafted_ += drafted;
+  accepted_ += accepted;
+}
+
 void Metrics::set_load(std::int64_t queued, std::int64_t busy, std::int64_t slots) {
   std::lock_guard lock(m_);
   queued_ = queued;
@@ -76,6 +84,14 @@ std::string Metrics::text() const {
   metric("tpullm_batched_decode_rows_total", "counter",
          "Slot steps done inside batched decode calls (rows / calls = mean batch).");
   o << "tpullm_batched_decode_rows_total " << batch_rows_ << "\n";
+  metric("tpullm_speculation_verify_calls_total", "counter",
+         "Verify calls of speculative decoding (--draft): one per drafted segment.");
+  o << "tpullm_speculation_verify_calls_total " << verify_calls_ << "\n";
+  metric("tpullm_speculation_drafted_tokens_total", "counter", "Draft tokens checked.");
+  o << "tpullm_speculation_drafted_tokens_total " << drafted_ << "\n";
+  metric("tpullm_speculation_accepted_tokens_total", "counter",
+         "Draft tokens kept (accepted / drafted = acceptance rate).");
+  o << "tpullm_speculation_accepted_tokens_total " << accepted_ << "\n";
   metric("tpullm_queue_depth", "gauge", "Requests waiting for a slot.");
   o << "tpullm_queue_depth " << queued_ << "\n";
   metric("tpullm_slots_busy", "gauge", "Slots generating.");

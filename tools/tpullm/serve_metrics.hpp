@@ -19,6 +19,8 @@ public:
                         std::int64_t completion_tokens, double ttft_seconds, double decode_seconds);
   /// One batched decode call that stepped `rows` generating slots together.
   void count_decode_batch(std::int64_t rows);
+  /// Speculative decoding's verify calls, the draft tokens they checked and those kept.
+  void count_speculation(std::int64_t verify_calls, std::int64_t drafted, std::int64_t accepted);
   /// Requests waiting for a slot, slots generating, slots in all (set by the scheduler).
   void set_load(std::int64_t queued, std::int64_t busy, std::int64_t slots);
   /// The Prometheus text exposition of everything above.
@@ -31,6 +33,7 @@ private:
   double ttft_sum_ = 0, decode_seconds_ = 0, last_tps_ = 0;
   std::int64_t queued_ = 0, busy_ = 0, slots_ = 0;
   std::int64_t batch_calls_ = 0, batch_rows_ = 0;
+  std::int64_t verify_calls_ = 0, drafted_ = 0, accepted_ = 0;
 };
 
 } // namespace tpullm::cli::serve

@@ -127,6 +127,7 @@ void Scheduler::assign_locked() {
     request.options.stop = {text_.stop_ids, job->spec().max_tokens, job->spec().stop};
     request.options.logprobs = job->spec().logprobs;
     request.options.grammar = job->spec().grammar;
+    request.options.speculation = options_.speculation;
     try {
       pool_->start(*slot, request);
     } catch (const std::exception& e) { // checked before submit(): a bug if it happens
@@ -179,6 +180,9 @@ void Scheduler::loop() {
     const runtime::SlotRound round = pool_->step();
     if (round.decode_batch > 1)
       metrics_.count_decode_batch(round.decode_batch);
+    if (round.speculation.verify_calls > 0)
+      metrics_.count_speculation(round.speculation.verify_calls, round.speculation.drafted,
+                                 round.speculation.accepted);
     for (const auto& e : round.events)
       deliver(e);
   }

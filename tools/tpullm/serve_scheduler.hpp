@@ -84,6 +84,9 @@ struct SchedulerOptions {
   int slots = 1;             ///< conversations with their own KV cache (>= 1)
   std::int64_t cores = 0;    ///< cores of the executor (0: the bundle target's)
   std::size_t max_queue = 8; ///< jobs waiting for a slot beyond which submit() refuses
+  /// Speculative decoding for every request (--draft; draft_max 0: off). Its draft source, if
+  /// any, must outlive the scheduler; it is called on the scheduler thread only.
+  runtime::SpeculationOptions speculation;
 };
 
 /// See the file comment.

@@ -13,6 +13,12 @@
 /// prefill segment of one slot and the decode rows of the others share a round, and a long
 /// prompt or answer delays another slot's next token by at most one step per busy slot.
 ///
+/// Speculative decoding (GenerateOptions::speculation, speculation.hpp): a generating slot whose
+/// request has draft_max > 0 and a draft this round verifies it alone (Session::verify: one call
+/// of 1 + k rows) instead of joining the batched decode, and emits one event per token kept, so
+/// a round may carry several events of that slot; slots without a draft this round decode
+/// together as above. The answers are those of plain decoding, token for token.
+///
 /// Slot states (as llama.cpp's server has them):
 ///   idle -> start() -> prefill -> (last prompt segment fed, first token) -> generating
 ///   -> (the answer ended, failed, or cancel()) -> idle.
@@ -83,6 +89,7 @@ struct SlotRound {
   std::vector<SlotEvent> events; ///< one per busy slot that fed a segment, chose a token or failed
   std::int64_t prefill_segments = 0; ///< prefill segments fed
   std::int64_t decode_batch = 0;     ///< rows of the round's batched decode call (0: none)
+  SpeculationStats speculation;      ///< the round's verify calls, drafted and kept tokens
 };
 
 /// See the file comment. Not thread-safe: one thread drives the pool.
@@ -121,8 +128,12 @@ public:
 private:
   struct Slot;
   void step_one(Slot& s, SlotRound& round);
+  /// The draft `s` verifies this round (empty: it decodes plainly).
+  std::vector<std::int32_t> draft_for(Slot& s);
+  void speculate(Slot& s, const std::vector<std::int32_t>& draft, SlotRound& round);
   void decode_together(const std::vector<Slot*>& slots, SlotRound& round);
-  void consume(Slot& s, std::span<const float> logits, SlotRound& round);
+  /// Takes the token `s` chooses from `logits` with `length` tokens fed (-1: the session's).
+  void consume(Slot& s, std::span<const float> logits, SlotRound& round, std::int64_t length = -1);
   void fail(Slot& s, SlotRound& round);
   SlotEvent event_of(const Slot& s) const;
   void release(Slot& s);
