@@ -574,10 +574,11 @@ int cmd_bench(const std::vector<std::string>& args) {
   out["speculation"] = spec;
   // What this process may hold at its peak: what it held before opening the engine (binary,
   // libraries, the mapped bundle's pages already touched), the bundle, the KV cache, the
-  // activation arena and local scratch, and 64 MiB of slack for the runtime's own buffers.
+  // activation arena and local scratch, the draft bundle's (--draft DRAFT.bundle) and 64 MiB of
+  // slack for the runtime's own buffers.
   const std::int64_t arena = engine.executor().arena_bytes();
-  const std::int64_t budget =
-      rss_before + opened->file_bytes() + opened->kv().bytes() + arena + (64ll << 20);
+  const std::int64_t budget = rss_before + opened->file_bytes() + opened->kv().bytes() + arena +
+                              draft_memory_bytes(drafts) + (64ll << 20);
   out["memory"] = {{"peak_rss_bytes", peak},
                    {"rss_before_load_bytes", rss_before},
                    {"rss_after_open_bytes", rss_after_open},
@@ -659,7 +660,8 @@ int cmd_bench(const std::vector<std::string>& args) {
               << spec["tokens_per_verify_call"].get<double>() << " tokens per call; same answer: "
               << (spec["same_answer"].get<bool>() ? "yes" : "NO") << std::setprecision(1) << "\n";
   std::cout << "peak resident memory " << peak / (1 << 20)
-            << " MiB (before load + bundle + KV cache + arena + 64 MiB = " << budget / (1 << 20)
+            << " MiB (before load + bundle + KV cache + arena" << (drafts ? " + draft bundle" : "")
+            << " + 64 MiB = " << budget / (1 << 20)
             << " MiB: " << (peak <= budget ? "within" : "OVER") << ")"
             << (hwm_reset ? "" : " [could not reset the peak after measuring ceilings]") << "\n";
   return kOk;

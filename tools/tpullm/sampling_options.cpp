@@ -98,6 +98,13 @@ void DraftEngineDeleter::operator()(DraftEngine* e) const {
   delete e;
 }
 
+std::int64_t draft_memory_bytes(const DraftEngineHolder& e) {
+  if (!e)
+    return 0;
+  const auto& b = e->session.bundle();
+  return b.file_bytes() + b.kv().bytes() + e->session.executor().arena_bytes();
+}
+
 DraftEngineHolder apply_draft(const DraftArgs& d, const bundle::Bundle& target,
                               const BundleOpenOptions& open, std::int64_t threads,
                               runtime::GenerateOptions& g) {

@@ -40,6 +40,10 @@ struct DraftEngineDeleter {
 };
 using DraftEngineHolder = std::unique_ptr<DraftEngine, DraftEngineDeleter>;
 
+/// What a draft bundle adds to a process's memory: its file, KV cache and activation arena (0
+/// for none).
+std::int64_t draft_memory_bytes(const DraftEngineHolder& e);
+
 /// Sets `g.speculation` from `d` for answers of the `target` bundle (GenerateOptions::speculation;
 /// the answer is the same either way). A draft bundle is opened on `threads` cores and must have
 /// the target's vocabulary (and tokenizer, when both have one) and prefill_kv (opened with
