@@ -383,8 +383,14 @@ struct BundleReader {
 
 std::shared_ptr<const Bundle> Bundle::open(const std::filesystem::path& path, FileAccess access) {
   auto file = MappedFile::open(path, access);
-  const auto bytes = file->bytes();
-  const std::string name = path.string();
+  return decode(file, 0, file->bytes().size(), path.string(), false);
+}
+
+std::shared_ptr<const Bundle> Bundle::decode(const std::shared_ptr<const MappedFile>& file,
+                                             std::uint64_t base, std::uint64_t size,
+                                             const std::string& name, bool nested) {
+  const auto bytes =
+      file->bytes().subspan(static_cast<std::size_t>(base), static_cast<std::size_t>(size));
   auto refuse = [&](const std::string& why) -> void {
     throw Error(ErrorKind::invalid_input, name, why);
   };
@@ -434,7 +440,7 @@ std::shared_ptr<const Bundle> Bundle::open(const std::filesystem::path& path, Fi
                               std::to_string(chunks) + " chunks of the weight blob");
     b->chunk_bytes_ = chunk;
     b->chunk_crcs_.assign(root.blob_crc32c()->begin(), root.blob_crc32c()->end());
-    rd.weights(*root.weights(), file, static_cast<std::int64_t>(h.blob_offset));
+    rd.weights(*root.weights(), file, static_cast<std::int64_t>(base + h.blob_offset));
     b->max_local_ =
         BundleReader::bounded(root.max_local(), 0, BundleReader::kMaxBytes, "max_local");
     std::set<std::string> names;
@@ -445,6 +451,20 @@ std::shared_ptr<const Bundle> Bundle::open(const std::filesystem::path& path, Fi
     }
   } catch (const DecodeError& e) {
     refuse("invalid bundle: " + e.what);
+  }
+  if (root.draft_size() != 0) {
+    const std::uint64_t off = root.draft_offset(), n = root.draft_size();
+    if (nested)
+      refuse("invalid bundle: an embedded draft model embeds another");
+    if (off % kBlobAlignment != 0 || off > h.blob_size || n > h.blob_size - off)
+      refuse("invalid bundle: draft_offset / draft_size [" + std::to_string(off) + ", +" +
+             std::to_string(n) + ") are not an aligned range of the " +
+             std::to_string(h.blob_size) + "-byte weight blob");
+    b->draft_ = decode(file, base + h.blob_offset + off, n, name + " (its draft model)", true);
+    if (b->draft_->model().vocab != b->model_.vocab ||
+        b->draft_->model().params.seq_length != b->model_.params.seq_length)
+      refuse("invalid bundle: its draft model's vocabulary or sequence length differs from the "
+             "model's");
   }
   b->file_bytes_ = static_cast<std::int64_t>(h.file_size);
   b->blob_bytes_ = static_cast<std::int64_t>(h.blob_size);

@@ -146,7 +146,7 @@ flatbuffers::Offset<fb::Function> encode_program(Builder& b, const codegen::Prog
 } // namespace
 
 WriteStats write_bundle(const codegen::CompiledModel& model, const ModelInfo& info,
-                        std::ostream& out) {
+                        std::ostream& out, std::span<const std::byte> draft) {
   WriteStats st;
   // Every weight a program reads, by name (sorted: the order of the file never depends on
   // hash maps or on which module compiled first).
@@ -181,6 +181,15 @@ WriteStats write_bundle(const codegen::CompiledModel& model, const ModelInfo& in
     auto t = codec::encode_type(b, w->type);
     auto pv = b.CreateVector(parts);
     weights.push_back(fb::CreateWeight(b, n, t, pv));
+  }
+  // The draft bundle's bytes after every weight (a range of the blob like a weight part).
+  std::uint64_t draft_offset = 0;
+  if (!draft.empty()) {
+    check(draft.size() >= static_cast<std::size_t>(kHeaderBytes) &&
+              std::memcmp(draft.data(), kMagic, sizeof kMagic) == 0,
+          ErrorKind::internal, "bundle", "the draft model to embed is not a bundle");
+    WriteStats ignored;
+    draft_offset = blob.place(draft, ignored);
   }
   std::vector<flatbuffers::Offset<fb::Function>> functions;
   for (const auto& p : model.programs)
@@ -221,8 +230,27 @@ WriteStats write_bundle(const codegen::CompiledModel& model, const ModelInfo& in
     text = fb::CreateText(b, tj, tc, gc);
   }
   auto crcs = b.CreateVector(blob.chunk_crcs(kWeightChunkBytes));
-  auto root = fb::CreateBundle(b, m, tg, kv, fv, wv, blob.size(), model.max_arena, model.max_local,
-                               model.arena_lower_bound, comp, kWeightChunkBytes, crcs, text);
+  // The fields in CreateBundle's order; the draft's only when there is one (so a bundle without
+  // one is byte for byte what it was before the field existed).
+  fb::BundleBuilder root_builder(b);
+  if (!draft.empty()) {
+    root_builder.add_draft_size(draft.size());
+    root_builder.add_draft_offset(draft_offset);
+  }
+  root_builder.add_blob_chunk_bytes(kWeightChunkBytes);
+  root_builder.add_arena_lower_bound(model.arena_lower_bound);
+  root_builder.add_max_local(model.max_local);
+  root_builder.add_max_arena(model.max_arena);
+  root_builder.add_blob_size(blob.size());
+  root_builder.add_text(text);
+  root_builder.add_blob_crc32c(crcs);
+  root_builder.add_compiler(comp);
+  root_builder.add_weights(wv);
+  root_builder.add_functions(fv);
+  root_builder.add_kv(kv);
+  root_builder.add_target(tg);
+  root_builder.add_model(m);
+  const auto root = root_builder.Finish();
   b.Finish(root, fb::BundleIdentifier());
 
   Header h;

@@ -185,6 +185,53 @@ TEST_CASE("writing a bundle is deterministic", "[bundle]") {
   CHECK(one.compare(0, 8, std::string("TPULLMB\0", 8)) == 0);
 }
 
+// compile --draft-mode (issue 37): a whole bundle embedded in another's weight blob opens as
+// its draft, its weights in the same mapping, checked by the outer blob's checksums; a draft
+// that embeds another, or whose model does not match, is refused.
+TEST_CASE("a bundle carries an embedded draft model", "[bundle]") {
+  const auto target = compile("qwen3-headdim");
+  const auto draft = compile("qwen3-headdim", "bf16");
+  const std::string draft_bytes = bytes_of(draft);
+  auto with_draft = [&](const Compiled& c, const std::string& d) {
+    std::ostringstream os;
+    bundle::write_bundle(c.model, c.info, os,
+                         std::as_bytes(std::span<const char>(d.data(), d.size())));
+    return os.str();
+  };
+  const std::string both = with_draft(target, draft_bytes);
+  TempFile f(both);
+  const auto b = bundle::Bundle::open(f.path);
+  REQUIRE(b->draft() != nullptr);
+  CHECK(b->draft()->draft() == nullptr);
+  CHECK(b->draft()->model().mode == "bf16");
+  CHECK(b->model().mode == "f32");
+  CHECK(b->draft()->file_bytes() == static_cast<std::int64_t>(draft_bytes.size()));
+  CHECK(b->draft()->programs().size() == b->programs().size());
+  // The draft's weights lie inside the outer blob, in the same mapping.
+  const auto blob = b->weight_blob();
+  const auto& w = b->draft()->weights().front().parts.front().bytes;
+  CHECK(w.data() >= blob.data());
+  CHECK(w.data() + w.size() <= blob.data() + blob.size());
+  CHECK(b->verify_weights().chunks > 0);
+  // Without a draft the bytes are what they were before the field existed.
+  CHECK(bundle::Bundle::open(TempFile(bytes_of(target)).path)->draft() == nullptr);
+  // A draft embedding a draft, and a flipped byte of the draft's metadata, are refused.
+  TempFile nested(with_draft(target, both));
+  CHECK_THROWS_WITH(bundle::Bundle::open(nested.path),
+                    Catch::Contains("an embedded draft model embeds another"));
+  std::string flip = both;
+  const auto at = both.find(draft_bytes.substr(0, 256));
+  REQUIRE(at != std::string::npos);
+  flip[at + 64 + 100] = static_cast<char>(flip[at + 64 + 100] ^ 0x40);
+  TempFile bad(flip);
+  CHECK_THROWS_WITH(bundle::Bundle::open(bad.path),
+                    Catch::Contains("(its draft model)") && Catch::Contains("checksum"));
+  // A draft of another vocabulary is refused when the bundle opens.
+  TempFile other(with_draft(target, bytes_of(compile("qwen2-tied-bias"))));
+  CHECK_THROWS_WITH(bundle::Bundle::open(other.path),
+                    Catch::Contains("vocabulary or sequence length differs"));
+}
+
 TEST_CASE("a damaged bundle is refused with a message naming the problem", "[bundle]") {
   const std::string good = bytes_of(compile("qwen3-headdim"));
   auto refused = [](const std::string& bytes, const std::string& what) {

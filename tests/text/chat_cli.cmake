@@ -15,9 +15,11 @@ tpullm_chat_test(chat-compile 0 "wrote .*chat.bundle"
   ${tpullm} compile ${C}/model -o ${C}/chat.bundle --seq-length 256 --max-input-length 32
   --decode-chunks 128 --mode bf16)
 set_tests_properties(text-cli:chat-compile PROPERTIES FIXTURES_SETUP chat-bundle)
-tpullm_chat_test(chat-compile-short 0 "wrote .*short.bundle"
+# short.bundle also carries a draft model for --draft self (compile --draft-mode): one layer in
+# w8a16 (tests/text/draft_cli.sh runs it).
+tpullm_chat_test(chat-compile-short 0 "draft model \\(--draft self\\): .*wrote .*short.bundle"
   ${tpullm} compile ${C}/model -o ${C}/short.bundle --seq-length 64 --max-input-length 16
-  --decode-chunk 0 --mode bf16)
+  --decode-chunk 0 --mode bf16 --draft-mode w8a16 --draft-layers 1)
 set_tests_properties(text-cli:chat-compile-short PROPERTIES FIXTURES_SETUP chat-bundle)
 tpullm_chat_test(chat-compile-nohist 0 "wrote .*short-nohist.bundle"
   ${tpullm} compile ${C}/model -o ${C}/short-nohist.bundle --seq-length 64 --max-input-length 16
@@ -55,10 +57,14 @@ endforeach()
 # refused in one line.
 add_test(NAME text-cli:run-draft
   COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/draft_cli.sh $<TARGET_FILE:tpullm-driver>
-          ${C}/chat.bundle ${C}/draft)
+          ${C}/chat.bundle ${C}/draft ${C}/short.bundle)
 set_tests_properties(text-cli:run-draft PROPERTIES FIXTURES_REQUIRED "chat-model;chat-bundle"
   TIMEOUT 300 PASS_REGULAR_EXPRESSION "ok: run --draft gives the plain answers")
-tpullm_bundle_text_test(run-draft-bad 2 "--draft: 'ngram' is neither none, prompt-lookup nor an existing draft bundle file"
+tpullm_bundle_text_test(run-draft-self-none 2 "--draft: self: this bundle has no draft model \\(compile it with --draft-mode"
+  ${tpullm} run ${C}/chat.bundle --prompt hi --draft self)
+tpullm_chat_test(compile-draft-layers-bad 2 "--draft-layers: must be in \\[0, 2\\] \\(0: every layer\\), got 5"
+  ${tpullm} compile ${C}/model -o ${C}/never.bundle --draft-mode w4a16 --draft-layers 5)
+tpullm_bundle_text_test(run-draft-bad 2 "--draft: 'ngram' is neither none, prompt-lookup, self nor an existing draft bundle file"
   ${tpullm} run ${C}/chat.bundle --prompt hi --draft ngram)
 tpullm_bundle_text_test(run-draft-too-long 2 "--draft-max: must be in \\[1, 32\\], got 40"
   ${tpullm} run ${C}/chat.bundle --prompt hi --draft prompt-lookup --draft-max 40)

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# `run --draft prompt-lookup` and `run --draft DRAFT.bundle` print the answer plain decoding
+# `run --draft prompt-lookup`, `--draft self` and `--draft DRAFT.bundle` print the answer plain decoding
 # prints, greedy and sampled, as text and as ids (the library test, tests/runtime/test_speculation.cpp, checks the verify path token
 # for token; this checks the command's wiring).
 set -euo pipefail
-tpullm=$1 bundle=$2 dir=$3
+tpullm=$1 bundle=$2 dir=$3 short=$4 # short: a bundle with a draft model compiled in
 mkdir -p "$dir"
 prompt="one two three four one two three four one two three four one two"
 same() { # same DRAFT OPTIONS...: the answer with and without --draft DRAFT
@@ -20,7 +20,14 @@ same() { # same DRAFT OPTIONS...: the answer with and without --draft DRAFT
 }
 same prompt-lookup --prompt-ids 5,6,7,8,5,6,7,8,5,6,7,8,5,6 -n 24
 same prompt-lookup --prompt "$prompt" -n 24 --temperature 0.9 --seed 7
-same "$bundle" --prompt "$prompt" -n 16 --temperature 0.9 --seed 7
+# --draft self: the draft compiled into the bundle (compile --draft-mode w8a16 --draft-layers 1).
+"$tpullm" inspect "$short" | grep -q "^draft   1 of 2 layers in w8a16" ||
+  { echo "FAIL: inspect shows no draft model"; "$tpullm" inspect "$short"; exit 1; }
+full=$bundle
+bundle=$short same self --prompt "$prompt" -n 16 --temperature 0.9 --seed 7
+grep -Eq "^speculation: [1-9][0-9]* verify calls" "$dir/spec.err" ||
+  { echo "FAIL: --draft self made no verify call"; cat "$dir/spec.err"; exit 1; }
+bundle=$full
 same "$bundle" --prompt "$prompt" -n 24
 # The bundle as its own draft model: greedy drafts are kept.
 grep -Eq "^speculation: [1-9][0-9]* verify calls, [0-9]+ tokens drafted, [1-9][0-9]* accepted" \

@@ -50,6 +50,13 @@ int cmd_compile(const std::vector<std::string>& args) {
       "output,o", po::value(&out)->required(),
       "bundle file to write (written to a temporary file, renamed when complete)");
   std::string keep_float;
+  DraftSpec draft;
+  o.add_options()("draft-mode", po::value(&draft.mode),
+                  "also compile a draft model for self-speculation (`run --draft self`): this "
+                  "checkpoint in bf16, f16, w8a16 or w4a16 (embedding and lm_head in bf16), stored "
+                  "inside the bundle")(
+      "draft-layers", po::value(&draft.layers)->default_value(0),
+      "the draft keeps only the first N layers (layer skip; 0: all)");
   o.add(compile_options(copts, target_file));
   o.add(quantization_options(copts.lower, keep_float));
   o.add(input_options(no_mmap));
@@ -69,11 +76,13 @@ int cmd_compile(const std::vector<std::string>& args) {
   const auto desc = load_checkpoint(model, access);
   // The report goes out (and is checked) before the bundle replaces -o: a failing standard
   // output leaves the previous bundle in place.
-  compile_checkpoint(desc, params, copts, keep_float, access, out, true,
-                     [&](const CompileReport& r) {
-                       std::cout << describe(r) << "wrote " << out << "\n";
-                       flush_stdout();
-                     });
+  compile_checkpoint(
+      desc, params, copts, keep_float, access, out, true,
+      [&](const CompileReport& r) {
+        std::cout << describe(r) << "wrote " << out << "\n";
+        flush_stdout();
+      },
+      draft);
   return kOk;
 }
 

@@ -96,6 +96,22 @@ int cmd_inspect(const std::vector<std::string>& args) {
                   {"checksum", "crc32c"},
                   {"checksum_chunk_bytes", b->weight_chunk_bytes()},
                   {"checksum_chunks", b->weight_checksums().size()}};
+  // The draft model compiled in for self-speculation (compile --draft-mode), or null.
+  std::string draft_line = "none (compile --draft-mode adds one for --draft self)";
+  if (const auto& d = b->draft()) {
+    const auto& dm = d->model();
+    j["draft"] = {{"mode", dm.mode},
+                  {"layers", dm.layers},
+                  {"bytes", d->file_bytes()},
+                  {"functions", d->programs().size()},
+                  {"kv_cache_bytes", d->kv().bytes()}};
+    draft_line = std::to_string(dm.layers) + " of " + std::to_string(m.layers) + " layers in " +
+                 dm.mode + ", " + std::to_string(d->file_bytes() >> 20) + " MiB inside the " +
+                 "weights, KV cache " + std::to_string(d->kv().bytes() >> 20) +
+                 " MiB (run --draft self)";
+  } else {
+    j["draft"] = nullptr;
+  }
   if (checked)
     j["weights"]["verified"] = {
         {"chunks", checked->chunks}, {"bytes", checked->bytes}, {"seconds", checked->seconds}};
@@ -167,6 +183,7 @@ int cmd_inspect(const std::vector<std::string>& args) {
             << b->max_local() << " B per core\n"
             << "weights " << b->weights().size() << " tensors, " << mib(weight_bytes) << " "
             << j["weights"]["bytes_by_dtype"].dump() << "\n"
+            << "draft   " << draft_line << "\n"
             << "checks  CRC-32C per " << mib(static_cast<std::int64_t>(b->weight_chunk_bytes()))
             << " chunk of the blob ("
             << (checked ? std::to_string(checked->chunks) + " chunks verified"

@@ -59,6 +59,8 @@ void check_session_runs(runtime::Session& s, bool with_history, const std::strin
       if (with_history && 2 * n <= p.seq_length)
         (void)s.prefill(ids, false);
     }
+    if (s.length() >= p.seq_length) // two prefills filled the cache: room for the decode step
+      s.truncate(p.seq_length - 1);
     (void)s.decode(0);
     s.reset();
   } catch (const OutputError&) {
@@ -134,10 +136,53 @@ void check_runnable(const frontend::ModelDesc& desc, const frontend::StageParams
           "eos_token_id ", e, " is outside the vocabulary [0, ", vocab, ")");
 }
 
+void DraftSpec::validate(const frontend::ModelDesc& desc) const {
+  check(mode.empty() || mode == "bf16" || mode == "f16" || mode == "w8a16" || mode == "w4a16",
+        ErrorKind::invalid_input, "--draft-mode", "must be bf16, f16, w8a16 or w4a16, got '", mode,
+        "'");
+  check(layers >= 0 && layers <= desc.dims.layers, ErrorKind::invalid_input, "--draft-layers",
+        "must be in [0, ", desc.dims.layers, "] (0: every layer), got ", layers);
+  check(layers == 0 || !mode.empty(), ErrorKind::invalid_input, "--draft-layers",
+        "needs --draft-mode (the draft's weight mode)");
+}
+
+namespace {
+
+/// The draft model of `draft` as the bytes of a whole bundle: `desc` cut to its first
+/// draft.layers layers, compiled with `options`' target, fusions and KV dtype in draft.mode, its
+/// embedding and lm_head in that mode's default dtype (bf16 for w8a16 / w4a16: on the Qwen2.5-0.5B
+/// preset a w4 lm_head changed the argmax of every drafted position, so no draft was kept).
+std::string compile_draft(const frontend::ModelDesc& desc, const frontend::StageParams& params,
+                          const compiler::CompileOptions& options, const DraftSpec& draft) {
+  frontend::ModelDesc d = desc;
+  if (draft.layers > 0) {
+    d.dims.layers = draft.layers;
+    d.layers.resize(static_cast<std::size_t>(draft.layers));
+  }
+  compiler::CompileOptions o;
+  o.target = options.target;
+  o.fusions = options.fusions;
+  o.tile_rows = options.tile_rows;
+  o.layer_groups = options.layer_groups;
+  o.threads = options.threads;
+  o.lower.mode = draft.mode;
+  o.lower.kv_dtype = options.lower.kv_dtype;
+  check_runnable(d, params, o);
+  plan_quantization(d, o.lower, "");
+  const auto cm = compiler::compile(frontend::build_top_modules(d, params), o);
+  auto info = bundle::make_model_info(d, params, draft.mode);
+  info.text = {}; // the model's tokenizer serves both: not stored twice
+  std::ostringstream bytes;
+  bundle::write_bundle(cm, info, bytes);
+  return std::move(bytes).str();
+}
+
+} // namespace
+
 CompileReport compile_bundle(const frontend::ModelDesc& desc, const frontend::StageParams& params,
                              compiler::CompileOptions options, const fs::path& out, bool progress,
                              const std::function<void(const CompileReport&)>& before_commit,
-                             const std::string& output_option) {
+                             const std::string& output_option, const DraftSpec& draft) {
   CompileReport r;
   const auto t0 = std::chrono::steady_clock::now();
   // Named as the user spelt it: compile's -o is --output, verify's is --bundle.
@@ -154,6 +199,16 @@ CompileReport compile_bundle(const frontend::ModelDesc& desc, const frontend::St
   // Staged beside the target and renamed over it only on commit (support/output_file.hpp); a
   // bad target (a symbolic link, a device, a missing directory) is refused before the work.
   OutputFile f(out);
+  draft.validate(desc);
+  std::string draft_bytes;
+  if (!draft.mode.empty()) {
+    if (progress)
+      std::cerr << "compiling the draft model (" << draft.mode << ", "
+                << (draft.layers > 0 ? draft.layers : desc.dims.layers) << " of "
+                << desc.dims.layers << " layers)..." << std::endl;
+    draft_bytes = compile_draft(desc, params, options, draft);
+    r.draft_bytes = static_cast<std::int64_t>(draft_bytes.size());
+  }
   auto modules = frontend::build_top_modules(desc, params);
   const auto p0 = std::chrono::steady_clock::now();
   if (progress)
@@ -171,8 +226,9 @@ CompileReport compile_bundle(const frontend::ModelDesc& desc, const frontend::St
 
   const auto t1 = std::chrono::steady_clock::now();
   try {
-    r.written = bundle::write_bundle(cm, bundle::make_model_info(desc, params, options.lower.mode),
-                                     f.stream());
+    r.written = bundle::write_bundle(
+        cm, bundle::make_model_info(desc, params, options.lower.mode), f.stream(),
+        std::as_bytes(std::span<const char>(draft_bytes.data(), draft_bytes.size())));
   } catch (const Error& e) {
     if (e.kind() != ErrorKind::io)
       throw;
@@ -203,14 +259,17 @@ CompileReport compile_checkpoint(const frontend::ModelDesc& desc,
                                  const frontend::StageParams& params,
                                  compiler::CompileOptions options, const std::string& keep_float,
                                  FileAccess access, const fs::path& out, bool progress,
-                                 const std::function<void(const CompileReport&)>& before_commit) {
+                                 const std::function<void(const CompileReport&)>& before_commit,
+                                 const DraftSpec& draft) {
   params.validate(desc.dims.max_position);
+  draft.validate(desc);
   options.lower.keep_float = keep_float; // checked as given, then mapped to the Top names
   check_runnable(desc, params, options);
   plan_quantization(desc, options.lower, keep_float);
   // Refuse up front what cannot be compiled here, or run from the bundle (its KV cache).
   frontend::check_run_memory(desc, params, access, ir::byte_size(options.lower.plan->kv_dtype, 1));
-  return compile_bundle(desc, params, std::move(options), out, progress, before_commit);
+  return compile_bundle(desc, params, std::move(options), out, progress, before_commit, "-o",
+                        draft);
 }
 
 std::string describe(const CompileReport& r) {
@@ -228,6 +287,8 @@ std::string describe(const CompileReport& r) {
             : 100.0)
     << "% efficient), local " << mib(r.max_local) << " per core, KV cache " << mib(r.kv_bytes)
     << "\n";
+  if (r.draft_bytes > 0)
+    o << "  draft model (--draft self): " << mib(r.draft_bytes) << " inside the weights\n";
   return o.str();
 }
 

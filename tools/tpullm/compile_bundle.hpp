@@ -21,7 +21,19 @@ struct CompileReport {
   std::int64_t arena_lower_bound = 0; ///< its max-live lower bound
   std::int64_t max_local = 0;         ///< largest per-core local memory of a layer group
   std::int64_t kv_bytes = 0;          ///< KV cache
+  std::int64_t draft_bytes = 0;       ///< the embedded draft model (0: none)
   bundle::WriteStats written;         ///< file figures
+};
+
+/// A draft model compiled into the bundle for self-speculation (`compile --draft-mode`): the same
+/// checkpoint in a cheaper weight mode, optionally only its first layers (layer skip), stored
+/// whole inside the bundle (bundle::Bundle::draft()) and run by `--draft self`.
+struct DraftSpec {
+  std::string mode;        ///< its weight mode (empty: no draft): bf16, f16, w8a16 or w4a16
+  std::int64_t layers = 0; ///< its first this many layers (0: all of them)
+  /// Throws Error(invalid_input) naming --draft-mode / --draft-layers for a mode outside the
+  /// list or a layer count outside [0, the model's], and for --draft-layers without a mode.
+  void validate(const frontend::ModelDesc& desc) const;
 };
 
 /// Compiles the loaded checkpoint `desc` (params validated and its memory checked by the caller)
@@ -37,7 +49,7 @@ CompileReport compile_bundle(const frontend::ModelDesc& desc, const frontend::St
                              compiler::CompileOptions options, const std::filesystem::path& out,
                              bool progress,
                              const std::function<void(const CompileReport&)>& before_commit = {},
-                             const std::string& output_option = "-o");
+                             const std::string& output_option = "-o", const DraftSpec& draft = {});
 
 /// Loads the model `tpullm compile` compiles from `model`: a checkpoint folder (config.json +
 /// safetensors), a GGUF file, or a folder holding one .gguf file (frontend::load_model).
@@ -53,7 +65,8 @@ CompileReport
 compile_checkpoint(const frontend::ModelDesc& desc, const frontend::StageParams& params,
                    compiler::CompileOptions options, const std::string& keep_float,
                    FileAccess access, const std::filesystem::path& out, bool progress,
-                   const std::function<void(const CompileReport&)>& before_commit = {});
+                   const std::function<void(const CompileReport&)>& before_commit = {},
+                   const DraftSpec& draft = {});
 
 /// Runs one prefill, one prefill_kv (when `with_history`) and one decode step on `s`, then
 /// resets it; an Error on the way (a plan the executor cannot run) becomes

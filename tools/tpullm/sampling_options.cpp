@@ -77,8 +77,9 @@ po::options_description constraint_options(runtime::GenerateOptions& g) {
 po::options_description speculation_options(DraftArgs& d) {
   po::options_description o("speculative decoding (docs/cli.md)");
   o.add_options()("draft", po::value(&d.source)->default_value(d.source),
-                  "none | prompt-lookup | DRAFT.bundle: draft tokens from the context (what "
-                  "followed the last 2-3 tokens earlier) or from a smaller model with the same "
+                  "none | prompt-lookup | self | DRAFT.bundle: draft tokens from the context "
+                  "(what followed the last 2-3 tokens earlier), from the draft model compiled "
+                  "into the bundle (compile --draft-mode) or from a smaller model with the same "
                   "vocabulary, checked in one prefill_kv call; the answer is the same as without "
                   "(fastest with --prefill-lengths and --decode-batches holding --draft-max + 1, "
                   "e.g. 4 and 1,4)")(
@@ -117,9 +118,19 @@ DraftEngineHolder apply_draft(const DraftArgs& d, const bundle::Bundle& target,
         "with --no-history; recompile without --no-history");
   if (d.source == "none" || d.source == "prompt-lookup")
     return nullptr;
+  std::shared_ptr<const bundle::Bundle> b;
+  if (d.source == "self") {
+    // The draft compiled into the bundle (compile --draft-mode); decoded and checked with it.
+    check(target.draft() != nullptr, ErrorKind::invalid_input, "--draft",
+          "self: this bundle has no draft model (compile it with --draft-mode w4a16, or name a "
+          "draft bundle file)");
+    DraftEngineHolder e(new DraftEngine(target.draft(), threads));
+    g.speculation.draft = e->model.source();
+    return e;
+  }
   check(std::filesystem::is_regular_file(d.source), ErrorKind::invalid_input, "--draft", "'",
-        d.source, "' is neither none, prompt-lookup nor an existing draft bundle file");
-  auto b = open_bundle(d.source, open, threads);
+        d.source, "' is neither none, prompt-lookup, self nor an existing draft bundle file");
+  b = open_bundle(d.source, open, threads);
   const auto& dm = b->model();
   const auto& tm = target.model();
   check(dm.vocab == tm.vocab, ErrorKind::invalid_input, "--draft", d.source,

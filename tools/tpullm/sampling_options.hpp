@@ -25,7 +25,7 @@ boost::program_options::options_description constraint_options(runtime::Generate
 
 /// --draft and --draft-max as given (speculative decoding; docs/cli.md).
 struct DraftArgs {
-  std::string source = "none"; ///< none, prompt-lookup, or a draft bundle file
+  std::string source = "none"; ///< none, prompt-lookup, self, or a draft bundle file
   int max = 3;                 ///< draft tokens per verify call at most
 };
 

@@ -78,10 +78,12 @@ struct WriteStats {
   std::int64_t deduped_bytes = 0; ///< bytes saved by storing identical parts once
 };
 
-/// Writes `model` (every function and every weight its programs read) with `info` to `out`.
-/// Throws Error(io) when a write fails, Error(invalid_input) when a weight has no data.
+/// Writes `model` (every function and every weight its programs read) with `info` to `out`,
+/// with `draft` (the bytes of a whole bundle written before, e.g. by write_bundle into a string;
+/// empty: none) embedded as the draft model of self-speculation (Bundle::draft()). Throws
+/// Error(io) when a write fails, Error(invalid_input) when a weight has no data.
 WriteStats write_bundle(const codegen::CompiledModel& model, const ModelInfo& info,
-                        std::ostream& out);
+                        std::ostream& out, std::span<const std::byte> draft = {});
 
 /// An opened bundle: validated metadata decoded into Programs, weights whose bytes point into
 /// the mapping (kept alive by every Weight's parts), the model info and the target.
@@ -114,6 +116,9 @@ public:
   std::uint64_t weight_chunk_bytes() const { return chunk_bytes_; }
   /// CRC-32C of each chunk of the weight blob, as written by the compiler.
   const std::vector<std::uint32_t>& weight_checksums() const { return chunk_crcs_; }
+  /// The draft model embedded by `compile --draft-mode` (a bundle of its own over a range of
+  /// this one's weight blob, decoded and validated with this one), or null.
+  const std::shared_ptr<const Bundle>& draft() const { return draft_; }
 
   /// Reads the whole weight blob and checks every chunk against its CRC-32C (open() checks the
   /// metadata, not the weights: that would read the whole file), chunks dealt to `threads`
@@ -144,8 +149,14 @@ private:
   FileIdentity identity_;
   std::uint64_t chunk_bytes_ = 0;
   std::vector<std::uint32_t> chunk_crcs_;
-  std::span<const std::byte> blob_;  ///< the blob in the mapping (kept alive by the weights)
-  std::shared_ptr<const void> file_; ///< the mapping itself
+  std::span<const std::byte> blob_;     ///< the blob in the mapping (kept alive by the weights)
+  std::shared_ptr<const void> file_;    ///< the mapping itself
+  std::shared_ptr<const Bundle> draft_; ///< the embedded draft model (null: none)
+  /// Decodes and validates the bundle in bytes [base, +size) of `file`, named `name` in errors;
+  /// `nested`: an embedded draft (which may not embed one itself).
+  static std::shared_ptr<const Bundle> decode(const std::shared_ptr<const MappedFile>& file,
+                                              std::uint64_t base, std::uint64_t size,
+                                              const std::string& name, bool nested);
 };
 
 /// How a bundle's weights are checked before it runs (docs/guarantees.md "Weights are
