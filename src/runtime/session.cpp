@@ -212,7 +212,7 @@ auto Session::generate(const std::vector<std::int32_t>& prompt, Generation& gen,
     return step.stop.has_value();
   };
   const auto V = static_cast<std::size_t>(dims_.vocab);
-  DraftLength length(spec.draft_max);
+  DraftLength length(spec.draft_max, spec.draft_cost);
   // (The logits first: a call's arguments are evaluated in no fixed order.)
   const auto first = prefill(prompt, false);
   bool done = take(first, length_);
@@ -223,9 +223,11 @@ auto Session::generate(const std::vector<std::int32_t>& prompt, Generation& gen,
         0, std::min<std::int64_t>({length.next(), params_.seq_length - length_ - 1,
                                    static_cast<std::int64_t>(gen.options().stop.max_new_tokens) -
                                        gen.generated() - 1}));
+    const auto d0 = clock::now();
     auto draft = k <= 0       ? std::vector<std::int32_t>{}
                  : spec.draft ? spec.draft(gen.context(), static_cast<int>(k))
                               : prompt_lookup_draft(gen.context(), spec, static_cast<int>(k));
+    const double draft_seconds = std::chrono::duration<double>(clock::now() - d0).count();
     if (static_cast<std::int64_t>(draft.size()) > k)
       draft.resize(static_cast<std::size_t>(k));
     if (draft.empty()) {
@@ -236,7 +238,10 @@ auto Session::generate(const std::vector<std::int32_t>& prompt, Generation& gen,
     std::vector<std::int32_t> segment{last};
     segment.insert(segment.end(), draft.begin(), draft.end());
     const std::int64_t L0 = length_;
+    const auto v0 = clock::now();
     const auto rows = verify(segment);
+    length.observe(draft_seconds, std::chrono::duration<double>(clock::now() - v0).count(),
+                   static_cast<int>(draft.size()));
     const auto d = static_cast<std::int64_t>(draft.size());
     std::int64_t used = 0, accepted = 0;
     for (std::int64_t i = 0; i <= d && !done; ++i) {

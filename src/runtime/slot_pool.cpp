@@ -96,7 +96,8 @@ void SlotPool::start(int slot, const SlotRequest& request) {
         "speculation",
         "the verify call needs the prefill_kv stage, and this bundle was compiled with "
         "--no-history; recompile without --no-history");
-  s.draft_length = DraftLength(request.options.speculation.draft_max);
+  s.draft_length =
+      DraftLength(request.options.speculation.draft_max, request.options.speculation.draft_cost);
   s.prompt = request.prompt;
   s.cached = s.cache->keep_prefix(s.prompt);
   s.fed = static_cast<std::size_t>(s.cached);

@@ -2,6 +2,7 @@
 #include "tpullm/runtime/speculation.hpp"
 
 #include <algorithm>
+#include <cmath>
 
 #include "tpullm/support/error.hpp"
 
@@ -13,6 +14,8 @@ void SpeculationOptions::validate() const {
   check(ngram_min >= 1 && ngram_min <= ngram_max && ngram_max <= kMaxNgram,
         ErrorKind::invalid_input, "speculation", "n-gram lengths must satisfy 1 <= min (",
         ngram_min, ") <= max (", ngram_max, ") <= ", kMaxNgram);
+  check(draft_cost >= 0 && draft_cost <= 100, ErrorKind::invalid_input, "speculation",
+        "draft cost must be in [0, 100] decode steps, got ", draft_cost);
 }
 
 std::vector<std::int32_t> prompt_lookup_draft(std::span<const std::int32_t> context,
@@ -44,34 +47,62 @@ std::vector<std::int32_t> prompt_lookup_draft(std::span<const std::int32_t> cont
   return {};
 }
 
+DraftLength::DraftLength(int draft_max, double draft_cost, double row_cost)
+    : max_(draft_max), draft_cost_(draft_cost), row_cost_(row_cost), timed_(draft_cost > 0),
+      first_pause_(std::max(4, static_cast<int>(std::ceil((row_cost + draft_cost) / 0.02)))),
+      next_pause_(first_pause_) {}
+
+std::pair<int, double> DraftLength::best() const {
+  const double p = acceptance();
+  int k_best = 1;
+  double r_best = -1, tokens = 1, pk = 1;
+  for (int k = 1; k <= max_; ++k) {
+    pk *= p;
+    tokens += pk; // 1 + p + ... + p^k
+    const double r = tokens / (1 + k * (row_cost_ + draft_cost_));
+    if (r > r_best) {
+      r_best = r;
+      k_best = k;
+    }
+  }
+  return {k_best, r_best};
+}
+
 int DraftLength::next() {
+  if (max_ <= 0)
+    return 0;
   if (pause_ > 0) {
     --pause_;
     return 0;
   }
-  return k_;
+  if (probe_)
+    return 1;
+  const auto [k, r] = best();
+  if (r >= 1)
+    return k;
+  // Not worth drafting: this step and the next ones decode plainly, then a probe.
+  pause_ = next_pause_ - 1;
+  next_pause_ = std::min(kMaxPause, 2 * next_pause_);
+  probe_ = true;
+  return 0;
+}
+
+void DraftLength::observe(double draft_seconds, double verify_seconds, int drafted) {
+  if (!timed_ || drafted <= 0 || !(verify_seconds > 0) || !(draft_seconds >= 0))
+    return;
+  const double step = verify_seconds / (1 + drafted * row_cost_);
+  const double measured = std::min(100.0, draft_seconds / (drafted * step));
+  draft_cost_ = 0.7 * draft_cost_ + 0.3 * measured;
 }
 
 void DraftLength::record(int drafted, int accepted) {
   if (drafted <= 0)
     return;
-  if (accepted >= drafted) {
-    k_ = std::min(max_, k_ + 1);
-    misses_ = 0;
-    next_pause_ = 4;
-    return;
-  }
-  k_ = std::max(1, std::min(max_, accepted + 1));
-  if (accepted > 0) {
-    misses_ = 0;
-    next_pause_ = 4;
-    return;
-  }
-  if (++misses_ >= kPatience) {
-    pause_ = next_pause_;
-    next_pause_ = std::min(kMaxPause, next_pause_ * 2);
-    misses_ = 0;
-  }
+  kept_ = kDecay * kept_ + accepted;
+  missed_ = kDecay * missed_ + (accepted < drafted ? 1 : 0);
+  probe_ = false;
+  if (accepted > 0 && best().second >= 1)
+    next_pause_ = first_pause_; // drafting pays again: the next backing off starts short
 }
 
 } // namespace tpullm::runtime

@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <functional>
 #include <memory>
 
 #include "tpullm/bundle/bundle.hpp"
@@ -51,36 +52,110 @@ TEST_CASE("prompt lookup drafts what followed the latest earlier n-gram", "[spec
   CHECK(runtime::prompt_lookup_draft(std::vector<std::int32_t>{}, o, 4).empty());
 }
 
-TEST_CASE("the draft length follows the acceptance and pauses when nothing is kept",
-          "[speculation]") {
-  runtime::DraftLength n(6);
-  CHECK(n.next() == 6);
-  n.record(6, 6);
-  CHECK(n.next() == 6); // at its bound
-  n.record(6, 2);
-  CHECK(n.next() == 3); // one more than was kept
-  n.record(3, 3);
-  CHECK(n.next() == 4);
-  // Two calls that keep nothing: a pause of 4 steps, then 8, ... up to kMaxPause.
-  int expected_pause = 4;
-  for (int round = 0; round < 6; ++round) {
-    n.record(1, 0);
-    n.record(1, 0);
-    int paused = 0;
-    while (n.next() == 0 && paused < 1000)
-      ++paused;
-    CHECK(paused == expected_pause);
-    expected_pause = std::min(runtime::DraftLength::kMaxPause, expected_pause * 2);
-  }
-  // A kept token ends the backing off.
-  n.record(1, 1);
-  n.record(2, 0);
-  CHECK(n.next() == 1);
+namespace {
+
+/// Verify calls a DraftLength asks for over `steps` decode steps when each call keeps
+/// `keep(k)` of its k drafts; `lengths` gets the draft lengths asked for.
+int verify_calls(runtime::DraftLength& n, int steps, const std::function<int(int)>& keep,
+                 std::vector<int>* lengths = nullptr) {
+  int calls = 0;
+  for (int s = 0; s < steps; ++s)
+    if (const int k = n.next(); k > 0) {
+      ++calls;
+      if (lengths)
+        lengths->push_back(k);
+      n.record(k, keep(k));
+    }
+  return calls;
+}
+
+} // namespace
+
+TEST_CASE("the draft length weighs acceptance against the cost of drafting", "[speculation]") {
+  // Free drafts (prompt lookup) kept whole: the longest drafts, every step.
+  runtime::DraftLength all(6);
+  std::vector<int> lengths;
+  CHECK(verify_calls(
+            all, 50, [](int k) { return k; }, &lengths) == 50);
+  CHECK(lengths.front() == 6);
+  CHECK(lengths.back() == 6);
+  CHECK(all.acceptance() > 0.95);
+  // One token of each draft kept (p = 1/2): shorter drafts, still every step.
+  runtime::DraftLength one(6);
+  lengths.clear();
+  CHECK(verify_calls(
+            one, 50, [](int) { return 1; }, &lengths) == 50);
+  CHECK(lengths.back() < 6);
+  CHECK(lengths.back() >= 2);
+  // Nothing kept: a few calls, then pauses that double up to kMaxPause, so that over 2000
+  // steps the calls are a handful (each costs about a verify row more than a decode step).
+  runtime::DraftLength none(6);
+  const int calls = verify_calls(none, 2000, [](int) { return 0; });
+  CHECK(calls <= 40);
+  CHECK(none.acceptance() < 0.05);
+  // The same for a draft model costing half a decode step per token: its first pause is longer
+  // (probes cost more), and it stops drafting after fewer calls.
+  runtime::DraftLength costly(6, 0.5);
+  CHECK(costly.first_pause() >= 25);
+  const int costly_calls = verify_calls(costly, 2000, [](int) { return 0; });
+  CHECK(costly_calls < calls);
+  CHECK(costly_calls <= 12);
+  // ... but drafts it while they are kept, shorter than free drafts would be.
+  runtime::DraftLength kept_costly(6, 0.5);
+  lengths.clear();
+  CHECK(verify_calls(
+            kept_costly, 50, [](int k) { return k; }, &lengths) == 50);
+  CHECK(lengths.back() == 6);
+  // Each draft token kept with probability 1/2 (a fixed coin sequence): a costly draft does
+  // not pay (expected 1.5 tokens for 1.55 steps at one token), so it backs off; free drafts go on.
+  std::uint64_t x = 0x9e3779b97f4a7c15ull;
+  const auto coin = [&](int k) {
+    int kept = 0;
+    for (; kept < k; ++kept) {
+      x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+      if (x & 1)
+        break;
+    }
+    return kept;
+  };
+  runtime::DraftLength half_costly(6, 0.5), half_free(6);
+  CHECK(verify_calls(half_costly, 400, coin) < 100);
+  CHECK(verify_calls(half_free, 400, coin) == 400);
+  // A draft that costs more than the model is never worth a call.
+  runtime::DraftLength dear(6, 1.5);
+  CHECK(verify_calls(dear, 500, [](int k) { return k; }) <= 3);
+  // Acceptance that comes back ends the backing off: calls resume within a pause.
+  runtime::DraftLength back(4);
+  verify_calls(back, 300, [](int) { return 0; });
+  int s = 0;
+  while (back.next() == 0 && s < runtime::DraftLength::kMaxPause + 1)
+    ++s;
+  back.record(1, 1);
+  CHECK(verify_calls(back, 20, [](int k) { return k; }) >= 15);
+  // Measured costs correct a draft model's estimate: drafts that take longer than the bytes
+  // said (here each draft token as long as a whole verify call) stop paying and back off; free
+  // drafts ignore the clock.
+  runtime::DraftLength slow(3, 0.3), free_draft(3);
+  int slow_calls = 0;
+  for (int step = 0; step < 200; ++step)
+    if (const int k = slow.next(); k > 0) {
+      ++slow_calls;
+      slow.observe(k * 0.02, 0.02, k);
+      slow.record(k, k);
+    }
+  CHECK(slow.draft_cost() > 0.8);
+  CHECK(slow_calls < 20);
+  free_draft.observe(1.0, 0.01, 3);
+  CHECK(free_draft.draft_cost() == 0);
+  CHECK(runtime::DraftLength(0).next() == 0);
   SpeculationOptions bad;
   bad.draft_max = 33;
   CHECK_THROWS_AS(bad.validate(), Error);
   bad.draft_max = 4;
   bad.ngram_min = 4;
+  CHECK_THROWS_AS(bad.validate(), Error);
+  bad.ngram_min = 2;
+  bad.draft_cost = -1;
   CHECK_THROWS_AS(bad.validate(), Error);
 }
 

@@ -16,10 +16,10 @@ tpullm_chat_test(chat-compile 0 "wrote .*chat.bundle"
   --decode-chunks 128 --mode bf16)
 set_tests_properties(text-cli:chat-compile PROPERTIES FIXTURES_SETUP chat-bundle)
 # short.bundle also carries a draft model for --draft self (compile --draft-mode): one layer in
-# w8a16 (tests/text/draft_cli.sh runs it).
+# w8a16 with a w8 lm_head, about half a step of the model (tests/text/draft_cli.sh runs it).
 tpullm_chat_test(chat-compile-short 0 "draft model \\(--draft self\\): .*wrote .*short.bundle"
   ${tpullm} compile ${C}/model -o ${C}/short.bundle --seq-length 64 --max-input-length 16
-  --decode-chunk 0 --mode bf16 --draft-mode w8a16 --draft-layers 1)
+  --decode-chunk 0 --mode bf16 --draft-mode w8a16 --draft-layers 1 --draft-lm-head-dtype w8)
 set_tests_properties(text-cli:chat-compile-short PROPERTIES FIXTURES_SETUP chat-bundle)
 tpullm_chat_test(chat-compile-nohist 0 "wrote .*short-nohist.bundle"
   ${tpullm} compile ${C}/model -o ${C}/short-nohist.bundle --seq-length 64 --max-input-length 16

@@ -18,6 +18,7 @@
 #include "bundle_source.hpp"
 #include "command.hpp"
 #include "sampling_options.hpp"
+#include "step_bytes.hpp"
 #include "tpullm/kernels/cpu_features.hpp"
 #include "tpullm/kernels/detail/matmul_gemm_bf16dot.hpp"
 #include "tpullm/kernels/worker_pool.hpp"
@@ -67,44 +68,6 @@ std::vector<std::int32_t> prompt_ids(std::int64_t n, std::int64_t vocab) {
     t = static_cast<std::int32_t>(x % static_cast<std::uint64_t>(vocab));
   }
   return p;
-}
-
-/// Bytes of weights one decode step reads: every weight of the decode functions of variant S
-/// and of lm_head, the embedding table counted as one row (a tied table is also the lm_head's
-/// weight, read whole there: the gather's row is counted apart, so it cannot hide that read).
-std::int64_t decode_weight_bytes(const bundle::Bundle& b, std::int64_t S) {
-  std::set<std::string> names, gathered;
-  std::int64_t bytes = 0;
-  const auto& m = b.model();
-  for (const auto& p : b.programs()) {
-    const bool use = (p.info.stage == ir::StageKind::decode &&
-                      p.name == frontend::StageNames::block_cache(p.info.layer, S)) ||
-                     p.info.stage == ir::StageKind::lm_head || p.name == "embedding_cache";
-    if (!use)
-      continue;
-    for (const auto& in : p.instrs)
-      for (std::size_t i = 0; i < in.operands.size(); ++i) {
-        const auto& r = in.operands[i];
-        if (r.buffer.region != ir::Region::weight)
-          continue;
-        if (in.kind() == ir::OpKind::tpu_Embedding) {
-          if (gathered.insert(r.weight).second)
-            bytes += r.type.byte_size() / std::max<std::int64_t>(1, m.vocab);
-          continue;
-        }
-        if (names.insert(r.weight).second) {
-          if (const auto* moe = std::get_if<ir::tpu::MoEOp>(&in.op);
-              moe && i >= ir::tpu::MoEOp::first_expert) {
-            // A routed MLP reads its router and top_k of its experts: each expert's share.
-            for (const auto& part : b.find_weight(r.weight)->parts)
-              bytes += static_cast<std::int64_t>(part.bytes.size()) * moe->top_k / moe->experts;
-          } else
-            for (const auto& part : b.find_weight(r.weight)->parts) // checked on open
-              bytes += static_cast<std::int64_t>(part.bytes.size());
-        }
-      }
-  }
-  return bytes;
 }
 
 /// Seconds per token of `steps` greedy decode steps after a prefill of `context` tokens, the

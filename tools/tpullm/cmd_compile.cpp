@@ -53,10 +53,13 @@ int cmd_compile(const std::vector<std::string>& args) {
   DraftSpec draft;
   o.add_options()("draft-mode", po::value(&draft.mode),
                   "also compile a draft model for self-speculation (`run --draft self`): this "
-                  "checkpoint in bf16, f16, w8a16 or w4a16 (embedding and lm_head in bf16), stored "
+                  "checkpoint in bf16, f16, w8a16 or w4a16, stored "
                   "inside the bundle")(
       "draft-layers", po::value(&draft.layers)->default_value(0),
-      "the draft keeps only the first N layers (layer skip; 0: all)");
+      "the draft keeps only the first N layers (layer skip; 0: all)")(
+      "draft-lm-head-dtype", po::value(&draft.lm_head),
+      "the draft's embedding and lm_head: bf16, f16, w8 or w4 (default: bf16 for w8a16 / "
+      "w4a16)");
   o.add(compile_options(copts, target_file));
   o.add(quantization_options(copts.lower, keep_float));
   o.add(input_options(no_mmap));

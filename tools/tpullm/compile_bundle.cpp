@@ -144,14 +144,20 @@ void DraftSpec::validate(const frontend::ModelDesc& desc) const {
         "must be in [0, ", desc.dims.layers, "] (0: every layer), got ", layers);
   check(layers == 0 || !mode.empty(), ErrorKind::invalid_input, "--draft-layers",
         "needs --draft-mode (the draft's weight mode)");
+  check(lm_head.empty() || lm_head == "bf16" || lm_head == "f16" || lm_head == "w8" ||
+            lm_head == "w4",
+        ErrorKind::invalid_input, "--draft-lm-head-dtype", "must be bf16, f16, w8 or w4, got '",
+        lm_head, "'");
+  check(lm_head.empty() || !mode.empty(), ErrorKind::invalid_input, "--draft-lm-head-dtype",
+        "needs --draft-mode (the draft's weight mode)");
 }
 
 namespace {
 
 /// The draft model of `draft` as the bytes of a whole bundle: `desc` cut to its first
 /// draft.layers layers, compiled with `options`' target, fusions and KV dtype in draft.mode, its
-/// embedding and lm_head in that mode's default dtype (bf16 for w8a16 / w4a16: on the Qwen2.5-0.5B
-/// preset a w4 lm_head changed the argmax of every drafted position, so no draft was kept).
+/// embedding and lm_head in draft.lm_head (default: the mode's, bf16 for w8a16 / w4a16: on the
+/// Qwen2.5-0.5B preset a w4 lm_head changed the argmax of every drafted position).
 std::string compile_draft(const frontend::ModelDesc& desc, const frontend::StageParams& params,
                           const compiler::CompileOptions& options, const DraftSpec& draft) {
   frontend::ModelDesc d = desc;
@@ -167,6 +173,7 @@ std::string compile_draft(const frontend::ModelDesc& desc, const frontend::Stage
   o.threads = options.threads;
   o.lower.mode = draft.mode;
   o.lower.kv_dtype = options.lower.kv_dtype;
+  o.lower.embedding = o.lower.lm_head = draft.lm_head; // empty: the mode's default
   check_runnable(d, params, o);
   plan_quantization(d, o.lower, "");
   const auto cm = compiler::compile(frontend::build_top_modules(d, params), o);

@@ -31,8 +31,12 @@ struct CompileReport {
 struct DraftSpec {
   std::string mode;        ///< its weight mode (empty: no draft): bf16, f16, w8a16 or w4a16
   std::int64_t layers = 0; ///< its first this many layers (0: all of them)
-  /// Throws Error(invalid_input) naming --draft-mode / --draft-layers for a mode outside the
-  /// list or a layer count outside [0, the model's], and for --draft-layers without a mode.
+  /// Its embedding and lm_head dtype (bf16, f16, w8 or w4; empty: the mode's default, bf16 for
+  /// w8a16 / w4a16): in a small model with a large vocabulary the lm_head is most of a step.
+  std::string lm_head;
+  /// Throws Error(invalid_input) naming --draft-mode / --draft-layers / --draft-lm-head-dtype
+  /// for a mode or dtype outside the lists, a layer count outside [0, the model's], and for
+  /// either without --draft-mode.
   void validate(const frontend::ModelDesc& desc) const;
 };
 

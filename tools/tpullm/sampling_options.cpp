@@ -1,11 +1,13 @@
 // Sampling options of run and chat (sampling_options.hpp).
 #include "sampling_options.hpp"
 
+#include <algorithm>
 #include <filesystem>
 #include <iomanip>
 #include <sstream>
 
 #include "command.hpp"
+#include "step_bytes.hpp"
 #include "tpullm/grammar/grammar.hpp"
 #include "tpullm/runtime/bundle_session.hpp"
 #include "tpullm/runtime/draft_model.hpp"
@@ -99,6 +101,19 @@ void DraftEngineDeleter::operator()(DraftEngine* e) const {
   delete e;
 }
 
+namespace {
+
+/// A draft step's weight bytes over the model's (the decode steps' cost, both read-bound),
+/// through each one's longest decode variant.
+double draft_cost(const bundle::Bundle& draft, const bundle::Bundle& model) {
+  const auto bytes = [](const bundle::Bundle& b) {
+    return static_cast<double>(decode_weight_bytes(b, b.model().params.decode_lengths().front()));
+  };
+  return std::min(100.0, bytes(draft) / std::max(1.0, bytes(model)));
+}
+
+} // namespace
+
 std::int64_t draft_memory_bytes(const DraftEngineHolder& e) {
   if (!e)
     return 0;
@@ -126,6 +141,7 @@ DraftEngineHolder apply_draft(const DraftArgs& d, const bundle::Bundle& target,
           "draft bundle file)");
     DraftEngineHolder e(new DraftEngine(target.draft(), threads));
     g.speculation.draft = e->model.source();
+    g.speculation.draft_cost = draft_cost(*target.draft(), target);
     return e;
   }
   check(std::filesystem::is_regular_file(d.source), ErrorKind::invalid_input, "--draft", "'",
@@ -144,6 +160,7 @@ DraftEngineHolder apply_draft(const DraftArgs& d, const bundle::Bundle& target,
         ": compiled with --no-history; a draft model follows the conversation through prefill_kv");
   DraftEngineHolder e(new DraftEngine(std::move(b), threads));
   g.speculation.draft = e->model.source();
+  g.speculation.draft_cost = draft_cost(e->session.bundle(), target);
   return e;
 }
 

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <functional>
 #include <span>
+#include <utility>
 #include <vector>
 
 namespace tpullm::runtime {
@@ -31,8 +32,11 @@ struct SpeculationOptions {
   /// draft only decides how many tokens a verify call may keep, never which: any source gives
   /// the same answer.
   std::function<std::vector<std::int32_t>(std::span<const std::int32_t>, int)> draft;
-  /// Throws Error(invalid_input, "speculation") unless 0 <= draft_max <= kMaxDraft and
-  /// 1 <= ngram_min <= ngram_max <= kMaxNgram.
+  /// What drafting one token costs, in decode steps of the model (DraftLength): 0 for prompt
+  /// lookup; a draft model's bytes read per step over the model's (`--draft` sets it).
+  double draft_cost = 0;
+  /// Throws Error(invalid_input, "speculation") unless 0 <= draft_max <= kMaxDraft,
+  /// 1 <= ngram_min <= ngram_max <= kMaxNgram and 0 <= draft_cost <= 100.
   void validate() const;
   static constexpr int kMaxDraft = 32; ///< bound on draft_max
   static constexpr int kMaxNgram = 8;  ///< bound on ngram_max
@@ -56,24 +60,53 @@ struct SpeculationStats {
   }
 };
 
-/// The draft length to ask for next, adapted to what was accepted so far: it grows by one after
-/// a fully accepted draft (up to draft_max) and falls to one more than what was accepted
-/// otherwise; after kPatience verify calls in a row that accept nothing, drafting pauses for a
-/// number of decode steps that doubles each time (up to kMaxPause), so a context whose drafts
-/// never match costs at most one verify call per kMaxPause steps.
+/// The draft length to ask for next, chosen for speed from what was kept so far and what a draft
+/// costs. Acceptance is modelled as geometric: each draft token is kept with probability p,
+/// estimated from decayed counts (kDecay per verify call) of kept tokens and of calls that
+/// ended in a rejection, starting from an optimistic prior (p = 0.8, worth two calls of
+/// evidence). A call of k drafts then yields E(k) = 1 + p + ... + p^k tokens for a cost of
+/// 1 + k * (row_cost + draft_cost) decode steps (row_cost: what each verify row adds, measured
+/// 0.05 on the 0.5B preset; draft_cost: SpeculationOptions::draft_cost), and the k in
+/// [1, draft_max] with the best E(k) / cost is asked for while that ratio is at least 1. When no
+/// k is worth it, drafting pauses, then one token is drafted as a probe; the pause starts at
+/// first_pause() steps (longer for a costlier draft, so that probes cost about 2% of the steps)
+/// and doubles after each probe that keeps nothing, up to kMaxPause. So drafts that never match
+/// cost a few verify calls and then about one probe per kMaxPause steps.
 class DraftLength {
 public:
-  explicit DraftLength(int draft_max) : max_(draft_max), k_(draft_max) {}
+  /// `draft_max` 0: never drafts.
+  explicit DraftLength(int draft_max, double draft_cost = 0, double row_cost = kRowCost);
   /// Tokens to draft at this step (0: decode plainly); counts a paused step.
   int next();
   /// Records a verify call of `drafted` tokens of which the first `accepted` were kept.
   void record(int drafted, int accepted);
-  static constexpr int kPatience = 2;  ///< verify calls accepting nothing before a pause
-  static constexpr int kMaxPause = 64; ///< longest pause, in decode steps
+  /// Corrects the draft cost with what a call took: `draft_seconds` to make `drafted` tokens
+  /// (with the draft model's catching up on the context) beside `verify_seconds` for their
+  /// verify call, worth 1 + drafted * row_cost decode steps. A draft model's step costs more
+  /// than its share of the bytes says (integer weights are slower to read per byte, its own
+  /// prefill_kv of the kept tokens): the cost follows the measured one (weight 0.3 per call).
+  /// Ignored for free drafts (a draft_cost of 0 at construction: prompt lookup, whose choices
+  /// stay independent of timing).
+  void observe(double draft_seconds, double verify_seconds, int drafted);
+  /// The draft cost in use (decode steps per draft token).
+  double draft_cost() const { return draft_cost_; }
+  /// The estimated probability that a draft token is kept.
+  double acceptance() const { return kept_ / (kept_ + missed_); }
+  /// The first pause, in decode steps: max(4, (row_cost + draft_cost) / 0.02).
+  int first_pause() const { return first_pause_; }
+  static constexpr double kRowCost = 0.05; ///< default cost of a verify row, in decode steps
+  static constexpr double kDecay = 0.9;    ///< weight of the evidence of one call ago
+  static constexpr int kMaxPause = 256;    ///< longest pause, in decode steps
 
 private:
-  int max_, k_;
-  int misses_ = 0, pause_ = 0, next_pause_ = 4;
+  /// The best draft length and its expected tokens per decode step's cost.
+  std::pair<int, double> best() const;
+  int max_;
+  double draft_cost_, row_cost_;
+  bool timed_;                       ///< observe() corrects draft_cost_ (a draft model)
+  double kept_ = 2.0, missed_ = 0.5; ///< decayed counts, the prior included
+  int first_pause_, next_pause_, pause_ = 0;
+  bool probe_ = false;
 };
 
 } // namespace tpullm::runtime
