@@ -2,6 +2,7 @@
 #include "tpullm/runtime/slot_pool.hpp"
 
 #include <algorithm>
+#include <chrono>
 
 #include "tpullm/runtime/compiled_stages.hpp"
 #include "tpullm/runtime/executor.hpp"
@@ -38,6 +39,7 @@ struct SlotPool::Slot {
   std::int64_t cached = 0;       ///< prompt tokens found there at start()
   std::int32_t last = 0;         ///< the last chosen token (fed at the next decode step)
   DraftLength draft_length{0};   ///< speculation's adaptive draft length for this answer
+  double draft_seconds = 0;      ///< what this round's draft took (DraftLength::observe)
 };
 
 SlotPool::SlotPool(Executor& exec, SessionDims dims, frontend::StageParams params,
@@ -195,8 +197,10 @@ std::vector<std::int32_t> SlotPool::draft_for(Slot& s) {
   if (k <= 0)
     return {};
   try {
+    const auto t0 = std::chrono::steady_clock::now();
     auto draft = spec.draft ? spec.draft(s.gen->context(), static_cast<int>(k))
                             : prompt_lookup_draft(s.gen->context(), spec, static_cast<int>(k));
+    s.draft_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (static_cast<std::int64_t>(draft.size()) > k)
       draft.resize(static_cast<std::size_t>(k));
     return draft;
@@ -210,7 +214,12 @@ void SlotPool::speculate(Slot& s, const std::vector<std::int32_t>& draft, SlotRo
     std::vector<std::int32_t> segment{s.last};
     segment.insert(segment.end(), draft.begin(), draft.end());
     const std::int64_t L0 = s.session->length();
+    const auto t0 = std::chrono::steady_clock::now();
     const auto rows = s.session->verify(segment);
+    s.draft_length.observe(
+        s.draft_seconds,
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
+        static_cast<int>(draft.size()));
     const auto V = rows.size() / segment.size();
     const auto d = static_cast<std::int64_t>(draft.size());
     std::int64_t used = 0, accepted = 0;
