@@ -6,6 +6,7 @@
 # on a shared machine the figures are indicative.
 # Usage: bench/serve_bench.sh TPULLM BUNDLE [SLOTS=8] [CLIENTS=1,2,4,8] [MAX_TOKENS=64] [REQUESTS=2]
 #        [SINGLE=1] (0: skip the `tpullm bench` row)
+# TPULLM_SERVE_ARGS adds options to `tpullm serve` (e.g. "--draft prompt-lookup").
 set -euo pipefail
 tpullm=$1 bundle=$2 slots=${3:-8} clients=${4:-1,2,4,8} max_tokens=${5:-64} requests=${6:-2}
 single=${7:-1}
@@ -13,7 +14,8 @@ here=$(cd "$(dirname "$0")" && pwd)
 log=$(mktemp)
 trap 'kill "$pid" 2>/dev/null || true; rm -f "$log"' EXIT
 uptime
-"$tpullm" serve "$bundle" --port 0 --slots "$slots" --max-queue 16 2>"$log" &
+# shellcheck disable=SC2086 # TPULLM_SERVE_ARGS is split into options on purpose
+"$tpullm" serve "$bundle" --port 0 --slots "$slots" --max-queue 16 ${TPULLM_SERVE_ARGS:-} 2>"$log" &
 pid=$!
 port=
 for _ in $(seq 1 600); do
