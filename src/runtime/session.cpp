@@ -218,18 +218,11 @@ auto Session::generate(const std::vector<std::int32_t>& prompt, Generation& gen,
   bool done = take(first, length_);
   while (!done) {
     const std::int32_t last = res.tokens.back();
-    // 1 + k positions must fit the cache, and no more than the budget's tokens be drafted.
-    const std::int64_t k = std::max<std::int64_t>(
-        0, std::min<std::int64_t>({length.next(), params_.seq_length - length_ - 1,
-                                   static_cast<std::int64_t>(gen.options().stop.max_new_tokens) -
-                                       gen.generated() - 1}));
-    const auto d0 = clock::now();
-    auto draft = k <= 0       ? std::vector<std::int32_t>{}
-                 : spec.draft ? spec.draft(gen.context(), static_cast<int>(k))
-                              : prompt_lookup_draft(gen.context(), spec, static_cast<int>(k));
-    const double draft_seconds = std::chrono::duration<double>(clock::now() - d0).count();
-    if (static_cast<std::int64_t>(draft.size()) > k)
-      draft.resize(static_cast<std::size_t>(k));
+    double draft_seconds = 0;
+    const auto draft =
+        next_draft(spec, length, gen.context(), params_.seq_length - length_,
+                   static_cast<std::int64_t>(gen.options().stop.max_new_tokens) - gen.generated(),
+                   draft_seconds);
     if (draft.empty()) {
       const auto logits = decode(last);
       done = take(logits, length_);

@@ -187,26 +187,10 @@ std::vector<std::int32_t> SlotPool::draft_for(Slot& s) {
   const SpeculationOptions& spec = s.gen->options().speculation;
   if (spec.draft_max == 0)
     return {};
-  // 1 + k positions must fit the cache, and no more than the budget's tokens be drafted (as
-  // Session::generate).
-  const std::int64_t k = std::max<std::int64_t>(
-      0,
-      std::min<std::int64_t>({s.draft_length.next(), params_.seq_length - s.session->length() - 1,
-                              static_cast<std::int64_t>(s.gen->options().stop.max_new_tokens) -
-                                  s.gen->generated() - 1}));
-  if (k <= 0)
-    return {};
-  try {
-    const auto t0 = std::chrono::steady_clock::now();
-    auto draft = spec.draft ? spec.draft(s.gen->context(), static_cast<int>(k))
-                            : prompt_lookup_draft(s.gen->context(), spec, static_cast<int>(k));
-    s.draft_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (static_cast<std::int64_t>(draft.size()) > k)
-      draft.resize(static_cast<std::size_t>(k));
-    return draft;
-  } catch (...) { // a draft source that fails costs the speedup, never the answer
-    return {};
-  }
+  return next_draft(
+      spec, s.draft_length, s.gen->context(), params_.seq_length - s.session->length(),
+      static_cast<std::int64_t>(s.gen->options().stop.max_new_tokens) - s.gen->generated(),
+      s.draft_seconds);
 }
 
 void SlotPool::speculate(Slot& s, const std::vector<std::int32_t>& draft, SlotRound& round) {

@@ -2,6 +2,8 @@
 #include "tpullm/runtime/speculation.hpp"
 
 #include <algorithm>
+#include <chrono>
+#include <exception>
 #include <cmath>
 
 #include "tpullm/support/error.hpp"
@@ -103,6 +105,28 @@ void DraftLength::record(int drafted, int accepted) {
   probe_ = false;
   if (accepted > 0 && best().second >= 1)
     next_pause_ = first_pause_; // drafting pays again: the next backing off starts short
+}
+
+std::vector<std::int32_t> next_draft(const SpeculationOptions& spec, DraftLength& length,
+                                     std::span<const std::int32_t> context, std::int64_t room,
+                                     std::int64_t budget, double& seconds) {
+  seconds = 0;
+  const std::int64_t k =
+      std::max<std::int64_t>(0, std::min<std::int64_t>({length.next(), room - 1, budget - 1}));
+  if (k <= 0)
+    return {};
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<std::int32_t> draft;
+  try {
+    draft = spec.draft ? spec.draft(context, static_cast<int>(k))
+                       : prompt_lookup_draft(context, spec, static_cast<int>(k));
+  } catch (const std::exception&) {
+    draft.clear();
+  }
+  seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (static_cast<std::int64_t>(draft.size()) > k)
+    draft.resize(static_cast<std::size_t>(k));
+  return draft;
 }
 
 } // namespace tpullm::runtime

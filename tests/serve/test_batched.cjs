@@ -57,7 +57,8 @@ async function run() {
   // slot while the other slot decodes).
   const spec = await startServer(['--slots', '2', '--draft', 'prompt-lookup', '--draft-max', '4'],
     file);
-  const looped = ['one two three one two three one two three', 'Hello there'];
+  // Prompts whose greedy answers repeat some of their n-grams (so drafts are made and verified).
+  const looped = ['x y z x y z x y z x y z', '1 2 1 2 1 2 1 2 1 2 1 2'];
   await main([
     ['two chats with prompt-lookup drafts equal run --chat alone', async () => {
       // run --draft's answer is plain decoding's (tests/runtime/test_speculation.cpp).
@@ -73,6 +74,7 @@ async function run() {
         want = want.map((w, i) => w + Number(m[i + 1]));
         oracle.push({ text: r.stdout.replace(/\n$/, ''), tokens: Number(t[1]) });
       }
+      assert.ok(want[0] > 0, 'run --draft made no verify call: the check would prove nothing');
       const answers = await Promise.all(looped.map((u) =>
         postChat(spec, { messages: [{ role: 'system', content: system }, { role: 'user', content: u }] }, 24)));
       for (const [i, a] of answers.entries()) {

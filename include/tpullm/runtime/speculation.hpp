@@ -109,4 +109,14 @@ private:
   bool probe_ = false;
 };
 
+/// The draft for the next step of an answer, as Session::generate and SlotPool ask for it: the
+/// length `length` proposes, cut so that the verify segment (1 + k positions) fits the `room`
+/// positions left in the cache and no more than `budget` - 1 tokens are drafted (`budget`: the
+/// answer's tokens still allowed), from spec.draft or prompt lookup over `context`. A draft
+/// source that throws gives no draft (the step decodes plainly: a draft decides the speed, never
+/// the answer). `seconds` gets the time the draft took (DraftLength::observe).
+std::vector<std::int32_t> next_draft(const SpeculationOptions& spec, DraftLength& length,
+                                     std::span<const std::int32_t> context, std::int64_t room,
+                                     std::int64_t budget, double& seconds);
+
 } // namespace tpullm::runtime
