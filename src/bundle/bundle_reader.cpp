@@ -126,14 +126,16 @@ struct BundleReader {
     g.dtype = ir::DType::f32; // bundles written before the field existed hold f32 caches
     if (const auto* s = k.dtype()) {
       const auto d = ir::parse_dtype(s->string_view());
-      if (!d || (*d != ir::DType::f32 && *d != ir::DType::f16 && *d != ir::DType::bf16))
-        fail("kv.dtype", "'" + s->str() + "' is not f32, f16 or bf16");
+      if (!d || (*d != ir::DType::f32 && *d != ir::DType::f16 && *d != ir::DType::bf16 &&
+                 *d != ir::DType::i8))
+        fail("kv.dtype", "'" + s->str() + "' is not f32, f16, bf16 or i8");
       g.dtype = *d;
     }
-    if (g.row_bytes != ir::byte_size(g.dtype, m.kv_heads * m.head_dim))
-      fail("kv.row_bytes", std::to_string(g.row_bytes) + " is not kv_heads * head_dim * " +
-                               std::to_string(ir::byte_size(g.dtype, 1)) + " (" +
-                               std::string(ir::name(g.dtype)) + ")");
+    if (g.row_bytes != memory::kv_row_bytes(g.dtype, m.kv_heads, m.head_dim))
+      fail("kv.row_bytes",
+           std::to_string(g.row_bytes) + " is not the " +
+               std::to_string(memory::kv_row_bytes(g.dtype, m.kv_heads, m.head_dim)) +
+               " bytes of kv_heads x head_dim values in " + std::string(ir::name(g.dtype)));
     if (g.row_bytes > kMaxBytes / g.capacity / 2 / g.layers)
       fail("kv", "the cache would exceed 1 TiB");
   }

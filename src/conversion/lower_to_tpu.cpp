@@ -50,7 +50,7 @@ public:
     for (std::size_t i = 0; i < src_.num_arguments(); ++i) {
       TensorType t = src_.argument(i)->type();
       if (history_args_.count(i))
-        t.dtype = kv_dtype_; // the history is the cache, in its element type
+        t = ir::kv_cache_type(t.shape, kv_dtype_); // the history is the cache, in its type
       map_[src_.argument(i)] = dst_->add_argument(src_.argument_name(i), t);
     }
     for (const auto& op : src_.ops())

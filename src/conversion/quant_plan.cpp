@@ -91,7 +91,9 @@ std::string QuantPlan::quantized_weight_refusal(const std::string& name) const {
 ir::DType kv_cache_dtype(const LowerOptions& o, const QuantOptionSpelling& s) {
   if (o.kv_dtype.empty())
     return o.mode.empty() || o.mode == "f32" ? ir::DType::f32 : ir::DType::f16;
-  return float_dtype(o.kv_dtype, "f32", "kv-dtype", "f32, f16 or bf16", s);
+  if (o.kv_dtype == "int8")
+    return ir::DType::i8; // codes and a scale per position and head (kernels/kv8.hpp)
+  return float_dtype(o.kv_dtype, "f32", "kv-dtype", "f32, f16, bf16 or int8", s);
 }
 
 QuantPlan plan_quant_options(const LowerOptions& o, const QuantOptionSpelling& s) {

@@ -1,6 +1,8 @@
 // Out-of-line definitions of tpullm/frontend/memory_estimate.hpp (compiled once into tpullm_core).
 #include "tpullm/frontend/memory_estimate.hpp"
 
+#include "tpullm/memory/kv_geometry.hpp"
+
 namespace tpullm::frontend::detail {
 
 double layer_elements(const ModelDims& d) {
@@ -62,7 +64,7 @@ std::optional<double> read_limit_file(const std::string& path) {
 namespace tpullm::frontend {
 
 MemoryEstimate estimate_memory(const ModelDesc& d, const StageParams& p, Workload w,
-                               FileAccess access, std::int64_t kv_value_bytes) {
+                               FileAccess access, ir::DType kv_dtype) {
   const ModelDims& m = d.dims;
   const double seq = static_cast<double>(p.seq_length);
   const double L = static_cast<double>(p.max_input_length);
@@ -88,7 +90,8 @@ MemoryEstimate estimate_memory(const ModelDesc& d, const StageParams& p, Workloa
     // its dtype for k and v of every layer, and one call's activations.
     const double tables = d.tie_word_embeddings ? 1 : 2;
     e.weights += 4 * (detail::all_layer_elements(d) + tables * vocab * h + h);
-    e.seq_length += 2 * layers * seq * kv_dim * static_cast<double>(kv_value_bytes);
+    e.seq_length += 2 * layers * seq *
+                    static_cast<double>(memory::kv_row_bytes(kv_dtype, m.kv_heads, m.head_dim));
     e.max_input_length += 4 * 4 * L * (3 * h + 3 * inter + 2 * kv_dim + vocab);
     return e;
   }
@@ -170,17 +173,24 @@ void check_memory(const MemoryEstimate& e, const StageParams& p, const ModelDesc
 }
 
 void check_run_memory(const ModelDesc& d, const StageParams& p, FileAccess access,
-                      std::int64_t kv_value_bytes, double limit) {
-  const auto need = estimate_memory(d, p, Workload::run, access, kv_value_bytes);
-  if (need.total() > limit && kv_value_bytes > 2) {
-    const auto half = estimate_memory(d, p, Workload::run, access, 2);
-    if (!(half.total() > limit))
-      throw_error(
-          ErrorKind::invalid_input, "--seq-length", "this run needs about ",
-          detail::human_bytes(need.total()), " with a ", kv_value_bytes * 8, "-bit KV cache of ",
-          p.seq_length, " positions, more than the ", detail::human_bytes(limit),
-          " of memory available; --kv-dtype f16 (or bf16) halves the cache and needs about ",
-          detail::human_bytes(half.total()));
+                      ir::DType kv_dtype, double limit) {
+  const auto need = estimate_memory(d, p, Workload::run, access, kv_dtype);
+  if (need.total() > limit && kv_dtype != ir::DType::i8) {
+    const char* what = kv_dtype == ir::DType::f32 ? "a 32-bit" : "a 16-bit";
+    const auto half = estimate_memory(d, p, Workload::run, access, ir::DType::f16);
+    const auto int8 = estimate_memory(d, p, Workload::run, access, ir::DType::i8);
+    auto refuse = [&](const std::string& option, double total) {
+      throw_error(ErrorKind::invalid_input, "--seq-length", "this run needs about ",
+                  detail::human_bytes(need.total()), " with ", what, " KV cache of ", p.seq_length,
+                  " positions, more than the ", detail::human_bytes(limit),
+                  " of memory available; ", option, " and needs about ",
+                  detail::human_bytes(total));
+    };
+    if (kv_dtype == ir::DType::f32 && !(half.total() > limit))
+      refuse("--kv-dtype f16 (or bf16) halves the cache", half.total());
+    if (!(int8.total() > limit))
+      refuse("--kv-dtype int8 stores a byte per value and a scale per position and head",
+             int8.total());
   }
   check_memory(need, p, d, limit);
 }

@@ -202,9 +202,9 @@ auto KVStoreOp::infer(Types in) const -> std::vector<TensorType> {
                                   in[KVStoreOp::rows].shape[1], "position_ids");
   detail::require(layer >= 0, "layer must be >= 0");
   const DType t = dtype.value_or(DType::f32);
-  detail::require(t == DType::f32 || t == DType::f16 || t == DType::bf16,
-                  "dtype must be f32, f16 or bf16, got " + std::string(name(t)));
-  return {TensorType(in[KVStoreOp::rows].shape, t)};
+  detail::require(t == DType::f32 || t == DType::f16 || t == DType::bf16 || t == DType::i8,
+                  "dtype must be f32, f16, bf16 or i8, got " + std::string(name(t)));
+  return {kv_cache_type(in[KVStoreOp::rows].shape, t)};
 }
 
 auto KVAppendOp::infer(Types in) const -> std::vector<TensorType> {
@@ -222,7 +222,7 @@ auto KVAppendOp::infer(Types in) const -> std::vector<TensorType> {
                                   "position_ids");
   detail::require(layer >= 0, "layer must be >= 0");
   const std::int64_t slots = detail::checked_add(h.shape[1], n.shape[1], "S + L cache slots");
-  return {TensorType({h.shape[0], slots, h.shape[2], h.shape[3]}, h.dtype)};
+  return {h.with_shape({h.shape[0], slots, h.shape[2], h.shape[3]})};
 }
 
 auto FAttentionOp::infer(Types in) const -> std::vector<TensorType> {
@@ -234,7 +234,11 @@ auto FAttentionOp::infer(Types in) const -> std::vector<TensorType> {
                       in[FAttentionOp::v].str());
   detail::require(kv_form == KvForm::cache || history == 0,
                   "kv_form = rows holds no history (history must be 0)");
-  auto r = top::FAttentionOp::infer(in); // the shape rule is Top's
+  // the shape rule is Top's, on the shapes (Top's K and V are float; the cache's type was checked)
+  std::vector<TensorType> shapes(in.begin(), in.end());
+  for (auto i : {FAttentionOp::k, FAttentionOp::v})
+    shapes[i] = TensorType(shapes[i].shape, DType::f32);
+  auto r = top::FAttentionOp::infer(shapes);
   detail::require(in[FAttentionOp::positions].dtype == DType::i32,
                   "position_ids must be i32, got " + in[FAttentionOp::positions].str());
   detail::require(in[FAttentionOp::q].shape[0] == 1 ||

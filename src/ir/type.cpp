@@ -38,7 +38,8 @@ bool parse_quant_spelling(std::string_view s, QuantSpec& q) {
 }
 
 std::optional<QuantFormat> parse_quant_format(std::string_view s) {
-  for (auto f : {QuantFormat::gptq, QuantFormat::awq, QuantFormat::packed, QuantFormat::gptq_v2})
+  for (auto f : {QuantFormat::gptq, QuantFormat::awq, QuantFormat::packed, QuantFormat::gptq_v2,
+                 QuantFormat::kv_rows})
     if (name(f) == s)
       return f;
   return std::nullopt;
@@ -97,9 +98,10 @@ auto TensorType::str() const -> std::string {
   s += std::string(name(dtype));
   if (layout == Layout::panels)
     s += ", panels";
-  if (quant) {
-    s += ", quant<" + quant_spelling(*quant) +
-         ", group = " + std::to_string(quant->group_size);
+  if (quant && quant->format == QuantFormat::kv_rows) {
+    s += ", quant<kv_rows>";
+  } else if (quant) {
+    s += ", quant<" + quant_spelling(*quant) + ", group = " + std::to_string(quant->group_size);
     if (quant->zero_point)
       s += ", zero_point";
     if (quant->act_order)

@@ -81,6 +81,9 @@ std::vector<DiagnosticError> verify_module(const Module& m) {
       errs.emplace_back(Location{"@" + name}, "weight @" + name + ": " + *why);
     if (w.type.quant && !is_integer(w.type.dtype))
       errs.emplace_back(Location{"@" + name}, "weight @" + name + " is quantized but not integer");
+    if (w.type.quant && w.type.quant->format == QuantFormat::kv_rows)
+      errs.emplace_back(Location{"@" + name},
+                        "weight @" + name + " has the KV cache layout quant<kv_rows>");
   }
   return errs;
 }

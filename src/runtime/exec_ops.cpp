@@ -50,6 +50,17 @@ void with_param(const TensorRef& r, const void* p, std::int64_t n, F&& f) {
   throw_error(ErrorKind::unsupported, "", "parameter type ", r.type.str(), " has no kernel");
 }
 
+/// f(span) over a KV cache of n values (`r`'s type: f32, bf16, f16, or i8 kv_rows: a span of
+/// kv8_t over its codes and scales).
+template <class F>
+void with_kv(const TensorRef& r, const void* p, std::int64_t n, F&& f) {
+  if (r.type.quant && r.type.quant->format == ir::QuantFormat::kv_rows) {
+    const std::int64_t d = r.type.shape.back();
+    return f(span_of<k::kv8_t>(p, r.type.with_shape({n / d, d}).byte_size()));
+  }
+  with_param(r, p, n, std::forward<F>(f));
+}
+
 /// [rows, last] view of a row-major activation ref for this call.
 struct Rows {
   std::int64_t rows, cols;
@@ -237,10 +248,13 @@ void exec(const ir::tpu::RopeOp& o, Call& c) {
       o.mode == ir::RopeMode::halves ? k::RopeMode::halves : k::RopeMode::interleaved, c.split);
 }
 
-/// Stores n f32 values into a KV cache of element type `t` (f32 copied; f16 / bf16 rounded to
-/// nearest even).
-void kv_convert_store(const float* src, std::byte* dst, std::int64_t n, ir::DType t) {
-  if (t == ir::DType::f16) {
+/// Stores n f32 values (whole head rows of d) into a KV cache of element type `t` (f32 copied;
+/// f16 / bf16 rounded to nearest even; i8 quantized per head row, kernels/kv8.hpp).
+void kv_convert_store(const float* src, std::byte* dst, std::int64_t n, ir::DType t,
+                      std::int64_t d) {
+  if (t == ir::DType::i8) {
+    k::kv8_quantize_rows(src, reinterpret_cast<k::kv8_t*>(dst), n / d, d);
+  } else if (t == ir::DType::f16) {
     auto* d = reinterpret_cast<std::uint16_t*>(dst);
     for (std::int64_t i = 0; i < n; ++i)
       d[i] = f32_to_f16(src[i]);
@@ -260,7 +274,7 @@ void kv_store_batched(Call& c) {
   const std::int64_t B = rows.type.shape[0];
   const ir::DType dt = c.in.results[0].type.dtype;
   const std::int64_t row_elems = rows.type.shape[2] * rows.type.shape[3];
-  const std::int64_t row_bytes = ir::byte_size(dt, row_elems);
+  const std::int64_t row_bytes = memory::kv_row_bytes(c.in.results[0].type);
   check(static_cast<std::int64_t>(c.reg.row_slots.size()) == B && c.reg.row_pos != nullptr,
         ErrorKind::invalid_input, c.in.where, "a batched KV store of ", B,
         " rows needs a KV slot per row");
@@ -271,7 +285,7 @@ void kv_store_batched(Call& c) {
     check(p >= 0 && p < c.reg.kv_capacity, ErrorKind::invalid_input, c.in.where, "position ", p,
           " is beyond the KV cache of ", c.reg.kv_capacity, " slots");
     kv_convert_store(reinterpret_cast<const float*>(src) + b * row_elems,
-                     c.reg.slot_kv(b) + offset + p * row_bytes, row_elems, dt);
+                     c.reg.slot_kv(b) + offset + p * row_bytes, row_elems, dt, rows.type.shape[3]);
   }
 }
 
@@ -288,7 +302,8 @@ void exec(const ir::tpu::KVStoreOp&, Call& c) {
   const std::int64_t first = c.reg.pos0 + (c.sliced(rows) ? c.r0 : 0);
   check(first + n / row_elems <= cap, ErrorKind::invalid_input, c.in.where, "positions ", first,
         "..", first + n / row_elems - 1, " are beyond the KV cache of ", cap, " slots");
-  kv_convert_store(c.f32_in(Op::rows), c.result(0), n, c.in.results[0].type.dtype);
+  kv_convert_store(c.f32_in(Op::rows), c.result(0), n, c.in.results[0].type.dtype,
+                   rows.type.shape[3]);
 }
 
 /// A batched decode's attention: row b's one query over slot row_slots[b]'s cache up to its own
@@ -321,13 +336,13 @@ void attention_batched(const ir::tpu::FAttentionOp& o, Call& c) {
     const std::int32_t* pos = c.reg.row_pos + b;
     s.S_valid = std::min<std::int64_t>(s.S, *pos + 1);
     const std::byte* vp = c.reg.slot_kv(b) + vr.buffer.offset;
-    with_param(kr, c.reg.slot_kv(b) + kr.buffer.offset, kv_elems, [&](auto ks) {
+    with_kv(kr, c.reg.slot_kv(b) + kr.buffer.offset, kv_elems, [&](auto ks) {
       using KV = typename decltype(ks)::element_type;
       k::flash_attention<std::remove_const_t<KV>>(
           span_of<float>(qp + b * q_elems, q_elems), ks,
-          span_of<std::remove_const_t<KV>>(vp, kv_elems), std::span<const std::int32_t>(pos, 1),
-          mspan_of<float>(out + b * q_elems, q_elems), s, c.split,
-          static_cast<std::size_t>(c.local_memory));
+          span_of<std::remove_const_t<KV>>(vp, static_cast<std::int64_t>(ks.size())),
+          std::span<const std::int32_t>(pos, 1), mspan_of<float>(out + b * q_elems, q_elems), s,
+          c.split, static_cast<std::size_t>(c.local_memory));
     });
   }
 }
@@ -369,11 +384,11 @@ void exec(const ir::tpu::FAttentionOp& o, Call& c) {
     s.S_valid = r0 + L;
   }
   const std::int64_t kv_elems = s.S * o.kv_heads * d;
-  // keys and values in the cache's dtype (f32, f16 or bf16), widened inside the kernel
-  with_param(kr, kp, kv_elems, [&](auto ks) {
+  // keys and values in the cache's dtype (f32, f16, bf16 or int8), widened inside the kernel
+  with_kv(kr, kp, kv_elems, [&](auto ks) {
     using KV = std::remove_const_t<typename decltype(ks)::element_type>;
     k::flash_attention<KV>(span_of<float>(c.operand(Op::q), L * o.q_heads * d), ks,
-                           span_of<KV>(vp, kv_elems), positions,
+                           span_of<KV>(vp, static_cast<std::int64_t>(ks.size())), positions,
                            mspan_of<float>(c.result(0), L * o.q_heads * d), s, c.split,
                            static_cast<std::size_t>(c.local_memory));
   });

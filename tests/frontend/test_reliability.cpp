@@ -36,6 +36,7 @@ using namespace tpullm;
 using namespace tpullm::frontend;
 using namespace fe_test;
 using Catch::Contains;
+using KvDType = tpullm::ir::DType;
 
 namespace {
 
@@ -454,33 +455,45 @@ void llama_3_2_1b_dims(ModelDesc& d) {
 } // namespace
 
 // A run whose f32 KV cache does not fit but whose 16-bit one would is refused naming
-// --kv-dtype f16 and both figures; one that fits neither way gets the plain refusal.
-TEST_CASE("a KV cache too large in f32 names the 16-bit dtype that fits", "[reliability][memory]") {
+// --kv-dtype f16 and both figures; one where only int8 fits names int8; one that fits no way
+// gets the plain refusal.
+TEST_CASE("a KV cache too large names the smaller dtype that fits", "[reliability][memory]") {
   TempDir t;
   TinyModel m;
   m.config["max_position_embeddings"] = 1 << 24;
   m.write(t / "m");
-  const ModelDesc d = load_model(t / "m");
+  ModelDesc d = load_model(t / "m");
+  d.dims.head_dim = 64; // the tiny model's 4 would make an int8 row (4 + 4 bytes) an f16 one
   StageParams p;
   p.seq_length = 1 << 22;
   p.decode_chunk = 0;
-  const double f32 = estimate_memory(d, p, Workload::run, FileAccess::map, 4).total();
-  const double f16 = estimate_memory(d, p, Workload::run, FileAccess::map, 2).total();
+  const double f32 = estimate_memory(d, p, Workload::run, FileAccess::map, KvDType::f32).total();
+  const double f16 = estimate_memory(d, p, Workload::run, FileAccess::map, KvDType::f16).total();
   REQUIRE(f16 < f32);
-  CHECK_NOTHROW(check_run_memory(d, p, FileAccess::map, 4, f32));
-  REQUIRE_THROWS_WITH(check_run_memory(d, p, FileAccess::map, 4, (f16 + f32) / 2),
+  CHECK_NOTHROW(check_run_memory(d, p, FileAccess::map, KvDType::f32, f32));
+  REQUIRE_THROWS_WITH(check_run_memory(d, p, FileAccess::map, KvDType::f32, (f16 + f32) / 2),
                       Contains("--seq-length: this run needs about") &&
                           Contains("with a 32-bit KV cache of 4194304 positions") &&
                           Contains("--kv-dtype f16 (or bf16) halves the cache and needs about"));
-  CHECK_NOTHROW(check_run_memory(d, p, FileAccess::map, 2, (f16 + f32) / 2));
-  for (std::int64_t bytes : {4, 2})
-    REQUIRE_THROWS_WITH(check_run_memory(d, p, FileAccess::map, bytes, f16 * 0.9),
+  CHECK_NOTHROW(check_run_memory(d, p, FileAccess::map, KvDType::f16, (f16 + f32) / 2));
+  // below the f16 figure only int8 fits: both wider caches are told so; below int8's, nothing
+  const double int8 = estimate_memory(d, p, Workload::run, FileAccess::map, KvDType::i8).total();
+  REQUIRE(int8 < f16);
+  for (KvDType t : {KvDType::f32, KvDType::f16})
+    REQUIRE_THROWS_WITH(
+        check_run_memory(d, p, FileAccess::map, t, (int8 + f16) / 2),
+        Contains("--kv-dtype int8 stores a byte per value") &&
+            Contains(t == KvDType::f32 ? "with a 32-bit KV cache" : "with a 16-bit KV cache"));
+  CHECK_NOTHROW(check_run_memory(d, p, FileAccess::map, KvDType::i8, (int8 + f16) / 2));
+  for (KvDType t : {KvDType::f32, KvDType::f16, KvDType::i8})
+    REQUIRE_THROWS_WITH(check_run_memory(d, p, FileAccess::map, t, int8 * 0.9),
                         Contains("lower --seq-length") && !Contains("--kv-dtype"));
 }
 
 // Issue 38's case: Llama-3.2-1B's shapes at 128k positions on a 24 GiB machine. The KV cache
-// is 32 KiB per token in f16 (4 GiB), 8 GiB in f32, beside 2.5 GB of bf16 weights (mapped): the
-// run fits with either dtype; at 512k positions only f16 would, and the refusal says so.
+// is 32 KiB per token in f16 (4 GiB), 8 GiB in f32, 2.1 GiB in int8, beside 2.5 GB of bf16
+// weights (mapped): the run fits with any dtype; at 512k positions only f16 or int8 would, at
+// 1M only int8, and the refusals say so.
 TEST_CASE("Llama-3.2-1B at 128k positions fits a 24 GiB machine", "[reliability][memory]") {
   TempDir t;
   TinyModel m;
@@ -491,15 +504,22 @@ TEST_CASE("Llama-3.2-1B at 128k positions fits a 24 GiB machine", "[reliability]
   StageParams p;
   p.seq_length = 131072;
   const double limit = 24.0 * (1ull << 30);
-  const auto f16 = estimate_memory(d, p, Workload::run, FileAccess::map, 2);
-  const auto f32 = estimate_memory(d, p, Workload::run, FileAccess::map, 4);
+  const auto f16 = estimate_memory(d, p, Workload::run, FileAccess::map, KvDType::f16);
+  const auto f32 = estimate_memory(d, p, Workload::run, FileAccess::map, KvDType::f32);
   CHECK(f32.seq_length - f16.seq_length >= 4.0 * (1ull << 30)); // the cache's second half
-  CHECK_NOTHROW(check_run_memory(d, p, FileAccess::map, 2, limit));
-  CHECK_NOTHROW(check_run_memory(d, p, FileAccess::map, 4, limit));
+  CHECK_NOTHROW(check_run_memory(d, p, FileAccess::map, KvDType::f16, limit));
+  CHECK_NOTHROW(check_run_memory(d, p, FileAccess::map, KvDType::f32, limit));
+  CHECK_NOTHROW(check_run_memory(d, p, FileAccess::map, KvDType::i8, limit));
   p.seq_length = 524288;
-  CHECK_NOTHROW(check_run_memory(d, p, FileAccess::map, 2, limit));
-  REQUIRE_THROWS_WITH(check_run_memory(d, p, FileAccess::map, 4, limit),
+  CHECK_NOTHROW(check_run_memory(d, p, FileAccess::map, KvDType::f16, limit));
+  REQUIRE_THROWS_WITH(check_run_memory(d, p, FileAccess::map, KvDType::f32, limit),
                       Contains("--kv-dtype f16 (or bf16) halves the cache"));
+  // at 2^20 positions an f16 cache is 32 GiB; an int8 one (8 heads x (64 + 4) bytes per layer,
+  // key and value: 17 KiB per token) is 17 GiB, which fits beside the weights
+  p.seq_length = 1 << 20;
+  REQUIRE_THROWS_WITH(check_run_memory(d, p, FileAccess::map, KvDType::f16, limit),
+                      Contains("--kv-dtype int8 stores a byte per value"));
+  CHECK_NOTHROW(check_run_memory(d, p, FileAccess::map, KvDType::i8, limit));
 }
 
 // calibrate widens the weights into a bounded store a layer at a time: its estimate holds the

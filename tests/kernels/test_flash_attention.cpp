@@ -58,15 +58,35 @@ void run_case(const FaCase& c) {
   for (std::int64_t l = 0; l < c.L; ++l)
     for (std::int64_t e = 0; e < c.q_heads * d; ++e)
       q[static_cast<std::size_t>(l * c.q_heads * d + e)] = l < c.L_valid ? nd(rng) : nan;
-  std::vector<KV> k(static_cast<std::size_t>(c.S * c.kv_heads * d)), v(k.size());
+  // kf, vf: the values as stored (what the kernel must read back), [S, kv_heads, d]; k, v: the
+  // cache in its storage type (an int8 cache: head rows of codes and scale, kv8.hpp)
+  std::vector<float> kf(static_cast<std::size_t>(c.S * c.kv_heads * d)), vf(kf.size());
   for (std::int64_t j = 0; j < c.S; ++j)
     for (std::int64_t e = 0; e < c.kv_heads * d; ++e) {
       const auto i = static_cast<std::size_t>(j * c.kv_heads * d + e);
       // a larger spread of k makes the softmax peaky, exercising the running-max rescale
       const float ramp = static_cast<float>(1.0 + c.k_ramp * double(j) / double(c.S));
-      k[i] = from_f32<KV>(j < c.S_valid ? 2.0f * ramp * nd(rng) : nan);
-      v[i] = from_f32<KV>(j < c.S_valid ? nd(rng) : nan);
+      kf[i] = j < c.S_valid ? 2.0f * ramp * nd(rng) : nan;
+      vf[i] = j < c.S_valid ? nd(rng) : nan;
     }
+  const std::int64_t row = kv_row_elems<KV>(d);
+  std::vector<KV> k(static_cast<std::size_t>(c.S * c.kv_heads * row)), v(k.size());
+  for (std::int64_t r = 0; r < c.S * c.kv_heads; ++r) {
+    const auto e = static_cast<std::size_t>(r * d);
+    if constexpr (std::is_same_v<KV, kv8_t>) {
+      kv8_quantize_row(kf.data() + e, k.data() + r * row, d);
+      kv8_quantize_row(vf.data() + e, v.data() + r * row, d);
+      kv8_dequantize_row(k.data() + r * row, kf.data() + e, d);
+      kv8_dequantize_row(v.data() + r * row, vf.data() + e, d);
+    } else {
+      for (std::int64_t x = 0; x < d; ++x) {
+        k[e + static_cast<std::size_t>(x)] = from_f32<KV>(kf[e + static_cast<std::size_t>(x)]);
+        v[e + static_cast<std::size_t>(x)] = from_f32<KV>(vf[e + static_cast<std::size_t>(x)]);
+        kf[e + static_cast<std::size_t>(x)] = kv_f32(k[e + static_cast<std::size_t>(x)]);
+        vf[e + static_cast<std::size_t>(x)] = kv_f32(v[e + static_cast<std::size_t>(x)]);
+      }
+    }
+  }
   std::vector<std::int32_t> pos(static_cast<std::size_t>(c.L));
   for (std::int64_t i = 0; i < c.L; ++i)
     pos[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(
@@ -82,7 +102,7 @@ void run_case(const FaCase& c) {
         maxv[static_cast<std::size_t>(h)] =
             std::max(maxv[static_cast<std::size_t>(h)],
                      std::abs(static_cast<double>(
-                         kv_f32(v[static_cast<std::size_t>((j * c.kv_heads + h) * d + x)]))));
+                         vf[static_cast<std::size_t>((j * c.kv_heads + h) * d + x)])));
   for (std::int64_t i = 0; i < c.L_valid; ++i)
     for (std::int64_t h = 0; h < c.q_heads; ++h) {
       const std::int64_t kvh = h / G;
@@ -95,7 +115,7 @@ void run_case(const FaCase& c) {
         double acc = 0;
         for (std::int64_t x = 0; x < d; ++x)
           acc += static_cast<double>(q[static_cast<std::size_t>((i * c.q_heads + h) * d + x)]) *
-                 kv_f32(k[static_cast<std::size_t>((j * c.kv_heads + kvh) * d + x)]);
+                 kf[static_cast<std::size_t>((j * c.kv_heads + kvh) * d + x)];
         sc[static_cast<std::size_t>(j)] = acc * scale;
         mx = std::max(mx, acc * scale);
       }
@@ -106,7 +126,7 @@ void run_case(const FaCase& c) {
         double acc = 0;
         for (std::int64_t j = 0; j < kend; ++j)
           acc += sc[static_cast<std::size_t>(j)] *
-                 kv_f32(v[static_cast<std::size_t>((j * c.kv_heads + kvh) * d + x)]);
+                 vf[static_cast<std::size_t>((j * c.kv_heads + kvh) * d + x)];
         ref[static_cast<std::size_t>((i * c.q_heads + h) * d + x)] = acc / den;
       }
     }
@@ -136,7 +156,7 @@ void run_case(const FaCase& c) {
           double acc = 0;
           for (std::int64_t x = 0; x < d; ++x)
             acc += bf(float(q[static_cast<std::size_t>((i * c.q_heads + h) * d + x)] * float(qs))) *
-                   bf(kv_f32(k[static_cast<std::size_t>((j * c.kv_heads + kvh) * d + x)]));
+                   bf(kf[static_cast<std::size_t>((j * c.kv_heads + kvh) * d + x)]);
           sc[static_cast<std::size_t>(j)] = acc;
           mx = std::max(mx, acc);
         }
@@ -147,7 +167,7 @@ void run_case(const FaCase& c) {
           double acc = 0;
           for (std::int64_t j = 0; j < kend; ++j)
             acc += sc[static_cast<std::size_t>(j)] *
-                   bf(kv_f32(v[static_cast<std::size_t>((j * c.kv_heads + kvh) * d + x)]));
+                   bf(vf[static_cast<std::size_t>((j * c.kv_heads + kvh) * d + x)]);
           ref_bf16[static_cast<std::size_t>((i * c.q_heads + h) * d + x)] = acc / den;
         }
       }
@@ -163,7 +183,9 @@ void run_case(const FaCase& c) {
     std::optional<amx::ScopedEmulation> emu;
     if (amx_emulated)
       emu.emplace();
-    const bool on_amx = c.L_valid > 1 && (amx_emulated || isa == Isa::amx);
+    // an int8 cache prefills on the vector path even where AMX is chosen
+    const bool on_amx =
+        !std::is_same_v<KV, kv8_t> && c.L_valid > 1 && (amx_emulated || isa == Isa::amx);
     const std::vector<double>& rf = on_amx ? ref_bf16 : ref;
     const double tol = on_amx ? std::ldexp(1.0, -8) + 1e-4 : c.tol;
     std::vector<float> out(q.size(), nan);
@@ -305,6 +327,52 @@ TEST_CASE("flash_attention f16 and bf16 caches on every case", "[kernels][attent
       run_case<bf16_t>(c);
     }
   }
+}
+
+// An int8 cache (--kv-dtype int8: head rows of codes and an f32 scale, kv8.hpp) goes through the
+// same cases: decode items of every ISA widen each block with its rows' scales, prefill tiles
+// widen as they copy. The reference reads the dequantized values (code * scale), so the f32
+// bound holds; what the quantization itself costs is verify's bound (docs/guarantees.md).
+TEST_CASE("flash_attention int8 caches on every case", "[kernels][attention]") {
+  for (FaCase c : numerics_cases()) {
+    SECTION(c.name) {
+      if (c.budget > 0 && c.budget < 25920)
+        c.budget = 25920; // tiles are copied and widened, as for a 16-bit cache
+      run_case<kv8_t>(c);
+    }
+  }
+}
+
+TEST_CASE("int8 KV rows: codes, scale and their bound", "[kernels][attention]") {
+  const std::int64_t d = 64;
+  std::vector<float> x(static_cast<std::size_t>(d));
+  std::mt19937 rng(7);
+  std::normal_distribution<float> nd(0.f, 1.f); // |x| < 9.5 for these 64 draws
+  for (auto& e : x)
+    e = nd(rng);
+  x[5] = -9.5f; // the row's largest magnitude
+  std::vector<kv8_t> row(static_cast<std::size_t>(kv_row_elems<kv8_t>(d)));
+  kv8_quantize_row(x.data(), row.data(), d);
+  const float scale = kv8_scale(row.data(), d);
+  CHECK(scale == 9.5f / 127.f);
+  CHECK(row[5].code == -127);
+  std::vector<float> back(x.size());
+  kv8_dequantize_row(row.data(), back.data(), d);
+  for (std::int64_t i = 0; i < d; ++i) {
+    const auto e = static_cast<std::size_t>(i);
+    CHECK(std::abs(back[e] - x[e]) <= 0.5f * scale * (1 + 1e-6f));
+  }
+  // zeros keep scale 0 and codes 0; a NaN makes the whole row read back as NaN
+  std::vector<float> z(x.size(), 0.f);
+  kv8_quantize_row(z.data(), row.data(), d);
+  CHECK(kv8_scale(row.data(), d) == 0.f);
+  kv8_dequantize_row(row.data(), back.data(), d);
+  CHECK(back[0] == 0.f);
+  x[9] = std::numeric_limits<float>::quiet_NaN();
+  kv8_quantize_row(x.data(), row.data(), d);
+  kv8_dequantize_row(row.data(), back.data(), d);
+  CHECK(std::isnan(back[0]));
+  CHECK(std::isnan(back[63]));
 }
 
 TEST_CASE("flash_attention tile choice respects the budget", "[kernels][attention]") {

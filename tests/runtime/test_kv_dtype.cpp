@@ -1,10 +1,10 @@
-// The KV cache in f16 / bf16 (--kv-dtype, conversion::LowerOptions::kv_dtype): the cache geometry
-// and the stage programs carry the dtype (half the bytes of an f32 cache), the default follows
-// the mode (f32 for f32, f16 for every other mode), and the runtime paths that read the cache
-// (decode, batched decode over KV slots, the prompt cache's prefill_kv) give the f32 cache's
-// logits within the documented f16-KV bound (docs/guarantees.md); batched decode on an f16
-// cache equals decoding alone on an f16 cache within the f32 bound (both read the same rounded
-// keys and values).
+// The KV cache in f16 / bf16 / int8 (--kv-dtype, conversion::LowerOptions::kv_dtype): the cache
+// geometry and the stage programs carry the dtype (half the bytes of an f32 cache, a little over
+// a quarter for int8), the default follows the mode (f32 for f32, f16 for every other mode), and
+// the runtime paths that read the cache (decode, batched decode over KV slots, the prompt cache's
+// prefill_kv) give the f32 cache's logits within the documented KV bound (docs/guarantees.md);
+// batched decode on a 16-bit or int8 cache equals decoding alone on the same cache within the
+// f32 bound (both read the same stored keys and values).
 #include "small_compile.hpp"
 #include "test_data_dir.hpp"
 #include <catch2/catch.hpp>
@@ -32,6 +32,8 @@ namespace kv_dtype_test {
 constexpr double kF16KvBound = 5e-3;
 /// The same for a bf16 cache (8 significant bits instead of 11): 5e-2.
 constexpr double kBf16KvBound = 5e-2;
+/// The same for an int8 cache (codes and a scale per position and head): 8e-2.
+constexpr double kInt8KvBound = 8e-2;
 
 frontend::StageParams kv_params() {
   return tpullm_test::small_params(128, 32, {64}, {1, 2});
@@ -78,15 +80,17 @@ TEST_CASE("the KV cache takes the chosen dtype, the mode's by default", "[kv-dty
     std::string mode, kv;
     ir::DType want;
   };
-  const Case c =
-      GENERATE(Case{"f32", "", ir::DType::f32}, Case{"f32", "f16", ir::DType::f16},
-               Case{"bf16", "", ir::DType::f16}, Case{"w8a16", "", ir::DType::f16},
-               Case{"bf16", "bf16", ir::DType::bf16}, Case{"f16", "f32", ir::DType::f32});
+  const Case c = GENERATE(Case{"f32", "", ir::DType::f32}, Case{"f32", "f16", ir::DType::f16},
+                          Case{"bf16", "", ir::DType::f16}, Case{"w8a16", "", ir::DType::f16},
+                          Case{"bf16", "bf16", ir::DType::bf16}, Case{"f16", "f32", ir::DType::f32},
+                          Case{"f32", "int8", ir::DType::i8});
   INFO("mode " << c.mode << " kv-dtype '" << c.kv << "'");
   const auto m = compile_with("llama-gqa", c.mode, c.kv);
   const auto& d = m.desc.dims;
   CHECK(m.cm.kv.dtype == c.want);
-  CHECK(m.cm.kv.row_bytes == d.kv_heads * d.head_dim * (c.want == ir::DType::f32 ? 4 : 2));
+  CHECK(m.cm.kv.row_bytes == (c.want == ir::DType::i8
+                                  ? d.kv_heads * (d.head_dim + 4) // codes, then a scale per head
+                                  : d.kv_heads * d.head_dim * (c.want == ir::DType::f32 ? 4 : 2)));
   // The decode program's history arguments and stored rows are the cache, in its dtype.
   const auto& p = program(m.cm, frontend::StageNames::block_cache(0, 64));
   REQUIRE(p.args.size() == 4);
@@ -106,10 +110,10 @@ TEST_CASE("a 16-bit KV cache refuses a bad dtype", "[kv-dtype]") {
   CHECK_THROWS_AS(conversion::kv_cache_dtype(o.lower), Error);
 }
 
-TEST_CASE("decode and batched decode on an f16 / bf16 cache follow the f32 cache",
+TEST_CASE("decode and batched decode on an f16 / bf16 / int8 cache follow the f32 cache",
           "[kv-dtype][batched-decode]") {
-  const std::string kv = GENERATE("f16", "bf16");
-  const double bound = kv == "f16" ? kF16KvBound : kBf16KvBound;
+  const std::string kv = GENERATE("f16", "bf16", "int8");
+  const double bound = kv == "f16" ? kF16KvBound : kv == "bf16" ? kBf16KvBound : kInt8KvBound;
   INFO("kv-dtype " << kv);
   const auto f32 = compile_with("llama-gqa", "f32", "f32");
   const auto k16 = compile_with("llama-gqa", "f32", kv);

@@ -154,7 +154,7 @@ SourceKind classify_source(const fs::path& path) {
 }
 
 frontend::StageParams source_params(const frontend::ModelDesc& desc, std::int64_t requested,
-                                    std::int64_t kv_value_bytes) {
+                                    ir::DType kv_dtype) {
   auto with_seq = [](std::int64_t seq) {
     frontend::StageParams p;
     p.seq_length = seq;
@@ -170,7 +170,7 @@ frontend::StageParams source_params(const frontend::ModelDesc& desc, std::int64_
   std::int64_t seq = std::min<std::int64_t>(context, 4096);
   const double budget = frontend::memory_limit_bytes() / 2;
   while (seq > 256 && frontend::estimate_memory(desc, with_seq(seq), frontend::Workload::run,
-                                                FileAccess::map, kv_value_bytes)
+                                                FileAccess::map, kv_dtype)
                               .total() > budget)
     seq /= 2;
   return with_seq(seq);
@@ -233,8 +233,7 @@ OpenedBundle open_bundle_source(const BundleArgs& a, bool verbose, std::string* 
   compiler::CompileOptions copts;
   if (!a.mode.empty())
     copts.lower.mode = a.mode;
-  const auto params =
-      source_params(desc, a.seq_length, ir::byte_size(conversion::kv_cache_dtype(copts.lower), 1));
+  const auto params = source_params(desc, a.seq_length, conversion::kv_cache_dtype(copts.lower));
   const std::string what = str_cat("mode ", copts.lower.mode, ", seq_length ", params.seq_length,
                                    ", max_input_length ", params.max_input_length);
   auto compile_into = [&](const fs::path& out) {

@@ -58,7 +58,7 @@ SourceKind classify_source(const std::filesystem::path& path);
 /// below 256); max_input_length min(256, seq_length / 2); decode variants by halving down to
 /// 128 and the automatic prefill variants, as `tpullm compile` picks; prefill_kv built.
 frontend::StageParams source_params(const frontend::ModelDesc& desc, std::int64_t requested,
-                                    std::int64_t kv_value_bytes);
+                                    ir::DType kv_dtype);
 
 /// The 64-bit content hash of a source as 16 hex digits: name, size and CRC-32C of every file
 /// the compile reads (a folder's *.json, *.safetensors and *.jinja files; a GGUF file itself, or

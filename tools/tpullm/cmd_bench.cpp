@@ -299,7 +299,7 @@ int cmd_bench(const std::vector<std::string>& args) {
                    {"max_input_length", m.params.max_input_length},
                    {"linear_parameters", params},
                    {"kv_cache_bytes", opened->kv().bytes()},
-                   {"kv_dtype", std::string(ir::name(opened->kv().dtype))}};
+                   {"kv_dtype", std::string(conversion::kv_dtype_spelling(opened->kv().dtype))}};
 
   // Each prefill row is judged against the compute peaks measured next to it (before each
   // repeat and after the last, the best kept), as decode rows are against the read ceiling: a

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "command.hpp"
+#include "tpullm/conversion/lower_to_tpu.hpp"
 #include "tpullm/runtime/text_side.hpp"
 #include "tpullm/bundle/bundle.hpp"
 
@@ -84,11 +85,13 @@ int cmd_inspect(const std::vector<std::string>& args) {
                  {"local_memory", t.local_memory},
                  {"alignment", t.alignment}};
   const std::int64_t kv_per_token = 2 * b->kv().layers * b->kv().row_bytes; // keys and values
-  j["memory"] = {
-      {"kv_cache_bytes", b->kv().bytes()},  {"kv_capacity", b->kv().capacity},
-      {"kv_bytes_per_token", kv_per_token}, {"kv_dtype", std::string(ir::name(b->kv().dtype))},
-      {"max_arena_bytes", b->max_arena()},  {"arena_lower_bound_bytes", b->arena_lower_bound()},
-      {"max_local_bytes", b->max_local()}};
+  j["memory"] = {{"kv_cache_bytes", b->kv().bytes()},
+                 {"kv_capacity", b->kv().capacity},
+                 {"kv_bytes_per_token", kv_per_token},
+                 {"kv_dtype", std::string(conversion::kv_dtype_spelling(b->kv().dtype))},
+                 {"max_arena_bytes", b->max_arena()},
+                 {"arena_lower_bound_bytes", b->arena_lower_bound()},
+                 {"max_local_bytes", b->max_local()}};
   j["weights"] = {{"count", b->weights().size()},
                   {"bytes", weight_bytes},
                   {"blob_bytes", b->blob_bytes()},
@@ -178,9 +181,9 @@ int cmd_inspect(const std::vector<std::string>& args) {
             << "target  " << t.name << ": " << t.cores << " cores, local memory " << t.local_memory
             << " B\n"
             << "memory  KV cache " << mib(b->kv().bytes()) << " (" << b->kv().capacity << " slots, "
-            << ir::name(b->kv().dtype) << ", " << kv_per_token << " B per token), arena "
-            << b->max_arena() << " B (lower bound " << b->arena_lower_bound() << " B), local "
-            << b->max_local() << " B per core\n"
+            << conversion::kv_dtype_spelling(b->kv().dtype) << ", " << kv_per_token
+            << " B per token), arena " << b->max_arena() << " B (lower bound "
+            << b->arena_lower_bound() << " B), local " << b->max_local() << " B per core\n"
             << "weights " << b->weights().size() << " tensors, " << mib(weight_bytes) << " "
             << j["weights"]["bytes_by_dtype"].dump() << "\n"
             << "draft   " << draft_line << "\n"

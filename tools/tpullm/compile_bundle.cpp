@@ -274,7 +274,7 @@ CompileReport compile_checkpoint(const frontend::ModelDesc& desc,
   check_runnable(desc, params, options);
   plan_quantization(desc, options.lower, keep_float);
   // Refuse up front what cannot be compiled here, or run from the bundle (its KV cache).
-  frontend::check_run_memory(desc, params, access, ir::byte_size(options.lower.plan->kv_dtype, 1));
+  frontend::check_run_memory(desc, params, access, options.lower.plan->kv_dtype);
   return compile_bundle(desc, params, std::move(options), out, progress, before_commit, "-o",
                         draft);
 }

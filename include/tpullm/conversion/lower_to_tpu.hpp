@@ -48,7 +48,8 @@ struct LowerOptions {
   bool symmetric = false;       ///< w8a16 / w4a16: no zero points
   std::string keep_float; ///< w8a16 / w4a16: bounded PCRE2 regex (UserRegex) of Top weight names
                           ///< kept in bf16
-  /// KV cache element type: f32, f16 or bf16 (empty: f32 for mode f32, f16 for every other mode)
+  /// KV cache element type: f32, f16, bf16 or int8 (empty: f32 for mode f32, f16 for every other
+  /// mode)
   std::string kv_dtype;
   // --- int8 (W8A8) ---
   std::string act_quant = "dynamic"; ///< int8: dynamic (a scale per row) or static (per tensor)
@@ -73,7 +74,8 @@ struct LowerOptions {
     f("keep-float", s.keep_float,
       "quantizing modes: regex of weight names (e.g. layers\\.0\\..*) kept in the float dtype");
     f("kv-dtype", s.kv_dtype,
-      "KV cache element type: f32, f16 or bf16 (default: f32 for mode f32, f16 otherwise)");
+      "KV cache element type: f32, f16, bf16 or int8 (a scale per position and head; default: "
+      "f32 for mode f32, f16 otherwise)");
     f("act-quant", s.act_quant,
       "int8: activation quantization, dynamic (a scale per row at run time) or static (one "
       "calibrated scale per tensor, needs calib)");
@@ -84,10 +86,16 @@ struct LowerOptions {
   }
 };
 
-/// The KV cache element type `options` choose: kv_dtype when given (f32, f16 or bf16; anything
+/// The KV cache element type `options` choose: kv_dtype when given (f32, f16, bf16 or int8 = i8
+/// with the kv_rows layout; anything
 /// else throws Error(invalid_input) naming the option as `spelling` writes it), else f32 for
 /// mode f32 and f16 for every other mode.
 ir::DType kv_cache_dtype(const LowerOptions& options, const QuantOptionSpelling& spelling = {});
+
+/// The --kv-dtype spelling of a KV cache element type: "int8" for i8, the dtype's name otherwise.
+inline std::string_view kv_dtype_spelling(ir::DType t) {
+  return t == ir::DType::i8 ? "int8" : ir::name(t);
+}
 
 /// The one place the options' rules live: the plan of `options` without its calibration table
 /// and keep-float set (no file read, no regex compiled: a tool checks the plan against the model

@@ -23,6 +23,7 @@
 
 #include "tpullm/frontend/model_desc.hpp"
 #include "tpullm/frontend/stage_params.hpp"
+#include "tpullm/ir/dtype.hpp"
 #include "tpullm/support/error.hpp"
 
 namespace tpullm::frontend {
@@ -67,10 +68,11 @@ std::optional<double> read_limit_file(const std::string& path);
 
 /// The memory `d` under `p` needs for `w` (see Workload). `access` says whether the checkpoint
 /// is mapped (its pages are the page cache's, not counted) or read into memory (counted).
-/// `kv_value_bytes`: bytes of one KV cache element of a compiled run (4 f32, 2 f16 / bf16).
+/// `kv_dtype`: the KV cache's element type of a compiled run (f32, f16, bf16, or i8: codes and
+/// a 4-byte scale per position and head, memory::kv_row_bytes).
 MemoryEstimate estimate_memory(const ModelDesc& d, const StageParams& p, Workload w,
                                FileAccess access = FileAccess::map,
-                               std::int64_t kv_value_bytes = 4);
+                               ir::DType kv_dtype = ir::DType::f32);
 
 /// The memory `tpullm calibrate` needs for `d` under `p`: `sessions` samples run at once in the
 /// f64 interpreter, each with its KV cache, RoPE tables and prefill activations (the interpret
@@ -91,10 +93,11 @@ void check_memory(const MemoryEstimate& e, const StageParams& p, const ModelDesc
                   double limit = memory_limit_bytes());
 
 /// check_memory() of the run workload (a bundle compiled from `d` under `p`, run with a KV cache
-/// of `kv_value_bytes` per element). When that does not fit but a 16-bit cache would
-/// (kv_value_bytes > 2), the refusal (Error(invalid_input) on --seq-length) says so with both
-/// figures, so the user is told the option that makes the run fit.
+/// in `kv_dtype`). When that does not fit but a smaller cache would (f16 for an f32 cache, else
+/// int8 for a 16- or 32-bit one), the refusal (Error(invalid_input) on --seq-length) names the
+/// first --kv-dtype that fits and both figures, so the user is told the option that makes the
+/// run fit.
 void check_run_memory(const ModelDesc& d, const StageParams& p, FileAccess access,
-                      std::int64_t kv_value_bytes, double limit = memory_limit_bytes());
+                      ir::DType kv_dtype, double limit = memory_limit_bytes());
 
 } // namespace tpullm::frontend

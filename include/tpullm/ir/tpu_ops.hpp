@@ -78,11 +78,14 @@ inline void require_act(const TensorType& t, const char* what) {
   require(t.dtype == DType::f32 && !t.quant && t.layout == Layout::row_major,
           std::string(what) + " must be an f32 activation, got " + t.str());
 }
-/// A KV cache tensor: f32, f16 or bf16 row-major, unquantized (the cache's element type).
+/// A KV cache tensor: f32, f16 or bf16 row-major, unquantized, or i8 with the kv_rows layout
+/// (the cache's element type; kv_cache_type).
 inline void require_kv(const TensorType& t, const char* what) {
-  require((t.dtype == DType::f32 || t.dtype == DType::f16 || t.dtype == DType::bf16) && !t.quant &&
-              t.layout == Layout::row_major,
-          std::string(what) + " must be an f32, f16 or bf16 KV tensor, got " + t.str());
+  const bool float_cache =
+      (t.dtype == DType::f32 || t.dtype == DType::f16 || t.dtype == DType::bf16) && !t.quant;
+  require(t.layout == Layout::row_major && (float_cache || t == kv_cache_type(t.shape, DType::i8)),
+          std::string(what) + " must be an f32, f16, bf16 or int8 (kv_rows) KV tensor, got " +
+              t.str());
 }
 /// A small float parameter stored row-major (norm gamma, bias, RoPE table, embedding table).
 inline void require_param(const TensorType& t, const char* what) {
@@ -269,7 +272,7 @@ struct KVStoreOp : KvCacheRef {
                                    .row_operands = operand_set({rows}),
                                    .positions = positions,
                                    .effect = MemoryEffect::writes_kv};
-  std::optional<DType> dtype; ///< the cache's element type: f32 (absent), f16 or bf16
+  std::optional<DType> dtype; ///< the cache's element type: f32 (absent), f16, bf16 or i8
   template <class S, class F>
   static void attrs(S& s, F&& f) {
     KvCacheRef::attrs(s, f);
@@ -283,7 +286,7 @@ static_assert(KVStoreOp::rows == kSourceOperand, "a KV store stores its source o
 /// [1, S, kv_heads, d] (the cache), new rows [1, L, kv_heads, d] (a tpu.KVStore result of the
 /// same layer and kind), position_ids [1, L] -> the cache as [1, S + L, kv_heads, d] in which
 /// slot j holds position j for j < position_ids[0] + L (other slots are never read). History,
-/// new rows and result share the cache's dtype (f32, f16 or bf16).
+/// new rows and result share the cache's type (f32, f16, bf16, or i8 with kv_rows).
 /// Batched decode: history [B, S, kv_heads, d], new rows [B, 1, kv_heads, d], position_ids
 /// [B, 1] -> [B, S + 1, kv_heads, d], row b being the cache of row b's conversation.
 struct KVAppendOp : KvCacheRef {

@@ -22,6 +22,9 @@ enum class QuantFormat : std::uint8_t {
   packed,  ///< tpullm's own kernel layout (see docs/kernels.md)
   gptq_v2, ///< GPTQ layout with zeros stored exactly (checkpoint_format gptq_v2)
   ggml,    ///< a GGUF tensor's ggml blocks as stored (QuantSpec::ggml_type), rows [N, K]
+  /// An int8 KV cache (i8, never a weight): each row of the last dimension (one position's head
+  /// of d values) stored as its d codes then its f32 scale, d + 4 bytes (kernels/kv8.hpp).
+  kv_rows,
 };
 
 /// Text spelling of a QuantFormat.
@@ -37,6 +40,8 @@ constexpr std::string_view name(QuantFormat f) {
     return "gptq_v2";
   case QuantFormat::ggml:
     return "ggml";
+  case QuantFormat::kv_rows:
+    return "kv_rows";
   }
   return "?";
 }
@@ -90,7 +95,7 @@ inline constexpr std::int64_t kMaxElements = std::int64_t{1} << 48;
 struct TensorType {
   std::vector<std::int64_t> shape;   ///< dimensions, outermost first; empty = scalar
   DType dtype = DType::f32;          ///< element type (stored type for quantized weights)
-  std::optional<QuantSpec> quant;    ///< present only on quantized weights
+  std::optional<QuantSpec> quant;    ///< quantized weights, and kv_rows on an int8 KV cache
   Layout layout = Layout::row_major; ///< panels only on packed Tpu weights
 
   TensorType() = default;
@@ -105,8 +110,14 @@ struct TensorType {
   /// Product of the dimensions (1 for a scalar). Throws Error(invalid_input) when the type
   /// breaks the limits (see limit_violation), so the product never overflows.
   std::int64_t num_elements() const;
-  /// Storage bytes for the elements (sub-byte types packed).
-  std::int64_t byte_size() const { return ir::byte_size(dtype, num_elements()); }
+  /// Storage bytes for the elements (sub-byte types packed; a kv_rows cache adds a 4-byte scale
+  /// per row of its last dimension).
+  std::int64_t byte_size() const {
+    const std::int64_t n = num_elements();
+    if (quant && quant->format == QuantFormat::kv_rows)
+      return n + (shape.empty() || shape.back() == 0 ? 0 : n / shape.back() * 4);
+    return ir::byte_size(dtype, n);
+  }
   /// Dimension `i`, negative counting from the back. Throws Error(invalid_input) when the
   /// tensor has no such axis (e.g. dim(-1) of a scalar).
   std::int64_t dim(std::int64_t i) const;
@@ -123,6 +134,16 @@ struct TensorType {
   /// Text spelling, e.g. "tensor<1x128x896xf32>".
   std::string str() const;
 };
+
+/// The type of a KV cache (or of rows stored into one) of `shape` [B, S, kv_heads, d] in element
+/// type `dtype`: f32 / f16 / bf16 as they are, i8 with the kv_rows layout (codes and a scale per
+/// head row).
+inline TensorType kv_cache_type(std::vector<std::int64_t> shape, DType dtype) {
+  std::optional<QuantSpec> q;
+  if (dtype == DType::i8)
+    q = QuantSpec{QuantFormat::kv_rows};
+  return TensorType(std::move(shape), dtype, q);
+}
 
 /// Streams t.str() (so that messages can format a type lazily: `str_cat("got ", t)`).
 inline std::ostream& operator<<(std::ostream& os, const TensorType& t) {

@@ -39,7 +39,9 @@
 namespace tpullm::kernels {
 
 /// Causal multi-head attention, FlashAttention-2 tiling with an online softmax.
-/// q: [L, q_heads, d]; k, v: [S, kv_heads, d] of f32/bf16/f16 (slot j = position j);
+/// q: [L, q_heads, d]; k, v: [S, kv_heads, d] of f32/bf16/f16, or an int8 cache of kv8_t head
+/// rows (kv8.hpp: S * kv_heads * (d + 4) bytes; widened with their scales as they are read,
+/// prefill on the vector path even on AMX) (slot j = position j);
 /// position_ids: [L] int32 (>= 0; may be empty when !shape.causal); out: [L, q_heads, d] f32.
 /// Query rows past L_valid are neither read nor written; keys past S_valid are never read.
 /// `split`: heads = kv heads divided across cores; rows = (kv heads, q tile) items dealt
@@ -55,8 +57,10 @@ void flash_attention(std::span<const float> q, std::span<const KV> k, std::span<
                      std::span<const std::int32_t> position_ids, std::span<float> out,
                      const AttentionShape& shape, const CoreSplit& split = {},
                      std::size_t local_memory_bytes = 0) {
-  static_assert(is_float_storage_v<KV>, "k/v must be float, bf16_t or f16_t");
-  detail::fa_check(shape, q.size(), k.size(), v.size(), position_ids.size(), out.size());
+  static_assert(is_float_storage_v<KV> || std::is_same_v<KV, kv8_t>,
+                "k/v must be float, bf16_t, f16_t or kv8_t");
+  detail::fa_check(shape, q.size(), k.size(), v.size(), position_ids.size(), out.size(),
+                   kv_row_elems<KV>(shape.head_dim));
   if (shape.causal)
     for (std::int64_t i = 0; i < shape.L_valid; ++i)
       if (position_ids[static_cast<std::size_t>(i)] < 0)
@@ -75,10 +79,12 @@ void flash_attention(std::span<const float> q, std::span<const KV> k, std::span<
     throw_error(
         ErrorKind::internal, "",
         "flash_attention: splitting keys (cols) across cores is not supported; use heads or rows");
-  if (amx::emulation_forced() || active_isa() == Isa::amx) { // Q K^T and P V on AMX-BF16
-    detail::flash_attention_amx<KV>(q.data(), k.data(), v.data(), position_ids.data(), out.data(),
-                                    shape, split, amx::emulation_forced());
-    return;
+  if constexpr (!std::is_same_v<KV, kv8_t>) { // an int8 cache prefills on the vector path
+    if (amx::emulation_forced() || active_isa() == Isa::amx) { // Q K^T and P V on AMX-BF16
+      detail::flash_attention_amx<KV>(q.data(), k.data(), v.data(), position_ids.data(), out.data(),
+                                      shape, split, amx::emulation_forced());
+      return;
+    }
   }
   const std::int64_t parts = split.dim == SplitDim::none ? 1 : std::max(1, split.parts);
   const detail::FaPlan plan = detail::fa_plan(

@@ -22,6 +22,7 @@
 #if TPULLM_X86
 #include <immintrin.h>
 #endif
+#include "tpullm/kernels/kv8.hpp"
 #include "tpullm/support/float16.hpp"
 
 #ifndef TPULLM_ALWAYS_INLINE
@@ -43,10 +44,12 @@ template <class T>
 inline constexpr bool is_float_storage_v =
     std::is_same_v<T, float> || std::is_same_v<T, bf16_t> || std::is_same_v<T, f16_t>;
 
-/// Printable dtype name of a storage type ("f32", "bf16", "f16").
+/// Printable dtype name of a storage type ("f32", "bf16", "f16", "int8" for a kv8_t cache).
 template <class T>
 constexpr const char* storage_name() {
-  if constexpr (std::is_same_v<T, float>)
+  if constexpr (std::is_same_v<T, kv8_t>)
+    return "int8";
+  else if constexpr (std::is_same_v<T, float>)
     return "f32";
   else if constexpr (std::is_same_v<T, bf16_t>)
     return "bf16";
@@ -161,9 +164,13 @@ TPULLM_TARGET_AVX2 void convert_avx2(const T* src, float* dst, std::int64_t n) {
 }
 
 /// Converts one row of n storage elements to f32 on the path `isa` selects.
+/// For kv8_t, src is one head row of n codes and its scale (kv8.hpp).
 template <class T>
 void convert_row(const T* src, float* dst, std::int64_t n, Isa isa) {
-  if constexpr (std::is_same_v<T, float>) {
+  if constexpr (std::is_same_v<T, kv8_t>) {
+    (void)isa;
+    kv8_dequantize_row(src, dst, n);
+  } else if constexpr (std::is_same_v<T, float>) {
     (void)isa;
     std::memcpy(dst, src, static_cast<std::size_t>(n) * sizeof(float));
   } else if constexpr (std::is_same_v<T, f16_t>) {

@@ -60,6 +60,9 @@ auto Parser::parse_type() -> TensorType {
       t.quant = parse_quant();
     }
   }
+  if (t.quant && t.quant->format == QuantFormat::kv_rows &&
+      (t.dtype != DType::i8 || t.layout != Layout::row_major))
+    throw DiagnosticError(body.loc, "quant<kv_rows> is an int8 KV cache: row-major i8 only");
   if (cur_.kind != Tok::greater)
     throw DiagnosticError(cur_.loc, "expected '>' to close the tensor type started at " + at.str());
   advance();
@@ -75,6 +78,10 @@ auto Parser::parse_quant() -> QuantSpec {
   const Token f = expect(Tok::bare_id, "a quantization format (gptq, awq, packed)");
   if (!parse_quant_spelling(f.text, q))
     throw DiagnosticError(f.loc, "unknown quantization format '" + f.text + "'");
+  if (q.format == QuantFormat::kv_rows) { // an int8 KV cache: no group, no flags
+    expect(Tok::greater, "'>' (quant<kv_rows> takes no group or flags)");
+    return q;
+  }
   expect(Tok::comma, "','");
   expect_keyword("group");
   expect(Tok::equal, "'='");

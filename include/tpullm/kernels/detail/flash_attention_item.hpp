@@ -104,7 +104,7 @@ void fa_item(const float* q, const KV* k, const KV* v, const std::int32_t* pos_i
       // key-major so all heads of a key come in one stream; widens 16-bit caches
       for (std::int64_t j = 0; j < ncopy; ++j)
         for (std::int64_t hh = 0; hh < nh; ++hh) {
-          const auto off = ((j0 + j) * s.kv_heads + hb + hh) * d;
+          const auto off = ((j0 + j) * s.kv_heads + hb + hh) * kv_row_elems<KV>(d);
           convert_row(k + off, tl[hh * nq].kbuf + j * d, d, isa);
           convert_row(v + off, tl[hh * nq].vbuf + j * d, d, isa);
         }

@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 #include <vector>
 
 #include "tpullm/kernels/attention_shape.hpp"
@@ -27,19 +28,33 @@
 namespace tpullm::kernels::detail {
 
 /// One decode item on the portable path's xsimd vectors: dot products and P V over d (K / V
-/// rows widened to f32 a vector at a time).
+/// rows widened to f32 a vector at a time; an int8 cache's rows widened whole, with their scale).
 template <class KV>
 void fd_item_portable(const FdItem<KV>& it) {
-  const std::int64_t d = it.d, H = it.H, G = it.G;
+  const std::int64_t d = it.d, H = it.H, G = it.G, row = kv_row_elems<KV>(d);
   const std::int64_t dv = d / kPW * kPW;
+  constexpr bool kInt8 = std::is_same_v<KV, kv8_t>;
   float s[kFdBlock], p[kFdBlock], wide[kPW];
-  auto load = [&](const KV* src) {
-    if constexpr (std::is_same_v<KV, float>) {
+  thread_local std::vector<float> widened; // an int8 row as f32
+  if constexpr (kInt8)
+    widened.resize(static_cast<std::size_t>(d));
+  auto load = [&](const auto* src) {
+    using T = std::remove_cv_t<std::remove_pointer_t<decltype(src)>>;
+    if constexpr (std::is_same_v<T, float>) {
       return pv_load(src);
     } else {
       for (std::int64_t l = 0; l < kPW; ++l)
         wide[l] = to_f32(src[l]);
       return pv_load(wide);
+    }
+  };
+  // a row of the cache as something load() and to_f32() read: an int8 row widened first
+  auto values = [&](const KV* r) {
+    if constexpr (kInt8) {
+      kv8_dequantize_row(r, widened.data(), d);
+      return static_cast<const float*>(widened.data());
+    } else {
+      return r;
     }
   };
   for (std::int64_t h = it.h0; h < it.h1; ++h)
@@ -53,7 +68,7 @@ void fd_item_portable(const FdItem<KV>& it) {
         const std::int64_t n = std::min(kFdBlock, it.j1 - jb);
         float bmax = -__builtin_inff();
         for (std::int64_t j = 0; j < n; ++j) {
-          const KV* kr = it.k + ((jb + j) * H + h) * d;
+          const auto* kr = values(it.k + ((jb + j) * H + h) * row);
           PVec a0(0.f), a1(0.f);
           std::int64_t x = 0;
           for (; x + 2 * kPW <= dv; x += 2 * kPW) {
@@ -83,7 +98,7 @@ void fd_item_portable(const FdItem<KV>& it) {
         for (std::int64_t x = dv; x < d; ++x)
           o[x] *= alpha;
         for (std::int64_t j = 0; j < n; ++j) {
-          const KV* vr = it.v + ((jb + j) * H + h) * d;
+          const auto* vr = values(it.v + ((jb + j) * H + h) * row);
           const PVec pj(p[j]);
           for (std::int64_t x = 0; x < dv; x += kPW)
             pv_store(o + x, pv_fma(pj, load(vr + x), pv_load(o + x)));
@@ -135,8 +150,8 @@ inline FdPlan fd_plan(std::int64_t keys, std::int64_t kv_heads, std::int64_t par
 }
 
 /// Decode attention (shape.L_valid == 1, checked by the caller): q: [L, q_heads, d] (row 0),
-/// k, v: [S, kv_heads, d], out row 0: [q_heads, d]. Uses split.parts cores whatever the split's
-/// dimension (keys first, then kv heads).
+/// k, v: [S, kv_heads, d] (kv8_t: head rows of d codes and a scale), out row 0: [q_heads, d]. Uses
+/// split.parts cores whatever the split's dimension (keys first, then kv heads).
 template <class KV>
 void flash_decode(const float* q, const KV* k, const KV* v, const std::int32_t* pos, float* out,
                   const AttentionShape& s, const CoreSplit& split) {

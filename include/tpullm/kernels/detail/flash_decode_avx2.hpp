@@ -37,6 +37,7 @@ TPULLM_TARGET_AVX2 TPULLM_ALWAYS_INLINE __m256 fd_widen8_avx2(const KV* p) {
 
 /// dst [16][dp] = rows [0, n) of src (row stride `stride` elements, d elements each) as f32,
 /// lanes [d, dp) and rows [n, 16) zero.
+/// For kv8_t each row is codes times the row's scale (kv8.hpp).
 template <class KV>
 TPULLM_TARGET_AVX2 TPULLM_ALWAYS_INLINE void fd_widen16_avx2(const KV* src, std::int64_t stride,
                                                              std::int64_t n, std::int64_t d,
@@ -46,10 +47,21 @@ TPULLM_TARGET_AVX2 TPULLM_ALWAYS_INLINE void fd_widen16_avx2(const KV* src, std:
     const KV* s = src + j * stride;
     float* t = dst + j * dp;
     std::int64_t x = 0;
-    for (; x < d8; x += 8)
-      _mm256_storeu_ps(t + x, fd_widen8_avx2(s + x));
-    for (; x < d; ++x)
-      t[x] = to_f32(s[x]);
+    if constexpr (std::is_same_v<KV, kv8_t>) {
+      const float sc = kv8_scale(s, d);
+      const __m256 scv = _mm256_set1_ps(sc);
+      for (; x < d8; x += 8) {
+        const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(s + x));
+        _mm256_storeu_ps(t + x, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b)), scv));
+      }
+      for (; x < d; ++x)
+        t[x] = static_cast<float>(s[x].code) * sc;
+    } else {
+      for (; x < d8; x += 8)
+        _mm256_storeu_ps(t + x, fd_widen8_avx2(s + x));
+      for (; x < d; ++x)
+        t[x] = to_f32(s[x]);
+    }
     for (; x < dp; ++x)
       t[x] = 0.f;
   }
@@ -193,7 +205,8 @@ TPULLM_TARGET_AVX2 TPULLM_ALWAYS_INLINE float fd_hsum_avx2(__m256 v) {
 template <class KV, int DP>
 TPULLM_TARGET_AVX2 void fd_item_avx2_t(const FdItem<KV>& it) {
   const std::int64_t dp = DP > 0 ? DP : it.dp;
-  const std::int64_t d = DP > 0 ? dp : it.d, H = it.H, G = it.G, stride = H * d;
+  const std::int64_t d = DP > 0 ? dp : it.d, H = it.H, G = it.G, row = kv_row_elems<KV>(d);
+  const std::int64_t stride = H * row;
   const std::int64_t r0 = it.h0 * G, R = (it.h1 - it.h0) * G;
   const __m256 ninf = _mm256_set1_ps(-__builtin_inff());
   const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
@@ -215,8 +228,8 @@ TPULLM_TARGET_AVX2 void fd_item_avx2_t(const FdItem<KV>& it) {
     const __m256 valid1 =
         _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(n) - 8), lane));
     for (std::int64_t h = it.h0; h < it.h1; ++h) {
-      fd_widen16_avx2(it.k + (jb * H + h) * d, stride, n, d, dp, kb);
-      fd_widen16_avx2(it.v + (jb * H + h) * d, stride, n, d, dp, vb);
+      fd_widen16_avx2(it.k + (jb * H + h) * row, stride, n, d, dp, kb);
+      fd_widen16_avx2(it.v + (jb * H + h) * row, stride, n, d, dp, vb);
       const std::int64_t hr = (h - it.h0) * G; // the head's first row in the item
       for (std::int64_t g = 0; g < G; ++g) {
         const std::int64_t r = hr + g;

@@ -55,19 +55,37 @@ TPULLM_TARGET_AVX512 TPULLM_ALWAYS_INLINE __m512 fd_load(const KV* p, __mmask16 
 
 /// dst [16][dp] = rows [0, n) of src (row stride `stride` elements, d elements each) as f32,
 /// lanes [d, dp) and rows [n, 16) zero.
+/// For kv8_t each row is codes times the row's scale (kv8.hpp).
 template <class KV>
 TPULLM_TARGET_AVX512 TPULLM_ALWAYS_INLINE void fd_widen16_avx512(const KV* src, std::int64_t stride,
                                                                  std::int64_t n, std::int64_t d,
                                                                  std::int64_t dp, float* dst) {
   const std::int64_t full = d / 16;
   const __mmask16 tail = static_cast<__mmask16>((1u << (d % 16)) - 1u);
-  for (std::int64_t j = 0; j < n; ++j) {
-    const KV* s = src + j * stride;
-    float* t = dst + j * dp;
-    for (std::int64_t c = 0; c < full; ++c)
-      _mm512_store_ps(t + 16 * c, fd_load<KV, true>(s + 16 * c, 0xFFFF));
-    if (d % 16 != 0)
-      _mm512_store_ps(t + 16 * full, fd_load<KV, false>(s + 16 * full, tail));
+  if constexpr (std::is_same_v<KV, kv8_t>) {
+    for (std::int64_t j = 0; j < n; ++j) {
+      const KV* s = src + j * stride;
+      const __m512 sc = _mm512_set1_ps(kv8_scale(s, d));
+      float* t = dst + j * dp;
+      for (std::int64_t c = 0; c < full; ++c) {
+        const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + 16 * c));
+        _mm512_store_ps(t + 16 * c, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(b)), sc));
+      }
+      if (d % 16 != 0) {
+        const __m128i b = _mm_maskz_loadu_epi8(tail, s + 16 * full);
+        _mm512_store_ps(t + 16 * full,
+                        _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(b)), sc));
+      }
+    }
+  } else {
+    for (std::int64_t j = 0; j < n; ++j) {
+      const KV* s = src + j * stride;
+      float* t = dst + j * dp;
+      for (std::int64_t c = 0; c < full; ++c)
+        _mm512_store_ps(t + 16 * c, fd_load<KV, true>(s + 16 * c, 0xFFFF));
+      if (d % 16 != 0)
+        _mm512_store_ps(t + 16 * full, fd_load<KV, false>(s + 16 * full, tail));
+    }
   }
   for (std::int64_t j = n; j < kFdBlock; ++j)
     for (std::int64_t c = 0; c < dp; c += 16)
@@ -244,9 +262,11 @@ TPULLM_TARGET_AVX512 inline void fd_prefetch(const void* p, std::int64_t bytes) 
 template <class KV, int NC>
 TPULLM_TARGET_AVX512 void fd_item_avx512_t(const FdItem<KV>& it) {
   const std::int64_t nc = NC > 0 ? NC : it.dp / 16, dp = 16 * nc;
-  const std::int64_t d = NC > 0 ? dp : it.d, H = it.H, G = it.G, stride = H * d;
+  const std::int64_t d = NC > 0 ? dp : it.d, H = it.H, G = it.G, row = kv_row_elems<KV>(d);
+  const std::int64_t stride = H * row;
   const std::int64_t r0 = it.h0 * G, R = (it.h1 - it.h0) * G;
   constexpr bool kF32 = std::is_same_v<KV, float>;
+  constexpr bool kInt8 = std::is_same_v<KV, kv8_t>; // widened with its scales, every block
   // kb, vb [16][dp]; o [R][dp]; p, l [R][16]
   thread_local std::vector<float> buf;
   buf.resize(static_cast<std::size_t>(2 * kFdBlock * dp + R * dp + 2 * R * kFdBlock + 16));
@@ -259,36 +279,41 @@ TPULLM_TARGET_AVX512 void fd_item_avx512_t(const FdItem<KV>& it) {
   for (std::int64_t r = 0; r < R; ++r)
     it.m[r0 + r] = -__builtin_inff();
   const std::int64_t block_bytes =
-      kFdBlock * (it.h1 - it.h0) * d * static_cast<std::int64_t>(sizeof(KV));
+      kFdBlock * (it.h1 - it.h0) * row * static_cast<std::int64_t>(sizeof(KV));
   for (std::int64_t jb = it.j0; jb < it.j1; jb += kFdBlock) {
     const std::int64_t n = std::min(kFdBlock, it.j1 - jb);
     const __mmask16 valid = static_cast<__mmask16>(n == kFdBlock ? 0xFFFF : (1u << n) - 1u);
     // the item's heads are contiguous in a key row only when it has them all
     if (kFdPrefetch && it.h1 - it.h0 == H && jb + (kFdPrefetchBlocks + 1) * kFdBlock <= it.j1) {
-      const std::int64_t off = (jb + kFdPrefetchBlocks * kFdBlock) * H * d;
+      const std::int64_t off = (jb + kFdPrefetchBlocks * kFdBlock) * stride;
       fd_prefetch(it.k + off, block_bytes);
       fd_prefetch(it.v + off, block_bytes);
     }
     for (std::int64_t h = it.h0; h < it.h1; ++h) {
-      const KV* kh = it.k + (jb * H + h) * d;
-      const KV* vh = it.v + (jb * H + h) * d;
+      const KV* kh = it.k + (jb * H + h) * row;
+      const KV* vh = it.v + (jb * H + h) * row;
       const std::int64_t hr = (h - it.h0) * G; // the head's first row in the item
       const float* q = it.qp + (r0 + hr) * dp;
       float* m = it.m + r0 + hr;
-      if (NC > 0 && n == kFdBlock) {
-        // full block, d == dp: V (and K when only one row reads it, or when it is f32) read in
-        // place, K of a GQA group widened once
-        if (kF32 || G == 1) {
-          fd_softmax_rows_avx512<KV>(q, kh, stride, nc, G, valid, m, o + hr * dp, p + hr * kFdBlock,
-                                     lv + hr * kFdBlock);
-        } else {
-          fd_widen16_avx512(kh, stride, n, d, dp, kb);
-          fd_softmax_rows_avx512<float>(q, kb, dp, nc, G, valid, m, o + hr * dp, p + hr * kFdBlock,
-                                        lv + hr * kFdBlock);
+      if constexpr (!kInt8) {
+        if (NC > 0 && n == kFdBlock) {
+          // full block, d == dp: V (and K when only one row reads it, or when it is f32) read
+          // in place, K of a GQA group widened once
+          if (kF32 || G == 1) {
+            fd_softmax_rows_avx512<KV>(q, kh, stride, nc, G, valid, m, o + hr * dp,
+                                       p + hr * kFdBlock, lv + hr * kFdBlock);
+          } else {
+            fd_widen16_avx512(kh, stride, n, d, dp, kb);
+            fd_softmax_rows_avx512<float>(q, kb, dp, nc, G, valid, m, o + hr * dp,
+                                          p + hr * kFdBlock, lv + hr * kFdBlock);
+          }
+          fd_pv_avx512<KV>(o + hr * dp, dp, p + hr * kFdBlock, vh, stride, G, nc);
+          continue;
         }
-        fd_pv_avx512<KV>(o + hr * dp, dp, p + hr * kFdBlock, vh, stride, G, nc);
-      } else {
-        // the last block of the item (rows past it zero) or a run-time width (lanes past d zero)
+      }
+      {
+        // the last block of the item (rows past it zero), a run-time width (lanes past d zero)
+        // or an int8 cache (codes times their row's scale)
         fd_widen16_avx512(kh, stride, n, d, dp, kb);
         fd_widen16_avx512(vh, stride, n, d, dp, vb);
         fd_softmax_rows_avx512<float>(q, kb, dp, nc, G, valid, m, o + hr * dp, p + hr * kFdBlock,
