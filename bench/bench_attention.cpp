@@ -64,7 +64,8 @@ void bm_attention(benchmark::State& state, AttnModel m, std::int64_t L, std::int
   std::vector<float> q(static_cast<std::size_t>(L * m.q_heads * d));
   for (std::size_t i = 0; i < q.size(); ++i)
     q[i] = static_cast<float>(i % 17) * 0.01f;
-  const auto kv_elems = static_cast<std::size_t>(S * m.kv_heads * d);
+  // elements of the cache: S * kv_heads * d, or for an int8 cache its bytes (codes and scales)
+  const auto kv_elems = static_cast<std::size_t>(S * m.kv_heads * kernels::kv_row_elems<KV>(d));
   const long long set_bytes = 2LL * static_cast<long long>(kv_elems * sizeof(KV));
   const int copies =
       L == 1 ? static_cast<int>(std::max<long long>(1, dram_rotation_bytes() / set_bytes + 1)) : 1;
@@ -76,9 +77,22 @@ void bm_attention(benchmark::State& state, AttnModel m, std::int64_t L, std::int
     auto& v = vs[static_cast<std::size_t>(c)];
     k = kernels::AlignedArray<KV>(kv_elems);
     v = kernels::AlignedArray<KV>(kv_elems);
-    for (std::size_t i = 0; i < kv_elems; ++i) {
-      k[i] = to_kv<KV>(static_cast<float>(i % 13) * 0.01f);
-      v[i] = to_kv<KV>(static_cast<float>(i % 11) * 0.01f);
+    if constexpr (std::is_same_v<KV, kernels::kv8_t>) {
+      std::vector<float> kr(static_cast<std::size_t>(d)), vr(kr.size());
+      const std::int64_t row = kernels::kv_row_elems<KV>(d);
+      for (std::int64_t r = 0; r < S * m.kv_heads; ++r) {
+        for (std::int64_t x = 0; x < d; ++x) {
+          kr[static_cast<std::size_t>(x)] = static_cast<float>((r * d + x) % 13) * 0.01f;
+          vr[static_cast<std::size_t>(x)] = static_cast<float>((r * d + x) % 11) * 0.01f;
+        }
+        kernels::kv8_quantize_row(kr.data(), k.data() + r * row, d);
+        kernels::kv8_quantize_row(vr.data(), v.data() + r * row, d);
+      }
+    } else {
+      for (std::size_t i = 0; i < kv_elems; ++i) {
+        k[i] = to_kv<KV>(static_cast<float>(i % 13) * 0.01f);
+        v[i] = to_kv<KV>(static_cast<float>(i % 11) * 0.01f);
+      }
     }
   }
   std::vector<float> out(q.size());
@@ -98,7 +112,7 @@ void bm_attention(benchmark::State& state, AttnModel m, std::int64_t L, std::int
   }
   state.counters["copies"] = copies;
   if (L == 1) {
-    report_bandwidth(state, 2.0 * double(S * m.kv_heads * d) * sizeof(KV), threads);
+    report_bandwidth(state, 2.0 * double(kv_elems) * sizeof(KV), threads);
   } else {
     double pairs = 0;
     for (std::int64_t i = 0; i < L; ++i)
@@ -148,19 +162,22 @@ const bool registered = [] {
             ->MinTime(0.2);
       }
     }
-  // 16-bit caches (--kv-dtype f16 / bf16): the decode shapes of the two base models.
+  // 16-bit and int8 caches (--kv-dtype f16 / bf16 / int8): the decode shapes of the two base
+  // models (an int8 cache's bytes count its scales).
   for (const AttnModel& m : {models[0], models[1]})
     for (int threads : {1, 2})
       for (std::int64_t S : {4096, 8192, 32768})
-        for (const char* kv : {"f16", "bf16"}) {
-          const std::string name = std::string("attention_") + kv + "/" + m.name +
+        for (const std::string kv : {"f16", "bf16", "int8"}) {
+          const std::string name = "attention_" + kv + "/" + m.name +
                                    "/decode/L:1/S:" + std::to_string(S) +
                                    "/threads:" + std::to_string(threads);
-          auto* b = std::string(kv) == "f16"
-                        ? benchmark::RegisterBenchmark(name.c_str(), bm_attention<f16_t>, m, 1, S,
+          auto* b = kv == "f16" ? benchmark::RegisterBenchmark(name.c_str(), bm_attention<f16_t>, m,
+                                                               1, S, threads)
+                    : kv == "bf16"
+                        ? benchmark::RegisterBenchmark(name.c_str(), bm_attention<bf16_t>, m, 1, S,
                                                        threads)
-                        : benchmark::RegisterBenchmark(name.c_str(), bm_attention<bf16_t>, m, 1, S,
-                                                       threads);
+                        : benchmark::RegisterBenchmark(name.c_str(), bm_attention<kernels::kv8_t>,
+                                                       m, 1, S, threads);
           b->UseRealTime()->Unit(benchmark::kMicrosecond)->MinTime(0.2);
         }
   return true;
