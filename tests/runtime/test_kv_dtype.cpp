@@ -22,6 +22,7 @@
 #include "tpullm/runtime/compiled_stages.hpp"
 #include "tpullm/runtime/bundle_session.hpp"
 #include "tpullm/runtime/prompt_cache.hpp"
+#include "tpullm/verify/golden_check.hpp"
 
 using namespace tpullm;
 
@@ -50,7 +51,8 @@ struct Compiled {
 };
 
 Compiled compile_with(const std::string& model, const std::string& mode,
-                      const std::string& kv_dtype) {
+                      const std::string& kv_dtype,
+                      const frontend::StageParams& params = kv_params()) {
   Compiled c{
       frontend::load_model(std::filesystem::path(TPULLM_TEST_DATA_DIR) / "models" / model), {}, {}};
   compiler::CompileOptions o;
@@ -58,8 +60,8 @@ Compiled compile_with(const std::string& model, const std::string& mode,
   o.lower.mode = mode;
   o.lower.kv_dtype = kv_dtype;
   o.lower.group_size = 32; // divides llama-gqa's intermediate 352 (w8a16)
-  c.cm = compiler::compile(frontend::build_top_modules(c.desc, kv_params()), o);
-  c.dims = runtime::session_dims(bundle::make_model_info(c.desc, kv_params(), mode));
+  c.cm = compiler::compile(frontend::build_top_modules(c.desc, params), o);
+  c.dims = runtime::session_dims(bundle::make_model_info(c.desc, params, mode));
   return c;
 }
 
@@ -196,4 +198,35 @@ TEST_CASE("the prompt cache on an f16 cache follows the f32 cache", "[kv-dtype][
   CHECK(s16.length() == s32.length());
   const std::int32_t probe = 17;
   CHECK(tpullm_test::row_rel_err(s16.decode(probe), s32.decode(probe)) <= kF16KvBound);
+}
+
+// The int8 cache's KL bound (verify's 4e-3, docs/guarantees.md) on a long prompt: 900 tokens
+// through 1 prefill + 7 prefill_kv calls of 128 onto the quantized history, then 16 decode steps
+// (teacher-forced with the f32 cache's argmax), each row's distribution against the f32 cache's.
+TEST_CASE("an int8 cache keeps a long prompt's logits within its KL bound", "[kv-dtype]") {
+  const auto params = tpullm_test::small_params(1024, 128, {512});
+  const auto f32 = compile_with("llama-gqa", "f32", "f32", params);
+  const auto k8 = compile_with("llama-gqa", "f32", "int8", params);
+  auto e32 = runtime::make_executor(f32.cm, 0, 2);
+  auto e8 = runtime::make_executor(k8.cm, 0, 2);
+  runtime::CompiledStages st32(*e32), st8(*e8);
+  runtime::Session s32(st32, f32.dims, params), s8(st8, k8.dims, params);
+  const auto prompt = ids(900, 11);
+  std::vector<float> l32 = s32.prefill(prompt, false), l8 = s8.prefill(prompt, false);
+  double sum = 0, worst = 0;
+  int rows = 0;
+  for (int step = 0; step <= 16; ++step) {
+    const double kl = verify::detail::kl_divergence(l32, l8);
+    sum += kl;
+    worst = std::max(worst, kl);
+    ++rows;
+    if (step == 16)
+      break;
+    const auto next = static_cast<std::int32_t>(kernels::argmax(std::span<const float>(l32)));
+    l32 = s32.decode(next);
+    l8 = s8.decode(next);
+  }
+  INFO("mean KL " << sum / rows << ", worst row " << worst);
+  CHECK(sum / rows <= 4e-3);
+  CHECK(worst > 0); // the cache really is quantized
 }
