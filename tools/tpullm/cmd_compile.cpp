@@ -25,7 +25,8 @@ po::options_description compile_options(compiler::CompileOptions& c, std::string
       "dtype of the lm_head weight: f32, bf16, f16, w8 or w4 (default: the mode's; "
       "bf16 for w8a16 / w4a16)")(
       "kv-dtype", po::value(&c.lower.kv_dtype),
-      "element type of the KV cache: f32, f16 or bf16 (default: f32 for --mode f32, f16 for "
+      "element type of the KV cache: f32, f16, bf16 or int8 (a byte per value and a scale per "
+      "position and head; lossy, docs/guarantees.md) (default: f32 for --mode f32, f16 for "
       "every other mode)")(
       "target", po::value(&target_file),
       "target JSON file: cores, local_memory, alignment (default: this machine)")(

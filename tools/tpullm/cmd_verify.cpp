@@ -80,9 +80,9 @@ int cmd_verify(const std::vector<std::string>& args) {
       "embedding-dtype", po::value(&copts.lower.embedding),
       "tpu level: dtype of the embedding table (f32, bf16, f16, w8, w4; default: the mode's)")(
       "kv-dtype", po::value(&copts.lower.kv_dtype),
-      "tpu level: element type of the KV cache (f32, f16, bf16; default: f32 for --mode f32, "
-      "f16 otherwise)")("target", po::value(&target_file),
-                        "tpu level: target JSON file (default: this machine)")(
+      "tpu level: element type of the KV cache (f32, f16, bf16, int8; default: f32 for --mode "
+      "f32, f16 otherwise)")("target", po::value(&target_file),
+                             "tpu level: target JSON file (default: this machine)")(
       "fusions", po::value(&copts.fusions)->default_value(copts.fusions),
       "tpu level: fusion passes after lowering, a pipeline (e.g. fuse-add-rmsnorm,fuse-qkv,"
       "fuse-lm-head-argmax; empty: none)")(
