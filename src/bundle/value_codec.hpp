@@ -268,6 +268,8 @@ inline ir::TensorType decode_type(const fb::Type* t, const std::string& path) {
       fail(path, "unknown quantization format '" + t->quant()->format()->str() + "'");
     r.quant = ir::QuantSpec{*f, t->quant()->group_size(), t->quant()->zero_point(),
                             t->quant()->act_order(), t->quant()->min()};
+    if (auto why = ir::kv_rows_violation(r))
+      fail(path, *why);
   }
   return r;
 }

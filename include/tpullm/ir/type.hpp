@@ -145,6 +145,19 @@ inline TensorType kv_cache_type(std::vector<std::int64_t> shape, DType dtype) {
   return TensorType(std::move(shape), dtype, q);
 }
 
+/// Why `t` misuses the kv_rows layout (on anything but a row-major i8 tensor, or with a group or
+/// flags), or nullopt when it does not use it or uses it as kv_cache_type makes it. One rule for
+/// the text parser and the bundle reader.
+inline std::optional<std::string> kv_rows_violation(const TensorType& t) {
+  if (!t.quant || t.quant->format != QuantFormat::kv_rows)
+    return std::nullopt;
+  if (t.dtype != DType::i8 || t.layout != Layout::row_major)
+    return "quant<kv_rows> is an int8 KV cache: row-major i8 only";
+  if (!(*t.quant == QuantSpec{QuantFormat::kv_rows}))
+    return "quant<kv_rows> takes no group or flags";
+  return std::nullopt;
+}
+
 /// Streams t.str() (so that messages can format a type lazily: `str_cat("got ", t)`).
 inline std::ostream& operator<<(std::ostream& os, const TensorType& t) {
   return os << t.str();

@@ -16,6 +16,8 @@
 #include <cstring>
 #include <type_traits>
 
+#include "tpullm/kernels/detail/int8_quantize.hpp"
+
 namespace tpullm::kernels {
 
 /// One byte of an int8 KV cache (a code, or a byte of a row's scale); spans of kv8_t count bytes.
@@ -40,7 +42,8 @@ inline float kv8_scale(const kv8_t* row, std::int64_t d) {
   return s;
 }
 
-/// Stores the d values of x as one head row (codes then scale) at dst.
+/// Stores the d values of x as one head row (codes then scale) at dst: the W8A8 dynamic row rule
+/// (detail::row_quant), with a NaN scale where the row is not finite.
 inline void kv8_quantize_row(const float* x, kv8_t* dst, std::int64_t d) {
   float amax = 0.f;
   bool finite = true;
@@ -48,13 +51,11 @@ inline void kv8_quantize_row(const float* x, kv8_t* dst, std::int64_t d) {
     finite = finite && std::isfinite(x[i]);
     amax = std::max(amax, std::fabs(x[i]));
   }
-  float scale = finite ? amax / 127.f : __builtin_nanf("");
-  if (finite && amax > 0.f) {
-    const float inv = 127.f / amax;
-    for (std::int64_t i = 0; i < d; ++i) {
-      const float c = std::nearbyint(x[i] * inv);
-      dst[i].code = static_cast<std::int8_t>(std::clamp(c, -127.f, 127.f));
-    }
+  const detail::RowQuant r = detail::row_quant(detail::QuantParams{}, amax);
+  const float scale = finite ? r.scale : __builtin_nanf("");
+  if (finite && !r.zero_row) {
+    for (std::int64_t i = 0; i < d; ++i)
+      dst[i].code = static_cast<std::int8_t>(std::clamp(std::nearbyint(x[i] * r.inv), r.lo, r.hi));
   } else {
     for (std::int64_t i = 0; i < d; ++i)
       dst[i].code = 0;

@@ -60,9 +60,8 @@ auto Parser::parse_type() -> TensorType {
       t.quant = parse_quant();
     }
   }
-  if (t.quant && t.quant->format == QuantFormat::kv_rows &&
-      (t.dtype != DType::i8 || t.layout != Layout::row_major))
-    throw DiagnosticError(body.loc, "quant<kv_rows> is an int8 KV cache: row-major i8 only");
+  if (auto why = kv_rows_violation(t))
+    throw DiagnosticError(body.loc, *why);
   if (cur_.kind != Tok::greater)
     throw DiagnosticError(cur_.loc, "expected '>' to close the tensor type started at " + at.str());
   advance();

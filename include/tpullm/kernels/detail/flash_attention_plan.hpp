@@ -7,7 +7,7 @@
 namespace tpullm::kernels::detail {
 
 inline void fa_check(const AttentionShape& s, std::size_t q, std::size_t k, std::size_t v,
-                     std::size_t pos, std::size_t out, std::int64_t kv_row_elems = 0) {
+                     std::size_t pos, std::size_t out, std::int64_t kv_row_elems) {
   auto str = [](std::int64_t x) { return std::to_string(x); };
   if (s.L < 0 || s.S < 0 || s.q_heads <= 0 || s.kv_heads <= 0 || s.head_dim <= 0)
     throw_error(ErrorKind::internal, "",
@@ -28,8 +28,7 @@ inline void fa_check(const AttentionShape& s, std::size_t q, std::size_t k, std:
                 "flash_attention: " + str(s.L_valid) +
                     " query rows but no valid key (S_valid = 0)");
   const auto qn = static_cast<std::size_t>(s.L * s.q_heads * s.head_dim);
-  const auto kn =
-      static_cast<std::size_t>(s.S * s.kv_heads * (kv_row_elems > 0 ? kv_row_elems : s.head_dim));
+  const auto kn = static_cast<std::size_t>(s.S * s.kv_heads * kv_row_elems);
   if (q < qn || out < qn)
     throw_error(ErrorKind::internal, "",
                 "flash_attention: q (" + std::to_string(q) + ") or out (" + std::to_string(out) +
