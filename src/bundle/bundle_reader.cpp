@@ -420,6 +420,7 @@ std::shared_ptr<const Bundle> Bundle::decode(const std::shared_ptr<const MappedF
     refuse("corrupted metadata (the FlatBuffers verifier rejects it)");
   const fb::Bundle& root = *fb::GetBundle(meta.data());
   auto b = std::make_shared<Bundle>();
+  b->meta_checksum_ = h.meta_checksum;
   BundleReader rd{*b, static_cast<std::int64_t>(h.blob_size)};
   try {
     if (root.blob_size() != h.blob_size)

@@ -95,7 +95,7 @@ auto Session::feed(std::span<const std::int32_t> tokens, bool all_rows,
     }
     int cur = embed(embedding_fn_, "embedding", L);
     const bool hist = pos0 > 0;
-    for (std::int64_t layer = 0; layer < dims_.layers; ++layer) {
+    for (std::int64_t layer = 0; layer < local_layers(); ++layer) {
       const StageHandle fn =
           hist ? handle(prefill_kv_fns_, P, layer,
                         [&] { return frontend::StageNames::block_kv(layer, P, params_); })
@@ -104,6 +104,7 @@ auto Session::feed(std::span<const std::int32_t> tokens, bool all_rows,
       block(fn, layer, P, pos0, hist ? params_.prefill_kv_history(P) : 0, cur);
       cur ^= 1;
     }
+    run_remote(hist ? BlockKind::prefill_kv : BlockKind::prefill, P, P, pos0, cur);
     length_ += valid;
     for (std::int64_t r = 0; r < valid; ++r)
       if (all_rows || start + r == n - 1)
@@ -167,12 +168,13 @@ auto Session::decode_hidden(std::int32_t token) -> int {
   ids_[0] = token;
   pos_[0] = static_cast<std::int32_t>(p);
   int cur = embed(embedding_cache_fn_, "embedding_cache", 1);
-  for (std::int64_t layer = 0; layer < dims_.layers; ++layer) {
+  for (std::int64_t layer = 0; layer < local_layers(); ++layer) {
     block(
         handle(decode_fns_, S, layer, [&] { return frontend::StageNames::block_cache(layer, S); }),
         layer, 1, p, S, cur);
     cur ^= 1;
   }
+  run_remote(BlockKind::decode, 1, S, p, cur);
   length_ += 1;
   return cur;
 }
@@ -292,6 +294,16 @@ auto Session::block(StageHandle fn, std::int64_t layer, std::int64_t L, std::int
   }
   // history arguments (empty when the executor owns the cache) only when the function has them
   stages_.run(fn, std::span<const ConstBytes>(in, S > 0 ? 4 : 2), out);
+}
+
+auto Session::run_remote(BlockKind kind, std::int64_t rows, std::int64_t variant, std::int64_t pos0,
+                         int cur) -> void {
+  if (!remote_)
+    return;
+  const auto H = static_cast<std::size_t>(dims_.hidden);
+  remote_->run({kind, rows, variant, pos0},
+               std::span<float>(hidden_[cur]).first(static_cast<std::size_t>(rows) * H),
+               std::span<const std::int32_t>(pos_).first(static_cast<std::size_t>(rows)));
 }
 
 auto Session::append_logits(std::vector<float>& logits, const float* row) -> void {

@@ -131,6 +131,10 @@ public:
   /// The opened file's identity (fstat on the descriptor its bytes came from).
   const FileIdentity& file_identity() const { return identity_; }
   const std::string& compiler() const { return compiler_; } ///< "tpullm <version>"
+  /// The header's checksum of the metadata, which holds every program, the parameters and the
+  /// weight blob's chunk checksums: two bundles with the same value have the same content (what
+  /// the ranks of a pipeline run compare, runtime/layer_pipeline.hpp).
+  std::uint64_t metadata_checksum() const { return meta_checksum_; }
 
   /// Use open(); public for std::make_shared.
   Bundle() = default;
@@ -147,7 +151,7 @@ private:
   std::string compiler_;
   std::string path_;
   FileIdentity identity_;
-  std::uint64_t chunk_bytes_ = 0;
+  std::uint64_t chunk_bytes_ = 0, meta_checksum_ = 0;
   std::vector<std::uint32_t> chunk_crcs_;
   std::span<const std::byte> blob_;     ///< the blob in the mapping (kept alive by the weights)
   std::shared_ptr<const void> file_;    ///< the mapping itself

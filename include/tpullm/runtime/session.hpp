@@ -21,6 +21,7 @@
 
 #include "tpullm/frontend/stage_params.hpp"
 #include "tpullm/runtime/generation.hpp"
+#include "tpullm/runtime/layer_pipeline.hpp"
 #include "tpullm/runtime/stages.hpp"
 #include "tpullm/support/error.hpp"
 
@@ -107,6 +108,16 @@ public:
   /// The back end the stages run on.
   Stages& stages() { return stages_; }
 
+  /// Runs layers [remote->local_layers(), layers) through `remote` (a pipeline's other ranks,
+  /// runtime/layer_pipeline.hpp) from now on; null runs every layer here again. `remote` must
+  /// outlive its use. Throws Error(invalid_input) unless it keeps 1 to layers - 1 layers here.
+  void set_remote_layers(RemoteLayers* remote) {
+    check(!remote || (remote->local_layers() >= 1 && remote->local_layers() < dims_.layers),
+          ErrorKind::invalid_input, "pipeline", "rank 0 must run 1 to ", dims_.layers - 1,
+          " of the ", dims_.layers, " layers, not ", remote ? remote->local_layers() : 0);
+    remote_ = remote;
+  }
+
   /// Generates an answer to `prompt` (fed after what the cache already holds: a second turn
   /// goes through prefill_kv with the kept cache): prefill, then sample / decode until an eos
   /// id, the token budget or the end of the compiled sequence. `on_token` sees each token as it
@@ -165,6 +176,12 @@ private:
   /// ids_[0, L) -> hidden buffer 0; returns the buffer index.
   int embed(StageHandle& fn, const char* name, std::int64_t L);
 
+  /// Layers run here: all of them, or those before a pipeline's other ranks'.
+  std::int64_t local_layers() const { return remote_ ? remote_->local_layers() : dims_.layers; }
+  /// After the local layers of a call: the remote ones, in place on hidden buffer `cur`.
+  void run_remote(BlockKind kind, std::int64_t rows, std::int64_t variant, std::int64_t pos0,
+                  int cur);
+
   /// One block function: hidden buffer `cur` -> the other one, history of `S` slots (0: none),
   /// new keys / values at slots [pos0, pos0 + L).
   void block(StageHandle fn, std::int64_t layer, std::int64_t L, std::int64_t pos0, std::int64_t S,
@@ -186,6 +203,7 @@ private:
   std::pair<std::int64_t, StageHandle> batched_head(std::int64_t n);
 
   Stages& stages_;
+  RemoteLayers* remote_ = nullptr;
   SessionDims dims_;
   frontend::StageParams params_;
   std::vector<float> hidden_[2], rows_; // rows_: verify()'s hidden rows [B, hidden]

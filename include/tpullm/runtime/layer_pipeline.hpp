@@ -1,0 +1,128 @@
+#pragma once
+/// Pipeline parallelism over processes (docs/distributed.md): rank r of N runs a contiguous range
+/// of the decoder layers (runtime/layer_split.hpp); rank 0 also runs the embedding, the lm_head
+/// and the whole text side (tokenizer, sampling, the Session). A prompt segment or a token goes
+/// 0 -> 1 -> ... -> N-1 -> 0 as one message per hop: a fixed header, the hidden state [rows,
+/// hidden] f32 and the positions [rows] i32, and nothing else. Every rank keeps the KV cache of
+/// its own layers (its executor's), written at the positions the message names, so the ranks
+/// hold no other state: truncation, prompt reuse and speculative rollback stay rank 0's
+/// Session's business.
+///
+/// The transport is a PipelineLink: MPI between processes (include/tpullm/mpi, built when CMake
+/// finds MPI) or anything else that moves bytes in order between two ranks (the tests use
+/// threads). The arithmetic is that of one process: the same stage functions on the same
+/// inputs, so logits are bit for bit those of a single-process run at the same thread count.
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "tpullm/frontend/stage_params.hpp"
+#include "tpullm/runtime/layer_split.hpp"
+#include "tpullm/runtime/stages.hpp"
+
+namespace tpullm::runtime {
+
+struct SessionDims;
+
+/// Moves messages between the ranks of one run, in order per pair of ranks.
+class PipelineLink {
+public:
+  virtual ~PipelineLink() = default;
+  virtual int rank() const = 0;  ///< this process's rank, in [0, ranks())
+  virtual int ranks() const = 0; ///< ranks in the run
+  /// Sends `bytes` to rank `to`; the buffer may be reused when it returns. Throws Error(io)
+  /// when the transport fails.
+  virtual void send(int to, std::span<const std::byte> bytes) = 0;
+  /// Receives the next message from rank `from` into `buffer` and returns its size. Throws
+  /// Error(io) when the transport fails or the message is larger than `buffer`.
+  virtual std::size_t recv(int from, std::span<std::byte> buffer) = 0;
+};
+
+/// What a hop carries besides the hidden state: which stage variant the layers run.
+enum class BlockKind : std::uint32_t {
+  prefill = 1,    ///< block_i (_P): a first segment, no history
+  prefill_kv = 2, ///< block_kv_i (_P): a later segment over the cached history
+  decode = 3,     ///< block_cache_i_S: one token over S history slots
+};
+
+/// One call of every layer of a range: `rows` rows of hidden state at positions starting at
+/// `pos0`, through the variant of length `variant` (P rows for prefill / prefill_kv, the history
+/// length S for decode).
+struct BlockCall {
+  BlockKind kind = BlockKind::decode;
+  std::int64_t rows = 0;
+  std::int64_t variant = 0;
+  std::int64_t pos0 = 0;
+};
+
+/// Layers the Session does not run itself: it runs layers [0, local_layers()) and hands the
+/// hidden state to run(), which leaves the last layer's output in its place.
+class RemoteLayers {
+public:
+  virtual ~RemoteLayers() = default;
+  /// Layers run locally, from layer 0.
+  virtual std::int64_t local_layers() const = 0;
+  /// Runs the other layers of `call` on `hidden` [rows, hidden] in place; `positions` [rows].
+  virtual void run(const BlockCall& call, std::span<float> hidden,
+                   std::span<const std::int32_t> positions) = 0;
+};
+
+/// Traffic and waiting of rank 0's side of a pipeline.
+struct PipelineStats {
+  std::int64_t round_trips = 0; ///< run() calls (one per segment or token)
+  std::int64_t bytes_sent = 0;  ///< by this rank, headers included
+  double seconds = 0;           ///< inside run(): the other ranks' layers and every hop
+};
+
+/// Rank 0's side: sends each call down the ranks and waits for the last rank's hidden state.
+/// Destroying it tells the other ranks to stop (serve_pipeline_rank returns on every rank).
+class LayerPipeline : public RemoteLayers {
+public:
+  /// `ranges`: every rank's layers (ranges[0] this rank's); `hidden`: the model's hidden size;
+  /// `max_rows`: the most rows a call carries (max_input_length). Throws Error(invalid_input)
+  /// unless this is rank 0 of a link of ranges.size() ranks whose ranges cover the layers in
+  /// order.
+  LayerPipeline(PipelineLink& link, std::vector<LayerRange> ranges, std::int64_t hidden,
+                std::int64_t max_rows);
+  ~LayerPipeline() override;
+  LayerPipeline(const LayerPipeline&) = delete;
+  LayerPipeline& operator=(const LayerPipeline&) = delete;
+
+  std::int64_t local_layers() const override { return ranges_.front().end; }
+  /// Throws Error naming the rank when a rank's layers failed (its own error's kind), Error(io)
+  /// when the link failed, Error(internal) for a reply that does not match the call.
+  void run(const BlockCall& call, std::span<float> hidden,
+           std::span<const std::int32_t> positions) override;
+  /// Tells the other ranks to stop (once; the destructor does it otherwise). Throws Error(io).
+  void stop();
+  const PipelineStats& stats() const { return stats_; }
+  const std::vector<LayerRange>& ranges() const { return ranges_; }
+
+private:
+  PipelineLink& link_;
+  std::vector<LayerRange> ranges_;
+  std::int64_t hidden_, max_rows_;
+  std::vector<std::byte> buffer_;
+  PipelineStats stats_;
+  bool stopped_ = false;
+};
+
+/// What serve_pipeline_rank did.
+struct PipelineRankStats {
+  std::int64_t calls = 0;   ///< segments and tokens run
+  double busy_seconds = 0;  ///< running this rank's layers
+  double total_seconds = 0; ///< from start to stop
+};
+
+/// Rank r > 0's side: receives each call from rank r - 1, runs layers `range` on it through
+/// `stages` (which must own the KV cache: CompiledStages), and sends the result to rank r + 1,
+/// or to rank 0 from the last rank; returns when rank 0 stops the pipeline. A call whose layers
+/// throw is answered with that error (rank 0 throws it) and the loop goes on. Throws Error(io)
+/// when the link fails, Error(invalid_input) for a stages object that does not own its cache.
+PipelineRankStats serve_pipeline_rank(PipelineLink& link, Stages& stages, LayerRange range,
+                                      std::int64_t hidden, const frontend::StageParams& params);
+
+} // namespace tpullm::runtime

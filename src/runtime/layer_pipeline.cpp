@@ -1,0 +1,218 @@
+// Out-of-line definitions of tpullm/runtime/layer_pipeline.hpp (compiled once into tpullm_core).
+#include "tpullm/runtime/layer_pipeline.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <map>
+
+#include "tpullm/support/error.hpp"
+
+namespace tpullm::runtime {
+namespace {
+
+constexpr std::uint32_t kMagic = 0x4c505054; // "TPPL"
+constexpr std::uint32_t kStop = 4, kError = 5;
+constexpr std::size_t kMaxErrorText = 2048;
+
+/// The fixed front of every message. Calls and their replies carry [rows, hidden] f32 and then
+/// [rows] i32 positions; an error carries `rows` bytes of text; a stop nothing.
+struct HopHeader {
+  std::uint32_t magic = kMagic;
+  std::uint32_t kind = 0; ///< a BlockKind, kStop or kError
+  std::int64_t rows = 0;
+  std::int64_t variant = 0;
+  std::int64_t pos0 = 0;
+  std::int32_t error_kind = 0; ///< kError: the ErrorKind
+  std::int32_t error_rank = 0; ///< kError: the rank whose layers threw
+};
+
+std::size_t payload_bytes(std::int64_t rows, std::int64_t hidden) {
+  return static_cast<std::size_t>(rows) *
+         (static_cast<std::size_t>(hidden) * sizeof(float) + sizeof(std::int32_t));
+}
+
+std::size_t buffer_bytes(std::int64_t max_rows, std::int64_t hidden) {
+  return sizeof(HopHeader) + std::max(payload_bytes(max_rows, hidden), kMaxErrorText);
+}
+
+HopHeader read_header(std::span<const std::byte> msg, std::size_t size, int from) {
+  HopHeader h;
+  check(size >= sizeof(HopHeader), ErrorKind::io, "pipeline", "a message of ", size,
+        " bytes from rank ", from, " is shorter than its header");
+  std::memcpy(&h, msg.data(), sizeof h);
+  check(h.magic == kMagic, ErrorKind::io, "pipeline", "a message from rank ", from,
+        " is not a pipeline message");
+  return h;
+}
+
+bool is_call(std::uint32_t kind) {
+  return kind >= static_cast<std::uint32_t>(BlockKind::prefill) &&
+         kind <= static_cast<std::uint32_t>(BlockKind::decode);
+}
+
+std::size_t error_message(std::span<std::byte> buffer, int rank, const Error& e) {
+  const std::string text = e.what();
+  const std::size_t n = std::min(text.size(), kMaxErrorText);
+  HopHeader h;
+  h.kind = kError;
+  h.rows = static_cast<std::int64_t>(n);
+  h.error_kind = static_cast<std::int32_t>(e.kind());
+  h.error_rank = rank;
+  std::memcpy(buffer.data(), &h, sizeof h);
+  std::memcpy(buffer.data() + sizeof h, text.data(), n);
+  return sizeof h + n;
+}
+
+} // namespace
+
+LayerPipeline::LayerPipeline(PipelineLink& link, std::vector<LayerRange> ranges,
+                             std::int64_t hidden, std::int64_t max_rows)
+    : link_(link), ranges_(std::move(ranges)), hidden_(hidden), max_rows_(max_rows) {
+  check(link_.rank() == 0, ErrorKind::invalid_input, "pipeline",
+        "the Session's side runs on rank 0, not on rank ", link_.rank());
+  check(static_cast<int>(ranges_.size()) == link_.ranks() && link_.ranks() >= 2,
+        ErrorKind::invalid_input, "pipeline", ranges_.size(), " layer ranges for ", link_.ranks(),
+        " ranks (a pipeline needs 2 ranks or more)");
+  for (std::size_t r = 0; r < ranges_.size(); ++r)
+    check(ranges_[r].size() > 0 && ranges_[r].begin == (r ? ranges_[r - 1].end : 0),
+          ErrorKind::invalid_input, "pipeline", "rank ", r, "'s layers [", ranges_[r].begin, ", ",
+          ranges_[r].end, ") do not follow the previous rank's");
+  check(hidden_ > 0 && max_rows_ > 0, ErrorKind::invalid_input, "pipeline", "hidden ", hidden_,
+        " and rows ", max_rows_, " must be positive");
+  buffer_.resize(buffer_bytes(max_rows_, hidden_));
+}
+
+LayerPipeline::~LayerPipeline() {
+  try {
+    stop();
+  } catch (...) { // a link that failed already: the other ranks learn it from the transport
+  }
+}
+
+void LayerPipeline::stop() {
+  if (stopped_)
+    return;
+  stopped_ = true;
+  HopHeader h;
+  h.kind = kStop;
+  link_.send(1, std::as_bytes(std::span<const HopHeader>(&h, 1)));
+}
+
+void LayerPipeline::run(const BlockCall& call, std::span<float> hidden,
+                        std::span<const std::int32_t> positions) {
+  check(!stopped_, ErrorKind::internal, "pipeline", "run after stop");
+  check(call.rows > 0 && call.rows <= max_rows_ &&
+            hidden.size() == static_cast<std::size_t>(call.rows * hidden_) &&
+            positions.size() == static_cast<std::size_t>(call.rows),
+        ErrorKind::internal, "pipeline", "a call of ", call.rows, " rows with ", hidden.size(),
+        " hidden values and ", positions.size(), " positions");
+  const auto t0 = std::chrono::steady_clock::now();
+  HopHeader h;
+  h.kind = static_cast<std::uint32_t>(call.kind);
+  h.rows = call.rows;
+  h.variant = call.variant;
+  h.pos0 = call.pos0;
+  std::byte* p = buffer_.data();
+  std::memcpy(p, &h, sizeof h);
+  std::memcpy(p + sizeof h, hidden.data(), hidden.size_bytes());
+  std::memcpy(p + sizeof h + hidden.size_bytes(), positions.data(), positions.size_bytes());
+  const std::size_t n = sizeof h + payload_bytes(call.rows, hidden_);
+  link_.send(1, std::span<const std::byte>(p, n));
+  stats_.bytes_sent += static_cast<std::int64_t>(n);
+
+  const int last = link_.ranks() - 1;
+  const std::size_t got = link_.recv(last, buffer_);
+  const HopHeader r = read_header(buffer_, got, last);
+  if (r.kind == kError) {
+    const auto len = std::min<std::size_t>(
+        static_cast<std::size_t>(std::max<std::int64_t>(r.rows, 0)), got - sizeof r);
+    throw Error(static_cast<ErrorKind>(r.error_kind), str_cat("pipeline rank ", r.error_rank),
+                std::string(reinterpret_cast<const char*>(p + sizeof r), len));
+  }
+  check(r.kind == h.kind && r.rows == h.rows && r.pos0 == h.pos0 &&
+            got == sizeof r + payload_bytes(r.rows, hidden_),
+        ErrorKind::internal, "pipeline", "rank ", last, " answered a call of ", call.rows,
+        " rows at position ", call.pos0, " with another");
+  std::memcpy(hidden.data(), p + sizeof r, hidden.size_bytes());
+  stats_.round_trips += 1;
+  stats_.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+PipelineRankStats serve_pipeline_rank(PipelineLink& link, Stages& stages, LayerRange range,
+                                      std::int64_t hidden, const frontend::StageParams& params) {
+  using clock = std::chrono::steady_clock;
+  const auto t_start = clock::now();
+  const int rank = link.rank(), ranks = link.ranks();
+  check(rank > 0 && rank < ranks, ErrorKind::invalid_input, "pipeline",
+        "a layer rank is one of 1..", ranks - 1, ", not ", rank);
+  check(stages.owns_kv_cache(), ErrorKind::invalid_input, "pipeline",
+        "a layer rank needs stages that keep their own KV cache (compiled stages)");
+  check(range.size() > 0, ErrorKind::invalid_input, "pipeline", "rank ", rank, " has no layers");
+  const int prev = rank - 1, next = rank + 1 == ranks ? 0 : rank + 1;
+  const std::int64_t max_rows = params.max_input_length;
+  std::vector<std::byte> msg(buffer_bytes(max_rows, hidden));
+  std::vector<float> other(static_cast<std::size_t>(max_rows * hidden));
+  std::map<std::string, StageHandle> handles;
+  auto handle = [&](const std::string& name) {
+    auto [it, fresh] = handles.try_emplace(name);
+    if (fresh)
+      it->second = stages.resolve(name);
+    return it->second;
+  };
+  PipelineRankStats stats;
+  while (true) {
+    const std::size_t got = link.recv(prev, msg);
+    const HopHeader h = read_header(msg, got, prev);
+    if (h.kind == kStop) {
+      if (next != 0)
+        link.send(next, std::span<const std::byte>(msg.data(), got));
+      break;
+    }
+    if (h.kind == kError) { // an earlier rank's failure goes on to rank 0
+      link.send(next, std::span<const std::byte>(msg.data(), got));
+      continue;
+    }
+    check(is_call(h.kind), ErrorKind::io, "pipeline", "a message of kind ", h.kind, " from rank ",
+          prev);
+    std::size_t reply = got;
+    const auto t0 = clock::now();
+    try {
+      check(h.rows > 0 && h.rows <= max_rows && got == sizeof h + payload_bytes(h.rows, hidden),
+            ErrorKind::internal, "pipeline", "a call of ", h.rows, " rows in ", got, " bytes");
+      const auto kind = static_cast<BlockKind>(h.kind);
+      const std::int64_t L = h.rows;
+      const std::int64_t S = kind == BlockKind::prefill      ? 0
+                             : kind == BlockKind::prefill_kv ? params.prefill_kv_history(h.variant)
+                                                             : h.variant;
+      float* cur = reinterpret_cast<float*>(msg.data() + sizeof h);
+      const auto* pos = reinterpret_cast<const std::int32_t*>(cur + L * hidden);
+      // The positions stay where they are; the hidden state moves between the message and
+      // `other`, and ends in the message for the send.
+      float* bufs[2] = {cur, other.data()};
+      int c = 0;
+      for (std::int64_t layer = range.begin; layer < range.end; ++layer) {
+        const std::string name = kind == BlockKind::prefill
+                                     ? frontend::StageNames::block(layer, h.variant, params)
+                                 : kind == BlockKind::prefill_kv
+                                     ? frontend::StageNames::block_kv(layer, h.variant, params)
+                                     : frontend::StageNames::block_cache(layer, h.variant);
+        const ConstBytes in[4] = {cbytes(bufs[c], L * hidden), cbytes(pos, L), {}, {}};
+        const MutBytes out[3] = {mbytes(bufs[c ^ 1], L * hidden), {}, {}};
+        stages.run(handle(name), std::span<const ConstBytes>(in, S > 0 ? 4 : 2), out);
+        c ^= 1;
+      }
+      if (c == 1)
+        std::memcpy(cur, other.data(), static_cast<std::size_t>(L * hidden) * sizeof(float));
+    } catch (const Error& e) {
+      reply = error_message(msg, rank, e);
+    }
+    stats.busy_seconds += std::chrono::duration<double>(clock::now() - t0).count();
+    stats.calls += 1;
+    link.send(next, std::span<const std::byte>(msg.data(), reply));
+  }
+  stats.total_seconds = std::chrono::duration<double>(clock::now() - t_start).count();
+  return stats;
+}
+
+} // namespace tpullm::runtime

@@ -1,0 +1,241 @@
+// Pipeline parallelism (runtime/layer_pipeline.hpp) with threads as ranks: the layer split rules,
+// and on the compiled llama-gqa checkpoint (3 layers) a Session whose later layers run on 1 or 2
+// other ranks gives the logits of a single-process session bit for bit, through prefill,
+// prefill_kv, decode, verify, truncation and greedy generation; a rank whose layers throw makes
+// rank 0 throw that error, naming the rank, and the pipeline goes on.
+#include "llama_gqa.hpp"
+#include <catch2/catch.hpp>
+
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "tpullm/runtime/compiled_stages.hpp"
+#include "tpullm/runtime/layer_pipeline.hpp"
+#include "tpullm/runtime/layer_split.hpp"
+#include "tpullm/runtime/session.hpp"
+
+using namespace tpullm;
+using runtime::LayerRange;
+
+namespace {
+
+/// In-process mailboxes: one FIFO per (from, to) pair.
+struct ThreadHub {
+  std::mutex m;
+  std::condition_variable cv;
+  std::map<std::pair<int, int>, std::deque<std::vector<std::byte>>> boxes;
+};
+
+/// A PipelineLink between threads of one process.
+class ThreadLink : public runtime::PipelineLink {
+public:
+  ThreadLink(ThreadHub& hub, int rank, int ranks) : hub_(hub), rank_(rank), ranks_(ranks) {}
+  int rank() const override { return rank_; }
+  int ranks() const override { return ranks_; }
+  void send(int to, std::span<const std::byte> bytes) override {
+    {
+      std::lock_guard lock(hub_.m);
+      hub_.boxes[{rank_, to}].emplace_back(bytes.begin(), bytes.end());
+    }
+    hub_.cv.notify_all();
+  }
+  std::size_t recv(int from, std::span<std::byte> buffer) override {
+    std::unique_lock lock(hub_.m);
+    auto& box = hub_.boxes[{from, rank_}];
+    hub_.cv.wait(lock, [&] { return !box.empty(); });
+    auto msg = std::move(box.front());
+    box.pop_front();
+    check(msg.size() <= buffer.size(), ErrorKind::io, "thread link", "message too large");
+    std::memcpy(buffer.data(), msg.data(), msg.size());
+    return msg.size();
+  }
+
+private:
+  ThreadHub& hub_;
+  int rank_, ranks_;
+};
+
+/// Stages that throw on their `fail_at`-th run (counting from 1), else run `inner`.
+struct FailingStages : runtime::Stages {
+  runtime::Stages& inner;
+  int fail_at, runs = 0;
+  FailingStages(runtime::Stages& s, int at) : inner(s), fail_at(at) {}
+  runtime::StageHandle resolve(const std::string& name) override { return inner.resolve(name); }
+  void run(runtime::StageHandle h, std::span<const runtime::ConstBytes> in,
+           std::span<const runtime::MutBytes> out) override {
+    if (++runs == fail_at)
+      throw Error(ErrorKind::unsupported, "test", "a layer that fails on purpose");
+    inner.run(h, in, out);
+  }
+  void run(const std::string& name, std::span<const runtime::ConstBytes> in,
+           std::span<const runtime::MutBytes> out) override {
+    inner.run(name, in, out);
+  }
+  bool has_function(const std::string& name) const override { return inner.has_function(name); }
+  bool owns_kv_cache() const override { return true; }
+};
+
+frontend::StageParams params() {
+  frontend::StageParams p;
+  p.seq_length = 64;
+  p.max_input_length = 16;
+  p.decode_chunks = {32};
+  p.prefill_chunks = {8};
+  p.decode_batches = {4};
+  return p;
+}
+
+/// Rank 0's session over a pipeline of threads, the other ranks' loops running until it ends.
+struct ThreadPipeline {
+  ThreadHub hub;
+  std::vector<std::unique_ptr<runtime::Executor>> execs;
+  std::vector<std::unique_ptr<runtime::CompiledStages>> stages;
+  std::vector<std::unique_ptr<ThreadLink>> links;
+  std::unique_ptr<FailingStages> failing;
+  std::vector<std::thread> threads;
+  std::unique_ptr<runtime::LayerPipeline> pipe;
+  std::unique_ptr<runtime::Session> session;
+
+  ThreadPipeline(const tpullm_test::CompiledLlamaGqa& m, std::vector<LayerRange> ranges,
+                 int fail_rank = -1, int fail_at = 0) {
+    const int n = static_cast<int>(ranges.size());
+    for (int r = 0; r < n; ++r) {
+      execs.push_back(runtime::make_executor(m.cm, 1));
+      stages.push_back(std::make_unique<runtime::CompiledStages>(*execs.back()));
+      links.push_back(std::make_unique<ThreadLink>(hub, r, n));
+    }
+    if (fail_rank > 0)
+      failing =
+          std::make_unique<FailingStages>(*stages[static_cast<std::size_t>(fail_rank)], fail_at);
+    for (int r = 1; r < n; ++r)
+      threads.emplace_back([this, r, &m, range = ranges[static_cast<std::size_t>(r)], fail_rank] {
+        runtime::Stages& s = r == fail_rank ? static_cast<runtime::Stages&>(*failing)
+                                            : *stages[static_cast<std::size_t>(r)];
+        (void)runtime::serve_pipeline_rank(*links[static_cast<std::size_t>(r)], s, range,
+                                           m.dims().hidden, m.stage_params);
+      });
+    pipe = std::make_unique<runtime::LayerPipeline>(*links[0], ranges, m.dims().hidden,
+                                                    m.stage_params.max_input_length);
+    session = std::make_unique<runtime::Session>(*stages[0], m.dims(), m.stage_params);
+    session->set_remote_layers(pipe.get());
+  }
+  ~ThreadPipeline() {
+    session.reset();
+    pipe.reset(); // tells the other ranks to stop
+    for (auto& t : threads)
+      t.join();
+  }
+};
+
+std::vector<std::int32_t> ids(std::int32_t n, std::int32_t seed) {
+  std::vector<std::int32_t> v;
+  for (std::int32_t i = 0; i < n; ++i)
+    v.push_back((seed * 37 + i * 101) % 250 + 3);
+  return v;
+}
+
+} // namespace
+
+TEST_CASE("layers split by bytes, every rank at least one, rank 0 carrying the shared weights",
+          "[pipeline]") {
+  const std::vector<std::int64_t> even(24, 100);
+  CHECK(runtime::split_layers(even, 2) == std::vector<LayerRange>{{0, 12}, {12, 24}});
+  CHECK(runtime::split_layers(even, 3) == std::vector<LayerRange>{{0, 8}, {8, 16}, {16, 24}});
+  // rank 0's embedding and lm_head (400 bytes) move four layers to rank 1
+  CHECK(runtime::split_layers(even, 2, 400) == std::vector<LayerRange>{{0, 10}, {10, 24}});
+  const std::vector<std::int64_t> uneven{10, 10, 10, 70};
+  CHECK(runtime::split_layers(uneven, 2) == std::vector<LayerRange>{{0, 3}, {3, 4}});
+  CHECK(runtime::split_layers(uneven, 4) ==
+        std::vector<LayerRange>{{0, 1}, {1, 2}, {2, 3}, {3, 4}});
+  const std::vector<std::int64_t> unknown(5, 0); // no sizes: counts
+  CHECK(runtime::split_layers(unknown, 2) == std::vector<LayerRange>{{0, 3}, {3, 5}});
+  CHECK(runtime::split_layers(even, 1) == std::vector<LayerRange>{{0, 24}});
+  CHECK_THROWS_WITH(runtime::split_layers(uneven, 5),
+                    Catch::Contains("5 ranks cannot each take a layer of 4"));
+  CHECK(runtime::parse_layer_split("2,1", 3, 2) == std::vector<LayerRange>{{0, 2}, {2, 3}});
+  CHECK_THROWS_WITH(runtime::parse_layer_split("2,2", 3, 2),
+                    Catch::Contains("counts more than the model's 3 layers"));
+  CHECK_THROWS_WITH(runtime::parse_layer_split("1,1", 3, 2),
+                    Catch::Contains("counts 2 layers; the model has 3"));
+  CHECK_THROWS_WITH(runtime::parse_layer_split("3", 3, 2), Catch::Contains("gives 1 counts for 2"));
+  CHECK_THROWS_WITH(runtime::parse_layer_split("1,x", 3, 2), Catch::Contains("got 'x'"));
+  CHECK_THROWS_WITH(runtime::parse_layer_split("0,3", 3, 2), Catch::Contains("got '0'"));
+}
+
+TEST_CASE("a pipeline over 2 and 3 ranks gives a single process's logits bit for bit",
+          "[pipeline]") {
+  const tpullm_test::CompiledLlamaGqa m(params());
+  auto single_exec = runtime::make_executor(m.cm, 1);
+  runtime::CompiledStages single_stages(*single_exec);
+  const std::vector<LayerRange> splits[] = {
+      {{0, 1}, {1, 3}}, {{0, 2}, {2, 3}}, {{0, 1}, {1, 2}, {2, 3}}};
+  for (const auto& ranges : splits) {
+    CAPTURE(ranges.size(), ranges[0].end);
+    runtime::Session one(single_stages, m.dims(), m.stage_params);
+    ThreadPipeline p(m, ranges);
+    runtime::Session& many = *p.session;
+    // 21 tokens: a prefill segment of 16 and a prefill_kv one of 5 (through the 8-row variant)
+    const auto prompt = ids(21, 1);
+    CHECK(many.prefill(prompt, true) == one.prefill(prompt, true));
+    for (std::int32_t t : {7, 9, 11})
+      CHECK(many.decode(t) == one.decode(t));
+    const std::vector<std::int32_t> draft{4, 5, 6};
+    CHECK(many.verify(draft) == one.verify(draft)); // through lm_head_b4
+    many.truncate(22);
+    one.truncate(22);
+    CHECK(many.decode(13) == one.decode(13));
+    CHECK(many.length() == one.length());
+    CHECK(p.pipe->stats().round_trips == 2 + 3 + 1 + 1);
+    // greedy generation from a fresh cache, token for token
+    many.reset();
+    one.reset();
+    runtime::GenerateOptions g;
+    g.stop.max_new_tokens = 12;
+    const auto a = many.generate(ids(5, 2), g), b = one.generate(ids(5, 2), g);
+    CHECK(a.tokens == b.tokens);
+    CHECK(a.tokens.size() == 12);
+  }
+}
+
+TEST_CASE("a rank whose layers throw makes rank 0 throw its error, and the pipeline goes on",
+          "[pipeline]") {
+  const tpullm_test::CompiledLlamaGqa m(params());
+  auto single_exec = runtime::make_executor(m.cm, 1);
+  runtime::CompiledStages single_stages(*single_exec);
+  runtime::Session one(single_stages, m.dims(), m.stage_params);
+  // rank 1 of 3 fails on its first layer run: the prompt's segment
+  ThreadPipeline p(m, {{0, 1}, {1, 2}, {2, 3}}, 1, 1);
+  const auto prompt = ids(6, 3);
+  CHECK_THROWS_WITH(p.session->prefill(prompt, false),
+                    Catch::Contains("pipeline rank 1") &&
+                        Catch::Contains("a layer that fails on purpose"));
+  // the session did not count the failed segment; the next call runs on every rank
+  CHECK(p.session->length() == 0);
+  CHECK(p.session->prefill(prompt, false) == one.prefill(prompt, false));
+}
+
+TEST_CASE("a session keeps 1 to layers - 1 layers on rank 0", "[pipeline]") {
+  const tpullm_test::CompiledLlamaGqa m(params());
+  auto exec = runtime::make_executor(m.cm, 1);
+  runtime::CompiledStages stages(*exec);
+  runtime::Session s(stages, m.dims(), m.stage_params);
+  struct Fake : runtime::RemoteLayers {
+    std::int64_t n;
+    explicit Fake(std::int64_t k) : n(k) {}
+    std::int64_t local_layers() const override { return n; }
+    void run(const runtime::BlockCall&, std::span<float>, std::span<const std::int32_t>) override {}
+  } zero(0), all(3);
+  CHECK_THROWS_WITH(s.set_remote_layers(&zero), Catch::Contains("rank 0 must run 1 to 2"));
+  CHECK_THROWS_WITH(s.set_remote_layers(&all), Catch::Contains("rank 0 must run 1 to 2"));
+  ThreadHub hub;
+  ThreadLink l1(hub, 1, 2);
+  CHECK_THROWS_WITH(runtime::LayerPipeline(l1, {{0, 1}, {1, 3}}, 128, 16),
+                    Catch::Contains("runs on rank 0"));
+  ThreadLink l0(hub, 0, 2);
+  CHECK_THROWS_WITH(runtime::LayerPipeline(l0, {{0, 1}, {2, 3}}, 128, 16),
+                    Catch::Contains("do not follow"));
+}
