@@ -9,6 +9,7 @@ pkgs=(
   llvm-14-tools clang-format-14 ccache lld
   libpcre2-dev libutf8proc-dev
   libcpp-httplib-dev curl
+  libopenmpi-dev openmpi-bin
 )
 missing=()
 for p in "${pkgs[@]}"; do

@@ -10,6 +10,7 @@
 
 #include "bundle_source.hpp"
 #include "command.hpp"
+#include "pipeline_run.hpp"
 #include "tpullm/support/input_file.hpp"
 #include "tpullm/support/output_file.hpp"
 #include "tpullm/support/json.hpp"
@@ -63,16 +64,30 @@ int cmd_chat(const std::vector<std::string>& args) {
   o.add(constraint_options(g));
   DraftArgs draft;
   o.add(speculation_options(draft));
+  ParallelArgs parallel;
+  o.add(parallel_options(parallel));
   po::variables_map vm;
   if (!parse_bundle_command(args, o, source, vm))
     return kOk;
+  check(parallel.layer_split.empty() || !parallel.mode.empty(), ErrorKind::invalid_input,
+        "--layer-split", "applies only with --parallel pipeline");
   const auto kwargs = parse_json_object(kwargs_text, "--template-kwargs");
   const auto overflow = runtime::parse_context_overflow(overflow_text, "--context-overflow");
 
   std::string checked;
-  const OpenedBundle opened = open_bundle_source(source, !no_stats, &checked);
-  const std::string& file = opened.name;
-  runtime::BundleSession engine(opened.bundle, source.threads);
+  std::unique_ptr<runtime::BundleSession> own;
+  std::unique_ptr<PipelineRun> pipeline;
+  if (parallel.mode.empty()) {
+    const OpenedBundle opened = open_bundle_source(source, !no_stats, &checked);
+    own = std::make_unique<runtime::BundleSession>(opened.bundle, source.threads);
+  } else {
+    pipeline = std::make_unique<PipelineRun>(parallel, source, command_line(args));
+    if (pipeline->layer_rank())
+      return pipeline->failed() ? kCheckFailed : pipeline->serve_layers();
+    checked = pipeline->describe_ranks();
+  }
+  runtime::BundleSession& engine = own ? *own : pipeline->engine();
+  const std::string& file = source.source;
   const auto drafts = apply_draft(draft, engine.bundle(), source.open, source.threads, g);
   const auto text = runtime::load_text_side(engine.bundle(), file);
   check(text.chat_template.has_value(), ErrorKind::unsupported, file,

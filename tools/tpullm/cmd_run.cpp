@@ -6,6 +6,7 @@
 
 #include "bundle_source.hpp"
 #include "command.hpp"
+#include "pipeline_run.hpp"
 #include "sampling_options.hpp"
 #include "tpullm/runtime/conversation.hpp"
 #include "tpullm/runtime/bundle_session.hpp"
@@ -39,9 +40,13 @@ int cmd_run(const std::vector<std::string>& args) {
   o.add(constraint_options(g));
   DraftArgs draft;
   o.add(speculation_options(draft));
+  ParallelArgs parallel;
+  o.add(parallel_options(parallel));
   po::variables_map vm;
   if (!parse_bundle_command(args, o, source, vm))
     return kOk;
+  check(parallel.layer_split.empty() || !parallel.mode.empty(), ErrorKind::invalid_input,
+        "--layer-split", "applies only with --parallel pipeline");
 
   const int given =
       static_cast<int>(vm.count("prompt") + vm.count("chat") + vm.count("prompt-ids"));
@@ -58,9 +63,18 @@ int cmd_run(const std::vector<std::string>& args) {
   const auto prompt = as_text ? std::vector<std::int32_t>{}
                               : parse_id_list<std::int32_t>(prompt_text, "--prompt-ids");
   std::string checked;
-  const OpenedBundle opened = open_bundle_source(source, !quiet, &checked);
-  const std::string& file = opened.name;
-  runtime::BundleSession engine(opened.bundle, source.threads);
+  std::unique_ptr<runtime::BundleSession> own;
+  std::unique_ptr<PipelineRun> pipeline;
+  if (parallel.mode.empty()) {
+    const OpenedBundle opened = open_bundle_source(source, !quiet, &checked);
+    own = std::make_unique<runtime::BundleSession>(opened.bundle, source.threads);
+  } else {
+    pipeline = std::make_unique<PipelineRun>(parallel, source, command_line(args));
+    if (pipeline->layer_rank())
+      return pipeline->failed() ? kCheckFailed : pipeline->serve_layers();
+  }
+  runtime::BundleSession& engine = own ? *own : pipeline->engine();
+  const std::string& file = source.source;
   const auto drafts = apply_draft(draft, engine.bundle(), source.open, source.threads, g);
   const auto& m = engine.bundle().model();
   std::optional<runtime::TextSide> text;
@@ -103,7 +117,7 @@ int cmd_run(const std::vector<std::string>& args) {
   if (!quiet)
     std::cerr << "ran " << file << " (" << m.family << " '" << m.source << "', mode " << m.mode
               << ", seq_length " << m.params.seq_length << ")\n"
-              << checked << "\n";
+              << checked << (checked.empty() ? "" : "\n");
   if (!quiet) {
     const double decoded = static_cast<double>(r.tokens.size()) - 1;
     std::cerr << std::fixed << std::setprecision(1) << "stopped: " << runtime::to_string(r.reason)
@@ -115,6 +129,8 @@ int cmd_run(const std::vector<std::string>& args) {
               << " tokens/s\n";
     if (const auto spec = describe_speculation(g, r); !spec.empty())
       std::cerr << spec << "\n";
+    if (pipeline)
+      std::cerr << pipeline->describe() << "\n";
   }
   return kOk;
 }

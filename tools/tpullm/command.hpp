@@ -49,6 +49,14 @@ const std::vector<Command>& commands();
 bool parse_command_line(const std::vector<std::string>& args, const po::options_description& o,
                         const char* positional, po::variables_map& vm);
 
+/// `args` joined by single spaces: a command line as one string (what ranks compare).
+inline std::string command_line(const std::vector<std::string>& args) {
+  std::string s;
+  for (const auto& a : args)
+    s += (s.empty() ? "" : " ") + a;
+  return s;
+}
+
 /// Options shared by every command that builds stage modules, writing into `p`.
 po::options_description stage_options(frontend::StageParams& p);
 

@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# tpullm run --parallel pipeline under mpirun (docs/distributed.md): the same greedy ids as one
+# process on 2 and 3 ranks, with the default split and --layer-split, prompts of several segments;
+# one-line refusals for a run that is not under mpirun, a split that does not fit, a checkpoint
+# folder instead of a bundle; and a rank killed mid-run ends every rank, mpirun non-zero, within
+# 60 s.
+# Usage: pipeline_cli.sh TPULLM MPIEXEC MODELS_DIR WORK_DIR
+set -u
+tpullm=$1 mpiexec=$2 models=$3 work=$4
+. "$(dirname "$0")/../cli/expect.sh"
+work_in "$work"
+export XDG_CACHE_HOME=$work/cache
+# Open MPI: root allowed (CI runs as root), more ranks than cores; other MPIs ignore these.
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+
+"$tpullm" compile "$models/llama-gqa" -o gqa.bundle --seq-length 128 --max-input-length 16 \
+  --decode-chunks 64 >/dev/null || { echo "FAIL: compile"; exit 1; }
+prompt=$(seq -s, 3 42) # 40 tokens: three prompt segments
+ref=$("$tpullm" run gqa.bundle --prompt-ids "$prompt" -n 24 --ignore-eos --threads 1 -q)
+[ -n "$ref" ] || { echo "FAIL: no reference ids"; exit 1; }
+for np in 2 3; do
+  for split in "" "--layer-split $([ $np = 2 ] && echo 2,1 || echo 1,1,1)"; do
+    # shellcheck disable=SC2086
+    got=$("$mpiexec" -n $np "$tpullm" run gqa.bundle --prompt-ids "$prompt" -n 24 --ignore-eos \
+      --threads 1 -q --parallel pipeline $split 2>&1)
+    if [ "$got" = "$ref" ]; then
+      echo "ok: $np ranks $split: the ids of one process"
+    else
+      fail=1
+      echo "FAIL: $np ranks $split: '$got', one process: '$ref'"
+    fi
+  done
+done
+expect 0 "pipeline: 3 ranks, layers \[0, 1\) \[1, 2\) \[2, 3\); 26 round trips" \
+  "$mpiexec" -n 3 "$tpullm" run gqa.bundle --prompt-ids "$prompt" -n 24 --ignore-eos --threads 1 \
+  --parallel pipeline
+
+# Refusals, each one line (a single process, as started without mpirun).
+expect 2 "runs on 2 ranks or more: start it with mpirun -np N" \
+  "$tpullm" run gqa.bundle --prompt-ids 1,2 --parallel pipeline
+expect 2 "--parallel: takes 'pipeline' \(tensor parallel is not built yet\), not 'tensor'" \
+  "$tpullm" run gqa.bundle --prompt-ids 1,2 --parallel tensor
+expect 2 "--layer-split: applies only with --parallel pipeline" \
+  "$tpullm" run gqa.bundle --prompt-ids 1,2 --layer-split 1,2
+expect 2 "--parallel: runs a compiled bundle file; compile '.*llama-gqa' first" \
+  "$tpullm" run "$models/llama-gqa" --prompt-ids 1,2 --parallel pipeline
+# Under mpirun, rank 0 names the problem; mpirun adds its own lines, so only the status and the
+# message are checked.
+out=$("$mpiexec" -n 2 "$tpullm" run gqa.bundle --prompt-ids 1,2 --parallel pipeline \
+  --layer-split 2,2 2>&1)
+rc=$?
+if [ $rc -ne 0 ] && printf '%s' "$out" | grep -q -- "--layer-split: counts more than the model's 3 layers" &&
+   ! printf '%s' "$out" | grep -Eq "internal error|terminate called"; then
+  echo "ok: --layer-split 2,2 on 2 ranks -> $rc"
+else
+  fail=1
+  echo "FAIL: --layer-split 2,2 on 2 ranks -> $rc: $out"
+fi
+
+# A rank killed mid-run: every rank ends, mpirun exits non-zero, within 60 s. A model slow enough
+# to be caught running: 6 layers of hidden 64 and a 150k vocabulary, 2000 tokens.
+"$tpullm" make-model --preset tiny --layers 6 --seed 1 -o tiny >/dev/null &&
+  "$tpullm" compile tiny -o tiny.bundle --seq-length 2048 --max-input-length 16 >/dev/null ||
+  { echo "FAIL: tiny model"; exit 1; }
+"$mpiexec" -n 3 "$tpullm" run tiny.bundle --prompt-ids 1,2,3 -n 2000 --ignore-eos --threads 1 \
+  --parallel pipeline -q >killed.out 2>&1 &
+launcher=$!
+victim=
+for _ in $(seq 1 200); do # up to 20 s for the three ranks to start
+  mapfile -t pids < <(pgrep -f "tpullm run tiny.bundle" | grep -v "^$launcher$")
+  [ ${#pids[@]} -ge 3 ] && { victim=${pids[1]}; break; }
+  sleep 0.1
+done
+if [ -z "$victim" ]; then
+  fail=1
+  echo "FAIL: the three ranks did not start"
+  kill "$launcher" 2>/dev/null
+else
+  sleep 1
+  t0=$(date +%s)
+  kill -9 "$victim"
+  for _ in $(seq 1 600); do kill -0 "$launcher" 2>/dev/null || break; sleep 0.1; done
+  if kill -0 "$launcher" 2>/dev/null; then
+    fail=1
+    echo "FAIL: mpirun still running 60 s after a rank was killed"
+    kill -9 "$launcher"
+  fi
+  wait "$launcher"
+  rc=$?
+  left=$(pgrep -f "tpullm run tiny.bundle" | wc -l)
+  if [ $rc -ne 0 ] && [ "$left" -eq 0 ]; then
+    echo "ok: a killed rank ended the run in $(($(date +%s) - t0)) s, mpirun status $rc"
+  else
+    fail=1
+    echo "FAIL: after the kill: mpirun status $rc, $left ranks left; output: $(tail -5 killed.out)"
+    pkill -9 -f "tpullm run tiny.bundle"
+  fi
+fi
+exit $fail

@@ -1,0 +1,133 @@
+// Pipeline parallelism between MPI processes (run under mpirun -np N): for each checkpoint
+// folder given, every rank compiles it in memory the same way (1 core, f32), ranks 1..N-1 serve
+// their layers, and rank 0 drives a Session over the pipeline beside a single-process Session
+// over its own executor. Their logits must be identical bit for bit through prefill, prefill_kv
+// (two prompt segments, one through a shorter prefill variant), decode, verify (through the
+// batched lm_head), truncation and greedy generation. A model with fewer layers than ranks is
+// reported as skipped. Exit status 1 on rank 0 when anything differs.
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "tpullm/bundle/bundle.hpp"
+#include "tpullm/compiler/compiler.hpp"
+#include "tpullm/frontend/stage_builder.hpp"
+#include "tpullm/mpi/mpi_link.hpp"
+#include "tpullm/runtime/bundle_session.hpp"
+#include "tpullm/runtime/compiled_stages.hpp"
+#include "tpullm/runtime/layer_pipeline.hpp"
+#include "tpullm/runtime/session.hpp"
+
+using namespace tpullm;
+
+namespace {
+
+frontend::StageParams stage_params() {
+  frontend::StageParams p;
+  p.seq_length = 64;
+  p.max_input_length = 16;
+  p.decode_chunks = {32};
+  p.prefill_chunks = {8};
+  p.decode_batches = {4};
+  return p;
+}
+
+std::vector<std::int32_t> ids(std::int32_t n, std::int32_t seed, std::int64_t vocab) {
+  std::vector<std::int32_t> v;
+  for (std::int32_t i = 0; i < n; ++i)
+    v.push_back(static_cast<std::int32_t>((seed * 37 + i * 101) % (vocab - 3) + 3));
+  return v;
+}
+
+/// Largest |a - b| / max|b| (0 when identical).
+double rel(const std::vector<float>& a, const std::vector<float>& b) {
+  if (a.size() != b.size())
+    return INFINITY;
+  double worst = 0, scale = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    worst = std::max(worst, std::abs(double(a[i]) - double(b[i])));
+    scale = std::max(scale, std::abs(double(b[i])));
+  }
+  return worst / std::max(scale, 1e-30);
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  int failures = 0;
+  {
+    mpi::MpiSession mpi;
+    mpi::MpiLink link(mpi);
+    const int rank = mpi.rank(), ranks = mpi.ranks();
+    const auto p = stage_params();
+    for (int a = 1; a < argc; ++a) {
+      const std::filesystem::path dir = argv[a];
+      const auto desc = frontend::load_model(dir);
+      compiler::CompileOptions o;
+      o.target.cores = 1;
+      const auto cm = compiler::compile(frontend::build_top_modules(desc, p), o);
+      const auto dims = runtime::session_dims(bundle::make_model_info(desc, p, "f32"));
+      const std::string name = dir.filename().string();
+      if (dims.layers < ranks) {
+        if (rank == 0)
+          std::printf("skipped: %s has %lld layers, fewer than %d ranks\n", name.c_str(),
+                      static_cast<long long>(dims.layers), ranks);
+        continue;
+      }
+      const std::vector<std::int64_t> unknown(static_cast<std::size_t>(dims.layers), 0);
+      const auto ranges = runtime::split_layers(unknown, ranks);
+      auto exec = runtime::make_executor(cm, 1);
+      runtime::CompiledStages stages(*exec);
+      if (rank != 0) {
+        (void)runtime::serve_pipeline_rank(link, stages, ranges[static_cast<std::size_t>(rank)],
+                                           dims.hidden, p);
+        continue;
+      }
+      auto single_exec = runtime::make_executor(cm, 1);
+      runtime::CompiledStages single_stages(*single_exec);
+      runtime::Session one(single_stages, dims, p), many(stages, dims, p);
+      runtime::LayerPipeline pipe(link, ranges, dims.hidden, p.max_input_length);
+      many.set_remote_layers(&pipe);
+      double worst = 0;
+      int differ = 0;
+      auto same = [&](const char* what, const std::vector<float>& x, const std::vector<float>& y) {
+        const double e = rel(x, y);
+        worst = std::max(worst, e);
+        if (x != y) {
+          ++differ;
+          std::printf("FAIL: %s %s on %d ranks: logits differ (max rel %.3g)\n", name.c_str(), what,
+                      ranks, e);
+        }
+      };
+      const auto prompt = ids(21, 1, dims.vocab);
+      same("prefill + prefill_kv", many.prefill(prompt, true), one.prefill(prompt, true));
+      for (std::int32_t t : {7, 9, 11})
+        same("decode", many.decode(t), one.decode(t));
+      const std::vector<std::int32_t> draft{4, 5, 6};
+      same("verify", many.verify(draft), one.verify(draft));
+      many.truncate(22);
+      one.truncate(22);
+      same("decode after truncate", many.decode(13), one.decode(13));
+      many.reset();
+      one.reset();
+      runtime::GenerateOptions g;
+      g.stop.max_new_tokens = 16;
+      const auto x = many.generate(ids(5, 2, dims.vocab), g);
+      const auto y = one.generate(ids(5, 2, dims.vocab), g);
+      if (x.tokens != y.tokens || x.tokens.size() != 16) {
+        ++differ;
+        std::printf("FAIL: %s greedy tokens differ on %d ranks\n", name.c_str(), ranks);
+      }
+      failures += differ;
+      std::string split;
+      for (const auto& r : ranges)
+        split += " [" + std::to_string(r.begin) + ", " + std::to_string(r.end) + ")";
+      std::printf("%s: %s on %d ranks (layers%s): %lld round trips, max rel difference %.3g\n",
+                  differ ? "FAIL" : "ok", name.c_str(), ranks, split.c_str(),
+                  static_cast<long long>(pipe.stats().round_trips), worst);
+    }
+  }
+  return failures ? 1 : 0;
+}
