@@ -2,6 +2,7 @@
 // program's types and buffers) and decode a bundle; weights point into the mapping.
 #include <algorithm>
 #include <atomic>
+#include <functional>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -484,22 +485,56 @@ std::shared_ptr<const Bundle> Bundle::decode(const std::shared_ptr<const MappedF
 }
 
 WeightCheck Bundle::verify_weights(std::int64_t threads) const {
+  return verify_weights(threads, {});
+}
+
+WeightCheck Bundle::verify_weights(std::int64_t threads,
+                                   const std::function<bool(const ir::Weight&)>& which) const {
   const auto t0 = std::chrono::steady_clock::now();
   const auto chunks = static_cast<std::int64_t>(chunk_crcs_.size());
   check(threads >= 0 && threads <= 4096, ErrorKind::invalid_input, "threads",
         "must be in [0, 4096], got ", threads);
+  // The chunks to read, in increasing order: all, or those holding a byte of a chosen weight.
+  std::vector<std::int64_t> list;
+  if (!which) {
+    list.resize(static_cast<std::size_t>(chunks));
+    for (std::int64_t k = 0; k < chunks; ++k)
+      list[static_cast<std::size_t>(k)] = k;
+  } else {
+    std::vector<bool> used(static_cast<std::size_t>(chunks), false);
+    for (const auto& w : weights_)
+      if (which(w))
+        for (const auto& p : w.parts) {
+          if (p.bytes.empty())
+            continue;
+          const auto off = static_cast<std::uint64_t>(p.bytes.data() - blob_.data());
+          const auto last = off + p.bytes.size() - 1;
+          for (std::uint64_t k = off / chunk_bytes_; k <= last / chunk_bytes_ && k < used.size();
+               ++k)
+            used[k] = true;
+        }
+    for (std::int64_t k = 0; k < chunks; ++k)
+      if (used[static_cast<std::size_t>(k)])
+        list.push_back(k);
+  }
+  const auto listed = static_cast<std::int64_t>(list.size());
   const std::int64_t workers = std::max<std::int64_t>(
-      1, std::min<std::int64_t>(threads > 0 ? threads : kernels::usable_cores(), chunks));
+      1, std::min<std::int64_t>(threads > 0 ? threads : kernels::usable_cores(), listed));
   // Chunks handed out in increasing order; a worker stops at the lowest bad chunk seen so far,
   // so every chunk below the reported one has been checked, whatever the thread count.
   std::atomic<std::int64_t> next{0}, bad{chunks};
+  std::atomic<std::int64_t> read_bytes{0};
   auto work = [&] {
     for (;;) {
-      const std::int64_t k = next.fetch_add(1, std::memory_order_relaxed);
-      if (k >= chunks || k >= bad.load(std::memory_order_relaxed))
+      const std::int64_t i = next.fetch_add(1, std::memory_order_relaxed);
+      if (i >= listed)
+        return;
+      const std::int64_t k = list[static_cast<std::size_t>(i)];
+      if (k >= bad.load(std::memory_order_relaxed))
         return;
       const std::uint64_t begin = static_cast<std::uint64_t>(k) * chunk_bytes_;
       const std::uint64_t n = std::min<std::uint64_t>(chunk_bytes_, blob_.size() - begin);
+      read_bytes.fetch_add(static_cast<std::int64_t>(n), std::memory_order_relaxed);
       if (crc32c(blob_.subspan(begin, n)) != chunk_crcs_[static_cast<std::size_t>(k)]) {
         std::int64_t seen = bad.load(std::memory_order_relaxed);
         while (k < seen && !bad.compare_exchange_weak(seen, k, std::memory_order_relaxed)) {
@@ -534,8 +569,8 @@ WeightCheck Bundle::verify_weights(std::int64_t threads) const {
                     " (the file was damaged after it was compiled; recompile or copy it again)");
   }
   WeightCheck r;
-  r.chunks = chunks;
-  r.bytes = static_cast<std::int64_t>(blob_.size());
+  r.chunks = listed;
+  r.bytes = read_bytes.load();
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return r;
 }

@@ -433,3 +433,31 @@ TEST_CASE("the weight blob is checksummed per chunk and a flipped bit is found",
     }
   }
 }
+
+TEST_CASE("a weight check of chosen weights reads the chunks that hold them", "[bundle][crc32c]") {
+  const std::string good = bytes_of(compile("qwen3-headdim"));
+  const std::uint64_t blob_off = get64(good, 32);
+  TempFile f(good, "crcpick");
+  const auto b = bundle::Bundle::open(f.path);
+  const auto all = b->verify_weights(1);
+  const auto none = b->verify_weights(1, [](const ir::Weight&) { return false; });
+  CHECK(none.chunks == 0);
+  CHECK(none.bytes == 0);
+  const auto every = b->verify_weights(2, [](const ir::Weight&) { return true; });
+  CHECK(every.chunks == all.chunks);
+  CHECK(every.bytes == all.bytes);
+  // A flipped bit inside one chosen weight is found when that weight is chosen.
+  const ir::Weight* w = nullptr;
+  for (const auto& x : b->weights())
+    if (x.name.starts_with("layers.1.") && !x.parts.empty() && !x.parts[0].bytes.empty())
+      w = &x;
+  REQUIRE(w != nullptr);
+  const auto at = static_cast<std::uint64_t>(w->parts[0].bytes.data() - b->weight_blob().data());
+  std::string bad = good;
+  bad[blob_off + at] = static_cast<char>(bad[blob_off + at] ^ 4);
+  TempFile g(bad, "crcpickbad");
+  const auto c = bundle::Bundle::open(g.path);
+  const std::string name = w->name;
+  CHECK_THROWS_WITH(c->verify_weights(1, [&](const ir::Weight& x) { return x.name == name; }),
+                    Catch::Contains("corrupted weights"));
+}

@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <span>
 #include <ostream>
@@ -126,6 +127,10 @@ public:
   /// the first bad chunk's byte range and a weight stored in it (the lowest bad chunk, whatever
   /// the thread count).
   WeightCheck verify_weights(std::int64_t threads = 1) const;
+  /// verify_weights() of the chunks that hold a byte of a weight `which` accepts (a pipeline
+  /// rank's own weights); every chunk when `which` is empty. Same errors.
+  WeightCheck verify_weights(std::int64_t threads,
+                             const std::function<bool(const ir::Weight&)>& which) const;
   /// The path the bundle was opened from.
   const std::string& path() const { return path_; }
   /// The opened file's identity (fstat on the descriptor its bytes came from).

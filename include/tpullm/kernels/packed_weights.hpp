@@ -67,6 +67,8 @@
 #include <string_view>
 #include <vector>
 
+#include <sys/mman.h>
+
 #include "tpullm/support/float16.hpp"
 #include "tpullm/support/error.hpp"
 
@@ -194,6 +196,9 @@ constexpr bool is_nibble_format(WeightFormat f) {
 
 /// 64-byte aligned, zero-initialised, move-only array of trivially copyable T; or, made by
 /// borrow(), a non-owning view of memory someone else keeps alive (e.g. an mmap'ed bundle).
+/// From kLazyZeroBytes on, the memory is an anonymous mapping: zero pages the system commits on
+/// first touch, so a KV cache or arena costs resident memory only where it is used (a pipeline
+/// rank touches only its own layers' caches).
 template <class T>
 class AlignedArray {
 public:
@@ -201,7 +206,7 @@ public:
   /// A view of n elements at p, not freed by this array (p must outlive it).
   static AlignedArray borrow(const T* p, std::size_t n) {
     AlignedArray a;
-    a.p_ = std::unique_ptr<T, Free>(const_cast<T*>(p), Free{false});
+    a.p_ = std::unique_ptr<T, Free>(const_cast<T*>(p), Free{false, 0});
     a.n_ = n;
     return a;
   }
@@ -211,12 +216,22 @@ public:
   explicit AlignedArray(std::size_t n) : n_(n) {
     if (n) {
       const std::size_t bytes = (n * sizeof(T) + 63) / 64 * 64;
+      if (bytes >= kLazyZeroBytes) {
+        void* m =
+            ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (m == MAP_FAILED) // out of memory: std::bad_alloc as from `new`
+          throw std::bad_alloc();
+        p_ = std::unique_ptr<T, Free>(static_cast<T*>(m), Free{true, bytes});
+        return;
+      }
       p_.reset(static_cast<T*>(std::aligned_alloc(64, bytes)));
       if (!p_) // out of memory: std::bad_alloc as from `new` (not a kind of tpullm::Error)
         throw std::bad_alloc();
       std::memset(static_cast<void*>(p_.get()), 0, bytes);
     }
   }
+  /// Arrays of at least this many bytes are mapped, zero and committed page by page on use.
+  static constexpr std::size_t kLazyZeroBytes = std::size_t{1} << 20;
   T* data() { return p_.get(); }
   const T* data() const { return p_.get(); }
   std::size_t size() const { return n_; }
@@ -229,8 +244,13 @@ public:
 private:
   struct Free {
     bool owned = true;
+    std::size_t mapped = 0; ///< bytes of an anonymous mapping (munmap), 0: aligned_alloc (free)
     void operator()(T* p) const {
-      if (owned)
+      if (!owned)
+        return;
+      if (mapped)
+        ::munmap(static_cast<void*>(p), mapped);
+      else
         std::free(p);
     }
   };
