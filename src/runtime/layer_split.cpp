@@ -9,11 +9,8 @@
 #include "tpullm/support/error.hpp"
 
 namespace tpullm::runtime {
-namespace {
 
-/// The decoder layer a weight name belongs to ("layers.N.*", as the stage modules name a layer's
-/// weights; "model.layers.N.*" as checkpoints do), or -1.
-std::int64_t layer_of(std::string_view name) {
+std::int64_t weight_layer(std::string_view name) {
   if (name.starts_with("model."))
     name.remove_prefix(6);
   constexpr std::string_view prefix = "layers.";
@@ -26,6 +23,8 @@ std::int64_t layer_of(std::string_view name) {
     return -1;
   return n;
 }
+
+namespace {
 
 std::int64_t stored_bytes(const ir::Weight& w) {
   std::int64_t n = 0;
@@ -57,10 +56,23 @@ std::vector<LayerRange> cut(std::span<const std::int64_t> bytes, std::int64_t ra
 
 } // namespace
 
+RankMemory rank_memory(const bundle::Bundle& b, LayerRange range, bool shared, std::int64_t cores) {
+  RankMemory m;
+  for (const auto& w : b.weights()) {
+    const auto l = weight_layer(w.name);
+    if (l < 0 ? shared : (l >= range.begin && l < range.end))
+      m.weights += stored_bytes(w);
+  }
+  const std::int64_t layers = std::max<std::int64_t>(b.model().layers, 1);
+  m.kv = b.kv().bytes() / layers * range.size();
+  m.activations = b.max_arena() + std::max(b.target().local_memory, b.max_local()) * cores;
+  return m;
+}
+
 std::vector<std::int64_t> layer_weight_bytes(const bundle::Bundle& b) {
   std::vector<std::int64_t> out(static_cast<std::size_t>(b.model().layers), 0);
   for (const auto& w : b.weights()) {
-    const auto l = layer_of(w.name);
+    const auto l = weight_layer(w.name);
     if (l >= 0 && l < static_cast<std::int64_t>(out.size()))
       out[static_cast<std::size_t>(l)] += stored_bytes(w);
   }
@@ -70,7 +82,7 @@ std::vector<std::int64_t> layer_weight_bytes(const bundle::Bundle& b) {
 std::int64_t shared_weight_bytes(const bundle::Bundle& b) {
   std::int64_t n = 0;
   for (const auto& w : b.weights())
-    if (layer_of(w.name) < 0)
+    if (weight_layer(w.name) < 0)
       n += stored_bytes(w);
   return n;
 }

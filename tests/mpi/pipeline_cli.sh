@@ -2,8 +2,8 @@
 # tpullm run --parallel pipeline under mpirun (docs/distributed.md): the same greedy ids as one
 # process on 2 and 3 ranks, with the default split and --layer-split, prompts of several segments;
 # one-line refusals for a run that is not under mpirun, a split that does not fit, a checkpoint
-# folder instead of a bundle; and a rank killed mid-run ends every rank, mpirun non-zero, within
-# 60 s.
+# folder instead of a bundle; --memory-budget refusing one process and admitting two ranks; and a
+# rank killed mid-run ends every rank, mpirun non-zero, within 60 s.
 # Usage: pipeline_cli.sh TPULLM MPIEXEC MODELS_DIR WORK_DIR
 set -u
 tpullm=$1 mpiexec=$2 models=$3 work=$4
@@ -56,6 +56,35 @@ else
   fail=1
   echo "FAIL: --layer-split 2,2 on 2 ranks -> $rc: $out"
 fi
+
+# --memory-budget: a bundle of 6 layers of the 0.5B shape (about 190 MB) is refused by one
+# process under a budget of 170 MiB and runs on 2 ranks under the same budget, each rank's peak
+# resident set within it, with one process's ids.
+"$tpullm" make-model --preset qwen2.5-0.5b --layers 6 --vocab 8192 --dtype bf16 --seed 3 \
+  -o m6 >/dev/null &&
+  "$tpullm" compile m6 --mode bf16 --seq-length 256 --max-input-length 32 -o m6.bundle >/dev/null &&
+  rm -rf m6 || { echo "FAIL: the 6-layer model"; exit 1; }
+expect 2 "--memory-budget: this process needs [0-9]+ MiB: [0-9]+ of weights \(layers \[0, 6\) and the embedding / lm_head\).*more than the budget of 170 MiB; run it over several processes" \
+  "$tpullm" run m6.bundle --prompt-ids 5,6,7 -n 8 --threads 1 --memory-budget 170
+ref6=$("$tpullm" run m6.bundle --prompt-ids 5,6,7 -n 8 --ignore-eos --threads 1 -q)
+got6=$("$mpiexec" -n 2 "$tpullm" run m6.bundle --prompt-ids 5,6,7 -n 8 --ignore-eos --threads 1 \
+  -q --parallel pipeline --memory-budget 170 2>&1)
+if [ -n "$ref6" ] && [ "$got6" = "$ref6" ]; then
+  echo "ok: 2 ranks within --memory-budget 170: the ids of one process"
+else
+  fail=1
+  echo "FAIL: 2 ranks under --memory-budget 170: '$got6', one process: '$ref6'"
+fi
+out=$("$mpiexec" -n 2 "$tpullm" run m6.bundle --prompt-ids 5,6,7 -n 8 --threads 1 \
+  --parallel pipeline --memory-budget 40 2>&1)
+rc=$?
+if [ $rc -ne 0 ] && printf '%s' "$out" | grep -Eq -- "--parallel pipeline: rank [01]: .*--memory-budget: rank [01] needs [0-9]+ MiB.*split it over more ranks"; then
+  echo "ok: 2 ranks over --memory-budget 40 -> $rc"
+else
+  fail=1
+  echo "FAIL: 2 ranks over --memory-budget 40 -> $rc: $out"
+fi
+rm -f m6.bundle
 
 # A rank killed mid-run: every rank ends, mpirun exits non-zero, within 60 s. A model slow enough
 # to be caught running: 6 layers of hidden 64 and a 150k vocabulary, 2000 tokens.

@@ -31,16 +31,6 @@ namespace {
 
 using clock_type = std::chrono::steady_clock;
 
-/// A field of /proc/self/status in bytes ("VmHWM", "VmRSS"), 0 when unavailable.
-std::int64_t proc_status_bytes(const std::string& key) {
-  std::ifstream f("/proc/self/status");
-  std::string line;
-  while (std::getline(f, line))
-    if (line.rfind(key + ":", 0) == 0)
-      return std::stoll(line.substr(key.size() + 1)) * 1024;
-  return 0;
-}
-
 /// Resets the peak resident set size to the current one (Linux clear_refs 5): the ceilings'
 /// 1+ GiB read buffer must not count as the bundle's memory. False when the kernel refuses.
 bool reset_peak_rss() {

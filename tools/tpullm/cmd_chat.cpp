@@ -69,24 +69,14 @@ int cmd_chat(const std::vector<std::string>& args) {
   po::variables_map vm;
   if (!parse_bundle_command(args, o, source, vm))
     return kOk;
-  check(parallel.layer_split.empty() || !parallel.mode.empty(), ErrorKind::invalid_input,
-        "--layer-split", "applies only with --parallel pipeline");
   const auto kwargs = parse_json_object(kwargs_text, "--template-kwargs");
   const auto overflow = runtime::parse_context_overflow(overflow_text, "--context-overflow");
 
   std::string checked;
-  std::unique_ptr<runtime::BundleSession> own;
-  std::unique_ptr<PipelineRun> pipeline;
-  if (parallel.mode.empty()) {
-    const OpenedBundle opened = open_bundle_source(source, !no_stats, &checked);
-    own = std::make_unique<runtime::BundleSession>(opened.bundle, source.threads);
-  } else {
-    pipeline = std::make_unique<PipelineRun>(parallel, source, command_line(args));
-    if (pipeline->layer_rank())
-      return pipeline->failed() ? kCheckFailed : pipeline->serve_layers();
-    checked = pipeline->describe_ranks();
-  }
-  runtime::BundleSession& engine = own ? *own : pipeline->engine();
+  CommandEngine ce(parallel, source, args, !no_stats, &checked);
+  if (ce.layer_rank())
+    return ce.serve_layers();
+  runtime::BundleSession& engine = ce.engine();
   const std::string& file = source.source;
   const auto drafts = apply_draft(draft, engine.bundle(), source.open, source.threads, g);
   const auto text = runtime::load_text_side(engine.bundle(), file);
@@ -153,7 +143,7 @@ int cmd_chat(const std::vector<std::string>& args) {
   if (!interactive) {
     if (messages) {
       run_turn([&] { return chat.answer(g, sink); });
-      return refused ? kBadInput : kOk;
+      return refused ? kBadInput : ce.peak_within_budget(std::cerr) ? kOk : kCheckFailed;
     }
     std::istringstream lines(all);
     for (std::string line; std::getline(lines, line);) {
@@ -169,7 +159,7 @@ int cmd_chat(const std::vector<std::string>& args) {
         continue;
       run_turn([&] { return chat.say(line, g, sink); });
     }
-    return refused ? kBadInput : kOk;
+    return refused ? kBadInput : ce.peak_within_budget(std::cerr) ? kOk : kCheckFailed;
   }
   for (;;) {
     std::cerr << "> " << std::flush;
@@ -191,7 +181,7 @@ int cmd_chat(const std::vector<std::string>& args) {
       continue;
     run_turn([&] { return chat.say(line, g, sink); });
   }
-  return kOk;
+  return ce.peak_within_budget(std::cerr) ? kOk : kCheckFailed;
 }
 
 } // namespace tpullm::cli

@@ -45,8 +45,6 @@ int cmd_run(const std::vector<std::string>& args) {
   po::variables_map vm;
   if (!parse_bundle_command(args, o, source, vm))
     return kOk;
-  check(parallel.layer_split.empty() || !parallel.mode.empty(), ErrorKind::invalid_input,
-        "--layer-split", "applies only with --parallel pipeline");
 
   const int given =
       static_cast<int>(vm.count("prompt") + vm.count("chat") + vm.count("prompt-ids"));
@@ -63,17 +61,10 @@ int cmd_run(const std::vector<std::string>& args) {
   const auto prompt = as_text ? std::vector<std::int32_t>{}
                               : parse_id_list<std::int32_t>(prompt_text, "--prompt-ids");
   std::string checked;
-  std::unique_ptr<runtime::BundleSession> own;
-  std::unique_ptr<PipelineRun> pipeline;
-  if (parallel.mode.empty()) {
-    const OpenedBundle opened = open_bundle_source(source, !quiet, &checked);
-    own = std::make_unique<runtime::BundleSession>(opened.bundle, source.threads);
-  } else {
-    pipeline = std::make_unique<PipelineRun>(parallel, source, command_line(args));
-    if (pipeline->layer_rank())
-      return pipeline->failed() ? kCheckFailed : pipeline->serve_layers();
-  }
-  runtime::BundleSession& engine = own ? *own : pipeline->engine();
+  CommandEngine ce(parallel, source, args, !quiet, &checked);
+  if (ce.layer_rank())
+    return ce.serve_layers();
+  runtime::BundleSession& engine = ce.engine();
   const std::string& file = source.source;
   const auto drafts = apply_draft(draft, engine.bundle(), source.open, source.threads, g);
   const auto& m = engine.bundle().model();
@@ -129,10 +120,10 @@ int cmd_run(const std::vector<std::string>& args) {
               << " tokens/s\n";
     if (const auto spec = describe_speculation(g, r); !spec.empty())
       std::cerr << spec << "\n";
-    if (pipeline)
-      std::cerr << pipeline->describe() << "\n";
+    if (const auto line = ce.describe(); !line.empty())
+      std::cerr << line << "\n";
   }
-  return kOk;
+  return ce.peak_within_budget(std::cerr) ? kOk : kCheckFailed;
 }
 
 } // namespace tpullm::cli

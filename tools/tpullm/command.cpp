@@ -2,6 +2,7 @@
 #include "command.hpp"
 
 #include <filesystem>
+#include <fstream>
 #include <iomanip>
 #include <iostream>
 #include <sstream>
@@ -186,6 +187,15 @@ void print_progress(const std::string& what, std::size_t done, std::size_t total
   std::cerr << "\r[" << done << "/" << total << "] " << what << "\033[K" << std::flush;
   if (done == total)
     std::cerr << "\n";
+}
+
+std::int64_t proc_status_bytes(const std::string& key) {
+  std::ifstream f("/proc/self/status");
+  std::string line;
+  while (std::getline(f, line))
+    if (line.rfind(key + ":", 0) == 0)
+      return std::stoll(line.substr(key.size() + 1)) * 1024;
+  return 0;
 }
 
 } // namespace tpullm::cli

@@ -49,6 +49,10 @@ const std::vector<Command>& commands();
 bool parse_command_line(const std::vector<std::string>& args, const po::options_description& o,
                         const char* positional, po::variables_map& vm);
 
+/// A field of /proc/self/status in bytes ("VmHWM": peak resident set, "VmRSS"), 0 when
+/// unavailable.
+std::int64_t proc_status_bytes(const std::string& key);
+
 /// `args` joined by single spaces: a command line as one string (what ranks compare).
 inline std::string command_line(const std::vector<std::string>& args) {
   std::string s;

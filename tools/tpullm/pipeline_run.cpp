@@ -1,4 +1,5 @@
-// --parallel pipeline: MPI, the ranks' agreement, and each rank's part (pipeline_run.hpp).
+// The engine of run and chat: one process or a pipeline rank, and --memory-budget
+// (pipeline_run.hpp).
 #include "pipeline_run.hpp"
 
 #include <iostream>
@@ -22,11 +23,51 @@ po::options_description parallel_options(ParallelArgs& a) {
                   "file)")("layer-split", po::value(&a.layer_split),
                            "with --parallel pipeline: layers per rank, comma-separated, in rank "
                            "order (default: balanced by weight bytes, rank 0's embedding and "
-                           "lm_head counted)");
+                           "lm_head counted)")(
+      "memory-budget", po::value(&a.memory_budget_mib),
+      "MiB this process (each rank) may hold: its weights, its layers' KV cache, the "
+      "activations and what the process holds already; refused before running when over, and "
+      "the peak resident set checked against it at the end");
   return o;
 }
 
-struct PipelineRun::Impl {
+namespace {
+
+constexpr std::int64_t kMiB = std::int64_t{1} << 20;
+
+std::string ranges_text(const std::vector<runtime::LayerRange>& ranges) {
+  std::ostringstream s;
+  for (std::size_t r = 0; r < ranges.size(); ++r)
+    s << (r ? " " : "") << "[" << ranges[r].begin << ", " << ranges[r].end << ")";
+  return s.str();
+}
+
+/// Refuses (Error(invalid_input)) a process whose share of `b` would exceed `budget_mib`:
+/// `range` its layers, `shared` whether it holds the embedding and lm_head too, `process` what
+/// it held before it opened the bundle (code, libraries, MPI).
+void check_budget(std::int64_t budget_mib, runtime::BundleSession& e, runtime::LayerRange range,
+                  bool shared, std::int64_t process, const std::string& who,
+                  const std::string& advice) {
+  if (budget_mib <= 0)
+    return;
+  const auto& b = e.bundle();
+  const auto m = runtime::rank_memory(b, range, shared, e.executor().threads());
+  const std::int64_t need = process + m.total();
+  check(need <= budget_mib * kMiB, ErrorKind::invalid_input, "--memory-budget", who, " needs ",
+        need / kMiB, " MiB: ", m.weights / kMiB, " of weights (layers [", range.begin, ", ",
+        range.end, ")", shared ? " and the embedding / lm_head" : "", "), ", m.kv / kMiB,
+        " of KV cache, ", m.activations / kMiB, " of activations, ", process / kMiB,
+        " held by the process; more than the budget of ", budget_mib, " MiB", advice);
+}
+
+} // namespace
+
+/// One process's part of a pipeline run (see CommandEngine).
+class PipelineRun {
+public:
+  PipelineRun(const ParallelArgs& p, const BundleArgs& source, const std::string& options);
+  ~PipelineRun() = default;
+
 #ifdef TPULLM_HAVE_MPI
   std::unique_ptr<mpi::MpiSession> mpi;
   std::unique_ptr<mpi::MpiLink> link;
@@ -38,20 +79,8 @@ struct PipelineRun::Impl {
   bool failed = false;
 };
 
-namespace {
-
-std::string ranges_text(const std::vector<runtime::LayerRange>& ranges) {
-  std::ostringstream s;
-  for (std::size_t r = 0; r < ranges.size(); ++r)
-    s << (r ? " " : "") << "[" << ranges[r].begin << ", " << ranges[r].end << ")";
-  return s.str();
-}
-
-} // namespace
-
 PipelineRun::PipelineRun(const ParallelArgs& p, const BundleArgs& source,
-                         const std::string& options)
-    : impl_(std::make_unique<Impl>()) {
+                         const std::string& options) {
   check(p.mode == "pipeline", ErrorKind::invalid_input, "--parallel",
         "takes 'pipeline' (tensor parallel is not built yet), not '", p.mode, "'");
 #ifndef TPULLM_HAVE_MPI
@@ -60,35 +89,47 @@ PipelineRun::PipelineRun(const ParallelArgs& p, const BundleArgs& source,
   throw Error(ErrorKind::unsupported, "--parallel",
               "this tpullm was built without MPI (install libopenmpi-dev and rebuild)");
 #else
-  Impl& m = *impl_;
   // Refused before MPI starts, alike on every rank (the same command line).
   check(classify_source(source.source) == SourceKind::bundle, ErrorKind::invalid_input,
         "--parallel", "runs a compiled bundle file; compile '", source.source,
         "' first (tpullm compile SOURCE -o FILE.bundle)");
-  m.mpi = std::make_unique<mpi::MpiSession>();
-  m.rank = m.mpi->rank();
-  m.ranks = m.mpi->ranks();
-  check(m.ranks >= 2, ErrorKind::invalid_input, "--parallel pipeline",
+  check_bundle_open_options(source.open);
+  mpi = std::make_unique<mpi::MpiSession>();
+  rank = mpi->rank();
+  ranks = mpi->ranks();
+  check(ranks >= 2, ErrorKind::invalid_input, "--parallel pipeline",
         "runs on 2 ranks or more: start it with mpirun -np N (this is 1 process)");
-  m.link = std::make_unique<mpi::MpiLink>(*m.mpi);
-  // Every rank opens the bundle and cuts the layers; then they compare what they did.
+  link = std::make_unique<mpi::MpiLink>(*mpi);
+  // Every rank opens the bundle, cuts the layers and checks its own weights and budget; then
+  // they compare what they did.
   std::string mine;
+  const std::int64_t process = proc_status_bytes("VmRSS");
   try {
-    const OpenedBundle opened = open_bundle_source(source, m.rank == 0);
-    m.engine = std::make_unique<runtime::BundleSession>(opened.bundle, source.threads);
-    const auto& b = m.engine->bundle();
-    const std::int64_t layers = b.model().layers;
-    m.ranges = p.layer_split.empty()
-                   ? runtime::split_layers(runtime::layer_weight_bytes(b), m.ranks,
-                                           runtime::shared_weight_bytes(b))
-                   : runtime::parse_layer_split(p.layer_split, layers, m.ranks);
+    BundleArgs unchecked = source; // each rank checks the chunks of its own weights below
+    unchecked.open.skip_verify = true;
+    unchecked.open.verify = false;
+    const OpenedBundle opened = open_bundle_source(unchecked, rank == 0);
+    engine = std::make_unique<runtime::BundleSession>(opened.bundle, source.threads);
+    const auto& b = engine->bundle();
+    ranges = p.layer_split.empty()
+                 ? runtime::split_layers(runtime::layer_weight_bytes(b), ranks,
+                                         runtime::shared_weight_bytes(b))
+                 : runtime::parse_layer_split(p.layer_split, b.model().layers, ranks);
+    const auto mine_range = ranges[static_cast<std::size_t>(rank)];
+    if (!source.open.skip_verify)
+      (void)b.verify_weights(source.threads, [&](const ir::Weight& w) {
+        const auto l = runtime::weight_layer(w.name);
+        return l < 0 ? rank == 0 : l >= mine_range.begin && l < mine_range.end;
+      });
+    check_budget(p.memory_budget_mib, *engine, mine_range, rank == 0, process,
+                 str_cat("rank ", rank), "; split it over more ranks");
     mine = str_cat("ok bundle ", std::hex, b.metadata_checksum(), std::dec, " of ", b.file_bytes(),
-                   " bytes; layers ", ranges_text(m.ranges), "; options ", options);
+                   " bytes; layers ", ranges_text(ranges), "; options ", options);
   } catch (const Error& e) {
     mine = str_cat("error ", e.what());
   }
-  const auto all = m.mpi->all_gather(mine);
-  for (int r = 0; r < m.ranks; ++r) {
+  const auto all = mpi->all_gather(mine);
+  for (int r = 0; r < ranks; ++r) {
     const std::string& s = all[static_cast<std::size_t>(r)];
     std::string problem;
     if (s.starts_with("error "))
@@ -98,32 +139,53 @@ PipelineRun::PipelineRun(const ParallelArgs& p, const BundleArgs& source,
                         r, " has ", s.substr(3));
     if (problem.empty())
       continue;
-    m.failed = true;
-    if (m.rank == 0)
+    failed = true;
+    if (rank == 0)
       throw Error(ErrorKind::invalid_input, str_cat("--parallel pipeline: rank ", r), problem);
     return;
   }
-  if (m.rank == 0) {
-    m.pipe = std::make_unique<runtime::LayerPipeline>(
-        *m.link, m.ranges, m.engine->bundle().model().hidden,
-        m.engine->bundle().model().params.max_input_length);
-    m.engine->session().set_remote_layers(m.pipe.get());
+  if (rank == 0) {
+    pipe =
+        std::make_unique<runtime::LayerPipeline>(*link, ranges, engine->bundle().model().hidden,
+                                                 engine->bundle().model().params.max_input_length);
+    engine->session().set_remote_layers(pipe.get());
   }
 #endif
 }
 
-PipelineRun::~PipelineRun() = default;
-
-bool PipelineRun::layer_rank() const {
-  return impl_->rank != 0;
+CommandEngine::CommandEngine(const ParallelArgs& p, const BundleArgs& source,
+                             const std::vector<std::string>& args, bool verbose,
+                             std::string* checked)
+    : args_(p) {
+  check(p.layer_split.empty() || !p.mode.empty(), ErrorKind::invalid_input, "--layer-split",
+        "applies only with --parallel pipeline");
+  check(p.memory_budget_mib >= 0 && p.memory_budget_mib <= (std::int64_t{1} << 30),
+        ErrorKind::invalid_input, "--memory-budget", "must be in [0, 2^30] MiB, got ",
+        p.memory_budget_mib);
+  if (!p.mode.empty()) {
+    pipeline_ = std::make_unique<PipelineRun>(p, source, command_line(args));
+    if (checked != nullptr && !pipeline_->failed)
+      *checked = describe_ranks();
+    return;
+  }
+  const std::int64_t process = proc_status_bytes("VmRSS");
+  const OpenedBundle opened = open_bundle_source(source, verbose, checked);
+  own_ = std::make_unique<runtime::BundleSession>(opened.bundle, source.threads);
+  check_budget(p.memory_budget_mib, *own_, {0, own_->bundle().model().layers}, true, process,
+               "this process",
+               "; run it over several processes: mpirun -np N tpullm ... --parallel pipeline "
+               "with a bundle file");
 }
-bool PipelineRun::failed() const {
-  return impl_->failed;
+
+CommandEngine::~CommandEngine() = default;
+
+bool CommandEngine::layer_rank() const {
+  return pipeline_ && pipeline_->rank != 0;
 }
 
-int PipelineRun::serve_layers() {
+int CommandEngine::serve_layers() {
 #ifdef TPULLM_HAVE_MPI
-  Impl& m = *impl_;
+  PipelineRun& m = *pipeline_;
   if (m.failed)
     return kCheckFailed;
   try {
@@ -136,34 +198,51 @@ int PipelineRun::serve_layers() {
     std::cerr << "tpullm: pipeline rank " << m.rank << ": " << e.what() << "\n";
     m.mpi->abort(kCheckFailed);
   }
-  return kOk;
+  return peak_within_budget(std::cerr) ? kOk : kCheckFailed;
 #else
   return kCheckFailed;
 #endif
 }
 
-runtime::BundleSession& PipelineRun::engine() {
-  check(impl_->engine && !impl_->failed && impl_->rank == 0, ErrorKind::internal, "pipeline",
-        "engine() on a layer rank");
-  return *impl_->engine;
+runtime::BundleSession& CommandEngine::engine() {
+  if (own_)
+    return *own_;
+  check(pipeline_ && pipeline_->engine && !pipeline_->failed && pipeline_->rank == 0,
+        ErrorKind::internal, "pipeline", "engine() on a layer rank");
+  return *pipeline_->engine;
 }
 
-std::string PipelineRun::describe_ranks() const {
-  return str_cat("pipeline over ", impl_->ranks, " ranks, layers ", ranges_text(impl_->ranges));
-}
-
-std::string PipelineRun::describe() const {
-  const Impl& m = *impl_;
-  if (!m.pipe)
+std::string CommandEngine::describe_ranks() const {
+  if (!pipeline_)
     return {};
-  const auto& st = m.pipe->stats();
+  return str_cat("pipeline over ", pipeline_->ranks, " ranks, layers ",
+                 ranges_text(pipeline_->ranges));
+}
+
+std::string CommandEngine::describe() const {
+  if (!pipeline_ || !pipeline_->pipe)
+    return {};
+  const auto& st = pipeline_->pipe->stats();
   std::ostringstream s;
   s.setf(std::ios::fixed);
   s.precision(3);
-  s << "pipeline: " << m.ranks << " ranks, layers " << ranges_text(m.ranges) << "; "
-    << st.round_trips << " round trips (" << st.bytes_sent << " bytes sent by rank 0), "
+  s << "pipeline: " << pipeline_->ranks << " ranks, layers " << ranges_text(pipeline_->ranges)
+    << "; " << st.round_trips << " round trips (" << st.bytes_sent << " bytes sent by rank 0), "
     << st.seconds << " s in the other ranks' layers and the hops";
   return s.str();
+}
+
+bool CommandEngine::peak_within_budget(std::ostream& err) const {
+  if (args_.memory_budget_mib <= 0)
+    return true;
+  const std::int64_t peak = proc_status_bytes("VmHWM");
+  if (peak <= args_.memory_budget_mib * kMiB)
+    return true;
+  err << "tpullm: --memory-budget: "
+      << (pipeline_ ? str_cat("rank ", pipeline_->rank) : std::string("this process"))
+      << " peaked at " << peak / kMiB << " MiB resident, more than the budget of "
+      << args_.memory_budget_mib << " MiB\n";
+  return false;
 }
 
 } // namespace tpullm::cli

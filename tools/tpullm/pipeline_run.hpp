@@ -1,9 +1,12 @@
 #pragma once
-// `--parallel pipeline` of the commands that run a bundle (docs/distributed.md): started under
-// `mpirun -np N`, rank 0 runs the command as usual with its later layers on ranks 1..N-1, which
-// run their layers until rank 0 is done.
+// The engine of the commands that run a bundle (run, chat): one process, or a rank of a
+// pipeline run (`--parallel pipeline` under `mpirun -np N`, docs/distributed.md), where rank 0
+// runs the command as usual with its later layers on ranks 1..N-1, which run their layers
+// until rank 0 is done. --memory-budget bounds what each process holds.
+#include <iosfwd>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <boost/program_options.hpp>
 
@@ -12,46 +15,54 @@
 
 namespace tpullm::cli {
 
-/// --parallel and --layer-split as given.
+/// --parallel, --layer-split and --memory-budget as given.
 struct ParallelArgs {
-  std::string mode;        ///< --parallel: empty (one process) or "pipeline"
-  std::string layer_split; ///< --layer-split: layer counts per rank (empty: by weight bytes)
+  std::string mode;                   ///< --parallel: empty (one process) or "pipeline"
+  std::string layer_split;            ///< --layer-split: layer counts per rank (empty: by bytes)
+  std::int64_t memory_budget_mib = 0; ///< --memory-budget: MiB per process (0: none)
 };
 
-/// The options --parallel and --layer-split, writing into `a`.
+/// The options --parallel, --layer-split and --memory-budget, writing into `a`.
 boost::program_options::options_description parallel_options(ParallelArgs& a);
 
-/// One process's part of a pipeline run. Every rank opens the same bundle file and they agree
-/// before any layer runs (same content, same options, each opened it); then rank 0 runs the
-/// command with session() and the other ranks serve their layers (serve_layers()).
-class PipelineRun {
-public:
-  /// Starts MPI and opens `source` (a bundle file; a checkpoint or GGUF is refused) on `threads`
-  /// per rank. `options` (the command line) must be the same on every rank. Throws
-  /// Error(unsupported) in a build without MPI, Error(invalid_input) for fewer than 2 ranks, a
-  /// layer split that does not fit, a rank that could not open the bundle or opened another one
-  /// (on rank 0; the other ranks then return failed()).
-  PipelineRun(const ParallelArgs& p, const BundleArgs& source, const std::string& options);
-  ~PipelineRun();
-  PipelineRun(const PipelineRun&) = delete;
-  PipelineRun& operator=(const PipelineRun&) = delete;
+class PipelineRun;
 
-  /// True on ranks 1..N-1: the caller returns serve_layers() and does nothing else.
+/// What a command runs on. See the file comment.
+class CommandEngine {
+public:
+  /// One process: opens `source` as open_bundle_source does (`verbose`, `checked` likewise).
+  /// With p.mode "pipeline": starts MPI and opens `source` (a bundle file; a checkpoint or GGUF
+  /// is refused) on every rank, each checking the weights of its own layers; the ranks agree
+  /// before any layer runs (same content, same command line `args`, each opened it and fits
+  /// its budget). Throws Error(invalid_input) for a bad option, a process or rank whose share
+  /// exceeds --memory-budget (counting what the process holds already), a rank that could not
+  /// open the bundle or opened another one (on rank 0; the other ranks then fail quietly),
+  /// fewer than 2 ranks; Error(unsupported) for --parallel in a build without MPI.
+  CommandEngine(const ParallelArgs& p, const BundleArgs& source,
+                const std::vector<std::string>& args, bool verbose, std::string* checked);
+  ~CommandEngine();
+  CommandEngine(const CommandEngine&) = delete;
+  CommandEngine& operator=(const CommandEngine&) = delete;
+
+  /// True on ranks 1..N-1 of a pipeline: the caller returns serve_layers() and nothing else.
   bool layer_rank() const;
-  /// On a layer rank whose agreement failed (rank 0 reports it): exit 1 quietly.
-  bool failed() const;
-  /// A layer rank's work: runs its layers until rank 0 stops; the exit status.
+  /// A layer rank's work: runs its layers until rank 0 stops, then checks its peak memory
+  /// against --memory-budget; the exit status (1 when its agreement failed: rank 0 says why).
   int serve_layers();
-  /// Rank 0's engine, its session already sending the later layers down the pipeline.
+  /// The engine (rank 0's in a pipeline, its session sending the later layers down).
   runtime::BundleSession& engine();
-  /// Rank 0's summary: ranks, their layers, round trips and the time in them.
+  /// The `pipeline:` summary line of rank 0 (ranks, layers, round trips, time); empty alone.
   std::string describe() const;
-  /// "pipeline over N ranks, layers [0, a) [a, b) ...".
+  /// "pipeline over N ranks, layers [0, a) [a, b) ..."; empty alone.
   std::string describe_ranks() const;
+  /// --memory-budget after the work: false (and one line on `err`) when this process's peak
+  /// resident set exceeded it.
+  bool peak_within_budget(std::ostream& err) const;
 
 private:
-  struct Impl;
-  std::unique_ptr<Impl> impl_;
+  ParallelArgs args_;
+  std::unique_ptr<runtime::BundleSession> own_;
+  std::unique_ptr<PipelineRun> pipeline_;
 };
 
 } // namespace tpullm::cli

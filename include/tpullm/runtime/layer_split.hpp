@@ -22,6 +22,22 @@ struct LayerRange {
   friend bool operator==(const LayerRange&, const LayerRange&) = default;
 };
 
+/// The decoder layer weight `name` belongs to ("layers.N.*", as the stage modules name a layer's
+/// weights, or "model.layers.N.*" as checkpoints do), or -1 (embedding, final norm, lm_head).
+std::int64_t weight_layer(std::string_view name);
+
+/// What one rank of a run holds in memory besides its process (code, libraries), in bytes.
+struct RankMemory {
+  std::int64_t weights = 0;     ///< its layers' weights (and the shared ones on rank 0)
+  std::int64_t kv = 0;          ///< the KV cache of its layers (one conversation)
+  std::int64_t activations = 0; ///< activation arena and every core's local scratch
+  std::int64_t total() const { return weights + kv + activations; }
+};
+
+/// RankMemory of a rank of `b` running `range` on `cores` threads; `shared`: it also holds the
+/// weights outside the layers (rank 0, or a single process with every layer).
+RankMemory rank_memory(const bundle::Bundle& b, LayerRange range, bool shared, std::int64_t cores);
+
 /// Bytes of the weights of each decoder layer of `b` [layers]: every weight whose name starts with
 /// "layers.N." (the stage modules' names) or "model.layers.N." counts for layer N (all its
 /// stored parts). Layers that name no weight count 0.
