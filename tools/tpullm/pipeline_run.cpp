@@ -16,7 +16,8 @@ namespace tpullm::cli {
 namespace po = boost::program_options;
 
 po::options_description parallel_options(ParallelArgs& a) {
-  po::options_description o("multi-process runs (start with mpirun -np N; docs/distributed.md)");
+  po::options_description o(
+      "processes and memory (--parallel: start with mpirun -np N; docs/distributed.md)");
   o.add_options()("parallel", po::value(&a.mode),
                   "'pipeline': each MPI rank runs a contiguous range of the layers, rank 0 "
                   "also the embedding, the lm_head and the text side (BUNDLE must be a bundle "
