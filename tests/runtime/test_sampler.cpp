@@ -226,13 +226,23 @@ TEST_CASE("top-p on a 150k vocabulary sorts past its first chunk", "[sampler]") 
   const std::set<std::int32_t> nucleus(hot_ids.begin(), hot_ids.begin() + keep);
   Sampler s(o);
   std::set<std::int32_t> seen;
-  for (int i = 0; i < 3000; ++i) {
+#if defined(__SANITIZE_ADDRESS__)
+  // Instrumented, a draw over 150k logits costs 8 ms: 300 draws still walk the sorted chunks
+  // past the first one; the frequency check below needs the Release tree's 3000.
+  constexpr int draws = 300;
+#else
+  constexpr int draws = 3000;
+#endif
+  for (int i = 0; i < draws; ++i) {
     const auto t = s.sample(logits);
     INFO("drawn token " << t);
     REQUIRE(nucleus.count(t) == 1);
     seen.insert(t);
   }
-  CHECK(seen.size() == keep); // ~16 draws each: every nucleus token shows up
+  if (draws == 3000)
+    CHECK(seen.size() == keep); // ~16 draws each: every nucleus token shows up
+  else
+    CHECK(seen.size() > keep / 2); // ~1.6 draws each: most of the nucleus shows up
 }
 
 TEST_CASE("top-k on a 150k vocabulary draws only from the k largest", "[sampler]") {
