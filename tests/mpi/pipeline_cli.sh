@@ -4,9 +4,10 @@
 # one-line refusals for a run that is not under mpirun, a split that does not fit, a checkpoint
 # folder instead of a bundle; --memory-budget refusing one process and admitting two ranks; and a
 # rank killed mid-run ends every rank, mpirun non-zero, within 60 s.
-# Usage: pipeline_cli.sh TPULLM MPIEXEC MODELS_DIR WORK_DIR
+# tpullm chat --parallel pipeline answers as one process does.
+# Usage: pipeline_cli.sh TPULLM MPIEXEC MODELS_DIR WORK_DIR QWEN3_TOKENIZER_DIR
 set -u
-tpullm=$1 mpiexec=$2 models=$3 work=$4
+tpullm=$1 mpiexec=$2 models=$3 work=$4 tokenizer=$5
 . "$(dirname "$0")/../cli/expect.sh"
 work_in "$work"
 export XDG_CACHE_HOME=$work/cache
@@ -88,9 +89,23 @@ rm -f m6.bundle
 
 # A rank killed mid-run: every rank ends, mpirun exits non-zero, within 60 s. A model slow enough
 # to be caught running: 6 layers of hidden 64 and a 150k vocabulary, 2000 tokens.
-"$tpullm" make-model --preset tiny --layers 6 --seed 1 -o tiny >/dev/null &&
+# With Qwen3's tokenizer and chat template beside it, it also serves the chat case.
+"$tpullm" make-model --preset tiny --layers 6 --vocab 151936 --seed 1 -o tiny >/dev/null &&
+  cp "$tokenizer/tokenizer.json" "$tokenizer/tokenizer_config.json" tiny/ &&
   "$tpullm" compile tiny -o tiny.bundle --seq-length 2048 --max-input-length 16 >/dev/null ||
   { echo "FAIL: tiny model"; exit 1; }
+chat1=$(printf 'What is a pipeline?\n' | "$tpullm" chat tiny.bundle -n 16 --temperature 0 \
+  --threads 1 --no-stats 2>&1)
+rc1=$?
+chat2=$(printf 'What is a pipeline?\n' | "$mpiexec" -n 2 "$tpullm" chat tiny.bundle -n 16 \
+  --temperature 0 --threads 1 --no-stats --parallel pipeline 2>&1)
+rc2=$?
+if [ $rc1 -eq 0 ] && [ $rc2 -eq 0 ] && [ -n "$chat1" ] && [ "$chat2" = "$chat1" ]; then
+  echo "ok: chat on 2 ranks answers as one process"
+else
+  fail=1
+  echo "FAIL: chat on 2 ranks (status $rc2): '$chat2', one process (status $rc1): '$chat1'"
+fi
 "$mpiexec" -n 3 "$tpullm" run tiny.bundle --prompt-ids 1,2,3 -n 2000 --ignore-eos --threads 1 \
   --parallel pipeline -q >killed.out 2>&1 &
 launcher=$!
