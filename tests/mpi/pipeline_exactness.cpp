@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "pipeline_test_params.hpp"
+
 #include "tpullm/bundle/bundle.hpp"
 #include "tpullm/compiler/compiler.hpp"
 #include "tpullm/frontend/stage_builder.hpp"
@@ -23,16 +25,6 @@
 using namespace tpullm;
 
 namespace {
-
-frontend::StageParams stage_params() {
-  frontend::StageParams p;
-  p.seq_length = 64;
-  p.max_input_length = 16;
-  p.decode_chunks = {32};
-  p.prefill_chunks = {8};
-  p.decode_batches = {4};
-  return p;
-}
 
 std::vector<std::int32_t> ids(std::int32_t n, std::int32_t seed, std::int64_t vocab) {
   std::vector<std::int32_t> v;
@@ -61,7 +53,7 @@ int main(int argc, char** argv) {
     mpi::MpiSession mpi;
     mpi::MpiLink link(mpi);
     const int rank = mpi.rank(), ranks = mpi.ranks();
-    const auto p = stage_params();
+    const auto p = tpullm_test::pipeline_test_params();
     for (int a = 1; a < argc; ++a) {
       const std::filesystem::path dir = argv[a];
       const auto desc = frontend::load_model(dir);

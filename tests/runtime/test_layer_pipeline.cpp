@@ -4,6 +4,7 @@
 // prefill_kv, decode, verify, truncation and greedy generation; a rank whose layers throw makes
 // rank 0 throw that error, naming the rank, and the pipeline goes on.
 #include "llama_gqa.hpp"
+#include "pipeline_test_params.hpp"
 #include <catch2/catch.hpp>
 
 #include <condition_variable>
@@ -78,16 +79,6 @@ struct FailingStages : runtime::Stages {
   bool has_function(const std::string& name) const override { return inner.has_function(name); }
   bool owns_kv_cache() const override { return true; }
 };
-
-frontend::StageParams params() {
-  frontend::StageParams p;
-  p.seq_length = 64;
-  p.max_input_length = 16;
-  p.decode_chunks = {32};
-  p.prefill_chunks = {8};
-  p.decode_batches = {4};
-  return p;
-}
 
 /// Rank 0's session over a pipeline of threads, the other ranks' loops running until it ends.
 struct ThreadPipeline {
@@ -168,7 +159,7 @@ TEST_CASE("layers split by bytes, every rank at least one, rank 0 carrying the s
 
 TEST_CASE("a pipeline over 2 and 3 ranks gives a single process's logits bit for bit",
           "[pipeline]") {
-  const tpullm_test::CompiledLlamaGqa m(params());
+  const tpullm_test::CompiledLlamaGqa m(tpullm_test::pipeline_test_params());
   auto single_exec = runtime::make_executor(m.cm, 1);
   runtime::CompiledStages single_stages(*single_exec);
   const std::vector<LayerRange> splits[] = {
@@ -203,7 +194,7 @@ TEST_CASE("a pipeline over 2 and 3 ranks gives a single process's logits bit for
 
 TEST_CASE("a rank whose layers throw makes rank 0 throw its error, and the pipeline goes on",
           "[pipeline]") {
-  const tpullm_test::CompiledLlamaGqa m(params());
+  const tpullm_test::CompiledLlamaGqa m(tpullm_test::pipeline_test_params());
   auto single_exec = runtime::make_executor(m.cm, 1);
   runtime::CompiledStages single_stages(*single_exec);
   runtime::Session one(single_stages, m.dims(), m.stage_params);
@@ -219,7 +210,7 @@ TEST_CASE("a rank whose layers throw makes rank 0 throw its error, and the pipel
 }
 
 TEST_CASE("a session keeps 1 to layers - 1 layers on rank 0", "[pipeline]") {
-  const tpullm_test::CompiledLlamaGqa m(params());
+  const tpullm_test::CompiledLlamaGqa m(tpullm_test::pipeline_test_params());
   auto exec = runtime::make_executor(m.cm, 1);
   runtime::CompiledStages stages(*exec);
   runtime::Session s(stages, m.dims(), m.stage_params);
