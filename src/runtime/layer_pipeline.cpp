@@ -153,11 +153,18 @@ PipelineRankStats serve_pipeline_rank(PipelineLink& link, Stages& stages, LayerR
   const std::int64_t max_rows = params.max_input_length;
   std::vector<std::byte> msg(buffer_bytes(max_rows, hidden));
   std::vector<float> other(static_cast<std::size_t>(max_rows * hidden));
-  std::map<std::string, StageHandle> handles;
-  auto handle = [&](const std::string& name) {
-    auto [it, fresh] = handles.try_emplace(name);
+  // The handles of this rank's layers per (kind, variant), resolved on first use: a token's
+  // call builds no names and looks nothing up by name.
+  std::map<std::pair<std::uint32_t, std::int64_t>, std::vector<StageHandle>> handles;
+  auto layer_handles = [&](BlockKind kind,
+                           std::int64_t variant) -> const std::vector<StageHandle>& {
+    auto [it, fresh] = handles.try_emplace({static_cast<std::uint32_t>(kind), variant});
     if (fresh)
-      it->second = stages.resolve(name);
+      for (std::int64_t layer = range.begin; layer < range.end; ++layer)
+        it->second.push_back(stages.resolve(
+            kind == BlockKind::prefill      ? frontend::StageNames::block(layer, variant, params)
+            : kind == BlockKind::prefill_kv ? frontend::StageNames::block_kv(layer, variant, params)
+                                            : frontend::StageNames::block_cache(layer, variant)));
     return it->second;
   };
   PipelineRankStats stats;
@@ -191,15 +198,11 @@ PipelineRankStats serve_pipeline_rank(PipelineLink& link, Stages& stages, LayerR
       // `other`, and ends in the message for the send.
       float* bufs[2] = {cur, other.data()};
       int c = 0;
-      for (std::int64_t layer = range.begin; layer < range.end; ++layer) {
-        const std::string name = kind == BlockKind::prefill
-                                     ? frontend::StageNames::block(layer, h.variant, params)
-                                 : kind == BlockKind::prefill_kv
-                                     ? frontend::StageNames::block_kv(layer, h.variant, params)
-                                     : frontend::StageNames::block_cache(layer, h.variant);
+      const auto& fns = layer_handles(kind, h.variant);
+      for (const StageHandle fn : fns) {
         const ConstBytes in[4] = {cbytes(bufs[c], L * hidden), cbytes(pos, L), {}, {}};
         const MutBytes out[3] = {mbytes(bufs[c ^ 1], L * hidden), {}, {}};
-        stages.run(handle(name), std::span<const ConstBytes>(in, S > 0 ? 4 : 2), out);
+        stages.run(fn, std::span<const ConstBytes>(in, S > 0 ? 4 : 2), out);
         c ^= 1;
       }
       if (c == 1)

@@ -131,10 +131,10 @@ std::vector<LayerRange> parse_layer_split(std::string_view text, std::int64_t la
     check(!piece.empty() && ec == std::errc{} && end == piece.data() + piece.size() && n > 0,
           ErrorKind::invalid_input, "--layer-split",
           "takes positive layer counts, comma-separated (one per rank); got '", piece, "'");
+    check(n <= layers - at, ErrorKind::invalid_input, "--layer-split",
+          "counts more than the model's ", layers, " layers"); // before the sum can overflow
     out.push_back({at, at + n});
     at += n;
-    check(at <= layers, ErrorKind::invalid_input, "--layer-split", "counts more than the model's ",
-          layers, " layers");
     if (comma == std::string_view::npos)
       break;
     text.remove_prefix(comma + 1);

@@ -155,6 +155,9 @@ TEST_CASE("layers split by bytes, every rank at least one, rank 0 carrying the s
   CHECK_THROWS_WITH(runtime::parse_layer_split("3", 3, 2), Catch::Contains("gives 1 counts for 2"));
   CHECK_THROWS_WITH(runtime::parse_layer_split("1,x", 3, 2), Catch::Contains("got 'x'"));
   CHECK_THROWS_WITH(runtime::parse_layer_split("0,3", 3, 2), Catch::Contains("got '0'"));
+  // a count near the largest int64 is refused before the running sum could overflow
+  CHECK_THROWS_WITH(runtime::parse_layer_split("1,9223372036854775807", 3, 2),
+                    Catch::Contains("counts more than the model's 3 layers"));
 }
 
 TEST_CASE("a pipeline over 2 and 3 ranks gives a single process's logits bit for bit",
