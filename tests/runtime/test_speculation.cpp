@@ -4,7 +4,7 @@
 // the budget, an eos id and the end of the sequence mid-draft, with the verify rows through a
 // batched lm_head and one by one, with drafts from the context, from a draft model and from
 // the plain answer itself (right, and every third token wrong); afterwards both caches continue
-// alike.
+// alike; and speculative sampling against plain sampling by a chi-square test.
 #include "llama_gqa.hpp"
 #include "small_compile.hpp"
 #include "test_data_dir.hpp"
@@ -14,6 +14,7 @@
 #include <cmath>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <memory>
 
 #include "tpullm/bundle/bundle.hpp"
@@ -270,4 +271,120 @@ TEST_CASE("speculative decoding answers as plain decoding, token for token", "[s
         }
       }
   }
+}
+
+namespace {
+
+/// Two-sample chi-square statistic of homogeneity for two samples of equal size over the token
+/// values they hold (bins holding fewer than 10 draws in both samples together are merged into
+/// one); `df` receives the degrees of freedom (bins - 1).
+double chi_square_two_sample(const std::vector<std::int32_t>& a, const std::vector<std::int32_t>& b,
+                             int& df) {
+  std::map<std::int32_t, std::pair<int, int>> bins;
+  for (auto t : a)
+    ++bins[t].first;
+  for (auto t : b)
+    ++bins[t].second;
+  std::vector<std::pair<int, int>> kept;
+  std::pair<int, int> rest{0, 0};
+  for (const auto& [t, c] : bins)
+    if (c.first + c.second >= 10) {
+      kept.push_back(c);
+    } else {
+      rest.first += c.first;
+      rest.second += c.second;
+    }
+  if (rest.first + rest.second > 0)
+    kept.push_back(rest);
+  double x2 = 0;
+  for (const auto& [x, y] : kept) // equal sample sizes: sum (x - y)^2 / (x + y)
+    x2 += static_cast<double>(x - y) * (x - y) / (x + y);
+  df = static_cast<int>(kept.size()) - 1;
+  return x2;
+}
+
+/// The chi-square distribution's 0.999 quantile (significance 0.001): tabulated for 1..20
+/// degrees of freedom, beyond by the Wilson-Hilferty approximation (within 0.5% there).
+double chi_square_critical_0001(int df) {
+  static const double q[] = {10.83, 13.82, 16.27, 18.47, 20.52, 22.46, 24.32, 26.12, 27.88, 29.59,
+                             31.26, 32.91, 34.53, 36.12, 37.70, 39.25, 40.79, 42.31, 43.82, 45.31};
+  REQUIRE(df >= 1);
+  if (df <= 20)
+    return q[df - 1];
+  const double k = df, z = 3.0902; // the standard normal's 0.999 quantile
+  const double c = 1 - 2 / (9 * k) + z * std::sqrt(2 / (9 * k));
+  return k * c * c * c;
+}
+
+} // namespace
+
+TEST_CASE("speculative sampling keeps the target distribution (chi-square, 400 seeds per arm)",
+          "[speculation][release-only]") {
+  // 400 answers of 3 tokens sampled plainly (seeds 1..400) and 400 sampled with drafts (seeds
+  // 401..800, so the two samples are independent draws, not the same draws twice). The drafts
+  // are the greedy answer's tokens 2 and 3 whatever was sampled, so a verify call keeps some
+  // draft tokens and resamples after others. For each of the 3 positions the two samples'
+  // token counts must pass a two-sample chi-square test of homogeneity at significance 0.001;
+  // the same test must reject two plain samples at top-k 6 and 5 (it can fail).
+  constexpr int kTrials = 400;
+  std::vector<std::int32_t> prompt;
+  for (int r = 0; r < 3; ++r)
+    prompt.insert(prompt.end(), {3, 17, 42, 9, 250, 11});
+  Model m(false);
+  runtime::GenerateOptions g;
+  g.stop.max_new_tokens = 3;
+  auto s = m.session(0);
+  const auto greedy = s.generate(prompt, g).tokens;
+  REQUIRE(greedy.size() == 3);
+  g.sampling.temperature = 0.7f;
+  g.sampling.top_k = 6;
+  const auto sample = [&](int top_k, std::uint64_t seed0, bool speculate, std::int64_t& accepted,
+                          std::int64_t& drafted) {
+    std::vector<std::vector<std::int32_t>> pos(3);
+    auto sg = g;
+    sg.sampling.top_k = top_k;
+    if (speculate) {
+      sg.speculation.draft_max = 2;
+      sg.speculation.draft = [&](std::span<const std::int32_t> ctx, int k) {
+        std::vector<std::int32_t> d;
+        for (std::size_t j = ctx.size() - prompt.size(); j < 3 && static_cast<int>(d.size()) < k;
+             ++j)
+          d.push_back(greedy[j]);
+        return d;
+      };
+    }
+    for (int t = 0; t < kTrials; ++t) {
+      sg.sampling.seed = seed0 + static_cast<std::uint64_t>(t);
+      s.reset();
+      const auto r = s.generate(prompt, sg);
+      REQUIRE(r.tokens.size() == 3);
+      for (int i = 0; i < 3; ++i)
+        pos[static_cast<std::size_t>(i)].push_back(r.tokens[static_cast<std::size_t>(i)]);
+      accepted += r.speculation.accepted;
+      drafted += r.speculation.drafted;
+    }
+    return pos;
+  };
+  std::int64_t acc_plain = 0, dr_plain = 0, acc = 0, dr = 0;
+  const auto plain = sample(6, 1, false, acc_plain, dr_plain);
+  const auto spec = sample(6, 1 + kTrials, true, acc, dr);
+  INFO("draft tokens kept " << acc << " of " << dr);
+  CHECK(dr_plain == 0);
+  CHECK(acc > 0);  // some drafts kept...
+  CHECK(acc < dr); // ...and some resampled
+  for (int i = 0; i < 3; ++i) {
+    int df = 0;
+    const double x2 = chi_square_two_sample(plain[static_cast<std::size_t>(i)],
+                                            spec[static_cast<std::size_t>(i)], df);
+    INFO("token " << i + 1 << ": chi-square " << x2 << " with " << df << " degrees of freedom");
+    REQUIRE(df >= 2); // the distribution is not a near-certainty, so the test has bins to judge
+    CHECK(x2 < chi_square_critical_0001(df));
+  }
+  // The test's power: a slightly different distribution (top-k 5 instead of 6: the sixth most
+  // likely token's draws move to the other five) is rejected at the same significance.
+  const auto other = sample(5, 1 + 2 * kTrials, false, acc_plain, dr_plain);
+  int df = 0;
+  const double x2 = chi_square_two_sample(plain[0], other[0], df);
+  INFO("top-k 6 against 5, first token: chi-square " << x2 << ", df " << df);
+  CHECK(x2 > chi_square_critical_0001(df));
 }
