@@ -1,10 +1,13 @@
 // Converts an HF test checkpoint folder (config.json + model.safetensors, F32 or F16 tensors)
 // into a GGUF file laid out as llama.cpp's convert_hf_to_gguf.py writes it:
-//   tpullm-hf-to-gguf OUT_DIR MODELS_DIR MODEL...
+//   tpullm-hf-to-gguf [--synthetic-vocab] OUT_DIR MODELS_DIR MODEL...
 // writes OUT_DIR/<model>/model.gguf with MODELS_DIR/<model>/goldens.{safetensors,json} beside.
 // Architectures: llama (llama, mistral, mixtral; q / k rows permuted as LlamaModel.permute),
 // qwen2, qwen3, qwen3moe. Tensors keep their dtype (F32 stays F32, F16 stays F16); experts are
-// stacked into ffn_{gate,up,down}_exps with ne [in, out, experts]. No tokenizer is written.
+// stacked into ffn_{gate,up,down}_exps with ne [in, out, experts]. No tokenizer is written, unless
+// --synthetic-vocab: then a byte-level BPE vocabulary of the model's vocab_size (the 256 byte
+// tokens as GPT-2 spells them, then "[PADn]" unused tokens, no merges), only so that llama.cpp
+// loads the file (it refuses a GGUF without tokenizer.ggml.model); bench/vs-llama-cpp.sh uses it.
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
@@ -21,6 +24,7 @@
 #include "tpullm/conversion/ggml_types.hpp"
 #include "tpullm/frontend/gguf_writer.hpp"
 #include "tpullm/frontend/safetensors.hpp"
+#include "tpullm/support/float16.hpp"
 
 namespace fs = std::filesystem;
 using tpullm::conversion::GgmlType;
@@ -55,9 +59,21 @@ struct Converter {
   static std::vector<std::int64_t> ne_of(const std::vector<std::int64_t>& shape) {
     return {shape.rbegin(), shape.rend()};
   }
-  /// One tensor, as stored (HF [out, in] is GGUF ne [in, out]: the same bytes).
+  /// One tensor, as stored (HF [out, in] is GGUF ne [in, out]: the same bytes), except that a
+  /// 1-D F16 tensor (a norm weight, a bias) is widened to F32, as convert_hf_to_gguf.py writes
+  /// them (llama.cpp's CPU multiply takes only f32 norm weights).
   void copy(const std::string& hf, const std::string& gguf) {
     const TensorView& t = get(hf);
+    if (t.shape.size() == 1 && t.dtype == DType::f16) {
+      std::vector<float> v(static_cast<std::size_t>(t.shape[0]));
+      for (std::size_t i = 0; i < v.size(); ++i) {
+        std::uint16_t h;
+        std::memcpy(&h, t.bytes.data() + 2 * i, 2);
+        v[i] = tpullm::f16_to_f32(h);
+      }
+      w.add_tensor_f32(gguf, ne_of(t.shape), v);
+      return;
+    }
     w.add_tensor(gguf, type_of(t), ne_of(t.shape), t.bytes);
   }
   /// LlamaModel.permute: stored row h*d + 2i + j = HF row h*d + j*d/2 + i (d the head size).
@@ -98,7 +114,46 @@ struct Converter {
   }
 };
 
-void convert(const fs::path& src, const fs::path& dst) {
+/// GPT-2's byte-to-unicode table: printable bytes stand for themselves, the rest for U+0100 on.
+std::string byte_token(int b) {
+  int cp = b;
+  if (!((b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255))) {
+    int n = 0;
+    for (int c = 0; c < b; ++c)
+      if (!((c >= 33 && c <= 126) || (c >= 161 && c <= 172) || (c >= 174 && c <= 255)))
+        ++n;
+    cp = 256 + n;
+  }
+  std::string s;
+  if (cp < 0x80) {
+    s += static_cast<char>(cp);
+  } else {
+    s += static_cast<char>(0xC0 | (cp >> 6));
+    s += static_cast<char>(0x80 | (cp & 0x3F));
+  }
+  return s;
+}
+
+void write_synthetic_vocab(GgufWriter& w, std::int64_t vocab) {
+  if (vocab < 256)
+    fail("--synthetic-vocab needs vocab_size >= 256, got " + std::to_string(vocab));
+  std::vector<std::string> tokens;
+  std::vector<std::int32_t> types;
+  for (std::int64_t i = 0; i < vocab; ++i) {
+    tokens.push_back(i < 256 ? byte_token(static_cast<int>(i)) : "[PAD" + std::to_string(i) + "]");
+    types.push_back(i < 256 ? 1 : 5); // normal, unused
+  }
+  w.set_string("tokenizer.ggml.model", "gpt2");
+  w.set_string("tokenizer.ggml.pre", "default");
+  w.set_string_array("tokenizer.ggml.tokens", tokens);
+  w.set_i32_array("tokenizer.ggml.token_type", types);
+  w.set_string_array("tokenizer.ggml.merges", {});
+  w.set_u32("tokenizer.ggml.bos_token_id", 0);
+  w.set_u32("tokenizer.ggml.eos_token_id", 1);
+  w.set_bool("tokenizer.ggml.add_bos_token", false);
+}
+
+void convert(const fs::path& src, const fs::path& dst, bool synthetic_vocab) {
   nlohmann::json cfg;
   {
     std::ifstream in(src / "config.json");
@@ -169,6 +224,8 @@ void convert(const fs::path& src, const fs::path& dst) {
       w.set_bool(arch + ".expert_weights_norm", false);
   }
   w.set_u32("general.file_type", 0);
+  if (synthetic_vocab)
+    write_synthetic_vocab(w, i64("vocab_size"));
 
   c.copy("model.embed_tokens.weight", "token_embd.weight");
   c.copy("model.norm.weight", "output_norm.weight");
@@ -233,13 +290,15 @@ void convert(const fs::path& src, const fs::path& dst) {
 } // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 4) {
-    std::fprintf(stderr, "usage: %s OUT_DIR MODELS_DIR MODEL...\n", argv[0]);
+  const bool synthetic = argc > 1 && std::string(argv[1]) == "--synthetic-vocab";
+  const int first = synthetic ? 2 : 1;
+  if (argc < first + 3) {
+    std::fprintf(stderr, "usage: %s [--synthetic-vocab] OUT_DIR MODELS_DIR MODEL...\n", argv[0]);
     return 2;
   }
   try {
-    for (int a = 3; a < argc; ++a)
-      convert(fs::path(argv[2]) / argv[a], fs::path(argv[1]) / argv[a]);
+    for (int a = first + 2; a < argc; ++a)
+      convert(fs::path(argv[first + 1]) / argv[a], fs::path(argv[first]) / argv[a], synthetic);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "tpullm-hf-to-gguf: %s\n", e.what());
     return 1;

@@ -270,6 +270,17 @@ int cmd_bench(const std::vector<std::string>& args) {
     return 2 * block_params * p + attention + 2 * lm_head_params;
   };
 
+  // The integer dot-product peak of the best path this CPU has (the W8A8 / VNNI GEMV's op).
+  const bool two = threads >= 2;
+  const std::pair<std::string, double> int8_dot =
+      ceil.int8_gops_1t > 0
+          ? std::pair<std::string, double>{"vpdpbusd zmm",
+                                           two ? ceil.int8_gops_2t : ceil.int8_gops_1t}
+      : ceil.int8_avx_vnni_gops_1t > 0
+          ? std::pair<std::string, double>{"vpdpbusd ymm", two ? ceil.int8_avx_vnni_gops_2t
+                                                               : ceil.int8_avx_vnni_gops_1t}
+          : std::pair<std::string, double>{"vpmaddwd ymm",
+                                           two ? ceil.int8_avx2_gops_2t : ceil.int8_avx2_gops_1t};
   nlohmann::ordered_json out;
   out["machine"] = {{"cpu", cpu_model()},
                     {"threads", threads},
@@ -279,6 +290,8 @@ int cmd_bench(const std::vector<std::string>& args) {
                      {"read_pattern", threads >= 2 ? ceil.read_best_2t : ceil.read_best_1t},
                      {"f32_fma_gflops", fma / 1e9},
                      {"bf16_dot_gflops", ceil.bf16_gflops_2t},
+                     {"int8_dot_gops", int8_dot.second},
+                     {"int8_dot_path", int8_dot.first},
                      {"amx_bf16_gflops", ceil.amx_bf16_gflops_2t}};
   out["bundle"] = {{"file", file},
                    {"bytes", opened->file_bytes()},
