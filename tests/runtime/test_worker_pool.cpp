@@ -135,10 +135,18 @@ TEST_CASE("worker pool: a worker stalling on an item is left out of the next dis
 
 namespace {
 
+/// Busy-waits `d` (a sleep of 20 us lasts 70 us or more with the kernel's timer slack, which
+/// would stretch the pool's patience past the stall under test).
+void spin_for(std::chrono::microseconds d) {
+  const auto t0 = std::chrono::steady_clock::now();
+  while (std::chrono::steady_clock::now() - t0 < d) {
+  }
+}
+
 /// One dispatch of 16 items on 2 threads in which the worker, once it joined, holds its first
 /// item until the caller has done all the others and then for `hold` more: the caller waits
-/// about `hold` past its own items (its first item waits up to 50 ms for the worker to join, so
-/// a worker woken late still takes part).
+/// about `hold` past its own items of 20 us each (its first item waits up to 50 ms for the
+/// worker to join, so a worker woken late still takes part).
 void dispatch_with_worker_stall(WorkerPool& pool, std::chrono::microseconds hold) {
   using clock = std::chrono::steady_clock;
   std::atomic<bool> joined{false};
@@ -148,7 +156,7 @@ void dispatch_with_worker_stall(WorkerPool& pool, std::chrono::microseconds hold
       const auto t0 = clock::now();
       while (others_done.load() < 15 && clock::now() - t0 < std::chrono::milliseconds(50))
         std::this_thread::yield();
-      std::this_thread::sleep_for(hold);
+      spin_for(hold);
       return;
     }
     if (w == 0) {
@@ -156,20 +164,20 @@ void dispatch_with_worker_stall(WorkerPool& pool, std::chrono::microseconds hold
       while (!joined.load() && clock::now() - t0 < std::chrono::milliseconds(50))
         std::this_thread::yield();
     }
-    std::this_thread::sleep_for(std::chrono::microseconds(20));
+    spin_for(std::chrono::microseconds(20));
     others_done.fetch_add(1);
   });
 }
 
 } // namespace
 
-TEST_CASE("worker pool: one short stall keeps the worker in; short stalls adding up leave it out",
-          "[runtime][pool]") {
+TEST_CASE("worker pool: one short stall keeps the worker in", "[runtime][pool]") {
   using clock = std::chrono::steady_clock;
-  // The caller waits about 300 us for the worker: past its patience (4 x 20 + 50 us), well
-  // below WorkerPool::kLongStall.
-  const auto hold = std::chrono::microseconds(300);
-  static_assert(std::chrono::microseconds(300) < WorkerPool::kLongStall);
+  // The caller waits about 600 us for the worker: past its patience (4 x its mean item + 50 us,
+  // about 130 us, or up to about 400 us when its first item waited 1 ms for the worker to
+  // join), below WorkerPool::kLongStall.
+  const auto hold = std::chrono::microseconds(600);
+  static_assert(std::chrono::microseconds(600) < WorkerPool::kLongStall);
   {
     WorkerPool pool(2);
     bool judged = false;
@@ -196,12 +204,31 @@ TEST_CASE("worker pool: one short stall keeps the worker in; short stalls adding
       REQUIRE(on_worker.load() > 0);
     }
   }
-  {
-    // Short stalls on every dispatch reach the budget (10 ms within 100 ms) within about 34
-    // dispatches of 300 us waits (a loaded machine's long ones leave the worker out sooner).
-    WorkerPool pool(2);
-    for (int d = 0; d < 400 && pool.stalls() == 0; ++d)
-      dispatch_with_worker_stall(pool, hold);
-    REQUIRE(pool.stalls() >= 1);
-  }
+}
+
+TEST_CASE("worker pool: short waits leave a worker out once they reach the budget within a window",
+          "[runtime][pool]") {
+  using clock = std::chrono::steady_clock;
+  using std::chrono::microseconds;
+  using std::chrono::milliseconds;
+  tpullm::kernels::StallBudget b;
+  const auto t0 = clock::now();
+  // 600 us waits 1 ms apart: the 17th reaches 10 ms within the 100 ms window.
+  int charged = 0;
+  bool out = false;
+  for (; charged < 100 && !out; ++charged)
+    out = b.charge(t0 + milliseconds(charged), microseconds(600), WorkerPool::kStallWindow,
+                   WorkerPool::kStallBudget);
+  CHECK(out);
+  CHECK(charged == 17);
+  // Counting starts again after a leave-out: the next 16 waits do not reach it.
+  const auto t1 = t0 + milliseconds(20);
+  for (int i = 0; i < 16; ++i)
+    CHECK_FALSE(b.charge(t1 + microseconds(100 * i), microseconds(600), WorkerPool::kStallWindow,
+                         WorkerPool::kStallBudget));
+  // The same waits 10 ms apart never add up: each window holds at most 11 of them (6.6 ms).
+  tpullm::kernels::StallBudget spread;
+  for (int i = 0; i < 200; ++i)
+    CHECK_FALSE(spread.charge(t0 + milliseconds(10 * i), microseconds(600),
+                              WorkerPool::kStallWindow, WorkerPool::kStallBudget));
 }

@@ -51,6 +51,32 @@ inline int usable_cores() {
   return std::max(1, CPU_COUNT(&set));
 }
 
+/// The short-stall budget of one worker: the caller's waits for it that were each too short to
+/// leave it out are charged within a window; charge() says when they reach the budget (and
+/// starts counting again).
+class StallBudget {
+public:
+  using clock = std::chrono::steady_clock;
+  /// Charges `waited` at `now`; true when the waits charged within `window` (counted from the
+  /// first charge after the previous window ended) reach `budget`.
+  bool charge(clock::time_point now, clock::duration waited, clock::duration window,
+              clock::duration budget) {
+    if (now - start_ > window) {
+      start_ = now;
+      spent_ = clock::duration::zero();
+    }
+    spent_ += waited;
+    if (spent_ < budget)
+      return false;
+    spent_ = clock::duration::zero();
+    return true;
+  }
+
+private:
+  clock::time_point start_{};
+  clock::duration spent_{};
+};
+
 /// Persistent worker threads; see the file comment.
 class WorkerPool {
 public:
@@ -195,8 +221,7 @@ private:
     clock::time_point left_out_until{};           ///< not invited before this time
     std::chrono::milliseconds backoff{kBackoff0}; ///< next leave-out period
     clock::time_point invited_since{};            ///< back in the dispatches since
-    clock::time_point window_start{};             ///< start of the short-stall window
-    clock::duration short_waits{};                ///< the caller's short waits in that window
+    StallBudget short_waits;                      ///< the caller's short waits for it
   };
   static constexpr std::chrono::milliseconds kBackoff0{20}, kBackoffMax{1000};
 
@@ -258,16 +283,8 @@ private:
     for (int w = 1; w < size_; ++w) {
       if (!(stragglers >> w & 1))
         continue;
-      Slot& s = slots_[w];
-      if (now - s.window_start > kStallWindow) {
-        s.window_start = now;
-        s.short_waits = clock::duration::zero();
-      }
-      s.short_waits += waited;
-      if (s.short_waits >= kStallBudget) {
-        s.short_waits = clock::duration::zero();
+      if (slots_[w].short_waits.charge(now, waited, kStallWindow, kStallBudget))
         out |= std::uint64_t{1} << w;
-      }
     }
     return out;
   }
