@@ -50,7 +50,8 @@ done
 [[ $threads =~ ^[1-9][0-9]*$ ]] || die "--threads must be a positive integer"
 [[ $repeat =~ ^[1-9][0-9]*$ ]] || die "--repeat must be a positive integer"
 for f in "${files[@]}"; do
-  [[ -f $f ]] || die "$f: no such file"
+  [[ -e $f ]] || die "$f: no such file"
+  [[ -f $f ]] || die "$f: not a regular file (a GGUF file is read several times)"
   [[ $(head -c 4 "$f") == GGUF ]] || die "$f: not a GGUF file"
 done
 command -v python3 >/dev/null || die "python3 is needed to read the JSON outputs"
@@ -69,33 +70,36 @@ if [[ -z $work ]]; then
   work=$(mktemp -d "${TMPDIR:-/tmp}/vs-llama-cpp.XXXXXX")
   own_work=$work
 fi
-trap '[[ -n $own_work ]] && rm -rf "$own_work"' EXIT
-mkdir -p "$work"
+mkdir -p "$work" || die "$work: cannot create the work folder"
+# Bundles and JSON outputs go to a new folder inside it (never onto a file the user has there);
+# with --work the JSON outputs stay there, the bundles never do.
+scratch=$(mktemp -d "$work/vs-llama-cpp.XXXXXX") || die "$work: cannot write there"
+trap 'rm -f "$scratch"/*.bundle; if [[ -n $own_work ]]; then rm -rf "$own_work"; fi' EXIT
 
 has_depth=0
 "$bench_bin" --help 2>&1 | grep -q -- '--n-depth' && has_depth=1
 
 for f in "${files[@]}"; do
   name=$(basename "$f" .gguf)
-  b="$work/$name.bundle"
+  b="$scratch/$name.bundle"
   echo "== $f: tpullm compile (--mode $mode)..." >&2
   "$tpullm" compile "$f" -o "$b" --mode "$mode" --seq-length 2048 --max-input-length 512 >&2
   echo "== $f: tpullm bench..." >&2
   "$tpullm" bench "$b" --prompt 16,512 --context 128,1024 --threads "$threads" \
-    --repeat "$repeat" --no-contention --json > "$work/$name.tpullm.json"
+    --repeat "$repeat" --no-contention --json > "$scratch/$name.tpullm.json"
   rm -f "$b"
   echo "== $f: llama-bench..." >&2
   "$bench_bin" -m "$f" -t "$threads" -r "$repeat" -p 16,512 -n 128 -o json \
-    > "$work/$name.llama.json"
+    > "$scratch/$name.llama.json"
   if ((has_depth)); then
     "$bench_bin" -m "$f" -t "$threads" -r "$repeat" -p 0 -n 64 -d 1024 -o json \
-      > "$work/$name.llama-depth.json"
+      > "$scratch/$name.llama-depth.json"
   else
     "$bench_bin" -m "$f" -t "$threads" -r "$repeat" -p 1024 -n 0 -pg 1024,64 -o json \
-      > "$work/$name.llama-depth.json"
+      > "$scratch/$name.llama-depth.json"
   fi
-  python3 - "$f" "$work/$name.tpullm.json" "$work/$name.llama.json" \
-    "$work/$name.llama-depth.json" "$has_depth" <<'EOF'
+  python3 - "$f" "$scratch/$name.tpullm.json" "$scratch/$name.llama.json" \
+    "$scratch/$name.llama-depth.json" "$has_depth" <<'EOF'
 import json, struct, sys
 
 gguf, tj, lj, dj, has_depth = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5] == "1"

@@ -270,17 +270,11 @@ int cmd_bench(const std::vector<std::string>& args) {
     return 2 * block_params * p + attention + 2 * lm_head_params;
   };
 
-  // The integer dot-product peak of the best path this CPU has (the W8A8 / VNNI GEMV's op).
-  const bool two = threads >= 2;
-  const std::pair<std::string, double> int8_dot =
-      ceil.int8_gops_1t > 0
-          ? std::pair<std::string, double>{"vpdpbusd zmm",
-                                           two ? ceil.int8_gops_2t : ceil.int8_gops_1t}
-      : ceil.int8_avx_vnni_gops_1t > 0
-          ? std::pair<std::string, double>{"vpdpbusd ymm", two ? ceil.int8_avx_vnni_gops_2t
-                                                               : ceil.int8_avx_vnni_gops_1t}
-          : std::pair<std::string, double>{"vpmaddwd ymm",
-                                           two ? ceil.int8_avx2_gops_2t : ceil.int8_avx2_gops_1t};
+  // The integer dot-product peak of the path a W8A8 / VNNI GEMV takes on this CPU (none on the
+  // portable path).
+  std::string int8_dot_path = "none";
+  const auto int8_dot = machine::w8a8_ceiling(1, int8_dot_path);
+  const double int8_dot_gops = int8_dot ? machine::ceiling_value(*int8_dot, threads) / 1e9 : 0;
   nlohmann::ordered_json out;
   out["machine"] = {{"cpu", cpu_model()},
                     {"threads", threads},
@@ -290,8 +284,8 @@ int cmd_bench(const std::vector<std::string>& args) {
                      {"read_pattern", threads >= 2 ? ceil.read_best_2t : ceil.read_best_1t},
                      {"f32_fma_gflops", fma / 1e9},
                      {"bf16_dot_gflops", ceil.bf16_gflops_2t},
-                     {"int8_dot_gops", int8_dot.second},
-                     {"int8_dot_path", int8_dot.first},
+                     {"int8_dot_gops", int8_dot_gops},
+                     {"int8_dot_path", int8_dot_path},
                      {"amx_bf16_gflops", ceil.amx_bf16_gflops_2t}};
   out["bundle"] = {{"file", file},
                    {"bytes", opened->file_bytes()},

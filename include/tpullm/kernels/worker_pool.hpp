@@ -124,7 +124,7 @@ public:
   /// Dispatches that left a straggling worker out (for tests and the bench's report).
   std::int64_t stalls() const { return stalls_.load(std::memory_order_relaxed); }
   /// Dispatches that waited past the patience for a worker without leaving it out (short
-  /// stalls, for the bench's report).
+  /// stalls; for tests).
   std::int64_t short_stalls() const { return short_stalls_.load(std::memory_order_relaxed); }
 
   /// Runs body(item, worker) for every item in [0, items) on up to `parts` threads of the pool
