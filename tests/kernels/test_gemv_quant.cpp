@@ -15,6 +15,7 @@
 // A = |s| (|q| + |z|), or |s| u + |m| for scale and min.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <random>
@@ -213,4 +214,109 @@ TEST_CASE("int GEMV (M <= 4) matches the codes' double product on every path, st
       }
   INFO("runs " << runs);
   CHECK(runs >= 200);
+}
+
+namespace {
+
+/// x rounded as XPrecision::int8 defines it, per group of `group` elements of each row:
+/// s1 = max|x| / 127 (f32), h = round-to-nearest-even(x * (127 / max|x|)) in [-127, 127],
+/// x ~= s1 * h (returned in double).
+std::vector<double> int8_rounded_x(const std::vector<float>& x, std::int64_t M, std::int64_t K,
+                                   std::int64_t group) {
+  std::vector<double> q(x.size());
+  for (std::int64_t m = 0; m < M; ++m)
+    for (std::int64_t g0 = 0; g0 < K; g0 += group) {
+      const std::int64_t g1 = std::min(K, g0 + group);
+      float mx = 0;
+      for (std::int64_t k = g0; k < g1; ++k)
+        mx = std::max(mx, std::abs(x[static_cast<std::size_t>(m * K + k)]));
+      const float s1 = mx / 127.0f, inv1 = 127.0f / mx;
+      for (std::int64_t k = g0; k < g1; ++k) {
+        const std::size_t i = static_cast<std::size_t>(m * K + k);
+        const float h = std::clamp(std::nearbyint(x[i] * inv1), -127.0f, 127.0f);
+        q[i] = mx > 0 ? double(s1) * double(h) : 0.0;
+      }
+    }
+  return q;
+}
+
+} // namespace
+
+TEST_CASE("int GEMV with XPrecision::int8: the VNNI path rounds x to int8 per weight group, "
+          "every other path stays exact",
+          "[matmul][gemv_quant][act_int8]") {
+  struct Shape {
+    std::int64_t K, group;
+  };
+  const Shape shapes[] = {{896, 32}, {896, 128}, {256, 256}};
+  const WeightFormat formats[] = {WeightFormat::int8,     WeightFormat::int8_asym,
+                                  WeightFormat::int4_sym, WeightFormat::int4_asym,
+                                  WeightFormat::int4_min, WeightFormat::int8_min};
+  const auto paths = gemv_paths();
+  bool vnni_ran = false;
+  std::uint32_t seed = 500;
+  for (WeightFormat f : formats)
+    for (const Shape& sh : shapes)
+      for (std::int64_t P : {1, 5}) {
+        const std::int64_t N = 32 * P - (P % 2) * 7;
+        const QuantCase qc = make_quant(f, sh.K, N, sh.group, ++seed);
+        const double tol = matmul_tol(sh.K);
+        // 1 and 3: the decode GEMV; 6 to 130: prompts (up to kVnniInt8MaxRows rows), every
+        // remainder of the 4- and 2-row passes and of the 64-row blocks (kVnniRowBlock)
+        for (std::int64_t M : {1, 3, 6, 13, 64, 65, 130}) {
+          if (M > 4 && P > 1 && sh.group != 32)
+            continue; // (bounded work: the larger M on one shape per format)
+          const auto x = outlier_x(M, sh.K, seed * 7);
+          const auto xq = int8_rounded_x(x, M, sh.K, sh.group);
+          // ref: x exact; refq: x as the int8 rounding gives it. Bounds of f32 rounding on each.
+          std::vector<double> ref(static_cast<std::size_t>(M * N)), refq(ref.size()),
+              bnd(ref.size()), bndq(ref.size());
+          for (std::int64_t m = 0; m < M; ++m)
+            for (std::int64_t n = 0; n < N; ++n) {
+              double s = 0, sq = 0, b = 0, bq = 0;
+              for (std::int64_t k = 0; k < sh.K; ++k) {
+                const std::size_t i = static_cast<std::size_t>(k * N + n);
+                const std::size_t xi = static_cast<std::size_t>(m * sh.K + k);
+                s += double(x[xi]) * qc.w[i];
+                sq += xq[xi] * qc.w[i];
+                b += std::abs(double(x[xi])) * qc.a[i];
+                bq += std::abs(xq[xi]) * qc.a[i];
+              }
+              const std::size_t o = static_cast<std::size_t>(m * N + n);
+              ref[o] = s;
+              refq[o] = sq;
+              bnd[o] = tol * b + 1e-30;
+              bndq[o] = tol * bq + 1e-30;
+            }
+          for (const GemvPath& path : paths) {
+            const bool rounds =
+                path.isa == Isa::avx512 && !path.no_vnni && M <= detail::kVnniInt8MaxRows;
+            ScopedIsa scoped(path.isa);
+            detail::vnni_disabled() = path.no_vnni;
+            std::vector<float> y = nan_vec(static_cast<std::size_t>(M * N));
+            linear(x, qc.packed, {}, y, {M, sh.K, N}, {SplitDim::cols, 2}, XPrecision::int8);
+            // the prepared-input overload takes the same precision
+            std::vector<float> y2 = nan_vec(y.size());
+            const LinearInput in(x, M, sh.K, XPrecision::int8);
+            linear(in, qc.packed, {}, y2, {M, sh.K, N}, {SplitDim::cols, 2});
+            detail::vnni_disabled() = false;
+            vnni_ran = vnni_ran || rounds;
+            const auto& want = rounds ? refq : ref;
+            const auto& bound = rounds ? bndq : bnd;
+            std::int64_t bad = 0, off_exact = 0;
+            for (std::size_t i = 0; i < y.size(); ++i) {
+              bad += !(std::abs(double(y[i]) - want[i]) <= bound[i]);
+              bad += y2[i] != y[i];
+              off_exact += !(std::abs(double(y[i]) - ref[i]) <= bnd[i]);
+            }
+            INFO(format_name(f) << " K=" << sh.K << " g=" << sh.group << " N=" << N << " M=" << M
+                                << " path=" << path.name << " off the exact bound: " << off_exact);
+            REQUIRE(bad == 0);
+            if (rounds) // the rounding really happened: most outputs leave the exact bound
+              CHECK(off_exact * 2 > static_cast<std::int64_t>(y.size()));
+          }
+        }
+      }
+  if (!vnni_ran)
+    WARN("SKIPPED the int8-activation VNNI GEMV: this CPU has no AVX512_VNNI");
 }

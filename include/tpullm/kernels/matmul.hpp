@@ -15,8 +15,11 @@
 ///    [kc, 32] block of one weight panel is used in place (f32) or dequantized once into an f32
 ///    tile in L1 (all other formats), and a register-blocked micro-kernel (14 x 32 on AVX-512:
 ///    28 zmm accumulators; 6 x 16 on AVX2) multiplies them.
-/// No activation quantization happens anywhere: results match an f32 dequantize-then-multiply up
-/// to f32 rounding (see docs/kernels.md for the bounds the tests enforce).
+/// By default no activation quantization happens anywhere: results match an f32
+/// dequantize-then-multiply up to f32 rounding (see docs/kernels.md for the bounds the tests
+/// enforce). XPrecision::int8 lets the VNNI kernels round x to int8 per weight group (lossy);
+/// on AVX-512 VNNI they then take integer weights at every M (up to kVnniInt8MaxRows, in blocks
+/// of 64 rows), not only M <= 4.
 
 #include <algorithm>
 #include <cstdint>
@@ -58,15 +61,17 @@ inline bool use_vnni_gemv() {
 }
 
 /// Digits of x for the VNNI GEMV of one view (null when another path runs): `pre` if it was
-/// prepared for the same rows and grouping, else built into `scratch`.
+/// prepared for the same rows, grouping and precision (a.xprec), else built into `scratch`.
 inline const XDigits* gemv_digits(const LinearArgs& a, const XDigits* pre, XDigits& scratch) {
-  if (!is_quantized(a.v.w->format) || a.M > kGemvMaxRows || !use_vnni_gemv())
+  const std::int64_t max_rows = a.xprec == XPrecision::int8 ? kVnniInt8MaxRows : kGemvMaxRows;
+  if (!is_quantized(a.v.w->format) || a.M > max_rows || !use_vnni_gemv())
     return nullptr;
   const std::int64_t seg = segment_rows(a.v), Kv = a.v.k1 - a.v.k0;
-  if (pre && pre->M == a.M && pre->Kv == Kv && pre->seg == seg)
+  const int nd = x_digit_count(a.xprec);
+  if (pre && pre->M == a.M && pre->Kv == Kv && pre->seg == seg && pre->nd == nd)
     return pre;
 #if TPULLM_X86
-  make_x_digits(a.x, a.ldx, a.M, Kv, seg, scratch);
+  make_x_digits(a.x, a.ldx, a.M, Kv, seg, scratch, -1, nd);
   return &scratch;
 #else
   (void)scratch;
@@ -87,6 +92,8 @@ inline void linear_view(LinearArgs a, const CoreSplit& split, const XDigits* pre
   if (a.accumulate && a.bias)
     throw_error(ErrorKind::internal, "", "linear: accumulate together with bias is not supported");
   std::vector<float> xsum;
+  if (is_quantized(w.format) && a.M > kGemvMaxRows && a.xprec == XPrecision::int8)
+    a.xd = gemv_digits(a, pre, tls_digits()); // short prompts on VNNI (null: the GEMM runs)
   if (is_quantized(w.format) && a.M <= kGemvMaxRows) {
     const std::int64_t seg = segment_rows(a.v), Kv = a.v.k1 - a.v.k0;
     a.xd = gemv_digits(a, pre, tls_digits());
@@ -179,8 +186,10 @@ inline void check_weights(const char* what, const PackedWeights& w) {
 /// outlive it and not change). Not for concurrent use from several threads.
 class LinearInput {
 public:
-  /// x: [M, K] row-major.
-  LinearInput(std::span<const float> x, std::int64_t M, std::int64_t K) : x_(x), M_(M), K_(K) {
+  /// x: [M, K] row-major; `precision`: how the linears over integer weights may treat x.
+  LinearInput(std::span<const float> x, std::int64_t M, std::int64_t K,
+              XPrecision precision = XPrecision::exact)
+      : x_(x), M_(M), K_(K), precision_(precision) {
     if (M <= 0 || K <= 0 || static_cast<std::int64_t>(x.size()) < M * K)
       throw_error(ErrorKind::internal, "",
                   "LinearInput: x has " + std::to_string(x.size()) + " elements, needs [M=" +
@@ -189,10 +198,13 @@ public:
   std::span<const float> x() const { return x_; } ///< [M, K]
   std::int64_t M() const { return M_; }
   std::int64_t K() const { return K_; }
+  XPrecision precision() const { return precision_; }
 
   /// Digits for weights `w` (natural row order) or null when no prepared form applies.
   const detail::XDigits* digits_for(const PackedWeights& w) const {
-    if (!is_quantized(w.format) || M_ > detail::kGemvMaxRows || !w.k_perm.empty() || w.K != K_ ||
+    const std::int64_t max_rows =
+        precision_ == XPrecision::int8 ? detail::kVnniInt8MaxRows : detail::kGemvMaxRows;
+    if (!is_quantized(w.format) || M_ > max_rows || !w.k_perm.empty() || w.K != K_ ||
         !detail::use_vnni_gemv())
       return nullptr;
     const std::int64_t seg = w.group_rows(), Kv = w.stored_rows();
@@ -201,7 +213,7 @@ public:
         return d.get();
 #if TPULLM_X86
     auto d = std::make_unique<detail::XDigits>();
-    detail::make_x_digits(x_.data(), K_, M_, Kv, seg, *d, K_);
+    detail::make_x_digits(x_.data(), K_, M_, Kv, seg, *d, K_, detail::x_digit_count(precision_));
     cache_.push_back(std::move(d));
     return cache_.back().get();
 #else
@@ -212,6 +224,7 @@ public:
 private:
   std::span<const float> x_;
   std::int64_t M_ = 0, K_ = 0;
+  XPrecision precision_ = XPrecision::exact;
   mutable std::vector<std::unique_ptr<detail::XDigits>> cache_;
 };
 
@@ -237,7 +250,7 @@ inline void check_linear(std::span<const float> x, const PackedWeights& w,
 /// A checked linear; `pre`: x's prepared digits or null.
 inline void linear_checked(std::span<const float> x, const PackedWeights& w,
                            std::span<const float> bias, std::span<float> y, LinearShape s,
-                           CoreSplit split, const XDigits* pre) {
+                           CoreSplit split, const XDigits* pre, XPrecision precision) {
   std::vector<float> xp;
   const float* xptr = prepare_x(x.data(), s.M, w, xp);
   LinearArgs a;
@@ -248,6 +261,7 @@ inline void linear_checked(std::span<const float> x, const PackedWeights& w,
   a.y = y.data();
   a.ldy = s.N;
   a.M = s.M;
+  a.xprec = precision;
   linear_view(a, split, pre);
 }
 } // namespace detail
@@ -256,16 +270,19 @@ inline void linear_checked(std::span<const float> x, const PackedWeights& w,
 /// y: [M, N] row-major f32 (fully overwritten). `split` divides N (SplitDim::cols, by 32-column
 /// panels) or M (SplitDim::rows, GEMM only; M <= 4 runs on one thread) across OpenMP threads.
 /// A GEMV (M <= 4) uses fewer threads than `split.parts` when its weights are too small for a
-/// thread fork to pay (detail::kGemvBytesPerThread each). Throws Error(internal) on shape
-/// mismatch or SplitDim::heads.
+/// thread fork to pay (detail::kGemvBytesPerThread each). `precision`: how integer weights may
+/// treat x (XPrecision; exact by default). Throws Error(internal) on shape mismatch or
+/// SplitDim::heads.
 inline void linear(std::span<const float> x, const PackedWeights& w, std::span<const float> bias,
-                   std::span<float> y, LinearShape s, CoreSplit split = {}) {
+                   std::span<float> y, LinearShape s, CoreSplit split = {},
+                   XPrecision precision = XPrecision::exact) {
   detail::check_linear(x, w, bias, y, s);
-  detail::linear_checked(x, w, bias, y, s, split, nullptr);
+  detail::linear_checked(x, w, bias, y, s, split, nullptr, precision);
 }
 
 /// y = x · W + bias with x prepared once (LinearInput, [M, K] = [s.M, s.K]): the same contract
-/// as the span overload; quantized GEMVs (M <= 4) reuse x's digit decomposition across calls.
+/// as the span overload (x's precision applies); quantized GEMVs (M <= 4) reuse x's digit
+/// decomposition across calls.
 inline void linear(const LinearInput& x, const PackedWeights& w, std::span<const float> bias,
                    std::span<float> y, LinearShape s, CoreSplit split = {}) {
   if (s.M != x.M() || s.K != x.K())
@@ -274,7 +291,7 @@ inline void linear(const LinearInput& x, const PackedWeights& w, std::span<const
                     "] does not match the prepared x [" + std::to_string(x.M()) + ", " +
                     std::to_string(x.K()) + "]");
   detail::check_linear(x.x(), w, bias, y, s);
-  detail::linear_checked(x.x(), w, bias, y, s, split, x.digits_for(w));
+  detail::linear_checked(x.x(), w, bias, y, s, split, x.digits_for(w), x.precision());
 }
 
 } // namespace tpullm::kernels

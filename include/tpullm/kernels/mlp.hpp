@@ -155,10 +155,12 @@ inline void silu_mul(float* g, const float* u, std::int64_t n) {
 /// [hidden, intermediate]; down: packed [intermediate, hidden] (no act-order permutation);
 /// out: [M, hidden] row-major f32, fully overwritten. The [rows, intermediate] activation is
 /// tiled so its buffers stay within `local_memory_bytes` (see plan_mlp_tiling). `split` is
-/// passed to every product (cols: by 32-column panels; rows: by rows for M > 4).
+/// passed to every product (cols: by 32-column panels; rows: by rows for M > 4). `precision`:
+/// how the products over integer weights may treat their input (XPrecision, exact by default).
 inline void swiglu_mlp(std::span<const float> x, const PackedWeights& gate, const PackedWeights& up,
                        const PackedWeights& down, std::span<float> out, MlpShape s,
-                       std::size_t local_memory_bytes, CoreSplit split = {}) {
+                       std::size_t local_memory_bytes, CoreSplit split = {},
+                       XPrecision precision = XPrecision::exact) {
   const MlpTiling t = plan_mlp_tiling(s, gate, up, down, local_memory_bytes);
   for (const PackedWeights* w : {&gate, &up, &down})
     detail::check_weights("swiglu_mlp", *w);
@@ -172,7 +174,7 @@ inline void swiglu_mlp(std::span<const float> x, const PackedWeights& gate, cons
   const float* xup = detail::prepare_x(x.data(), s.M, up, xu);
   const std::int64_t ldg = gate.stored_rows(), ldu = up.stored_rows();
   // the VNNI GEMV's digits of x, built once for gate and up (when M <= 4 and no tiling of rows)
-  const LinearInput xin(x, s.M, H);
+  const LinearInput xin(x, s.M, H, precision);
   const bool whole = t.row_tile == s.M;
   const detail::XDigits* pre_g = whole ? xin.digits_for(gate) : nullptr;
   const detail::XDigits* pre_u = whole ? xin.digits_for(up) : nullptr;
@@ -185,6 +187,7 @@ inline void swiglu_mlp(std::span<const float> x, const PackedWeights& gate, cons
       const std::int64_t pa = i0 / kPanelCols, pb = (i1 + kPanelCols - 1) / kPanelCols;
       detail::LinearArgs a;
       a.M = mr;
+      a.xprec = precision;
       a.ldy = ti;
       a.x = xgate + m0 * ldg;
       a.ldx = ldg;
@@ -200,6 +203,7 @@ inline void swiglu_mlp(std::span<const float> x, const PackedWeights& gate, cons
         detail::silu_mul(gbuf.data() + r * ti, ubuf.data() + r * ti, ti);
       detail::LinearArgs d;
       d.M = mr;
+      d.xprec = precision;
       d.x = gbuf.data();
       d.ldx = ti;
       d.v = {&down, i0, i1, 0, down.panels()};

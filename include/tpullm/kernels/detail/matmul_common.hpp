@@ -23,6 +23,18 @@
 #include <immintrin.h>
 #endif
 
+namespace tpullm::kernels {
+
+/// How a linear over integer weights may treat its f32 activation x.
+///  - exact: x as f32 (the VNNI path splits it into three int8 digits per element, exact to f32
+///    rounding); what `verify` checks at 1e-4.
+///  - int8: x rounded to int8 with one scale (max|x| / 127) per weight group of each row, then
+///    integer dot products, as llama.cpp's Q8_0 / Q8_K activations (lossy: docs/kernels.md has
+///    the bounds). Taken by the AVX-512 VNNI GEMV (M <= 4); every other path computes exactly.
+enum class XPrecision : std::uint8_t { exact, int8 };
+
+} // namespace tpullm::kernels
+
 namespace tpullm::kernels::detail {
 
 /// A sub-matrix of packed weights: packed rows [k0, k1) (group-aligned) of panels [p0, p1).
@@ -49,9 +61,20 @@ struct LinearArgs {
   const float* xsum = nullptr; ///< [M][G_view]: per-row, per-group sums of x (quantized only)
   std::int64_t xsum_ld = 0;
   const XDigits* xd = nullptr; ///< digit-decomposed x for the VNNI GEMV (int8 / int4), or null
+  XPrecision xprec = XPrecision::exact; ///< int8: x's digits may be one (kernels::XPrecision)
 };
 
 inline constexpr std::int64_t kGemvMaxRows = 4;
+#ifndef TPULLM_VNNI_INT8_MAX_ROWS
+#define TPULLM_VNNI_INT8_MAX_ROWS 4096
+#endif
+/// XPrecision::int8 runs linears of up to this many rows on the VNNI kernels (x rounded to one
+/// int8 digit; blocks of kVnniRowBlock rows, each panel read once per 4 rows of a block) instead
+/// of the f32 GEMM (measured faster at every prompt length up to 512 on AVX-512 VNNI: 1.3x at
+/// 512 rows, 2-3x at 16-128; docs/kernels.md). AMX, where it applies, still takes the product.
+inline constexpr std::int64_t kVnniInt8MaxRows = TPULLM_VNNI_INT8_MAX_ROWS;
+/// Rows of x the VNNI kernels take over a panel range at once (their digits stay in L2).
+inline constexpr std::int64_t kVnniRowBlock = 64;
 #ifndef TPULLM_GEMV_BYTES_PER_THREAD
 #define TPULLM_GEMV_BYTES_PER_THREAD (64 << 10)
 #endif

@@ -25,9 +25,15 @@ TPULLM_TARGET_AVX512_VNNI inline __attribute__((always_inline)) void dpbusd(__m5
   __asm__("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(a), "v"(b));
 }
 
-/// Sum over the 16 columns of one half after a group: s1 * sum_d 256^-d (A_d - z * S_d).
+/// Sum over the 16 columns of one half after a group: sum_d 256^-d (A_d - z * S_d) over the ND
+/// digits (3, or 1: a1 and a2 are not read).
+template <int ND>
 TPULLM_TARGET_AVX512_VNNI inline __m512 vnni_group_sum(__m512i a0, __m512i a1, __m512i a2, __m512 z,
                                                        const std::int32_t* S) {
+  if constexpr (ND == 1) {
+    (void)a1, (void)a2;
+    return _mm512_fnmadd_ps(z, _mm512_set1_ps(static_cast<float>(S[0])), _mm512_cvtepi32_ps(a0));
+  }
   const __m512 f0 =
       _mm512_fnmadd_ps(z, _mm512_set1_ps(static_cast<float>(S[0])), _mm512_cvtepi32_ps(a0));
   const __m512 f1 =
@@ -90,8 +96,9 @@ TPULLM_TARGET_AVX512_VNNI inline __m512i load_codes(const std::uint8_t* p) {
 }
 
 /// Single-row VNNI GEMV for one panel with every accumulator a named register: int4 uses 12
-/// (3 digits x 2 column halves x low/high nibble rows), int8 12 (3 digits x 2 halves x 2 quads).
-template <WeightFormat F>
+/// (3 digits x 2 column halves x low/high nibble rows), int8 12 (3 digits x 2 halves x 2 quads);
+/// ND = 1 uses the digit-h ones only.
+template <WeightFormat F, int ND>
 TPULLM_TARGET_AVX512_VNNI void gemv_panel_vnni_r1(const LinearArgs& a, const XDigits& xd,
                                                   std::int64_t m0, std::int64_t p) {
   const PackedWeights& w = *a.v.w;
@@ -121,21 +128,25 @@ TPULLM_TARGET_AVX512_VNNI void gemv_panel_vnni_r1(const LinearArgs& a, const XDi
         __m512i b = bcast4(xh + k);
         dpbusd(h0a, w0a, b);
         dpbusd(h1a, w1a, b);
-        b = bcast4(xl + k);
-        dpbusd(l0a, w0a, b);
-        dpbusd(l1a, w1a, b);
-        b = bcast4(xt + k);
-        dpbusd(u0a, w0a, b);
-        dpbusd(u1a, w1a, b);
+        if constexpr (ND == 3) {
+          b = bcast4(xl + k);
+          dpbusd(l0a, w0a, b);
+          dpbusd(l1a, w1a, b);
+          b = bcast4(xt + k);
+          dpbusd(u0a, w0a, b);
+          dpbusd(u1a, w1a, b);
+        }
         b = bcast4(xh + k + 4);
         dpbusd(h0b, w0b, b);
         dpbusd(h1b, w1b, b);
-        b = bcast4(xl + k + 4);
-        dpbusd(l0b, w0b, b);
-        dpbusd(l1b, w1b, b);
-        b = bcast4(xt + k + 4);
-        dpbusd(u0b, w0b, b);
-        dpbusd(u1b, w1b, b);
+        if constexpr (ND == 3) {
+          b = bcast4(xl + k + 4);
+          dpbusd(l0b, w0b, b);
+          dpbusd(l1b, w1b, b);
+          b = bcast4(xt + k + 4);
+          dpbusd(u0b, w0b, b);
+          dpbusd(u1b, w1b, b);
+        }
       }
       for (; k < ke; k += 4, row += 128) {
         const __m512i w0 = load_codes<F>(row);
@@ -143,12 +154,14 @@ TPULLM_TARGET_AVX512_VNNI void gemv_panel_vnni_r1(const LinearArgs& a, const XDi
         __m512i b = bcast4(xh + k);
         dpbusd(h0a, w0, b);
         dpbusd(h1a, w1, b);
-        b = bcast4(xl + k);
-        dpbusd(l0a, w0, b);
-        dpbusd(l1a, w1, b);
-        b = bcast4(xt + k);
-        dpbusd(u0a, w0, b);
-        dpbusd(u1a, w1, b);
+        if constexpr (ND == 3) {
+          b = bcast4(xl + k);
+          dpbusd(l0a, w0, b);
+          dpbusd(l1a, w1, b);
+          b = bcast4(xt + k);
+          dpbusd(u0a, w0, b);
+          dpbusd(u1a, w1, b);
+        }
       }
     } else {
       for (; k < ke; k += 8, row += 128) {
@@ -163,18 +176,20 @@ TPULLM_TARGET_AVX512_VNNI void gemv_panel_vnni_r1(const LinearArgs& a, const XDi
         dpbusd(h1a, lo1, bl);
         dpbusd(h0b, hi0, bh);
         dpbusd(h1b, hi1, bh);
-        bl = bcast4(xl + k);
-        bh = bcast4(xl + k + 4);
-        dpbusd(l0a, lo0, bl);
-        dpbusd(l1a, lo1, bl);
-        dpbusd(l0b, hi0, bh);
-        dpbusd(l1b, hi1, bh);
-        bl = bcast4(xt + k);
-        bh = bcast4(xt + k + 4);
-        dpbusd(u0a, lo0, bl);
-        dpbusd(u1a, lo1, bl);
-        dpbusd(u0b, hi0, bh);
-        dpbusd(u1b, hi1, bh);
+        if constexpr (ND == 3) {
+          bl = bcast4(xl + k);
+          bh = bcast4(xl + k + 4);
+          dpbusd(l0a, lo0, bl);
+          dpbusd(l1a, lo1, bl);
+          dpbusd(l0b, hi0, bh);
+          dpbusd(l1b, hi1, bh);
+          bl = bcast4(xt + k);
+          bh = bcast4(xt + k + 4);
+          dpbusd(u0a, lo0, bl);
+          dpbusd(u1a, lo1, bl);
+          dpbusd(u0b, hi0, bh);
+          dpbusd(u1b, hi1, bh);
+        }
       }
     }
     const std::int64_t g = ks / w.group_rows();
@@ -184,10 +199,10 @@ TPULLM_TARGET_AVX512_VNNI void gemv_panel_vnni_r1(const LinearArgs& a, const XDi
     const std::int32_t* S = xd.S.data() + (m0 * xd.Gv + gi) * 3;
     const float s1f = xd.s1[static_cast<std::size_t>(m0 * xd.Gv + gi)];
     const __m512 s1 = _mm512_set1_ps(s1f);
-    const __m512 r0 = vnni_group_sum(_mm512_add_epi32(h0a, h0b), _mm512_add_epi32(l0a, l0b),
-                                     _mm512_add_epi32(u0a, u0b), z0, S);
-    const __m512 r1 = vnni_group_sum(_mm512_add_epi32(h1a, h1b), _mm512_add_epi32(l1a, l1b),
-                                     _mm512_add_epi32(u1a, u1b), z1, S);
+    const __m512 r0 = vnni_group_sum<ND>(_mm512_add_epi32(h0a, h0b), _mm512_add_epi32(l0a, l0b),
+                                         _mm512_add_epi32(u0a, u0b), z0, S);
+    const __m512 r1 = vnni_group_sum<ND>(_mm512_add_epi32(h1a, h1b), _mm512_add_epi32(l1a, l1b),
+                                         _mm512_add_epi32(u1a, u1b), z1, S);
     t0 = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_load_ps(s), s1), r0, t0);
     t1 = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_load_ps(s + 16), s1), r1, t1);
     if constexpr (has_mins(F))
@@ -200,8 +215,8 @@ TPULLM_TARGET_AVX512_VNNI void gemv_panel_vnni_r1(const LinearArgs& a, const XDi
 /// VNNI GEMV (int8 / int4 only) over R rows for one panel: per weight group, three VPDPBUSD
 /// accumulations (one per activation digit) of unsigned weights u (int8: q + 128; int8_asym /
 /// int8_min: the code) by the signed digits; the group's result is s1 * sum_d 256^-d (A_d - z *
-/// S_d) * scale (scale-and-min: z = 0, minus min * xs).
-template <WeightFormat F, int R>
+/// S_d) * scale (scale-and-min: z = 0, minus min * xs). ND = 1: the one digit h only.
+template <WeightFormat F, int R, int ND>
 TPULLM_TARGET_AVX512_VNNI void gemv_panel_vnni(const LinearArgs& a, const XDigits& xd,
                                                std::int64_t m0, std::int64_t p) {
   constexpr int RG = static_cast<int>(row_group(F));
@@ -217,22 +232,22 @@ TPULLM_TARGET_AVX512_VNNI void gemv_panel_vnni(const LinearArgs& a, const XDigit
   std::int64_t gi = 0;
   for (std::int64_t ks = a.v.k0; ks < a.v.k1; ks += seg, ++gi) {
     const std::int64_t ke = std::min(a.v.k1, ks + seg);
-    __m512i acc[R][3][2][NH];
+    __m512i acc[R][ND][2][NH];
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r)
 #pragma GCC unroll 3
-      for (int d = 0; d < 3; ++d)
+      for (int d = 0; d < ND; ++d)
 #pragma GCC unroll 4
         for (int h = 0; h < 2; ++h)
 #pragma GCC unroll 4
           for (int n = 0; n < NH; ++n)
             acc[r][d][h][n] = _mm512_setzero_si512();
     const std::uint8_t* row = panel_row(w, p, ks);
-    const std::int8_t* xdr[R][3];
+    const std::int8_t* xdr[R][ND];
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r)
 #pragma GCC unroll 4
-      for (int d = 0; d < 3; ++d)
+      for (int d = 0; d < ND; ++d)
         xdr[r][d] = xd.d.data() + ((m0 + r) * 3 + d) * xd.Kv - a.v.k0;
     for (std::int64_t k = ks; k < ke; k += RG, row += 128) {
       _mm_prefetch(reinterpret_cast<const char*>(row) + kGemvPf, _MM_HINT_T0);
@@ -252,7 +267,7 @@ TPULLM_TARGET_AVX512_VNNI void gemv_panel_vnni(const LinearArgs& a, const XDigit
 #pragma GCC unroll 4
       for (int r = 0; r < R; ++r)
 #pragma GCC unroll 3
-        for (int d = 0; d < 3; ++d) {
+        for (int d = 0; d < ND; ++d) {
           std::int32_t xl;
           std::memcpy(&xl, xdr[r][d] + k, 4);
           const __m512i bl = _mm512_set1_epi32(xl);
@@ -282,18 +297,19 @@ TPULLM_TARGET_AVX512_VNNI void gemv_panel_vnni(const LinearArgs& a, const XDigit
       const float s1 = xd.s1[static_cast<std::size_t>((m0 + r) * xd.Gv + gi)];
 #pragma GCC unroll 4
       for (int h = 0; h < 2; ++h) {
-        __m512 f[3];
+        __m512 f[ND];
 #pragma GCC unroll 4
-        for (int d = 0; d < 3; ++d) {
+        for (int d = 0; d < ND; ++d) {
           __m512i ai = acc[r][d][h][0];
           if constexpr (NH == 2)
             ai = _mm512_add_epi32(ai, acc[r][d][h][1]);
           f[d] = _mm512_fnmadd_ps(z[h], _mm512_set1_ps(static_cast<float>(S[d])),
                                   _mm512_cvtepi32_ps(ai));
         }
-        const __m512 sum =
-            _mm512_fmadd_ps(f[2], _mm512_set1_ps(1.0f / 65536.0f),
-                            _mm512_fmadd_ps(f[1], _mm512_set1_ps(1.0f / 256.0f), f[0]));
+        __m512 sum = f[0];
+        if constexpr (ND == 3)
+          sum = _mm512_fmadd_ps(f[2], _mm512_set1_ps(1.0f / 65536.0f),
+                                _mm512_fmadd_ps(f[1], _mm512_set1_ps(1.0f / 256.0f), f[0]));
         t[r][h] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_load_ps(s + 16 * h), _mm512_set1_ps(s1)),
                                   sum, t[r][h]);
       }
@@ -306,8 +322,8 @@ TPULLM_TARGET_AVX512_VNNI void gemv_panel_vnni(const LinearArgs& a, const XDigit
 
 /// Single-row VNNI GEMV over S panels p..p+S-1 at once (S interleaved weight streams). Per panel
 /// 6 accumulators (3 digits x 2 column halves; int4 low- and high-nibble rows share them); the
-/// digit broadcasts are shared by the S panels.
-template <WeightFormat F, int S>
+/// digit broadcasts are shared by the S panels. ND = 1: the one digit h only.
+template <WeightFormat F, int S, int ND>
 TPULLM_TARGET_AVX512_VNNI void gemv_panels_vnni_r1(const LinearArgs& a, const XDigits& xd,
                                                    std::int64_t p) {
   constexpr int RG = static_cast<int>(row_group(F));
@@ -319,9 +335,9 @@ TPULLM_TARGET_AVX512_VNNI void gemv_panels_vnni_r1(const LinearArgs& a, const XD
     t[s][0] = t[s][1] = _mm512_setzero_ps();
   const std::int64_t seg = segment_rows(a.v);
   const __m512i m4 = _mm512_set1_epi8(0x0F), flip = _mm512_set1_epi8(static_cast<char>(0x80));
-  const std::int8_t* xdr[3];
+  const std::int8_t* xdr[ND];
 #pragma GCC unroll 3
-  for (int d = 0; d < 3; ++d)
+  for (int d = 0; d < ND; ++d)
     xdr[d] = xd.d.data() + d * xd.Kv - a.v.k0;
   std::int64_t gi = 0;
   for (std::int64_t ks = a.v.k0; ks < a.v.k1; ks += seg, ++gi) {
@@ -330,7 +346,7 @@ TPULLM_TARGET_AVX512_VNNI void gemv_panels_vnni_r1(const LinearArgs& a, const XD
 #pragma GCC unroll 8
     for (int s = 0; s < S; ++s)
 #pragma GCC unroll 3
-      for (int d = 0; d < 3; ++d)
+      for (int d = 0; d < 3; ++d) // all 3 set (ND = 1 passes the unused two to vnni_group_sum)
         acc[s][d][0] = acc[s][d][1] = _mm512_setzero_si512();
     const std::uint8_t* row = panel_row(w, p, ks);
     const std::uint8_t* pend = panel_row(w, p, 0) + pbytes; // stream 0's panel end
@@ -340,9 +356,9 @@ TPULLM_TARGET_AVX512_VNNI void gemv_panels_vnni_r1(const LinearArgs& a, const XD
       // (prefetches past the weights are harmless: PREFETCHT0 does not fault), as the float
       // GEMVs' streams do (matmul_gemv_stream_plan.hpp).
       const std::int64_t pf = row + kGemvPf >= pend ? kGemvPf + (S - 1) * pbytes : kGemvPf;
-      __m512i bl[3], bh[3];
+      __m512i bl[ND], bh[ND];
 #pragma GCC unroll 3
-      for (int d = 0; d < 3; ++d) {
+      for (int d = 0; d < ND; ++d) {
         bl[d] = bcast4(xdr[d] + k);
         if constexpr (!is_byte_format(F))
           bh[d] = bcast4(xdr[d] + k + 4);
@@ -358,13 +374,13 @@ TPULLM_TARGET_AVX512_VNNI void gemv_panels_vnni_r1(const LinearArgs& a, const XD
           if constexpr (is_byte_format(F)) {
             const __m512i wl = F == WeightFormat::int8 ? _mm512_xor_si512(v, flip) : v;
 #pragma GCC unroll 3
-            for (int d = 0; d < 3; ++d)
+            for (int d = 0; d < ND; ++d)
               dpbusd(acc[s][d][h], wl, bl[d]);
           } else {
             const __m512i wl = _mm512_and_si512(v, m4);
             const __m512i wh = _mm512_and_si512(_mm512_srli_epi32(v, 4), m4);
 #pragma GCC unroll 3
-            for (int d = 0; d < 3; ++d) {
+            for (int d = 0; d < ND; ++d) {
               dpbusd(acc[s][d][h], wl, bl[d]);
               dpbusd(acc[s][d][h], wh, bh[d]);
             }
@@ -384,7 +400,7 @@ TPULLM_TARGET_AVX512_VNNI void gemv_panels_vnni_r1(const LinearArgs& a, const XD
       vnni_zero<F>(w, p + s, g, z[0], z[1]);
 #pragma GCC unroll 2
       for (int h = 0; h < 2; ++h) {
-        const __m512 r = vnni_group_sum(acc[s][0][h], acc[s][1][h], acc[s][2][h], z[h], S3);
+        const __m512 r = vnni_group_sum<ND>(acc[s][0][h], acc[s][1][h], acc[s][2][h], z[h], S3);
         t[s][h] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_load_ps(sc + 16 * h), s1), r, t[s][h]);
       }
       if constexpr (has_mins(F))
@@ -396,36 +412,54 @@ TPULLM_TARGET_AVX512_VNNI void gemv_panels_vnni_r1(const LinearArgs& a, const XD
     store_rows_avx512(a, 0, 1, p + s, t + s);
 }
 
-template <WeightFormat F, int S>
+template <WeightFormat F, int S, int ND>
 TPULLM_TARGET_AVX512_VNNI void gemv_vnni_r1_rest(const LinearArgs& a, const XDigits& xd,
                                                  std::int64_t p, int rem) {
   if constexpr (S >= 1) {
     if (rem == S)
-      gemv_panels_vnni_r1<F, S>(a, xd, p);
+      gemv_panels_vnni_r1<F, S, ND>(a, xd, p);
     else
-      gemv_vnni_r1_rest<F, S - 1>(a, xd, p, rem);
+      gemv_vnni_r1_rest<F, S - 1, ND>(a, xd, p, rem);
   }
 }
 
-template <WeightFormat F>
-TPULLM_TARGET_AVX512_VNNI void gemv_vnni(const LinearArgs& a, const XDigits& xd, std::int64_t pa,
-                                         std::int64_t pb) {
+/// VNNI GEMV of panels [pa, pb) with x's ND digits (3 or 1).
+template <WeightFormat F, int ND>
+TPULLM_TARGET_AVX512_VNNI void gemv_vnni_nd(const LinearArgs& a, const XDigits& xd, std::int64_t pa,
+                                            std::int64_t pb) {
   if (a.M == 1) {
     constexpr int S = kGemvStreamsVnni;
     std::int64_t p = pa;
     for (; p + S <= pb; p += S)
-      gemv_panels_vnni_r1<F, S>(a, xd, p);
+      gemv_panels_vnni_r1<F, S, ND>(a, xd, p);
     if (p < pb)
-      gemv_vnni_r1_rest<F, S - 1>(a, xd, p, static_cast<int>(pb - p));
+      gemv_vnni_r1_rest<F, S - 1, ND>(a, xd, p, static_cast<int>(pb - p));
     return;
   }
-  for (std::int64_t p = pa; p < pb; ++p) {
-    std::int64_t m = 0;
-    for (; m + 2 <= a.M; m += 2)
-      gemv_panel_vnni<F, 2>(a, xd, m, p);
-    if (m < a.M)
-      gemv_panel_vnni_r1<F>(a, xd, m, p);
+  // Blocks of kVnniRowBlock rows (their digits stay in L2) over every panel of the range.
+  for (std::int64_t m0 = 0; m0 < a.M; m0 += kVnniRowBlock) {
+    const std::int64_t m1 = std::min(a.M, m0 + kVnniRowBlock);
+    for (std::int64_t p = pa; p < pb; ++p) {
+      std::int64_t m = m0;
+      if constexpr (ND == 1) // short prompts (kVnniInt8MaxRows): 4 rows per pass over the panel
+        for (; m + 4 <= m1; m += 4)
+          gemv_panel_vnni<F, 4, 1>(a, xd, m, p);
+      for (; m + 2 <= m1; m += 2)
+        gemv_panel_vnni<F, 2, ND>(a, xd, m, p);
+      if (m < m1)
+        gemv_panel_vnni_r1<F, ND>(a, xd, m, p);
+    }
   }
+}
+
+/// VNNI GEMV of panels [pa, pb): three digits of x, or one (xd.nd == 1, XPrecision::int8).
+template <WeightFormat F>
+TPULLM_TARGET_AVX512_VNNI void gemv_vnni(const LinearArgs& a, const XDigits& xd, std::int64_t pa,
+                                         std::int64_t pb) {
+  if (xd.nd == 1)
+    gemv_vnni_nd<F, 1>(a, xd, pa, pb);
+  else
+    gemv_vnni_nd<F, 3>(a, xd, pa, pb);
 }
 
 #pragma GCC diagnostic pop

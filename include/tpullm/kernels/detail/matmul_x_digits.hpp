@@ -5,28 +5,39 @@
 
 namespace tpullm::kernels::detail {
 
-/// x of a GEMV split into three int8 digits per element for the VNNI path:
+/// x of a GEMV split into int8 digits per element for the VNNI path. Three digits (exact):
 /// x ~= s1 * (h + l / 256 + t / 65536), s1 = max|x| / 127 over each weight group; the residual is
-/// <= 1.5 * s1 / 65536 (about 1.2e-7 of the group's largest |x|, i.e. f32 rounding level).
+/// <= 1.5 * s1 / 65536 (about 1.2e-7 of the group's largest |x|, i.e. f32 rounding level). One
+/// digit (XPrecision::int8): x ~= s1 * h, h = round(x / s1), the residual <= s1 / 2 (l, t and
+/// their sums are zero and not read).
 struct XDigits {
   std::vector<std::int8_t> d;  ///< [M][3][Kv] digits h, l, t (Kv = view rows)
   std::vector<float> s1;       ///< [M][Gv] scale of digit h per group
   std::vector<std::int32_t> S; ///< [M][Gv][3] sum of each digit over the group
   std::int64_t Kv = 0, Gv = 0, M = 0, seg = 0;
+  int nd = 3; ///< digits: 3 (exact) or 1 (x rounded to int8 per group)
 };
+
+/// The digits XDigits holds for precision `p`.
+inline int x_digit_count(XPrecision p) {
+  return p == XPrecision::int8 ? 1 : 3;
+}
 
 #if TPULLM_X86
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
-/// Builds XDigits for rows [0, M) of x (row stride ldx) over Kv columns grouped by `seg`;
-/// columns in [Kx, Kv) are taken as zero (padding rows of the weights). Storage is reused.
+/// Builds XDigits (`nd` digits: 3 or 1) for rows [0, M) of x (row stride ldx) over Kv columns
+/// grouped by `seg`; columns in [Kx, Kv) are taken as zero (padding rows of the weights).
+/// Storage is reused.
 TPULLM_TARGET_AVX512 inline void make_x_digits(const float* x, std::int64_t ldx, std::int64_t M,
                                                std::int64_t Kv, std::int64_t seg, XDigits& xd,
-                                               std::int64_t Kx = -1) {
+                                               std::int64_t Kx = -1, int nd = 3) {
   if (Kx < 0)
     Kx = Kv;
+  xd.nd = nd == 1 ? 1 : 3;
+  const bool one = xd.nd == 1;
   xd.Kv = Kv;
   xd.M = M;
   xd.seg = seg;
@@ -74,6 +85,11 @@ TPULLM_TARGET_AVX512 inline void make_x_digits(const float* x, std::int64_t ldx,
         // round to nearest even (MXCSR default), clamp to [-127, 127]
         const __m512i h =
             _mm512_min_epi32(hi, _mm512_max_epi32(lo, _mm512_cvtps_epi32(_mm512_mul_ps(v, vi1))));
+        if (one) {
+          _mm_mask_storeu_epi8(dh + k, mk, _mm512_cvtepi32_epi8(h));
+          sh = _mm512_add_epi32(sh, h);
+          continue;
+        }
         const __m512 r1 = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(h), vs1, v);
         const __m512i l =
             _mm512_min_epi32(hi, _mm512_max_epi32(lo, _mm512_cvtps_epi32(_mm512_mul_ps(r1, vi2))));
