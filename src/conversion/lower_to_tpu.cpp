@@ -270,6 +270,13 @@ private:
     }
   }
 
+  /// Whether a weight-only linear reading packed weight value `w` rounds its input to int8 per
+  /// weight group (act-quant=dynamic outside mode int8): the plan asks for it and the weights
+  /// are integer.
+  bool int8_x(const Value* w) const {
+    return plan_.act.int8_weight_only && w->type().quant.has_value();
+  }
+
   // ---- int8: calibration and smoothing ----------------------------------------------------
 
   /// The table entry of the linear reading Top weight value `w`; fails naming it when absent.
@@ -470,6 +477,8 @@ private:
                       : get(op.operand(M::bias)));
     }
     ir::tpu::MatMulOp t;
+    if (int8_x(in[1]))
+      t.act_quant = ir::ActQuantKind::dynamic;
     if (linear_choice(op.operand(M::b)).w8a8) {
       t.act_quant = static_ ? ir::ActQuantKind::static_tensor : ir::ActQuantKind::dynamic;
       if (static_) {
@@ -623,6 +632,11 @@ private:
       fail(op, e.where().empty() ? e.message() : e.where() + ": " + e.message());
     }
     ir::tpu::MLPOp t{o}; // Top's semantics, plus the activation quantization
+    Value* const gate_v = weight_value(*f.gate);
+    Value* const up_v = weight_value(*f.up);
+    Value* const down_v = weight_value(*f.down);
+    if (int8_x(gate_v) && int8_x(up_v) && int8_x(down_v))
+      t.act_quant = ir::ActQuantKind::dynamic;
     const bool gq = linear_choice(op.operand(T::gate)).w8a8,
                uq = linear_choice(op.operand(T::up)).w8a8,
                dq = linear_choice(op.operand(T::down)).w8a8;
@@ -642,9 +656,7 @@ private:
           t.down_act_zero = dn.zero;
       }
     }
-    set(op.result(0), create(op, t,
-                             {get(op.operand(T::x)), weight_value(*f.gate), weight_value(*f.up),
-                              weight_value(*f.down)}));
+    set(op.result(0), create(op, t, {get(op.operand(T::x)), gate_v, up_v, down_v}));
   }
 
   // The router stays f32 whatever the mode: bf16 logits flip near-tied routing decisions.

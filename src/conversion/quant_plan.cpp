@@ -40,13 +40,17 @@ WeightFormat table_format(const std::string& text, const WeightFormat& mode, con
           0};
 }
 
-/// The int8 options, checked together: outside mode int8 none may be given; inside, static
-/// scales and smoothing need a calibration table, asymmetry needs static scales.
+/// The int8 options, checked together: outside mode int8 none may be given (act-quant: none or
+/// dynamic only); inside, static scales and smoothing need a calibration table, asymmetry needs
+/// static scales.
 void check_int8_options(const LowerOptions& o, bool int8, const QuantOptionSpelling& s) {
   const bool stat = o.act_quant == "static";
   const double alpha = o.smooth_alpha;
   if (!int8) {
-    for (const auto& [given, key] : {std::pair{o.act_quant != "dynamic", "act-quant"},
+    check(o.act_quant.empty() || o.act_quant == "none" || o.act_quant == "dynamic" || stat,
+          ErrorKind::invalid_input, s.subject("act-quant"), "must be none or dynamic (or, with ",
+          s.setting("mode", "int8"), ", static), got '", o.act_quant, "'");
+    for (const auto& [given, key] : {std::pair{stat, "act-quant"},
                                      {o.act_asymmetric, "act-asymmetric"},
                                      {!o.calib.empty(), "calib"},
                                      {alpha != 0, "smooth-alpha"}})
@@ -54,8 +58,8 @@ void check_int8_options(const LowerOptions& o, bool int8, const QuantOptionSpell
             s.setting("mode", "int8"), ", not '", o.mode, "'");
     return;
   }
-  check(o.act_quant == "dynamic" || stat, ErrorKind::invalid_input, s.subject("act-quant"),
-        "must be dynamic or static, got '", o.act_quant, "'");
+  check(o.act_quant.empty() || o.act_quant == "dynamic" || stat, ErrorKind::invalid_input,
+        s.subject("act-quant"), "must be dynamic or static, got '", o.act_quant, "'");
   check(!o.act_asymmetric || stat, ErrorKind::invalid_input, s.subject("act-asymmetric"),
         "applies only to ", s.setting("act-quant", "static"),
         " (dynamic scales are symmetric per row)");
@@ -112,6 +116,7 @@ QuantPlan plan_quant_options(const LowerOptions& o, const QuantOptionSpelling& s
         " / w4a16 / int8, not '", o.mode, "'");
   check_int8_options(o, p.linear.w8a8, s);
   p.act.static_tensor = o.act_quant == "static";
+  p.act.int8_weight_only = !p.linear.w8a8 && o.act_quant == "dynamic";
   p.act.asymmetric = o.act_asymmetric;
   p.act.smooth_alpha = o.smooth_alpha;
   return p;

@@ -45,15 +45,22 @@ void require_batch_positions(const TensorType& p, std::int64_t B, std::int64_t L
 
 void require_act_quant(const std::optional<ActQuantKind>& kind, const std::optional<float>& scale,
                        const std::optional<std::int64_t>& zero, const char* scale_name,
-                       std::initializer_list<const TensorType*> weights) {
+                       std::initializer_list<const TensorType*> weights, bool w8a8_only) {
   if (!kind) {
     require(!scale && !zero, std::string(scale_name) + " needs act_quant");
+    return;
+  }
+  if (*kind == ActQuantKind::dynamic && !w8a8_only) {
+    for (const TensorType* w : weights)
+      require(w->quant.has_value(), "act_quant = dynamic needs integer weights, got " + w->str());
+    require(!scale && !zero, std::string("act_quant = dynamic takes no ") + scale_name);
     return;
   }
   for (const TensorType* w : weights)
     require(w->dtype == DType::i8 && w->quant && w->quant->group_size == w->shape[0] &&
                 !w->quant->act_order,
-            "act_quant needs i8 weights with one scale per output channel, got " + w->str());
+            std::string(*kind == ActQuantKind::static_tensor ? "act_quant = static" : "act_quant") +
+                " needs i8 weights with one scale per output channel, got " + w->str());
   if (*kind == ActQuantKind::dynamic) {
     require(!scale && !zero, std::string("act_quant = dynamic takes no ") + scale_name);
     return;
@@ -122,6 +129,10 @@ auto MatMulArgMaxOp::infer(Types in) const -> std::vector<TensorType> {
   detail::require_act(in[MatMulArgMaxOp::x], "lhs");
   const auto [K, N] = detail::require_packed(in[MatMulArgMaxOp::w], "rhs");
   (void)N;
+  detail::require(!act_quant || *act_quant == ActQuantKind::dynamic,
+                  "MatMulArgMax takes act_quant = dynamic only");
+  detail::require_act_quant(act_quant, std::nullopt, std::nullopt, "act_scale",
+                            {&in[MatMulArgMaxOp::w]});
   detail::require(in[MatMulArgMaxOp::x].shape == std::vector<std::int64_t>{1, 1, K},
                   "lhs must be [1, 1, " + std::to_string(K) + "], got " +
                       in[MatMulArgMaxOp::x].str());
@@ -174,7 +185,8 @@ auto MoEOp::infer(Types in) const -> std::vector<TensorType> {
     detail::require(gk == H && uk == H && dn == H && gn == gn0 && un == gn0 && dk == gn0, "expert ",
                     e, " weights do not match hidden ", H, " / intermediate ", gn0, ": gate ", g,
                     ", up ", u, ", down ", d);
-    detail::require_act_quant(act_quant, std::nullopt, std::nullopt, "act_scale", {&g, &u, &d});
+    detail::require_act_quant(act_quant, std::nullopt, std::nullopt, "act_scale", {&g, &u, &d},
+                              true);
   }
   return {in[MoEOp::x]};
 }

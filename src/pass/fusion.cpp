@@ -53,20 +53,30 @@ struct FuseAddRMSNorm : rewrite::OpPattern<ir::tpu::RMSNormOp> {
   }
 };
 
-/// tpu.ArgMax(tpu.MatMul(x [1, 1, H], W)) with no bias and no other use of the logits.
+/// tpu.ArgMax(tpu.MatMul(x [1, 1, H], W)) with no bias and no other use of the logits. A
+/// dynamic act_quant moves along unless the weights are W8A8's (i8, one scale per output
+/// channel: the W8A8 kernels have no argmax form); static stays unfused.
 struct FuseLmHeadArgMax : rewrite::OpPattern<ir::tpu::ArgMaxOp> {
   FuseLmHeadArgMax() : OpPattern("fuse-lm-head-argmax") {}
   bool rewrite_op(Operation* am, const ir::tpu::ArgMaxOp&, rewrite::Rewriter& rw) const override {
     using M = ir::tpu::MatMulOp;
     Operation* mm = am->operand(ir::tpu::ArgMaxOp::x)->defining_op();
-    if (!mm || !mm->is<M>() || mm->num_operands() != M::bias ||
-        mm->result(0)->users().size() != 1 || mm->as<ir::tpu::MatMulOp>()->act_quant)
-      return false; // (a W8A8 product has no argmax kernel)
+    if (!mm || !mm->is<M>() || mm->num_operands() != M::bias || mm->result(0)->users().size() != 1)
+      return false;
+    const auto aq = mm->as<ir::tpu::MatMulOp>()->act_quant;
+    if (aq) {
+      const ir::TensorType& w = mm->operand(M::w)->type();
+      const bool w8a8 = w.dtype == ir::DType::i8 && w.quant && w.quant->group_size == w.shape[0];
+      if (*aq != ir::ActQuantKind::dynamic || w8a8)
+        return false;
+    }
     const ir::TensorType& x = mm->operand(M::x)->type();
     if (x.shape != std::vector<std::int64_t>{1, 1, x.shape.size() == 3 ? x.shape[2] : -1})
       return false;
     static_assert(ir::tpu::MatMulArgMaxOp::x == 0 && ir::tpu::MatMulArgMaxOp::w == 1);
-    rw.replace_op_with_new(am, ir::tpu::MatMulArgMaxOp{}, {mm->operand(M::x), mm->operand(M::w)});
+    ir::tpu::MatMulArgMaxOp fused;
+    fused.act_quant = aq;
+    rw.replace_op_with_new(am, fused, {mm->operand(M::x), mm->operand(M::w)});
     rw.erase_op(mm);
     return true;
   }

@@ -123,6 +123,24 @@ const k::PackedWeights& packed(const Call& c, std::size_t i) {
   return *ref.packed;
 }
 
+/// Whether a linear's act_quant runs on the W8A8 kernels (kernels/int8_linear.hpp): static
+/// always (its weights are i8 per channel, the verifier's rule), dynamic when the weights are
+/// i8 with one scale per output channel in natural order (what --mode int8 writes); every other
+/// dynamic op rounds x to int8 per weight group in the weight-only kernels (XPrecision::int8).
+bool runs_w8a8(ir::ActQuantKind kind, std::initializer_list<const k::PackedWeights*> ws) {
+  if (kind == ir::ActQuantKind::static_tensor)
+    return true;
+  for (const k::PackedWeights* w : ws)
+    if (w->format != k::WeightFormat::int8 || w->group_size != w->K || !w->k_perm.empty())
+      return false;
+  return true;
+}
+
+/// The weight-only kernels' precision of an op's act_quant (int8 when dynamic, else exact).
+k::XPrecision x_precision(const std::optional<ir::ActQuantKind>& kind) {
+  return kind == ir::ActQuantKind::dynamic ? k::XPrecision::int8 : k::XPrecision::exact;
+}
+
 /// The kernel's activation quantization of a W8A8 op's attributes (static: scale, zero).
 k::ActQuant act_quant(ir::ActQuantKind kind, const std::optional<float>& scale,
                       const std::optional<std::int64_t>& zero) {
@@ -146,17 +164,18 @@ void exec(const ir::tpu::MatMulOp& o, Call& c) {
                                                            : c.operand(Op::bias, false);
     bias = span_of<float>(bp, w.N);
   }
-  if (o.act_quant) { // W8A8 (--mode int8)
+  if (o.act_quant && runs_w8a8(*o.act_quant, {&w})) { // W8A8 (--mode int8)
     k::linear_w8a8(span_of<float>(c.operand(Op::x), M * w.K), w, bias,
                    mspan_of<float>(c.result(0), M * w.N), {M, w.K, w.N},
                    act_quant(*o.act_quant, o.act_scale, o.act_zero), c.split);
     return;
   }
   k::linear(span_of<float>(c.operand(Op::x), M * w.K), w, bias,
-            mspan_of<float>(c.result(0), M * w.N), {M, w.K, w.N}, c.split);
+            mspan_of<float>(c.result(0), M * w.N), {M, w.K, w.N}, c.split,
+            x_precision(o.act_quant));
 }
 
-void exec(const ir::tpu::MatMulArgMaxOp&, Call& c) {
+void exec(const ir::tpu::MatMulArgMaxOp& o, Call& c) {
   using Op = ir::tpu::MatMulArgMaxOp;
   const k::PackedWeights& w = packed(c, Op::w);
   // Logits in column chunks through the linear machinery; only the running best survives.
@@ -176,6 +195,7 @@ void exec(const ir::tpu::MatMulArgMaxOp&, Call& c) {
     a.y = y.data();
     a.ldy = n1 - n0;
     a.M = 1;
+    a.xprec = x_precision(o.act_quant);
     k::detail::linear_view(a, c.split);
     const std::int64_t i =
         k::argmax(std::span<const float>(y.data(), static_cast<std::size_t>(n1 - n0)));
@@ -194,7 +214,7 @@ void exec(const ir::tpu::MLPOp& o, Call& c) {
   const k::PackedWeights& d = packed(c, Op::down);
   const std::int64_t H = g.K, I = g.N;
   const std::int64_t M = c.elems(c.in.operands[Op::x]) / H;
-  if (o.act_quant) { // W8A8 (--mode int8)
+  if (o.act_quant && runs_w8a8(*o.act_quant, {&g, &u, &d})) { // W8A8 (--mode int8)
     k::swiglu_mlp_w8a8(span_of<float>(c.operand(Op::x), M * H), g, u, d,
                        mspan_of<float>(c.result(0), M * H), {M, H, I},
                        act_quant(*o.act_quant, o.act_scale, o.act_zero),
@@ -204,7 +224,7 @@ void exec(const ir::tpu::MLPOp& o, Call& c) {
   }
   k::swiglu_mlp(span_of<float>(c.operand(Op::x), M * H), g, u, d,
                 mspan_of<float>(c.result(0), M * H), {M, H, I},
-                static_cast<std::size_t>(c.local_memory), c.split);
+                static_cast<std::size_t>(c.local_memory), c.split, x_precision(o.act_quant));
 }
 
 void exec(const ir::tpu::MoEOp& o, Call& c) {

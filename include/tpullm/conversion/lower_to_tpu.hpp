@@ -52,10 +52,13 @@ struct LowerOptions {
   /// mode)
   std::string kv_dtype;
   // --- int8 (W8A8) ---
-  std::string act_quant = "dynamic"; ///< int8: dynamic (a scale per row) or static (per tensor)
-  bool act_asymmetric = false;       ///< int8 static: a zero point from the table's min / max
-  std::string calib;                 ///< int8: calibration table (conversion/calib_table.hpp)
-  double smooth_alpha = 0;           ///< int8: SmoothQuant migration strength in (0, 1); 0: off
+  /// Activation quantization. Mode int8: dynamic (a scale per row; the default) or static (per
+  /// tensor). Other modes: none (the default: f32 activations) or dynamic (x rounded to int8
+  /// per weight group wherever the weights are integer). Empty: the mode's default.
+  std::string act_quant;
+  bool act_asymmetric = false; ///< int8 static: a zero point from the table's min / max
+  std::string calib;           ///< int8: calibration table (conversion/calib_table.hpp)
+  double smooth_alpha = 0;     ///< int8: SmoothQuant migration strength in (0, 1); 0: off
   /// Not an option (no text): the plan built from these fields ahead of the pipeline (the
   /// compile tool's, holding the table it loaded once); null: the pass's binding builds it
   /// with make_quant_plan. Who sets it keeps it in step with the fields.
@@ -77,8 +80,9 @@ struct LowerOptions {
       "KV cache element type: f32, f16, bf16 or int8 (a scale per position and head; default: "
       "f32 for mode f32, f16 otherwise)");
     f("act-quant", s.act_quant,
-      "int8: activation quantization, dynamic (a scale per row at run time) or static (one "
-      "calibrated scale per tensor, needs calib)");
+      "activation quantization. int8: dynamic (a scale per row at run time; default) or static "
+      "(one calibrated scale per tensor, needs calib). Other modes: none (default) or dynamic "
+      "(x rounded to int8 per weight group where the weights are integer; lossy)");
     f("act-asymmetric", s.act_asymmetric, "int8 static: a zero point from the calibrated range");
     f("calib", s.calib, "int8: calibration table file (tpullm calibrate)");
     f("smooth-alpha", s.smooth_alpha,

@@ -31,9 +31,13 @@ struct WeightFormat {
   bool w8a8 = false;                ///< int8: 8 bits, symmetric per channel, int8 activations
 };
 
-/// How mode int8 quantizes the activations its linears read.
+/// How the linears quantize the activations they read: mode int8 always (per row or per tensor);
+/// the other modes only when asked (act-quant=dynamic), and only where the weights are integer.
 struct ActQuantPlan {
-  bool static_tensor = false; ///< one calibrated scale per tensor (else a scale per row)
+  /// Outside mode int8: linears over integer weights (w8a16 / w4a16, a quantized checkpoint or
+  /// GGUF file) round x to int8 per weight group at run time (kernels::XPrecision::int8).
+  bool int8_weight_only = false;
+  bool static_tensor = false; ///< int8: one calibrated scale per tensor (else a scale per row)
   bool asymmetric = false;    ///< static: a zero point from the table's min / max
   double smooth_alpha = 0;    ///< SmoothQuant migration strength in (0, 1); 0: off
 };

@@ -62,9 +62,11 @@ struct EnumNames<KvForm> {
       {{KvForm::rows, "rows"}, {KvForm::cache, "cache"}}};
 };
 
-/// How a W8A8 linear (`--mode int8`) quantizes its input activation to int8
-/// (kernels/int8_linear.hpp ActQuant): `dynamic` computes a scale per row at run time;
-/// `static` uses the op's calibrated per-tensor `act_scale` / `act_zero`.
+/// How a linear over integer weights quantizes its input activation to int8. `dynamic`: a
+/// scale computed at run time per weight group of each row (one scale per row for W8A8's
+/// per-channel i8 weights, kernels/int8_linear.hpp ActQuant; per group of the weights'
+/// group_size rows for the weight-only formats, kernels::XPrecision::int8). `static` (W8A8
+/// only): the op's calibrated per-tensor `act_scale` / `act_zero`.
 enum class ActQuantKind : std::uint8_t { dynamic, static_tensor };
 template <>
 struct EnumNames<ActQuantKind> {
@@ -104,13 +106,15 @@ inline void require_positions(const TensorType& p, std::int64_t L, const char* w
 /// position_ids of a block op over B rows of L tokens: [B, L] i32, where B > 1 (a batched
 /// decode: each row its own conversation) holds one token per row.
 void require_batch_positions(const TensorType& p, std::int64_t B, std::int64_t L, const char* what);
-/// The activation-quantization attributes of a W8A8 op: without `kind` none of scale / zero may
-/// be set (the op reads f32 activations, whatever its weights); with it every
-/// weight is i8 with one scale per output channel (group = K), `dynamic` takes no scale / zero,
-/// `static` needs a finite scale > 0 and a zero point in [-128, 127] (absent: 0).
+/// The activation-quantization attributes of a linear: without `kind` none of scale / zero may
+/// be set (the op reads f32 activations, whatever its weights); `dynamic` takes no scale / zero
+/// and integer weights (i8 / i4 / u4 / u8, any grouping); `static` needs i8 weights with one
+/// scale per output channel (group = K), a finite scale > 0 and a zero point in [-128, 127]
+/// (absent: 0). `w8a8_only`: dynamic too needs those i8 per-channel weights (tpu.MoE, whose
+/// experts have the W8A8 kernel only).
 void require_act_quant(const std::optional<ActQuantKind>& kind, const std::optional<float>& scale,
                        const std::optional<std::int64_t>& zero, const char* scale_name,
-                       std::initializer_list<const TensorType*> weights);
+                       std::initializer_list<const TensorType*> weights, bool w8a8_only = false);
 } // namespace detail
 
 namespace tpu {
@@ -190,8 +194,12 @@ struct MatMulArgMaxOp {
   static constexpr int results = 1;
   enum Operand : std::uint8_t { x, w };
   static constexpr OpPolicy policy{.split = SplitRule::gemm};
+  /// dynamic: x rounded to int8 per weight group (integer weights only); absent: exact.
+  std::optional<ActQuantKind> act_quant;
   template <class S, class F>
-  static void attrs(S&, F&&) {}
+  static void attrs(S& s, F&& f) {
+    f("act_quant", s.act_quant);
+  }
   std::vector<TensorType> infer(Types in) const;
 };
 
