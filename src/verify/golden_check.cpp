@@ -75,6 +75,11 @@ Bounds bounds_for_mode(const std::string& mode) {
     return {0.8f, 0.4f, 0.15};
   if (mode == "int8-static-smooth")
     return {0.9f, 0.25f, 0.15};
+  // act-quant dynamic outside mode int8 (x rounded to int8 per weight group): llama.cpp's own
+  // distance from the shared GGUF goldens, the worst file's (docs/kernels.md); argmax per
+  // scenario >= 75% (scenario c has 9 rows: two near-tie flips are 78%).
+  if (mode == "act-int8")
+    return {4e-2f, 0.75f, 3e-4};
   return {1e-4f, 0.0f};
 }
 

@@ -86,18 +86,28 @@ expect 2 "^tpullm run: invalid input: two: has no config.json and 2 GGUF files; 
 # A GGUF file (llama.cpp's Q8_0, tied embeddings), and a folder holding one: the same content, so
 # the same key (the folder's name names the file); byte-identical to tpullm compile.
 cp "$ggufs/qwen2-q8_0/model.gguf" q8.gguf
-expect 0 "compiling q8.gguf for this machine \(mode f32, seq_length [0-9]+, max_input_length [0-9]+\) into $cache/q8-[0-9a-f]{16}\.bundle.*stopped: token budget after 4 tokens" \
+expect 0 "compiling q8.gguf for this machine \(mode f32, act-quant dynamic, seq_length [0-9]+, max_input_length [0-9]+\) into $cache/q8-[0-9a-f]{16}\.bundle.*stopped: token budget after 4 tokens" \
   "$tpullm" run q8.gguf --seq-length 256 --prompt-ids 1,2,3 -n 4
 gguf_ids=$(printf '%s\n' "$out" | grep -E '^[0-9]+(,[0-9]+)+$')
 q8=$(find "$cache" -maxdepth 1 -name 'q8-*.bundle')
 expect 0 "wrote q8-compiled.bundle" "$tpullm" compile q8.gguf -o q8-compiled.bundle --seq-length 256 \
   --max-input-length 128
 cmp -s q8-compiled.bundle "$q8" || { fail=1; echo "FAIL: the cached GGUF bundle differs from compile's"; }
+expect 0 "acts +[0-9]+ of [0-9]+ linears round their input to int8 \(act-quant dynamic\)" \
+  "$tpullm" inspect q8-compiled.bundle
 expect 0 "using the cached bundle $q8" "$tpullm" run q8.gguf --seq-length 256 --prompt-ids 1,2,3 -n 4
 expect 0 "compiling $ggufs/qwen2-q8_0 .*stopped" \
   "$tpullm" run "$ggufs/qwen2-q8_0" --seq-length 256 --prompt-ids 1,2,3 -n 4
 [ "$(printf '%s\n' "$out" | grep -E '^[0-9]+(,[0-9]+)+$')" = "$gguf_ids" ] ||
   { fail=1; echo "FAIL: the GGUF's folder generates other ids than the file"; }
+# A GGUF compiles with --act-quant dynamic unless told otherwise: none is another bundle (exact
+# f32 activations); a compiled bundle keeps the act-quant it was compiled with.
+expect 0 "compiling q8.gguf for this machine \(mode f32, seq_length 256, .*stopped" \
+  "$tpullm" run q8.gguf --seq-length 256 --act-quant none --prompt-ids 1,2,3 -n 4
+expect 2 "--act-quant: applies only when BUNDLE is a checkpoint folder or a GGUF file" \
+  "$tpullm" run "$q8" --act-quant none --prompt-ids 1 -n 1
+expect 2 "--act-quant: must be none or dynamic \(or, with --mode int8, static\), got 'fast'" \
+  "$tpullm" run q8.gguf --act-quant fast --prompt-ids 1 -n 1
 
 # A cache that cannot be created: one line naming the directory, nothing written.
 printf 'x' > afile

@@ -110,7 +110,10 @@ bool parse_bundle_command(const std::vector<std::string>& args, po::options_desc
       "KV-cache capacity (positions) to compile for (default: the model's context length, at "
       "most 4096 and what fits in half the memory)")(
       "mode", po::value(&a.mode),
-      "weights of the linear and MLP layers, as tpullm compile --mode (default: f32)");
+      "weights of the linear and MLP layers, as tpullm compile --mode (default: f32)")(
+      "act-quant", po::value(&a.act_quant),
+      "activation quantization, as tpullm compile --act-quant (default: dynamic for a GGUF "
+      "file: x rounded to int8 per weight group where the weights are integer; none otherwise)");
   o.add(bundle_open_options(a.open));
   o.add(s);
   if (!parse_command_line(args, o, "bundle", vm))
@@ -122,6 +125,8 @@ bool parse_bundle_command(const std::vector<std::string>& args, po::options_desc
         "must be > 0, got ", a.seq_length);
   check(!vm.count("mode") || !a.mode.empty(), ErrorKind::invalid_input, "--mode",
         "must name a mode (f32, bf16, f16, w8a16, w4a16 or int8)");
+  check(!vm.count("act-quant") || !a.act_quant.empty(), ErrorKind::invalid_input, "--act-quant",
+        "must be none or dynamic");
   return true;
 }
 
@@ -222,7 +227,8 @@ OpenedBundle open_bundle_source(const BundleArgs& a, bool verbose, std::string* 
   if (kind == SourceKind::bundle) {
     for (const auto& [given, option] : {std::pair{a.no_cache, "--no-cache"},
                                         {a.seq_length != 0, "--seq-length"},
-                                        {!a.mode.empty(), "--mode"}})
+                                        {!a.mode.empty(), "--mode"},
+                                        {!a.act_quant.empty(), "--act-quant"}})
       check(!given, ErrorKind::invalid_input, option,
             "applies only when BUNDLE is a checkpoint folder or a GGUF file ('", a.source,
             "' is a bundle, compiled with its own)");
@@ -233,9 +239,14 @@ OpenedBundle open_bundle_source(const BundleArgs& a, bool verbose, std::string* 
   compiler::CompileOptions copts;
   if (!a.mode.empty())
     copts.lower.mode = a.mode;
+  copts.lower.act_quant = a.act_quant;
+  default_act_quant(desc, copts.lower);
+  (void)conversion::plan_quant_options(copts.lower, {true}); // a bad option before the work
   const auto params = source_params(desc, a.seq_length, conversion::kv_cache_dtype(copts.lower));
-  const std::string what = str_cat("mode ", copts.lower.mode, ", seq_length ", params.seq_length,
-                                   ", max_input_length ", params.max_input_length);
+  const std::string aq = copts.lower.act_quant;
+  const std::string what =
+      str_cat("mode ", copts.lower.mode, aq.empty() || aq == "none" ? "" : ", act-quant " + aq,
+              ", seq_length ", params.seq_length, ", max_input_length ", params.max_input_length);
   auto compile_into = [&](const fs::path& out) {
     std::cerr << "compiling " << a.source << " for this machine (" << what << ") into "
               << out.string() << "\n";
@@ -253,8 +264,8 @@ OpenedBundle open_bundle_source(const BundleArgs& a, bool verbose, std::string* 
     << tool_identity() << "\nsource " << (kind == SourceKind::gguf ? "gguf " : "checkpoint ")
     << source_content_hash(a.source, kind) << "\nseq_length " << params.seq_length
     << " max_input_length " << params.max_input_length << " decode_chunk " << params.decode_chunk
-    << " prefill auto history 1\nmode " << copts.lower.mode << "\ntarget " << copts.target.to_json()
-    << "\n";
+    << " prefill auto history 1\nmode " << copts.lower.mode << " act-quant "
+    << copts.lower.act_quant << "\ntarget " << copts.target.to_json() << "\n";
   const fs::path dir = bundle_cache_dir();
   const fs::path file = dir / cache_file_name(a.source, hex64(fnv1a64(k.str())));
   std::error_code ec;

@@ -29,6 +29,7 @@ struct BundleArgs {
   bool no_cache = false;       ///< --no-cache: compile a source into a temporary file
   std::int64_t seq_length = 0; ///< --seq-length for a source (0: chosen, see source_params)
   std::string mode;            ///< --mode for a source (empty: compile's default, f32)
+  std::string act_quant;       ///< --act-quant for a source (empty: default_act_quant's)
 };
 
 /// What kind of path BUNDLE is.

@@ -78,6 +78,7 @@ int cmd_compile(const std::vector<std::string>& args) {
     copts.target = target::load_target(target_file);
   const FileAccess access = no_mmap ? FileAccess::read : FileAccess::map;
   const auto desc = load_checkpoint(model, access);
+  default_act_quant(desc, copts.lower);
   // The report goes out (and is checked) before the bundle replaces -o: a failing standard
   // output leaves the previous bundle in place.
   compile_checkpoint(

@@ -1,4 +1,5 @@
 // tpullm inspect FILE.bundle [--json]: what a bundle holds.
+#include <variant>
 #include <iostream>
 #include <map>
 #include <optional>
@@ -118,6 +119,25 @@ int cmd_inspect(const std::vector<std::string>& args) {
   if (checked)
     j["weights"]["verified"] = {
         {"chunks", checked->chunks}, {"bytes", checked->bytes}, {"seconds", checked->seconds}};
+  // Linears (MatMul, MatMulArgMax, MLP, MoE) and those whose input is rounded to int8
+  // (act_quant: W8A8, or act-quant dynamic over integer weights).
+  std::int64_t linears = 0, int8_x = 0;
+  for (const auto& p : b->programs())
+    for (const auto& in : p.instrs)
+      std::visit(
+          [&](const auto& o) {
+            if constexpr (requires { o.act_quant; }) {
+              ++linears;
+              int8_x += o.act_quant.has_value();
+            }
+          },
+          in.op);
+  j["act_quant"] = {{"linears", linears}, {"int8_input", int8_x}};
+  const std::string acts_line = int8_x == 0
+                                    ? "f32 into every linear (act-quant none)"
+                                    : std::to_string(int8_x) + " of " + std::to_string(linears) +
+                                          " linears round their input to int8 (" +
+                                          (m.mode == "int8" ? "W8A8" : "act-quant dynamic") + ")";
   auto& fns = j["functions"] = nlohmann::ordered_json::array();
   for (const auto& p : b->programs()) {
     std::int64_t groups = 0, last = -1;
@@ -187,6 +207,7 @@ int cmd_inspect(const std::vector<std::string>& args) {
             << "weights " << b->weights().size() << " tensors, " << mib(weight_bytes) << " "
             << j["weights"]["bytes_by_dtype"].dump() << "\n"
             << "draft   " << draft_line << "\n"
+            << "acts    " << acts_line << "\n"
             << "checks  CRC-32C per " << mib(static_cast<std::int64_t>(b->weight_chunk_bytes()))
             << " chunk of the blob ("
             << (checked ? std::to_string(checked->chunks) + " chunks verified"

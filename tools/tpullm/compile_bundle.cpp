@@ -256,6 +256,11 @@ CompileReport compile_bundle(const frontend::ModelDesc& desc, const frontend::St
   return r;
 }
 
+void default_act_quant(const frontend::ModelDesc& desc, conversion::LowerOptions& lower) {
+  if (lower.act_quant.empty() && !desc.source_file.empty() && lower.mode != "int8")
+    lower.act_quant = "dynamic";
+}
+
 frontend::ModelDesc load_checkpoint(const std::string& model, FileAccess access) {
   frontend::LoadOptions load;
   load.access = access;

@@ -59,6 +59,11 @@ CompileReport compile_bundle(const frontend::ModelDesc& desc, const frontend::St
 /// safetensors), a GGUF file, or a folder holding one .gguf file (frontend::load_model).
 frontend::ModelDesc load_checkpoint(const std::string& model, FileAccess access);
 
+/// The act-quant default of compile and of a source run / chat / serve / bench compile: when
+/// none was given, dynamic for a GGUF file (its reference engine, llama.cpp, rounds the
+/// activations to 8 bits too: docs/kernels.md has the bounds), else the mode's own default.
+void default_act_quant(const frontend::ModelDesc& desc, conversion::LowerOptions& lower);
+
 /// What `tpullm compile` does once its options are parsed, shared by every command that compiles
 /// a checkpoint into a bundle file: validates `params` against `desc`, checks the options
 /// (check_runnable), builds the quantization plan (plan_quantization: --keep-float's regex

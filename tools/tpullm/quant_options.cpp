@@ -20,9 +20,14 @@ po::options_description quantization_options(conversion::LowerOptions& l, std::s
       "keep-float", po::value(&keep_float),
       "regex of checkpoint tensor names (e.g. 'model\\.layers\\.0\\..*') whose linear weights "
       "stay in bf16");
-  o.add_options()("act-quant", po::value(&l.act_quant)->default_value("dynamic"),
-                  "--mode int8: activation quantization, dynamic (a scale per token row, computed "
-                  "at run time) or static (one calibrated scale per tensor; needs --calib)")(
+  o.add_options()("act-quant", po::value(&l.act_quant),
+                  "activation quantization. --mode int8: dynamic (a scale per token row, "
+                  "computed at run time; the default) or static (one calibrated scale per tensor; "
+                  "needs --calib). Every other mode: none (f32 activations, exact) or dynamic "
+                  "(where the weights are integer, x is rounded to int8 with a scale per weight "
+                  "group, as llama.cpp does: faster, lossy, bounds in docs/kernels.md); default "
+                  "none, but dynamic for a GGUF file in compile, run, chat, serve and bench "
+                  "(verify stays exact unless given)")(
       "act-asymmetric", po::bool_switch(&l.act_asymmetric),
       "--mode int8 --act-quant static: a zero point from the calibrated min / max (default: "
       "symmetric)")("calib", po::value(&l.calib),
