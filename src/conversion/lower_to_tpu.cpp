@@ -677,6 +677,11 @@ private:
       in.push_back(weight_value(linear_weight(op, op.operand(i), o.transpose_b, reads_input)));
     }
     ir::tpu::MoEOp t{o}; // Top's semantics, plus the activation quantization
+    bool all_int = in.size() > T::first_expert;
+    for (std::size_t i = T::first_expert; i < in.size(); ++i)
+      all_int = all_int && int8_x(in[i]);
+    if (all_int)
+      t.act_quant = ir::ActQuantKind::dynamic;
     if (q) {
       if (const std::string why = plan_.moe_refusal(); !why.empty())
         fail(op, why);

@@ -45,12 +45,12 @@ void require_batch_positions(const TensorType& p, std::int64_t B, std::int64_t L
 
 void require_act_quant(const std::optional<ActQuantKind>& kind, const std::optional<float>& scale,
                        const std::optional<std::int64_t>& zero, const char* scale_name,
-                       std::initializer_list<const TensorType*> weights, bool w8a8_only) {
+                       std::initializer_list<const TensorType*> weights) {
   if (!kind) {
     require(!scale && !zero, std::string(scale_name) + " needs act_quant");
     return;
   }
-  if (*kind == ActQuantKind::dynamic && !w8a8_only) {
+  if (*kind == ActQuantKind::dynamic) {
     for (const TensorType* w : weights)
       require(w->quant.has_value(), "act_quant = dynamic needs integer weights, got " + w->str());
     require(!scale && !zero, std::string("act_quant = dynamic takes no ") + scale_name);
@@ -59,12 +59,8 @@ void require_act_quant(const std::optional<ActQuantKind>& kind, const std::optio
   for (const TensorType* w : weights)
     require(w->dtype == DType::i8 && w->quant && w->quant->group_size == w->shape[0] &&
                 !w->quant->act_order,
-            std::string(*kind == ActQuantKind::static_tensor ? "act_quant = static" : "act_quant") +
-                " needs i8 weights with one scale per output channel, got " + w->str());
-  if (*kind == ActQuantKind::dynamic) {
-    require(!scale && !zero, std::string("act_quant = dynamic takes no ") + scale_name);
-    return;
-  }
+            "act_quant = static needs i8 weights with one scale per output channel, got " +
+                w->str());
   require(scale && std::isfinite(*scale) && *scale > 0,
           std::string("act_quant = static needs a finite ") + scale_name + " > 0");
   require(!zero || (*zero >= -128 && *zero <= 127),
@@ -185,8 +181,7 @@ auto MoEOp::infer(Types in) const -> std::vector<TensorType> {
     detail::require(gk == H && uk == H && dn == H && gn == gn0 && un == gn0 && dk == gn0, "expert ",
                     e, " weights do not match hidden ", H, " / intermediate ", gn0, ": gate ", g,
                     ", up ", u, ", down ", d);
-    detail::require_act_quant(act_quant, std::nullopt, std::nullopt, "act_scale", {&g, &u, &d},
-                              true);
+    detail::require_act_quant(act_quant, std::nullopt, std::nullopt, "act_scale", {&g, &u, &d});
   }
   return {in[MoEOp::x]};
 }

@@ -237,12 +237,18 @@ void exec(const ir::tpu::MoEOp& o, Call& c) {
   }
   const std::int64_t H = router.K, I = experts[0].gate->N;
   const std::int64_t M = c.elems(c.in.operands[Op::x]) / H;
-  std::optional<k::ActQuant> w8a8; // W8A8 (--mode int8): dynamic per-row scales only
-  if (o.act_quant)
+  // W8A8 (--mode int8): dynamic per-row scales only; act-quant dynamic over other integer
+  // expert weights: x rounded to int8 per weight group
+  bool all_w8a8 = true;
+  for (const k::MoeExpert& e : experts)
+    all_w8a8 = all_w8a8 && runs_w8a8(ir::ActQuantKind::dynamic, {e.gate, e.up, e.down});
+  std::optional<k::ActQuant> w8a8;
+  if (o.act_quant && all_w8a8)
     w8a8 = act_quant(*o.act_quant, std::nullopt, std::nullopt);
   k::moe_mlp(span_of<float>(c.operand(Op::x), M * H), router, experts,
              mspan_of<float>(c.result(0), M * H), {M, H, I, o.experts, o.top_k, o.renormalize},
-             static_cast<std::size_t>(c.local_memory), c.split, w8a8);
+             static_cast<std::size_t>(c.local_memory), c.split, w8a8,
+             w8a8 ? k::XPrecision::exact : x_precision(o.act_quant));
 }
 
 void exec(const ir::tpu::RopeOp& o, Call& c) {

@@ -9,6 +9,8 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <type_traits>
+#include <variant>
 
 #include <unistd.h>
 
@@ -328,4 +330,53 @@ TEST_CASE("the quantization plan is built once from the options, with the caller
   CHECK_THROWS_AS(
       pass::Pipeline::parse("lower-to-tpu{mode=int8,act-quant=static,calib=" + o.calib + "}"),
       pass::PipelineError);
+}
+
+TEST_CASE("act-quant dynamic outside mode int8: exactly the linears over integer weights carry "
+          "it, through a bundle",
+          "[int8][act_int8]") {
+  // w8a16 with layer 0's q kept float and the lm_head in bf16 (w8a16's default): those read f32
+  // activations; every other MatMul, MLP and MoE (all of its weights integer) rounds to int8.
+  const auto desc = frontend::load_model(tpullm_test::model_dir("mixtral-e8k2"));
+  compiler::CompileOptions o;
+  o.lower.mode = "w8a16";
+  o.lower.group_size = 32;
+  o.lower.act_quant = "dynamic";
+  o.lower.keep_float = "layers\\.0\\.q";
+  o.target.cores = 2;
+  const auto cm = compiler::compile(frontend::build_top_modules(desc, int8_params()), o);
+  Int8TempFile file(".bundle");
+  write_bundle_file(cm, bundle::make_model_info(desc, int8_params(), "w8a16"), file.path);
+  const auto b = bundle::Bundle::open(file.path);
+  REQUIRE(b->programs().size() == cm.programs.size());
+  std::size_t with = 0, without = 0, moe = 0;
+  for (std::size_t i = 0; i < cm.programs.size(); ++i)
+    for (std::size_t k = 0; k < cm.programs[i].instrs.size(); ++k) {
+      const auto& in = cm.programs[i].instrs[k];
+      CHECK(rewrite::attributes_equal(b->programs()[i].instrs[k].op, in.op));
+      std::visit(
+          [&](const auto& op) {
+            if constexpr (requires { op.act_quant; }) {
+              bool all_int = true; // every packed weight operand integer (the router is f32)
+              for (std::size_t j = 1; j < in.operands.size(); ++j) {
+                const auto& t = in.operands[j].type;
+                if (t.layout == ir::Layout::panels &&
+                    !(std::is_same_v<std::decay_t<decltype(op)>, ir::tpu::MoEOp> &&
+                      j == ir::tpu::MoEOp::router))
+                  all_int = all_int && t.quant.has_value();
+              }
+              INFO(in.where);
+              CHECK(op.act_quant.has_value() == all_int);
+              if (op.act_quant)
+                CHECK(*op.act_quant == ir::ActQuantKind::dynamic);
+              (op.act_quant ? with : without) += 1;
+              moe += std::is_same_v<std::decay_t<decltype(op)>, ir::tpu::MoEOp> &&
+                     op.act_quant.has_value();
+            }
+          },
+          in.op);
+    }
+  CHECK(with > 0);
+  CHECK(without > 0); // layer 0's q and the lm_head
+  CHECK(moe > 0);
 }

@@ -110,11 +110,10 @@ void require_batch_positions(const TensorType& p, std::int64_t B, std::int64_t L
 /// be set (the op reads f32 activations, whatever its weights); `dynamic` takes no scale / zero
 /// and integer weights (i8 / i4 / u4 / u8, any grouping); `static` needs i8 weights with one
 /// scale per output channel (group = K), a finite scale > 0 and a zero point in [-128, 127]
-/// (absent: 0). `w8a8_only`: dynamic too needs those i8 per-channel weights (tpu.MoE, whose
-/// experts have the W8A8 kernel only).
+/// (absent: 0).
 void require_act_quant(const std::optional<ActQuantKind>& kind, const std::optional<float>& scale,
                        const std::optional<std::int64_t>& zero, const char* scale_name,
-                       std::initializer_list<const TensorType*> weights, bool w8a8_only = false);
+                       std::initializer_list<const TensorType*> weights);
 } // namespace detail
 
 namespace tpu {
@@ -241,7 +240,9 @@ struct MoEOp : top::MoERouting {
   static constexpr OpPolicy policy{.split = SplitRule::gemm};
   /// W8A8 (`--mode int8`): every expert's gate / up / down run int8 x int8 with the activation
   /// quantized per row (dynamic only: a static per-tensor scale would need calibration per
-  /// expert); absent for the float and weight-only modes. The router stays f32.
+  /// expert); with other integer expert weights (act-quant dynamic outside mode int8) each
+  /// expert's products round their input to int8 per weight group; absent: f32 activations.
+  /// The router stays f32.
   std::optional<ActQuantKind> act_quant{};
   template <class S, class F>
   static void attrs(S& s, F&& f) {

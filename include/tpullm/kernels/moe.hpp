@@ -133,11 +133,13 @@ inline CoreSplit moe_split(const CoreSplit& split, std::int64_t rows) {
 /// swiglu_mlp_w8a8 with that activation quantization for gate / up and for down (its weights int8
 /// per channel); the router stays as packed. A dynamic per-row scale sees the same row whichever
 /// other rows chose the expert. (Summation order: a row's chosen experts are added in ascending
-/// expert index.)
+/// expert index.) `precision` (without `w8a8`): how the experts' products over integer weights
+/// may treat their input (XPrecision, exact by default; the router always reads x exactly).
 inline MoeRouting moe_mlp(std::span<const float> x, const PackedWeights& router,
                           std::span<const MoeExpert> experts, std::span<float> out, MoeShape s,
                           std::size_t local_memory_bytes, CoreSplit split = {},
-                          std::optional<ActQuant> w8a8 = std::nullopt) {
+                          std::optional<ActQuant> w8a8 = std::nullopt,
+                          XPrecision precision = XPrecision::exact) {
   const std::int64_t M = s.M, H = s.hidden, E = s.experts, k = s.top_k;
   if (M <= 0 || H <= 0 || s.intermediate <= 0 || E <= 0 || k < 1 || k > E)
     throw_error(ErrorKind::internal, "",
@@ -214,7 +216,7 @@ inline MoeRouting moe_mlp(std::span<const float> x, const PackedWeights& router,
                       local_memory_bytes, detail::moe_split(split, rows));
     else
       swiglu_mlp(xe, *w.gate, *w.up, *w.down, ye, {rows, H, s.intermediate}, local_memory_bytes,
-                 detail::moe_split(split, rows));
+                 detail::moe_split(split, rows), precision);
     for (std::int64_t i = 0; i < rows; ++i) {
       const auto pi = static_cast<std::size_t>(p0 + i);
       const float wi = pair_weight[pi];
