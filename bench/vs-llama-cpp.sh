@@ -3,14 +3,16 @@
 # side). Not part of CI or the tests: it builds llama.cpp from a source tree you fetched.
 #
 #   bench/vs-llama-cpp.sh --llama-src DIR [--llama-build DIR] [--tpullm BIN] [--threads N]
-#                         [--repeat N] [--mode M] [--work DIR] GGUF...
+#                         [--repeat N] [--mode M] [--act-quant A] [--work DIR] GGUF...
 #
 # For each GGUF file it prints one table: prefill of 16 and 512 tokens, decode at contexts 128
 # and 1024, for both engines, with the bytes each engine reads per decode step at context 128
 # and the ceilings tpullm's bench measured in the same run (near read bandwidth, f32 FMA, the
 # integer dot-product peak). How each figure is taken:
-#   tpullm:    `tpullm compile GGUF --mode M --seq-length 2048 --max-input-length 512` (M, default
-#              f16, applies to the file's float tensors only: block types keep their codes), then
+#   tpullm:    `tpullm compile GGUF --mode M --act-quant A --seq-length 2048 --max-input-length
+#              512` (M, default f16, applies to the file's float tensors only: block types keep
+#              their codes; A, default dynamic as compile's own for a GGUF: activations rounded
+#              to int8 per weight group, as llama.cpp rounds them; none: exact f32), then
 #              `tpullm bench --prompt 16,512 --context 128,1024 --json --no-contention`; decode is
 #              the best of --repeat runs of 16 steps at that context; MB/token from the bench
 #              (the bundle's weights as stored plus the KV history).
@@ -28,6 +30,7 @@ usage() { sed -n '5,6p' "$0" | sed 's/^# \{0,1\}//'; }
 
 here=$(cd "$(dirname "$0")/.." && pwd)
 llama_src="" llama_build="" tpullm="$here/build/tools/tpullm" threads=2 repeat=3 mode=f16 work=""
+act_quant=dynamic
 files=()
 while (($#)); do
   case $1 in
@@ -37,6 +40,7 @@ while (($#)); do
     --threads) threads=${2:?}; shift 2 ;;
     --repeat) repeat=${2:?}; shift 2 ;;
     --mode) mode=${2:?}; shift 2 ;;
+    --act-quant) act_quant=${2:?}; shift 2 ;;
     --work) work=${2:?}; shift 2 ;;
     -h|--help) usage; exit 0 ;;
     -*) die "unknown option $1 (--help)" ;;
@@ -82,8 +86,9 @@ has_depth=0
 for f in "${files[@]}"; do
   name=$(basename "$f" .gguf)
   b="$scratch/$name.bundle"
-  echo "== $f: tpullm compile (--mode $mode)..." >&2
-  "$tpullm" compile "$f" -o "$b" --mode "$mode" --seq-length 2048 --max-input-length 512 >&2
+  echo "== $f: tpullm compile (--mode $mode --act-quant $act_quant)..." >&2
+  "$tpullm" compile "$f" -o "$b" --mode "$mode" --act-quant "$act_quant" --seq-length 2048 \
+    --max-input-length 512 >&2
   echo "== $f: tpullm bench..." >&2
   "$tpullm" bench "$b" --prompt 16,512 --context 128,1024 --threads "$threads" \
     --repeat "$repeat" --no-contention --json > "$scratch/$name.tpullm.json"
@@ -99,10 +104,11 @@ for f in "${files[@]}"; do
       > "$scratch/$name.llama-depth.json"
   fi
   python3 - "$f" "$scratch/$name.tpullm.json" "$scratch/$name.llama.json" \
-    "$scratch/$name.llama-depth.json" "$has_depth" <<'EOF'
+    "$scratch/$name.llama-depth.json" "$has_depth" "$act_quant" <<'EOF'
 import json, struct, sys
 
 gguf, tj, lj, dj, has_depth = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5] == "1"
+act_quant = sys.argv[6]
 
 # ggml type id -> (block elements, block bytes), as ggml-common.h defines them.
 BLOCKS = {0: (1, 4), 1: (1, 2), 2: (32, 18), 3: (32, 20), 6: (32, 22), 7: (32, 24), 8: (32, 34),
@@ -203,7 +209,7 @@ c = t["ceilings"]
 near = ours("decode", "context", 128, "read_gbs_near") or c["read_gbs"]
 lcpu = (json.load(open(lj)) or [{}])[0]
 print(f"\n### {gguf}")
-print(f"{t['machine']['cpu']}, {t['machine']['threads']} threads (llama.cpp: {lcpu.get('n_threads', '?')}, "
+print(f"{t['machine']['cpu']}, {t['machine']['threads']} threads, tpullm --act-quant {act_quant} (llama.cpp: {lcpu.get('n_threads', '?')}, "
       f"build {lcpu.get('build_commit', '?')}); ceilings of this run: read {near:.1f} GB/s near "
       f"(start-up {c['read_gbs']:.1f}), f32 FMA {c['f32_fma_gflops']:.0f} GFLOP/s, "
       f"int8 dot {c.get('int8_dot_gops', 0):.0f} GOP/s ({c.get('int8_dot_path', '?')})")
