@@ -105,9 +105,9 @@ TPULLM_TARGET_AVX512_VNNI void gemv_panel_vnni_r1(const LinearArgs& a, const XDi
   __m512 t0 = _mm512_setzero_ps(), t1 = _mm512_setzero_ps();
   const std::int64_t seg = segment_rows(a.v);
   const __m512i m4 = _mm512_set1_epi8(0x0F);
-  const std::int8_t* xh = xd.d.data() + (m0 * 3 + 0) * xd.Kv - a.v.k0;
-  const std::int8_t* xl = xd.d.data() + (m0 * 3 + 1) * xd.Kv - a.v.k0;
-  const std::int8_t* xt = xd.d.data() + (m0 * 3 + 2) * xd.Kv - a.v.k0;
+  const std::int8_t* xh = xd.d.data() + (m0 * ND + 0) * xd.Kv - a.v.k0;
+  const std::int8_t* xl = ND == 3 ? xd.d.data() + (m0 * ND + 1) * xd.Kv - a.v.k0 : xh;
+  const std::int8_t* xt = ND == 3 ? xd.d.data() + (m0 * ND + 2) * xd.Kv - a.v.k0 : xh;
   std::int64_t gi = 0;
   for (std::int64_t ks = a.v.k0; ks < a.v.k1; ks += seg, ++gi) {
     const std::int64_t ke = std::min(a.v.k1, ks + seg);
@@ -248,7 +248,7 @@ TPULLM_TARGET_AVX512_VNNI void gemv_panel_vnni(const LinearArgs& a, const XDigit
     for (int r = 0; r < R; ++r)
 #pragma GCC unroll 4
       for (int d = 0; d < ND; ++d)
-        xdr[r][d] = xd.d.data() + ((m0 + r) * 3 + d) * xd.Kv - a.v.k0;
+        xdr[r][d] = xd.d.data() + ((m0 + r) * ND + d) * xd.Kv - a.v.k0;
     for (std::int64_t k = ks; k < ke; k += RG, row += 128) {
       _mm_prefetch(reinterpret_cast<const char*>(row) + kGemvPf, _MM_HINT_T0);
       _mm_prefetch(reinterpret_cast<const char*>(row) + kGemvPf + 64, _MM_HINT_T0);

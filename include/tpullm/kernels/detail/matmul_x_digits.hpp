@@ -8,10 +8,10 @@ namespace tpullm::kernels::detail {
 /// x of a GEMV split into int8 digits per element for the VNNI path. Three digits (exact):
 /// x ~= s1 * (h + l / 256 + t / 65536), s1 = max|x| / 127 over each weight group; the residual is
 /// <= 1.5 * s1 / 65536 (about 1.2e-7 of the group's largest |x|, i.e. f32 rounding level). One
-/// digit (XPrecision::int8): x ~= s1 * h, h = round(x / s1), the residual <= s1 / 2 (l, t and
-/// their sums are zero and not read).
+/// digit (XPrecision::int8): x ~= s1 * h, h = round(x / s1), the residual <= s1 / 2 (only h is
+/// stored, a third of the bytes; the sums of l and t are zero).
 struct XDigits {
-  std::vector<std::int8_t> d;  ///< [M][3][Kv] digits h, l, t (Kv = view rows)
+  std::vector<std::int8_t> d;  ///< [M][nd][Kv] digits h (, l, t) (Kv = view rows)
   std::vector<float> s1;       ///< [M][Gv] scale of digit h per group
   std::vector<std::int32_t> S; ///< [M][Gv][3] sum of each digit over the group
   std::int64_t Kv = 0, Gv = 0, M = 0, seg = 0;
@@ -42,16 +42,16 @@ TPULLM_TARGET_AVX512 inline void make_x_digits(const float* x, std::int64_t ldx,
   xd.M = M;
   xd.seg = seg;
   xd.Gv = (Kv + seg - 1) / seg;
-  xd.d.resize(static_cast<std::size_t>(M * 3 * Kv));
+  xd.d.resize(static_cast<std::size_t>(M * xd.nd * Kv));
   xd.s1.resize(static_cast<std::size_t>(M * xd.Gv));
   xd.S.resize(static_cast<std::size_t>(M * xd.Gv * 3));
   const __m512 absmask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7FFFFFFF));
   const __m512i lo = _mm512_set1_epi32(-127), hi = _mm512_set1_epi32(127);
   for (std::int64_t m = 0; m < M; ++m) {
     const float* xr = x + m * ldx;
-    std::int8_t* dh = xd.d.data() + (m * 3 + 0) * Kv;
-    std::int8_t* dl = xd.d.data() + (m * 3 + 1) * Kv;
-    std::int8_t* dt = xd.d.data() + (m * 3 + 2) * Kv;
+    std::int8_t* dh = xd.d.data() + (m * xd.nd + 0) * Kv;
+    std::int8_t* dl = one ? nullptr : xd.d.data() + (m * 3 + 1) * Kv; // (digits l and t: nd = 3)
+    std::int8_t* dt = one ? nullptr : xd.d.data() + (m * 3 + 2) * Kv;
     for (std::int64_t g = 0; g < xd.Gv; ++g) {
       const std::int64_t ks = g * seg, ke = std::min(Kv, ks + seg), kx = std::min(Kx, ke);
       auto mask = [&](std::int64_t k, std::int64_t end) {
@@ -68,8 +68,10 @@ TPULLM_TARGET_AVX512 inline void make_x_digits(const float* x, std::int64_t ldx,
         xd.s1[static_cast<std::size_t>(m * xd.Gv + g)] = 0.0f;
         S[0] = S[1] = S[2] = 0;
         std::memset(dh + ks, 0, static_cast<std::size_t>(ke - ks));
-        std::memset(dl + ks, 0, static_cast<std::size_t>(ke - ks));
-        std::memset(dt + ks, 0, static_cast<std::size_t>(ke - ks));
+        if (!one) {
+          std::memset(dl + ks, 0, static_cast<std::size_t>(ke - ks));
+          std::memset(dt + ks, 0, static_cast<std::size_t>(ke - ks));
+        }
         continue;
       }
       const float s1 = mx / 127.0f, inv1 = 127.0f / mx;
