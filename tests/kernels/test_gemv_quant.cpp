@@ -18,6 +18,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
+#include <span>
 #include <random>
 #include <string>
 #include <vector>
@@ -319,4 +321,36 @@ TEST_CASE("int GEMV with XPrecision::int8: the VNNI path rounds x to int8 per we
       }
   if (!vnni_ran)
     WARN("SKIPPED the int8-activation VNNI GEMV: this CPU has no AVX512_VNNI");
+}
+
+TEST_CASE("int GEMV with XPrecision::int8: a row's result does not depend on the rows beside it",
+          "[matmul][gemv_quant][act_int8]") {
+  // Speculative decoding checks draft tokens in one multi-row call and promises the answer of
+  // one-row decode steps: with x rounded per row and group and exact int32 sums, every row
+  // count (the 4-stream single-row kernel, the 4-, 2- and 1-row passes, the 64-row blocks) must
+  // give each row the same bits.
+  if (!cpu_features().avx512_vnni || vector_isa(cpu_features().best()) != Isa::avx512) {
+    WARN("SKIPPED: this CPU has no AVX-512 VNNI path (the int8 rounding runs only there)");
+    return;
+  }
+  ScopedIsa scoped(Isa::avx512);
+  for (WeightFormat f : {WeightFormat::int4_sym, WeightFormat::int4_min, WeightFormat::int8}) {
+    const std::int64_t K = 896, N = 153, M = 70;
+    const QuantCase qc = make_quant(f, K, N, 32, 900 + static_cast<std::uint32_t>(f));
+    const auto x = outlier_x(M, K, 77);
+    std::vector<float> all = nan_vec(static_cast<std::size_t>(M * N));
+    linear(x, qc.packed, {}, all, {M, K, N}, {SplitDim::cols, 2}, XPrecision::int8);
+    for (std::int64_t m : {0, 3, 5, 64, 69}) {
+      for (std::int64_t rows : {1, 2, 5}) {
+        if (m + rows > M)
+          continue;
+        std::vector<float> y = nan_vec(static_cast<std::size_t>(rows * N));
+        linear(std::span<const float>(x).subspan(static_cast<std::size_t>(m * K),
+                                                 static_cast<std::size_t>(rows * K)),
+               qc.packed, {}, y, {rows, K, N}, {SplitDim::cols, 2}, XPrecision::int8);
+        INFO(format_name(f) << " rows " << m << ".." << m + rows - 1 << " alone vs in " << M);
+        CHECK(std::memcmp(y.data(), all.data() + m * N, y.size() * sizeof(float)) == 0);
+      }
+    }
+  }
 }
