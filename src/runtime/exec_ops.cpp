@@ -239,11 +239,11 @@ void exec(const ir::tpu::MoEOp& o, Call& c) {
   const std::int64_t M = c.elems(c.in.operands[Op::x]) / H;
   // W8A8 (--mode int8): dynamic per-row scales only; act-quant dynamic over other integer
   // expert weights: x rounded to int8 per weight group
-  bool all_w8a8 = true;
-  for (const k::MoeExpert& e : experts)
-    all_w8a8 = all_w8a8 && runs_w8a8(ir::ActQuantKind::dynamic, {e.gate, e.up, e.down});
+  bool all_w8a8 = o.act_quant.has_value();
+  for (std::size_t e = 0; all_w8a8 && e < experts.size(); ++e)
+    all_w8a8 = runs_w8a8(*o.act_quant, {experts[e].gate, experts[e].up, experts[e].down});
   std::optional<k::ActQuant> w8a8;
-  if (o.act_quant && all_w8a8)
+  if (all_w8a8)
     w8a8 = act_quant(*o.act_quant, std::nullopt, std::nullopt);
   k::moe_mlp(span_of<float>(c.operand(Op::x), M * H), router, experts,
              mspan_of<float>(c.result(0), M * H), {M, H, I, o.experts, o.top_k, o.renormalize},

@@ -95,16 +95,33 @@ Bounds bounds_for_kv_dtype(const std::string& kv_dtype) {
   return {};
 }
 
+namespace {
+/// `b` loosened to `o` where `o` is looser: the larger error and KL bounds, the smaller argmax
+/// fraction (a bound of none, argmax 0 or KL 0, gives way to the other's).
+void loosen(Bounds& b, const Bounds& o) {
+  b.rel_tol = std::max(b.rel_tol, o.rel_tol);
+  b.min_argmax = b.min_argmax > 0 ? std::min(b.min_argmax, o.min_argmax) : o.min_argmax;
+  if (o.max_mean_kl > 0) // the looser KL bound; none (0) stays none only when neither has one
+    b.max_mean_kl = std::max(b.max_mean_kl, o.max_mean_kl);
+}
+
+/// Whether `r`'s argmax agreement and mean KL meet the bounds (its error bound is judged
+/// elsewhere).
+bool rows_within(const ScenarioReport& r, float min_argmax, double max_mean_kl) {
+  return static_cast<double>(r.argmax_agree) >=
+             static_cast<double>(min_argmax) * static_cast<double>(r.rows) - 1e-9 &&
+         (max_mean_kl <= 0 || r.mean_kl() <= max_mean_kl);
+}
+} // namespace
+
 Bounds bounds_for_options(const std::string& mode, const std::string& lm_head,
-                          const std::string& embedding, const std::string& kv_dtype) {
+                          const std::string& embedding, const std::string& kv_dtype,
+                          bool act_int8) {
   Bounds b = bounds_for_mode(mode);
-  if (!kv_dtype.empty() && kv_dtype != "f32") {
-    const Bounds k = bounds_for_kv_dtype(kv_dtype);
-    b.rel_tol = std::max(b.rel_tol, k.rel_tol);
-    b.min_argmax = b.min_argmax > 0 ? std::min(b.min_argmax, k.min_argmax) : k.min_argmax;
-    if (k.max_mean_kl > 0) // the looser KL bound; none (0) stays none only when neither has one
-      b.max_mean_kl = std::max(b.max_mean_kl, k.max_mean_kl);
-  }
+  if (!kv_dtype.empty() && kv_dtype != "f32")
+    loosen(b, bounds_for_kv_dtype(kv_dtype));
+  if (act_int8)
+    loosen(b, bounds_for_mode("act-int8"));
   for (const std::string* table : {&lm_head, &embedding}) {
     const char* q = *table == "w8" ? "w8a16" : *table == "w4" ? "w4a16" : nullptr;
     if (!q)
@@ -127,11 +144,25 @@ std::vector<ScenarioReport> check_goldens(runtime::Session& session, const front
   session.reset();
   out.push_back(detail::run_scenario(session, "c", g.c, rel_tol));
   for (auto& r : out)
-    r.ok = r.ok &&
-           static_cast<double>(r.argmax_agree) >=
-               static_cast<double>(min_argmax) * static_cast<double>(r.rows) - 1e-9 &&
-           (max_mean_kl <= 0 || r.mean_kl() <= max_mean_kl);
+    r.ok = r.ok && rows_within(r, min_argmax, max_mean_kl);
   return out;
+}
+
+ScenarioReport pooled_report(const std::vector<ScenarioReport>& reports, float min_argmax,
+                             double max_mean_kl) {
+  ScenarioReport all;
+  all.name = "all";
+  all.ok = true;
+  for (const auto& r : reports) {
+    all.max_abs_err = std::max(all.max_abs_err, r.max_abs_err);
+    all.max_rel_err = std::max(all.max_rel_err, r.max_rel_err);
+    all.rows += r.rows;
+    all.argmax_agree += r.argmax_agree;
+    all.sum_kl += r.sum_kl;
+    all.ok = all.ok && r.ok;
+  }
+  all.ok = all.ok && rows_within(all, min_argmax, max_mean_kl);
+  return all;
 }
 
 } // namespace tpullm::verify

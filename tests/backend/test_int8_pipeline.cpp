@@ -256,28 +256,40 @@ TEST_CASE("int8 static attributes survive a bundle and run to the in-memory logi
   CHECK(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
 }
 
-TEST_CASE("int8 MoE: every tpu.MoE carries act_quant = dynamic through a bundle", "[int8][moe]") {
-  // An attribute lost on the way would still run (int8 experts with f32 activations) inside
-  // verify's int8 bound: this checks the op itself, before and after the file.
+namespace {
+/// Compiles mixtral-e8k2 with `o` (2 cores), writes the bundle and opens it again, checks that
+/// every op's attributes survived the file, and calls f(instruction as read back) on each.
+template <class F>
+void for_each_instr_through_bundle(compiler::CompileOptions o, F&& f) {
   const auto desc = frontend::load_model(tpullm_test::model_dir("mixtral-e8k2"));
-  compiler::CompileOptions o;
-  o.lower.mode = "int8";
   o.target.cores = 2;
   const auto cm = compiler::compile(frontend::build_top_modules(desc, int8_params()), o);
   Int8TempFile file(".bundle");
-  write_bundle_file(cm, bundle::make_model_info(desc, int8_params(), "int8"), file.path);
+  write_bundle_file(cm, bundle::make_model_info(desc, int8_params(), o.lower.mode), file.path);
   const auto b = bundle::Bundle::open(file.path);
   REQUIRE(b->programs().size() == cm.programs.size());
-  std::size_t moe_ops = 0;
-  for (std::size_t i = 0; i < cm.programs.size(); ++i)
+  for (std::size_t i = 0; i < cm.programs.size(); ++i) {
+    REQUIRE(b->programs()[i].instrs.size() == cm.programs[i].instrs.size());
     for (std::size_t k = 0; k < cm.programs[i].instrs.size(); ++k) {
-      const auto& got = b->programs()[i].instrs[k].op;
-      CHECK(rewrite::attributes_equal(got, cm.programs[i].instrs[k].op));
-      if (const auto* m = std::get_if<ir::tpu::MoEOp>(&got)) {
-        ++moe_ops;
-        CHECK(m->act_quant == ir::ActQuantKind::dynamic);
-      }
+      CHECK(rewrite::attributes_equal(b->programs()[i].instrs[k].op, cm.programs[i].instrs[k].op));
+      f(b->programs()[i].instrs[k]);
     }
+  }
+}
+} // namespace
+
+TEST_CASE("int8 MoE: every tpu.MoE carries act_quant = dynamic through a bundle", "[int8][moe]") {
+  // An attribute lost on the way would still run (int8 experts with f32 activations) inside
+  // verify's int8 bound: this checks the op itself, before and after the file.
+  compiler::CompileOptions o;
+  o.lower.mode = "int8";
+  std::size_t moe_ops = 0;
+  for_each_instr_through_bundle(o, [&](const auto& in) {
+    if (const auto* m = std::get_if<ir::tpu::MoEOp>(&in.op)) {
+      ++moe_ops;
+      CHECK(m->act_quant == ir::ActQuantKind::dynamic);
+    }
+  });
   CHECK(moe_ops > 0);
 }
 
@@ -337,45 +349,34 @@ TEST_CASE("act-quant dynamic outside mode int8: exactly the linears over integer
           "[int8][act_int8]") {
   // w8a16 with layer 0's q kept float and the lm_head in bf16 (w8a16's default): those read f32
   // activations; every other MatMul, MLP and MoE (all of its weights integer) rounds to int8.
-  const auto desc = frontend::load_model(tpullm_test::model_dir("mixtral-e8k2"));
   compiler::CompileOptions o;
   o.lower.mode = "w8a16";
   o.lower.group_size = 32;
   o.lower.act_quant = "dynamic";
   o.lower.keep_float = "layers\\.0\\.q";
-  o.target.cores = 2;
-  const auto cm = compiler::compile(frontend::build_top_modules(desc, int8_params()), o);
-  Int8TempFile file(".bundle");
-  write_bundle_file(cm, bundle::make_model_info(desc, int8_params(), "w8a16"), file.path);
-  const auto b = bundle::Bundle::open(file.path);
-  REQUIRE(b->programs().size() == cm.programs.size());
   std::size_t with = 0, without = 0, moe = 0;
-  for (std::size_t i = 0; i < cm.programs.size(); ++i)
-    for (std::size_t k = 0; k < cm.programs[i].instrs.size(); ++k) {
-      const auto& in = cm.programs[i].instrs[k];
-      CHECK(rewrite::attributes_equal(b->programs()[i].instrs[k].op, in.op));
-      std::visit(
-          [&](const auto& op) {
-            if constexpr (requires { op.act_quant; }) {
-              bool all_int = true; // every packed weight operand integer (the router is f32)
-              for (std::size_t j = 1; j < in.operands.size(); ++j) {
-                const auto& t = in.operands[j].type;
-                if (t.layout == ir::Layout::panels &&
-                    !(std::is_same_v<std::decay_t<decltype(op)>, ir::tpu::MoEOp> &&
-                      j == ir::tpu::MoEOp::router))
-                  all_int = all_int && t.quant.has_value();
-              }
-              INFO(in.where);
-              CHECK(op.act_quant.has_value() == all_int);
-              if (op.act_quant)
-                CHECK(*op.act_quant == ir::ActQuantKind::dynamic);
-              (op.act_quant ? with : without) += 1;
-              moe += std::is_same_v<std::decay_t<decltype(op)>, ir::tpu::MoEOp> &&
-                     op.act_quant.has_value();
+  for_each_instr_through_bundle(o, [&](const auto& in) {
+    std::visit(
+        [&](const auto& op) {
+          using Op = std::decay_t<decltype(op)>;
+          if constexpr (requires { op.act_quant; }) {
+            bool all_int = true; // every packed weight operand integer (the MoE router is f32)
+            for (std::size_t j = 1; j < in.operands.size(); ++j) {
+              const auto& t = in.operands[j].type;
+              const bool router = std::is_same_v<Op, ir::tpu::MoEOp> && j == ir::tpu::MoEOp::router;
+              if (t.layout == ir::Layout::panels && !router)
+                all_int = all_int && t.quant.has_value();
             }
-          },
-          in.op);
-    }
+            INFO(in.where);
+            CHECK(op.act_quant.has_value() == all_int);
+            if (op.act_quant)
+              CHECK(*op.act_quant == ir::ActQuantKind::dynamic);
+            (op.act_quant ? with : without) += 1;
+            moe += std::is_same_v<Op, ir::tpu::MoEOp> && op.act_quant.has_value();
+          }
+        },
+        in.op);
+  });
   CHECK(with > 0);
   CHECK(without > 0); // layer 0's q and the lm_head
   CHECK(moe > 0);

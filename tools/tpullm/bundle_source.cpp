@@ -245,8 +245,8 @@ OpenedBundle open_bundle_source(const BundleArgs& a, bool verbose, std::string* 
   const auto params = source_params(desc, a.seq_length, conversion::kv_cache_dtype(copts.lower));
   const std::string aq = copts.lower.act_quant;
   const std::string what =
-      str_cat("mode ", copts.lower.mode, aq.empty() || aq == "none" ? "" : ", act-quant " + aq,
-              ", seq_length ", params.seq_length, ", max_input_length ", params.max_input_length);
+      str_cat("mode ", copts.lower.mode, aq == "none" ? "" : ", act-quant " + aq, ", seq_length ",
+              params.seq_length, ", max_input_length ", params.max_input_length);
   auto compile_into = [&](const fs::path& out) {
     std::cerr << "compiling " << a.source << " for this machine (" << what << ") into "
               << out.string() << "\n";

@@ -134,7 +134,7 @@ int cmd_inspect(const std::vector<std::string>& args) {
           in.op);
   j["act_quant"] = {{"linears", linears}, {"int8_input", int8_x}};
   const std::string acts_line = int8_x == 0
-                                    ? "f32 into every linear (act-quant none)"
+                                    ? "f32 into every linear"
                                     : std::to_string(int8_x) + " of " + std::to_string(linears) +
                                           " linears round their input to int8 (" +
                                           (m.mode == "int8" ? "W8A8" : "act-quant dynamic") + ")";

@@ -105,17 +105,12 @@ int cmd_verify(const std::vector<std::string>& args) {
   po::variables_map vm;
   if (!parse_model_command(args, o, params, &vm))
     return kOk;
-  verify::Bounds bounds =
+  const verify::Bounds bounds =
       level == "top" ? verify::bounds_for_mode("f32")
                      : verify::bounds_for_options(int8_bounds_key(copts.lower), copts.lower.lm_head,
-                                                  copts.lower.embedding, copts.lower.kv_dtype);
-  if (level != "top" && copts.lower.mode != "int8" && copts.lower.act_quant == "dynamic") {
-    const verify::Bounds a = verify::bounds_for_mode("act-int8"); // the looser of the two
-    bounds.rel_tol = std::max(bounds.rel_tol, a.rel_tol);
-    bounds.min_argmax =
-        bounds.min_argmax > 0 ? std::min(bounds.min_argmax, a.min_argmax) : a.min_argmax;
-    bounds.max_mean_kl = std::max(bounds.max_mean_kl, a.max_mean_kl);
-  }
+                                                  copts.lower.embedding, copts.lower.kv_dtype,
+                                                  copts.lower.mode != "int8" &&
+                                                      copts.lower.act_quant == "dynamic");
   const float rel_tol = rel_tol_given.value_or(bounds.rel_tol);
   const float min_argmax = min_argmax_given.value_or(bounds.min_argmax);
   const double max_kl = max_kl_given.value_or(bounds.max_mean_kl);
@@ -219,24 +214,8 @@ int cmd_verify(const std::vector<std::string>& args) {
   // After the work, so that a refusal is the only line on stderr.
   std::cerr << "verified " << model << " at level " << level << " (seq_length " << params.seq_length
             << ", max_input_length " << params.max_input_length << ")\n";
-  if (pooled) { // one more row: every scenario's rows together
-    verify::ScenarioReport all;
-    all.name = "all";
-    all.ok = true;
-    for (const auto& r : reports) {
-      all.max_abs_err = std::max(all.max_abs_err, r.max_abs_err);
-      all.max_rel_err = std::max(all.max_rel_err, r.max_rel_err);
-      all.rows += r.rows;
-      all.argmax_agree += r.argmax_agree;
-      all.sum_kl += r.sum_kl;
-      all.ok = all.ok && r.ok;
-    }
-    all.ok = all.ok &&
-             static_cast<double>(all.argmax_agree) >=
-                 static_cast<double>(min_argmax) * static_cast<double>(all.rows) - 1e-9 &&
-             (max_kl <= 0 || all.mean_kl() <= max_kl);
-    reports.push_back(all);
-  }
+  if (pooled) // one more row: every scenario's rows together
+    reports.push_back(verify::pooled_report(reports, min_argmax, max_kl));
   const bool ok = print_reports(reports);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::cout << std::defaultfloat << (ok ? "all scenarios within " : "bound exceeded: ") << rel_tol

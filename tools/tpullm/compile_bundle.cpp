@@ -257,8 +257,8 @@ CompileReport compile_bundle(const frontend::ModelDesc& desc, const frontend::St
 }
 
 void default_act_quant(const frontend::ModelDesc& desc, conversion::LowerOptions& lower) {
-  if (lower.act_quant.empty() && !desc.source_file.empty() && lower.mode != "int8")
-    lower.act_quant = "dynamic";
+  if (lower.act_quant.empty())
+    lower.act_quant = lower.mode == "int8" || !desc.source_file.empty() ? "dynamic" : "none";
 }
 
 frontend::ModelDesc load_checkpoint(const std::string& model, FileAccess access) {

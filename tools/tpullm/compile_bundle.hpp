@@ -59,9 +59,10 @@ CompileReport compile_bundle(const frontend::ModelDesc& desc, const frontend::St
 /// safetensors), a GGUF file, or a folder holding one .gguf file (frontend::load_model).
 frontend::ModelDesc load_checkpoint(const std::string& model, FileAccess access);
 
-/// The act-quant default of compile and of a source run / chat / serve / bench compile: when
-/// none was given, dynamic for a GGUF file (its reference engine, llama.cpp, rounds the
-/// activations to 8 bits too: docs/kernels.md has the bounds), else the mode's own default.
+/// The act-quant default of compile and of a source run / chat / serve / bench compile, spelt
+/// out (one spelling per setting, as the bundle cache key holds it): when none was given,
+/// dynamic for a GGUF file (its reference engine, llama.cpp, rounds the activations to 8 bits
+/// too: docs/kernels.md has the bounds) and for mode int8, none otherwise.
 void default_act_quant(const frontend::ModelDesc& desc, conversion::LowerOptions& lower);
 
 /// What `tpullm compile` does once its options are parsed, shared by every command that compiles

@@ -60,11 +60,20 @@ inline bool use_vnni_gemv() {
          !vnni_disabled();
 }
 
+/// Whether a linear of M > 4 rows over weights of format `f` runs on the VNNI kernels: x may be
+/// rounded to int8 (XPrecision::int8, up to kVnniInt8MaxRows rows), the CPU has VNNI and the
+/// tile unit does not take the product.
+inline bool vnni_int8_rows(WeightFormat f, std::int64_t M, XPrecision p) {
+  bool emulated = false;
+  return is_quantized(f) && M > kGemvMaxRows && M <= kVnniInt8MaxRows && p == XPrecision::int8 &&
+         use_vnni_gemv() && !amx_linear_applies(f, M, emulated);
+}
+
 /// Digits of x for the VNNI GEMV of one view (null when another path runs): `pre` if it was
 /// prepared for the same rows, grouping and precision (a.xprec), else built into `scratch`.
 inline const XDigits* gemv_digits(const LinearArgs& a, const XDigits* pre, XDigits& scratch) {
-  const std::int64_t max_rows = a.xprec == XPrecision::int8 ? kVnniInt8MaxRows : kGemvMaxRows;
-  if (!is_quantized(a.v.w->format) || a.M > max_rows || !use_vnni_gemv())
+  if (!is_quantized(a.v.w->format) || !use_vnni_gemv() ||
+      (a.M > kGemvMaxRows && !vnni_int8_rows(a.v.w->format, a.M, a.xprec)))
     return nullptr;
   const std::int64_t seg = segment_rows(a.v), Kv = a.v.k1 - a.v.k0;
   const int nd = x_digit_count(a.xprec);
@@ -92,8 +101,8 @@ inline void linear_view(LinearArgs a, const CoreSplit& split, const XDigits* pre
   if (a.accumulate && a.bias)
     throw_error(ErrorKind::internal, "", "linear: accumulate together with bias is not supported");
   std::vector<float> xsum;
-  if (is_quantized(w.format) && a.M > kGemvMaxRows && a.xprec == XPrecision::int8)
-    a.xd = gemv_digits(a, pre, tls_digits()); // short prompts on VNNI (null: the GEMM runs)
+  if (vnni_int8_rows(w.format, a.M, a.xprec))
+    a.xd = gemv_digits(a, pre, tls_digits()); // prompts on the VNNI kernels
   if (is_quantized(w.format) && a.M <= kGemvMaxRows) {
     const std::int64_t seg = segment_rows(a.v), Kv = a.v.k1 - a.v.k0;
     a.xd = gemv_digits(a, pre, tls_digits());
@@ -202,10 +211,8 @@ public:
 
   /// Digits for weights `w` (natural row order) or null when no prepared form applies.
   const detail::XDigits* digits_for(const PackedWeights& w) const {
-    const std::int64_t max_rows =
-        precision_ == XPrecision::int8 ? detail::kVnniInt8MaxRows : detail::kGemvMaxRows;
-    if (!is_quantized(w.format) || M_ > max_rows || !w.k_perm.empty() || w.K != K_ ||
-        !detail::use_vnni_gemv())
+    if (!is_quantized(w.format) || !w.k_perm.empty() || w.K != K_ || !detail::use_vnni_gemv() ||
+        (M_ > detail::kGemvMaxRows && !detail::vnni_int8_rows(w.format, M_, precision_)))
       return nullptr;
     const std::int64_t seg = w.group_rows(), Kv = w.stored_rows();
     for (const auto& d : cache_)

@@ -173,7 +173,8 @@ inline void swiglu_mlp(std::span<const float> x, const PackedWeights& gate, cons
   const float* xgate = detail::prepare_x(x.data(), s.M, gate, xg);
   const float* xup = detail::prepare_x(x.data(), s.M, up, xu);
   const std::int64_t ldg = gate.stored_rows(), ldu = up.stored_rows();
-  // the VNNI GEMV's digits of x, built once for gate and up (when M <= 4 and no tiling of rows)
+  // the VNNI kernels' digits of x, built once for gate and up (when they run: M <= 4, or any M
+  // with XPrecision::int8; and no tiling of rows)
   const LinearInput xin(x, s.M, H, precision);
   const bool whole = t.row_tile == s.M;
   const detail::XDigits* pre_g = whole ? xin.digits_for(gate) : nullptr;

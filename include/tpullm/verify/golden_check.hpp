@@ -74,9 +74,17 @@ Bounds bounds_for_kv_dtype(const std::string& kv_dtype);
 /// The bounds of a compile's weight options: the mode's, loosened to w8a16's / w4a16's when the
 /// lm_head or the embedding table is quantized to w8 / w4 (a float mode with a quantized table
 /// is held to the quantized mode's bounds), and to the KV cache dtype's (bounds_for_kv_dtype)
-/// when `kv_dtype` is given and looser than the mode's (an f32 compile with --kv-dtype f16).
+/// when `kv_dtype` is given and looser than the mode's (an f32 compile with --kv-dtype f16), and
+/// to "act-int8"'s when `act_int8` (act-quant dynamic outside mode int8).
 Bounds bounds_for_options(const std::string& mode, const std::string& lm_head,
-                          const std::string& embedding = {}, const std::string& kv_dtype = {});
+                          const std::string& embedding = {}, const std::string& kv_dtype = {},
+                          bool act_int8 = false);
+
+/// The rows of every report as one ("all"): the largest errors, the summed rows, argmax
+/// agreements and KL; ok when every report's error bound held, at least `min_argmax` of all
+/// rows agree on argmax and (when `max_mean_kl` > 0) their mean KL is at most `max_mean_kl`.
+ScenarioReport pooled_report(const std::vector<ScenarioReport>& reports, float min_argmax,
+                             double max_mean_kl);
 
 /// Runs scenarios a, b (continuing a's cache) and c (fresh) on `session`; a scenario is ok
 /// when its error is within `rel_tol`, at least `min_argmax` of its rows agree on argmax and

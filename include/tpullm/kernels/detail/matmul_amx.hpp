@@ -401,16 +401,19 @@ TPULLM_TARGET_AVX512 void amx_linear_hw(const LinearArgs& a, std::int64_t ma, st
 
 /// Which AMX implementation a linear of format F with M rows takes now, if any: the emulator
 /// while amx::ScopedEmulation is alive, the tile unit when the active Isa is amx.
-template <WeightFormat F>
-inline bool amx_linear_applies(std::int64_t M, bool& emulated) {
+inline bool amx_linear_applies(WeightFormat f, std::int64_t M, bool& emulated) {
   emulated = false;
-  if (!amx_format(F) || M < kAmxMinRows)
+  if (!amx_format(f) || M < kAmxMinRows)
     return false;
   if (amx::emulation_forced()) {
     emulated = true;
     return true;
   }
   return active_isa() == Isa::amx;
+}
+template <WeightFormat F>
+inline bool amx_linear_applies(std::int64_t M, bool& emulated) {
+  return amx_linear_applies(F, M, emulated);
 }
 
 /// Runs the AMX linear for rows [ma, mb) x panels [pa, pb) on the chosen implementation.

@@ -30,7 +30,8 @@ namespace tpullm::kernels {
 ///    rounding); what `verify` checks at 1e-4.
 ///  - int8: x rounded to int8 with one scale (max|x| / 127) per weight group of each row, then
 ///    integer dot products, as llama.cpp's Q8_0 / Q8_K activations (lossy: docs/kernels.md has
-///    the bounds). Taken by the AVX-512 VNNI GEMV (M <= 4); every other path computes exactly.
+///    the bounds). Taken by the AVX-512 VNNI kernels at every M (detail::vnni_int8_rows for
+///    M > 4), unless AMX takes the product; every other path computes exactly.
 enum class XPrecision : std::uint8_t { exact, int8 };
 
 } // namespace tpullm::kernels
@@ -70,8 +71,9 @@ inline constexpr std::int64_t kGemvMaxRows = 4;
 #endif
 /// XPrecision::int8 runs linears of up to this many rows on the VNNI kernels (x rounded to one
 /// int8 digit; blocks of kVnniRowBlock rows, each panel read once per 4 rows of a block) instead
-/// of the f32 GEMM (measured faster at every prompt length up to 512 on AVX-512 VNNI: 1.3x at
-/// 512 rows, 2-3x at 16-128; docs/kernels.md). AMX, where it applies, still takes the product.
+/// of the f32 GEMM (measured faster at every prompt length up to 512 on AVX-512 VNNI: 1.1-1.4x at
+/// 512 rows, 1.4-2.5x at 16-256; docs/kernels.md round 8). AMX, where it applies, still takes the
+/// product.
 inline constexpr std::int64_t kVnniInt8MaxRows = TPULLM_VNNI_INT8_MAX_ROWS;
 /// Rows of x the VNNI kernels take over a panel range at once (their digits stay in L2).
 inline constexpr std::int64_t kVnniRowBlock = 64;

@@ -217,12 +217,9 @@ template <WeightFormat F>
 void run_linear(const LinearArgs& a, const CoreSplit& planned) {
   const Isa isa = active_isa();
   const std::int64_t P = a.v.p1 - a.v.p0;
-  bool amx_emulated = false;
-  // XPrecision::int8 with up to kVnniInt8MaxRows rows: the VNNI GEMV kernels (a.xd is set) over
-  // columns, unless the tile unit takes the product
-  bool vnni_rows = false;
-  if constexpr (is_quantized(F))
-    vnni_rows = a.M > kGemvMaxRows && a.xd && !amx_linear_applies<F>(a.M, amx_emulated);
+  // XPrecision::int8 with more than 4 rows: the VNNI kernels over columns when linear_view
+  // prepared digits for them (vnni_int8_rows)
+  const bool vnni_rows = a.M > kGemvMaxRows && a.xd;
   if (a.M <= kGemvMaxRows || vnni_rows) {
     CoreSplit split = planned;
     if (vnni_rows && split.dim == SplitDim::rows)

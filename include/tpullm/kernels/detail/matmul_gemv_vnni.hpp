@@ -95,6 +95,25 @@ TPULLM_TARGET_AVX512_VNNI inline __m512i load_codes(const std::uint8_t* p) {
     return v;
 }
 
+/// One 4-row step of the single-row kernel: the two column halves' weights w0 / w1 times the
+/// digits at xh / xl / xt (ND = 1: xh only) into the accumulators of digit h (h0, h1), l and t.
+template <int ND>
+TPULLM_TARGET_AVX512_VNNI inline __attribute__((always_inline)) void
+dp_digits(__m512i& h0, __m512i& h1, __m512i& l0, __m512i& l1, __m512i& u0, __m512i& u1, __m512i w0,
+          __m512i w1, const std::int8_t* xh, const std::int8_t* xl, const std::int8_t* xt) {
+  __m512i b = bcast4(xh);
+  dpbusd(h0, w0, b);
+  dpbusd(h1, w1, b);
+  if constexpr (ND == 3) {
+    b = bcast4(xl);
+    dpbusd(l0, w0, b);
+    dpbusd(l1, w1, b);
+    b = bcast4(xt);
+    dpbusd(u0, w0, b);
+    dpbusd(u1, w1, b);
+  }
+}
+
 /// Single-row VNNI GEMV for one panel with every accumulator a named register: int4 uses 12
 /// (3 digits x 2 column halves x low/high nibble rows), int8 12 (3 digits x 2 halves x 2 quads);
 /// ND = 1 uses the digit-h ones only.
@@ -125,43 +144,13 @@ TPULLM_TARGET_AVX512_VNNI void gemv_panel_vnni_r1(const LinearArgs& a, const XDi
         const __m512i w1a = load_codes<F>(row + 64);
         const __m512i w0b = load_codes<F>(row + 128);
         const __m512i w1b = load_codes<F>(row + 192);
-        __m512i b = bcast4(xh + k);
-        dpbusd(h0a, w0a, b);
-        dpbusd(h1a, w1a, b);
-        if constexpr (ND == 3) {
-          b = bcast4(xl + k);
-          dpbusd(l0a, w0a, b);
-          dpbusd(l1a, w1a, b);
-          b = bcast4(xt + k);
-          dpbusd(u0a, w0a, b);
-          dpbusd(u1a, w1a, b);
-        }
-        b = bcast4(xh + k + 4);
-        dpbusd(h0b, w0b, b);
-        dpbusd(h1b, w1b, b);
-        if constexpr (ND == 3) {
-          b = bcast4(xl + k + 4);
-          dpbusd(l0b, w0b, b);
-          dpbusd(l1b, w1b, b);
-          b = bcast4(xt + k + 4);
-          dpbusd(u0b, w0b, b);
-          dpbusd(u1b, w1b, b);
-        }
+        dp_digits<ND>(h0a, h1a, l0a, l1a, u0a, u1a, w0a, w1a, xh + k, xl + k, xt + k);
+        dp_digits<ND>(h0b, h1b, l0b, l1b, u0b, u1b, w0b, w1b, xh + k + 4, xl + k + 4, xt + k + 4);
       }
       for (; k < ke; k += 4, row += 128) {
         const __m512i w0 = load_codes<F>(row);
         const __m512i w1 = load_codes<F>(row + 64);
-        __m512i b = bcast4(xh + k);
-        dpbusd(h0a, w0, b);
-        dpbusd(h1a, w1, b);
-        if constexpr (ND == 3) {
-          b = bcast4(xl + k);
-          dpbusd(l0a, w0, b);
-          dpbusd(l1a, w1, b);
-          b = bcast4(xt + k);
-          dpbusd(u0a, w0, b);
-          dpbusd(u1a, w1, b);
-        }
+        dp_digits<ND>(h0a, h1a, l0a, l1a, u0a, u1a, w0, w1, xh + k, xl + k, xt + k);
       }
     } else {
       for (; k < ke; k += 8, row += 128) {
@@ -171,25 +160,9 @@ TPULLM_TARGET_AVX512_VNNI void gemv_panel_vnni_r1(const LinearArgs& a, const XDi
         const __m512i lo0 = _mm512_and_si512(v0, m4), lo1 = _mm512_and_si512(v1, m4);
         const __m512i hi0 = _mm512_and_si512(_mm512_srli_epi32(v0, 4), m4);
         const __m512i hi1 = _mm512_and_si512(_mm512_srli_epi32(v1, 4), m4);
-        __m512i bl = bcast4(xh + k), bh = bcast4(xh + k + 4);
-        dpbusd(h0a, lo0, bl);
-        dpbusd(h1a, lo1, bl);
-        dpbusd(h0b, hi0, bh);
-        dpbusd(h1b, hi1, bh);
-        if constexpr (ND == 3) {
-          bl = bcast4(xl + k);
-          bh = bcast4(xl + k + 4);
-          dpbusd(l0a, lo0, bl);
-          dpbusd(l1a, lo1, bl);
-          dpbusd(l0b, hi0, bh);
-          dpbusd(l1b, hi1, bh);
-          bl = bcast4(xt + k);
-          bh = bcast4(xt + k + 4);
-          dpbusd(u0a, lo0, bl);
-          dpbusd(u1a, lo1, bl);
-          dpbusd(u0b, hi0, bh);
-          dpbusd(u1b, hi1, bh);
-        }
+        // low nibbles: rows k..k+3, high nibbles: rows k+4..k+7
+        dp_digits<ND>(h0a, h1a, l0a, l1a, u0a, u1a, lo0, lo1, xh + k, xl + k, xt + k);
+        dp_digits<ND>(h0b, h1b, l0b, l1b, u0b, u1b, hi0, hi1, xh + k + 4, xl + k + 4, xt + k + 4);
       }
     }
     const std::int64_t g = ks / w.group_rows();
