@@ -22,7 +22,8 @@ using detail::WeightRef;
 
 struct Executor::Impl {
   std::int64_t cores = 1, local_memory = 0;
-  std::unique_ptr<kernels::WorkerPool> pool; ///< cores threads, the caller's included
+  /// cores threads, the caller's included (shared with another executor: share_workers)
+  std::shared_ptr<kernels::WorkerPool> pool;
   kernels::AlignedArray<std::byte> kv, arena, local;
   std::int64_t local_stride = 0;
   std::map<std::string, ir::Weight> weights;
@@ -58,7 +59,7 @@ Executor::Executor(KvGeometry kv, std::int64_t cores, std::int64_t local_memory)
         ErrorKind::invalid_input, "executor", "bad KV geometry");
   check(cores >= 1, ErrorKind::invalid_input, "executor", "cores must be >= 1, got ", cores);
   impl_->cores = cores;
-  impl_->pool = std::make_unique<kernels::WorkerPool>(
+  impl_->pool = std::make_shared<kernels::WorkerPool>(
       static_cast<int>(std::min<std::int64_t>(cores, kernels::WorkerPool::kMaxThreads)));
   impl_->local_memory = local_memory;
   impl_->kv = kernels::AlignedArray<std::byte>(static_cast<std::size_t>(kv.bytes()));
@@ -235,6 +236,12 @@ std::int64_t Executor::threads() const {
 }
 std::int64_t Executor::pool_stalls() const {
   return impl_->pool->stalls();
+}
+void Executor::share_workers(const Executor& other) {
+  check(other.impl_->pool->size() == impl_->pool->size(), ErrorKind::invalid_input, "executor",
+        "cannot share a pool of ", other.impl_->pool->size(), " threads with one planned for ",
+        impl_->pool->size());
+  impl_->pool = other.impl_->pool;
 }
 
 std::vector<std::span<const std::byte>>

@@ -112,6 +112,12 @@ public:
   /// Dispatches in which the pool left a straggling worker out (one preempted by another
   /// process on its core), since the executor was made.
   std::int64_t pool_stalls() const;
+  /// From now on runs its kernels on `other`'s worker threads (which must be as many as its
+  /// own), and lets its own go: a draft model beside its target then has no idle workers of its
+  /// own spinning on the cores while the target runs, nor the target's while it runs. The two
+  /// must never run at the same time (a pool runs one dispatch at a time). Throws
+  /// Error(invalid_input) for pools of different sizes.
+  void share_workers(const Executor& other);
   void reset_stats() { stats_ = {}; }
   /// Times every instruction (a little overhead) to fill ExecStats::kernel_seconds.
   void set_profiling(bool on) { profiling_ = on; }
