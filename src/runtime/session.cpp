@@ -217,6 +217,15 @@ auto Session::generate(const std::vector<std::int32_t>& prompt, Generation& gen,
   DraftLength length(spec.draft_max, spec.draft_cost);
   // (The logits first: a call's arguments are evaluated in no fixed order.)
   const auto first = prefill(prompt, false);
+  if (spec.draft_max > 0 && spec.prepare) {
+    const auto d0 = clock::now();
+    try {
+      spec.prepare(gen.context()); // a draft model catches up on the prompt here
+    } catch (const std::exception&) {
+      // a draft decides the speed, never the answer: its first call catches up instead
+    }
+    res.draft_prefill_seconds = std::chrono::duration<double>(clock::now() - d0).count();
+  }
   bool done = take(first, length_);
   while (!done) {
     const std::int32_t last = res.tokens.back();
@@ -225,6 +234,7 @@ auto Session::generate(const std::vector<std::int32_t>& prompt, Generation& gen,
         next_draft(spec, length, gen.context(), params_.seq_length - length_,
                    static_cast<std::int64_t>(gen.options().stop.max_new_tokens) - gen.generated(),
                    draft_seconds);
+    res.speculation.draft_seconds += draft_seconds;
     if (draft.empty()) {
       const auto logits = decode(last);
       done = take(logits, length_);
@@ -235,8 +245,9 @@ auto Session::generate(const std::vector<std::int32_t>& prompt, Generation& gen,
     const std::int64_t L0 = length_;
     const auto v0 = clock::now();
     const auto rows = verify(segment);
-    length.observe(draft_seconds, std::chrono::duration<double>(clock::now() - v0).count(),
-                   static_cast<int>(draft.size()));
+    const double verify_seconds = std::chrono::duration<double>(clock::now() - v0).count();
+    length.observe(draft_seconds, verify_seconds, static_cast<int>(draft.size()));
+    res.speculation.verify_seconds += verify_seconds;
     const auto d = static_cast<std::int64_t>(draft.size());
     std::int64_t used = 0, accepted = 0;
     for (std::int64_t i = 0; i <= d && !done; ++i) {

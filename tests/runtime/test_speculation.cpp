@@ -205,11 +205,14 @@ TEST_CASE("speculative decoding answers as plain decoding, token for token", "[s
                         {"sampled, seed 3", 40, 1.2f, 3}};
   // Draft sources: prompt lookup; the plain answer itself (every draft right); the plain answer
   // with every third draft token wrong (at most two kept per call).
-  enum class Source { lookup, oracle, wrong_third, model };
+  // A draft model, asked at its first call to catch up on the prompt (model) or prepared with
+  // it after the prefill (model_prepared); a prepare step that throws (prepare_throws).
+  enum class Source { lookup, oracle, wrong_third, model, model_prepared, prepare_throws };
   for (bool batched : {true, false}) {
     Model m(batched), draft_model(false);
     for (const auto& c : cases)
-      for (Source src : {Source::lookup, Source::oracle, Source::wrong_third, Source::model}) {
+      for (Source src : {Source::lookup, Source::oracle, Source::wrong_third, Source::model,
+                         Source::model_prepared, Source::prepare_throws}) {
         INFO("batched lm_head: " << batched << "; " << c.what << "; source "
                                  << static_cast<int>(src));
         runtime::GenerateOptions g;
@@ -234,8 +237,16 @@ TEST_CASE("speculative decoding answers as plain decoding, token for token", "[s
         // The same checkpoint as its own draft model (greedy drafts: kept when greedy).
         auto draft_session = draft_model.session(0);
         runtime::DraftModel drafts(draft_session);
-        if (src == Source::model)
+        const bool from_model =
+            src == Source::model || src == Source::model_prepared || src == Source::prepare_throws;
+        if (from_model)
           sg.speculation.draft = drafts.source();
+        if (src == Source::model_prepared)
+          sg.speculation.prepare = drafts.preparer();
+        if (src == Source::prepare_throws)
+          sg.speculation.prepare = [](std::span<const std::int32_t>) {
+            throw Error(ErrorKind::internal, "test", "a draft that cannot prepare");
+          };
         else if (src != Source::lookup)
           sg.speculation.draft = [&, src](std::span<const std::int32_t> ctx, int k) {
             std::vector<std::int32_t> d;
@@ -254,8 +265,11 @@ TEST_CASE("speculative decoding answers as plain decoding, token for token", "[s
         CHECK(st.accepted <= st.drafted);
         if (src != Source::lookup) // the random model's answer rarely repeats its context
           CHECK(st.verify_calls > 0);
-        if (src == Source::oracle || (src == Source::model && c.temperature == 0))
+        if (src == Source::oracle || (from_model && c.temperature == 0))
           CHECK(st.accepted * 10 >= st.drafted * 8);
+        CHECK((spec.draft_prefill_seconds > 0) ==
+              (src == Source::model_prepared || src == Source::prepare_throws));
+        CHECK(spec.draft_prefill_seconds <= spec.prefill_seconds);
         if (src == Source::wrong_third)
           CHECK(st.accepted <= 2 * st.verify_calls);
         // The caches hold the same history: the next step agrees.
@@ -271,6 +285,57 @@ TEST_CASE("speculative decoding answers as plain decoding, token for token", "[s
         }
       }
   }
+}
+
+TEST_CASE("a draft model prepared with the prompt only decodes at its first draft call",
+          "[speculation]") {
+  Model m(false);
+  std::vector<std::int32_t> prompt;
+  for (int r = 0; r < 5; ++r)
+    prompt.insert(prompt.end(), {3, 17, 42, 9, 250, 11});
+  auto cold_s = m.session(0), warm_s = m.session(1);
+  runtime::DraftModel cold(cold_s), warm(warm_s);
+  warm.prepare(prompt);
+  CHECK(warm_s.length() == static_cast<std::int64_t>(prompt.size()));
+  warm.prepare(prompt); // again: the last token is fed again, nothing else
+  CHECK(warm_s.length() == static_cast<std::int64_t>(prompt.size()));
+  auto ctx = prompt;
+  ctx.push_back(5);
+  // The first call after prepare feeds one token and decodes k - 1: the cache grows by k.
+  const auto a = warm.draft(ctx, 3);
+  CHECK(warm_s.length() == static_cast<std::int64_t>(prompt.size()) + 3);
+  const auto b = cold.draft(ctx, 3); // the same drafts without preparing
+  CHECK(a == b);
+  CHECK(a.size() == 3);
+  // A context that does not fit the draft model's sequence is not fed.
+  runtime::DraftModel fresh(cold_s);
+  const std::vector<std::int32_t> too_long(static_cast<std::size_t>(m.stage_params.seq_length) + 1,
+                                           3);
+  cold_s.reset();
+  fresh.prepare(too_long);
+  CHECK(cold_s.length() == 0);
+}
+
+TEST_CASE("a draft model on its target's worker threads drafts what it drafts on its own",
+          "[speculation]") {
+  Model target(false), alone(false), shared(false);
+  shared.exec->share_workers(*target.exec);
+  CHECK(shared.exec->threads() == target.exec->threads());
+  std::vector<std::int32_t> ctx;
+  for (int r = 0; r < 4; ++r)
+    ctx.insert(ctx.end(), {3, 17, 42, 9, 250, 11});
+  auto a_s = alone.session(0), s_s = shared.session(0), t_s = target.session(0);
+  runtime::DraftModel a(a_s), s(s_s);
+  for (int step = 0; step < 3; ++step) { // the target runs between the drafts, as it does
+    const auto da = a.draft(ctx, 4);
+    const auto ds = s.draft(ctx, 4);
+    CHECK(da == ds);
+    t_s.reset();
+    (void)t_s.prefill(ctx, false);
+    ctx.push_back(da.front());
+  }
+  auto other = runtime::make_executor(target.cm, target.exec->threads() + 1, 1);
+  CHECK_THROWS_AS(other->share_workers(*target.exec), Error);
 }
 
 namespace {

@@ -26,9 +26,21 @@ public:
   /// vocabulary are Error(invalid_input) (prefill()'s refusal).
   std::vector<std::int32_t> draft(std::span<const std::int32_t> context, int k);
 
+  /// Feeds the draft model `context` (what the cache does not already hold), so that the next
+  /// draft() after it only decodes; does nothing when the context would not fit the draft
+  /// model's sequence (draft() then returns nothing either).
+  void prepare(std::span<const std::int32_t> context);
+
   /// The draft source of SpeculationOptions::draft over this object (which must outlive it).
   auto source() {
     return [this](std::span<const std::int32_t> context, int k) { return draft(context, k); };
+  }
+  /// Forgets the conversation: the next call feeds its whole context.
+  void reset() { cache_.reset(); }
+
+  /// SpeculationOptions::prepare over this object (which must outlive it).
+  auto preparer() {
+    return [this](std::span<const std::int32_t> context) { prepare(context); };
   }
 
 private:

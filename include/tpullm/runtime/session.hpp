@@ -43,7 +43,10 @@ struct GenerateResult {
   std::int64_t prompt_tokens = 0;      ///< tokens prefilled
   double prefill_seconds = 0;          ///< prompt through the stages + first token (= TTFT)
   double decode_seconds = 0;           ///< every later token
-  SpeculationStats speculation;        ///< verify calls and drafts (speculation.hpp)
+  /// Of prefill_seconds, what a draft model took to catch up on the prompt
+  /// (SpeculationOptions::prepare; 0 without one).
+  double draft_prefill_seconds = 0;
+  SpeculationStats speculation; ///< verify calls and drafts (speculation.hpp)
 };
 
 /// One conversation's state: KV cache length (and the cache itself when the back end does not

@@ -32,6 +32,12 @@ struct SpeculationOptions {
   /// draft only decides how many tokens a verify call may keep, never which: any source gives
   /// the same answer.
   std::function<std::vector<std::int32_t>(std::span<const std::int32_t>, int)> draft;
+  /// Called with the prompt once the model has prefilled it, before the first answer token is
+  /// taken (null: nothing to do): a draft model catches up on the prompt there, in the prompt's
+  /// time (GenerateResult::draft_prefill_seconds), instead of inside its first draft call, where
+  /// a long prompt made that call cost many decode steps. Like a draft, it may throw: the answer
+  /// goes on, and the first draft call catches up instead.
+  std::function<void(std::span<const std::int32_t>)> prepare;
   /// What drafting one token costs, in decode steps of the model (DraftLength): 0 for prompt
   /// lookup; a draft model's bytes read per step over the model's (`--draft` sets it).
   double draft_cost = 0;
@@ -54,6 +60,8 @@ struct SpeculationStats {
   std::int64_t verify_calls = 0; ///< verify segments fed
   std::int64_t drafted = 0;      ///< draft tokens proposed in them
   std::int64_t accepted = 0;     ///< draft tokens kept (equal to what was sampled)
+  double draft_seconds = 0;      ///< time spent making the drafts (the draft source's calls)
+  double verify_seconds = 0;     ///< time spent in the verify calls
   /// accepted / drafted (0 when nothing was drafted).
   double acceptance() const {
     return drafted > 0 ? static_cast<double>(accepted) / static_cast<double>(drafted) : 0.0;
