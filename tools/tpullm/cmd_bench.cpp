@@ -241,6 +241,7 @@ int cmd_bench(const std::vector<std::string>& args) {
   runtime::BundleSession engine(opened, cores);
   runtime::GenerateOptions plain, sped;
   const auto drafts = apply_draft(draft, *opened, source.open, cores, sped);
+  share_draft_workers(drafts, engine.executor());
   std::cerr << checked << "\n"
             << "measuring this machine's ceilings (a few seconds)...\n";
   const machine::Ceilings& ceil = machine::measure_ceilings();
@@ -503,6 +504,7 @@ int cmd_bench(const std::vector<std::string>& args) {
       p_res = s.generate(ctx, plain);
       best_plain = std::min(best_plain, per_token(p_res));
       s.reset();
+      reset_draft(drafts); // a fresh conversation for the draft model too
       s_res = s.generate(ctx, sped);
       best_spec = std::min(best_spec, per_token(s_res));
     }
@@ -529,7 +531,18 @@ int cmd_bench(const std::vector<std::string>& args) {
             {"bytes_per_token", bytes},
             {"read_gbs_near", ceiling / 1e9},
             {"plain_read_frac_near", bytes / best_plain / ceiling},
-            {"same_answer", s_res.tokens == p_res.tokens}};
+            {"same_answer", s_res.tokens == p_res.tokens},
+            // where the speculative time went: drafting (per token drafted) and verify calls,
+            // in plain decode steps of the same repeat
+            {"draft_ms_per_token",
+             st.drafted > 0 ? 1e3 * st.draft_seconds / static_cast<double>(st.drafted) : 0.0},
+            {"verify_ms_per_call",
+             st.verify_calls > 0 ? 1e3 * st.verify_seconds / static_cast<double>(st.verify_calls)
+                                 : 0.0},
+            {"plain_ms_per_token", 1e3 * per_token(p_res)},
+            // a draft model's catching up on the context, with the prompt (not in decode)
+            {"draft_prefill_seconds", s_res.draft_prefill_seconds},
+            {"prefill_seconds", s_res.prefill_seconds - s_res.draft_prefill_seconds}};
   }
   out["speculation"] = spec;
   // What this process may hold at its peak: what it held before opening the engine (binary,
@@ -618,7 +631,19 @@ int cmd_bench(const std::vector<std::string>& args) {
               << spec["accepted"].get<std::int64_t>() << " kept (" << std::setprecision(1)
               << 100 * spec["acceptance"].get<double>() << "%), " << std::setprecision(2)
               << spec["tokens_per_verify_call"].get<double>() << " tokens per call; same answer: "
-              << (spec["same_answer"].get<bool>() ? "yes" : "NO") << std::setprecision(1) << "\n";
+              << (spec["same_answer"].get<bool>() ? "yes" : "NO") << std::setprecision(1);
+  if (!spec.is_null() && spec["verify_calls"].get<std::int64_t>() > 0)
+    std::cout << "; a verify call " << std::setprecision(2)
+              << spec["verify_ms_per_call"].get<double>() << " ms, a draft token "
+              << spec["draft_ms_per_token"].get<double>() << " ms, a plain step "
+              << spec["plain_ms_per_token"].get<double>() << " ms" << std::setprecision(1);
+  if (!spec.is_null() && spec["draft_prefill_seconds"].get<double>() > 0)
+    std::cout << "; the draft model caught up on the context in "
+              << 1e3 * spec["draft_prefill_seconds"].get<double>() << " ms beside the model's "
+              << 1e3 * spec["prefill_seconds"].get<double>()
+              << " ms prefill (prompt time, not in decode)";
+  if (!spec.is_null())
+    std::cout << "\n";
   std::cout << "peak resident memory " << peak / (1 << 20)
             << " MiB (before load + bundle + KV cache + arena" << (drafts ? " + draft bundle" : "")
             << " + 64 MiB = " << budget / (1 << 20)

@@ -79,6 +79,7 @@ int cmd_chat(const std::vector<std::string>& args) {
   runtime::BundleSession& engine = ce.engine();
   const std::string& file = source.source;
   const auto drafts = apply_draft(draft, engine.bundle(), source.open, source.threads, g);
+  share_draft_workers(drafts, engine.executor());
   const auto text = runtime::load_text_side(engine.bundle(), file);
   check(text.chat_template.has_value(), ErrorKind::unsupported, file,
         "no chat template: ", text.tokenizer.config().no_chat_template_reason(),

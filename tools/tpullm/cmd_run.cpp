@@ -67,6 +67,7 @@ int cmd_run(const std::vector<std::string>& args) {
   runtime::BundleSession& engine = ce.engine();
   const std::string& file = source.source;
   const auto drafts = apply_draft(draft, engine.bundle(), source.open, source.threads, g);
+  share_draft_workers(drafts, engine.executor());
   const auto& m = engine.bundle().model();
   std::optional<runtime::TextSide> text;
   if (as_text)

@@ -691,6 +691,7 @@ int cmd_serve(const std::vector<std::string>& args) {
       serve::SchedulerOptions{slots, cores, static_cast<std::size_t>(max_queue),
                               drafting.speculation},
       s.metrics);
+  share_draft_workers(drafts, s.scheduler->executor());
 
   // Workers for every slot, every queued request and a few more (a request beyond them waits
   // for a worker, then usually gets 503 from the queue); probes have their own (serve_http.hpp).

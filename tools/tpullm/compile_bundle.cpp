@@ -150,6 +150,8 @@ void DraftSpec::validate(const frontend::ModelDesc& desc) const {
         lm_head, "'");
   check(lm_head.empty() || !mode.empty(), ErrorKind::invalid_input, "--draft-lm-head-dtype",
         "needs --draft-mode (the draft's weight mode)");
+  check(act_quant == "dynamic" || act_quant == "none", ErrorKind::invalid_input,
+        "--draft-act-quant", "must be dynamic or none, got '", act_quant, "'");
 }
 
 namespace {
@@ -157,7 +159,8 @@ namespace {
 /// The draft model of `draft` as the bytes of a whole bundle: `desc` cut to its first
 /// draft.layers layers, compiled with `options`' target, fusions and KV dtype in draft.mode, its
 /// embedding and lm_head in draft.lm_head (default: the mode's, bf16 for w8a16 / w4a16: on the
-/// Qwen2.5-0.5B preset a w4 lm_head changed the argmax of every drafted position).
+/// Qwen2.5-0.5B preset a w4 lm_head changed the argmax of every drafted position), its
+/// integer linears' input as draft.act_quant says.
 std::string compile_draft(const frontend::ModelDesc& desc, const frontend::StageParams& params,
                           const compiler::CompileOptions& options, const DraftSpec& draft) {
   frontend::ModelDesc d = desc;
@@ -174,6 +177,7 @@ std::string compile_draft(const frontend::ModelDesc& desc, const frontend::Stage
   o.lower.mode = draft.mode;
   o.lower.kv_dtype = options.lower.kv_dtype;
   o.lower.embedding = o.lower.lm_head = draft.lm_head; // empty: the mode's default
+  o.lower.act_quant = draft.act_quant;                 // (dynamic touches integer weights only)
   check_runnable(d, params, o);
   plan_quantization(d, o.lower, "");
   const auto cm = compiler::compile(frontend::build_top_modules(d, params), o);

@@ -34,9 +34,13 @@ struct DraftSpec {
   /// Its embedding and lm_head dtype (bf16, f16, w8 or w4; empty: the mode's default, bf16 for
   /// w8a16 / w4a16): in a small model with a large vocabulary the lm_head is most of a step.
   std::string lm_head;
-  /// Throws Error(invalid_input) naming --draft-mode / --draft-layers / --draft-lm-head-dtype
-  /// for a mode or dtype outside the lists, a layer count outside [0, the model's], and for
-  /// either without --draft-mode.
+  /// How its integer linears take their input: dynamic (rounded to int8 per weight group, the
+  /// VNNI kernels' one-digit path: a draft's arithmetic decides the speed, never the answer) or
+  /// none (exact f32 activations).
+  std::string act_quant = "dynamic";
+  /// Throws Error(invalid_input) naming --draft-mode / --draft-layers / --draft-lm-head-dtype /
+  /// --draft-act-quant for a mode or dtype outside the lists, a layer count outside [0, the
+  /// model's], and for any of them without --draft-mode.
   void validate(const frontend::ModelDesc& desc) const;
 };
 

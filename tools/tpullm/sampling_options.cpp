@@ -114,6 +114,16 @@ double draft_cost(const bundle::Bundle& draft, const bundle::Bundle& model) {
 
 } // namespace
 
+void share_draft_workers(const DraftEngineHolder& e, runtime::Executor& target) {
+  if (e && e->session.executor().threads() == target.threads())
+    e->session.executor().share_workers(target);
+}
+
+void reset_draft(const DraftEngineHolder& e) {
+  if (e)
+    e->model.reset();
+}
+
 std::int64_t draft_memory_bytes(const DraftEngineHolder& e) {
   if (!e)
     return 0;
@@ -141,6 +151,7 @@ DraftEngineHolder apply_draft(const DraftArgs& d, const bundle::Bundle& target,
           "draft bundle file)");
     DraftEngineHolder e(new DraftEngine(target.draft(), threads));
     g.speculation.draft = e->model.source();
+    g.speculation.prepare = e->model.preparer();
     g.speculation.draft_cost = draft_cost(*target.draft(), target);
     return e;
   }
@@ -160,6 +171,7 @@ DraftEngineHolder apply_draft(const DraftArgs& d, const bundle::Bundle& target,
         ": compiled with --no-history; a draft model follows the conversation through prefill_kv");
   DraftEngineHolder e(new DraftEngine(std::move(b), threads));
   g.speculation.draft = e->model.source();
+  g.speculation.prepare = e->model.preparer();
   g.speculation.draft_cost = draft_cost(e->session.bundle(), target);
   return e;
 }
@@ -173,6 +185,8 @@ std::string describe_speculation(const runtime::GenerateOptions& g,
   o << std::fixed << std::setprecision(1) << "speculation: " << s.verify_calls << " verify calls, "
     << s.drafted << " tokens drafted, " << s.accepted << " accepted (" << 100 * s.acceptance()
     << "%)";
+  if (r.draft_prefill_seconds > 0)
+    o << ", the draft model's prompt catch-up " << 1e3 * r.draft_prefill_seconds << " ms";
   return o.str();
 }
 

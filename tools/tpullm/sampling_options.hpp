@@ -10,6 +10,7 @@
 
 #include "command.hpp"
 #include "tpullm/bundle/bundle.hpp"
+#include "tpullm/runtime/executor.hpp"
 #include "tpullm/runtime/session.hpp"
 
 namespace tpullm::cli {
@@ -39,6 +40,16 @@ struct DraftEngineDeleter {
   void operator()(DraftEngine* e) const;
 };
 using DraftEngineHolder = std::unique_ptr<DraftEngine, DraftEngineDeleter>;
+
+/// Runs a draft model's kernels on `target`'s worker threads (the model it drafts for, which
+/// never runs at the same time): two pools of workers on the same cores would each find the
+/// other's spinning workers in their way. Nothing for none, nor for a draft run on another
+/// number of threads.
+void share_draft_workers(const DraftEngineHolder& e, runtime::Executor& target);
+
+/// Makes a draft model forget its conversation, so that the next answer starts it afresh (a
+/// bench repeat); nothing for none.
+void reset_draft(const DraftEngineHolder& e);
 
 /// What a draft bundle adds to a process's memory: its file, KV cache and activation arena (0
 /// for none).

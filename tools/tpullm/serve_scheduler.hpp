@@ -110,6 +110,8 @@ public:
   int slots() const { return static_cast<int>(jobs_.size()); }
   /// Bytes one slot adds (its KV cache).
   static std::int64_t slot_bytes(const bundle::Bundle& b, std::int64_t cores);
+  /// The executor of the slots (a draft model shares its worker threads: share_draft_workers).
+  runtime::Executor& executor() { return *exec_; }
   /// Bytes the executor allocates once for every slot (activation arena + local scratch).
   static std::int64_t shared_bytes(const bundle::Bundle& b, std::int64_t cores);
   /// Largest compiled batched decode (1: none).
