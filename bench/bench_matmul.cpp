@@ -12,6 +12,8 @@
 // M = 128 / 512 for f32, bf16 and int4_sym (2 threads; f32 also 1 thread) on Qwen, M = 128 on
 // Llama q / gate / down. --tpullm_full adds the rest (all formats at every M, lm_head, Llama at
 // M = 512), which takes tens of minutes and ~6 GB of memory.
+// linear_act/...: weight-only int4_sym / int8 (group 32) with x exact or rounded to int8
+// (XPrecision::int8), forced onto the AVX2 path (exact, AVX-VNNI, VPMADDUBSW) or AVX-512 VNNI.
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -86,9 +88,10 @@ inline std::int64_t bench_group(WeightFormat f, std::int64_t K) {
 
 /// Random packed weights, written straight into the packed buffers (the layout does not matter
 /// for speed; values are finite and small).
-inline PackedWeights random_packed(WeightFormat f, std::int64_t K, std::int64_t N,
-                                   std::uint32_t seed) {
-  PackedWeights w = kernels::detail::make_packed(f, K, N, bench_group(f, K));
+/// `group` 0: bench_group.
+inline PackedWeights random_packed_group(WeightFormat f, std::int64_t K, std::int64_t N,
+                                         std::uint32_t seed, std::int64_t group) {
+  PackedWeights w = kernels::detail::make_packed(f, K, N, group > 0 ? group : bench_group(f, K));
   std::mt19937 rng(seed);
   std::uint8_t* d = w.data.data();
   const std::size_t n = w.data.size();
@@ -129,22 +132,30 @@ inline PackedWeights random_packed(WeightFormat f, std::int64_t K, std::int64_t 
   return w;
 }
 
+/// random_packed_group with the format's bench_group (not inline: bench_mlp.cpp calls it).
+PackedWeights random_packed(WeightFormat f, std::int64_t K, std::int64_t N, std::uint32_t seed) {
+  return random_packed_group(f, K, N, seed, 0);
+}
+
 /// The weights of the benchmark that is running: `copies` independent copies, kept until a
-/// benchmark asks for a different (K, N, format) so consecutive thread counts share them.
-inline const std::vector<PackedWeights>& bench_weights(WeightFormat f, std::int64_t K,
-                                                       std::int64_t N, int copies) {
+/// benchmark asks for a different (K, N, format, group) so consecutive thread counts share them.
+/// `group` 0: bench_group.
+inline const std::vector<PackedWeights>&
+bench_weights(WeightFormat f, std::int64_t K, std::int64_t N, int copies, std::int64_t group = 0) {
   struct Cache {
     WeightFormat f = WeightFormat::f32;
-    std::int64_t K = 0, N = 0;
+    std::int64_t K = 0, N = 0, group = 0;
     std::vector<PackedWeights> w;
   };
   static Cache c;
-  if (c.f != f || c.K != K || c.N != N || static_cast<int>(c.w.size()) < copies) {
+  if (c.f != f || c.K != K || c.N != N || c.group != group ||
+      static_cast<int>(c.w.size()) < copies) {
     c.w.clear(); // free the previous set first
     c.f = f;
     c.K = K;
     c.N = N;
-    c.w.push_back(random_packed(f, K, N, 1234u));
+    c.group = group;
+    c.w.push_back(random_packed_group(f, K, N, 1234u, group));
     for (int i = 1; i < copies; ++i) { // same values at other addresses: only DRAM can serve them
       const PackedWeights& w0 = c.w.front();
       PackedWeights w = kernels::detail::make_packed(f, K, N, w0.group_size);
@@ -167,8 +178,9 @@ inline int rotation_copies(std::int64_t bytes) {
   return static_cast<int>(std::clamp<std::int64_t>((target + bytes - 1) / bytes, 1, 8192));
 }
 
-inline std::int64_t packed_bytes(WeightFormat f, std::int64_t K, std::int64_t N) {
-  const std::int64_t P = (N + 31) / 32, G = K / bench_group(f, K);
+inline std::int64_t packed_bytes(WeightFormat f, std::int64_t K, std::int64_t N,
+                                 std::int64_t group = 0) {
+  const std::int64_t P = (N + 31) / 32, G = K / (group > 0 ? group : bench_group(f, K));
   const std::int64_t rg = kernels::row_group(f), Kp = (K + rg - 1) / rg * rg;
   std::int64_t b = P * Kp * kernels::row_bytes(f);
   if (kernels::is_quantized(f))
@@ -359,6 +371,91 @@ void bm_w4a8_experiment(benchmark::State& state, Proj p, int threads) {
   state.counters["copies"] = static_cast<double>(ws.size());
 }
 
+// ---- x in int8 for weight-only integer formats (XPrecision::int8) --------------------------
+
+/// A path of the weight-only integer linear the benchmarks force: ISA, x's precision, the
+/// AVX2 integer-dot variant, and the ceiling its M > 4 rows are judged against (f32_fma is the
+/// widest FMA the CPU has: zmm on AVX-512 machines, so an AVX2 figure reads against up to twice
+/// its own ymm peak there).
+struct ActBenchPath {
+  const char* name;
+  kernels::Isa isa;
+  kernels::XPrecision precision;
+  bool no_avx_vnni, available;
+  Ceiling ceiling;
+};
+
+inline std::vector<ActBenchPath> act_bench_paths() {
+  const auto& f = kernels::cpu_features();
+  using kernels::Isa;
+  using kernels::XPrecision;
+  return {{"avx2-exact", Isa::avx2, XPrecision::exact, false, f.avx2, Ceiling::f32_fma},
+          {"avx2-int8-avx-vnni", Isa::avx2, XPrecision::int8, false, f.avx_vnni,
+           Ceiling::int8_avx_vnni},
+          {"avx2-int8-maddubs", Isa::avx2, XPrecision::int8, true, f.avx2, Ceiling::int8_avx2},
+          {"avx512-int8-vnni", Isa::avx512, XPrecision::int8, false, f.avx512_vnni,
+           Ceiling::int8_vnni}};
+}
+
+/// kernels::linear over integer weights (group `group`) forced onto `path`: M <= 4 reports bytes
+/// read (rotated over copies so they come from DRAM) against the read ceiling, M > 4 2 M K N
+/// ops against the path's ceiling.
+void bm_linear_act(benchmark::State& state, Proj p, WeightFormat f, std::int64_t group,
+                   ActBenchPath path, std::int64_t M, int threads) {
+  if (!path.available) {
+    state.SkipWithError("path not available on this CPU");
+    return;
+  }
+  kernels::ScopedIsa isa(path.isa);
+  const bool saved = kernels::detail::avx_vnni_gemv_disabled();
+  kernels::detail::avx_vnni_gemv_disabled() = path.no_avx_vnni;
+  const int copies = M <= 4 ? rotation_copies(packed_bytes(f, p.K, p.N, group)) : 1;
+  const auto& ws = bench_weights(f, p.K, p.N, copies, group);
+  std::vector<float> x(static_cast<std::size_t>(M * p.K));
+  for (std::size_t i = 0; i < x.size(); ++i)
+    x[i] = static_cast<float>(static_cast<int>(i % 19) - 9) * 0.05f;
+  std::vector<float> y(static_cast<std::size_t>(M * p.N));
+  const kernels::CoreSplit split = bench_split(M, p.N, threads);
+  std::size_t i = 0;
+  for (auto _ : state) {
+    kernels::linear(x, ws[i], {}, y, {M, p.K, p.N}, split, path.precision);
+    benchmark::DoNotOptimize(y.data());
+    benchmark::ClobberMemory();
+    i = (i + 1) % ws.size();
+  }
+  kernels::detail::avx_vnni_gemv_disabled() = saved;
+  if (M <= 4)
+    report_bandwidth(state, static_cast<double>(ws[0].total_bytes()), threads);
+  else
+    report(state, 2.0 * static_cast<double>(M * p.K * p.N), threads, path.ceiling);
+  state.counters["copies"] = static_cast<double>(ws.size());
+}
+
+/// linear_act/qwen2.5-0.5b/{gate_proj,down_proj}/{int4_sym,int8}_g32/<path>/M:{1,64,512}/
+/// threads:{1,2}: the AVX2 int8-activation kernels against the AVX2 exact path (and the AVX-512
+/// VNNI one) on Q4_0 / Q8_0-like weights.
+void register_act_benchmarks() {
+  for (const Proj& p : projections()) {
+    const std::string pn = p.name;
+    if (std::string(p.model) != "qwen2.5-0.5b" || (pn != "gate_proj" && pn != "down_proj"))
+      continue;
+    for (WeightFormat f : {WeightFormat::int4_sym, WeightFormat::int8})
+      for (const ActBenchPath& path : act_bench_paths())
+        for (std::int64_t M : {1, 64, 512})
+          for (int threads : {1, 2}) {
+            const std::string name = std::string("linear_act/") + p.model + "/" + p.name + "/" +
+                                     std::string(kernels::format_name(f)) + "_g32/" + path.name +
+                                     "/M:" + std::to_string(M) +
+                                     "/threads:" + std::to_string(threads);
+            benchmark::RegisterBenchmark(name.c_str(), bm_linear_act, p, f, std::int64_t{32}, path,
+                                         M, threads)
+                ->UseRealTime()
+                ->Unit(benchmark::kMicrosecond)
+                ->MinTime(M == 1 ? 0.2 : 0.3);
+          }
+  }
+}
+
 /// linear_w8a8/qwen2.5-0.5b/{gate_proj,down_proj}/<path>/M:{1,512}/threads:{1,2}, and the W4A8
 /// experiment's w4a8_experiment/qwen2.5-0.5b/<proj>/int4_sym/M:1/threads:{1,2}.
 void register_w8a8_benchmarks() {
@@ -390,6 +487,7 @@ void register_w8a8_benchmarks() {
 
 void register_matmul_benchmarks(bool full) {
   register_w8a8_benchmarks();
+  register_act_benchmarks();
   const WeightFormat all[] = {
       WeightFormat::f32,       WeightFormat::bf16,     WeightFormat::f16,      WeightFormat::int8,
       WeightFormat::int8_asym, WeightFormat::int4_sym, WeightFormat::int4_asym};

@@ -13,6 +13,12 @@
 // from the library's dequantize(). Bound as in test_matmul.cpp (docs/kernels.md):
 //   |y - y_ref| <= tol * sum_k |x[k]| * A[k][n],   tol = 3e-6 sqrt(K) + 1e-6,
 // A = |s| (|q| + |z|), or |s| u + |m| for scale and min.
+//
+// XPrecision::int8 ([act_int8]): the paths that round x to one int8 digit per weight group
+// (AVX-512 VNNI, and AVX2 forced onto each of its two integer-dot kernels: AVX-VNNI and
+// VPMADDUBSW) are held to the same f32-rounding bound around x as that rounding defines it, must
+// leave the exact bound on most outputs, and the AVX2 results must equal the VNNI ones bit for
+// bit; every other path stays exact.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -136,6 +142,7 @@ struct GemvPath {
   Isa isa;
   bool no_vnni;
   const char* name;
+  bool no_avx_vnni = false; ///< AVX2 with XPrecision::int8: VPMADDUBSW instead of AVX-VNNI
 };
 
 /// Every int GEMV path this CPU can run, each named.
@@ -151,6 +158,54 @@ std::vector<GemvPath> gemv_paths() {
   }
   return p;
 }
+
+/// gemv_paths() plus, for XPrecision::int8, the AVX2 integer-dot kernels both ways: "avx2"
+/// forced onto VPMADDUBSW and "avx2 AVX-VNNI" (where the CPU has it). Warns SKIPPED for a
+/// variant this CPU lacks.
+std::vector<GemvPath> int8_paths() {
+  std::vector<GemvPath> p;
+  const auto& f = cpu_features();
+  for (GemvPath g : gemv_paths()) {
+    if (g.isa == Isa::avx2) {
+      g.no_avx_vnni = true;
+      g.name = "avx2 VPMADDUBSW";
+      p.push_back(g);
+      if (f.avx_vnni)
+        p.push_back({Isa::avx2, false, "avx2 AVX-VNNI"});
+      continue;
+    }
+    p.push_back(g);
+  }
+  if (!f.avx2)
+    WARN("SKIPPED the AVX2 int8-activation GEMV: this CPU has no AVX2");
+  else if (!f.avx_vnni)
+    WARN("SKIPPED the AVX2 AVX-VNNI int8-activation GEMV: this CPU has no AVX-VNNI");
+  return p;
+}
+
+/// Whether `p` rounds x to int8 under XPrecision::int8 (the digit kernels of AVX-512 VNNI and
+/// AVX2).
+bool path_rounds(const GemvPath& p) {
+  return (p.isa == Isa::avx512 && !p.no_vnni) || p.isa == Isa::avx2;
+}
+
+/// Forces a path's ISA and test hooks for a scope.
+class ScopedPath {
+public:
+  explicit ScopedPath(const GemvPath& p) : isa_(p.isa) {
+    detail::vnni_disabled() = p.no_vnni;
+    detail::avx_vnni_gemv_disabled() = p.no_avx_vnni;
+  }
+  ~ScopedPath() {
+    detail::vnni_disabled() = false;
+    detail::avx_vnni_gemv_disabled() = false;
+  }
+  ScopedPath(const ScopedPath&) = delete;
+  ScopedPath& operator=(const ScopedPath&) = delete;
+
+private:
+  ScopedIsa isa_;
+};
 
 } // namespace
 
@@ -244,8 +299,36 @@ std::vector<double> int8_rounded_x(const std::vector<float>& x, std::int64_t M, 
 
 } // namespace
 
-TEST_CASE("int GEMV with XPrecision::int8: the VNNI path rounds x to int8 per weight group, "
-          "every other path stays exact",
+TEST_CASE("x digits: the AVX2 one-digit builder gives make_x_digits' digits, scales and sums",
+          "[matmul][gemv_quant][act_int8]") {
+  if (!cpu_features().avx512 || !cpu_features().avx2) {
+    WARN("SKIPPED: the comparison needs both AVX-512 and AVX2");
+    return;
+  }
+  struct Case {
+    std::int64_t M, Kv, seg, Kx;
+  };
+  // tails of 1..7 elements, padding columns (Kx < Kv), a per-channel group, an all-zero row
+  for (const Case& c : {Case{3, 896, 32, 896}, Case{2, 200, 40, 197}, Case{1, 264, 264, 259},
+                        Case{4, 96, 16, 96}, Case{2, 43, 43, 43}}) {
+    auto x = outlier_x(c.M, c.Kx, 11 + static_cast<std::uint32_t>(c.Kv));
+    if (c.M == 4)
+      std::fill(x.begin() + c.Kx, x.begin() + 2 * c.Kx, 0.0f);
+    detail::XDigits a, b;
+    detail::make_x_digits(x.data(), c.Kx, c.M, c.Kv, c.seg, a, c.Kx, 1);
+    detail::make_x_digit1_avx2(x.data(), c.Kx, c.M, c.Kv, c.seg, b, c.Kx);
+    INFO("M=" << c.M << " Kv=" << c.Kv << " seg=" << c.seg << " Kx=" << c.Kx);
+    REQUIRE(b.nd == 1);
+    CHECK(a.d == b.d);
+    CHECK(a.S == b.S);
+    CHECK(std::memcmp(a.s1.data(), b.s1.data(), a.s1.size() * sizeof(float)) == 0);
+    CHECK(a.s1.size() == b.s1.size());
+    CHECK((a.Gv == b.Gv && a.Kv == b.Kv && a.M == b.M && a.seg == b.seg));
+  }
+}
+
+TEST_CASE("int GEMV with XPrecision::int8: the VNNI and AVX2 integer-dot paths round x to int8 "
+          "per weight group, every other path stays exact",
           "[matmul][gemv_quant][act_int8]") {
   struct Shape {
     std::int64_t K, group;
@@ -254,8 +337,9 @@ TEST_CASE("int GEMV with XPrecision::int8: the VNNI path rounds x to int8 per we
   const WeightFormat formats[] = {WeightFormat::int8,     WeightFormat::int8_asym,
                                   WeightFormat::int4_sym, WeightFormat::int4_asym,
                                   WeightFormat::int4_min, WeightFormat::int8_min};
-  const auto paths = gemv_paths();
+  const auto paths = int8_paths();
   bool vnni_ran = false;
+  int cases = 0, avx2_ran = 0, avx2_same_bits = 0;
   std::uint32_t seed = 500;
   for (WeightFormat f : formats)
     for (const Shape& sh : shapes)
@@ -265,7 +349,7 @@ TEST_CASE("int GEMV with XPrecision::int8: the VNNI path rounds x to int8 per we
         const double tol = matmul_tol(sh.K);
         // 1 and 3: the decode GEMV; 6 to 130: prompts (up to kVnniInt8MaxRows rows), every
         // remainder of the 4- and 2-row passes and of the 64-row blocks (kVnniRowBlock)
-        for (std::int64_t M : {1, 3, 6, 13, 64, 65, 130}) {
+        for (std::int64_t M : {1, 2, 3, 4, 6, 13, 64, 65, 130}) {
           if (M > 4 && P > 1 && sh.group != 32)
             continue; // (bounded work: the larger M on one shape per format)
           const auto x = outlier_x(M, sh.K, seed * 7);
@@ -290,19 +374,28 @@ TEST_CASE("int GEMV with XPrecision::int8: the VNNI path rounds x to int8 per we
               bnd[o] = tol * b + 1e-30;
               bndq[o] = tol * bq + 1e-30;
             }
+          ++cases;
+          std::vector<float> y_vnni; // the AVX-512 VNNI result, where that path ran
+          std::vector<std::pair<const char*, std::vector<float>>> avx2_ys;
           for (const GemvPath& path : paths) {
-            const bool rounds =
-                path.isa == Isa::avx512 && !path.no_vnni && M <= detail::kVnniInt8MaxRows;
-            ScopedIsa scoped(path.isa);
-            detail::vnni_disabled() = path.no_vnni;
+            const bool rounds = path_rounds(path) && M <= detail::kVnniInt8MaxRows;
             std::vector<float> y = nan_vec(static_cast<std::size_t>(M * N));
-            linear(x, qc.packed, {}, y, {M, sh.K, N}, {SplitDim::cols, 2}, XPrecision::int8);
-            // the prepared-input overload takes the same precision
             std::vector<float> y2 = nan_vec(y.size());
-            const LinearInput in(x, M, sh.K, XPrecision::int8);
-            linear(in, qc.packed, {}, y2, {M, sh.K, N}, {SplitDim::cols, 2});
-            detail::vnni_disabled() = false;
-            vnni_ran = vnni_ran || rounds;
+            {
+              ScopedPath scoped(path);
+              linear(x, qc.packed, {}, y, {M, sh.K, N}, {SplitDim::cols, 2}, XPrecision::int8);
+              // the prepared-input overload takes the same precision
+              const LinearInput in(x, M, sh.K, XPrecision::int8);
+              linear(in, qc.packed, {}, y2, {M, sh.K, N}, {SplitDim::cols, 2});
+            }
+            if (rounds && path.isa == Isa::avx512) {
+              vnni_ran = true;
+              y_vnni = y;
+            }
+            if (rounds && path.isa == Isa::avx2) {
+              ++avx2_ran;
+              avx2_ys.emplace_back(path.name, y);
+            }
             const auto& want = rounds ? refq : ref;
             const auto& bound = rounds ? bndq : bnd;
             std::int64_t bad = 0, off_exact = 0;
@@ -317,10 +410,24 @@ TEST_CASE("int GEMV with XPrecision::int8: the VNNI path rounds x to int8 per we
             if (rounds) // the rounding really happened: most outputs leave the exact bound
               CHECK(off_exact * 2 > static_cast<std::int64_t>(y.size()));
           }
+          // the AVX2 kernels form the VNNI kernels' int32 group sums and f32 steps: same bits
+          for (const auto& [name, y] : avx2_ys) {
+            if (y_vnni.empty())
+              break;
+            INFO(format_name(f) << " K=" << sh.K << " g=" << sh.group << " N=" << N << " M=" << M
+                                << " path=" << name << " against avx512 VNNI");
+            CHECK(std::memcmp(y.data(), y_vnni.data(), y.size() * sizeof(float)) == 0);
+            ++avx2_same_bits;
+          }
         }
       }
   if (!vnni_ran)
     WARN("SKIPPED the int8-activation VNNI GEMV: this CPU has no AVX512_VNNI");
+  else if (avx2_ran > 0)
+    CHECK(avx2_same_bits == avx2_ran);
+  INFO("cases " << cases << ", AVX2 integer-dot runs " << avx2_ran);
+  if (cpu_features().avx2)
+    CHECK(avx2_ran == cases * (cpu_features().avx_vnni ? 2 : 1));
 }
 
 TEST_CASE("int GEMV with XPrecision::int8: a row's result does not depend on the rows beside it",
@@ -328,29 +435,35 @@ TEST_CASE("int GEMV with XPrecision::int8: a row's result does not depend on the
   // Speculative decoding checks draft tokens in one multi-row call and promises the answer of
   // one-row decode steps: with x rounded per row and group and exact int32 sums, every row
   // count (the 4-stream single-row kernel, the 4-, 2- and 1-row passes, the 64-row blocks) must
-  // give each row the same bits.
-  if (!cpu_features().avx512_vnni || vector_isa(cpu_features().best()) != Isa::avx512) {
-    WARN("SKIPPED: this CPU has no AVX-512 VNNI path (the int8 rounding runs only there)");
-    return;
-  }
-  ScopedIsa scoped(Isa::avx512);
-  for (WeightFormat f : {WeightFormat::int4_sym, WeightFormat::int4_min, WeightFormat::int8}) {
-    const std::int64_t K = 896, N = 153, M = 70;
-    const QuantCase qc = make_quant(f, K, N, 32, 900 + static_cast<std::uint32_t>(f));
-    const auto x = outlier_x(M, K, 77);
-    std::vector<float> all = nan_vec(static_cast<std::size_t>(M * N));
-    linear(x, qc.packed, {}, all, {M, K, N}, {SplitDim::cols, 2}, XPrecision::int8);
-    for (std::int64_t m : {0, 3, 5, 64, 69}) {
-      for (std::int64_t rows : {1, 2, 5}) {
-        if (m + rows > M)
-          continue;
-        std::vector<float> y = nan_vec(static_cast<std::size_t>(rows * N));
-        linear(std::span<const float>(x).subspan(static_cast<std::size_t>(m * K),
-                                                 static_cast<std::size_t>(rows * K)),
-               qc.packed, {}, y, {rows, K, N}, {SplitDim::cols, 2}, XPrecision::int8);
-        INFO(format_name(f) << " rows " << m << ".." << m + rows - 1 << " alone vs in " << M);
-        CHECK(std::memcmp(y.data(), all.data() + m * N, y.size() * sizeof(float)) == 0);
+  // give each row the same bits, on every path that rounds (AVX-512 VNNI, AVX2 both ways).
+  int rounding_paths = 0;
+  for (const GemvPath& path : int8_paths()) {
+    if (!path_rounds(path))
+      continue;
+    ++rounding_paths;
+    ScopedPath scoped(path);
+    for (WeightFormat f : {WeightFormat::int4_sym, WeightFormat::int4_min, WeightFormat::int8,
+                           WeightFormat::int8_asym}) {
+      const std::int64_t K = 896, N = 153, M = 70;
+      const QuantCase qc = make_quant(f, K, N, 32, 900 + static_cast<std::uint32_t>(f));
+      const auto x = outlier_x(M, K, 77);
+      std::vector<float> all = nan_vec(static_cast<std::size_t>(M * N));
+      linear(x, qc.packed, {}, all, {M, K, N}, {SplitDim::cols, 2}, XPrecision::int8);
+      for (std::int64_t m : {0, 3, 5, 64, 69}) {
+        for (std::int64_t rows : {1, 2, 3, 5}) {
+          if (m + rows > M)
+            continue;
+          std::vector<float> y = nan_vec(static_cast<std::size_t>(rows * N));
+          linear(std::span<const float>(x).subspan(static_cast<std::size_t>(m * K),
+                                                   static_cast<std::size_t>(rows * K)),
+                 qc.packed, {}, y, {rows, K, N}, {SplitDim::cols, 2}, XPrecision::int8);
+          INFO(path.name << " " << format_name(f) << " rows " << m << ".." << m + rows - 1
+                         << " alone vs in " << M);
+          CHECK(std::memcmp(y.data(), all.data() + m * N, y.size() * sizeof(float)) == 0);
+        }
       }
     }
   }
+  if (rounding_paths == 0)
+    WARN("SKIPPED: this CPU has neither the AVX-512 VNNI nor the AVX2 int8-activation path");
 }

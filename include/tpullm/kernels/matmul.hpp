@@ -19,7 +19,8 @@
 /// dequantize-then-multiply up to f32 rounding (see docs/kernels.md for the bounds the tests
 /// enforce). XPrecision::int8 lets the VNNI kernels round x to int8 per weight group (lossy);
 /// on AVX-512 VNNI they then take integer weights at every M (up to kVnniInt8MaxRows, in blocks
-/// of 64 rows), not only M <= 4.
+/// of 64 rows), not only M <= 4; on the AVX2 path the same rounding feeds integer-dot kernels
+/// (AVX-VNNI or VPMADDUBSW, detail/matmul_gemv_int8_avx2.hpp) with the same results.
 
 #include <algorithm>
 #include <cstdint>
@@ -60,19 +61,32 @@ inline bool use_vnni_gemv() {
          !vnni_disabled();
 }
 
-/// Whether a linear of M > 4 rows over weights of format `f` runs on the VNNI kernels: x may be
-/// rounded to int8 (XPrecision::int8, up to kVnniInt8MaxRows rows), the CPU has VNNI and the
-/// tile unit does not take the product.
+/// True when quantized linears of precision `p` take the AVX2 integer-dot kernels
+/// (matmul_gemv_int8_avx2.hpp): the AVX2 path is active and x may be rounded to int8.
+inline bool use_avx2_int8_gemv(XPrecision p) {
+  return TPULLM_X86 && active_isa() == Isa::avx2 && p == XPrecision::int8;
+}
+
+/// True when quantized GEMVs (M <= 4) of precision `p` read x's digits (XDigits): the AVX-512
+/// VNNI path (any precision) or the AVX2 integer-dot path (XPrecision::int8).
+inline bool use_digit_gemv(XPrecision p) {
+  return use_vnni_gemv() || use_avx2_int8_gemv(p);
+}
+
+/// Whether a linear of M > 4 rows over weights of format `f` runs on the VNNI kernels (AVX-512
+/// VNNI, or the AVX2 integer-dot ones): x may be rounded to int8 (XPrecision::int8, up to
+/// kVnniInt8MaxRows rows), one of them runs and the tile unit does not take the product.
 inline bool vnni_int8_rows(WeightFormat f, std::int64_t M, XPrecision p) {
   bool emulated = false;
   return is_quantized(f) && M > kGemvMaxRows && M <= kVnniInt8MaxRows && p == XPrecision::int8 &&
-         use_vnni_gemv() && !amx_linear_applies(f, M, emulated);
+         use_digit_gemv(p) && !amx_linear_applies(f, M, emulated);
 }
 
-/// Digits of x for the VNNI GEMV of one view (null when another path runs): `pre` if it was
-/// prepared for the same rows, grouping and precision (a.xprec), else built into `scratch`.
+/// Digits of x for the VNNI / AVX2 integer-dot GEMV of one view (null when another path runs):
+/// `pre` if it was prepared for the same rows, grouping and precision (a.xprec), else built
+/// into `scratch`.
 inline const XDigits* gemv_digits(const LinearArgs& a, const XDigits* pre, XDigits& scratch) {
-  if (!is_quantized(a.v.w->format) || !use_vnni_gemv() ||
+  if (!is_quantized(a.v.w->format) || !use_digit_gemv(a.xprec) ||
       (a.M > kGemvMaxRows && !vnni_int8_rows(a.v.w->format, a.M, a.xprec)))
     return nullptr;
   const std::int64_t seg = segment_rows(a.v), Kv = a.v.k1 - a.v.k0;
@@ -80,7 +94,7 @@ inline const XDigits* gemv_digits(const LinearArgs& a, const XDigits* pre, XDigi
   if (pre && pre->M == a.M && pre->Kv == Kv && pre->seg == seg && pre->nd == nd)
     return pre;
 #if TPULLM_X86
-  make_x_digits(a.x, a.ldx, a.M, Kv, seg, scratch, -1, nd);
+  build_x_digits(a.x, a.ldx, a.M, Kv, seg, scratch, -1, nd);
   return &scratch;
 #else
   (void)scratch;
@@ -211,7 +225,8 @@ public:
 
   /// Digits for weights `w` (natural row order) or null when no prepared form applies.
   const detail::XDigits* digits_for(const PackedWeights& w) const {
-    if (!is_quantized(w.format) || !w.k_perm.empty() || w.K != K_ || !detail::use_vnni_gemv() ||
+    if (!is_quantized(w.format) || !w.k_perm.empty() || w.K != K_ ||
+        !detail::use_digit_gemv(precision_) ||
         (M_ > detail::kGemvMaxRows && !detail::vnni_int8_rows(w.format, M_, precision_)))
       return nullptr;
     const std::int64_t seg = w.group_rows(), Kv = w.stored_rows();
@@ -220,7 +235,7 @@ public:
         return d.get();
 #if TPULLM_X86
     auto d = std::make_unique<detail::XDigits>();
-    detail::make_x_digits(x_.data(), K_, M_, Kv, seg, *d, K_, detail::x_digit_count(precision_));
+    detail::build_x_digits(x_.data(), K_, M_, Kv, seg, *d, K_, detail::x_digit_count(precision_));
     cache_.push_back(std::move(d));
     return cache_.back().get();
 #else

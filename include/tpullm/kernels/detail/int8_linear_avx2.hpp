@@ -13,6 +13,7 @@
 ///    dwords hold (column c, k 0-1) and (column c, k 2-3) partial sums; the two partials are
 ///    added in the epilogue (VPHADDD + a lane permute).
 
+#include "tpullm/kernels/detail/avx_vnni.hpp"
 #include "tpullm/kernels/detail/int8_tile.hpp"
 #include "tpullm/kernels/detail/matmul_common.hpp"
 
@@ -23,8 +24,6 @@ namespace tpullm::kernels::detail {
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wpsabi"
-
-#define TPULLM_TARGET_AVX_VNNI __attribute__((target("avx2,fma,f16c,bmi2,avxvnni")))
 
 /// Test hook: when true, the AVX2-level W8A8 path uses VPMADDWD even where the CPU has AVX-VNNI
 /// (so tests cover both on an AVX-VNNI machine).
@@ -38,12 +37,6 @@ inline constexpr int kW8A8MrAvxVnni = 2;
 /// Rows of the AVX2 (VPMADDWD) GEMM tile; each pass covers 8 of a panel's 32 columns (6 rows
 /// spill accumulators with 16 ymm registers).
 inline constexpr int kW8A8MrAvx2 = 4;
-
-/// acc += VPDPBUSD(u8 a, s8 b) on ymm (VEX encoding), in place.
-TPULLM_TARGET_AVX_VNNI inline __attribute__((always_inline)) void dpbusd_vex(__m256i& acc,
-                                                                             __m256i a, __m256i b) {
-  __asm__("%{vex%} vpdpbusd %2, %1, %0" : "+x"(acc) : "x"(a), "x"(b));
-}
 
 /// The 8 columns of ymm results y0 (columns 8j..8j+7 of a panel): scale, bias, masked store.
 TPULLM_TARGET_AVX2 inline void w8a8_store8_avx2(const W8A8Tile& t, int s, int j, int r,

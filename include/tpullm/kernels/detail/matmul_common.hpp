@@ -30,8 +30,9 @@ namespace tpullm::kernels {
 ///    rounding); what `verify` checks at 1e-4.
 ///  - int8: x rounded to int8 with one scale (max|x| / 127) per weight group of each row, then
 ///    integer dot products, as llama.cpp's Q8_0 / Q8_K activations (lossy: docs/kernels.md has
-///    the bounds). Taken by the AVX-512 VNNI kernels at every M (detail::vnni_int8_rows for
-///    M > 4), unless AMX takes the product; every other path computes exactly.
+///    the bounds). Taken by the AVX-512 VNNI kernels and, on the AVX2 path, by the AVX2
+///    integer-dot kernels (same results), at every M (detail::vnni_int8_rows for M > 4), unless
+///    AMX takes the product; the AVX-512 path without VNNI and the portable one compute exactly.
 enum class XPrecision : std::uint8_t { exact, int8 };
 
 } // namespace tpullm::kernels
@@ -77,6 +78,12 @@ inline constexpr std::int64_t kGemvMaxRows = 4;
 inline constexpr std::int64_t kVnniInt8MaxRows = TPULLM_VNNI_INT8_MAX_ROWS;
 /// Rows of x the VNNI kernels take over a panel range at once (their digits stay in L2).
 inline constexpr std::int64_t kVnniRowBlock = 64;
+/// Test hook: when true, the AVX2 int8-activation GEMV (matmul_gemv_int8_avx2.hpp) uses
+/// VPMADDUBSW even where the CPU has AVX-VNNI (so tests and benchmarks cover both there).
+inline bool& avx_vnni_gemv_disabled() {
+  static bool disabled = false;
+  return disabled;
+}
 #ifndef TPULLM_GEMV_BYTES_PER_THREAD
 #define TPULLM_GEMV_BYTES_PER_THREAD (64 << 10)
 #endif

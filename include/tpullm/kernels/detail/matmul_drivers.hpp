@@ -11,6 +11,7 @@
 #include "tpullm/kernels/detail/matmul_gemv_vnni.hpp"
 #include "tpullm/kernels/detail/matmul_gemm_avx512.hpp"
 #include "tpullm/kernels/detail/matmul_gemv_avx2.hpp"
+#include "tpullm/kernels/detail/matmul_gemv_int8_avx2.hpp"
 #include "tpullm/kernels/detail/matmul_gemm_avx2.hpp"
 #endif
 
@@ -163,6 +164,12 @@ void gemv_range(const LinearArgs& a, Isa isa, std::int64_t pa, std::int64_t pb) 
   switch (isa) {
 #if TPULLM_X86
   case Isa::avx2:
+    if constexpr (is_quantized(F)) {
+      if (a.xd && a.xd->nd == 1) { // XPrecision::int8: integer dot products
+        gemv_int8_avx2<F>(a, *a.xd, pa, pb);
+        break;
+      }
+    }
     gemv_avx2<F>(a, pa, pb);
     break;
   case Isa::amx:
@@ -217,8 +224,8 @@ template <WeightFormat F>
 void run_linear(const LinearArgs& a, const CoreSplit& planned) {
   const Isa isa = active_isa();
   const std::int64_t P = a.v.p1 - a.v.p0;
-  // XPrecision::int8 with more than 4 rows: the VNNI kernels over columns when linear_view
-  // prepared digits for them (vnni_int8_rows)
+  // XPrecision::int8 with more than 4 rows: the VNNI (AVX-512 or AVX2) kernels over columns
+  // when linear_view prepared digits for them (vnni_int8_rows)
   const bool vnni_rows = a.M > kGemvMaxRows && a.xd;
   if (a.M <= kGemvMaxRows || vnni_rows) {
     CoreSplit split = planned;

@@ -44,12 +44,6 @@ TPULLM_TARGET_AVX512_VNNI inline __m512 vnni_group_sum(__m512i a0, __m512i a1, _
                          _mm512_fmadd_ps(f1, _mm512_set1_ps(1.0f / 256.0f), f0));
 }
 
-/// x's group sum as its digits represent it: s1 * (S_h + S_l / 256 + S_t / 65536).
-inline float vnni_digit_xsum(float s1, const std::int32_t* S) {
-  return s1 * (static_cast<float>(S[0]) + static_cast<float>(S[1]) * (1.0f / 256.0f) +
-               static_cast<float>(S[2]) * (1.0f / 65536.0f));
-}
-
 /// The zero point a VNNI group sum subtracts per column half: 128 for int8 (codes flipped), 0 for
 /// the scale-and-min formats (their mins are applied after the scale), else the format's zero.
 template <WeightFormat F>

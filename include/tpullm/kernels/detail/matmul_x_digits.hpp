@@ -1,5 +1,6 @@
 #pragma once
-/// Digit decomposition of x (three int8 digits per element) for the AVX-512 VNNI GEMV.
+/// Digit decomposition of x (three int8 digits per element, or one) for the integer-dot GEMVs
+/// (AVX-512 VNNI; AVX2 with one digit).
 
 #include "tpullm/kernels/detail/matmul_common.hpp"
 
@@ -17,6 +18,12 @@ struct XDigits {
   std::int64_t Kv = 0, Gv = 0, M = 0, seg = 0;
   int nd = 3; ///< digits: 3 (exact) or 1 (x rounded to int8 per group)
 };
+
+/// x's group sum as its digits represent it: s1 * (S_h + S_l / 256 + S_t / 65536).
+inline float vnni_digit_xsum(float s1, const std::int32_t* S) {
+  return s1 * (static_cast<float>(S[0]) + static_cast<float>(S[1]) * (1.0f / 256.0f) +
+               static_cast<float>(S[2]) * (1.0f / 65536.0f));
+}
 
 /// The digits XDigits holds for precision `p`.
 inline int x_digit_count(XPrecision p) {
@@ -110,6 +117,89 @@ TPULLM_TARGET_AVX512 inline void make_x_digits(const float* x, std::int64_t ldx,
       S[2] = _mm512_reduce_add_epi32(st);
     }
   }
+}
+
+/// make_x_digits for one digit (XPrecision::int8) at the AVX2 level, for the AVX2 int8 GEMV
+/// (matmul_gemv_int8_avx2.hpp): the same digits, scales and sums bit for bit (the same f32
+/// operations: s1 = max|x| / 127, h = rne(x * (127 / max|x|)) clamped to [-127, 127]).
+TPULLM_TARGET_AVX2 inline void make_x_digit1_avx2(const float* x, std::int64_t ldx, std::int64_t M,
+                                                  std::int64_t Kv, std::int64_t seg, XDigits& xd,
+                                                  std::int64_t Kx = -1) {
+  if (Kx < 0)
+    Kx = Kv;
+  xd.nd = 1;
+  xd.Kv = Kv;
+  xd.M = M;
+  xd.seg = seg;
+  xd.Gv = (Kv + seg - 1) / seg;
+  xd.d.resize(static_cast<std::size_t>(M * Kv));
+  xd.s1.resize(static_cast<std::size_t>(M * xd.Gv));
+  xd.S.resize(static_cast<std::size_t>(M * xd.Gv * 3));
+  const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
+  const __m256i lo = _mm256_set1_epi32(-127), hi = _mm256_set1_epi32(127);
+  for (std::int64_t m = 0; m < M; ++m) {
+    const float* xr = x + m * ldx;
+    std::int8_t* dh = xd.d.data() + m * Kv;
+    for (std::int64_t g = 0; g < xd.Gv; ++g) {
+      const std::int64_t ks = g * seg, ke = std::min(Kv, ks + seg), kx = std::min(Kx, ke);
+      __m256 mxv = _mm256_setzero_ps();
+      std::int64_t k = ks;
+      for (; k + 8 <= kx; k += 8)
+        mxv = _mm256_max_ps(mxv, _mm256_and_ps(_mm256_loadu_ps(xr + k), absmask));
+      alignas(32) float mv[8];
+      _mm256_store_ps(mv, mxv);
+      float mx = 0.0f;
+      for (float v : mv)
+        mx = std::max(mx, v);
+      for (; k < kx; ++k)
+        mx = std::max(mx, std::abs(xr[k]));
+      std::int32_t* S = xd.S.data() + (m * xd.Gv + g) * 3;
+      S[0] = S[1] = S[2] = 0;
+      if (!(mx > 0) || !std::isfinite(mx)) { // all-zero group (NaN/inf x is not supported here)
+        xd.s1[static_cast<std::size_t>(m * xd.Gv + g)] = 0.0f;
+        std::memset(dh + ks, 0, static_cast<std::size_t>(ke - ks));
+        continue;
+      }
+      const float inv1 = 127.0f / mx;
+      xd.s1[static_cast<std::size_t>(m * xd.Gv + g)] = mx / 127.0f;
+      const __m256 vi1 = _mm256_set1_ps(inv1);
+      __m256i sh = _mm256_setzero_si256();
+      k = ks;
+      for (; k + 8 <= kx; k += 8) {
+        // round to nearest even (MXCSR default), clamp to [-127, 127]
+        const __m256i h = _mm256_min_epi32(
+            hi,
+            _mm256_max_epi32(lo, _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(xr + k), vi1))));
+        sh = _mm256_add_epi32(sh, h);
+        const __m256i b = _mm256_packs_epi16(_mm256_packs_epi32(h, h), _mm256_setzero_si256());
+        const std::int32_t b0 = _mm256_extract_epi32(b, 0), b1 = _mm256_extract_epi32(b, 4);
+        std::memcpy(dh + k, &b0, 4);
+        std::memcpy(dh + k + 4, &b1, 4);
+      }
+      alignas(32) std::int32_t sv[8];
+      _mm256_store_si256(reinterpret_cast<__m256i*>(sv), sh);
+      std::int32_t sum = 0;
+      for (std::int32_t v : sv)
+        sum += v;
+      for (; k < ke; ++k) { // the tail, and padding rows (x = 0)
+        const float v = k < kx ? xr[k] * inv1 : 0.0f;
+        const auto h = static_cast<std::int32_t>(std::clamp(std::nearbyint(v), -127.0f, 127.0f));
+        dh[k] = static_cast<std::int8_t>(h);
+        sum += h;
+      }
+      S[0] = sum;
+    }
+  }
+}
+
+/// Digits of x for the GEMV kernels of the active ISA: make_x_digits on AVX-512, else
+/// make_x_digit1_avx2 (one digit only: the AVX2 kernels take XPrecision::int8 alone).
+inline void build_x_digits(const float* x, std::int64_t ldx, std::int64_t M, std::int64_t Kv,
+                           std::int64_t seg, XDigits& xd, std::int64_t Kx, int nd) {
+  if (vector_isa(active_isa()) == Isa::avx512)
+    make_x_digits(x, ldx, M, Kv, seg, xd, Kx, nd);
+  else
+    make_x_digit1_avx2(x, ldx, M, Kv, seg, xd, Kx);
 }
 
 #pragma GCC diagnostic pop
