@@ -20,13 +20,18 @@ same() { # same DRAFT OPTIONS...: the answer with and without --draft DRAFT
 }
 same prompt-lookup --prompt-ids 5,6,7,8,5,6,7,8,5,6,7,8,5,6 -n 24
 same prompt-lookup --prompt "$prompt" -n 24 --temperature 0.9 --seed 7
-# --draft self: the draft compiled into the bundle (compile --draft-mode w8a16 --draft-layers 1).
-"$tpullm" inspect "$short" | grep -q "^draft   1 of 2 layers in w8a16" ||
-  { echo "FAIL: inspect shows no draft model"; "$tpullm" inspect "$short"; exit 1; }
+# --draft self: the draft compiled into the bundle (compile --draft-mode w8a16 --draft-layers 1),
+# its integer linears taking int8 inputs (--draft-act-quant's default).
+"$tpullm" inspect "$short" |
+  grep -Eq "^draft   1 of 2 layers in w8a16, .* [1-9][0-9]* of [0-9]+ linears with int8 inputs" ||
+  { echo "FAIL: inspect shows no draft model with int8 inputs"; "$tpullm" inspect "$short"; exit 1; }
 full=$bundle
 bundle=$short same self --prompt "$prompt" -n 16 --temperature 0.9 --seed 7
 grep -Eq "^speculation: [1-9][0-9]* verify calls" "$dir/spec.err" ||
   { echo "FAIL: --draft self made no verify call"; cat "$dir/spec.err"; exit 1; }
+# The draft model caught up on the prompt with the prefill, not at its first draft.
+grep -Eq "^speculation: .*the draft model's prompt catch-up [0-9.]+ ms" "$dir/spec.err" ||
+  { echo "FAIL: the draft model was not prepared with the prompt"; cat "$dir/spec.err"; exit 1; }
 bundle=$full
 same "$bundle" --prompt "$prompt" -n 24
 # The bundle as its own draft model: a draft step as costly as the model's can never pay for

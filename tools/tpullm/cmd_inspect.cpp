@@ -13,6 +13,27 @@
 
 namespace tpullm::cli {
 
+namespace {
+
+/// Linears of `b` (MatMul, MatMulArgMax, MLP, MoE instructions) and those whose input is
+/// rounded to int8 (act_quant: W8A8, or act-quant dynamic over integer weights).
+std::pair<std::int64_t, std::int64_t> count_linears(const bundle::Bundle& b) {
+  std::int64_t linears = 0, int8_x = 0;
+  for (const auto& p : b.programs())
+    for (const auto& in : p.instrs)
+      std::visit(
+          [&](const auto& o) {
+            if constexpr (requires { o.act_quant; }) {
+              ++linears;
+              int8_x += o.act_quant.has_value();
+            }
+          },
+          in.op);
+  return {linears, int8_x};
+}
+
+} // namespace
+
 int cmd_inspect(const std::vector<std::string>& args) {
   std::string file;
   bool json = false, instrs = false, verify = false;
@@ -111,27 +132,20 @@ int cmd_inspect(const std::vector<std::string>& args) {
                   {"kv_cache_bytes", d->kv().bytes()}};
     draft_line = std::to_string(dm.layers) + " of " + std::to_string(m.layers) + " layers in " +
                  dm.mode + ", " + std::to_string(d->file_bytes() >> 20) + " MiB inside the " +
-                 "weights, KV cache " + std::to_string(d->kv().bytes() >> 20) +
-                 " MiB (run --draft self)";
+                 "weights, KV cache " + std::to_string(d->kv().bytes() >> 20) + " MiB";
+    const auto [dl, dx] = count_linears(*d);
+    j["draft"]["act_quant"] = {{"linears", dl}, {"int8_input", dx}};
+    if (dx > 0)
+      draft_line +=
+          ", " + std::to_string(dx) + " of " + std::to_string(dl) + " linears with int8 inputs";
+    draft_line += " (run --draft self)";
   } else {
     j["draft"] = nullptr;
   }
   if (checked)
     j["weights"]["verified"] = {
         {"chunks", checked->chunks}, {"bytes", checked->bytes}, {"seconds", checked->seconds}};
-  // Linears (MatMul, MatMulArgMax, MLP, MoE) and those whose input is rounded to int8
-  // (act_quant: W8A8, or act-quant dynamic over integer weights).
-  std::int64_t linears = 0, int8_x = 0;
-  for (const auto& p : b->programs())
-    for (const auto& in : p.instrs)
-      std::visit(
-          [&](const auto& o) {
-            if constexpr (requires { o.act_quant; }) {
-              ++linears;
-              int8_x += o.act_quant.has_value();
-            }
-          },
-          in.op);
+  const auto [linears, int8_x] = count_linears(*b);
   j["act_quant"] = {{"linears", linears}, {"int8_input", int8_x}};
   const std::string acts_line = int8_x == 0
                                     ? "f32 into every linear"
