@@ -23,7 +23,10 @@ Session::Session(Stages& stages, SessionDims dims, frontend::StageParams params)
     h.fn.assign(h.lengths.size(), std::vector<StageHandle>(static_cast<std::size_t>(dims_.layers)));
     return h;
   };
-  for (auto b : params_.decode_batch_sizes())
+  // Batched lm_heads are found by name, resolved at first use (batched_head): a bundle does not
+  // record --decode-batches, and without them a verify segment's rows went through the lm_head
+  // one by one (4 reads of the vocabulary's weights for a 4-row segment).
+  for (std::int64_t b = 2; b <= frontend::StageParams::kMaxDecodeBatch; ++b)
     head_fns_.emplace_back(b, StageHandle{});
   decode_fns_ = table(params_.decode_lengths());
   prefill_fns_ = table(params_.prefill_lengths());

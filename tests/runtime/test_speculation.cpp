@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <map>
 #include <memory>
@@ -285,6 +286,37 @@ TEST_CASE("speculative decoding answers as plain decoding, token for token", "[s
         }
       }
   }
+}
+
+TEST_CASE("a verify call from a bundle takes the batched lm_head in one run", "[speculation]") {
+  // A bundle does not record --decode-batches: the session finds lm_head_b4 by name. Without it
+  // the 4 rows went through lm_head one by one, reading the vocabulary's weights 4 times.
+  Model m(true);
+  const auto path = std::filesystem::temp_directory_path() / "tpullm-test-verify-head.bundle";
+  {
+    std::ofstream os(path, std::ios::binary);
+    bundle::write_bundle(m.cm, bundle::make_model_info(m.desc, m.stage_params, "f32"), os);
+  }
+  runtime::BundleSession e(path);
+  std::filesystem::remove(path);
+  auto& s = e.session();
+  (void)s.prefill({3, 17, 42, 9, 250, 11}, false);
+  const std::vector<std::int32_t> segment{5, 6, 7, 8};
+  const auto runs0 = e.executor().stats().runs;
+  const auto rows = s.verify(segment);
+  // embedding, one prefill_kv function per layer, one batched lm_head
+  CHECK(e.executor().stats().runs - runs0 == 2 + m.desc.dims.layers);
+  // the same logits as the in-memory stages, whose parameters list the batch
+  auto ref_s = m.session(0);
+  (void)ref_s.prefill({3, 17, 42, 9, 250, 11}, false);
+  const auto ref = ref_s.verify(segment);
+  REQUIRE(rows.size() == ref.size());
+  float worst = 0, top = 0;
+  for (std::size_t i = 0; i < ref.size(); ++i) {
+    worst = std::max(worst, std::abs(rows[i] - ref[i]));
+    top = std::max(top, std::abs(ref[i]));
+  }
+  CHECK(worst <= 1e-5f * top);
 }
 
 TEST_CASE("a draft model prepared with the prompt only decodes at its first draft call",

@@ -215,8 +215,8 @@ private:
   std::int64_t length_ = 0;
   Handles decode_fns_, prefill_fns_, prefill_kv_fns_;
   StageHandle embedding_fn_, embedding_cache_fn_, lm_head_fn_;
-  /// lm_head_bB of every batched decode size B (ascending), resolved on first use: id -1 not
-  /// yet, -2 not in the bundle.
+  /// lm_head_bB for every B in [2, StageParams::kMaxDecodeBatch] (ascending), found by name and
+  /// resolved on first use: id -1 not yet, -2 not in the bundle.
   std::vector<std::pair<std::int64_t, StageHandle>> head_fns_;
 };
 
