@@ -23,6 +23,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <cstdint>
 #include <cstring>
 #include <span>
@@ -466,4 +467,36 @@ TEST_CASE("int GEMV with XPrecision::int8: a row's result does not depend on the
   }
   if (rounding_paths == 0)
     WARN("SKIPPED: this CPU has neither the AVX-512 VNNI nor the AVX2 int8-activation path");
+}
+
+TEST_CASE("int GEMV with XPrecision::int8: a NaN or infinite input gives NaN, not a zeroed group",
+          "[matmul][gemv_quant][act_int8]") {
+  // The exact path propagates a non-finite x into its row's outputs; the rounding paths must not
+  // silently drop the group that holds it (its scale is NaN, so every output of the row is).
+  for (const GemvPath& path : int8_paths()) {
+    ScopedPath scoped(path);
+    for (WeightFormat f : {WeightFormat::int4_sym, WeightFormat::int8}) {
+      const std::int64_t K = 256, N = 40;
+      const QuantCase qc = make_quant(f, K, N, 32, 31 + static_cast<std::uint32_t>(f));
+      for (std::int64_t M : {1, 4, 9}) { // a GEMV row, a 4-row pass, a prompt block
+        for (float bad :
+             {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
+          auto x = outlier_x(M, K, 5);
+          x[static_cast<std::size_t>((M - 1) * K + 37)] = bad; // the last row, group 1
+          std::vector<float> y = nan_vec(static_cast<std::size_t>(M * N));
+          linear(x, qc.packed, {}, y, {M, K, N}, {SplitDim::cols, 2}, XPrecision::int8);
+          INFO(path.name << " " << format_name(f) << " M " << M << " x " << bad);
+          std::int64_t finite_last = 0, nonfinite_other = 0;
+          for (std::int64_t m = 0; m < M; ++m)
+            for (std::int64_t n = 0; n < N; ++n) {
+              const bool fin = std::isfinite(y[static_cast<std::size_t>(m * N + n)]);
+              finite_last += m == M - 1 && fin;
+              nonfinite_other += m < M - 1 && !fin;
+            }
+          CHECK(finite_last == 0);
+          CHECK(nonfinite_other == 0);
+        }
+      }
+    }
+  }
 }

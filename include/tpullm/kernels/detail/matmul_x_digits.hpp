@@ -2,6 +2,9 @@
 /// Digit decomposition of x (three int8 digits per element, or one) for the integer-dot GEMVs
 /// (AVX-512 VNNI; AVX2 with one digit).
 
+#include <cfloat>
+#include <limits>
+
 #include "tpullm/kernels/detail/matmul_common.hpp"
 
 namespace tpullm::kernels::detail {
@@ -66,13 +69,18 @@ TPULLM_TARGET_AVX512 inline void make_x_digits(const float* x, std::int64_t ldx,
         return static_cast<__mmask16>(n >= 16 ? 0xFFFF : (1u << n) - 1u);
       };
       __m512 mxv = _mm512_setzero_ps();
-      for (std::int64_t k = ks; k < kx; k += 16)
-        mxv =
-            _mm512_max_ps(mxv, _mm512_and_ps(_mm512_maskz_loadu_ps(mask(k, kx), xr + k), absmask));
+      __mmask16 bad = 0; // lanes that held a NaN or an infinity
+      for (std::int64_t k = ks; k < kx; k += 16) {
+        const __m512 a = _mm512_and_ps(_mm512_maskz_loadu_ps(mask(k, kx), xr + k), absmask);
+        bad |= _mm512_cmp_ps_mask(a, _mm512_set1_ps(FLT_MAX), _CMP_NLE_UQ);
+        mxv = _mm512_max_ps(mxv, a);
+      }
       const float mx = _mm512_reduce_max_ps(mxv);
       std::int32_t* S = xd.S.data() + (m * xd.Gv + g) * 3;
-      if (!(mx > 0) || !std::isfinite(mx)) { // all-zero group (NaN/inf x is not supported here)
-        xd.s1[static_cast<std::size_t>(m * xd.Gv + g)] = 0.0f;
+      if (bad != 0 || !(mx > 0)) { // a NaN / infinite x: a NaN scale, so the outputs are NaN;
+        // an all-zero group: scale 0
+        xd.s1[static_cast<std::size_t>(m * xd.Gv + g)] =
+            bad != 0 ? std::numeric_limits<float>::quiet_NaN() : 0.0f;
         S[0] = S[1] = S[2] = 0;
         std::memset(dh + ks, 0, static_cast<std::size_t>(ke - ks));
         if (!one) {
@@ -143,20 +151,28 @@ TPULLM_TARGET_AVX2 inline void make_x_digit1_avx2(const float* x, std::int64_t l
     for (std::int64_t g = 0; g < xd.Gv; ++g) {
       const std::int64_t ks = g * seg, ke = std::min(Kv, ks + seg), kx = std::min(Kx, ke);
       __m256 mxv = _mm256_setzero_ps();
+      int bad = 0; // lanes that held a NaN or an infinity
       std::int64_t k = ks;
-      for (; k + 8 <= kx; k += 8)
-        mxv = _mm256_max_ps(mxv, _mm256_and_ps(_mm256_loadu_ps(xr + k), absmask));
+      for (; k + 8 <= kx; k += 8) {
+        const __m256 a = _mm256_and_ps(_mm256_loadu_ps(xr + k), absmask);
+        bad |= _mm256_movemask_ps(_mm256_cmp_ps(a, _mm256_set1_ps(FLT_MAX), _CMP_NLE_UQ));
+        mxv = _mm256_max_ps(mxv, a);
+      }
       alignas(32) float mv[8];
       _mm256_store_ps(mv, mxv);
       float mx = 0.0f;
       for (float v : mv)
         mx = std::max(mx, v);
-      for (; k < kx; ++k)
+      for (; k < kx; ++k) {
+        bad |= !std::isfinite(xr[k]);
         mx = std::max(mx, std::abs(xr[k]));
+      }
       std::int32_t* S = xd.S.data() + (m * xd.Gv + g) * 3;
       S[0] = S[1] = S[2] = 0;
-      if (!(mx > 0) || !std::isfinite(mx)) { // all-zero group (NaN/inf x is not supported here)
-        xd.s1[static_cast<std::size_t>(m * xd.Gv + g)] = 0.0f;
+      if (bad != 0 || !(mx > 0)) { // a NaN / infinite x: a NaN scale, so the outputs are NaN;
+        // an all-zero group: scale 0
+        xd.s1[static_cast<std::size_t>(m * xd.Gv + g)] =
+            bad != 0 ? std::numeric_limits<float>::quiet_NaN() : 0.0f;
         std::memset(dh + ks, 0, static_cast<std::size_t>(ke - ks));
         continue;
       }
