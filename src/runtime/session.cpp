@@ -23,11 +23,12 @@ Session::Session(Stages& stages, SessionDims dims, frontend::StageParams params)
     h.fn.assign(h.lengths.size(), std::vector<StageHandle>(static_cast<std::size_t>(dims_.layers)));
     return h;
   };
-  // Batched lm_heads are found by name, resolved at first use (batched_head): a bundle does not
-  // record --decode-batches, and without them a verify segment's rows went through the lm_head
-  // one by one (4 reads of the vocabulary's weights for a 4-row segment).
+  // Batched lm_heads are found by name, as the batched decoder finds its functions: a bundle does
+  // not record --decode-batches, and without them a verify segment's rows went through the
+  // lm_head one by one (4 reads of the vocabulary's weights for a 4-row segment).
   for (std::int64_t b = 2; b <= frontend::StageParams::kMaxDecodeBatch; ++b)
-    head_fns_.emplace_back(b, StageHandle{});
+    if (stages_.has_function(frontend::StageNames::lm_head(b)))
+      head_fns_.emplace_back(b, StageHandle{});
   decode_fns_ = table(params_.decode_lengths());
   prefill_fns_ = table(params_.prefill_lengths());
   prefill_kv_fns_ = table(params_.prefill_lengths());
@@ -153,12 +154,9 @@ auto Session::batched_head(std::int64_t n) -> std::pair<std::int64_t, StageHandl
   for (auto& [b, h] : head_fns_) {
     if (b < n)
       continue;
-    if (h.id == -1) {
-      const auto name = frontend::StageNames::lm_head(b);
-      h = stages_.has_function(name) ? stages_.resolve(name) : StageHandle{-2};
-    }
-    if (h.id >= 0)
-      return {b, h};
+    if (h.id == -1)
+      h = stages_.resolve(frontend::StageNames::lm_head(b));
+    return {b, h};
   }
   return {0, StageHandle{}};
 }
@@ -220,15 +218,7 @@ auto Session::generate(const std::vector<std::int32_t>& prompt, Generation& gen,
   DraftLength length(spec.draft_max, spec.draft_cost);
   // (The logits first: a call's arguments are evaluated in no fixed order.)
   const auto first = prefill(prompt, false);
-  if (spec.draft_max > 0 && spec.prepare) {
-    const auto d0 = clock::now();
-    try {
-      spec.prepare(gen.context()); // a draft model catches up on the prompt here
-    } catch (const std::exception&) {
-      // a draft decides the speed, never the answer: its first call catches up instead
-    }
-    res.draft_prefill_seconds = std::chrono::duration<double>(clock::now() - d0).count();
-  }
+  res.draft_prefill_seconds = prepare_draft(spec, gen.context()); // a draft model catches up
   bool done = take(first, length_);
   while (!done) {
     const std::int32_t last = res.tokens.back();

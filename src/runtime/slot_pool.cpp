@@ -173,7 +173,7 @@ void SlotPool::step_one(Slot& s, SlotRound& round) {
       if (s.fed < s.prompt.size())
         return;
       s.state = SlotState::generating;
-      prepare_draft(s);
+      (void)prepare_draft(s.gen->options().speculation, s.gen->context()); // the draft catches up
     } else {
       logits = s.session->decode(s.last);
       s.cache->record(std::span<const std::int32_t>(&s.last, 1));
@@ -181,17 +181,6 @@ void SlotPool::step_one(Slot& s, SlotRound& round) {
     consume(s, logits, round);
   } catch (...) { // e.g. out of memory: this request fails, the others go on
     fail(s, round);
-  }
-}
-
-void SlotPool::prepare_draft(Slot& s) {
-  const SpeculationOptions& spec = s.gen->options().speculation;
-  if (spec.draft_max == 0 || !spec.prepare)
-    return;
-  try {
-    spec.prepare(s.gen->context()); // a draft model catches up on the prompt with the prefill
-  } catch (const std::exception&) {
-    // a draft decides the speed, never the answer: its first call catches up instead
   }
 }
 

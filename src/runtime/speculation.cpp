@@ -107,6 +107,18 @@ void DraftLength::record(int drafted, int accepted) {
     next_pause_ = first_pause_; // drafting pays again: the next backing off starts short
 }
 
+double prepare_draft(const SpeculationOptions& spec, std::span<const std::int32_t> context) {
+  if (spec.draft_max == 0 || !spec.prepare)
+    return 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    spec.prepare(context);
+  } catch (const std::exception&) {
+    // a draft decides the speed, never the answer: its first call catches up instead
+  }
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
 std::vector<std::int32_t> next_draft(const SpeculationOptions& spec, DraftLength& length,
                                      std::span<const std::int32_t> context, std::int64_t room,
                                      std::int64_t budget, double& seconds) {

@@ -60,9 +60,9 @@ int cmd_compile(const std::vector<std::string>& args) {
       "the draft keeps only the first N layers (layer skip; 0: all)")(
       "draft-lm-head-dtype", po::value(&draft.lm_head),
       "the draft's embedding and lm_head: bf16, f16, w8 or w4 (default: bf16 for w8a16 / "
-      "w4a16)")("draft-act-quant", po::value(&draft.act_quant)->default_value("dynamic"),
-                "the draft's integer linears: dynamic (input rounded to int8 per weight group; "
-                "the draft decides the speed, never the answer) or none (exact)");
+      "w4a16)")("draft-act-quant", po::value(&draft.act_quant),
+                "the draft's integer linears: dynamic (the default: input rounded to int8 per "
+                "weight group; the draft decides the speed, never the answer) or none (exact)");
   o.add(compile_options(copts, target_file));
   o.add(quantization_options(copts.lower, keep_float));
   o.add(input_options(no_mmap));

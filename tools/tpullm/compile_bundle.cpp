@@ -150,8 +150,11 @@ void DraftSpec::validate(const frontend::ModelDesc& desc) const {
         lm_head, "'");
   check(lm_head.empty() || !mode.empty(), ErrorKind::invalid_input, "--draft-lm-head-dtype",
         "needs --draft-mode (the draft's weight mode)");
-  check(act_quant == "dynamic" || act_quant == "none", ErrorKind::invalid_input,
-        "--draft-act-quant", "must be dynamic or none, got '", act_quant, "'");
+  check(act_quant.empty() || act_quant == "dynamic" || act_quant == "none",
+        ErrorKind::invalid_input, "--draft-act-quant", "must be dynamic or none, got '", act_quant,
+        "'");
+  check(act_quant.empty() || !mode.empty(), ErrorKind::invalid_input, "--draft-act-quant",
+        "needs --draft-mode (the draft's weight mode)");
 }
 
 namespace {
@@ -177,7 +180,7 @@ std::string compile_draft(const frontend::ModelDesc& desc, const frontend::Stage
   o.lower.mode = draft.mode;
   o.lower.kv_dtype = options.lower.kv_dtype;
   o.lower.embedding = o.lower.lm_head = draft.lm_head; // empty: the mode's default
-  o.lower.act_quant = draft.act_quant;                 // (dynamic touches integer weights only)
+  o.lower.act_quant = draft.act_quant.empty() ? "dynamic" : draft.act_quant; // (integer only)
   check_runnable(d, params, o);
   plan_quantization(d, o.lower, "");
   const auto cm = compiler::compile(frontend::build_top_modules(d, params), o);

@@ -35,9 +35,9 @@ struct DraftSpec {
   /// w8a16 / w4a16): in a small model with a large vocabulary the lm_head is most of a step.
   std::string lm_head;
   /// How its integer linears take their input: dynamic (rounded to int8 per weight group, the
-  /// VNNI kernels' one-digit path: a draft's arithmetic decides the speed, never the answer) or
-  /// none (exact f32 activations).
-  std::string act_quant = "dynamic";
+  /// VNNI kernels' one-digit path: a draft's arithmetic decides the speed, never the answer; also
+  /// when empty) or none (exact f32 activations).
+  std::string act_quant;
   /// Throws Error(invalid_input) naming --draft-mode / --draft-layers / --draft-lm-head-dtype /
   /// --draft-act-quant for a mode or dtype outside the lists, a layer count outside [0, the
   /// model's], and for any of them without --draft-mode.

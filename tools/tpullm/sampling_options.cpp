@@ -112,6 +112,15 @@ double draft_cost(const bundle::Bundle& draft, const bundle::Bundle& model) {
   return std::min(100.0, bytes(draft) / std::max(1.0, bytes(model)));
 }
 
+/// Makes `e`'s draft model the draft source of `g`, priced against `target`.
+DraftEngineHolder wire_draft(DraftEngineHolder e, const bundle::Bundle& target,
+                             runtime::GenerateOptions& g) {
+  g.speculation.draft = e->model.source();
+  g.speculation.prepare = e->model.preparer();
+  g.speculation.draft_cost = draft_cost(e->session.bundle(), target);
+  return e;
+}
+
 } // namespace
 
 void share_draft_workers(const DraftEngineHolder& e, runtime::Executor& target) {
@@ -149,11 +158,7 @@ DraftEngineHolder apply_draft(const DraftArgs& d, const bundle::Bundle& target,
     check(target.draft() != nullptr, ErrorKind::invalid_input, "--draft",
           "self: this bundle has no draft model (compile it with --draft-mode w4a16, or name a "
           "draft bundle file)");
-    DraftEngineHolder e(new DraftEngine(target.draft(), threads));
-    g.speculation.draft = e->model.source();
-    g.speculation.prepare = e->model.preparer();
-    g.speculation.draft_cost = draft_cost(*target.draft(), target);
-    return e;
+    return wire_draft(DraftEngineHolder(new DraftEngine(target.draft(), threads)), target, g);
   }
   check(std::filesystem::is_regular_file(d.source), ErrorKind::invalid_input, "--draft", "'",
         d.source, "' is neither none, prompt-lookup, self nor an existing draft bundle file");
@@ -169,11 +174,7 @@ DraftEngineHolder apply_draft(const DraftArgs& d, const bundle::Bundle& target,
         ": its tokenizer differs from the model's (a draft model needs the same tokenizer)");
   check(dm.params.with_history, ErrorKind::unsupported, "--draft", d.source,
         ": compiled with --no-history; a draft model follows the conversation through prefill_kv");
-  DraftEngineHolder e(new DraftEngine(std::move(b), threads));
-  g.speculation.draft = e->model.source();
-  g.speculation.prepare = e->model.preparer();
-  g.speculation.draft_cost = draft_cost(e->session.bundle(), target);
-  return e;
+  return wire_draft(DraftEngineHolder(new DraftEngine(std::move(b), threads)), target, g);
 }
 
 std::string describe_speculation(const runtime::GenerateOptions& g,

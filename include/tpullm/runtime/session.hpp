@@ -215,8 +215,8 @@ private:
   std::int64_t length_ = 0;
   Handles decode_fns_, prefill_fns_, prefill_kv_fns_;
   StageHandle embedding_fn_, embedding_cache_fn_, lm_head_fn_;
-  /// lm_head_bB for every B in [2, StageParams::kMaxDecodeBatch] (ascending), found by name and
-  /// resolved on first use: id -1 not yet, -2 not in the bundle.
+  /// lm_head_bB for every B in [2, StageParams::kMaxDecodeBatch] the stages have (ascending),
+  /// found by name at construction and resolved on first use (id -1 until then).
   std::vector<std::pair<std::int64_t, StageHandle>> head_fns_;
 };
 

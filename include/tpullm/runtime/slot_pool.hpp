@@ -128,8 +128,6 @@ public:
 private:
   struct Slot;
   void step_one(Slot& s, SlotRound& round);
-  /// A draft model catches up on `s`'s prompt once it is prefilled (SpeculationOptions::prepare).
-  void prepare_draft(Slot& s);
   /// The draft `s` verifies this round (empty: it decodes plainly).
   std::vector<std::int32_t> draft_for(Slot& s);
   void speculate(Slot& s, const std::vector<std::int32_t>& draft, SlotRound& round);

@@ -123,6 +123,11 @@ private:
 /// answer's tokens still allowed), from spec.draft or prompt lookup over `context`. A draft
 /// source that throws gives no draft (the step decodes plainly: a draft decides the speed, never
 /// the answer). `seconds` gets the time the draft took (DraftLength::observe).
+/// Runs spec.prepare over `context` (the prompt, once it is prefilled) when speculation is on
+/// and a draft source has one; a prepare that throws is ignored (the first draft call catches up
+/// instead: a draft decides the speed, never the answer). Returns the seconds it took.
+double prepare_draft(const SpeculationOptions& spec, std::span<const std::int32_t> context);
+
 std::vector<std::int32_t> next_draft(const SpeculationOptions& spec, DraftLength& length,
                                      std::span<const std::int32_t> context, std::int64_t room,
                                      std::int64_t budget, double& seconds);
