@@ -16,6 +16,7 @@
 #include <limits>
 #include <optional>
 #include <random>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -343,6 +344,76 @@ TEST_CASE("flash_attention int8 caches on every case", "[kernels][attention]") {
   }
 }
 
+// A segment of up to kDecodeArithmeticRows rows (a speculative verify call) computes each row as
+// the decode step at its position does, bit for bit, on any split and number of cores (the key
+// chunks are a function of the row's keys alone): segments at positions where the rows' chunk
+// counts differ (keys 3..18, 505..520 around the 2-chunk edge, 1020..1035, 16380..16395 at the
+// 64-chunk cap) against single-row calls on 1, 2 and 5 cores, for every cache type and ISA.
+template <class KV>
+void check_rows_as_decode_steps() {
+  const std::int64_t S = 16400, H = 2, G = 7, QH = H * G, d = 64, R = kDecodeArithmeticRows;
+  const std::int64_t row = kv_row_elems<KV>(d);
+  std::mt19937 rng(99);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  std::vector<KV> k(static_cast<std::size_t>(S * H * row)), v(k.size());
+  std::vector<float> f(static_cast<std::size_t>(d));
+  for (std::int64_t r = 0; r < S * H; ++r)
+    for (auto* cache : {&k, &v}) {
+      for (auto& e : f)
+        e = nd(rng);
+      if constexpr (std::is_same_v<KV, kv8_t>)
+        kv8_quantize_row(f.data(), cache->data() + r * row, d);
+      else
+        for (std::int64_t x = 0; x < d; ++x)
+          (*cache)[static_cast<std::size_t>(r * d + x)] =
+              from_f32<KV>(f[static_cast<std::size_t>(x)]);
+    }
+  std::vector<float> q(static_cast<std::size_t>(R * QH * d));
+  for (auto& e : q)
+    e = 2.f * nd(rng);
+  const float scale = 0.125f;
+  for (Isa isa : isas_to_test()) {
+    ScopedIsa guard(isa);
+    for (std::int64_t pos0 : {3, 505, 1020, 16380})
+      for (std::int64_t rows : {std::int64_t{2}, std::int64_t{5}, R}) {
+        std::vector<std::int32_t> pos(static_cast<std::size_t>(R));
+        for (std::int64_t i = 0; i < R; ++i)
+          pos[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(pos0 + i);
+        const AttentionShape seg{R, rows, S, pos0 + rows, QH, H, d, scale, true};
+        for (const CoreSplit split :
+             {CoreSplit{SplitDim::rows, 2}, CoreSplit{SplitDim::heads, 3}, CoreSplit{}}) {
+          std::vector<float> out(q.size(), kNaN);
+          flash_attention<KV>(q, k, v, pos, out, seg, split);
+          for (std::int64_t i = 0; i < rows; ++i)
+            for (const int parts : {1, 2, 5}) {
+              const AttentionShape step{1, 1, S, pos0 + i + 1, QH, H, d, scale, true};
+              std::vector<float> one(static_cast<std::size_t>(QH * d), kNaN);
+              const auto qi = std::span<const float>(q).subspan(
+                  static_cast<std::size_t>(i * QH * d), one.size());
+              flash_attention<KV>(
+                  qi, k, v,
+                  std::span<const std::int32_t>(pos).subspan(static_cast<std::size_t>(i), 1), one,
+                  step, CoreSplit{SplitDim::cols, parts});
+              INFO("kv=" << storage_name<KV>() << " isa=" << isa_name(isa) << " pos " << pos0 + i
+                         << " of a segment of " << rows << ", split parts " << split.parts
+                         << ", step on " << parts << " cores");
+              REQUIRE(std::memcmp(one.data(), out.data() + i * QH * d, one.size() * 4) == 0);
+            }
+          for (std::int64_t i = rows; i < R; ++i) // rows past L_valid untouched
+            CHECK(std::isnan(out[static_cast<std::size_t>(i * QH * d)]));
+        }
+      }
+  }
+}
+
+TEST_CASE("flash_attention computes a short segment's rows bit for bit as decode steps",
+          "[kernels][attention]") {
+  check_rows_as_decode_steps<float>();
+  check_rows_as_decode_steps<bf16_t>();
+  check_rows_as_decode_steps<f16_t>();
+  check_rows_as_decode_steps<kv8_t>();
+}
+
 TEST_CASE("int8 KV rows: codes, scale and their bound", "[kernels][attention]") {
   const std::int64_t d = 64;
   std::vector<float> x(static_cast<std::size_t>(d));
@@ -408,9 +479,16 @@ TEST_CASE("flash_attention rejects bad arguments", "[kernels][attention]") {
   CHECK_THROWS_KIND(flash_attention<float>(q, kv, kv, neg, out, s), invalid_input);
   std::vector<float> small_kv(10);
   CHECK_THROWS_KIND(flash_attention<float>(q, small_kv, kv, pos, out, s), internal);
-  CHECK_THROWS_KIND(flash_attention<float>(q, kv, kv, pos, out, s, CoreSplit{SplitDim::cols, 2}),
-                    internal);
-  // decode accepts a key split (flash-decoding)
+  // past kDecodeArithmeticRows rows (prefill tiles) a key split is refused
+  const std::int64_t L = kDecodeArithmeticRows + 1;
+  std::vector<float> ql(static_cast<std::size_t>(L * 4 * 16), 0.f), outl(ql.size()),
+      kvl(static_cast<std::size_t>(L * 2 * 16), 0.f);
+  std::vector<std::int32_t> posl(static_cast<std::size_t>(L), 0);
+  AttentionShape ls{L, L, L, L, 4, 2, 16, 0.25f, false};
+  CHECK_THROWS_KIND(
+      flash_attention<float>(ql, kvl, kvl, posl, outl, ls, CoreSplit{SplitDim::cols, 2}), internal);
+  // decode steps and short segments accept a key split (flash-decoding)
+  CHECK_NOTHROW(flash_attention<float>(q, kv, kv, pos, out, s, CoreSplit{SplitDim::cols, 2}));
   AttentionShape dec{1, 1, 8, 8, 4, 2, 16, 0.25f, true};
   CHECK_NOTHROW(flash_attention<float>(q, kv, kv, pos, out, dec, CoreSplit{SplitDim::cols, 2}));
 }

@@ -11,6 +11,11 @@
 
 namespace tpullm::kernels {
 
+/// Query rows up to which flash_attention computes each row as a decode step at its position
+/// would (flash-decoding; the same sums bit for bit): a speculative verify segment of up to
+/// this many rows gives the logits plain decoding gives.
+inline constexpr std::int64_t kDecodeArithmeticRows = 16;
+
 /// Problem shape of one attention call.
 struct AttentionShape {
   std::int64_t L = 0;        ///< query rows in q/out

@@ -46,12 +46,15 @@ namespace tpullm::kernels {
 /// Query rows past L_valid are neither read nor written; keys past S_valid are never read.
 /// `split`: heads = kv heads divided across cores; rows = (kv heads, q tile) items dealt
 /// round-robin (balances the causal triangle); none = calling thread; cols (keys) is rejected
-/// for L_valid > 1. `local_memory_bytes` bounds a work item's working set (0 = half the core's
-/// L2). On the amx Isa (or under amx::ScopedEmulation) prefill (L_valid > 1) computes Q K^T and
-/// P V on AMX-BF16 (q, k, v and p rounded to bf16; softmax in f32; see docs/kernels.md for the
-/// bound). L_valid == 1 (decode) runs flash-decoding whatever the split's dimension: the keys are
-/// cut into chunks of >= 256 across split.parts cores (then blocks of kv heads) and the partial
-/// softmax results are merged, so MQA and small GQA groups use every core.
+/// for L_valid > kDecodeArithmeticRows. `local_memory_bytes` bounds a work item's working set (0 =
+/// half the core's L2). On the amx Isa (or under amx::ScopedEmulation) prefill (L_valid >
+/// kDecodeArithmeticRows) computes Q K^T and P V on AMX-BF16 (q, k, v and p rounded to bf16;
+/// softmax in f32; see docs/kernels.md for the bound). L_valid <= kDecodeArithmeticRows (decode,
+/// and short segments such as a verify call's) runs flash-decoding whatever the split's dimension,
+/// each row as the decode step at its position: the keys are cut into chunks of >= 256 (a function
+/// of the row's keys only, so the sums do not depend on the cores) dealt across split.parts cores
+/// (then blocks of kv heads) and the partial softmax results are merged, so MQA and small GQA
+/// groups use every core.
 template <class KV>
 void flash_attention(std::span<const float> q, std::span<const KV> k, std::span<const KV> v,
                      std::span<const std::int32_t> position_ids, std::span<float> out,
@@ -70,7 +73,7 @@ void flash_attention(std::span<const float> q, std::span<const KV> k, std::span<
                         std::to_string(i) + " is negative");
   if (shape.L_valid == 0)
     return;
-  if (shape.L_valid == 1) { // decode: flash-decoding over key chunks, every core for any GQA group
+  if (shape.L_valid <= kDecodeArithmeticRows) { // decode steps: flash-decoding over key chunks
     detail::flash_decode<KV>(q.data(), k.data(), v.data(), position_ids.data(), out.data(), shape,
                              split);
     return;

@@ -227,9 +227,10 @@ fa_amx_item_hw(const float* q, const KV* k, const KV* v, const std::int32_t* pos
 /// Q tiles (32 rows) per AMX work item: K / V tile conversion is shared by an item's tiles.
 inline constexpr std::int64_t kFaAmxTilesPerItem = 8;
 
-/// Prefill attention on AMX (L_valid > 1; checks done by the caller). `emulated`: run the tile
-/// emulator instead of the tile unit. Items (kv head, up to 8 q tiles) follow `split` like the
-/// AVX-512 path: heads -> kv heads across cores, rows / none -> items round-robin / in order.
+/// Prefill attention on AMX (L_valid > kDecodeArithmeticRows; checks done by the caller).
+/// `emulated`: run the tile emulator instead of the tile unit. Items (kv head, up to 8 q tiles)
+/// follow `split` like the AVX-512 path: heads -> kv heads across cores, rows / none -> items
+/// round-robin / in order.
 template <class KV>
 void flash_attention_amx(const float* q, const KV* k, const KV* v, const std::int32_t* pos,
                          float* out, const AttentionShape& s, const CoreSplit& split,

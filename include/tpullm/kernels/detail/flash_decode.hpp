@@ -1,6 +1,7 @@
 #pragma once
-/// Flash-decoding: attention of one query row (L_valid = 1) over a long KV cache, with the keys
-/// split across cores and the partial softmax results merged at the end.
+/// Flash-decoding: attention of a few query rows (a decode step's one, or a short segment's,
+/// each computed as its own decode step) over a long KV cache, with the keys split into chunks
+/// across cores and the partial softmax results merged at the end.
 ///
 /// Work item = (key chunk, block of kv heads). Each item streams its key range for all its kv
 /// heads (for a block of all heads the K and V rows of a key range are one contiguous run each)
@@ -133,70 +134,93 @@ void fd_item(const FdItem<KV>& it, Isa isa) {
   }
 }
 
-/// How a decode call is cut: C key chunks x HB blocks of kv heads.
+/// How one query row's decode attention is cut: C key chunks x HB blocks of kv heads.
 struct FdPlan {
   std::int64_t chunks = 1, head_blocks = 1, keys = 0;
 };
 
-/// Chunks of at least kFdMinChunkKeys keys, no more than `parts`; leftover cores take blocks of
-/// kv heads.
+/// Chunks of at least kFdMinChunkKeys keys, at most kFdMaxChunks, as a function of the row's
+/// keys alone (so a row's sums are the same on any number of cores and in any call, decode step
+/// or a verify segment); cores left over take blocks of kv heads (which do not change the sums).
 inline FdPlan fd_plan(std::int64_t keys, std::int64_t kv_heads, std::int64_t parts) {
   FdPlan p;
   p.keys = keys;
   parts = std::max<std::int64_t>(1, parts);
-  p.chunks = std::clamp<std::int64_t>(keys / kFdMinChunkKeys, 1, std::min<std::int64_t>(parts, 64));
+  p.chunks = std::clamp<std::int64_t>(keys / kFdMinChunkKeys, 1, kFdMaxChunks);
   p.head_blocks = std::clamp<std::int64_t>(parts / p.chunks, 1, kv_heads);
   return p;
 }
 
-/// Decode attention (shape.L_valid == 1, checked by the caller): q: [L, q_heads, d] (row 0),
-/// k, v: [S, kv_heads, d] (kv8_t: head rows of d codes and a scale), out row 0: [q_heads, d]. Uses
-/// split.parts cores whatever the split's dimension (keys first, then kv heads).
+/// Decode attention of shape.L_valid (1 .. kDecodeArithmeticRows, checked by the caller) query
+/// rows, each computed as the decode step at its position would compute it: q: [L, q_heads, d],
+/// k, v: [S, kv_heads, d] (kv8_t: head rows of d codes and a scale), out rows [0, L_valid):
+/// [q_heads, d]. The work items of every row (key chunks x blocks of kv heads, fd_plan) run in
+/// one fork on split.parts cores whatever the split's dimension; each row's chunks are merged
+/// in chunk order.
 template <class KV>
 void flash_decode(const float* q, const KV* k, const KV* v, const std::int32_t* pos, float* out,
                   const AttentionShape& s, const CoreSplit& split) {
   const std::int64_t d = s.head_dim, H = s.kv_heads, G = s.q_heads / s.kv_heads, QH = s.q_heads;
-  const std::int64_t keys =
-      s.causal ? std::min<std::int64_t>(s.S_valid, static_cast<std::int64_t>(pos[0]) + 1)
-               : s.S_valid;
+  const std::int64_t rows = s.L_valid;
   const std::int64_t parts = split.dim == SplitDim::none ? 1 : std::max(1, split.parts);
-  const FdPlan plan = fd_plan(keys, H, parts);
-  const std::int64_t C = plan.chunks, HB = plan.head_blocks, items = C * HB;
-  // scratch: scaled q [QH, d], the same padded [QH, dp], then per chunk m [QH], l [QH], o [QH, d]
-  thread_local std::vector<float> scratch;
   const std::int64_t dp = (d + 15) / 16 * 16, per_chunk = QH * (d + 2);
-  scratch.resize(static_cast<std::size_t>(QH * (d + dp) + C * per_chunk));
-  float* qs = scratch.data();
-  float* qp = qs + QH * d;
-  const float qscale = s.scale * 1.4426950408889634f;
-  for (std::int64_t h = 0; h < QH; ++h) {
-    for (std::int64_t x = 0; x < d; ++x)
-      qp[h * dp + x] = qs[h * d + x] = q[h * d + x] * qscale;
-    std::fill(qp + h * dp + d, qp + (h + 1) * dp, 0.f);
+  // per row: its plan, its first item and its scratch (scaled q [QH, d], the same padded
+  // [QH, dp], then per chunk m [QH], l [QH], o [QH, d])
+  FdPlan plan[kDecodeArithmeticRows];
+  std::int64_t first_item[kDecodeArithmeticRows + 1], base[kDecodeArithmeticRows + 1];
+  first_item[0] = 0;
+  base[0] = 0;
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const std::int64_t keys =
+        s.causal ? std::min<std::int64_t>(s.S_valid, static_cast<std::int64_t>(pos[r]) + 1)
+                 : s.S_valid;
+    plan[r] = fd_plan(keys, H, parts);
+    first_item[r + 1] = first_item[r] + plan[r].chunks * plan[r].head_blocks;
+    base[r + 1] = base[r] + QH * (d + dp) + plan[r].chunks * per_chunk;
   }
-  float* part = qp + QH * dp;
+  const std::int64_t items = first_item[rows];
+  thread_local std::vector<float> scratch;
+  scratch.resize(static_cast<std::size_t>(base[rows]));
+  float* const sb = scratch.data(); // the workers see this thread's buffer through sb only
+  const float qscale = s.scale * 1.4426950408889634f;
+  for (std::int64_t r = 0; r < rows; ++r) {
+    float* qs = sb + base[r];
+    float* qp = qs + QH * d;
+    const float* qr = q + r * QH * d;
+    for (std::int64_t h = 0; h < QH; ++h) {
+      for (std::int64_t x = 0; x < d; ++x)
+        qp[h * dp + x] = qs[h * d + x] = qr[h * d + x] * qscale;
+      std::fill(qp + h * dp + d, qp + (h + 1) * dp, 0.f);
+    }
+  }
   const Isa isa = active_isa();
   auto run = [&](std::int64_t item) {
-    const std::int64_t c = item / HB, hb = item % HB;
+    std::int64_t r = 0;
+    while (item >= first_item[r + 1])
+      ++r;
+    const FdPlan& pl = plan[r];
+    const std::int64_t local = item - first_item[r];
+    const std::int64_t c = local / pl.head_blocks, hb = local % pl.head_blocks;
     FdItem<KV> it;
-    it.qs = qs;
-    it.qp = qp;
+    it.qs = sb + base[r];
+    it.qp = it.qs + QH * d;
     it.k = k;
     it.v = v;
     it.H = H;
     it.G = G;
     it.d = d;
     it.dp = dp;
-    const auto [h0, h1] = split_range(H, static_cast<int>(hb), static_cast<int>(HB));
-    const auto [j0, j1] = split_range(keys, static_cast<int>(c), static_cast<int>(C), kFdBlock);
+    const auto [h0, h1] = split_range(H, static_cast<int>(hb), static_cast<int>(pl.head_blocks));
+    const auto [j0, j1] =
+        split_range(pl.keys, static_cast<int>(c), static_cast<int>(pl.chunks), kFdBlock);
     it.h0 = h0;
     it.h1 = h1;
     it.j0 = j0;
     it.j1 = j1;
-    float* base = part + c * per_chunk;
-    it.m = base;
-    it.l = base + QH;
-    it.o = base + 2 * QH;
+    float* chunk = sb + base[r] + QH * (d + dp) + c * per_chunk;
+    it.m = chunk;
+    it.l = chunk + QH;
+    it.o = chunk + 2 * QH;
     if (j0 < j1 && h0 < h1)
       fd_item(it, isa);
   };
@@ -207,31 +231,37 @@ void flash_decode(const float* q, const KV* k, const KV* v, const std::int32_t* 
   } else {
     parallel_items(static_cast<int>(threads), items, run);
   }
-  // merge the chunks (a chunk without keys, possible only when keys < C * 16, has l = 0)
-  for (std::int64_t qh = 0; qh < QH; ++qh) {
-    float mx = -__builtin_inff();
-    for (std::int64_t c = 0; c < C; ++c) {
-      const float* base = part + c * per_chunk;
-      const auto [j0, j1] = split_range(keys, static_cast<int>(c), static_cast<int>(C), kFdBlock);
-      if (j0 < j1)
-        mx = std::max(mx, base[qh]);
-    }
-    float l = 0.f;
-    float w[64];
-    for (std::int64_t c = 0; c < C; ++c) {
-      const float* base = part + c * per_chunk;
-      const auto [j0, j1] = split_range(keys, static_cast<int>(c), static_cast<int>(C), kFdBlock);
-      w[c] = j0 < j1 ? exp2_approx(base[qh] - mx) : 0.f;
-      l += w[c] * base[QH + qh];
-    }
-    const float inv = 1.0f / l;
-    float* dst = out + qh * d;
-    for (std::int64_t x = 0; x < d; ++x) {
-      float acc = 0.f;
-      for (std::int64_t c = 0; c < C; ++c)
-        if (w[c] != 0.f)
-          acc += w[c] * part[c * per_chunk + 2 * QH + qh * d + x];
-      dst[x] = acc * inv;
+  // merge each row's chunks (a chunk without keys, possible only when keys < C * 16, has l = 0)
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const FdPlan& pl = plan[r];
+    const std::int64_t C = pl.chunks;
+    const float* part = sb + base[r] + QH * (d + dp);
+    for (std::int64_t qh = 0; qh < QH; ++qh) {
+      float mx = -__builtin_inff();
+      for (std::int64_t c = 0; c < C; ++c) {
+        const auto [j0, j1] =
+            split_range(pl.keys, static_cast<int>(c), static_cast<int>(C), kFdBlock);
+        if (j0 < j1)
+          mx = std::max(mx, part[c * per_chunk + qh]);
+      }
+      float l = 0.f;
+      float w[kFdMaxChunks];
+      for (std::int64_t c = 0; c < C; ++c) {
+        const float* chunk = part + c * per_chunk;
+        const auto [j0, j1] =
+            split_range(pl.keys, static_cast<int>(c), static_cast<int>(C), kFdBlock);
+        w[c] = j0 < j1 ? exp2_approx(chunk[qh] - mx) : 0.f;
+        l += w[c] * chunk[QH + qh];
+      }
+      const float inv = 1.0f / l;
+      float* dst = out + (r * QH + qh) * d;
+      for (std::int64_t x = 0; x < d; ++x) {
+        float acc = 0.f;
+        for (std::int64_t c = 0; c < C; ++c)
+          if (w[c] != 0.f)
+            acc += w[c] * part[c * per_chunk + 2 * QH + qh * d + x];
+        dst[x] = acc * inv;
+      }
     }
   }
 }

@@ -9,6 +9,8 @@ namespace tpullm::kernels::detail {
 
 /// Keys below which a chunk is not split further (the merge and the fork would cost more).
 inline constexpr std::int64_t kFdMinChunkKeys = 256;
+/// Most key chunks of one row (past 64 * 256 keys the chunks grow instead).
+inline constexpr std::int64_t kFdMaxChunks = 64;
 /// Keys per block of the decode loop.
 inline constexpr std::int64_t kFdBlock = 16;
 #ifndef TPULLM_FD_PREFETCH_BLOCKS
