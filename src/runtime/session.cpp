@@ -194,9 +194,6 @@ auto Session::generate(const std::vector<std::int32_t>& prompt, Generation& gen,
   // One loop for plain and speculative decoding: without drafts (draft_max 0, or none found)
   // a step is one decode; with a draft, one verify segment and as many steps as it holds.
   const SpeculationOptions& spec = gen.options().speculation;
-  check(spec.draft_max == 0 || params_.with_history, ErrorKind::unsupported, "speculation",
-        "the verify call needs the prefill_kv stage, and this bundle was compiled with "
-        "--no-history; recompile without --no-history");
   using clock = std::chrono::steady_clock;
   GenerateResult res;
   res.prompt_tokens = static_cast<std::int64_t>(prompt.size());
@@ -215,7 +212,7 @@ auto Session::generate(const std::vector<std::int32_t>& prompt, Generation& gen,
     return step.stop.has_value();
   };
   const auto V = static_cast<std::size_t>(dims_.vocab);
-  DraftLength length(spec.draft_max, spec.draft_cost);
+  DraftLength length(verify_draft_max(params_, spec.draft_max), spec.draft_cost);
   // (The logits first: a call's arguments are evaluated in no fixed order.)
   const auto first = prefill(prompt, false);
   res.draft_prefill_seconds = prepare_draft(spec, gen.context()); // a draft model catches up

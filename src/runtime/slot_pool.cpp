@@ -94,12 +94,8 @@ void SlotPool::start(int slot, const SlotRequest& request) {
   check(!request.prompt.empty(), ErrorKind::invalid_input, "prompt", "is empty");
   Slot& s = *slots_[static_cast<std::size_t>(slot)];
   s.gen.emplace(request.options, tok_, request.prompt); // validates the options first
-  check(request.options.speculation.draft_max == 0 || params_.with_history, ErrorKind::unsupported,
-        "speculation",
-        "the verify call needs the prefill_kv stage, and this bundle was compiled with "
-        "--no-history; recompile without --no-history");
-  s.draft_length =
-      DraftLength(request.options.speculation.draft_max, request.options.speculation.draft_cost);
+  s.draft_length = DraftLength(verify_draft_max(params_, request.options.speculation.draft_max),
+                               request.options.speculation.draft_cost);
   s.prompt = request.prompt;
   s.cached = s.cache->keep_prefix(s.prompt);
   s.fed = static_cast<std::size_t>(s.cached);

@@ -20,6 +20,23 @@ void SpeculationOptions::validate() const {
         "draft cost must be in [0, 100] decode steps, got ", draft_cost);
 }
 
+int verify_draft_max(const frontend::StageParams& p, int draft_max) {
+  if (draft_max <= 0)
+    return 0;
+  check(p.with_history, ErrorKind::unsupported, "speculation",
+        "the verify call needs the prefill_kv stage, and this bundle was compiled with "
+        "--no-history; recompile without --no-history");
+  std::int64_t rows = 0; // the longest prefill length whose rows compute as decode steps
+  for (std::int64_t len : p.prefill_lengths())
+    if (len <= kernels::kDecodeArithmeticRows)
+      rows = std::max(rows, len);
+  check(rows >= 2, ErrorKind::unsupported, "speculation",
+        "a verify call runs through a prefill length of 2 to ", kernels::kDecodeArithmeticRows,
+        " tokens, and this bundle has none (its shortest is ", p.prefill_lengths().back(),
+        "); recompile with --prefill-lengths auto or e.g. --prefill-lengths 4,8,16");
+  return static_cast<int>(std::min<std::int64_t>(draft_max, rows - 1));
+}
+
 std::vector<std::int32_t> prompt_lookup_draft(std::span<const std::int32_t> context,
                                               const SpeculationOptions& o, int k) {
   const auto n_ctx = static_cast<std::int64_t>(context.size());

@@ -21,8 +21,12 @@ using runtime::SlotState;
 
 namespace {
 
+/// 128 positions, prefill segments of 32 and 8 rows (a verify segment runs through the 8),
+/// decode variants 128 and 64, batched decode of 2 and 4.
 frontend::StageParams pool_params() {
-  return tpullm_test::small_params(128, 32, {64}, {1, 2, 4});
+  auto p = tpullm_test::small_params(128, 32, {64}, {1, 2, 4});
+  p.prefill_chunks = {8};
+  return p;
 }
 
 std::vector<std::int32_t> ids(std::size_t n, std::size_t seed) {

@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -159,6 +160,23 @@ TEST_CASE("the draft length weighs acceptance against the cost of drafting", "[s
   bad.ngram_min = 2;
   bad.draft_cost = -1;
   CHECK_THROWS_AS(bad.validate(), Error);
+  // 1 + draft_max rows verify as decode steps: at most kDecodeArithmeticRows
+  bad.draft_cost = 0;
+  bad.draft_max = static_cast<int>(kernels::kDecodeArithmeticRows);
+  CHECK_THROWS_AS(bad.validate(), Error);
+  // ... through a prefill variant that short: the draft length is capped to the longest one
+  auto vp = tpullm_test::small_params(96, 64, {});
+  CHECK(runtime::verify_draft_max(vp, 0) == 0);
+  CHECK_THROWS_WITH(runtime::verify_draft_max(vp, 3),
+                    Catch::Contains("runs through a prefill length of 2 to 16 tokens, and this "
+                                    "bundle has none (its shortest is 64)"));
+  vp.prefill_chunks = {8, 32};
+  CHECK(runtime::verify_draft_max(vp, 3) == 3);
+  CHECK(runtime::verify_draft_max(vp, 15) == 7);
+  vp.prefill_chunks = {16};
+  CHECK(runtime::verify_draft_max(vp, 15) == 15);
+  vp.with_history = false;
+  CHECK_THROWS_WITH(runtime::verify_draft_max(vp, 3), Catch::Contains("--no-history"));
 }
 
 namespace {
@@ -285,6 +303,72 @@ TEST_CASE("speculative decoding answers as plain decoding, token for token", "[s
           CHECK(worst <= 1e-4f * top);
         }
       }
+  }
+}
+
+TEST_CASE("a verify call's rows are bit for bit the decode steps they stand for, in int8-input "
+          "modes",
+          "[speculation]") {
+  // Greedy speculation gives plain decoding's answer only if a verify row's logits are the
+  // decode step's: attention of up to kDecodeArithmeticRows rows runs as decode steps, and a
+  // linear whose inputs are rounded to int8 (--act-quant dynamic, the GGUF default) sums a row
+  // the same in a batch as alone. Float linears sum M rows in another order than one (GEMV
+  // accumulator sets, the GEMM's K blocks): there a row agrees to rounding only (f32 sums, then
+  // an f16 cache rounding them: 2.6e-4 of the largest logit seen at 8 rows). Segments of
+  // 1, 4 and 8 rows at histories of 20 and 505 tokens (the rows' key chunks go from 1 to 2 at
+  // 512), through the batched lm_head (4, 8) and row by row.
+  struct Mode {
+    const char* mode;
+    const char* act_quant;
+    const char* kv;
+    const char* lm_head;
+    bool exact; ///< every linear takes int8 inputs
+  };
+  for (const Mode md :
+       {Mode{"w8a16", "dynamic", "f16", "w8", true}, Mode{"w4a16", "dynamic", "int8", "w8", true},
+        Mode{"w4a16", "dynamic", "bf16", "w4", true}, Mode{"w4a16", "dynamic", "f16", "", false},
+        Mode{"w4a16", "none", "f16", "w8", false}, Mode{"f32", "", "", "", false}}) {
+    for (bool batched : {true, false}) {
+      auto p = tpullm_test::small_params(
+          544, 64, {}, batched ? std::vector<std::int64_t>{4, 8} : std::vector<std::int64_t>{});
+      p.prefill_chunks = {4, 8};
+      const auto desc = frontend::load_model(tpullm_test::model_dir("llama-gqa"));
+      compiler::CompileOptions o;
+      o.target.cores = 2;
+      o.lower.mode = md.mode;
+      o.lower.act_quant = md.act_quant;
+      o.lower.kv_dtype = md.kv;
+      o.lower.lm_head = md.lm_head;
+      o.lower.group_size = 32;
+      const auto cm = compiler::compile(frontend::build_top_modules(desc, p), o);
+      auto exec = runtime::make_executor(cm, 0, 2);
+      runtime::CompiledStages st0(*exec, 0), st1(*exec, 1);
+      const auto dims = runtime::session_dims(bundle::make_model_info(desc, p, md.mode));
+      for (std::size_t history : {std::size_t{20}, std::size_t{505}})
+        for (std::size_t rows : {std::size_t{1}, std::size_t{4}, std::size_t{8}}) {
+          INFO("mode " << md.mode << " act_quant '" << md.act_quant << "' kv '" << md.kv
+                       << "' lm_head '" << md.lm_head << "', batched lm_head " << batched
+                       << ", history " << history << ", " << rows << " rows");
+          const auto prompt = tpullm_test::test_ids(history, rows);
+          const auto segment = tpullm_test::test_ids(rows, 7 + rows, 13);
+          runtime::Session plain(st0, dims, p), spec(st1, dims, p);
+          (void)plain.prefill(prompt, false);
+          (void)spec.prefill(prompt, false);
+          const auto all = spec.verify(segment);
+          const std::size_t V = all.size() / rows;
+          REQUIRE(V * rows == all.size());
+          for (std::size_t i = 0; i < rows; ++i) {
+            const auto step = plain.decode(segment[i]);
+            REQUIRE(step.size() == V);
+            INFO("row " << i);
+            const std::span<const float> row(all.data() + i * V, V);
+            if (md.exact)
+              CHECK(std::memcmp(step.data(), row.data(), V * sizeof(float)) == 0);
+            else
+              CHECK(tpullm_test::row_rel_err(row, step) <= 1e-3);
+          }
+        }
+    }
   }
 }
 

@@ -66,7 +66,7 @@ tpullm_chat_test(compile-draft-layers-bad 2 "--draft-layers: must be in \\[0, 2\
   ${tpullm} compile ${C}/model -o ${C}/never.bundle --draft-mode w4a16 --draft-layers 5)
 tpullm_bundle_text_test(run-draft-bad 2 "--draft: 'ngram' is neither none, prompt-lookup, self nor an existing draft bundle file"
   ${tpullm} run ${C}/chat.bundle --prompt hi --draft ngram)
-tpullm_bundle_text_test(run-draft-too-long 2 "--draft-max: must be in \\[1, 32\\], got 40"
+tpullm_bundle_text_test(run-draft-too-long 2 "--draft-max: must be in \\[1, 15\\], got 40"
   ${tpullm} run ${C}/chat.bundle --prompt hi --draft prompt-lookup --draft-max 40)
 tpullm_bundle_text_test(run-draft-no-history 2 "--draft: the verify call needs the prefill_kv stage, and this bundle was compiled with --no-history"
   ${tpullm} run ${C}/short-nohist.bundle --prompt hi --draft prompt-lookup)

@@ -29,6 +29,7 @@
 #include <string>
 #include <vector>
 
+#include "tpullm/kernels/attention_shape.hpp"
 #include "tpullm/kernels/core_split.hpp"
 #include "tpullm/kernels/cpu_features.hpp"
 #include "tpullm/kernels/packed_weights.hpp"
@@ -75,11 +76,13 @@ inline bool use_digit_gemv(XPrecision p) {
 
 /// Whether a linear of M > 4 rows over weights of format `f` runs on the VNNI kernels (AVX-512
 /// VNNI, or the AVX2 integer-dot ones): x may be rounded to int8 (XPrecision::int8, up to
-/// kVnniInt8MaxRows rows), one of them runs and the tile unit does not take the product.
+/// kVnniInt8MaxRows rows), one of them runs and the tile unit does not take the product. Up to
+/// kDecodeArithmeticRows rows (a verify segment) they run even where the tile unit would: their
+/// rows sum as a GEMV's single row does, so a verify row's logits are the decode step's.
 inline bool vnni_int8_rows(WeightFormat f, std::int64_t M, XPrecision p) {
   bool emulated = false;
   return is_quantized(f) && M > kGemvMaxRows && M <= kVnniInt8MaxRows && p == XPrecision::int8 &&
-         use_digit_gemv(p) && !amx_linear_applies(f, M, emulated);
+         use_digit_gemv(p) && (M <= kDecodeArithmeticRows || !amx_linear_applies(f, M, emulated));
 }
 
 /// Digits of x for the VNNI / AVX2 integer-dot GEMV of one view (null when another path runs):

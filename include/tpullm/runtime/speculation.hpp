@@ -6,15 +6,22 @@
 /// the segment's logits exactly as plain decoding samples it, keeping the drafts while they
 /// equal what was sampled. Every row's logits are those plain decoding would compute after the
 /// same tokens, and each answer token is sampled from them with the same sampler state, so the
-/// answer is plain decoding's, greedy or sampled, seed for seed; only the float arithmetic of
-/// the segment (a GEMM of 1 + k rows instead of a GEMV) differs. Rejected positions are undone
-/// by rolling the cache length back (their slots are overwritten later).
+/// answer is plain decoding's, greedy or sampled, seed for seed. Bit for bit so where every
+/// linear takes int8-rounded inputs (--act-quant dynamic on integer weights, the GGUF default):
+/// a segment of up to kernels::kDecodeArithmeticRows rows computes its attention as decode steps
+/// and its integer linears sum each row as one; float linears sum 1 + k rows in another order
+/// than one, so there a row agrees to rounding (a greedy tie that close can go either way).
+/// Rejected positions are undone by rolling the cache length back (their slots are overwritten
+/// later).
 
 #include <cstdint>
 #include <functional>
 #include <span>
 #include <utility>
 #include <vector>
+
+#include "tpullm/frontend/stage_params.hpp"
+#include "tpullm/kernels/attention_shape.hpp"
 
 namespace tpullm::runtime {
 
@@ -44,8 +51,10 @@ struct SpeculationOptions {
   /// Throws Error(invalid_input, "speculation") unless 0 <= draft_max <= kMaxDraft,
   /// 1 <= ngram_min <= ngram_max <= kMaxNgram and 0 <= draft_cost <= 100.
   void validate() const;
-  static constexpr int kMaxDraft = 32; ///< bound on draft_max
-  static constexpr int kMaxNgram = 8;  ///< bound on ngram_max
+  /// Bound on draft_max: a verify segment of 1 + draft_max rows computes as decode steps
+  /// (kernels::kDecodeArithmeticRows).
+  static constexpr int kMaxDraft = static_cast<int>(kernels::kDecodeArithmeticRows) - 1;
+  static constexpr int kMaxNgram = 8; ///< bound on ngram_max
 };
 
 /// At most `k` tokens that followed an earlier occurrence (not the suffix itself) of the last n
@@ -116,6 +125,13 @@ private:
   int first_pause_, next_pause_, pause_ = 0;
   bool probe_ = false;
 };
+
+/// The draft length a bundle of stage parameters `p` verifies exactly: `draft_max` capped so
+/// that 1 + draft rows run through a prefill_kv variant of at most
+/// kernels::kDecodeArithmeticRows rows (whose rows compute as decode steps). Throws
+/// Error(unsupported, "speculation") when draft_max > 0 and the bundle has no prefill_kv stage
+/// (--no-history) or no prefill length that short; 0 stays 0.
+int verify_draft_max(const frontend::StageParams& p, int draft_max);
 
 /// The draft for the next step of an answer, as Session::generate and SlotPool ask for it: the
 /// length `length` proposes, cut so that the verify segment (1 + k positions) fits the `room`
