@@ -82,11 +82,13 @@ po::options_description speculation_options(DraftArgs& d) {
                   "none | prompt-lookup | self | DRAFT.bundle: draft tokens from the context "
                   "(what followed the last 2-3 tokens earlier), from the draft model compiled "
                   "into the bundle (compile --draft-mode) or from a smaller model with the same "
-                  "vocabulary, checked in one prefill_kv call; the answer is the same as without "
-                  "(fastest with --prefill-lengths and --decode-batches holding --draft-max + 1, "
-                  "e.g. 4 and 1,4)")(
+                  "vocabulary, checked in one prefill_kv call of at most 16 tokens; the answer is "
+                  "the same as without (bit for bit with --act-quant dynamic; to float rounding "
+                  "with float linears) (fastest with --prefill-lengths and --decode-batches "
+                  "holding --draft-max + 1, e.g. 4 and 1,4)")(
       "draft-max", po::value(&d.max)->default_value(d.max),
-      "draft tokens per verify call at most (the length adapts below it)");
+      "draft tokens per verify call at most, 1 to 15 (the length adapts below it, and "
+      "stays below the longest prefill length of at most 16)");
   return o;
 }
 

@@ -12,8 +12,8 @@
 namespace tpullm::kernels {
 
 /// Query rows up to which flash_attention computes each row as a decode step at its position
-/// would (flash-decoding; the same sums bit for bit): a speculative verify segment of up to
-/// this many rows gives the logits plain decoding gives.
+/// would (flash-decoding; the same sums bit for bit for a split of as many cores): a
+/// speculative verify segment of up to this many rows gives the logits plain decoding gives.
 inline constexpr std::int64_t kDecodeArithmeticRows = 16;
 
 /// Problem shape of one attention call.

@@ -51,10 +51,9 @@ namespace tpullm::kernels {
 /// kDecodeArithmeticRows) computes Q K^T and P V on AMX-BF16 (q, k, v and p rounded to bf16;
 /// softmax in f32; see docs/kernels.md for the bound). L_valid <= kDecodeArithmeticRows (decode,
 /// and short segments such as a verify call's) runs flash-decoding whatever the split's dimension,
-/// each row as the decode step at its position: the keys are cut into chunks of >= 256 (a function
-/// of the row's keys only, so the sums do not depend on the cores) dealt across split.parts cores
-/// (then blocks of kv heads) and the partial softmax results are merged, so MQA and small GQA
-/// groups use every core.
+/// each row as the decode step at its position (for a split of as many cores): the keys are cut
+/// into up to split.parts chunks of >= 256 (then blocks of kv heads), all rows' items in one fork,
+/// and the partial softmax results are merged, so MQA and small GQA groups use every core.
 template <class KV>
 void flash_attention(std::span<const float> q, std::span<const KV> k, std::span<const KV> v,
                      std::span<const std::int32_t> position_ids, std::span<float> out,

@@ -9,7 +9,7 @@ namespace tpullm::kernels::detail {
 
 /// Keys below which a chunk is not split further (the merge and the fork would cost more).
 inline constexpr std::int64_t kFdMinChunkKeys = 256;
-/// Most key chunks of one row (past 64 * 256 keys the chunks grow instead).
+/// Most key chunks of one row (one per core; past 64 cores, blocks of kv heads).
 inline constexpr std::int64_t kFdMaxChunks = 64;
 /// Keys per block of the decode loop.
 inline constexpr std::int64_t kFdBlock = 16;
