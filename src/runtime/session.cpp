@@ -226,7 +226,9 @@ auto Session::generate(const std::vector<std::int32_t>& prompt, Generation& gen,
                    draft_seconds);
     res.speculation.draft_seconds += draft_seconds;
     if (draft.empty()) {
+      const auto s0 = clock::now();
       const auto logits = decode(last);
+      length.observe_step(std::chrono::duration<double>(clock::now() - s0).count());
       done = take(logits, length_);
       continue;
     }

@@ -230,6 +230,7 @@ void SlotPool::decode_together(const std::vector<Slot*>& slots, SlotRound& round
   for (Slot* s : slots)
     rows.push_back({s->session.get(), s->index, s->last});
   std::vector<float> logits;
+  const auto t0 = std::chrono::steady_clock::now();
   try {
     logits = decoder_.decode(rows);
   } catch (...) {
@@ -237,6 +238,11 @@ void SlotPool::decode_together(const std::vector<Slot*>& slots, SlotRound& round
       fail(*s, round);
     return;
   }
+  // what a token of each of these slots cost: the round's decode (its drafts are priced by it)
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  for (Slot* s : slots)
+    s->draft_length.observe_step(seconds);
   round.decode_batch = static_cast<std::int64_t>(slots.size());
   const auto V = logits.size() / slots.size();
   for (std::size_t r = 0; r < slots.size(); ++r) {

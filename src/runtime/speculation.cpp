@@ -94,6 +94,10 @@ int DraftLength::next() {
     --pause_;
     return 0;
   }
+  if (timed_ && step_seconds_ <= 0 && steps_asked_ < 2) {
+    ++steps_asked_; // two plain steps before the first draft: the second one is timed
+    return 0;
+  }
   if (probe_)
     return 1;
   const auto [k, r] = best();
@@ -109,9 +113,20 @@ int DraftLength::next() {
 void DraftLength::observe(double draft_seconds, double verify_seconds, int drafted) {
   if (!timed_ || drafted <= 0 || !(verify_seconds > 0) || !(draft_seconds >= 0))
     return;
-  const double step = verify_seconds / (1 + drafted * row_cost_);
+  double step = verify_seconds / (1 + drafted * row_cost_);
+  if (step_seconds_ > 0) { // priced against a timed plain step: the verify call's rows too
+    step = step_seconds_;
+    const double rows = std::clamp((verify_seconds / step - 1) / drafted, 0.0, 10.0);
+    row_cost_ = 0.7 * row_cost_ + 0.3 * rows;
+  }
   const double measured = std::min(100.0, draft_seconds / (drafted * step));
   draft_cost_ = 0.7 * draft_cost_ + 0.3 * measured;
+}
+
+void DraftLength::observe_step(double seconds) {
+  if (!timed_ || !(seconds > 0) || ++steps_seen_ == 1) // the first step after a prefill is cold
+    return;
+  step_seconds_ = step_seconds_ > 0 ? 0.7 * step_seconds_ + 0.3 * seconds : seconds;
 }
 
 void DraftLength::record(int drafted, int accepted) {

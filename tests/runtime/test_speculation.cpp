@@ -103,11 +103,12 @@ TEST_CASE("the draft length weighs acceptance against the cost of drafting", "[s
   const int costly_calls = verify_calls(costly, 2000, [](int) { return 0; });
   CHECK(costly_calls < calls);
   CHECK(costly_calls <= 12);
-  // ... but drafts it while they are kept, shorter than free drafts would be.
+  // ... but drafts it while they are kept, shorter than free drafts would be, after two plain
+  // steps (the second timed, to price its drafts against).
   runtime::DraftLength kept_costly(6, 0.5);
   lengths.clear();
   CHECK(verify_calls(
-            kept_costly, 50, [](int k) { return k; }, &lengths) == 50);
+            kept_costly, 50, [](int k) { return k; }, &lengths) == 48);
   CHECK(lengths.back() == 6);
   // Each draft token kept with probability 1/2 (a fixed coin sequence): a costly draft does
   // not pay (expected 1.5 tokens for 1.55 steps at one token), so it backs off; free drafts go on.
@@ -150,6 +151,38 @@ TEST_CASE("the draft length weighs acceptance against the cost of drafting", "[s
   CHECK(slow_calls < 20);
   free_draft.observe(1.0, 0.01, 3);
   CHECK(free_draft.draft_cost() == 0);
+  // A verify call dearer than modelled: a plain step of 0.1 s, a verify call of 0.2 s (2 steps,
+  // not 1 + 0.05 k) and drafts of 0.09 s a token, every one kept. At most 3 drafts never pay
+  // (4 tokens for 2 + 3 * 0.9 steps). Priced against the verify call alone, the step looks like
+  // 0.17 s and the drafts like 0.5 steps, so drafting goes on; with the plain steps timed (the
+  // first two are plain for that, the first one, cold after a prefill, left out: 1 s here) the
+  // draft length backs off.
+  const auto dear_verify = [](bool time_steps) {
+    runtime::DraftLength len(3, 0.3);
+    int calls = 0;
+    for (int step = 0; step < 200; ++step)
+      if (const int k = len.next(); k > 0) {
+        ++calls;
+        len.observe(0.09 * k, 0.2, k);
+        len.record(k, k);
+      } else if (time_steps) {
+        len.observe_step(step == 0 ? 1.0 : 0.1);
+      }
+    return std::pair{calls, len.row_cost()};
+  };
+  const auto [untimed_calls, untimed_rows] = dear_verify(false);
+  const auto [timed_calls, timed_rows] = dear_verify(true);
+  CHECK(untimed_calls > 100);
+  CHECK(untimed_rows == runtime::DraftLength::kRowCost);
+  CHECK(timed_calls < 20);
+  CHECK(timed_rows > 0.2);
+  // free drafts ignore step times as they ignore the rest of the clock
+  runtime::DraftLength free_steps(3);
+  CHECK(free_steps.next() == 3);
+  free_steps.observe_step(0.1);
+  free_steps.observe_step(0.1);
+  free_steps.observe(0, 1.0, 3);
+  CHECK(free_steps.row_cost() == runtime::DraftLength::kRowCost);
   CHECK(runtime::DraftLength(0).next() == 0);
   SpeculationOptions bad;
   bad.draft_max = 33;

@@ -104,9 +104,19 @@ public:
   /// prefill_kv of the kept tokens): the cost follows the measured one (weight 0.3 per call).
   /// Ignored for free drafts (a draft_cost of 0 at construction: prompt lookup, whose choices
   /// stay independent of timing).
+  /// Once a plain step has been timed (observe_step), the decode step is that time: the call's
+  /// verify cost in steps corrects row_cost as well, so a verify call that costs 1.5 steps
+  /// instead of the modelled 1.15 is priced as such.
   void observe(double draft_seconds, double verify_seconds, int drafted);
+  /// Times a plain decode step (`seconds`, weight 0.3 per step after the first one kept), which
+  /// observe() then measures verify calls and drafts against. The first step given is left out
+  /// (right after a prefill it measured 3x a later one), and a timed draft (a draft model)
+  /// decodes its first two steps plainly to have a time. Ignored for free drafts.
+  void observe_step(double seconds);
   /// The draft cost in use (decode steps per draft token).
   double draft_cost() const { return draft_cost_; }
+  /// The cost of a verify row in use (decode steps per drafted token).
+  double row_cost() const { return row_cost_; }
   /// The estimated probability that a draft token is kept.
   double acceptance() const { return kept_ / (kept_ + missed_); }
   /// The first pause, in decode steps: max(4, (row_cost + draft_cost) / 0.02).
@@ -121,6 +131,9 @@ private:
   int max_;
   double draft_cost_, row_cost_;
   bool timed_;                       ///< observe() corrects draft_cost_ (a draft model)
+  double step_seconds_ = 0;          ///< a plain decode step's time (0: none timed yet)
+  int steps_asked_ = 0;              ///< plain steps next() asked for, to time the second
+  int steps_seen_ = 0;               ///< plain steps observe_step() was given
   double kept_ = 2.0, missed_ = 0.5; ///< decayed counts, the prior included
   int first_pause_, next_pause_, pause_ = 0;
   bool probe_ = false;
