@@ -152,6 +152,8 @@ DraftEngineHolder apply_draft(const DraftArgs& d, const bundle::Bundle& target,
   check(d.source == "none" || target.model().params.with_history, ErrorKind::unsupported, "--draft",
         "the verify call needs the prefill_kv stage, and this bundle was compiled "
         "with --no-history; recompile without --no-history");
+  if (d.source != "none") // ... and a prefill length of at most 16 (runtime/speculation.hpp)
+    (void)runtime::verify_draft_max(target.model().params, d.max);
   if (d.source == "none" || d.source == "prompt-lookup")
     return nullptr;
   std::shared_ptr<const bundle::Bundle> b;
