@@ -405,6 +405,55 @@ TEST_CASE("a verify call's rows are bit for bit the decode steps they stand for,
   }
 }
 
+TEST_CASE("a verify call's rows are bit for bit decode steps on GGUF files, in their default",
+          "[speculation]") {
+  // The files users download (tests/data/models-gguf, written and quantized by llama.cpp's
+  // tools) compile with --act-quant dynamic: every block type's integer-dot kernels (Q4_0, Q4_K,
+  // Q6_K, Q8_0, their lm_heads) sum a verify row as a decode step's. An F16 file's float
+  // linears agree to rounding.
+  struct File {
+    const char* name;
+    bool exact;
+  };
+  for (const File f :
+       {File{"llama-q4_0", true}, File{"llama-q4_k_m", true}, File{"qwen2-q6_k", true},
+        File{"qwen2-q8_0", true}, File{"llama-f16", false}}) {
+    auto p = tpullm_test::small_params(544, 64, {}, {4, 8});
+    p.prefill_chunks = {4, 8};
+    const auto desc =
+        frontend::load_model(std::filesystem::path(TPULLM_TEST_DATA_DIR) / "models-gguf" / f.name);
+    compiler::CompileOptions o;
+    o.target.cores = 2;
+    o.lower.act_quant = "dynamic"; // what compile sets for a GGUF file
+    const auto cm = compiler::compile(frontend::build_top_modules(desc, p), o);
+    auto exec = runtime::make_executor(cm, 0, 2);
+    runtime::CompiledStages st0(*exec, 0), st1(*exec, 1);
+    const auto dims = runtime::session_dims(bundle::make_model_info(desc, p, o.lower.mode));
+    for (std::size_t history : {std::size_t{20}, std::size_t{505}})
+      for (std::size_t rows : {std::size_t{1}, std::size_t{4}, std::size_t{8}}) {
+        INFO(f.name << ", history " << history << ", " << rows << " rows");
+        const auto prompt = tpullm_test::test_ids(history, rows);
+        const auto segment = tpullm_test::test_ids(rows, 7 + rows, 13);
+        runtime::Session plain(st0, dims, p), spec(st1, dims, p);
+        (void)plain.prefill(prompt, false);
+        (void)spec.prefill(prompt, false);
+        const auto all = spec.verify(segment);
+        const std::size_t V = all.size() / rows;
+        REQUIRE(V * rows == all.size());
+        for (std::size_t i = 0; i < rows; ++i) {
+          const auto step = plain.decode(segment[i]);
+          REQUIRE(step.size() == V);
+          INFO("row " << i);
+          const std::span<const float> row(all.data() + i * V, V);
+          if (f.exact)
+            CHECK(std::memcmp(step.data(), row.data(), V * sizeof(float)) == 0);
+          else
+            CHECK(tpullm_test::row_rel_err(row, step) <= 1e-3);
+        }
+      }
+  }
+}
+
 TEST_CASE("a verify call from a bundle takes the batched lm_head in one run", "[speculation]") {
   // A bundle does not record --decode-batches: the session finds lm_head_b4 by name. Without it
   // the 4 rows went through lm_head one by one, reading the vocabulary's weights 4 times.
