@@ -163,7 +163,8 @@ namespace {
 /// draft.layers layers, compiled with `options`' target, fusions and KV dtype in draft.mode, its
 /// embedding and lm_head in draft.lm_head (default: the mode's, bf16 for w8a16 / w4a16: on the
 /// Qwen2.5-0.5B preset a w4 lm_head changed the argmax of every drafted position), its
-/// integer linears' input as draft.act_quant says.
+/// integer linears' input as draft.act_quant says, its groups as options' group size and
+/// symmetry say.
 std::string compile_draft(const frontend::ModelDesc& desc, const frontend::StageParams& params,
                           const compiler::CompileOptions& options, const DraftSpec& draft) {
   frontend::ModelDesc d = desc;
@@ -179,6 +180,8 @@ std::string compile_draft(const frontend::ModelDesc& desc, const frontend::Stage
   o.threads = options.threads;
   o.lower.mode = draft.mode;
   o.lower.kv_dtype = options.lower.kv_dtype;
+  o.lower.group_size = options.lower.group_size; // --group-size / --symmetric apply to it too
+  o.lower.symmetric = options.lower.symmetric;
   o.lower.embedding = o.lower.lm_head = draft.lm_head; // empty: the mode's default
   o.lower.act_quant = draft.act_quant.empty() ? "dynamic" : draft.act_quant; // (integer only)
   check_runnable(d, params, o);
