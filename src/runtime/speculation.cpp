@@ -20,19 +20,20 @@ void SpeculationOptions::validate() const {
         "draft cost must be in [0, 100] decode steps, got ", draft_cost);
 }
 
-int verify_draft_max(const frontend::StageParams& p, int draft_max) {
+int verify_draft_max(const frontend::StageParams& p, int draft_max, const char* where) {
   if (draft_max <= 0)
     return 0;
-  check(p.with_history, ErrorKind::unsupported, "speculation",
+  check(p.with_history, ErrorKind::unsupported, where,
         "the verify call needs the prefill_kv stage, and this bundle was compiled with "
         "--no-history; recompile without --no-history");
+  const auto lengths = p.prefill_lengths(); // largest first
   std::int64_t rows = 0; // the longest prefill length whose rows compute as decode steps
-  for (std::int64_t len : p.prefill_lengths())
+  for (std::int64_t len : lengths)
     if (len <= kernels::kDecodeArithmeticRows)
       rows = std::max(rows, len);
-  check(rows >= 2, ErrorKind::unsupported, "speculation",
+  check(rows >= 2, ErrorKind::unsupported, where,
         "a verify call runs through a prefill length of 2 to ", kernels::kDecodeArithmeticRows,
-        " tokens, and this bundle has none (its shortest is ", p.prefill_lengths().back(),
+        " tokens, and this bundle has none (its shortest is ", lengths.back(),
         "); recompile with --prefill-lengths auto or e.g. --prefill-lengths 4,8,16");
   return static_cast<int>(std::min<std::int64_t>(draft_max, rows - 1));
 }

@@ -339,6 +339,44 @@ TEST_CASE("speculative decoding answers as plain decoding, token for token", "[s
   }
 }
 
+namespace {
+
+/// Compiles `desc` for `p` with `o`, then feeds segments of 1, 4 and 8 rows after histories of
+/// 20 and 505 tokens (the rows' key chunks go from 1 to 2 at 512) as one verify call in one KV
+/// slot and as decode steps in another: each row's logits equal the step's bit for bit when
+/// `exact`, else within 1e-3 of the largest logit.
+void check_verify_rows(const frontend::ModelDesc& desc, const frontend::StageParams& p,
+                       const compiler::CompileOptions& o, bool exact) {
+  const auto cm = compiler::compile(frontend::build_top_modules(desc, p), o);
+  auto exec = runtime::make_executor(cm, 0, 2);
+  runtime::CompiledStages st0(*exec, 0), st1(*exec, 1);
+  const auto dims = runtime::session_dims(bundle::make_model_info(desc, p, o.lower.mode));
+  for (std::size_t history : {std::size_t{20}, std::size_t{505}})
+    for (std::size_t rows : {std::size_t{1}, std::size_t{4}, std::size_t{8}}) {
+      INFO("history " << history << ", " << rows << " rows");
+      const auto prompt = tpullm_test::test_ids(history, rows);
+      const auto segment = tpullm_test::test_ids(rows, 7 + rows, 13);
+      runtime::Session plain(st0, dims, p), spec(st1, dims, p);
+      (void)plain.prefill(prompt, false);
+      (void)spec.prefill(prompt, false);
+      const auto all = spec.verify(segment);
+      const std::size_t V = all.size() / rows;
+      REQUIRE(V * rows == all.size());
+      for (std::size_t i = 0; i < rows; ++i) {
+        const auto step = plain.decode(segment[i]);
+        REQUIRE(step.size() == V);
+        INFO("row " << i);
+        const std::span<const float> row(all.data() + i * V, V);
+        if (exact)
+          CHECK(std::memcmp(step.data(), row.data(), V * sizeof(float)) == 0);
+        else
+          CHECK(tpullm_test::row_rel_err(row, step) <= 1e-3);
+      }
+    }
+}
+
+} // namespace
+
 TEST_CASE("a verify call's rows are bit for bit the decode steps they stand for, in int8-input "
           "modes",
           "[speculation]") {
@@ -347,9 +385,8 @@ TEST_CASE("a verify call's rows are bit for bit the decode steps they stand for,
   // linear whose inputs are rounded to int8 (--act-quant dynamic, the GGUF default) sums a row
   // the same in a batch as alone. Float linears sum M rows in another order than one (GEMV
   // accumulator sets, the GEMM's K blocks): there a row agrees to rounding only (f32 sums, then
-  // an f16 cache rounding them: 2.6e-4 of the largest logit seen at 8 rows). Segments of
-  // 1, 4 and 8 rows at histories of 20 and 505 tokens (the rows' key chunks go from 1 to 2 at
-  // 512), through the batched lm_head (4, 8) and row by row.
+  // an f16 cache rounding them: 2.6e-4 of the largest logit seen at 8 rows). Through the batched
+  // lm_head (4, 8) and row by row.
   struct Mode {
     const char* mode;
     const char* act_quant;
@@ -373,34 +410,9 @@ TEST_CASE("a verify call's rows are bit for bit the decode steps they stand for,
       o.lower.kv_dtype = md.kv;
       o.lower.lm_head = md.lm_head;
       o.lower.group_size = 32;
-      const auto cm = compiler::compile(frontend::build_top_modules(desc, p), o);
-      auto exec = runtime::make_executor(cm, 0, 2);
-      runtime::CompiledStages st0(*exec, 0), st1(*exec, 1);
-      const auto dims = runtime::session_dims(bundle::make_model_info(desc, p, md.mode));
-      for (std::size_t history : {std::size_t{20}, std::size_t{505}})
-        for (std::size_t rows : {std::size_t{1}, std::size_t{4}, std::size_t{8}}) {
-          INFO("mode " << md.mode << " act_quant '" << md.act_quant << "' kv '" << md.kv
-                       << "' lm_head '" << md.lm_head << "', batched lm_head " << batched
-                       << ", history " << history << ", " << rows << " rows");
-          const auto prompt = tpullm_test::test_ids(history, rows);
-          const auto segment = tpullm_test::test_ids(rows, 7 + rows, 13);
-          runtime::Session plain(st0, dims, p), spec(st1, dims, p);
-          (void)plain.prefill(prompt, false);
-          (void)spec.prefill(prompt, false);
-          const auto all = spec.verify(segment);
-          const std::size_t V = all.size() / rows;
-          REQUIRE(V * rows == all.size());
-          for (std::size_t i = 0; i < rows; ++i) {
-            const auto step = plain.decode(segment[i]);
-            REQUIRE(step.size() == V);
-            INFO("row " << i);
-            const std::span<const float> row(all.data() + i * V, V);
-            if (md.exact)
-              CHECK(std::memcmp(step.data(), row.data(), V * sizeof(float)) == 0);
-            else
-              CHECK(tpullm_test::row_rel_err(row, step) <= 1e-3);
-          }
-        }
+      INFO("mode " << md.mode << " act_quant '" << md.act_quant << "' kv '" << md.kv
+                   << "' lm_head '" << md.lm_head << "', batched lm_head " << batched);
+      check_verify_rows(desc, p, o, md.exact);
     }
   }
 }
@@ -425,32 +437,8 @@ TEST_CASE("a verify call's rows are bit for bit decode steps on GGUF files, in t
     compiler::CompileOptions o;
     o.target.cores = 2;
     o.lower.act_quant = "dynamic"; // what compile sets for a GGUF file
-    const auto cm = compiler::compile(frontend::build_top_modules(desc, p), o);
-    auto exec = runtime::make_executor(cm, 0, 2);
-    runtime::CompiledStages st0(*exec, 0), st1(*exec, 1);
-    const auto dims = runtime::session_dims(bundle::make_model_info(desc, p, o.lower.mode));
-    for (std::size_t history : {std::size_t{20}, std::size_t{505}})
-      for (std::size_t rows : {std::size_t{1}, std::size_t{4}, std::size_t{8}}) {
-        INFO(f.name << ", history " << history << ", " << rows << " rows");
-        const auto prompt = tpullm_test::test_ids(history, rows);
-        const auto segment = tpullm_test::test_ids(rows, 7 + rows, 13);
-        runtime::Session plain(st0, dims, p), spec(st1, dims, p);
-        (void)plain.prefill(prompt, false);
-        (void)spec.prefill(prompt, false);
-        const auto all = spec.verify(segment);
-        const std::size_t V = all.size() / rows;
-        REQUIRE(V * rows == all.size());
-        for (std::size_t i = 0; i < rows; ++i) {
-          const auto step = plain.decode(segment[i]);
-          REQUIRE(step.size() == V);
-          INFO("row " << i);
-          const std::span<const float> row(all.data() + i * V, V);
-          if (f.exact)
-            CHECK(std::memcmp(step.data(), row.data(), V * sizeof(float)) == 0);
-          else
-            CHECK(tpullm_test::row_rel_err(row, step) <= 1e-3);
-        }
-      }
+    INFO(f.name);
+    check_verify_rows(desc, p, o, f.exact);
   }
 }
 

@@ -148,12 +148,10 @@ DraftEngineHolder apply_draft(const DraftArgs& d, const bundle::Bundle& target,
   check(d.max >= 1 && d.max <= runtime::SpeculationOptions::kMaxDraft, ErrorKind::invalid_input,
         "--draft-max", "must be in [1, ", runtime::SpeculationOptions::kMaxDraft, "], got ", d.max);
   g.speculation.draft_max = d.source == "none" ? 0 : d.max;
-  // Refused here, before anything runs or is measured, not at the first verify call.
-  check(d.source == "none" || target.model().params.with_history, ErrorKind::unsupported, "--draft",
-        "the verify call needs the prefill_kv stage, and this bundle was compiled "
-        "with --no-history; recompile without --no-history");
-  if (d.source != "none") // ... and a prefill length of at most 16 (runtime/speculation.hpp)
-    (void)runtime::verify_draft_max(target.model().params, d.max);
+  // Refused here, before anything runs or is measured, not at the first verify call: a bundle
+  // without prefill_kv (--no-history) or without a prefill length of at most 16.
+  if (d.source != "none")
+    (void)runtime::verify_draft_max(target.model().params, d.max, "--draft");
   if (d.source == "none" || d.source == "prompt-lookup")
     return nullptr;
   std::shared_ptr<const bundle::Bundle> b;

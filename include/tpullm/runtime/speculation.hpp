@@ -142,9 +142,15 @@ private:
 /// The draft length a bundle of stage parameters `p` verifies exactly: `draft_max` capped so
 /// that 1 + draft rows run through a prefill_kv variant of at most
 /// kernels::kDecodeArithmeticRows rows (whose rows compute as decode steps). Throws
-/// Error(unsupported, "speculation") when draft_max > 0 and the bundle has no prefill_kv stage
+/// Error(unsupported, `where`) when draft_max > 0 and the bundle has no prefill_kv stage
 /// (--no-history) or no prefill length that short; 0 stays 0.
-int verify_draft_max(const frontend::StageParams& p, int draft_max);
+int verify_draft_max(const frontend::StageParams& p, int draft_max,
+                     const char* where = "speculation");
+
+/// Runs spec.prepare over `context` (the prompt, once it is prefilled) when speculation is on
+/// and a draft source has one; a prepare that throws is ignored (the first draft call catches up
+/// instead: a draft decides the speed, never the answer). Returns the seconds it took.
+double prepare_draft(const SpeculationOptions& spec, std::span<const std::int32_t> context);
 
 /// The draft for the next step of an answer, as Session::generate and SlotPool ask for it: the
 /// length `length` proposes, cut so that the verify segment (1 + k positions) fits the `room`
@@ -152,11 +158,6 @@ int verify_draft_max(const frontend::StageParams& p, int draft_max);
 /// answer's tokens still allowed), from spec.draft or prompt lookup over `context`. A draft
 /// source that throws gives no draft (the step decodes plainly: a draft decides the speed, never
 /// the answer). `seconds` gets the time the draft took (DraftLength::observe).
-/// Runs spec.prepare over `context` (the prompt, once it is prefilled) when speculation is on
-/// and a draft source has one; a prepare that throws is ignored (the first draft call catches up
-/// instead: a draft decides the speed, never the answer). Returns the seconds it took.
-double prepare_draft(const SpeculationOptions& spec, std::span<const std::int32_t> context);
-
 std::vector<std::int32_t> next_draft(const SpeculationOptions& spec, DraftLength& length,
                                      std::span<const std::int32_t> context, std::int64_t room,
                                      std::int64_t budget, double& seconds);
