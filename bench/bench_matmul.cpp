@@ -6,9 +6,9 @@
 // (int4) and per-channel scales (int8). M = 1 benchmarks rotate over enough copies of the weight
 // (>= 1 GiB in total) that every iteration reads it from DRAM, not from the 260 MiB L3.
 // Default set: every projection except lm_head at M = 1 for every format and 1 / 2 threads (the
-// Qwen lm_head at M = 1 on 2 threads for f32 / bf16 / f16); on Qwen, every projection at M = 4
-// (a speculative verify call of 1 + 3 drafts, rotated like M = 1) on 2 threads, lm_head for
-// the float formats;
+// Qwen lm_head at M = 1 on 2 threads for f32 / bf16 / f16); on Qwen, every projection at M = 4,
+// 8 and 16 (speculative verify calls of 1 + 3, 7 and 15 drafts, rotated like M = 1 and reported
+// as bytes read) on 2 threads, lm_head for the float formats;
 // M = 128 / 512 for f32, bf16 and int4_sym (2 threads; f32 also 1 thread) on Qwen, M = 128 on
 // Llama q / gate / down. --tpullm_full adds the rest (all formats at every M, lm_head, Llama at
 // M = 512), which takes tens of minutes and ~6 GB of memory.
@@ -203,7 +203,7 @@ inline kernels::CoreSplit bench_split(std::int64_t M, std::int64_t N, int thread
 Ceiling compute_ceiling(WeightFormat f, std::int64_t M);
 
 void bm_linear(benchmark::State& state, Proj p, WeightFormat f, std::int64_t M, int threads) {
-  const int copies = M <= 4 ? rotation_copies(packed_bytes(f, p.K, p.N)) : 1;
+  const int copies = M <= 16 ? rotation_copies(packed_bytes(f, p.K, p.N)) : 1;
   const auto& ws = bench_weights(f, p.K, p.N, copies);
   std::vector<float> x(static_cast<std::size_t>(M * p.K), 0.5f);
   std::vector<float> y(static_cast<std::size_t>(M * p.N));
@@ -215,7 +215,7 @@ void bm_linear(benchmark::State& state, Proj p, WeightFormat f, std::int64_t M, 
     benchmark::ClobberMemory();
     i = (i + 1) % ws.size();
   }
-  if (M <= 4)
+  if (M <= 16)
     report_bandwidth(state, static_cast<double>(ws[0].total_bytes()), threads);
   else
     report(state, 2.0 * static_cast<double>(M * p.K * p.N), threads, compute_ceiling(f, M));
@@ -524,14 +524,14 @@ void register_matmul_benchmarks(bool full) {
     if (lm_head && !full && llama)
       continue;
     for (WeightFormat f : all) // format outermost: M and threads reuse the cached weights
-      for (std::int64_t M : {1, 4, 128, 512})
+      for (std::int64_t M : {1, 4, 8, 16, 128, 512})
         for (int threads : {1, 2}) {
           bool on = full;
           if (!on && lm_head) // the Qwen lm_head (272 MB in bf16): the float formats' decode row
             on = (M == 1 || M == 4) && threads == 2 && !kernels::is_quantized(f) && !llama;
           else if (!on && M == 1)
             on = true;
-          else if (!on && M == 4) // a speculative verify call's rows (1 + 3 drafts), Qwen only
+          else if (!on && (M == 4 || M == 8 || M == 16)) // a verify call's rows, Qwen only
             on = threads == 2 && !llama;
           if (!on && !lm_head &&
               (f == WeightFormat::f32 || f == WeightFormat::bf16 || f == WeightFormat::int4_sym)) {

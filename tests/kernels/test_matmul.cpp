@@ -253,6 +253,12 @@ std::vector<MatmulCase> matmul_cases() {
       cases.push_back({M, 79, 97, 79, f, M % 2 == 1, false});
       cases.push_back({M, 2051, 67, 2051, f, M % 2 == 0, false});
     }
+  // the row-blocked GEMV (4 < M <= kGemvBlockMaxRows): 4-row blocks and a remainder over
+  // blocks of panels (K = 1024: 2 f32 or 4 bf16 / f16 panels to a block of 256 KB; N = 161: 6
+  // panels, the last one partial), groups of 32 rows
+  for (auto f : fs)
+    for (std::int64_t M : {8, 13, 16})
+      cases.push_back({M, 1024, 161, is_quantized(f) ? 32 : 1024, f, M % 2 == 0, false});
   return cases;
 }
 

@@ -10,7 +10,9 @@
 ///    dequantized in registers. Quantized formats accumulate sum_k x[k] * q[k][n] per group in f32
 ///    and apply the group's scale / zero once per group: y += s * (acc - z * sum_k x[k])
 ///    (scale-and-min formats: y += s * acc - min * sum_k x[k]).
-///  - M > 4 ("GEMM", compute-bound): cache-blocked (kc = 256 rows of K, mc <= 336 rows of x);
+///  - 4 < M <= 16 (a verify call's rows; kGemvBlockMaxRows): the same GEMVs over blocks of
+///    panels held in L2, 4 rows at a time, unless a tile path (AMX, VDPBF16PS) takes them.
+///  - M > 16 ("GEMM", compute-bound): cache-blocked (kc = 256 rows of K, mc <= 336 rows of x);
 ///    the x block is packed into MR-row strips ([kc][MR], MR = 14 on AVX-512, 6 on AVX2), the
 ///    [kc, 32] block of one weight panel is used in place (f32) or dequantized once into an f32
 ///    tile in L1 (all other formats), and a register-blocked micro-kernel (14 x 32 on AVX-512:
@@ -85,12 +87,22 @@ inline bool vnni_int8_rows(WeightFormat f, std::int64_t M, XPrecision p) {
          use_digit_gemv(p) && (M <= kDecodeArithmeticRows || !amx_linear_applies(f, M, emulated));
 }
 
+/// Whether a linear of M > 4 rows over weights of format `f` runs on the VNNI kernels with x
+/// decomposed into digits: vnni_int8_rows, or exact x (three digits) up to kGemvBlockMaxRows
+/// rows where the tile unit does not take the product (a verify call's rows: one weight read).
+inline bool digit_rows(WeightFormat f, std::int64_t M, XPrecision p) {
+  bool emulated = false;
+  return vnni_int8_rows(f, M, p) ||
+         (is_quantized(f) && M > kGemvMaxRows && M <= kGemvBlockMaxRows && use_digit_gemv(p) &&
+          !amx_linear_applies(f, M, emulated));
+}
+
 /// Digits of x for the VNNI / AVX2 integer-dot GEMV of one view (null when another path runs):
 /// `pre` if it was prepared for the same rows, grouping and precision (a.xprec), else built
 /// into `scratch`.
 inline const XDigits* gemv_digits(const LinearArgs& a, const XDigits* pre, XDigits& scratch) {
   if (!is_quantized(a.v.w->format) || !use_digit_gemv(a.xprec) ||
-      (a.M > kGemvMaxRows && !vnni_int8_rows(a.v.w->format, a.M, a.xprec)))
+      (a.M > kGemvMaxRows && !digit_rows(a.v.w->format, a.M, a.xprec)))
     return nullptr;
   const std::int64_t seg = segment_rows(a.v), Kv = a.v.k1 - a.v.k0;
   const int nd = x_digit_count(a.xprec);
@@ -118,11 +130,11 @@ inline void linear_view(LinearArgs a, const CoreSplit& split, const XDigits* pre
   if (a.accumulate && a.bias)
     throw_error(ErrorKind::internal, "", "linear: accumulate together with bias is not supported");
   std::vector<float> xsum;
-  if (vnni_int8_rows(w.format, a.M, a.xprec))
-    a.xd = gemv_digits(a, pre, tls_digits()); // prompts on the VNNI kernels
-  if (is_quantized(w.format) && a.M <= kGemvMaxRows) {
+  if (is_quantized(w.format) &&
+      (a.M <= kGemvBlockMaxRows || vnni_int8_rows(w.format, a.M, a.xprec)))
+    a.xd = gemv_digits(a, pre, tls_digits());               // null where no digit path applies
+  if (is_quantized(w.format) && a.M <= kGemvBlockMaxRows) { // x sums for the f32-FMA GEMVs
     const std::int64_t seg = segment_rows(a.v), Kv = a.v.k1 - a.v.k0;
-    a.xd = gemv_digits(a, pre, tls_digits());
     if (!a.xd) {
       const std::int64_t G = (Kv + seg - 1) / seg;
       xsum.assign(static_cast<std::size_t>(a.M * G), 0.0f);
@@ -230,7 +242,7 @@ public:
   const detail::XDigits* digits_for(const PackedWeights& w) const {
     if (!is_quantized(w.format) || !w.k_perm.empty() || w.K != K_ ||
         !detail::use_digit_gemv(precision_) ||
-        (M_ > detail::kGemvMaxRows && !detail::vnni_int8_rows(w.format, M_, precision_)))
+        (M_ > detail::kGemvMaxRows && !detail::digit_rows(w.format, M_, precision_)))
       return nullptr;
     const std::int64_t seg = w.group_rows(), Kv = w.stored_rows();
     for (const auto& d : cache_)

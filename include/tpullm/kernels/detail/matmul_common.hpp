@@ -67,6 +67,17 @@ struct LinearArgs {
 };
 
 inline constexpr std::int64_t kGemvMaxRows = 4;
+/// Linears of kGemvMaxRows < M <= kGemvBlockMaxRows rows (a speculative verify call's, a short
+/// prompt's) also run the GEMV kernels where no tile path (AMX, VDPBF16PS) takes them: blocks of
+/// panels of about kGemvBlockBytes, each read from DRAM by its first 4 rows and from L2 by the
+/// next ones. The f32 GEMM re-reads every panel per 14 rows and measured 2.5-6x a single row's
+/// time at 8 rows (bench linear/qwen2.5-0.5b/.../M:8).
+inline constexpr std::int64_t kGemvBlockMaxRows = 16;
+#ifndef TPULLM_GEMV_BLOCK_BYTES
+#define TPULLM_GEMV_BLOCK_BYTES (256 << 10)
+#endif
+/// Bytes of weight panels a row-blocked GEMV (kGemvBlockMaxRows) runs its row blocks over.
+inline constexpr std::int64_t kGemvBlockBytes = TPULLM_GEMV_BLOCK_BYTES;
 #ifndef TPULLM_VNNI_INT8_MAX_ROWS
 #define TPULLM_VNNI_INT8_MAX_ROWS 4096
 #endif

@@ -193,6 +193,49 @@ void gemv_range(const LinearArgs& a, Isa isa, std::int64_t pa, std::int64_t pb) 
   }
 }
 
+/// Whether a tile path takes a linear of M rows of format F: AMX (bf16 / int8 / int4), or
+/// VDPBF16PS for bf16 on AVX512_BF16 without AMX.
+template <WeightFormat F>
+bool tile_linear_applies(std::int64_t M) {
+  if constexpr (amx_format(F)) {
+    bool emulated = false;
+    if (amx_linear_applies<F>(M, emulated))
+      return true;
+  }
+  return F == WeightFormat::bf16 && bf16_dot_applies(M);
+}
+
+/// Whether run_linear takes a linear of M rows of format F on the GEMV kernels: M <= 4, the VNNI
+/// kernels' rows (`digits`: x decomposed for them), or up to kGemvBlockMaxRows rows where no
+/// tile path applies.
+template <WeightFormat F>
+bool gemv_rows(std::int64_t M, bool digits) {
+  return M <= kGemvMaxRows || digits || (M <= kGemvBlockMaxRows && !tile_linear_applies<F>(M));
+}
+
+/// GEMV of panels [pa, pb) over all a.M rows: at once for M <= 4 and for the VNNI kernels (which
+/// block their rows themselves); else in blocks of panels of about kGemvBlockBytes, over which
+/// rows run 4 at a time (the first block reads the panels from DRAM, the next ones from L2).
+template <WeightFormat F>
+void gemv_rows_range(const LinearArgs& a, Isa isa, std::int64_t pa, std::int64_t pb) {
+  if (a.M <= kGemvMaxRows || a.xd) {
+    gemv_range<F>(a, isa, pa, pb);
+    return;
+  }
+  const std::int64_t panel = std::max<std::int64_t>(1, (a.v.k1 - a.v.k0) * row_bytes(F));
+  const std::int64_t nb = std::max<std::int64_t>(1, kGemvBlockBytes / panel);
+  for (std::int64_t p = pa; p < pb; p += nb)
+    for (std::int64_t m = 0; m < a.M; m += kGemvMaxRows) {
+      LinearArgs b = a;
+      b.M = std::min(kGemvMaxRows, a.M - m);
+      b.x = a.x + m * a.ldx;
+      b.y = a.y + m * a.ldy;
+      if (a.xsum)
+        b.xsum = a.xsum + m * a.xsum_ld;
+      gemv_range<F>(b, isa, p, std::min(pb, p + nb));
+    }
+}
+
 /// A GEMM path of run_linear over rows [0, a.M) and panels [a.v.p0, a.v.p1) as `split` says:
 /// range(ma, mb, pa, pb) on the calling thread, over row ranges in multiples of `row_align`, or
 /// over panel ranges. Throws Error(internal) for a split over heads.
@@ -224,17 +267,17 @@ template <WeightFormat F>
 void run_linear(const LinearArgs& a, const CoreSplit& planned) {
   const Isa isa = active_isa();
   const std::int64_t P = a.v.p1 - a.v.p0;
-  // XPrecision::int8 with more than 4 rows: the VNNI (AVX-512 or AVX2) kernels over columns
-  // when linear_view prepared digits for them (vnni_int8_rows)
-  const bool vnni_rows = a.M > kGemvMaxRows && a.xd;
-  if (a.M <= kGemvMaxRows || vnni_rows) {
+  // More than 4 rows on the GEMV kernels (gemv_rows): the VNNI (AVX-512 or AVX2) kernels when
+  // linear_view prepared digits for them (vnni_int8_rows), or row blocks of up to
+  // kGemvBlockMaxRows; over columns
+  if (gemv_rows<F>(a.M, a.xd != nullptr)) {
     CoreSplit split = planned;
-    if (vnni_rows && split.dim == SplitDim::rows)
+    if (a.M > kGemvMaxRows && split.dim == SplitDim::rows)
       split.dim = SplitDim::cols;
     switch (split.dim) {
     case SplitDim::none:
     case SplitDim::rows: // M <= 4 rows are not worth splitting: run on the calling thread
-      gemv_range<F>(a, isa, a.v.p0, a.v.p1);
+      gemv_rows_range<F>(a, isa, a.v.p0, a.v.p1);
       return;
     case SplitDim::cols: {
       // no thread fork when the weights are too small for it to pay; panel ranges in multiples
@@ -247,7 +290,7 @@ void run_linear(const LinearArgs& a, const CoreSplit& planned) {
       const std::int64_t align =
           is_quantized(F) && P >= 2 * kGemvStreams * s.parts ? kGemvStreams : 1;
       parallel_for(s, P, align, [&](std::int64_t b, std::int64_t e) {
-        gemv_range<F>(a, isa, a.v.p0 + b, a.v.p0 + e);
+        gemv_rows_range<F>(a, isa, a.v.p0 + b, a.v.p0 + e);
       });
       return;
     }
