@@ -27,6 +27,11 @@ done
 [ -n "$port" ] || { echo "serve_bench: the server did not start" >&2; cat "$log" >&2; exit 1; }
 sed -n 's/^tpullm serve: //p' "$log" | head -1
 node "$here/serve_load.cjs" "http://127.0.0.1:$port" "$clients" "$max_tokens" "$requests"
+# what speculation did over the whole run (--draft in TPULLM_SERVE_ARGS): verify calls, tokens
+# drafted and kept
+node -e 'fetch(process.argv[1]).then((r) => r.text()).then((t) => { const m = t.split("\n")
+  .filter((l) => l.startsWith("tpullm_speculation_")); if (m.length) console.log(m.join("\n")); })' \
+  "http://127.0.0.1:$port/metrics"
 kill -TERM "$pid"
 wait "$pid" || true
 if [ "$single" != 0 ]; then

@@ -69,7 +69,7 @@ std::vector<std::int32_t> prompt_lookup_draft(std::span<const std::int32_t> cont
 
 DraftLength::DraftLength(int draft_max, double draft_cost, double row_cost)
     : max_(draft_max), draft_cost_(draft_cost), row_cost_(row_cost), timed_(draft_cost > 0),
-      first_pause_(std::max(4, static_cast<int>(std::ceil((row_cost + draft_cost) / 0.02)))),
+      first_pause_(std::max(4, static_cast<int>(std::ceil(row_cost / 0.02)))),
       next_pause_(first_pause_) {}
 
 std::pair<int, double> DraftLength::best() const {
@@ -89,7 +89,7 @@ std::pair<int, double> DraftLength::best() const {
 }
 
 int DraftLength::next() {
-  if (max_ <= 0)
+  if (max_ <= 0 || off_)
     return 0;
   if (pause_ > 0) {
     --pause_;
@@ -104,6 +104,10 @@ int DraftLength::next() {
   const auto [k, r] = best();
   if (r >= 1)
     return k;
+  if (timed_) { // a draft model stays off (see the class comment)
+    off_ = true;
+    return 0;
+  }
   // Not worth drafting: this step and the next ones decode plainly, then a probe.
   pause_ = next_pause_ - 1;
   next_pause_ = std::min(kMaxPause, 2 * next_pause_);
