@@ -131,10 +131,15 @@ SlotRound SlotPool::step() {
   // generating decode their next token together, in one batched decode call when the bundle has
   // one (continuous batching: a slot joins or leaves between rounds).
   std::vector<Slot*> decoding;
+  // Drafts for a slot that generates alone (see the file comment).
+  const auto generating = std::count_if(slots_.begin(), slots_.end(), [](const auto& s) {
+    return s->state == SlotState::generating;
+  });
+  const bool may_draft = draft_beside_batch_ || !decoder_.batched() || generating <= 1;
   for (auto& s : slots_) {
     if (s->state == SlotState::idle)
       continue;
-    if (s->state == SlotState::generating) {
+    if (s->state == SlotState::generating && may_draft) {
       if (const auto draft = draft_for(*s); !draft.empty()) {
         speculate(*s, draft, round); // alone: one verify call of 1 + k rows
         continue;

@@ -181,6 +181,7 @@ TEST_CASE("slots that speculate answer as plain decoding, beside one that does n
   const Compiled c;
   auto exec = runtime::make_executor(c.cm, 0, 3);
   runtime::SlotPool pool(*exec, c.dims(), pool_params(), nullptr);
+  pool.set_draft_beside_batch(true); // drafts in the rounds the others decode in a batch
   REQUIRE(pool.size() == 3);
   const auto a = ids(100, 4), b = ids(20, 5), p = ids(12, 6);
   const int n = 40; // a: 100 + 40 > 128, so its answer ends at the end of the sequence
@@ -250,4 +251,50 @@ TEST_CASE("slots that speculate answer as plain decoding, beside one that does n
     }
   CHECK(cached == static_cast<std::int64_t>(b.size()) + n - 1);
   CHECK(next == c.alone(more, 3));
+}
+
+// By default a slot drafts only while it generates alone: two slots drafting the plain answer
+// (every draft right) make no verify call while both generate, then the one left drafts; both
+// answers are the lone Session's.
+TEST_CASE("a slot drafts only while no other slot generates beside it",
+          "[slot-pool][speculation]") {
+  const Compiled c;
+  auto exec = runtime::make_executor(c.cm, 0, 2);
+  runtime::SlotPool pool(*exec, c.dims(), pool_params(), nullptr);
+  const auto a = ids(10, 7), b = ids(12, 8);
+  const int na = 6, nb = 30;
+  const std::vector<std::int32_t> want[2] = {c.alone(a, na), c.alone(b, nb)};
+  const std::vector<std::int32_t>* prompts[2] = {&a, &b};
+  auto drafting = [&](int slot, int n) {
+    auto g = greedy(n);
+    g.speculation.draft_max = 3;
+    g.speculation.draft = [&, slot](std::span<const std::int32_t> ctx, int k) {
+      std::vector<std::int32_t> d;
+      for (std::size_t j = ctx.size() - prompts[slot]->size();
+           j < want[slot].size() && static_cast<int>(d.size()) < k; ++j)
+        d.push_back(want[slot][j]);
+      return d;
+    };
+    return g;
+  };
+  pool.start(0, {a, drafting(0, na)});
+  pool.start(1, {b, drafting(1, nb)});
+  std::map<int, std::vector<std::int32_t>> got;
+  std::int64_t beside = 0, alone = 0; // verify calls in rounds with two slots generating, one
+  for (int round = 0; pool.busy() && round < 100; ++round) {
+    const int generating = (pool.state(0) == SlotState::generating ? 1 : 0) +
+                           (pool.state(1) == SlotState::generating ? 1 : 0);
+    const auto r = pool.step();
+    for (const auto& e : r.events) {
+      REQUIRE_FALSE(e.error);
+      if (e.token >= 0)
+        got[e.slot].push_back(e.token);
+    }
+    (generating >= 2 ? beside : alone) += r.speculation.verify_calls;
+  }
+  REQUIRE_FALSE(pool.busy());
+  CHECK(got[0] == want[0]);
+  CHECK(got[1] == want[1]);
+  CHECK(beside == 0);
+  CHECK(alone > 0);
 }

@@ -2,8 +2,9 @@
 // four concurrent greedy chat requests of different prompt lengths (slots at different history
 // lengths, joining and leaving the batch at different steps) each get the answer `tpullm run
 // --chat` gives alone (batch-1 decode), token for token, and the metrics show batched calls.
-// Then a server with --draft prompt-lookup answers as plain decoding and counts the speculation
-// that `run --draft` reports for the same chats. BATCHED_BUNDLE is that bundle.
+// Then a server with --draft prompt-lookup answers as plain decoding, concurrent chats too, and
+// counts the speculation that `run --draft` reports for the same chats sent one at a time (a
+// slot drafts only while it generates alone). BATCHED_BUNDLE is that bundle.
 'use strict';
 const { startServer, cli, runChat, postChat, main, assert } = require('./harness.cjs');
 
@@ -52,9 +53,10 @@ async function run() {
   ]);
   await server.stop();
 
-  // --draft prompt-lookup: each answer is still plain decoding's, and the server's speculation
-  // counters are what `run --draft` reports for the same chats (the same drafts, verified per
-  // slot while the other slot decodes).
+  // --draft prompt-lookup: each answer is still plain decoding's, concurrent or not, and the
+  // server's speculation counters are what `run --draft` reports for the same chats sent one at
+  // a time (a slot drafts only while no other slot generates beside it, so concurrent chats
+  // draft less).
   const spec = await startServer(['--slots', '2', '--draft', 'prompt-lookup', '--draft-max', '4'],
     file);
   // Prompts whose greedy answers repeat some of their n-grams (so drafts are made and verified).
@@ -75,15 +77,23 @@ async function run() {
         oracle.push({ text: r.stdout.replace(/\n$/, ''), tokens: Number(t[1]) });
       }
       assert.ok(want[0] > 0, 'run --draft made no verify call: the check would prove nothing');
-      const answers = await Promise.all(looped.map((u) =>
-        postChat(spec, { messages: [{ role: 'system', content: system }, { role: 'user', content: u }] }, 24)));
-      for (const [i, a] of answers.entries()) {
+      const chat = (u) =>
+        postChat(spec, { messages: [{ role: 'system', content: system }, { role: 'user', content: u }] }, 24);
+      const alone = [];
+      for (const u of looped)
+        alone.push(await chat(u));
+      for (const [i, a] of alone.entries()) {
         assert.equal(a.choices[0].message.content, oracle[i].text, `client ${i}`);
         assert.equal(a.usage.completion_tokens, oracle[i].tokens, `client ${i}`);
       }
       assert.equal(await metric(spec.url, 'tpullm_speculation_verify_calls_total'), want[0]);
       assert.equal(await metric(spec.url, 'tpullm_speculation_drafted_tokens_total'), want[1]);
       assert.equal(await metric(spec.url, 'tpullm_speculation_accepted_tokens_total'), want[2]);
+      const together = await Promise.all(looped.map(chat));
+      for (const [i, a] of together.entries()) {
+        assert.equal(a.choices[0].message.content, oracle[i].text, `concurrent client ${i}`);
+        assert.equal(a.usage.completion_tokens, oracle[i].tokens, `concurrent client ${i}`);
+      }
     }],
   ]);
   await spec.stop();

@@ -17,7 +17,11 @@
 /// request has draft_max > 0 and a draft this round verifies it alone (Session::verify: one call
 /// of 1 + k rows) instead of joining the batched decode, and emits one event per token kept, so
 /// a round may carry several events of that slot; slots without a draft this round decode
-/// together as above. The answers are those of plain decoding, token for token.
+/// together as above. The answers are those of plain decoding, token for token. A slot drafts
+/// only while it is the one slot generating (or the bundle has no batched decode): its verify
+/// call reads every weight for one slot, where the batched round it would leave serves every
+/// generating slot in one read (docs/serve.md measured 0.5-0.6x of the aggregate at 2-4
+/// clients when slots drafted beside a batch); set_draft_beside_batch(true) lifts this.
 ///
 /// Slot states (as llama.cpp's server has them):
 ///   idle -> start() -> prefill -> (last prompt segment fed, first token) -> generating
@@ -124,6 +128,9 @@ public:
   SlotRound step();
   /// Largest compiled batched decode (1: none).
   std::int64_t max_decode_batch() const { return decoder_.batches().back(); }
+  /// Lets a slot draft while other slots generate in a batched round (default false: drafts only
+  /// for a slot generating alone; see the file comment).
+  void set_draft_beside_batch(bool on) { draft_beside_batch_ = on; }
 
 private:
   struct Slot;
@@ -144,6 +151,7 @@ private:
   BatchedDecoder decoder_;
   std::vector<std::unique_ptr<Slot>> slots_;
   std::uint64_t clock_ = 0;
+  bool draft_beside_batch_ = false;
 };
 
 } // namespace tpullm::runtime
