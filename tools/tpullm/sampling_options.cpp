@@ -85,7 +85,8 @@ po::options_description speculation_options(DraftArgs& d) {
                   "vocabulary, checked in one prefill_kv call of at most 16 tokens; the answer is "
                   "the same as without (bit for bit with --act-quant dynamic; to float rounding "
                   "with float linears) (fastest with --prefill-lengths and --decode-batches "
-                  "holding --draft-max + 1, e.g. 4 and 1,4)")(
+                  "holding --draft-max + 1, e.g. 4 and 1,4; serve drafts only for a slot "
+                  "generating alone, since a batched round serves every slot in one read)")(
       "draft-max", po::value(&d.max)->default_value(d.max),
       "draft tokens per verify call at most, 1 to 15 (the length adapts below it, and "
       "stays below the longest prefill length of at most 16)");
