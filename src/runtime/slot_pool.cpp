@@ -176,7 +176,11 @@ void SlotPool::step_one(Slot& s, SlotRound& round) {
       s.state = SlotState::generating;
       (void)prepare_draft(s.gen->options().speculation, s.gen->context()); // the draft catches up
     } else {
+      const auto t0 = std::chrono::steady_clock::now();
       logits = s.session->decode(s.last);
+      // a lone decode step: what this slot's drafts are priced against (DraftLength)
+      s.draft_length.observe_step(
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
       s.cache->record(std::span<const std::int32_t>(&s.last, 1));
     }
     consume(s, logits, round);
@@ -243,11 +247,14 @@ void SlotPool::decode_together(const std::vector<Slot*>& slots, SlotRound& round
       fail(*s, round);
     return;
   }
-  // what a token of each of these slots cost: the round's decode (its drafts are priced by it)
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  for (Slot* s : slots)
-    s->draft_length.observe_step(seconds);
+  // Slots that draft beside a batch price their drafts against the round's decode; otherwise
+  // a slot drafts only alone, against its lone steps (step_one), not against a batched round.
+  if (draft_beside_batch_) {
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    for (Slot* s : slots)
+      s->draft_length.observe_step(seconds);
+  }
   round.decode_batch = static_cast<std::int64_t>(slots.size());
   const auto V = logits.size() / slots.size();
   for (std::size_t r = 0; r < slots.size(); ++r) {

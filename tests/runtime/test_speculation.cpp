@@ -344,7 +344,7 @@ namespace {
 /// Compiles `desc` for `p` with `o`, then feeds segments of 1, 4 and 8 rows after histories of
 /// 20 and 505 tokens (the rows' key chunks go from 1 to 2 at 512) as one verify call in one KV
 /// slot and as decode steps in another: each row's logits equal the step's bit for bit when
-/// `exact`, else within 1e-3 of the largest logit.
+/// `exact`, else within 1e-4 of the largest logit.
 void check_verify_rows(const frontend::ModelDesc& desc, const frontend::StageParams& p,
                        const compiler::CompileOptions& o, bool exact) {
   const auto cm = compiler::compile(frontend::build_top_modules(desc, p), o);
@@ -370,7 +370,7 @@ void check_verify_rows(const frontend::ModelDesc& desc, const frontend::StagePar
         if (exact)
           CHECK(std::memcmp(step.data(), row.data(), V * sizeof(float)) == 0);
         else
-          CHECK(tpullm_test::row_rel_err(row, step) <= 1e-3);
+          CHECK(tpullm_test::row_rel_err(row, step) <= 1e-4);
       }
     }
 }
@@ -383,10 +383,11 @@ TEST_CASE("a verify call's rows are bit for bit the decode steps they stand for,
   // Greedy speculation gives plain decoding's answer only if a verify row's logits are the
   // decode step's: attention of up to kDecodeArithmeticRows rows runs as decode steps, and a
   // linear whose inputs are rounded to int8 (--act-quant dynamic, the GGUF default) sums a row
-  // the same in a batch as alone. Float linears sum M rows in another order than one (GEMV
-  // accumulator sets, the GEMM's K blocks): there a row agrees to rounding only (f32 sums, then
-  // an f16 cache rounding them: 2.6e-4 of the largest logit seen at 8 rows). Through the batched
-  // lm_head (4, 8) and row by row.
+  // the same in a batch as alone. Float linears sum M rows in another order than one (the GEMV's
+  // accumulator sets differ with the rows of a 4-row block): there a row agrees to rounding only
+  // (at most 2.1e-6 of the largest logit seen on AVX-512, 1.2e-5 on AVX2, since 8 rows run the
+  // GEMVs too; 2.6e-4 when they ran the GEMM). Through the batched lm_head (4, 8) and row by
+  // row.
   struct Mode {
     const char* mode;
     const char* act_quant;

@@ -70,8 +70,8 @@ inline constexpr std::int64_t kGemvMaxRows = 4;
 /// Linears of kGemvMaxRows < M <= kGemvBlockMaxRows rows (a speculative verify call's, a short
 /// prompt's) also run the GEMV kernels where no tile path (AMX, VDPBF16PS) takes them: blocks of
 /// panels of about kGemvBlockBytes, each read from DRAM by its first 4 rows and from L2 by the
-/// next ones. The f32 GEMM re-reads every panel per 14 rows and measured 2.5-6x a single row's
-/// time at 8 rows (bench linear/qwen2.5-0.5b/.../M:8).
+/// next ones. The GEMM (14-row register strips, weights dequantized into L1 tiles) measured
+/// 2.3-6x a single row's time at 8 rows (bench linear/qwen2.5-0.5b/.../M:8).
 inline constexpr std::int64_t kGemvBlockMaxRows = 16;
 #ifndef TPULLM_GEMV_BLOCK_BYTES
 #define TPULLM_GEMV_BLOCK_BYTES (256 << 10)
