@@ -42,6 +42,7 @@ struct FaCase {
   /// keys of slot j scaled by 1 + k_ramp * j / S: > 0 makes later scores keep passing the running
   /// max (the decode items' rescale path on most blocks), < 0 lets the first block hold it
   double k_ramp = 0;
+  std::int64_t window = 0; ///< sliding window (0: none): keys pos - window < j <= pos
 };
 
 template <class KV>
@@ -110,9 +111,12 @@ void run_case(const FaCase& c) {
       const std::int64_t kend =
           c.causal ? std::min<std::int64_t>(c.S_valid, pos[static_cast<std::size_t>(i)] + 1)
                    : c.S_valid;
-      std::vector<double> sc(static_cast<std::size_t>(kend));
+      const std::int64_t kstart =
+          c.window > 0 ? std::max<std::int64_t>(0, pos[static_cast<std::size_t>(i)] - c.window + 1)
+                       : 0;
+      std::vector<double> sc(static_cast<std::size_t>(kend), 0.0);
       double mx = -1e300;
-      for (std::int64_t j = 0; j < kend; ++j) {
+      for (std::int64_t j = kstart; j < kend; ++j) {
         double acc = 0;
         for (std::int64_t x = 0; x < d; ++x)
           acc += static_cast<double>(q[static_cast<std::size_t>((i * c.q_heads + h) * d + x)]) *
@@ -121,11 +125,11 @@ void run_case(const FaCase& c) {
         mx = std::max(mx, acc * scale);
       }
       double den = 0;
-      for (auto& s : sc)
-        den += (s = std::exp(s - mx));
+      for (std::int64_t j = kstart; j < kend; ++j)
+        den += (sc[static_cast<std::size_t>(j)] = std::exp(sc[static_cast<std::size_t>(j)] - mx));
       for (std::int64_t x = 0; x < d; ++x) {
         double acc = 0;
-        for (std::int64_t j = 0; j < kend; ++j)
+        for (std::int64_t j = kstart; j < kend; ++j)
           acc += sc[static_cast<std::size_t>(j)] *
                  vf[static_cast<std::size_t>((j * c.kv_heads + kvh) * d + x)];
         ref[static_cast<std::size_t>((i * c.q_heads + h) * d + x)] = acc / den;
@@ -151,9 +155,13 @@ void run_case(const FaCase& c) {
         const std::int64_t kend =
             c.causal ? std::min<std::int64_t>(c.S_valid, pos[static_cast<std::size_t>(i)] + 1)
                      : c.S_valid;
-        std::vector<double> sc(static_cast<std::size_t>(kend));
+        const std::int64_t kstart =
+            c.window > 0
+                ? std::max<std::int64_t>(0, pos[static_cast<std::size_t>(i)] - c.window + 1)
+                : 0;
+        std::vector<double> sc(static_cast<std::size_t>(kend), 0.0);
         double mx = -1e300;
-        for (std::int64_t j = 0; j < kend; ++j) {
+        for (std::int64_t j = kstart; j < kend; ++j) {
           double acc = 0;
           for (std::int64_t x = 0; x < d; ++x)
             acc += bf(float(q[static_cast<std::size_t>((i * c.q_heads + h) * d + x)] * float(qs))) *
@@ -162,11 +170,12 @@ void run_case(const FaCase& c) {
           mx = std::max(mx, acc);
         }
         double den = 0;
-        for (auto& e : sc)
-          den += (e = std::exp2(e - mx));
+        for (std::int64_t j = kstart; j < kend; ++j)
+          den +=
+              (sc[static_cast<std::size_t>(j)] = std::exp2(sc[static_cast<std::size_t>(j)] - mx));
         for (std::int64_t x = 0; x < d; ++x) {
           double acc = 0;
-          for (std::int64_t j = 0; j < kend; ++j)
+          for (std::int64_t j = kstart; j < kend; ++j)
             acc += sc[static_cast<std::size_t>(j)] *
                    bf(vf[static_cast<std::size_t>((j * c.kv_heads + kvh) * d + x)]);
           ref_bf16[static_cast<std::size_t>((i * c.q_heads + h) * d + x)] = acc / den;
@@ -174,6 +183,7 @@ void run_case(const FaCase& c) {
       }
   }
   AttentionShape shape{c.L, c.L_valid, c.S, c.S_valid, c.q_heads, c.kv_heads, d, scale, c.causal};
+  shape.window = c.window;
   std::vector<std::pair<Isa, bool>> paths; // (isa, AMX on the tile emulator)
   for (Isa isa : isas_to_test())
     paths.push_back({isa, false});
@@ -274,6 +284,26 @@ std::vector<FaCase> numerics_cases() {
   cs.push_back({"tiny tiles", 50, 50, 90, 90, 4, 2, 64, 40, true, false, 20 * 1024});
   cs.push_back({"reversed positions", 30, 30, 60, 60, 4, 2, 64, 30, true, true});
   cs.push_back({"non-causal", 20, 20, 77, 70, 4, 2, 64, 0, false});
+  // sliding windows (transformers' sliding_window: keys pos - window < j <= pos): prefill tiles
+  // whose first key tiles fall out of the window, partly visible tiles at both ends, history,
+  // tiny tiles, reversed positions, decode chunks of the window only, and a window wider than
+  // the context (no effect)
+  auto windowed = [&](FaCase c, std::int64_t w) {
+    c.name += " window " + std::to_string(w);
+    c.window = w;
+    cs.push_back(c);
+  };
+  windowed({"prefill", 100, 100, 100, 100, 4, 2, 64}, 17);
+  windowed({"prefill gqa7", 300, 300, 300, 300, 14, 2, 64, 0, true, false, 0, rows2}, 130);
+  windowed({"history 250 d128", 33, 33, 283, 283, 8, 2, 128, 250}, 40);
+  windowed({"history 37 gqa2", 64, 64, 101, 101, 4, 2, 80, 37, true, false, 0, rows2}, 1);
+  windowed({"tiny tiles", 50, 50, 90, 90, 4, 2, 64, 40, true, false, 20 * 1024}, 23);
+  windowed({"reversed positions", 30, 30, 60, 60, 4, 2, 64, 30, true, true}, 9);
+  windowed({"decode", 1, 1, 512, 300, 14, 2, 64, 299}, 100);
+  windowed({"fd mqa 2 chunks", 1, 1, 1100, 1037, 8, 1, 64, 1036, true, false, 0, cols2}, 600);
+  windowed({"fd gqa7 4 chunks", 1, 1, 2100, 2085, 14, 2, 64, 2084, true, false, 0, heads4}, 1500);
+  windowed({"fd L_valid 2 of 3", 3, 2, 700, 600, 6, 2, 64, 598, true, false, 0, cols2}, 33);
+  windowed({"decode wider than context", 1, 1, 64, 33, 2, 2, 80, 32}, 4096);
   return cs;
 }
 
@@ -350,7 +380,7 @@ TEST_CASE("flash_attention int8 caches on every case", "[kernels][attention]") {
 // differ (keys 3..18, 505..520 around the 2-chunk edge, 1020..1035 around 3 and 4 chunks)
 // against single-row calls, for every cache type and ISA.
 template <class KV>
-void check_rows_as_decode_steps() {
+void check_rows_as_decode_steps(std::int64_t window = 0) {
   const std::int64_t S = 1100, H = 2, G = 7, QH = H * G, d = 64, R = kDecodeArithmeticRows;
   const std::int64_t row = kv_row_elems<KV>(d);
   std::mt19937 rng(99);
@@ -379,14 +409,16 @@ void check_rows_as_decode_steps() {
         std::vector<std::int32_t> pos(static_cast<std::size_t>(R));
         for (std::int64_t i = 0; i < R; ++i)
           pos[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(pos0 + i);
-        const AttentionShape seg{R, rows, S, pos0 + rows, QH, H, d, scale, true};
+        AttentionShape seg{R, rows, S, pos0 + rows, QH, H, d, scale, true};
+        seg.window = window;
         for (const CoreSplit split : {CoreSplit{SplitDim::rows, 2}, CoreSplit{SplitDim::heads, 3},
                                       CoreSplit{SplitDim::none, 4}}) {
           std::vector<float> out(q.size(), kNaN);
           flash_attention<KV>(q, k, v, pos, out, seg, split);
           const int parts = split.dim == SplitDim::none ? 1 : split.parts;
           for (std::int64_t i = 0; i < rows; ++i) {
-            const AttentionShape step{1, 1, S, pos0 + i + 1, QH, H, d, scale, true};
+            AttentionShape step{1, 1, S, pos0 + i + 1, QH, H, d, scale, true};
+            step.window = window;
             std::vector<float> one(static_cast<std::size_t>(QH * d), kNaN);
             const auto qi =
                 std::span<const float>(q).subspan(static_cast<std::size_t>(i * QH * d), one.size());
@@ -394,8 +426,9 @@ void check_rows_as_decode_steps() {
                 qi, k, v,
                 std::span<const std::int32_t>(pos).subspan(static_cast<std::size_t>(i), 1), one,
                 step, CoreSplit{SplitDim::cols, parts});
-            INFO("kv=" << storage_name<KV>() << " isa=" << isa_name(isa) << " pos " << pos0 + i
-                       << " of a segment of " << rows << " on " << parts << " cores");
+            INFO("kv=" << storage_name<KV>() << " isa=" << isa_name(isa) << " window " << window
+                       << " pos " << pos0 + i << " of a segment of " << rows << " on " << parts
+                       << " cores");
             REQUIRE(std::memcmp(one.data(), out.data() + i * QH * d, one.size() * 4) == 0);
           }
           for (std::int64_t i = rows; i < R; ++i) // rows past L_valid untouched
@@ -411,6 +444,9 @@ TEST_CASE("flash_attention computes a short segment's rows bit for bit as decode
   check_rows_as_decode_steps<bf16_t>();
   check_rows_as_decode_steps<f16_t>();
   check_rows_as_decode_steps<kv8_t>();
+  // under a sliding window each row's keys start at its own window (chunks cut from there)
+  check_rows_as_decode_steps<float>(300);
+  check_rows_as_decode_steps<bf16_t>(7);
 }
 
 TEST_CASE("int8 KV rows: codes, scale and their bound", "[kernels][attention]") {

@@ -27,7 +27,16 @@ struct AttentionShape {
   std::int64_t head_dim = 0; ///< d
   float scale = 0.f;         ///< softmax scale, usually 1/sqrt(d)
   bool causal = true;        ///< apply the position rule (false: every valid key is visible)
+  /// Sliding window (causal only; 0: none): a query at position p sees keys p - window < j <= p,
+  /// the `window` latest positions including its own (transformers' sliding_window).
+  std::int64_t window = 0;
 };
+
+/// First key a query at position `p` may see: p - window + 1 under a sliding window (never below
+/// 0), else 0.
+inline std::int64_t first_visible_key(const AttentionShape& s, std::int64_t p) {
+  return s.causal && s.window > 0 ? std::max<std::int64_t>(0, p - s.window + 1) : 0;
+}
 
 /// Tile sizes of one call: Br query rows (of the grouped [L*G, d] matrix) x Bc keys.
 struct AttentionTiles {

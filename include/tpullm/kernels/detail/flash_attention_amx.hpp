@@ -112,7 +112,9 @@ fa_amx_item_body(const float* q, const KV* k, const KV* v, const std::int32_t* p
   w.p.resize(32 * 32);
   const float qscale = s.scale * 1.4426950408889634f;
   std::int64_t kend_all = 0;
-  std::vector<std::int64_t> tend(static_cast<std::size_t>(nq)), tmin(tend.size());
+  std::vector<std::int64_t> tend(static_cast<std::size_t>(nq)), tmin(tend.size()),
+      tmax(tend.size());
+  std::int64_t kstart_all = INT64_MAX;
   for (std::int64_t t = 0; t < nq; ++t) {
     std::int64_t mx = -1, mn = INT64_MAX;
     for (std::int64_t i = 0; i < 32; ++i) {
@@ -131,11 +133,13 @@ fa_amx_item_body(const float* q, const KV* k, const KV* v, const std::int32_t* p
     }
     tend[static_cast<std::size_t>(t)] = s.causal ? std::min(s.S_valid, mx + 1) : s.S_valid;
     tmin[static_cast<std::size_t>(t)] = mn;
+    tmax[static_cast<std::size_t>(t)] = mx;
     kend_all = std::max(kend_all, tend[static_cast<std::size_t>(t)]);
+    kstart_all = std::min(kstart_all, first_visible_key(s, mn));
   }
   amx_configure<Tiles>(amx_bf16_config());
   const std::int64_t kvs = s.kv_heads * d;
-  for (std::int64_t j0 = 0; j0 < kend_all; j0 += 32) {
+  for (std::int64_t j0 = kstart_all / 32 * 32; j0 < kend_all; j0 += 32) {
     const std::int64_t nk = std::min<std::int64_t>(32, kend_all - j0);
     // K^T tiles: slice x / 32, key half kh, pair row r, key n: K[j0 + 16 kh + n][x + 2r, +1]
     std::memset(w.kt.data(), 0, w.kt.size());
@@ -159,11 +163,13 @@ fa_amx_item_body(const float* q, const KV* k, const KV* v, const std::int32_t* p
       }
     }
     for (std::int64_t t = 0; t < nq; ++t) {
-      if (j0 >= tend[static_cast<std::size_t>(t)])
+      const auto ts = static_cast<std::size_t>(t);
+      if (j0 >= tend[ts] || j0 + 32 <= first_visible_key(s, tmin[ts]))
         continue;
-      const std::int64_t kend = tend[static_cast<std::size_t>(t)];
+      const std::int64_t kend = tend[ts];
       fa_amx_qk<Tiles>(w.q.data() + t * 32 * dq, dq, w.kt.data(), w.s.data());
-      const bool masked = j0 + 31 > tmin[static_cast<std::size_t>(t)] || j0 + 32 > kend;
+      const bool masked =
+          j0 + 31 > tmin[ts] || j0 + 32 > kend || j0 < first_visible_key(s, tmax[ts]);
       float* m = w.m.data() + t * 32;
       float* l = w.l.data() + t * 32;
       float* o = w.o.data() + t * 32 * dq;
@@ -171,9 +177,10 @@ fa_amx_item_body(const float* q, const KV* k, const KV* v, const std::int32_t* p
       for (std::int64_t i = 0; i < 32; ++i) {
         float* sr = w.s.data() + i * 32;
         const std::int32_t p = w.pos[static_cast<std::size_t>(t * 32 + i)];
+        const std::int64_t lo = p == INT32_MAX ? 0 : first_visible_key(s, p); // pad rows: 0
         if (masked)
           for (std::int64_t n = 0; n < 32; ++n)
-            sr[n] = (j0 + n < kend && j0 + n <= p) ? sr[n] : -__builtin_inff();
+            sr[n] = (j0 + n < kend && j0 + n <= p && j0 + n >= lo) ? sr[n] : -__builtin_inff();
         float mx = m[i];
         for (std::int64_t n = 0; n < 32; ++n)
           mx = sr[n] > mx ? sr[n] : mx;

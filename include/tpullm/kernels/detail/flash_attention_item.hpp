@@ -26,7 +26,7 @@ void fa_item(const float* q, const KV* k, const KV* v, const std::int32_t* pos_i
   const bool copy =
       kv16 || nh > 1 || s.kv_heads * d * static_cast<std::int64_t>(sizeof(float)) >= 2048;
   auto round16 = [](std::int64_t n) { return (n + 15) / 16 * 16; };
-  const std::int64_t per_tile = round16(d * br) + round16(br * d) + 4 * 64;
+  const std::int64_t per_tile = round16(d * br) + round16(br * d) + 5 * 64;
   const std::int64_t per_head = copy ? 2 * round16(bc * d) : 0;
   const std::int64_t shared = round16(bc * br);
   constexpr std::int64_t kMaxTiles = 64;
@@ -36,8 +36,8 @@ void fa_item(const float* q, const KV* k, const KV* v, const std::int32_t* pos_i
 
   FaTile tl[kMaxTiles];
   std::int32_t tmin[kMaxTiles], tmax[kMaxTiles];
-  std::int64_t tend[kMaxTiles];
-  std::int64_t kend_all = 0;
+  std::int64_t tstart[kMaxTiles], tend[kMaxTiles];
+  std::int64_t kend_all = 0, kstart_all = INT64_MAX;
   for (std::int64_t hh = 0; hh < nh; ++hh)
     for (std::int64_t qq = 0; qq < nq; ++qq) {
       const std::int64_t ti = hh * nq + qq, r0 = (qb + qq) * br, kvh = hb + hh;
@@ -53,6 +53,7 @@ void fa_item(const float* q, const KV* k, const KV* v, const std::int32_t* pos_i
       t.l = t.m + 64;
       t.alpha = t.l + 64;
       t.pos = reinterpret_cast<std::int32_t*>(t.alpha + 64);
+      t.lo = t.pos + 64;
       t.s = base;
       t.kbuf = base + shared + hh * per_head;
       t.vbuf = t.kbuf + round16(bc * d);
@@ -63,11 +64,13 @@ void fa_item(const float* q, const KV* k, const KV* v, const std::int32_t* pos_i
         if (i < t.nrows) {
           const std::int32_t p = s.causal ? pos_ids[r / G] : INT32_MAX;
           t.pos[i] = p;
+          t.lo[i] = static_cast<std::int32_t>(first_visible_key(s, p));
           mn = std::min(mn, p);
           mx = std::max(mx, p);
           rows[i] = q + ((r / G) * s.q_heads + kvh * G + r % G) * d;
         } else {
           t.pos[i] = INT32_MAX;
+          t.lo[i] = 0;
           rows[i] = nullptr;
         }
         t.m[i] = -__builtin_inff();
@@ -94,11 +97,14 @@ void fa_item(const float* q, const KV* k, const KV* v, const std::int32_t* pos_i
       tmax[ti] = mx;
       tend[ti] = s.causal ? std::min<std::int64_t>(s.S_valid, static_cast<std::int64_t>(mx) + 1)
                           : s.S_valid;
+      // keys before the window of the tile's earliest row are visible to none of its rows
+      tstart[ti] = first_visible_key(s, mn);
       kend_all = std::max(kend_all, tend[ti]);
+      kstart_all = std::min(kstart_all, tstart[ti]);
     }
 
   const std::int64_t kv_stride = s.kv_heads * d;
-  for (std::int64_t j0 = 0; j0 < kend_all; j0 += bc) {
+  for (std::int64_t j0 = kstart_all / bc * bc; j0 < kend_all; j0 += bc) {
     const std::int64_t ncopy = std::min(bc, kend_all - j0);
     if (copy) {
       // key-major so all heads of a key come in one stream; widens 16-bit caches
@@ -110,13 +116,14 @@ void fa_item(const float* q, const KV* k, const KV* v, const std::int32_t* pos_i
         }
     }
     for (std::int64_t ti = 0; ti < nt; ++ti) {
-      if (j0 >= tend[ti])
+      if (j0 >= tend[ti] || j0 + bc <= tstart[ti])
         continue;
       FaTile& t = tl[ti];
       FaKeys kk;
       kk.j0 = j0;
       kk.ncols = std::min(bc, tend[ti] - j0);
-      kk.masked = s.causal && j0 + kk.ncols - 1 > tmin[ti];
+      // masked when a key is past the earliest row's position or before the latest row's window
+      kk.masked = s.causal && (j0 + kk.ncols - 1 > tmin[ti] || j0 < first_visible_key(s, tmax[ti]));
       if (copy) {
         kk.k = t.kbuf;
         kk.v = t.vbuf;
@@ -147,7 +154,6 @@ void fa_item(const float* q, const KV* k, const KV* v, const std::int32_t* pos_i
       }
     }
   }
-  (void)tmax;
 
   // normalize and scatter rows back to [L, q_heads, d]
   for (std::int64_t ti = 0; ti < nt; ++ti) {

@@ -17,6 +17,10 @@ inline void fa_check(const AttentionShape& s, std::size_t q, std::size_t k, std:
     throw_error(ErrorKind::internal, "",
                 "flash_attention: q_heads " + str(s.q_heads) + " is not a multiple of kv_heads " +
                     str(s.kv_heads));
+  if (s.window < 0 || (s.window > 0 && !s.causal))
+    throw_error(ErrorKind::internal, "",
+                "flash_attention: window " + str(s.window) +
+                    " must be >= 0, and 0 unless attention is causal");
   if (s.L_valid < 0 || s.L_valid > s.L)
     throw_error(ErrorKind::internal, "",
                 "flash_attention: L_valid " + str(s.L_valid) + " outside [0, L=" + str(s.L) + "]");
@@ -54,7 +58,7 @@ struct FaPlan {
 
 /// Bytes of one q tile's private state (Q^T, O, row state) and of one head's K/V tile copies.
 inline std::size_t fa_tile_bytes(std::int64_t br, std::int64_t d) {
-  return static_cast<std::size_t>(2 * br * d + 5 * br) * sizeof(float);
+  return static_cast<std::size_t>(2 * br * d + 6 * br) * sizeof(float);
 }
 inline std::size_t fa_kv_bytes(std::int64_t bc, std::int64_t d) {
   return static_cast<std::size_t>(2 * bc * d) * sizeof(float);

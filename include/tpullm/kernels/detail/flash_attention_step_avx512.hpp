@@ -138,12 +138,14 @@ TPULLM_TARGET_AVX512 inline void fa_step_avx512_c(FaTile& t, const FaKeys& kk) {
   for (int c = 0; c < C; ++c) {
     __m512 mx = _mm512_loadu_ps(t.m + 16 * c);
     const __m512i pv = _mm512_loadu_si512(t.pos + 16 * c);
+    const __m512i lov = _mm512_loadu_si512(t.lo + 16 * c);
     for (std::int64_t jj = 0; jj < nc; ++jj) {
       float* sp = t.s + jj * br + 16 * c;
       __m512 sv = _mm512_loadu_ps(sp);
       if (kk.masked) {
-        const __mmask16 vis = _mm512_cmp_epi32_mask(_mm512_set1_epi32(static_cast<int>(kk.j0 + jj)),
-                                                    pv, _MM_CMPINT_LE);
+        const __m512i jv = _mm512_set1_epi32(static_cast<int>(kk.j0 + jj));
+        const __mmask16 vis = _mm512_mask_cmp_epi32_mask(
+            _mm512_cmp_epi32_mask(jv, pv, _MM_CMPINT_LE), lov, jv, _MM_CMPINT_LE);
         sv = _mm512_mask_blend_ps(vis, ninf, sv);
         _mm512_storeu_ps(sp, sv);
       }

@@ -22,7 +22,7 @@ TPULLM_ALWAYS_INLINE void fa_step_generic(FaTile& t, const FaKeys& kk) {
     }
     if (kk.masked)
       for (std::int64_t i = 0; i < br; ++i)
-        sj[i] = kk.j0 + j <= t.pos[i] ? sj[i] : -__builtin_inff();
+        sj[i] = kk.j0 + j <= t.pos[i] && kk.j0 + j >= t.lo[i] ? sj[i] : -__builtin_inff();
   }
   // online softmax, one lane per row
   float mt[64];
@@ -87,7 +87,7 @@ inline void fa_step_portable(FaTile& t, const FaKeys& kk) {
     }
     if (kk.masked)
       for (std::int64_t i = 0; i < br; ++i)
-        sj[i] = kk.j0 + j <= t.pos[i] ? sj[i] : -__builtin_inff();
+        sj[i] = kk.j0 + j <= t.pos[i] && kk.j0 + j >= t.lo[i] ? sj[i] : -__builtin_inff();
   }
   // online softmax, vectorized over rows
   for (std::int64_t i0 = 0; i0 < br; i0 += kPW) {

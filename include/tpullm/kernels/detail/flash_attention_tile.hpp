@@ -29,6 +29,7 @@ struct FaTile {
   float* l = nullptr;          ///< [br] running denominator
   float* alpha = nullptr;      ///< [br] rescale factor of the current key tile
   std::int32_t* pos = nullptr; ///< [br] query positions (INT32_MAX for pad rows)
+  std::int32_t* lo = nullptr;  ///< [br] first visible key (sliding window; 0 without one)
   float* kbuf = nullptr;       ///< [bc, d] f32 copy of a 16-bit K tile
   float* vbuf = nullptr;       ///< [bc, d] f32 copy of a 16-bit V tile
 };
@@ -40,7 +41,7 @@ struct FaKeys {
   std::int64_t stride = 0;
   std::int64_t j0 = 0;
   std::int64_t ncols = 0;
-  bool masked = false; ///< some key may be invisible to some row: apply the causal rule
+  bool masked = false; ///< some key may be invisible to some row: apply lo[i] <= j <= pos[i]
 };
 
 /// Thread-local scratch, grown on demand and reused across calls (no allocation in decode).

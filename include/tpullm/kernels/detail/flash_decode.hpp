@@ -134,9 +134,10 @@ void fd_item(const FdItem<KV>& it, Isa isa) {
   }
 }
 
-/// How one query row's decode attention is cut: C key chunks x HB blocks of kv heads.
+/// How one query row's decode attention is cut: C key chunks x HB blocks of kv heads, over the
+/// keys [first, first + keys).
 struct FdPlan {
-  std::int64_t chunks = 1, head_blocks = 1, keys = 0;
+  std::int64_t chunks = 1, head_blocks = 1, keys = 0, first = 0;
 };
 
 /// Chunks of at least kFdMinChunkKeys keys, no more than `parts` (nor kFdMaxChunks); leftover
@@ -174,10 +175,12 @@ void flash_decode(const float* q, const KV* k, const KV* v, const std::int32_t* 
   first_item[0] = 0;
   base[0] = 0;
   for (std::int64_t r = 0; r < rows; ++r) {
-    const std::int64_t keys =
+    const std::int64_t end =
         s.causal ? std::min<std::int64_t>(s.S_valid, static_cast<std::int64_t>(pos[r]) + 1)
                  : s.S_valid;
-    plan[r] = fd_plan(keys, H, parts);
+    const std::int64_t first = s.causal ? std::min(end, first_visible_key(s, pos[r])) : 0;
+    plan[r] = fd_plan(end - first, H, parts);
+    plan[r].first = first;
     first_item[r + 1] = first_item[r] + plan[r].chunks * plan[r].head_blocks;
     base[r + 1] = base[r] + QH * (d + dp) + plan[r].chunks * per_chunk;
   }
@@ -218,8 +221,8 @@ void flash_decode(const float* q, const KV* k, const KV* v, const std::int32_t* 
         split_range(pl.keys, static_cast<int>(c), static_cast<int>(pl.chunks), kFdBlock);
     it.h0 = h0;
     it.h1 = h1;
-    it.j0 = j0;
-    it.j1 = j1;
+    it.j0 = pl.first + j0;
+    it.j1 = pl.first + j1;
     float* chunk = sb + base[r] + QH * (d + dp) + c * per_chunk;
     it.m = chunk;
     it.l = chunk + QH;
