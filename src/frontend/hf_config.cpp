@@ -90,6 +90,53 @@ void parse_yarn(const ConfigReader& r, const nlohmann::json& src, HfConfig& c) {
 
 } // namespace
 
+std::vector<std::int64_t> parse_sliding_windows(const ConfigReader& r, const HfConfig& c) {
+  // As transformers: Mistral and Mixtral window every layer by "sliding_window" (null: none;
+  // absent: Mistral's default 4096); the Qwen families only under "use_sliding_window", on the
+  // layers >= "max_window_layers" (default 28); a "layer_types" list ("full_attention" /
+  // "sliding_attention") decides per layer where given, and a sliding layer without a window
+  // attends to everything.
+  const nlohmann::json& j = r.j;
+  const std::int64_t n = c.num_hidden_layers;
+  const bool qwen = c.family == ModelFamily::qwen2 || c.family == ModelFamily::qwen3 ||
+                    c.family == ModelFamily::qwen3_moe;
+  const bool mistral = c.family == ModelFamily::mistral || c.family == ModelFamily::mixtral;
+  std::int64_t window = 0;
+  if (c.family == ModelFamily::mistral && !j.contains("sliding_window"))
+    window = 4096; // MistralConfig's default (Mixtral's is none)
+  if ((mistral || (qwen && r.bool_or(j, "use_sliding_window", false))) && r.has("sliding_window")) {
+    window = r.to_int(j["sliding_window"], "sliding_window");
+    check(window > 0, ErrorKind::invalid_input, r.where, "\"sliding_window\" must be > 0, got ",
+          window);
+  }
+  std::vector<bool> sliding(static_cast<std::size_t>(n), mistral);
+  if (qwen) {
+    const std::int64_t first =
+        r.has("max_window_layers") ? r.to_int(j["max_window_layers"], "max_window_layers") : 28;
+    check(first >= 0, ErrorKind::invalid_input, r.where, "\"max_window_layers\" must be >= 0, got ",
+          first);
+    for (std::int64_t i = first; i < n; ++i)
+      sliding[static_cast<std::size_t>(i)] = true;
+  }
+  if (const auto* lt = r.get(j, "layer_types")) {
+    check(lt->is_array() && static_cast<std::int64_t>(lt->size()) == n, ErrorKind::invalid_input,
+          r.where, "\"layer_types\" must be an array of ", n, " entries (one per layer)");
+    for (std::int64_t i = 0; i < n; ++i) {
+      const auto& t = (*lt)[static_cast<std::size_t>(i)];
+      const bool full = t.is_string() && t.get<std::string>() == "full_attention";
+      check(full || (t.is_string() && t.get<std::string>() == "sliding_attention"),
+            ErrorKind::unsupported, r.where, "layer type ", t.dump(),
+            " is not supported (full_attention, sliding_attention)");
+      sliding[static_cast<std::size_t>(i)] = !full;
+    }
+  }
+  std::vector<std::int64_t> out;
+  if (window > 0 && std::find(sliding.begin(), sliding.end(), true) != sliding.end())
+    for (std::int64_t i = 0; i < n; ++i)
+      out.push_back(sliding[static_cast<std::size_t>(i)] ? window : 0);
+  return out;
+}
+
 void parse_rope(const ConfigReader& r, HfConfig& c) {
   // transformers 5: "rope_parameters" {rope_type, rope_theta, factor, ...};
   // transformers 4: "rope_theta" + "rope_scaling" {type|rope_type, factor, ...}.
@@ -281,22 +328,7 @@ HfConfig parse_hf_config(std::string_view json_text, std::string where) {
           j, where, c.family == ModelFamily::mixtral ? MoeLayout::mixtral : MoeLayout::qwen3_moe,
           c.num_hidden_layers, c.intermediate_size);
 
-    // Sliding-window attention is not supported; a window covering the whole context is
-    // plain causal attention.
-    const bool sw_enabled = c.family == ModelFamily::mistral || c.family == ModelFamily::mixtral ||
-                            r.bool_or(j, "use_sliding_window", false);
-    if (sw_enabled && r.has("sliding_window")) {
-      const std::int64_t w = r.to_int(j["sliding_window"], "sliding_window");
-      check(w >= c.max_position_embeddings, ErrorKind::unsupported, where, "sliding_window ", w,
-            " < max_position_embeddings ", c.max_position_embeddings,
-            ": sliding-window attention is not supported");
-    }
-    if (const auto* lt = r.get(j, "layer_types")) {
-      check(lt->is_array(), ErrorKind::invalid_input, where, "\"layer_types\" must be an array");
-      for (const auto& t : *lt)
-        check(t.is_string() && t.get<std::string>() == "full_attention", ErrorKind::unsupported,
-              where, "layer type ", t.dump(), " is not supported (only full_attention)");
-    }
+    c.sliding_windows = detail::parse_sliding_windows(r, c);
 
     if (const auto* b = r.get(j, "bos_token_id"))
       c.bos_token_id = r.to_int(*b, "bos_token_id");

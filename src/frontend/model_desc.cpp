@@ -220,6 +220,7 @@ ModelDesc describe_config(const HfConfig& cfg) {
       d.dims.max_position = static_cast<std::int64_t>(std::min(scaled, 0x1p31));
   }
   d.rope = cfg.rope;
+  d.sliding_windows = cfg.sliding_windows;
   d.norm_eps = cfg.rms_norm_eps;
   d.tie_word_embeddings = cfg.tie_word_embeddings;
   d.qkv_bias = cfg.qkv_bias;

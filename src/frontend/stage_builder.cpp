@@ -105,6 +105,11 @@ ir::Module build_block(const ModelDesc& d, const BlockShape& s, const RopeWeight
   fa.head_dim = D;
   fa.history = s.history;
   fa.causal = true;
+  // a sliding window only where it hides a key: past it, the block's history + L slots
+  if (const std::int64_t w =
+          d.sliding_windows.empty() ? 0 : d.sliding_windows[static_cast<std::size_t>(s.layer)];
+      w > 0 && w < s.history + L)
+    fa.window = w;
   ir::Value* attn = b.create(fa, {q, k_all, v_all, pos});
   ir::Value* o = detail::linear(b, attn, p + "o", w.o, w.o_bias);
   ir::Value* h = b.create(ir::top::AddOp{}, {input, o});

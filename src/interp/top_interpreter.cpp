@@ -243,7 +243,8 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor
       const std::int64_t qp = P[b * L + i];
       bool any = false;
       for (std::int64_t e = 0; e < E; ++e) {
-        const bool vis = !p.causal || slot_pos[static_cast<std::size_t>(e)] <= qp;
+        const std::int64_t sp = slot_pos[static_cast<std::size_t>(e)];
+        const bool vis = !p.causal || (sp <= qp && (p.window <= 0 || sp > qp - p.window));
         visible[static_cast<std::size_t>(i * E + e)] = vis;
         any = any || vis;
       }

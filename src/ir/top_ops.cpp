@@ -175,6 +175,8 @@ auto FAttentionOp::infer(Types in) const -> std::vector<TensorType> {
   detail::require(q_heads > 0 && kv_heads > 0 && head_dim > 0 && q_heads % kv_heads == 0,
                   "q_heads must be a positive multiple of kv_heads");
   detail::require(history >= 0, "history must be >= 0");
+  detail::require(!window || (*window > 0 && causal),
+                  "window must be > 0, on causal attention only");
   detail::require(q.rank() == 4 && q.dim(2) == q_heads && q.dim(3) == head_dim,
                   "q must be [B, L, " + std::to_string(q_heads) + ", " + std::to_string(head_dim) +
                       "], got " + shape_str(q.shape));

@@ -353,6 +353,7 @@ void attention_batched(const ir::tpu::FAttentionOp& o, Call& c) {
   s.head_dim = d;
   s.scale = o.scale;
   s.causal = o.causal;
+  s.window = o.window.value_or(0);
   s.S = kr.type.shape[1];
   const std::int64_t kv_elems = s.S * o.kv_heads * d;
   const std::int64_t q_elems = o.q_heads * d;
@@ -390,6 +391,7 @@ void exec(const ir::tpu::FAttentionOp& o, Call& c) {
   s.head_dim = d;
   s.scale = o.scale;
   s.causal = o.causal;
+  s.window = o.window.value_or(0);
   const TensorRef& kr = c.in.operands[Op::k];
   const std::byte* kp = c.operand(Op::k, false);
   const std::byte* vp = c.operand(Op::v, false);

@@ -276,14 +276,46 @@ TEST_CASE("unsupported and invalid configs are refused by name", "[hf_config][ne
     REQUIRE_THROWS_WITH(parse(j), Contains("head_dim 33 must be even"));
   }
   SECTION("sliding window") {
+    // transformers' rules: Mistral windows every layer; Qwen only under use_sliding_window, on
+    // layers >= max_window_layers; layer_types decides per layer where given
+    const auto n = static_cast<std::size_t>(j["num_hidden_layers"].get<std::int64_t>());
+    REQUIRE(n >= 2);
     j["model_type"] = "mistral";
     j["sliding_window"] = 512;
-    REQUIRE_THROWS_WITH(parse(j), Contains("sliding-window attention is not supported"));
+    CHECK(parse(j).sliding_windows == std::vector<std::int64_t>(n, 512));
+    j["sliding_window"] = nullptr;
+    CHECK(parse(j).sliding_windows.empty());
+    j.erase("sliding_window"); // absent: MistralConfig's default
+    CHECK(parse(j).sliding_windows == std::vector<std::int64_t>(n, 4096));
+    j["model_type"] = "mixtral"; // MixtralConfig's default is none
+    CHECK(parse(j).sliding_windows.empty());
+    j["model_type"] = "mistral";
+    j["sliding_window"] = 0;
+    REQUIRE_THROWS_WITH(parse(j), Contains("\"sliding_window\" must be > 0, got 0"));
     j["model_type"] = "qwen2";
+    j["sliding_window"] = 64;
+    CHECK(parse(j).sliding_windows.empty()); // use_sliding_window defaults to false
     j["use_sliding_window"] = true;
-    REQUIRE_THROWS_WITH(parse(j), Contains("sliding-window attention is not supported"));
-    j["use_sliding_window"] = false;
-    CHECK_NOTHROW(parse(j));
+    j["max_window_layers"] = 1;
+    std::vector<std::int64_t> want(n, 64);
+    want[0] = 0;
+    CHECK(parse(j).sliding_windows == want);
+    j["max_window_layers"] = 28; // every layer below it is full: no window anywhere
+    CHECK(parse(j).sliding_windows.empty());
+    json types = json::array();
+    for (std::size_t i = 0; i < n; ++i)
+      types.push_back(i % 2 == 0 ? "sliding_attention" : "full_attention");
+    j["layer_types"] = types;
+    for (std::size_t i = 0; i < n; ++i)
+      want[i] = i % 2 == 0 ? 64 : 0;
+    CHECK(parse(j).sliding_windows == want);
+    j["use_sliding_window"] = false; // a sliding layer without a window attends to everything
+    CHECK(parse(j).sliding_windows.empty());
+    j["layer_types"] = json::array({"full_attention"});
+    REQUIRE_THROWS_WITH(parse(j), Contains("\"layer_types\" must be an array of"));
+    types[0] = "chunked_attention";
+    j["layer_types"] = types;
+    REQUIRE_THROWS_WITH(parse(j), Contains("layer type \"chunked_attention\" is not supported"));
   }
   SECTION("not JSON, not an object, duplicate keys") {
     REQUIRE_THROWS_WITH(parse_hf_config("{\"model_type\": ", "x.json"),

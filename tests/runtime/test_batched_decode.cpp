@@ -50,12 +50,16 @@ struct Conversations {
 
 TEST_CASE("batched decode equals each conversation decoding alone", "[batched-decode]") {
   // GQA; q/k norms and a head_dim of its own; biases and a tied head; routed experts; 4-bit GPTQ
-  // weights (the batched linear is a GEMM over the packed panels).
+  // weights (the batched linear is a GEMM over the packed panels); a sliding window of 8 keys
+  // (each row starts at its own window).
   const std::string model = GENERATE("llama-gqa", "qwen3-headdim", "qwen2-tied-bias",
-                                     "qwen3moe-e16k4", "llama-gqa-gptq-g32");
+                                     "qwen3moe-e16k4", "llama-gqa-gptq-g32", "llama-gqa window 8");
   INFO("model " << model);
-  const auto desc =
-      frontend::load_model(std::filesystem::path(TPULLM_TEST_DATA_DIR) / "models" / model);
+  const bool windowed = model == "llama-gqa window 8";
+  auto desc = frontend::load_model(std::filesystem::path(TPULLM_TEST_DATA_DIR) / "models" /
+                                   (windowed ? "llama-gqa" : model));
+  if (windowed)
+    desc.sliding_windows.assign(static_cast<std::size_t>(desc.dims.layers), 8);
   compiler::CompileOptions o;
   o.target.cores = 2;
   const auto p = batched_params();

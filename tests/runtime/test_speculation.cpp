@@ -418,6 +418,27 @@ TEST_CASE("a verify call's rows are bit for bit the decode steps they stand for,
   }
 }
 
+TEST_CASE("under a sliding window a verify call's rows are bit for bit the decode steps",
+          "[speculation]") {
+  // Each row of a verify call starts its keys at its own window's first position, as the decode
+  // step at that position does: windows shorter than both histories (8) and between them (300).
+  for (const std::int64_t window : {std::int64_t{8}, std::int64_t{300}}) {
+    INFO("window " << window);
+    auto p = tpullm_test::small_params(544, 64, {}, {4, 8});
+    p.prefill_chunks = {4, 8};
+    auto desc = frontend::load_model(tpullm_test::model_dir("llama-gqa"));
+    desc.sliding_windows.assign(static_cast<std::size_t>(desc.dims.layers), window);
+    compiler::CompileOptions o;
+    o.target.cores = 2;
+    o.lower.mode = "w8a16";
+    o.lower.act_quant = "dynamic";
+    o.lower.kv_dtype = "f16";
+    o.lower.lm_head = "w8";
+    o.lower.group_size = 32;
+    check_verify_rows(desc, p, o, true);
+  }
+}
+
 TEST_CASE("a verify call's rows are bit for bit decode steps on GGUF files, in their default",
           "[speculation]") {
   // The files users download (tests/data/models-gguf, written and quantized by llama.cpp's

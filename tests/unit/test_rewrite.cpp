@@ -303,7 +303,7 @@ TEST_CASE("attribute equality goes member by member, floats by bits", "[rewrite]
   CHECK_FALSE(attributes_equal(OpVariant(RMSNormOp{1e-6f}), OpVariant(RMSNormOp{1e-5f})));
   CHECK_FALSE(attributes_equal(OpVariant(RMSNormOp{0.0f}), OpVariant(RMSNormOp{-0.0f})));
   CHECK_FALSE(attributes_equal(OpVariant(SoftmaxOp{-1}), OpVariant(ArgMaxOp{-1})));
-  FAttentionOp a{0.125f, 14, 2, 64, 0, true};
+  FAttentionOp a{0.125f, 14, 2, 64, 0, true, std::nullopt};
   FAttentionOp b = a;
   CHECK(attributes_equal(a, b));
   CHECK(attributes_hash(OpVariant(a)) == attributes_hash(OpVariant(b)));

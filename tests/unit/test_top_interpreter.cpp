@@ -291,6 +291,7 @@ namespace {
 struct AttnCase {
   std::int64_t L, QH, KVH, d, history, first_pos;
   bool causal;
+  std::int64_t window = 0; ///< sliding window (0: none)
 };
 
 /// Explicit masked softmax(scale * Q K^T) V per q head, K/V expanded like HF repeat_kv.
@@ -306,7 +307,8 @@ std::vector<double> explicit_attention(const AttnCase& c, const std::vector<doub
       for (std::int64_t j = 0; j < S; ++j) {
         const bool hist = j < c.history;
         const std::int64_t kpos = hist ? j : pos[j - c.history];
-        const bool valid = (!hist || j < pos[0]) && (!c.causal || kpos <= pos[i]);
+        const bool valid = (!hist || j < pos[0]) && (!c.causal || kpos <= pos[i]) &&
+                           (c.window == 0 || kpos > pos[i] - c.window);
         double dot = 0;
         for (std::int64_t e = 0; e < d; ++e)
           dot += q[(i * c.QH + h) * d + e] * k[(j * c.KVH + h / rep) * d + e];
@@ -333,7 +335,9 @@ std::vector<double> run_attention(const AttnCase& c, const std::vector<double>& 
                tv = ftensor({1, S, c.KVH, c.d}, v), tp = itensor({1, c.L}, pos);
   auto out = run_one({tq.type(), tk.type(), tv.type(), tp.type()}, {tq, tk, tv, tp},
                      [&](Builder& b, std::vector<Value*> a) {
-                       FAttentionOp op{scale, c.QH, c.KVH, c.d, c.history, c.causal};
+                       FAttentionOp op{scale, c.QH, c.KVH, c.d, c.history, c.causal, std::nullopt};
+                       if (c.window > 0)
+                         op.window = c.window;
                        return std::vector<Value*>{b.create(op, {a[0], a[1], a[2], a[3]})};
                      });
   REQUIRE(out[0].shape() == Shape{1, c.L, c.QH * c.d});
@@ -344,17 +348,20 @@ std::vector<double> run_attention(const AttnCase& c, const std::vector<double>& 
 
 TEST_CASE("interp FAttention equals an explicit masked softmax(QK^T)V", "[interp][attention]") {
   const std::vector<AttnCase> cases = {
-      {5, 4, 2, 8, 0, 0, true},  // prefill, GQA 2
-      {4, 14, 2, 4, 6, 3, true}, // history of 6 slots, only 3 valid, positions 3..6, GQA 7
-      {3, 4, 2, 8, 5, 5, true},  // full history
-      {1, 7, 1, 8, 9, 4, true},  // decode, MQA 7
-      {4, 4, 2, 8, 6, 2, false}, // non-causal: existing slots only
-      {3, 2, 2, 8, 0, 7, true},  // prefill at positions 7.. (no history slots)
+      {5, 4, 2, 8, 0, 0, true},     // prefill, GQA 2
+      {4, 14, 2, 4, 6, 3, true},    // history of 6 slots, only 3 valid, positions 3..6, GQA 7
+      {3, 4, 2, 8, 5, 5, true},     // full history
+      {1, 7, 1, 8, 9, 4, true},     // decode, MQA 7
+      {4, 4, 2, 8, 6, 2, false},    // non-causal: existing slots only
+      {3, 2, 2, 8, 0, 7, true},     // prefill at positions 7.. (no history slots)
+      {6, 4, 2, 8, 0, 0, true, 2},  // sliding window of 2 in a prefill
+      {4, 14, 2, 4, 6, 3, true, 3}, // window of 3 over history + new slots
+      {1, 7, 1, 8, 9, 4, true, 1},  // decode under a window of 1: itself only
   };
   std::uint32_t seed = 10;
   for (const auto& c : cases) {
     INFO("L=" << c.L << " QH=" << c.QH << " KVH=" << c.KVH << " history=" << c.history
-              << " first=" << c.first_pos << " causal=" << c.causal);
+              << " first=" << c.first_pos << " causal=" << c.causal << " window=" << c.window);
     const std::int64_t S = c.history + c.L;
     const auto q = rnd(c.L * c.QH * c.d, seed++, -2, 2);
     const auto k = rnd(S * c.KVH * c.d, seed++, -2, 2);
@@ -594,7 +601,7 @@ TEST_CASE("interp runs a whole block and caches its weights", "[interp]") {
   Value* sin = b.create(GatherOp{0}, {w("sin", {SEQ, D / 2}), pos});
   q = b.create(RopeOp{RopeMode::halves}, {q, cos, sin});
   k = b.create(RopeOp{RopeMode::halves}, {k, cos, sin});
-  Value* attn = b.create(FAttentionOp{0.5f, QH, KVH, D, 0, true}, {q, k, v, pos});
+  Value* attn = b.create(FAttentionOp{0.5f, QH, KVH, D, 0, true, std::nullopt}, {q, k, v, pos});
   Value* h = b.create(AddOp{}, {x, b.create(MatMulOp{true}, {attn, w("o", {H, QH * D})})});
   Value* mlp = b.create(MLPOp{Activation::silu, true},
                         {b.create(RMSNormOp{1e-6f}, {h, w("mlp_norm", {H})}), w("gate", {I, H}),

@@ -135,6 +135,9 @@ struct HfConfig {
   QuantConfig quant;
   /// Routed experts (qwen3_moe, mixtral); layout none for dense families.
   MoeConfig moe;
+  /// Per layer, its sliding window in positions (0: full attention); empty when no layer has
+  /// one. A query at position p sees keys p - window < j <= p (transformers' sliding_window).
+  std::vector<std::int64_t> sliding_windows;
 };
 
 namespace detail {
@@ -187,6 +190,9 @@ struct ConfigReader {
 std::string lower(std::string s);
 
 void parse_rope(const ConfigReader& r, HfConfig& c);
+
+/// HfConfig::sliding_windows of a config whose family and layer count are parsed.
+std::vector<std::int64_t> parse_sliding_windows(const ConfigReader& r, const HfConfig& c);
 
 inline void parse_quant(const ConfigReader& r, HfConfig& c) {
   const nlohmann::json* q = r.get(r.j, "quantization_config");

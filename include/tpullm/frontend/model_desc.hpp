@@ -224,6 +224,8 @@ struct ModelDesc {
   std::vector<float> rope_freq_factors;
   /// RMSNorm epsilon (all norms).
   double norm_eps = 1e-6;
+  /// Per layer, its sliding window in positions (0: full attention); empty: none anywhere.
+  std::vector<std::int64_t> sliding_windows;
   /// lm_head shares the embedding table (lm_head refers to the same tensor as embedding).
   bool tie_word_embeddings = false;
   /// q/k/v have biases; o has a bias.

@@ -135,12 +135,14 @@ struct AttentionParams {
   std::int64_t head_dim = 1; ///< d
   std::int64_t history = 0;  ///< leading key slots holding positions 0..history-1
   bool causal = true;        ///< mask key slots at later positions
+  std::int64_t window = 0;   ///< sliding window (0: none): also mask positions <= pos - window
 };
 
 /// q [B, L, q_heads, d], k/v [B, history + L, kv_heads, d], position_ids [B, L] (integers)
 /// -> [B, L, q_heads * d]. Slot j < history holds position j and exists iff j < pos[b, 0];
 /// slot history + t holds pos[b, t]. Query i attends to existing slots with position <=
-/// pos[b, i] (all existing slots when !causal); q head h uses kv head h / (q_heads / kv_heads).
+/// pos[b, i] (all existing slots when !causal), and above pos[b, i] - window under a sliding
+/// window; q head h uses kv head h / (q_heads / kv_heads).
 /// Per q head: scores = scale * Q K^T over the existing slots and out = P V are Eigen
 /// products (slots that do not exist are never read, so garbage in them cannot leak);
 /// softmax in f64 with max subtraction between them.
@@ -266,7 +268,8 @@ private:
   Results eval(const ir::top::CastOp& o, const Args& a) { return one(a[0]->cast(o.dtype)); }
   Results eval(const ir::top::FAttentionOp& o, const Args& a) {
     const ref::AttentionParams p{
-        static_cast<double>(o.scale), o.q_heads, o.kv_heads, o.head_dim, o.history, o.causal};
+        static_cast<double>(o.scale), o.q_heads, o.kv_heads, o.head_dim, o.history, o.causal,
+        o.window.value_or(0)};
     return one(ref::attention(*a[0], *a[1], *a[2], *a[3], p));
   }
   Results eval(const ir::top::MLPOp& o, const Args& a);

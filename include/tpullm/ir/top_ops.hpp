@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -268,6 +269,8 @@ struct CastOp {
 /// j < position_ids[b, 0] (the history is what precedes the first new token); slot history + t
 /// holds position position_ids[b, t]. Query i sees key slots whose position <= position_ids[b, i]
 /// (all existing slots when causal = false). q head h reads kv head h / (q_heads / kv_heads).
+/// A sliding window W (causal only) further hides key positions <= position_ids[b, i] - W, so a
+/// query sees its W latest positions (transformers' sliding_window).
 struct FAttentionOp {
   static constexpr Arity operands{4, 4};
   static constexpr int results = 1;
@@ -278,6 +281,7 @@ struct FAttentionOp {
   std::int64_t head_dim = 1; ///< d
   std::int64_t history = 0;  ///< leading key slots that are history (0 in prefill)
   bool causal = true;        ///< mask keys at later positions
+  std::optional<std::int64_t> window = std::nullopt; ///< sliding window (> 0); none: all history
   template <class S, class F>
   static void attrs(S& s, F&& f) {
     f("scale", s.scale);
@@ -286,6 +290,7 @@ struct FAttentionOp {
     f("head_dim", s.head_dim);
     f("history", s.history);
     f("causal", s.causal);
+    f("window", s.window);
   }
   std::vector<TensorType> infer(Types in) const;
 };
