@@ -32,6 +32,16 @@ std::pair<std::int64_t, std::int64_t> count_linears(const bundle::Bundle& b) {
   return {linears, int8_x};
 }
 
+/// The sliding window of each layer whose stage functions have one (layer -> window).
+std::map<std::int64_t, std::int64_t> attention_windows(const bundle::Bundle& b) {
+  std::map<std::int64_t, std::int64_t> w;
+  for (const auto& p : b.programs())
+    for (const auto& in : p.instrs)
+      if (const auto* a = std::get_if<ir::tpu::FAttentionOp>(&in.op); a && a->window)
+        w[p.info.layer] = *a->window;
+  return w;
+}
+
 } // namespace
 
 int cmd_inspect(const std::vector<std::string>& args) {
@@ -152,6 +162,21 @@ int cmd_inspect(const std::vector<std::string>& args) {
                                     : std::to_string(int8_x) + " of " + std::to_string(linears) +
                                           " linears round their input to int8 (" +
                                           (m.mode == "int8" ? "W8A8" : "act-quant dynamic") + ")";
+  // Sliding-window attention (config.json's sliding_window), where a stage function has one.
+  const auto windows = attention_windows(*b);
+  std::string attn_line = "full causal attention on every layer";
+  if (!windows.empty()) {
+    std::int64_t lo = INT64_MAX, hi = 0;
+    for (const auto& [layer, w] : windows)
+      lo = std::min(lo, w), hi = std::max(hi, w);
+    attn_line = "sliding window of " +
+                (lo == hi ? std::to_string(lo) : std::to_string(lo) + "-" + std::to_string(hi)) +
+                " positions on " + std::to_string(windows.size()) + " of " +
+                std::to_string(m.layers) + " layers (the KV cache keeps every position)";
+  }
+  auto& jw = j["sliding_windows"] = nlohmann::ordered_json::object();
+  for (const auto& [layer, w] : windows)
+    jw[std::to_string(layer)] = w;
   auto& fns = j["functions"] = nlohmann::ordered_json::array();
   for (const auto& p : b->programs()) {
     std::int64_t groups = 0, last = -1;
@@ -222,6 +247,7 @@ int cmd_inspect(const std::vector<std::string>& args) {
             << j["weights"]["bytes_by_dtype"].dump() << "\n"
             << "draft   " << draft_line << "\n"
             << "acts    " << acts_line << "\n"
+            << "attn    " << attn_line << "\n"
             << "checks  CRC-32C per " << mib(static_cast<std::int64_t>(b->weight_chunk_bytes()))
             << " chunk of the blob ("
             << (checked ? std::to_string(checked->chunks) + " chunks verified"
