@@ -263,11 +263,18 @@ int cmd_bench(const std::vector<std::string>& args) {
                                  m.heads * m.head_dim * m.hidden + 3 * m.hidden * m.intermediate));
   const double params = block_params + lm_head_params;
   // The FLOPs a prefill of P tokens needs: every row through the blocks, causal attention
-  // (scores and values over the i + 1 keys of row i), and the lm_head on the last row only.
+  // (scores and values over the i + 1 keys of row i, at most a windowed layer's window), and
+  // the lm_head on the last row only.
+  const auto windows = sliding_windows(*opened);
   auto prefill_flops = [&](std::int64_t P) {
     const double p = static_cast<double>(P);
-    const double attention =
-        4.0 * static_cast<double>(m.layers * m.heads * m.head_dim) * p * (p + 1) / 2;
+    double keys = 0; // sum over layers and rows of the keys each row sees
+    for (std::int64_t layer = 0; layer < m.layers; ++layer) {
+      const auto it = windows.find(layer);
+      const double w = it == windows.end() ? p : static_cast<double>(std::min(P, it->second));
+      keys += w * (w + 1) / 2 + (p - w) * w; // rows up to w see i + 1 keys, the rest w
+    }
+    const double attention = 4.0 * static_cast<double>(m.heads * m.head_dim) * keys;
     return 2 * block_params * p + attention + 2 * lm_head_params;
   };
 
@@ -386,9 +393,7 @@ int cmd_bench(const std::vector<std::string>& args) {
   // history (mid-run).
   auto step_bytes = [&](std::int64_t C) {
     const std::int64_t S = s.decode_length_for(C + decode_steps / 2);
-    const double kv = 2.0 * static_cast<double>(m.layers) *
-                      static_cast<double>(C + decode_steps / 2) *
-                      static_cast<double>(opened->kv().row_bytes);
+    const double kv = decode_kv_bytes(*opened, C + decode_steps / 2); // windows counted
     return std::pair{S, static_cast<double>(decode_weight_bytes(*opened, S)) + kv};
   };
   nlohmann::ordered_json dec = nlohmann::ordered_json::array();

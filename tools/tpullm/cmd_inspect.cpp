@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "command.hpp"
+#include "step_bytes.hpp"
 #include "tpullm/conversion/lower_to_tpu.hpp"
 #include "tpullm/runtime/text_side.hpp"
 #include "tpullm/bundle/bundle.hpp"
@@ -30,16 +31,6 @@ std::pair<std::int64_t, std::int64_t> count_linears(const bundle::Bundle& b) {
           },
           in.op);
   return {linears, int8_x};
-}
-
-/// The sliding window of each layer whose stage functions have one (layer -> window).
-std::map<std::int64_t, std::int64_t> attention_windows(const bundle::Bundle& b) {
-  std::map<std::int64_t, std::int64_t> w;
-  for (const auto& p : b.programs())
-    for (const auto& in : p.instrs)
-      if (const auto* a = std::get_if<ir::tpu::FAttentionOp>(&in.op); a && a->window)
-        w[p.info.layer] = *a->window;
-  return w;
 }
 
 } // namespace
@@ -163,7 +154,7 @@ int cmd_inspect(const std::vector<std::string>& args) {
                                           " linears round their input to int8 (" +
                                           (m.mode == "int8" ? "W8A8" : "act-quant dynamic") + ")";
   // Sliding-window attention (config.json's sliding_window), where a stage function has one.
-  const auto windows = attention_windows(*b);
+  const auto windows = sliding_windows(*b);
   std::string attn_line = "full causal attention on every layer";
   if (!windows.empty()) {
     std::int64_t lo = INT64_MAX, hi = 0;

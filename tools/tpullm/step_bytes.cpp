@@ -46,4 +46,24 @@ std::int64_t decode_weight_bytes(const bundle::Bundle& b, std::int64_t S) {
   return bytes;
 }
 
+std::map<std::int64_t, std::int64_t> sliding_windows(const bundle::Bundle& b) {
+  std::map<std::int64_t, std::int64_t> w;
+  for (const auto& p : b.programs())
+    for (const auto& in : p.instrs)
+      if (const auto* a = std::get_if<ir::tpu::FAttentionOp>(&in.op); a && a->window)
+        w[p.info.layer] = *a->window;
+  return w;
+}
+
+double decode_kv_bytes(const bundle::Bundle& b, std::int64_t history) {
+  const auto windows = sliding_windows(b);
+  double positions = 0;
+  for (std::int64_t layer = 0; layer < b.model().layers; ++layer) {
+    const auto it = windows.find(layer);
+    positions += static_cast<double>(
+        it == windows.end() ? history : std::min<std::int64_t>(history, it->second));
+  }
+  return 2.0 * positions * static_cast<double>(b.kv().row_bytes);
+}
+
 } // namespace tpullm::cli

@@ -2,6 +2,7 @@
 // What one decode step of a bundle reads, for `tpullm bench`'s bytes per token and for the cost
 // of a draft model's step beside the model's (--draft).
 #include <cstdint>
+#include <map>
 
 #include "tpullm/bundle/bundle.hpp"
 
@@ -12,5 +13,13 @@ namespace tpullm::cli {
 /// tied table is also the lm_head's weight, read whole there: the gather's row is counted apart,
 /// so it cannot hide that read); a routed MLP counts top_k of its experts.
 std::int64_t decode_weight_bytes(const bundle::Bundle& b, std::int64_t S);
+
+/// The sliding window of each layer whose stage functions have one (layer -> window in
+/// positions), read from their FAttention ops; empty for full attention everywhere.
+std::map<std::int64_t, std::int64_t> sliding_windows(const bundle::Bundle& b);
+
+/// KV cache bytes one decode step over `history` positions reads: keys and values of every
+/// layer, a windowed layer's only within its window.
+double decode_kv_bytes(const bundle::Bundle& b, std::int64_t history);
 
 } // namespace tpullm::cli
