@@ -512,6 +512,21 @@ TEST_CASE("flash_attention rejects bad arguments", "[kernels][attention]") {
   CHECK_THROWS_KIND(flash_attention<float>(q, kv, kv, pos, out, bad), internal);
   std::vector<std::int32_t> neg{0, -1};
   CHECK_THROWS_KIND(flash_attention<float>(q, kv, kv, neg, out, s), invalid_input);
+  // a window: > 0 on causal attention only, and never starting past the valid keys
+  bad = s;
+  bad.window = -1;
+  CHECK_THROWS_KIND(flash_attention<float>(q, kv, kv, pos, out, bad), internal);
+  bad = s;
+  bad.window = 2;
+  bad.causal = false;
+  CHECK_THROWS_KIND(flash_attention<float>(q, kv, kv, pos, out, bad), internal);
+  bad = s;
+  bad.window = 2;
+  bad.S_valid = 3;
+  std::vector<std::int32_t> far{5, 6}; // windows [4, 5] and [5, 6] past the 3 valid keys
+  CHECK_THROWS_KIND(flash_attention<float>(q, kv, kv, far, out, bad), invalid_input);
+  std::vector<std::int32_t> near{2, 3}; // [1, 2] and [2, 3] still hold key 2
+  CHECK_NOTHROW(flash_attention<float>(q, kv, kv, near, out, bad));
   std::vector<float> small_kv(10);
   CHECK_THROWS_KIND(flash_attention<float>(q, small_kv, kv, pos, out, s), internal);
   // past kDecodeArithmeticRows rows (prefill tiles) a key split is refused

@@ -64,12 +64,19 @@ void flash_attention(std::span<const float> q, std::span<const KV> k, std::span<
   detail::fa_check(shape, q.size(), k.size(), v.size(), position_ids.size(), out.size(),
                    kv_row_elems<KV>(shape.head_dim));
   if (shape.causal)
-    for (std::int64_t i = 0; i < shape.L_valid; ++i)
-      if (position_ids[static_cast<std::size_t>(i)] < 0)
+    for (std::int64_t i = 0; i < shape.L_valid; ++i) {
+      const std::int64_t p = position_ids[static_cast<std::size_t>(i)];
+      if (p < 0)
         throw_error(ErrorKind::invalid_input, "",
-                    "flash_attention: position " +
-                        std::to_string(position_ids[static_cast<std::size_t>(i)]) + " of row " +
+                    "flash_attention: position " + std::to_string(p) + " of row " +
                         std::to_string(i) + " is negative");
+      if (first_visible_key(shape, p) >= shape.S_valid) // its window holds no valid key
+        throw_error(ErrorKind::invalid_input, "",
+                    "flash_attention: row " + std::to_string(i) + " at position " +
+                        std::to_string(p) + " sees no key: its window of " +
+                        std::to_string(shape.window) + " starts past the " +
+                        std::to_string(shape.S_valid) + " valid keys");
+    }
   if (shape.L_valid == 0)
     return;
   if (shape.L_valid <= kDecodeArithmeticRows) { // decode steps: flash-decoding over key chunks
