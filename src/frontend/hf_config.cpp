@@ -92,19 +92,20 @@ void parse_yarn(const ConfigReader& r, const nlohmann::json& src, HfConfig& c) {
 
 std::vector<std::int64_t> parse_sliding_windows(const ConfigReader& r, const HfConfig& c) {
   // As transformers: Mistral and Mixtral window every layer by "sliding_window" (null: none;
-  // absent: Mistral's default 4096); the Qwen families only under "use_sliding_window", on the
-  // layers >= "max_window_layers" (default 28); a "layer_types" list ("full_attention" /
-  // "sliding_attention") decides per layer where given, and a sliding layer without a window
-  // attends to everything.
+  // absent: 4096 for Mistral and the Qwen families); the Qwen families only under
+  // "use_sliding_window", on the layers >= "max_window_layers" (default 28); a "layer_types" list
+  // ("full_attention" / "sliding_attention") decides per layer where given, and a sliding layer
+  // without a window attends to everything.
   const nlohmann::json& j = r.j;
   const std::int64_t n = c.num_hidden_layers;
   const bool qwen = c.family == ModelFamily::qwen2 || c.family == ModelFamily::qwen3 ||
                     c.family == ModelFamily::qwen3_moe;
   const bool mistral = c.family == ModelFamily::mistral || c.family == ModelFamily::mixtral;
+  const bool qwen_sliding = qwen && r.bool_or(j, "use_sliding_window", false);
   std::int64_t window = 0;
-  if (c.family == ModelFamily::mistral && !j.contains("sliding_window"))
-    window = 4096; // MistralConfig's default (Mixtral's is none)
-  if ((mistral || (qwen && r.bool_or(j, "use_sliding_window", false))) && r.has("sliding_window")) {
+  if ((c.family == ModelFamily::mistral || qwen_sliding) && !j.contains("sliding_window"))
+    window = 4096; // MistralConfig's and the Qwen configs' default (Mixtral's is none)
+  if ((mistral || qwen_sliding) && r.has("sliding_window")) {
     window = r.to_int(j["sliding_window"], "sliding_window");
     check(window > 0, ErrorKind::invalid_input, r.where, "\"sliding_window\" must be > 0, got ",
           window);

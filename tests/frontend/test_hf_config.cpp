@@ -300,6 +300,11 @@ TEST_CASE("unsupported and invalid configs are refused by name", "[hf_config][ne
     std::vector<std::int64_t> want(n, 64);
     want[0] = 0;
     CHECK(parse(j).sliding_windows == want);
+    j.erase("sliding_window"); // absent: Qwen2Config's default 4096
+    std::fill(want.begin() + 1, want.end(), 4096);
+    CHECK(parse(j).sliding_windows == want);
+    j["sliding_window"] = 64;
+    std::fill(want.begin() + 1, want.end(), 64);
     j["max_window_layers"] = 28; // every layer below it is full: no window anywhere
     CHECK(parse(j).sliding_windows.empty());
     json types = json::array();
