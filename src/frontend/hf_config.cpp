@@ -123,11 +123,10 @@ std::vector<std::int64_t> parse_sliding_windows(const ConfigReader& r, const HfC
     check(lt->is_array() && static_cast<std::int64_t>(lt->size()) == n, ErrorKind::invalid_input,
           r.where, "\"layer_types\" must be an array of ", n, " entries (one per layer)");
     for (std::int64_t i = 0; i < n; ++i) {
-      const auto& t = (*lt)[static_cast<std::size_t>(i)];
-      const bool full = t.is_string() && t.get<std::string>() == "full_attention";
-      check(full || (t.is_string() && t.get<std::string>() == "sliding_attention"),
-            ErrorKind::unsupported, r.where, "layer type ", t.dump(),
-            " is not supported (full_attention, sliding_attention)");
+      const std::string t = r.to_string((*lt)[static_cast<std::size_t>(i)], "layer_types");
+      const bool full = t == "full_attention";
+      check(full || t == "sliding_attention", ErrorKind::unsupported, r.where, "layer type \"", t,
+            "\" is not supported (full_attention, sliding_attention)");
       sliding[static_cast<std::size_t>(i)] = !full;
     }
   }

@@ -321,6 +321,9 @@ TEST_CASE("unsupported and invalid configs are refused by name", "[hf_config][ne
     types[0] = "chunked_attention";
     j["layer_types"] = types;
     REQUIRE_THROWS_WITH(parse(j), Contains("layer type \"chunked_attention\" is not supported"));
+    types[0] = 3;
+    j["layer_types"] = types;
+    REQUIRE_THROWS_WITH(parse(j), Contains("\"layer_types\" must be a string, got 3"));
   }
   SECTION("not JSON, not an object, duplicate keys") {
     REQUIRE_THROWS_WITH(parse_hf_config("{\"model_type\": ", "x.json"),

@@ -393,7 +393,7 @@ int cmd_bench(const std::vector<std::string>& args) {
   // history (mid-run).
   auto step_bytes = [&](std::int64_t C) {
     const std::int64_t S = s.decode_length_for(C + decode_steps / 2);
-    const double kv = decode_kv_bytes(*opened, C + decode_steps / 2); // windows counted
+    const double kv = decode_kv_bytes(*opened, windows, C + decode_steps / 2);
     return std::pair{S, static_cast<double>(decode_weight_bytes(*opened, S)) + kv};
   };
   nlohmann::ordered_json dec = nlohmann::ordered_json::array();

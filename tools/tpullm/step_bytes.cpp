@@ -55,8 +55,8 @@ std::map<std::int64_t, std::int64_t> sliding_windows(const bundle::Bundle& b) {
   return w;
 }
 
-double decode_kv_bytes(const bundle::Bundle& b, std::int64_t history) {
-  const auto windows = sliding_windows(b);
+double decode_kv_bytes(const bundle::Bundle& b, const std::map<std::int64_t, std::int64_t>& windows,
+                       std::int64_t history) {
   double positions = 0;
   for (std::int64_t layer = 0; layer < b.model().layers; ++layer) {
     const auto it = windows.find(layer);

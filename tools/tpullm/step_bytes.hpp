@@ -19,7 +19,8 @@ std::int64_t decode_weight_bytes(const bundle::Bundle& b, std::int64_t S);
 std::map<std::int64_t, std::int64_t> sliding_windows(const bundle::Bundle& b);
 
 /// KV cache bytes one decode step over `history` positions reads: keys and values of every
-/// layer, a windowed layer's only within its window.
-double decode_kv_bytes(const bundle::Bundle& b, std::int64_t history);
+/// layer, a windowed layer's only within its window (`windows`: sliding_windows(b)).
+double decode_kv_bytes(const bundle::Bundle& b, const std::map<std::int64_t, std::int64_t>& windows,
+                       std::int64_t history);
 
 } // namespace tpullm::cli

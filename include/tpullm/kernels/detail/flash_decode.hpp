@@ -178,7 +178,8 @@ void flash_decode(const float* q, const KV* k, const KV* v, const std::int32_t* 
     const std::int64_t end =
         s.causal ? std::min<std::int64_t>(s.S_valid, static_cast<std::int64_t>(pos[r]) + 1)
                  : s.S_valid;
-    const std::int64_t first = s.causal ? std::min(end, first_visible_key(s, pos[r])) : 0;
+    // (flash_attention refused a row whose window starts at or past `end`)
+    const std::int64_t first = s.causal ? first_visible_key(s, pos[r]) : 0;
     plan[r] = fd_plan(end - first, H, parts);
     plan[r].first = first;
     first_item[r + 1] = first_item[r] + plan[r].chunks * plan[r].head_blocks;
