@@ -82,6 +82,8 @@ inline std::int64_t bench_group(WeightFormat f, std::int64_t K) {
   case WeightFormat::int4_min: // ggml's Q4_K / Q5_K sub-blocks
   case WeightFormat::int8_min:
     return K % 32 == 0 ? 32 : K;
+  case WeightFormat::int6_sym: // ggml's Q6_K sub-blocks
+    return K % 16 == 0 ? 16 : K;
   }
   return K;
 }
@@ -117,6 +119,7 @@ inline PackedWeights random_packed_group(WeightFormat f, std::int64_t K, std::in
   case WeightFormat::int4_asym:
   case WeightFormat::int4_min:
   case WeightFormat::int8_min:
+  case WeightFormat::int6_sym:
     for (std::size_t i = 0; i < n; i += 4) {
       const std::uint32_t r = rng();
       std::memcpy(d + i, &r, std::min<std::size_t>(4, n - i));

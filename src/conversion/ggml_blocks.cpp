@@ -100,8 +100,9 @@ struct Decoded {
   std::array<float, 16> min{};
 };
 
-/// Decodes one block of type `t` at `b`. Symmetric codes are value + 8 (4-bit) or value + 128
-/// (8-bit); "scale and min" codes are ggml's unsigned codes with min = what ggml subtracts.
+/// Decodes one block of type `t` at `b`. Symmetric codes are value + 8 (4-bit), value + 32
+/// (6-bit: Q6_K's codes as stored) or value + 128 (8-bit); "scale and min" codes are ggml's
+/// unsigned codes with min = what ggml subtracts.
 void decode_block(GgmlType t, const std::byte* b, Decoded& o) {
   switch (t) {
   case GgmlType::q4_0:
@@ -192,7 +193,7 @@ void decode_block(GgmlType t, const std::byte* b, Decoded& o) {
       const std::uint8_t lb = byte_at(b, 64 * half + 32 * ((r / 32) % 2) + r % 32);
       const int low = r < 64 ? (lb & 15) : (lb >> 4);
       const int high = (byte_at(b, 128 + 32 * half + r % 32) >> (2 * (r / 32))) & 3;
-      o.code[e] = static_cast<std::uint8_t>((low | (high << 4)) - 32 + 128);
+      o.code[e] = static_cast<std::uint8_t>(low | (high << 4)); // value + 32
     }
     return;
   }

@@ -164,9 +164,10 @@ std::vector<std::int32_t> group_sorted_rows(const QuantPlain& p) {
 
 kernels::PackedWeights repack_quant(const QuantPlain& p, bool allow_sym) {
   const std::int64_t K = p.K, N = p.N;
-  if (p.bits != 4 && p.bits != 8)
+  if (p.bits != 4 && p.bits != 6 && p.bits != 8)
     throw Error(ErrorKind::unsupported, "",
-                "repack_quant: " + std::to_string(p.bits) + "-bit codes are not supported (4, 8)");
+                "repack_quant: " + std::to_string(p.bits) +
+                    "-bit codes are not supported (4, 6, 8)");
   if (p.group_size <= 0 || K % p.group_size != 0)
     throw Error(ErrorKind::invalid_input, "",
                 "repack_quant: K=" + std::to_string(K) +
@@ -196,6 +197,17 @@ kernels::PackedWeights repack_quant(const QuantPlain& p, bool allow_sym) {
         u[j * N + n] = p.q[src_row(j) * N + n];
     return p.bits == 8 ? kernels::pack_int8_min(u, p.scales, p.mins, K, N, p.group_size, perm)
                        : kernels::pack_int4_min(u, p.scales, p.mins, K, N, p.group_size, perm);
+  }
+  if (p.bits == 6) { // ggml's Q6_K: codes value + 32, symmetric only
+    check(p.mins.empty() &&
+              std::all_of(p.zeros.begin(), p.zeros.end(), [](std::uint8_t z) { return z == 32; }),
+          ErrorKind::unsupported, "repack_quant",
+          "6-bit codes are packed symmetric (zero point 32) only");
+    std::vector<std::int8_t> q(static_cast<std::size_t>(K * N));
+    for (std::int64_t j = 0; j < K; ++j)
+      for (std::int64_t n = 0; n < N; ++n)
+        q[j * N + n] = static_cast<std::int8_t>(static_cast<int>(p.q[src_row(j) * N + n]) - 32);
+    return kernels::pack_int6_sym(q, p.scales, K, N, p.group_size, perm);
   }
   if (p.bits == 8) {
     const bool sym8 = allow_sym && std::all_of(p.zeros.begin(), p.zeros.end(),

@@ -149,6 +149,8 @@ WeightFormat packed_format(const ir::TensorType& t) {
     return WeightFormat::int8;
   case ir::DType::i4:
     return WeightFormat::int4_sym;
+  case ir::DType::i6:
+    return WeightFormat::int6_sym;
   case ir::DType::u4:
     return t.quant->min ? WeightFormat::int4_min : WeightFormat::int4_asym;
   case ir::DType::u8:
@@ -197,6 +199,9 @@ ir::TensorType packed_type(WeightFormat f, std::int64_t K, std::int64_t N, std::
   case WeightFormat::int8_min:
     t.dtype = ir::DType::u8;
     q.min = true;
+    break;
+  case WeightFormat::int6_sym:
+    t.dtype = ir::DType::i6;
     break;
   }
   t.quant = q;

@@ -12,9 +12,10 @@ std::pair<std::int64_t, std::int64_t> require_packed(const TensorType& t, const 
             std::string(what) + " must use the packed quantization format, got " + t.str());
     const bool u = t.dtype == DType::u4 || t.dtype == DType::u8;
     require((t.dtype == DType::i8 && !q.zero_point && !q.min) ||
-                (t.dtype == DType::i4 && !q.zero_point && !q.min) || (u && q.zero_point != q.min),
+                ((t.dtype == DType::i4 || t.dtype == DType::i6) && !q.zero_point && !q.min) ||
+                (u && q.zero_point != q.min),
             std::string(what) +
-                " must be i8 or i4 (symmetric) or u4 / u8 with zero points or mins, got " +
+                " must be i8, i6 or i4 (symmetric) or u4 / u8 with zero points or mins, got " +
                 t.str());
     require(q.group_size > 0 && t.shape[0] % q.group_size == 0,
             std::string(what) + " group size must divide K = " + std::to_string(t.shape[0]) +

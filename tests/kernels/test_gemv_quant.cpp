@@ -1,5 +1,5 @@
-// The weight-only int GEMV (M <= 4; int8, int8_asym, int4_sym, int4_asym, and the scale-and-min
-// int4_min / int8_min) on every path this
+// The weight-only int GEMV (M <= 4; int8, int8_asym, int4_sym, int4_asym, the scale-and-min
+// int4_min / int8_min, and the 6-bit int6_sym) on every path this
 // CPU has, each forced explicitly: the VNNI digit path (Isa::avx512 with AVX512_VNNI; test_matmul
 // reaches it only when avx512 is the machine's best ISA, not on AMX machines where the best is
 // amx), the AVX-512 f32-FMA path (VNNI disabled), AVX2 and portable. Shapes are the decode ones
@@ -57,7 +57,7 @@ QuantCase make_quant(WeightFormat f, std::int64_t K, std::int64_t N, std::int64_
     v = static_cast<float>((rng() % 2 ? 1 : -1) *
                            std::ldexp(1.0 + (rng() % 1000) / 1000.0, -static_cast<int>(rng() % 7)));
   std::vector<std::uint8_t> z(static_cast<std::size_t>(G * N), 0);
-  const unsigned levels = is_byte_format(f) ? 256 : 16;
+  const unsigned levels = is_byte_format(f) ? 256 : is_six_format(f) ? 64 : 16;
   if (has_zeros(f))
     for (auto& v : z)
       v = static_cast<std::uint8_t>(rng() % levels);
@@ -96,6 +96,10 @@ QuantCase make_quant(WeightFormat f, std::int64_t K, std::int64_t N, std::int64_
         q = u[i];
         zz = 8;
         break;
+      case WeightFormat::int6_sym:
+        q = u[i];
+        zz = 32;
+        break;
       default:
         q = u[i];
         zz = z[gi];
@@ -125,6 +129,13 @@ QuantCase make_quant(WeightFormat f, std::int64_t K, std::int64_t N, std::int64_
   case WeightFormat::int4_asym:
     c.packed = pack_int4_asym(u, s, z, K, N, group);
     break;
+  case WeightFormat::int6_sym: {
+    std::vector<std::int8_t> q(kn);
+    for (std::size_t i = 0; i < kn; ++i)
+      q[i] = static_cast<std::int8_t>(static_cast<int>(u[i]) - 32);
+    c.packed = pack_int6_sym(q, s, K, N, group);
+    break;
+  }
   default:
     break;
   }
@@ -219,7 +230,8 @@ TEST_CASE("int GEMV (M <= 4) matches the codes' double product on every path, st
   const Shape shapes[] = {{896, 128}, {896, 64}, {896, 896}, {256, 32}, {200, 40}, {256, 16}};
   const WeightFormat formats[] = {WeightFormat::int8,     WeightFormat::int8_asym,
                                   WeightFormat::int4_sym, WeightFormat::int4_asym,
-                                  WeightFormat::int4_min, WeightFormat::int8_min};
+                                  WeightFormat::int4_min, WeightFormat::int8_min,
+                                  WeightFormat::int6_sym};
   const std::int64_t panel_counts[] = {1, 2, 3, 4, 5, 7, 9};
   const CoreSplit splits[] = {{SplitDim::none, 1}, {SplitDim::cols, 2}};
   const auto paths = gemv_paths();
@@ -228,7 +240,7 @@ TEST_CASE("int GEMV (M <= 4) matches the codes' double product on every path, st
   for (WeightFormat f : formats)
     for (const Shape& sh : shapes)
       for (std::int64_t P : panel_counts) {
-        if (!is_byte_format(f) && sh.group % 8 != 0 && sh.group != sh.K)
+        if (sh.group % row_group(f) != 0 && sh.group != sh.K)
           continue;
         const std::int64_t N = 32 * P - (P % 2) * 7; // odd panel counts end in a partial panel
         const QuantCase qc = make_quant(f, sh.K, N, sh.group, ++seed);
@@ -337,7 +349,8 @@ TEST_CASE("int GEMV with XPrecision::int8: the VNNI and AVX2 integer-dot paths r
   const Shape shapes[] = {{896, 32}, {896, 128}, {256, 256}};
   const WeightFormat formats[] = {WeightFormat::int8,     WeightFormat::int8_asym,
                                   WeightFormat::int4_sym, WeightFormat::int4_asym,
-                                  WeightFormat::int4_min, WeightFormat::int8_min};
+                                  WeightFormat::int4_min, WeightFormat::int8_min,
+                                  WeightFormat::int6_sym};
   const auto paths = int8_paths();
   bool vnni_ran = false;
   int cases = 0, avx2_ran = 0, avx2_same_bits = 0;

@@ -125,6 +125,30 @@ TestWeights make_weights(WeightFormat f, std::int64_t K, std::int64_t N, std::in
     }
     return t;
   }
+  case WeightFormat::int6_sym: {
+    // 6-bit codes over their whole range (ggml's Q6_K); the reference is built from the codes
+    std::vector<std::int32_t> perm;
+    if (act_order) {
+      perm.resize(static_cast<std::size_t>(K));
+      for (std::int64_t k = 0; k < K; ++k)
+        perm[k] = static_cast<std::int32_t>(k);
+      std::shuffle(perm.begin(), perm.end(), rng);
+    }
+    std::vector<std::int8_t> q(kn);
+    for (auto& v : q)
+      v = static_cast<std::int8_t>(static_cast<int>(rng() % 64) - 32);
+    t.packed = pack_int6_sym(q, scales, K, N, group, perm);
+    t.deq.resize(kn);
+    for (std::int64_t j = 0; j < K; ++j) {
+      const std::int64_t k = perm.empty() ? j : perm[j];
+      for (std::int64_t n = 0; n < N; ++n) {
+        const float sc = scales[(j / group) * N + n];
+        t.deq[k * N + n] = static_cast<float>(q[j * N + n]) * sc;
+        t.absw[k * N + n] = std::abs(sc) * (float(q[j * N + n] + 32) + 32.0f);
+      }
+    }
+    return t;
+  }
   case WeightFormat::int4_sym:
   case WeightFormat::int4_asym: {
     std::vector<std::int32_t> perm;
@@ -191,10 +215,11 @@ std::vector<MatmulCase> matmul_cases() {
   const KN kns[] = {{1, 1, 1},      {7, 5, 7},     {33, 31, 33},   {64, 33, 32},
                     {897, 31, 897}, {300, 70, 60}, {256, 64, 128}, {896, 40, 64}};
   const std::int64_t Ms[] = {1, 2, 3, 4, 5, 17, 128};
-  const WeightFormat fs[] = {
-      WeightFormat::f32,       WeightFormat::bf16,     WeightFormat::f16,
-      WeightFormat::int8,      WeightFormat::int4_sym, WeightFormat::int4_asym,
-      WeightFormat::int8_asym, WeightFormat::int4_min, WeightFormat::int8_min};
+  const WeightFormat fs[] = {WeightFormat::f32,       WeightFormat::bf16,
+                             WeightFormat::f16,       WeightFormat::int8,
+                             WeightFormat::int4_sym,  WeightFormat::int4_asym,
+                             WeightFormat::int8_asym, WeightFormat::int4_min,
+                             WeightFormat::int8_min,  WeightFormat::int6_sym};
   std::vector<MatmulCase> cases;
   int i = 0;
   for (auto kn : kns)
@@ -204,7 +229,7 @@ std::vector<MatmulCase> matmul_cases() {
         if (big && f != WeightFormat::f32 && f != WeightFormat::int4_asym)
           continue; // keep the run short: the largest shape only for two formats
         std::int64_t g = kn.group;
-        if (is_nibble_format(f) && g % 8 != 0)
+        if (g % row_group(f) != 0)
           g = kn.K;
         cases.push_back({M, kn.K, kn.N, g, f, (i++ % 2) == 0, false});
       }
@@ -239,6 +264,18 @@ std::vector<MatmulCase> matmul_cases() {
       cases.push_back({1, 128, 70, g, f, false, true});
       cases.push_back({21, 64, 40, g, f, true, true});
     }
+  // 6-bit (ggml's Q6_K: groups of 16): GEMV, GEMM over several strips, act-order,
+  // per-channel with K % 16 != 0
+  for (std::int64_t g : {16, 32}) {
+    for (std::int64_t M : {1, 2, 3, 4})
+      cases.push_back({M, 128, 161, g, WeightFormat::int6_sym, M % 2 == 1, false});
+    cases.push_back({17, 64, 33, g, WeightFormat::int6_sym, true, false});
+    cases.push_back({40, 96, 71, g, WeightFormat::int6_sym, false, false});
+    cases.push_back({1, 128, 70, g, WeightFormat::int6_sym, false, true});
+    cases.push_back({21, 64, 40, g, WeightFormat::int6_sym, true, true});
+  }
+  cases.push_back({3, 35, 40, 35, WeightFormat::int6_sym, true, false});
+  cases.push_back({350, 64, 40, 16, WeightFormat::int6_sym, false, false});
   cases.push_back({2, 35, 40, 35, WeightFormat::int4_min, true, false});
   cases.push_back({5, 35, 40, 35, WeightFormat::int8_min, false, false});
   // >= 4 panels: the single-row GEMV reads several panels at once (and a remainder of 1-3)

@@ -94,6 +94,20 @@ TEST_CASE("packed gather: integer formats dequantize by their definition", "[pac
   check_gather(pack_int8_asym(u8, s, z8, K, N, group), e8a);
   check_gather(pack_int4_sym(q4, s, K, N, group), e4s);
   check_gather(pack_int4_asym(u4, s, z4, K, N, group), e4a);
+  // int6 (ggml's Q6_K container): per channel, K = 40 padded to 48 rows in 16-row blocks
+  {
+    std::vector<std::int8_t> q6(K * N);
+    for (auto& e : q6)
+      e = static_cast<std::int8_t>(static_cast<int>(rng() % 64) - 32);
+    const std::vector<float> s6 = randn(N, 4);
+    std::vector<float> e6(K * N);
+    for (std::int64_t k = 0; k < K; ++k)
+      for (std::int64_t n = 0; n < N; ++n)
+        e6[static_cast<std::size_t>(k * N + n)] =
+            static_cast<float>(q6[static_cast<std::size_t>(k * N + n)]) *
+            s6[static_cast<std::size_t>(n)];
+    check_gather(pack_int6_sym(q6, s6, K, N, K), e6);
+  }
 
   SECTION("per-output-channel int8 (one group over K)") {
     const std::vector<float> sc = randn(N, 3);

@@ -124,6 +124,49 @@ TEST_CASE("packed layouts put every element at its documented byte", "[packed]")
       for (std::int64_t n = 0; n < N; ++n)
         REQUIRE(dp[perm[j] * N + n] == float(qp[j * N + n]) * s[(j / 8) * N + n]);
   }
+  SECTION("int6_sym: 16-row blocks of two nibble octets and a 2-bit plane, codes q + 32") {
+    const std::int64_t K6 = 40, G6 = 3; // K padded to 48 (three blocks), per-channel and g16
+    std::vector<std::int8_t> q(K6 * N);
+    for (std::size_t i = 0; i < q.size(); ++i)
+      q[i] = static_cast<std::int8_t>(static_cast<int>((i * 29 + 7) % 64) - 32);
+    std::vector<float> s(N);
+    for (std::int64_t n = 0; n < N; ++n)
+      s[n] = 0.25f * float(n + 1);
+    const auto p = pack_int6_sym(q, s, K6, N, K6);
+    CHECK(p.format == WeightFormat::int6_sym);
+    CHECK(p.stored_rows() == 48);
+    CHECK(p.data.size() == static_cast<std::size_t>(p.panels() * 48 * 24));
+    // panel 1, block 1 (rows 16..31), column 36 = word 4. Row 27 = 16 + 11: octet 1 (rows
+    // 24..31), byte 3, low nibble (row 31 is its high one); its high bits in plane byte 3
+    // (row 27 % 4), pair 11 / 4 = 2.
+    const std::uint8_t* blk = p.data.data() + (1 * 48 + 16) * 24;
+    const int u = q[27 * N + 36] + 32;
+    CHECK((blk[128 + 4 * 4 + 3] & 15) == (u & 15));
+    CHECK((blk[128 + 4 * 4 + 3] >> 4) == ((q[31 * N + 36] + 32) & 15));
+    CHECK(((blk[256 + 4 * 4 + 3] >> 6) & 3) == ((q[31 * N + 36] + 32) >> 4));
+    CHECK(((blk[256 + 4 * 4 + 3] >> 4) & 3) == (u >> 4));
+    // row 16 = block row 0: octet 0, byte 0, low nibble; plane byte 0, pair 0
+    const int u0 = q[16 * N + 36] + 32;
+    CHECK((blk[4 * 4] & 15) == (u0 & 15));
+    CHECK((blk[256 + 4 * 4] & 3) == (u0 >> 4));
+    // padding rows 40..47 hold code 0
+    CHECK(p.data[(1 * 48 + 32) * 24 + 128 + 4 * 4 + 0] == 0);
+    const auto d = dequantize(p);
+    for (std::int64_t k = 0; k < K6; ++k)
+      for (std::int64_t n = 0; n < N; ++n)
+        REQUIRE(d[k * N + n] == float(q[k * N + n]) * s[n]);
+    std::vector<std::int8_t> q32(32 * N);
+    std::copy(q.begin(), q.begin() + 32 * N, q32.begin());
+    std::vector<float> s3(2 * N, 0.5f);
+    const auto pg = pack_int6_sym(q32, s3, 32, N, 16);
+    CHECK(pg.groups() == 2);
+    CHECK(dequantize(pg)[31 * N + 36] == float(q32[31 * N + 36]) * 0.5f);
+    (void)G6;
+    std::vector<std::int8_t> bad(q.begin(), q.end());
+    bad[5] = 32; // outside [-32, 31]
+    CHECK_THROWS_KIND(pack_int6_sym(bad, s, K6, N, K6), invalid_input);
+    CHECK_THROWS_KIND(pack_int6_sym(q32, s3, 32, N, 8), invalid_input); // group % 16 != 0
+  }
   SECTION("int8_asym: the int8 quads holding unsigned codes, zeros [P][G][32]") {
     const std::int64_t K8 = 8, G8 = 2; // two quads, group 4
     std::vector<std::uint8_t> u(K8 * N), z(G8 * N);

@@ -13,7 +13,8 @@
 ///   Q3_K  -> 4-bit codes (q3 + 8), zero 8, group 16         (int4_sym)
 ///   Q2_K  -> 4-bit codes, scale and min, group 16           (int4_min)
 ///   Q4_1, Q4_K -> 4-bit codes, scale and min, group 32      (int4_min)
-///   Q8_0, Q5_0, Q6_K (group 16), IQ4_NL, IQ4_XS -> 8-bit codes (value + 128), zero 128 (int8)
+///   Q6_K  -> 6-bit codes as stored, zero 32, group 16      (int6_sym)
+///   Q8_0, Q5_0, IQ4_NL, IQ4_XS -> 8-bit codes (value + 128), zero 128 (int8)
 ///   Q5_1, Q5_K -> 8-bit codes, scale and min, group 32      (int8_min)
 
 #include "tpullm/conversion/ggml_types.hpp"
@@ -28,15 +29,17 @@ namespace tpullm::conversion {
 
 /// The integer container a block type repacks into (the table in the file comment).
 struct GgmlPacking {
-  int bits = 0;                ///< 4 or 8 (0: not a block type tpullm imports)
+  int bits = 0;                ///< 4, 6 or 8 (0: not a block type tpullm imports)
   std::int64_t group_size = 0; ///< 16 or 32 elements along the row
   bool has_mins = false;       ///< scale and min (int4_min / int8_min) rather than a zero point
 
   /// The kernel format a weight of this container packs to (the table in the file comment):
-  /// int4_min / int8_min with mins, else int4_sym (zero 8) or int8 (zero 128).
+  /// int4_min / int8_min with mins, else int4_sym (zero 8), int6_sym (zero 32) or int8 (zero 128).
   constexpr kernels::WeightFormat format() const noexcept {
     if (has_mins)
       return bits == 8 ? kernels::WeightFormat::int8_min : kernels::WeightFormat::int4_min;
+    if (bits == 6)
+      return kernels::WeightFormat::int6_sym;
     return bits == 8 ? kernels::WeightFormat::int8 : kernels::WeightFormat::int4_sym;
   }
 };
@@ -59,7 +62,7 @@ constexpr GgmlPacking ggml_packing(GgmlType t) noexcept {
   case GgmlType::iq4_xs:
     return {8, 32, false};
   case GgmlType::q6_k:
-    return {8, 16, false};
+    return {6, 16, false};
   case GgmlType::q5_1:
   case GgmlType::q5_k:
     return {8, 32, true};

@@ -1,6 +1,7 @@
 #pragma once
 /// Element types of the IR, with constexpr traits. Sub-byte types (i4/u4) are stored packed two
-/// per byte; their `bits` is 4 and byte sizes round up.
+/// per byte; their `bits` is 4 and byte sizes round up. i6 exists only as the element type of a
+/// packed 6-bit weight (kernels' int6_sym blocks), never as an activation.
 
 #include <array>
 #include <cstdint>
@@ -21,7 +22,8 @@ namespace tpullm::ir {
   X(u4, 4, false, false, true)                                                                     \
   X(i32, 32, false, true, true)                                                                    \
   X(i64, 64, false, true, true)                                                                    \
-  X(i1, 1, false, false, true)
+  X(i1, 1, false, false, true)                                                                     \
+  X(i6, 6, false, true, true)
 
 /// An element type.
 enum class DType : std::uint8_t {
@@ -39,7 +41,7 @@ struct DTypeInfo {
   bool is_integer;       ///< integer (including i1)
 };
 
-inline constexpr std::array<DTypeInfo, 11> kDTypeInfo = {{
+inline constexpr std::array<DTypeInfo, 12> kDTypeInfo = {{
 #define TPULLM_X(name, bits, fl, sg, in) {#name, bits, fl, sg, in},
     TPULLM_DTYPES(TPULLM_X)
 #undef TPULLM_X

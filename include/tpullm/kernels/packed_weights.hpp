@@ -26,12 +26,20 @@
 ///             byte j = u[8t + j][c] | u[8t + 4 + j][c] << 4 (unsigned nibbles u in [0, 15]), so
 ///             `word & 0x0F0F0F0F` gives rows 8t..8t+3 and `(word >> 4) & 0x0F0F0F0F` rows
 ///             8t+4..8t+7 as VPDPBUSD operands.
+///   - int6_sym: 24 B. Rows are stored in *blocks* of 16 (K padded to Kp, a multiple of 16) of
+///             384 B: bytes [0, 256) are the low nibbles of the 6-bit codes u in [0, 63] as two
+///             int4 octets (rows 0..7, then rows 8..15, laid out as above); bytes [256, 384) the
+///             high two bits: word c holds column c, byte j (0..3) = h[j] | h[4 + j] << 2 |
+///             h[8 + j] << 4 | h[12 + j] << 6 with h[i] = u[16t + i][c] >> 4. Quad q (rows
+///             4q..4q+3) is then `(octet word >> 4 (q odd)) & 0x0F0F0F0F | ((high word >> 2q) &
+///             0x03030303) << 4`: a VPDPBUSD operand in a shift and two masks.
 /// Padded rows are zero; kernels pad x with zeros to match (stored rows = Kp = `stored_rows()`).
 ///
 /// Quantized formats carry per-group parameters. Groups are `group_size` consecutive rows along
 /// K (group g = rows [g*group_size, (g+1)*group_size)); group_size == K is per-output-channel
 /// (its single group also covers the padding rows). Otherwise group_size must be a multiple of the
-/// row group (4 for int8, 8 for int4) so groups start on quad / octet boundaries.
+/// row group (4 for int8, 8 for int4, 16 for int6) so groups start on quad / octet / block
+/// boundaries.
 ///   scales = [P][G][32] f32          (G = K / group_size; padded columns hold 0)
 ///   zeros  = [P][G][32] uint8 in [0,15] (int4_asym) or [0,255] (int8_asym); empty otherwise
 ///   mins   = [P][G][32] f32          (int4_min, int8_min; padded columns hold 0); empty otherwise
@@ -40,6 +48,7 @@
 ///   int8_asym : w[k][n] = (u - zero[g][n]) * scale[g][n]
 ///   int4_sym  : w[k][n] = (u - 8) * scale[g][n]
 ///   int4_asym : w[k][n] = (u - zero[g][n]) * scale[g][n]
+///   int6_sym  : w[k][n] = (u - 32) * scale[g][n]                 (ggml's Q6_K codes as stored)
 ///   int4_min / int8_min : w[k][n] = u * scale[g][n] - min[g][n]   ("scale and min": ggml's
 ///               Q4_1 / Q5_1 / K-quants, whose min is an arbitrary f32, not code * scale)
 /// with g = k / group_size. Per panel, weights, scales and zeros / mins are each one contiguous
@@ -88,10 +97,11 @@ enum class WeightFormat : std::uint8_t {
   int8_asym, ///< unsigned codes in quads, w = (u - zero) * scale
   int4_min,  ///< nibbles in octets, w = u * scale - min (scale and min)
   int8_min,  ///< unsigned codes in quads, w = u * scale - min (scale and min)
+  int6_sym,  ///< 6-bit codes in 16-row blocks (nibble octets + 2-bit plane), w = (u - 32) * scale
 };
 
 /// Printable name ("f32", "bf16", "f16", "int8", "int4_sym", "int4_asym", "int8_asym",
-/// "int4_min", "int8_min").
+/// "int4_min", "int8_min", "int6_sym").
 constexpr std::string_view format_name(WeightFormat f) {
   switch (f) {
   case WeightFormat::f32:
@@ -112,6 +122,8 @@ constexpr std::string_view format_name(WeightFormat f) {
     return "int4_min";
   case WeightFormat::int8_min:
     return "int8_min";
+  case WeightFormat::int6_sym:
+    return "int6_sym";
   }
   return "?";
 }
@@ -132,11 +144,14 @@ constexpr std::int64_t row_bytes(WeightFormat f) {
   case WeightFormat::int4_asym:
   case WeightFormat::int4_min:
     return 16;
+  case WeightFormat::int6_sym:
+    return 24;
   }
   return 0;
 }
 
-/// Rows stored together (1 for float formats, 4 for int8 quads, 8 for int4 octets).
+/// Rows stored together (1 for float formats, 4 for int8 quads, 8 for int4 octets, 16 for int6
+/// blocks).
 constexpr std::int64_t row_group(WeightFormat f) {
   switch (f) {
   case WeightFormat::f32:
@@ -151,12 +166,14 @@ constexpr std::int64_t row_group(WeightFormat f) {
   case WeightFormat::int4_asym:
   case WeightFormat::int4_min:
     return 8;
+  case WeightFormat::int6_sym:
+    return 16;
   }
   return 1;
 }
 
 /// True for the formats that carry scales (int8, int4_sym, int4_asym, int8_asym, int4_min,
-/// int8_min).
+/// int8_min, int6_sym).
 constexpr bool is_quantized(WeightFormat f) {
   switch (f) {
   case WeightFormat::f32:
@@ -169,6 +186,7 @@ constexpr bool is_quantized(WeightFormat f) {
   case WeightFormat::int8_asym:
   case WeightFormat::int4_min:
   case WeightFormat::int8_min:
+  case WeightFormat::int6_sym:
     return true;
   }
   return false;
@@ -192,6 +210,17 @@ constexpr bool is_byte_format(WeightFormat f) {
 /// True for the 4-bit formats stored in octets (int4_sym, int4_asym, int4_min).
 constexpr bool is_nibble_format(WeightFormat f) {
   return f == WeightFormat::int4_sym || f == WeightFormat::int4_asym || f == WeightFormat::int4_min;
+}
+
+/// True for the 6-bit format stored in 16-row blocks (int6_sym).
+constexpr bool is_six_format(WeightFormat f) {
+  return f == WeightFormat::int6_sym;
+}
+
+/// The zero point a format's unsigned codes carry when it has no per-group zeros: 8 for int4_sym,
+/// 32 for int6_sym, 0 otherwise.
+constexpr int fixed_zero(WeightFormat f) {
+  return f == WeightFormat::int4_sym ? 8 : f == WeightFormat::int6_sym ? 32 : 0;
 }
 
 /// 64-byte aligned, zero-initialised, move-only array of trivially copyable T; or, made by
@@ -336,7 +365,8 @@ inline PackedWeights make_packed(WeightFormat f, std::int64_t K, std::int64_t N,
   return w;
 }
 
-/// Byte offset of (k, n) inside `data` (for int4: the byte holding the nibble, see nibble_high).
+/// Byte offset of (k, n) inside `data` (for int4: the byte holding the nibble, see nibble_high;
+/// for int6: the byte holding the low nibble, see set_code6).
 inline std::int64_t elem_offset(WeightFormat f, std::int64_t Kp, std::int64_t k, std::int64_t n) {
   const std::int64_t p = n / kPanelCols, c = n % kPanelCols;
   const std::int64_t rg = row_group(f);
@@ -356,6 +386,8 @@ inline std::int64_t elem_offset(WeightFormat f, std::int64_t Kp, std::int64_t k,
   case WeightFormat::int4_asym:
   case WeightFormat::int4_min:
     return base + 4 * c + (k % 8) % 4;
+  case WeightFormat::int6_sym:
+    return base + 128 * ((k % 16) / 8) + 4 * c + k % 4;
   }
   return 0;
 }
@@ -391,6 +423,24 @@ inline void set_nibble(PackedWeights& w, std::int64_t k, std::int64_t n, std::ui
 inline std::uint8_t get_nibble(const PackedWeights& w, std::int64_t k, std::int64_t n) {
   const std::uint8_t b = w.data[elem_offset(w.format, w.stored_rows(), k, n)];
   return nibble_high(k) ? (b >> 4) : (b & 0x0F);
+}
+
+/// int6: stores code u in [0, 63] of (k, n): its low nibble in the block's octets, its high two
+/// bits in the block's 2-bit plane.
+inline void set_code6(PackedWeights& w, std::int64_t k, std::int64_t n, std::uint8_t u) {
+  set_nibble(w, k, n, static_cast<std::uint8_t>(u & 0x0F));
+  const std::int64_t hb =
+      (n / kPanelCols * w.stored_rows() + k / 16 * 16) * 24 + 256 + 4 * (n % kPanelCols) + k % 4;
+  const int sh = 2 * static_cast<int>((k % 16) / 4);
+  w.data[hb] = static_cast<std::uint8_t>((w.data[hb] & ~(3 << sh)) | ((u >> 4) << sh));
+}
+
+/// int6: code u in [0, 63] of (k, n).
+inline std::uint8_t get_code6(const PackedWeights& w, std::int64_t k, std::int64_t n) {
+  const std::int64_t hb =
+      (n / kPanelCols * w.stored_rows() + k / 16 * 16) * 24 + 256 + 4 * (n % kPanelCols) + k % 4;
+  const int sh = 2 * static_cast<int>((k % 16) / 4);
+  return static_cast<std::uint8_t>(get_nibble(w, k, n) | ((w.data[hb] >> sh) & 3) << 4);
 }
 
 inline void check_perm(std::string_view what, std::span<const std::int32_t> perm, std::int64_t K) {
@@ -597,6 +647,32 @@ inline PackedWeights pack_int8_min(std::span<const std::uint8_t> u, std::span<co
   return p;
 }
 
+/// Packs 6-bit symmetric codes: q: [K, N] row-major int8 values in [-32, 31], scales:
+/// [K/group_size, N] (w = q * scale; stored as u = q + 32, ggml's Q6_K codes). group_size a
+/// multiple of 16 (Q6_K's is 16) or K. `k_perm` as in pack_int4_sym.
+inline PackedWeights pack_int6_sym(std::span<const std::int8_t> q, std::span<const float> scales,
+                                   std::int64_t K, std::int64_t N, std::int64_t group_size,
+                                   std::span<const std::int32_t> k_perm = {}) {
+  detail::check_pack_shape("pack_int6_sym", K, N, q.size(), static_cast<std::size_t>(K * N));
+  const std::int64_t G = detail::check_group("pack_int6_sym", K, group_size, 16);
+  detail::check_pack_shape("pack_int6_sym scales", G, N, scales.size(),
+                           static_cast<std::size_t>(G * N));
+  detail::check_perm("pack_int6_sym", k_perm, K);
+  PackedWeights p = detail::make_packed(WeightFormat::int6_sym, K, N, group_size);
+  for (std::int64_t k = 0; k < K; ++k)
+    for (std::int64_t n = 0; n < N; ++n) {
+      const int v = q[k * N + n];
+      if (v < -32 || v > 31)
+        throw_error(ErrorKind::invalid_input, "",
+                    "pack_int6_sym: value " + std::to_string(v) + " at (k=" + std::to_string(k) +
+                        ", n=" + std::to_string(n) + ") is outside [-32, 31]");
+      detail::set_code6(p, k, n, static_cast<std::uint8_t>(v + 32));
+    }
+  detail::pack_group_params(p, scales, {});
+  p.k_perm.assign(k_perm.begin(), k_perm.end());
+  return p;
+}
+
 /// W with its columns reordered: column n of the result is column `cols[n]` of `w` (weights,
 /// scales, zeros and mins alike; rows and k_perm unchanged). `cols` must be a permutation of [0,
 /// N). Used to fold an act-order down projection's row permutation into the gate / up columns.
@@ -615,7 +691,9 @@ inline PackedWeights permute_columns(const PackedWeights& w, std::span<const std
   for (std::int64_t n = 0; n < w.N; ++n) {
     const std::int64_t src = cols[static_cast<std::size_t>(n)];
     for (std::int64_t k = 0; k < Kp; ++k) {
-      if (nibbles)
+      if (is_six_format(w.format))
+        detail::set_code6(out, k, n, detail::get_code6(w, k, src));
+      else if (nibbles)
         detail::set_nibble(out, k, n, detail::get_nibble(w, k, src));
       else
         std::memcpy(out.data.data() + detail::elem_offset(w.format, Kp, k, n),
@@ -680,6 +758,9 @@ inline std::vector<float> dequantize(const PackedWeights& w) {
         break;
       case WeightFormat::int8_min:
         v = static_cast<float>(*b) * w.scales[sp] - w.mins[sp];
+        break;
+      case WeightFormat::int6_sym:
+        v = static_cast<float>(static_cast<int>(detail::get_code6(w, j, n)) - 32) * w.scales[sp];
         break;
       }
       out[k * N + n] = v;

@@ -49,6 +49,7 @@ constexpr bool amx_format(WeightFormat f) {
     return true;
   case WeightFormat::f32:
   case WeightFormat::f16:
+  case WeightFormat::int6_sym: // the VNNI kernels take its prompts (no AMX unpacking written yet)
     return false;
   }
   return false;

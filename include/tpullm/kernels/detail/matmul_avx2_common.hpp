@@ -43,6 +43,21 @@ TPULLM_TARGET_AVX2 inline void decode_rows_avx2(const std::uint8_t* r, __m256 (*
       for (int j = 0; j < 4; ++j)
         w[j][i] = _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(d, 8 * j), m8));
     }
+  } else if constexpr (F == WeightFormat::int6_sym) {
+    const __m256i m4 = _mm256_set1_epi32(0xF), m2 = _mm256_set1_epi32(0x30);
+    for (int i = 0; i < 4; ++i) {
+      const __m256i hb = _mm256_load_si256(reinterpret_cast<const __m256i*>(r + 256 + 32 * i));
+      for (int o = 0; o < 2; ++o) {
+        const __m256i d = _mm256_load_si256(reinterpret_cast<const __m256i*>(r + 128 * o + 32 * i));
+        for (int j = 0; j < 8; ++j) { // as decode_rows_avx512
+          const int sh = 8 * (j % 4) + 4 * (j / 4);
+          const int hs = 8 * (j % 4) + 2 * (2 * o + j / 4) - 4;
+          const __m256i hi = hs >= 0 ? _mm256_srli_epi32(hb, hs) : _mm256_slli_epi32(hb, -hs);
+          w[8 * o + j][i] = _mm256_cvtepi32_ps(_mm256_or_si256(
+              _mm256_and_si256(_mm256_srli_epi32(d, sh), m4), _mm256_and_si256(hi, m2)));
+        }
+      }
+    }
   } else {
     const __m256i m4 = _mm256_set1_epi32(0xF);
     for (int i = 0; i < 4; ++i) {
@@ -58,9 +73,9 @@ TPULLM_TARGET_AVX2 inline void decode_rows_avx2(const std::uint8_t* r, __m256 (*
 template <WeightFormat F>
 TPULLM_TARGET_AVX2 inline void group_zero_avx2(const PackedWeights& w, std::int64_t p,
                                                std::int64_t g, __m256* z) {
-  if constexpr (F == WeightFormat::int4_sym) {
+  if constexpr (fixed_zero(F) != 0) {
     for (int i = 0; i < 4; ++i)
-      z[i] = _mm256_set1_ps(8.0f);
+      z[i] = _mm256_set1_ps(static_cast<float>(fixed_zero(F)));
   } else if constexpr (has_zeros(F)) {
     const std::uint8_t* zp = panel_zeros(w, p, g);
     for (int i = 0; i < 4; ++i)

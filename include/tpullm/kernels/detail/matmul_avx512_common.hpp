@@ -40,6 +40,23 @@ TPULLM_TARGET_AVX512 inline void decode_rows_avx512(const std::uint8_t* r, __m51
       for (int j = 0; j < 4; ++j)
         w[j][h] = _mm512_cvtepi32_ps(_mm512_and_si512(_mm512_srli_epi32(d, 8 * j), m8));
     }
+  } else if constexpr (F == WeightFormat::int6_sym) {
+    const __m512i m4 = _mm512_set1_epi32(0xF), m2 = _mm512_set1_epi32(0x30);
+    for (int h = 0; h < 2; ++h) {
+      const __m512i hb = _mm512_load_si512(r + 256 + 64 * h);
+#pragma GCC unroll 2
+      for (int o = 0; o < 2; ++o) {
+        const __m512i d = _mm512_load_si512(r + 128 * o + 64 * h);
+#pragma GCC unroll 8
+        for (int j = 0; j < 8; ++j) { // row 8o + j: nibble at 8 (j % 4) + 4 (j / 4), high bits at
+          const int sh = 8 * (j % 4) + 4 * (j / 4); // 8 (j % 4) + 2 (2o + j / 4), moved to 4..5
+          const int hs = 8 * (j % 4) + 2 * (2 * o + j / 4) - 4;
+          const __m512i hi = hs >= 0 ? _mm512_srli_epi32(hb, hs) : _mm512_slli_epi32(hb, -hs);
+          w[8 * o + j][h] = _mm512_cvtepi32_ps(_mm512_or_si512(
+              _mm512_and_si512(_mm512_srli_epi32(d, sh), m4), _mm512_and_si512(hi, m2)));
+        }
+      }
+    }
   } else {
     const __m512i m4 = _mm512_set1_epi32(0xF);
     for (int h = 0; h < 2; ++h) {
@@ -61,8 +78,8 @@ TPULLM_TARGET_AVX512 inline __mmask16 col_mask(int ncols, int half) {
 template <WeightFormat F>
 TPULLM_TARGET_AVX512 inline void group_zero_avx512(const PackedWeights& w, std::int64_t p,
                                                    std::int64_t g, __m512& z0, __m512& z1) {
-  if constexpr (F == WeightFormat::int4_sym) {
-    z0 = z1 = _mm512_set1_ps(8.0f);
+  if constexpr (fixed_zero(F) != 0) {
+    z0 = z1 = _mm512_set1_ps(static_cast<float>(fixed_zero(F)));
   } else if constexpr (has_zeros(F)) {
     const std::uint8_t* z = panel_zeros(w, p, g);
     z0 = _mm512_cvtepi32_ps(

@@ -1,5 +1,6 @@
 #pragma once
-/// AVX2 integer-dot GEMV of the linear over integer weights (int8 / int8_asym / int8_min / int4)
+/// AVX2 integer-dot GEMV of the linear over integer weights (int8 / int8_asym / int8_min / int4 /
+/// int6)
 /// with x rounded to one int8 digit per weight group (XPrecision::int8, matmul_x_digits.hpp):
 /// the one-digit AVX-512 VNNI kernels (matmul_gemv_vnni.hpp) at ymm width, 8 columns per ymm.
 ///
@@ -16,6 +17,8 @@
 ///     * 4-bit codes u in [0, 15]: a pair is at most 2 * 15 * 127 = 3810, so eight VPMADDUBSW
 ///       results (32 rows: 4 octets, low and high nibbles) add up in int16 (<= 30480 < 32767)
 ///       before one VPMADDWD by ones widens them to int32.
+///     * 6-bit codes u in [0, 63]: a pair is at most 2 * 63 * 127 = 16002, so two VPMADDUBSW
+///       results (8 rows) add up in int16 before VPMADDWD.
 ///     * byte codes: the signed code q (int8: as stored; int8_asym / int8_min: u - 128) as |q|
 ///       (<= 128, unsigned) times sign(q) applied to the digit (VPSIGNB; the digit is never
 ///       -128, so the negation is exact): a pair is at most 2 * 128 * 127 = 32512 < 32767; each
@@ -57,8 +60,8 @@ int8_group_end_avx2(const PackedWeights& w, const XDigits& xd, std::int64_t m0, 
   for (int j = 0; j < JN; ++j) {
     if constexpr (F == WeightFormat::int8)
       z[j] = _mm256_set1_ps(128.0f);
-    else if constexpr (F == WeightFormat::int4_sym)
-      z[j] = _mm256_set1_ps(8.0f);
+    else if constexpr (fixed_zero(F) != 0)
+      z[j] = _mm256_set1_ps(static_cast<float>(fixed_zero(F)));
     else if constexpr (has_zeros(F))
       z[j] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(
           _mm_loadl_epi64(reinterpret_cast<const __m128i*>(panel_zeros(w, p, g) + 8 * (j0 + j)))));
@@ -83,6 +86,22 @@ int8_group_end_avx2(const PackedWeights& w, const XDigits& xd, std::int64_t m0, 
         t[r][j] = _mm256_fnmadd_ps(_mm256_load_ps(mn + 8 * (j0 + j)), xs, t[r][j]);
     }
   }
+}
+
+/// int6: the four quads (rows 4q..4q+3 of the 16-row block at r) of column octet j as unsigned
+/// codes u in [0, 63] (packed_weights.hpp; the AVX-512 load_quads6 at ymm width).
+TPULLM_TARGET_AVX2 inline __attribute__((always_inline)) void
+load_quads6_avx2(const std::uint8_t* r, int j, __m256i (&q)[4]) {
+  const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(0x30);
+  const __m256i o0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(r + 32 * j));
+  const __m256i o1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(r + 128 + 32 * j));
+  const __m256i hb = _mm256_load_si256(reinterpret_cast<const __m256i*>(r + 256 + 32 * j));
+  q[0] = _mm256_or_si256(_mm256_and_si256(o0, m4), _mm256_and_si256(_mm256_slli_epi32(hb, 4), m2));
+  q[1] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(o0, 4), m4),
+                         _mm256_and_si256(_mm256_slli_epi32(hb, 2), m2));
+  q[2] = _mm256_or_si256(_mm256_and_si256(o1, m4), _mm256_and_si256(hb, m2));
+  q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(o1, 4), m4),
+                         _mm256_and_si256(_mm256_srli_epi32(hb, 2), m2));
 }
 
 /// y[m0 + r][column octets j0..j0+JN-1 of panel p] = t[r] (+ bias) (+ y when accumulating).
@@ -136,6 +155,25 @@ TPULLM_TARGET_AVX_VNNI void gemv_int8_avxvnni(const LinearArgs& a, const XDigits
 #pragma GCC unroll 4
       for (int j = 0; j < JN; ++j)
         acc[r][j] = _mm256_setzero_si256();
+    if constexpr (is_six_format(F)) {
+      const std::uint8_t* row = panel_row(w, p, ks);
+      for (std::int64_t k = ks; k < ke; k += 16, row += 384) {
+        for (int b = 0; b < 384; b += 64)
+          _mm_prefetch(reinterpret_cast<const char*>(row) + kGemvPf + b, _MM_HINT_T0);
+#pragma GCC unroll 4
+        for (int j = 0; j < JN; ++j) {
+          __m256i q[4];
+          load_quads6_avx2(row, j0 + j, q);
+#pragma GCC unroll 4
+          for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+            for (int i = 0; i < 4; ++i)
+              dpbusd_vex(acc[r][j], q[i], bcast4_avx2(xr[r] + k + 4 * i));
+        }
+      }
+      int8_group_end_avx2<F, R, JN>(w, xd, m0, p, ks / w.group_rows(), gi, j0, acc, t);
+      continue;
+    }
     const std::uint8_t* row = panel_row(w, p, ks) + 32 * j0;
     for (std::int64_t k = ks; k < ke; k += RG, row += 128) {
       _mm_prefetch(reinterpret_cast<const char*>(row) + kGemvPf, _MM_HINT_T0);
@@ -195,7 +233,28 @@ TPULLM_TARGET_AVX2 void gemv_int8_maddubs(const LinearArgs& a, const XDigits& xd
       for (int j = 0; j < JN; ++j)
         acc[r][j] = _mm256_setzero_si256();
     const std::uint8_t* row = panel_row(w, p, ks) + 32 * j0;
-    if constexpr (is_byte_format(F)) {
+    if constexpr (is_six_format(F)) {
+      // u <= 63: a VPMADDUBSW pair is at most 2 * 63 * 127 = 16002, two quads' sum 32004 < 32767
+      const std::uint8_t* blk = panel_row(w, p, ks);
+      for (std::int64_t k = ks; k < ke; k += 16, blk += 384) {
+        for (int b = 0; b < 384; b += 64)
+          _mm_prefetch(reinterpret_cast<const char*>(blk) + kGemvPf + b, _MM_HINT_T0);
+#pragma GCC unroll 4
+        for (int j = 0; j < JN; ++j) {
+          __m256i q[4];
+          load_quads6_avx2(blk, j0 + j, q);
+#pragma GCC unroll 4
+          for (int r = 0; r < R; ++r)
+#pragma GCC unroll 2
+            for (int i = 0; i < 4; i += 2) {
+              const __m256i s16 = _mm256_add_epi16(
+                  _mm256_maddubs_epi16(q[i], bcast4_avx2(xr[r] + k + 4 * i)),
+                  _mm256_maddubs_epi16(q[i + 1], bcast4_avx2(xr[r] + k + 4 * i + 4)));
+              acc[r][j] = _mm256_add_epi32(acc[r][j], _mm256_madd_epi16(s16, ones));
+            }
+        }
+      }
+    } else if constexpr (is_byte_format(F)) {
       for (std::int64_t k = ks; k < ke; k += 4, row += 128) {
         _mm_prefetch(reinterpret_cast<const char*>(row) + kGemvPf, _MM_HINT_T0);
         if constexpr (JN > 2)

@@ -89,6 +89,23 @@ TPULLM_TARGET_AVX512_VNNI inline __m512i load_codes(const std::uint8_t* p) {
     return v;
 }
 
+/// int6: the four quads (rows 4q..4q+3 of the 16-row block at r) of column half h as VPDPBUSD's
+/// unsigned operands u in [0, 63]: the low nibbles from the octets, the high two bits from the
+/// block's 2-bit plane moved to bits 4..5 (packed_weights.hpp).
+TPULLM_TARGET_AVX512_VNNI inline __attribute__((always_inline)) void
+load_quads6(const std::uint8_t* r, int h, __m512i (&q)[4]) {
+  const __m512i m4 = _mm512_set1_epi8(0x0F), m2 = _mm512_set1_epi8(0x30);
+  const __m512i o0 = _mm512_load_si512(r + 64 * h), o1 = _mm512_load_si512(r + 128 + 64 * h);
+  const __m512i hb = _mm512_load_si512(r + 256 + 64 * h);
+  // (a & m4) | b, b already masked to bits 4..5: ternary-logic 0xEC = (A & C) | B
+  q[0] = _mm512_ternarylogic_epi32(o0, _mm512_and_si512(_mm512_slli_epi32(hb, 4), m2), m4, 0xEC);
+  q[1] = _mm512_ternarylogic_epi32(_mm512_srli_epi32(o0, 4),
+                                   _mm512_and_si512(_mm512_slli_epi32(hb, 2), m2), m4, 0xEC);
+  q[2] = _mm512_ternarylogic_epi32(o1, _mm512_and_si512(hb, m2), m4, 0xEC);
+  q[3] = _mm512_ternarylogic_epi32(_mm512_srli_epi32(o1, 4),
+                                   _mm512_and_si512(_mm512_srli_epi32(hb, 2), m2), m4, 0xEC);
+}
+
 /// One 4-row step of the single-row kernel: the two column halves' weights w0 / w1 times the
 /// digits at xh / xl / xt (ND = 1: xh only) into the accumulators of digit h (h0, h1), l and t.
 template <int ND>
@@ -146,6 +163,21 @@ TPULLM_TARGET_AVX512_VNNI void gemv_panel_vnni_r1(const LinearArgs& a, const XDi
         const __m512i w1 = load_codes<F>(row + 64);
         dp_digits<ND>(h0a, h1a, l0a, l1a, u0a, u1a, w0, w1, xh + k, xl + k, xt + k);
       }
+    } else if constexpr (is_six_format(F)) {
+      for (; k < ke; k += 16, row += 384) {
+        for (int b = 0; b < 384; b += 64)
+          _mm_prefetch(reinterpret_cast<const char*>(row) + kGemvPf + b, _MM_HINT_T0);
+        __m512i q0[4], q1[4];
+        load_quads6(row, 0, q0);
+        load_quads6(row, 1, q1);
+        dp_digits<ND>(h0a, h1a, l0a, l1a, u0a, u1a, q0[0], q1[0], xh + k, xl + k, xt + k);
+        dp_digits<ND>(h0b, h1b, l0b, l1b, u0b, u1b, q0[1], q1[1], xh + k + 4, xl + k + 4,
+                      xt + k + 4);
+        dp_digits<ND>(h0a, h1a, l0a, l1a, u0a, u1a, q0[2], q1[2], xh + k + 8, xl + k + 8,
+                      xt + k + 8);
+        dp_digits<ND>(h0b, h1b, l0b, l1b, u0b, u1b, q0[3], q1[3], xh + k + 12, xl + k + 12,
+                      xt + k + 12);
+      }
     } else {
       for (; k < ke; k += 8, row += 128) {
         _mm_prefetch(reinterpret_cast<const char*>(row) + kGemvPf, _MM_HINT_T0);
@@ -189,6 +221,7 @@ TPULLM_TARGET_AVX512_VNNI void gemv_panel_vnni(const LinearArgs& a, const XDigit
   constexpr int RG = static_cast<int>(row_group(F));
   constexpr bool kSplit = R <= 2; // separate lo/hi accumulators to shorten dependency chains
   constexpr int NH = (is_byte_format(F) || !kSplit) ? 1 : 2;
+  constexpr std::int64_t kStep = row_group(F) * row_bytes(F); // bytes per row group
   const PackedWeights& w = *a.v.w;
   __m512 t[R][2];
 #pragma GCC unroll 4
@@ -216,7 +249,27 @@ TPULLM_TARGET_AVX512_VNNI void gemv_panel_vnni(const LinearArgs& a, const XDigit
 #pragma GCC unroll 4
       for (int d = 0; d < ND; ++d)
         xdr[r][d] = xd.d.data() + ((m0 + r) * ND + d) * xd.Kv - a.v.k0;
-    for (std::int64_t k = ks; k < ke; k += RG, row += 128) {
+    if constexpr (is_six_format(F)) {
+      for (std::int64_t k = ks; k < ke; k += RG, row += kStep) {
+        for (int b = 0; b < kStep; b += 64)
+          _mm_prefetch(reinterpret_cast<const char*>(row) + kGemvPf + b, _MM_HINT_T0);
+        __m512i q[2][4];
+        load_quads6(row, 0, q[0]);
+        load_quads6(row, 1, q[1]);
+#pragma GCC unroll 4
+        for (int r = 0; r < R; ++r)
+#pragma GCC unroll 3
+          for (int d = 0; d < ND; ++d)
+#pragma GCC unroll 4
+            for (int j = 0; j < 4; ++j) {
+              const __m512i b = bcast4(xdr[r][d] + k + 4 * j);
+#pragma GCC unroll 2
+              for (int h = 0; h < 2; ++h)
+                dpbusd(acc[r][d][h][j % NH], q[h][j], b);
+            }
+      }
+    }
+    for (std::int64_t k = ks; !is_six_format(F) && k < ke; k += RG, row += kStep) {
       _mm_prefetch(reinterpret_cast<const char*>(row) + kGemvPf, _MM_HINT_T0);
       _mm_prefetch(reinterpret_cast<const char*>(row) + kGemvPf + 64, _MM_HINT_T0);
       __m512i wl[2], wh[2];
@@ -316,13 +369,39 @@ TPULLM_TARGET_AVX512_VNNI void gemv_panels_vnni_r1(const LinearArgs& a, const XD
       for (int d = 0; d < 3; ++d) // all 3 set (ND = 1 passes the unused two to vnni_group_sum)
         acc[s][d][0] = acc[s][d][1] = _mm512_setzero_si512();
     const std::uint8_t* row = panel_row(w, p, ks);
-    const std::uint8_t* pend = panel_row(w, p, 0) + pbytes; // stream 0's panel end
-    for (std::int64_t k = ks; k < ke; k += RG, row += 128) {
+    const std::uint8_t* pend = panel_row(w, p, 0) + pbytes;     // stream 0's panel end
+    constexpr std::int64_t kStep = row_group(F) * row_bytes(F); // bytes per row group
+    for (std::int64_t k = ks; k < ke; k += RG, row += kStep) {
       // Past its panel's end a stream's prefetch runs on into the same stream of the next S
       // panels (the next call's), so the S streams stay prefetched from one call to the next
       // (prefetches past the weights are harmless: PREFETCHT0 does not fault), as the float
       // GEMVs' streams do (matmul_gemv_stream_plan.hpp).
       const std::int64_t pf = row + kGemvPf >= pend ? kGemvPf + (S - 1) * pbytes : kGemvPf;
+      if constexpr (is_six_format(F)) {
+        __m512i b6[ND][4];
+#pragma GCC unroll 3
+        for (int d = 0; d < ND; ++d)
+#pragma GCC unroll 4
+          for (int j = 0; j < 4; ++j)
+            b6[d][j] = bcast4(xdr[d] + k + 4 * j);
+#pragma GCC unroll 8
+        for (int s = 0; s < S; ++s) {
+          const std::uint8_t* r = row + s * pbytes;
+          for (int b = 0; b < kStep; b += 64)
+            _mm_prefetch(reinterpret_cast<const char*>(r) + pf + b, _MM_HINT_T0);
+#pragma GCC unroll 2
+          for (int h = 0; h < 2; ++h) {
+            __m512i q[4];
+            load_quads6(r, h, q);
+#pragma GCC unroll 3
+            for (int d = 0; d < ND; ++d)
+#pragma GCC unroll 4
+              for (int j = 0; j < 4; ++j)
+                dpbusd(acc[s][d][h], q[j], b6[d][j]);
+          }
+        }
+        continue;
+      }
       __m512i bl[ND], bh[ND];
 #pragma GCC unroll 3
       for (int d = 0; d < ND; ++d) {

@@ -10,8 +10,7 @@ namespace tpullm::kernels::detail {
 
 /// Raw values of one row group (row_group(F) rows) as f32: out[j][32] for row j of the group.
 /// Ints are not scaled (int8 signed q, int8_asym / int8_min unsigned codes, int4 unsigned
-/// nibbles); columns
-/// in natural order.
+/// nibbles, int6 unsigned codes); columns in natural order.
 template <WeightFormat F>
 inline void decode_rows_raw(const std::uint8_t* r, float* out) {
   if constexpr (F == WeightFormat::f32) {
@@ -38,6 +37,17 @@ inline void decode_rows_raw(const std::uint8_t* r, float* out) {
     for (int j = 0; j < 4; ++j)
       for (int c = 0; c < 32; ++c)
         out[j * 32 + c] = static_cast<float>(r[4 * c + j]);
+  } else if constexpr (F == WeightFormat::int6_sym) {
+    for (int j = 0; j < 4; ++j)
+      for (int c = 0; c < 32; ++c) {
+        const int hb = r[256 + 4 * c + j];
+        for (int o = 0; o < 2; ++o) { // octet o: rows 8o + j (low nibble), 8o + 4 + j (high)
+          const int b = r[128 * o + 4 * c + j];
+          out[(8 * o + j) * 32 + c] = static_cast<float>((b & 0xF) | ((hb >> (4 * o)) & 3) << 4);
+          out[(8 * o + 4 + j) * 32 + c] =
+              static_cast<float>((b >> 4) | ((hb >> (4 * o + 2)) & 3) << 4);
+        }
+      }
   } else {
     for (int j = 0; j < 4; ++j)
       for (int c = 0; c < 32; ++c) {
@@ -50,8 +60,8 @@ inline void decode_rows_raw(const std::uint8_t* r, float* out) {
 /// Zero point of column c of a group, as the decoded raw values see it.
 template <WeightFormat F>
 inline float zero_point(const PackedWeights& w, std::int64_t p, std::int64_t g, int c) {
-  if constexpr (F == WeightFormat::int4_sym)
-    return 8.0f;
+  if constexpr (fixed_zero(F) != 0)
+    return static_cast<float>(fixed_zero(F));
   else if constexpr (has_zeros(F))
     return static_cast<float>(panel_zeros(w, p, g)[c]);
   else
@@ -63,7 +73,7 @@ void gemv_portable(const LinearArgs& a, std::int64_t pa, std::int64_t pb) {
   constexpr std::int64_t RG = row_group(F);
   const PackedWeights& w = *a.v.w;
   const std::int64_t N = w.N, rb = row_bytes(F);
-  float rows[8 * 32];
+  float rows[16 * 32];
   for (std::int64_t p = pa; p < pb; ++p) {
     const std::int64_t c0 = (p - a.v.p0) * kPanelCols;
     const int nc = static_cast<int>(std::min<std::int64_t>(kPanelCols, N - p * kPanelCols));
