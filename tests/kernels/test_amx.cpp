@@ -282,18 +282,20 @@ double run_amx_linear(const AmxCase& c, std::uint32_t seed, bool hw) {
 std::vector<AmxCase> amx_cases() {
   const CoreSplit none{}, rows2{SplitDim::rows, 2}, cols2{SplitDim::cols, 2};
   std::vector<AmxCase> v;
-  for (WeightFormat f :
-       {WeightFormat::bf16, WeightFormat::int8, WeightFormat::int4_sym, WeightFormat::int4_asym,
-        WeightFormat::int8_asym, WeightFormat::int4_min, WeightFormat::int8_min}) {
+  for (WeightFormat f : {WeightFormat::bf16, WeightFormat::int8, WeightFormat::int4_sym,
+                         WeightFormat::int4_asym, WeightFormat::int8_asym, WeightFormat::int4_min,
+                         WeightFormat::int8_min, WeightFormat::int6_sym}) {
     const bool i8 = is_byte_format(f);
     v.push_back({16, 64, 32, 32, f, false, false, none});              // one tile block exactly
     v.push_back({17, 40, 33, i8 ? 20 : 40, f, true, false, rows2});    // row / column / k tails
     v.push_back({70, 136, 70, i8 ? 68 : 136, f, false, false, cols2}); // per-channel, K % 64 != 0
     v.push_back({33, 256, 40, 128, f, true, false, rows2});            // groups of 128 (2 k steps)
   }
-  v.push_back({20, 96, 40, 48, WeightFormat::int4_asym, true, true, none}); // act-order
-  v.push_back({24, 120, 20, 40, WeightFormat::int8, false, false, cols2});  // 40-row groups
-  v.push_back({20, 96, 40, 32, WeightFormat::int8_asym, true, true, none}); // act-order
+  v.push_back({20, 96, 40, 48, WeightFormat::int4_asym, true, true, none});  // act-order
+  v.push_back({24, 120, 20, 40, WeightFormat::int8, false, false, cols2});   // 40-row groups
+  v.push_back({20, 96, 40, 32, WeightFormat::int8_asym, true, true, none});  // act-order
+  v.push_back({20, 64, 40, 16, WeightFormat::int6_sym, true, false, rows2}); // Q6_K's groups
+  v.push_back({18, 96, 40, 32, WeightFormat::int6_sym, false, true, none});  // act-order
   // scale and min with ggml's groups of 16 and 32 (one k step of 16 / 32 rows per group)
   for (WeightFormat f : {WeightFormat::int4_min, WeightFormat::int8_min}) {
     v.push_back({20, 64, 40, 16, f, true, false, rows2});

@@ -41,23 +41,30 @@ double silu(double v) {
 
 TEST_CASE("swiglu_mlp matches a double reference for every format, tiling and ISA", "[mlp]") {
   const bool saved_bf16_dot_disabled = detail::bf16_dot_disabled(); // restored at the end
-  const WeightFormat fs[] = {
-      WeightFormat::f32,       WeightFormat::bf16,     WeightFormat::f16,
-      WeightFormat::int8,      WeightFormat::int4_sym, WeightFormat::int4_asym,
-      WeightFormat::int8_asym, WeightFormat::int4_min, WeightFormat::int8_min};
+  const WeightFormat fs[] = {WeightFormat::f32,       WeightFormat::bf16,
+                             WeightFormat::f16,       WeightFormat::int8,
+                             WeightFormat::int4_sym,  WeightFormat::int4_asym,
+                             WeightFormat::int8_asym, WeightFormat::int4_min,
+                             WeightFormat::int8_min,  WeightFormat::int6_sym};
   std::vector<MlpCase> cases;
   for (WeightFormat f : fs) {
-    cases.push_back({1, 64, 96, 32, f, 1 << 20, false});       // one tile
-    cases.push_back({3, 33, 72, 0, f, 3 * 8 * 32, false});     // 32-column tiles, odd shapes
-    cases.push_back({17, 64, 160, 32, f, 17 * 8 * 64, false}); // two-panel tiles
-    cases.push_back({40, 96, 200, 40, f, 8 * 160 * 7, false}); // row tiles (7 rows x 160 cols)
-    cases.push_back({2, 96, 200, 40, f, 2 * 8 * 160, false});  // GEMV over several tiles
+    // the intermediate must be a multiple of down's row group (swiglu_mlp): 72 -> 80 and
+    // 200 -> 208 for int6's 16-row blocks
+    const auto fit = [f](std::int64_t I) {
+      return (I + row_group(f) - 1) / row_group(f) * row_group(f);
+    };
+    cases.push_back({1, 64, 96, 32, f, 1 << 20, false});            // one tile
+    cases.push_back({3, 33, fit(72), 0, f, 3 * 8 * 32, false});     // 32-column tiles, odd shapes
+    cases.push_back({17, 64, 160, 32, f, 17 * 8 * 64, false});      // two-panel tiles
+    cases.push_back({40, 96, fit(200), 40, f, 8 * 160 * 7, false}); // row tiles (7 x 160)
+    cases.push_back({2, 96, fit(200), 40, f, 2 * 8 * 160, false});  // GEMV over several tiles
     cases.push_back({128, 64, 96, 32, f, 1 << 20, false});
   }
   cases.push_back({5, 64, 96, 32, WeightFormat::int4_asym, 5 * 8 * 32, true});
   cases.push_back({1, 64, 96, 32, WeightFormat::int4_sym, 1 << 20, true});
   cases.push_back({5, 64, 96, 16, WeightFormat::int4_min, 5 * 8 * 32, true});
   cases.push_back({2, 64, 96, 16, WeightFormat::int8_min, 1 << 20, true});
+  cases.push_back({3, 64, 96, 16, WeightFormat::int6_sym, 3 * 8 * 32, true});
   int runs = 0;
   for (std::size_t ci = 0; ci < cases.size(); ++ci) {
     const MlpCase& c = cases[ci];
@@ -203,11 +210,12 @@ TEST_CASE("plan_mlp_tiling respects the budget and rejects impossible ones", "[m
 }
 
 TEST_CASE("permute_columns moves every column's weights, scales and zeros", "[mlp][packed]") {
-  for (WeightFormat f : {WeightFormat::f32, WeightFormat::bf16, WeightFormat::f16,
-                         WeightFormat::int8, WeightFormat::int4_sym, WeightFormat::int4_asym,
-                         WeightFormat::int8_asym, WeightFormat::int4_min, WeightFormat::int8_min}) {
+  for (WeightFormat f :
+       {WeightFormat::f32, WeightFormat::bf16, WeightFormat::f16, WeightFormat::int8,
+        WeightFormat::int4_sym, WeightFormat::int4_asym, WeightFormat::int8_asym,
+        WeightFormat::int4_min, WeightFormat::int8_min, WeightFormat::int6_sym}) {
     const bool int4 = f == WeightFormat::int4_sym || f == WeightFormat::int4_asym ||
-                      f == WeightFormat::int8_asym || has_mins(f);
+                      f == WeightFormat::int8_asym || has_mins(f) || is_six_format(f);
     const auto w = make_weights(f, 64, 72, 32, 17, int4); // int4: act-order rows as well
     std::vector<std::int32_t> cols(72);
     for (std::int32_t n = 0; n < 72; ++n)

@@ -114,6 +114,7 @@ TEST_CASE("moe_mlp matches a double reference (decode, prefill, one hot expert)"
       {24, 64, 64, 8, 3, true, WeightFormat::bf16, 1 << 20, true},
       {9, 64, 32, 4, 4, true, WeightFormat::f32, 1 << 20, false},       // top_k = experts
       {16, 64, 64, 8, 2, true, WeightFormat::int4_sym, 1 << 20, false}, // a packed int format
+      {3, 64, 64, 8, 2, false, WeightFormat::int6_sym, 1 << 20, false}, // Q6_K experts
   };
   int runs = 0;
   for (std::size_t ci = 0; ci < cases.size(); ++ci) {

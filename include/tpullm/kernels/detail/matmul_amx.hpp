@@ -36,7 +36,7 @@ inline constexpr std::int64_t kAmxMinRows = 16;
 /// Rows of x staged per block of the AMX path (a multiple of 32).
 inline constexpr std::int64_t kAmxMc = 64;
 
-/// True for the formats with an AMX path (bf16 on AMX-BF16; int8 / int4 on AMX-INT8).
+/// True for the formats with an AMX path (bf16 on AMX-BF16; int8 / int4 / int6 on AMX-INT8).
 constexpr bool amx_format(WeightFormat f) {
   switch (f) {
   case WeightFormat::bf16:
@@ -47,9 +47,10 @@ constexpr bool amx_format(WeightFormat f) {
   case WeightFormat::int4_min:
   case WeightFormat::int8_min:
     return true;
+  case WeightFormat::int6_sym:
+    return true;
   case WeightFormat::f32:
   case WeightFormat::f16:
-  case WeightFormat::int6_sym: // the VNNI kernels take its prompts (no AMX unpacking written yet)
     return false;
   }
   return false;
@@ -320,6 +321,18 @@ TPULLM_ALWAYS_INLINE void amx_int_body(const LinearArgs& a, std::int64_t ma, std
         std::uint8_t* dst = s.b.data() + g * segp * 32;
         if constexpr (is_byte_format(F)) {
           std::memcpy(dst, panel_row(w, p, a.v.k0 + ks), static_cast<std::size_t>((ke - ks) * 32));
+        } else if constexpr (is_six_format(F)) {
+          for (std::int64_t k = ks; k < ke; k += 16) { // one block -> four quads
+            const std::uint8_t* b = panel_row(w, p, a.v.k0 + k);
+            std::uint8_t* q0 = dst + (k - ks) / 4 * 128;
+            for (int i = 0; i < 128; ++i) { // byte i: column i / 4, rows 4q + i % 4 of quad q
+              const int hb = b[256 + i];
+              q0[i] = static_cast<std::uint8_t>((b[i] & 0x0F) | (hb & 3) << 4);
+              q0[128 + i] = static_cast<std::uint8_t>((b[i] >> 4) | ((hb >> 2) & 3) << 4);
+              q0[256 + i] = static_cast<std::uint8_t>((b[128 + i] & 0x0F) | ((hb >> 4) & 3) << 4);
+              q0[384 + i] = static_cast<std::uint8_t>((b[128 + i] >> 4) | ((hb >> 6) & 3) << 4);
+            }
+          }
         } else {
           for (std::int64_t k = ks; k < ke; k += 8) { // one octet -> two quads
             const std::uint8_t* o = panel_row(w, p, a.v.k0 + k);
@@ -358,8 +371,8 @@ TPULLM_ALWAYS_INLINE void amx_int_body(const LinearArgs& a, std::int64_t ma, std
             }
             for (int j = 0; j < 32; ++j) {
               float z = 0.f;
-              if constexpr (F == WeightFormat::int4_sym)
-                z = 8.f;
+              if constexpr (fixed_zero(F) != 0)
+                z = static_cast<float>(fixed_zero(F));
               else if constexpr (has_zeros(F))
                 z = static_cast<float>(panel_zeros(w, p, g0 + g)[j]);
               const float v = (static_cast<float>(ch[j]) - z * Sh) +
