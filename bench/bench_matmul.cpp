@@ -434,24 +434,28 @@ void bm_linear_act(benchmark::State& state, Proj p, WeightFormat f, std::int64_t
   state.counters["copies"] = static_cast<double>(ws.size());
 }
 
-/// linear_act/qwen2.5-0.5b/{gate_proj,down_proj}/{int4_sym,int8}_g32/<path>/M:{1,64,512}/
-/// threads:{1,2}: the AVX2 int8-activation kernels against the AVX2 exact path (and the AVX-512
-/// VNNI one) on Q4_0 / Q8_0-like weights.
+/// linear_act/qwen2.5-0.5b/{gate_proj,down_proj}/{int4_sym_g32,int8_g32,int8_g16,int6_sym_g16}/
+/// <path>/M:{1,64,512}/threads:{1,2}: the AVX2 int8-activation kernels against the AVX2 exact
+/// path (and the AVX-512 VNNI one) on Q4_0 / Q8_0-like weights, and Q6_K's old (int8) and new
+/// (int6) containers.
 void register_act_benchmarks() {
   for (const Proj& p : projections()) {
     const std::string pn = p.name;
     if (std::string(p.model) != "qwen2.5-0.5b" || (pn != "gate_proj" && pn != "down_proj"))
       continue;
-    for (WeightFormat f : {WeightFormat::int4_sym, WeightFormat::int8})
+    const std::pair<WeightFormat, std::int64_t> fgs[] = {{WeightFormat::int4_sym, 32},
+                                                         {WeightFormat::int8, 32},
+                                                         {WeightFormat::int8, 16},
+                                                         {WeightFormat::int6_sym, 16}};
+    for (const auto& [f, g] : fgs)
       for (const ActBenchPath& path : act_bench_paths())
         for (std::int64_t M : {1, 64, 512})
           for (int threads : {1, 2}) {
-            const std::string name = std::string("linear_act/") + p.model + "/" + p.name + "/" +
-                                     std::string(kernels::format_name(f)) + "_g32/" + path.name +
-                                     "/M:" + std::to_string(M) +
-                                     "/threads:" + std::to_string(threads);
-            benchmark::RegisterBenchmark(name.c_str(), bm_linear_act, p, f, std::int64_t{32}, path,
-                                         M, threads)
+            const std::string name =
+                std::string("linear_act/") + p.model + "/" + p.name + "/" +
+                std::string(kernels::format_name(f)) + "_g" + std::to_string(g) + "/" + path.name +
+                "/M:" + std::to_string(M) + "/threads:" + std::to_string(threads);
+            benchmark::RegisterBenchmark(name.c_str(), bm_linear_act, p, f, g, path, M, threads)
                 ->UseRealTime()
                 ->Unit(benchmark::kMicrosecond)
                 ->MinTime(M == 1 ? 0.2 : 0.3);
@@ -491,9 +495,10 @@ void register_w8a8_benchmarks() {
 void register_matmul_benchmarks(bool full) {
   register_w8a8_benchmarks();
   register_act_benchmarks();
-  const WeightFormat all[] = {
-      WeightFormat::f32,       WeightFormat::bf16,     WeightFormat::f16,      WeightFormat::int8,
-      WeightFormat::int8_asym, WeightFormat::int4_sym, WeightFormat::int4_asym};
+  const WeightFormat all[] = {WeightFormat::f32,       WeightFormat::bf16,
+                              WeightFormat::f16,       WeightFormat::int8,
+                              WeightFormat::int8_asym, WeightFormat::int4_sym,
+                              WeightFormat::int4_asym, WeightFormat::int6_sym};
   // q/k/v of one layer from one prepared x
   for (const char* model : {"qwen2.5-0.5b", "llama3-8b"})
     for (WeightFormat f : all)

@@ -128,7 +128,7 @@ void decode_block(GgmlType t, const std::byte* b, Decoded& o) {
     if (with_min)
       o.min[0] = -half_at(b + 2);
     const std::uint32_t qh = le32(b + off);
-    const int bias = with_min ? 0 : 128 - 16; // symmetric: (q - 16) + 128
+    const int bias = with_min ? 0 : 32 - 16; // symmetric: (q - 16) + 32, int6_sym's codes
     for (int j = 0; j < 16; ++j) {
       const int lo = (byte_at(b, off + 4 + j) & 15) | static_cast<int>(((qh >> j) & 1u) << 4);
       const int hi =

@@ -109,7 +109,7 @@ constexpr std::pair<GgmlType, Expect> kExpected[] = {
     {GgmlType::q4_0, {4, 32, false}},   {GgmlType::q3_k, {4, 16, false}},
     {GgmlType::q2_k, {4, 16, true}},    {GgmlType::q4_1, {4, 32, true}},
     {GgmlType::q4_k, {4, 32, true}},    {GgmlType::q8_0, {8, 32, false}},
-    {GgmlType::q5_0, {8, 32, false}},   {GgmlType::q6_k, {6, 16, false}},
+    {GgmlType::q5_0, {6, 32, false}},   {GgmlType::q6_k, {6, 16, false}},
     {GgmlType::iq4_nl, {8, 32, false}}, {GgmlType::iq4_xs, {8, 32, false}},
     {GgmlType::q5_1, {8, 32, true}},    {GgmlType::q5_k, {8, 32, true}},
 };

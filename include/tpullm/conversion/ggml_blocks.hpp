@@ -14,7 +14,8 @@
 ///   Q2_K  -> 4-bit codes, scale and min, group 16           (int4_min)
 ///   Q4_1, Q4_K -> 4-bit codes, scale and min, group 32      (int4_min)
 ///   Q6_K  -> 6-bit codes as stored, zero 32, group 16      (int6_sym)
-///   Q8_0, Q5_0, IQ4_NL, IQ4_XS -> 8-bit codes (value + 128), zero 128 (int8)
+///   Q5_0  -> 6-bit codes (value + 32), zero 32, group 32   (int6_sym)
+///   Q8_0, IQ4_NL, IQ4_XS -> 8-bit codes (value + 128), zero 128 (int8)
 ///   Q5_1, Q5_K -> 8-bit codes, scale and min, group 32      (int8_min)
 
 #include "tpullm/conversion/ggml_types.hpp"
@@ -56,8 +57,9 @@ constexpr GgmlPacking ggml_packing(GgmlType t) noexcept {
   case GgmlType::q4_1:
   case GgmlType::q4_k:
     return {4, 32, true};
-  case GgmlType::q8_0:
   case GgmlType::q5_0:
+    return {6, 32, false};
+  case GgmlType::q8_0:
   case GgmlType::iq4_nl:
   case GgmlType::iq4_xs:
     return {8, 32, false};
