@@ -27,6 +27,20 @@ using namespace tpullm::kernels;
 
 namespace tpullm_test {
 
+namespace {
+/// An act-order row permutation of [0, K) (empty when act_order is false).
+std::vector<std::int32_t> shuffled_rows(std::int64_t K, bool act_order, std::mt19937& rng) {
+  std::vector<std::int32_t> perm;
+  if (act_order) {
+    perm.resize(static_cast<std::size_t>(K));
+    for (std::int64_t k = 0; k < K; ++k)
+      perm[static_cast<std::size_t>(k)] = static_cast<std::int32_t>(k);
+    std::shuffle(perm.begin(), perm.end(), rng);
+  }
+  return perm;
+}
+} // namespace
+
 TestWeights make_weights(WeightFormat f, std::int64_t K, std::int64_t N, std::int64_t group,
                          std::uint32_t seed, bool act_order) {
   std::mt19937 rng(seed);
@@ -68,13 +82,7 @@ TestWeights make_weights(WeightFormat f, std::int64_t K, std::int64_t N, std::in
   case WeightFormat::int8_asym: {
     // codes and zeros over the whole byte range; the reference below is built from them (not
     // from dequantize()), so it checks the packer as well as the kernels
-    std::vector<std::int32_t> perm;
-    if (act_order) {
-      perm.resize(static_cast<std::size_t>(K));
-      for (std::int64_t k = 0; k < K; ++k)
-        perm[k] = static_cast<std::int32_t>(k);
-      std::shuffle(perm.begin(), perm.end(), rng);
-    }
+    const std::vector<std::int32_t> perm = shuffled_rows(K, act_order, rng);
     std::vector<std::uint8_t> u(kn), z(static_cast<std::size_t>(G * N));
     for (auto& v : u)
       v = static_cast<std::uint8_t>(rng() % 256);
@@ -98,13 +106,7 @@ TestWeights make_weights(WeightFormat f, std::int64_t K, std::int64_t N, std::in
     // codes over the whole range, mins of either sign and up to the largest |code * scale| (so
     // that w = u s - m cancels in part, as ggml's Q4_K weights do); the reference is built from
     // them, not from dequantize()
-    std::vector<std::int32_t> perm;
-    if (act_order) {
-      perm.resize(static_cast<std::size_t>(K));
-      for (std::int64_t k = 0; k < K; ++k)
-        perm[k] = static_cast<std::int32_t>(k);
-      std::shuffle(perm.begin(), perm.end(), rng);
-    }
+    const std::vector<std::int32_t> perm = shuffled_rows(K, act_order, rng);
     const int levels = f == WeightFormat::int4_min ? 16 : 256;
     std::vector<std::uint8_t> u(kn);
     for (auto& v : u)
@@ -127,13 +129,7 @@ TestWeights make_weights(WeightFormat f, std::int64_t K, std::int64_t N, std::in
   }
   case WeightFormat::int6_sym: {
     // 6-bit codes over their whole range (ggml's Q6_K); the reference is built from the codes
-    std::vector<std::int32_t> perm;
-    if (act_order) {
-      perm.resize(static_cast<std::size_t>(K));
-      for (std::int64_t k = 0; k < K; ++k)
-        perm[k] = static_cast<std::int32_t>(k);
-      std::shuffle(perm.begin(), perm.end(), rng);
-    }
+    const std::vector<std::int32_t> perm = shuffled_rows(K, act_order, rng);
     std::vector<std::int8_t> q(kn);
     for (auto& v : q)
       v = static_cast<std::int8_t>(static_cast<int>(rng() % 64) - 32);
@@ -151,13 +147,7 @@ TestWeights make_weights(WeightFormat f, std::int64_t K, std::int64_t N, std::in
   }
   case WeightFormat::int4_sym:
   case WeightFormat::int4_asym: {
-    std::vector<std::int32_t> perm;
-    if (act_order) {
-      perm.resize(static_cast<std::size_t>(K));
-      for (std::int64_t k = 0; k < K; ++k)
-        perm[k] = static_cast<std::int32_t>(k);
-      std::shuffle(perm.begin(), perm.end(), rng);
-    }
+    const std::vector<std::int32_t> perm = shuffled_rows(K, act_order, rng);
     std::vector<std::uint8_t> u(kn), z(static_cast<std::size_t>(G * N), 8);
     for (auto& v : u)
       v = static_cast<std::uint8_t>(rng() % 16);
