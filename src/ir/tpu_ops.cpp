@@ -150,6 +150,15 @@ auto MLPOp::infer(Types in) const -> std::vector<TensorType> {
                   "MLP weights do not match hidden " + std::to_string(H) + ": gate " +
                       in[MLPOp::gate].str() + ", up " + in[MLPOp::up].str() + ", down " +
                       in[MLPOp::down].str());
+  // The tiled kernel hands down the intermediate in row groups of its storage (kernels'
+  // row_group: quads of i8 / u8, octets of i4 / u4, 16-row blocks of i6).
+  const DType dd = in[MLPOp::down].dtype;
+  const std::int64_t rg = !in[MLPOp::down].quant               ? 1
+                          : dd == DType::i6                    ? 16
+                          : dd == DType::i4 || dd == DType::u4 ? 8
+                                                               : 4;
+  detail::require(dk % rg == 0, "MLP intermediate ", dk, " must be a multiple of ", rg,
+                  " (the row group of down ", in[MLPOp::down], ")");
   return {in[MLPOp::x]};
 }
 
