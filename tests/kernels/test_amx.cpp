@@ -338,7 +338,8 @@ TEST_CASE("AMX linear: the path really runs (its rounding is visible, 15 rows st
           "[amx]") {
   // against the exact f32 GEMM the AMX paths must differ (bf16 rounding of x, the digit
   // residual): a dispatch that silently ran the f32 GEMM would pass the bound test, not this one
-  for (WeightFormat f : {WeightFormat::bf16, WeightFormat::int8, WeightFormat::int4_sym}) {
+  for (WeightFormat f :
+       {WeightFormat::bf16, WeightFormat::int8, WeightFormat::int4_sym, WeightFormat::int6_sym}) {
     const auto tw = make_weights(f, 64, 32, 64, 5);
     for (std::int64_t M : {15, 16}) {
       const auto x = random_vec(static_cast<std::size_t>(M * 64), 6);

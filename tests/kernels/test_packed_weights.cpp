@@ -125,7 +125,7 @@ TEST_CASE("packed layouts put every element at its documented byte", "[packed]")
         REQUIRE(dp[perm[j] * N + n] == float(qp[j * N + n]) * s[(j / 8) * N + n]);
   }
   SECTION("int6_sym: 16-row blocks of two nibble octets and a 2-bit plane, codes q + 32") {
-    const std::int64_t K6 = 40, G6 = 3; // K padded to 48 (three blocks), per-channel and g16
+    const std::int64_t K6 = 40; // K padded to 48 (three blocks), per-channel and g16
     std::vector<std::int8_t> q(K6 * N);
     for (std::size_t i = 0; i < q.size(); ++i)
       q[i] = static_cast<std::int8_t>(static_cast<int>((i * 29 + 7) % 64) - 32);
@@ -161,7 +161,6 @@ TEST_CASE("packed layouts put every element at its documented byte", "[packed]")
     const auto pg = pack_int6_sym(q32, s3, 32, N, 16);
     CHECK(pg.groups() == 2);
     CHECK(dequantize(pg)[31 * N + 36] == float(q32[31 * N + 36]) * 0.5f);
-    (void)G6;
     std::vector<std::int8_t> bad(q.begin(), q.end());
     bad[5] = 32; // outside [-32, 31]
     CHECK_THROWS_KIND(pack_int6_sym(bad, s, K6, N, K6), invalid_input);

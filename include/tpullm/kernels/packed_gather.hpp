@@ -94,11 +94,8 @@ inline void packed_column(const PackedWeights& w, std::int64_t n, float* dst) {
   }
   case WeightFormat::int6_sym:
     for (std::int64_t j = 0; j < K; ++j) {
-      const std::uint8_t* blk = panel + (j / 16) * 384;
-      const std::uint8_t b = blk[128 * ((j % 16) / 8) + 4 * c + (j % 8) % 4];
-      const int lo = (j % 8 >= 4) ? (b >> 4) : (b & 0x0F);
-      const int hi = (blk[256 + 4 * c + j % 4] >> (2 * ((j % 16) / 4))) & 3;
-      put(j, static_cast<float>((lo | hi << 4) - 32) * scale(j));
+      const int u = detail::block_code6(panel + (j / 16) * 16 * row_bytes(w.format), j % 16, c);
+      put(j, static_cast<float>(u - 32) * scale(j));
     }
     return;
   }

@@ -425,22 +425,33 @@ inline std::uint8_t get_nibble(const PackedWeights& w, std::int64_t k, std::int6
   return nibble_high(k) ? (b >> 4) : (b & 0x0F);
 }
 
+/// int6: code u in [0, 63] of row i (0..15) and column c (0..31) of the 16-row block at `blk`
+/// (the layout in the file comment). The one scalar reading of the format: get_code6, the
+/// portable decoder, the AMX staging and the packed gather all call it.
+inline std::uint8_t block_code6(const std::uint8_t* blk, std::int64_t i, std::int64_t c) {
+  const std::uint8_t b = blk[128 * (i / 8) + 4 * c + i % 4];
+  const int lo = i % 8 >= 4 ? b >> 4 : b & 0x0F;
+  const int hi = (blk[256 + 4 * c + i % 4] >> (2 * (i / 4))) & 3;
+  return static_cast<std::uint8_t>(lo | hi << 4);
+}
+
+/// int6: start of the 16-row block of w that holds row k of column n's panel.
+inline std::int64_t block6_offset(const PackedWeights& w, std::int64_t k, std::int64_t n) {
+  return (n / kPanelCols * w.stored_rows() + k / 16 * 16) * row_bytes(WeightFormat::int6_sym);
+}
+
 /// int6: stores code u in [0, 63] of (k, n): its low nibble in the block's octets, its high two
 /// bits in the block's 2-bit plane.
 inline void set_code6(PackedWeights& w, std::int64_t k, std::int64_t n, std::uint8_t u) {
   set_nibble(w, k, n, static_cast<std::uint8_t>(u & 0x0F));
-  const std::int64_t hb =
-      (n / kPanelCols * w.stored_rows() + k / 16 * 16) * 24 + 256 + 4 * (n % kPanelCols) + k % 4;
+  const std::int64_t hb = block6_offset(w, k, n) + 256 + 4 * (n % kPanelCols) + k % 4;
   const int sh = 2 * static_cast<int>((k % 16) / 4);
   w.data[hb] = static_cast<std::uint8_t>((w.data[hb] & ~(3 << sh)) | ((u >> 4) << sh));
 }
 
 /// int6: code u in [0, 63] of (k, n).
 inline std::uint8_t get_code6(const PackedWeights& w, std::int64_t k, std::int64_t n) {
-  const std::int64_t hb =
-      (n / kPanelCols * w.stored_rows() + k / 16 * 16) * 24 + 256 + 4 * (n % kPanelCols) + k % 4;
-  const int sh = 2 * static_cast<int>((k % 16) / 4);
-  return static_cast<std::uint8_t>(get_nibble(w, k, n) | ((w.data[hb] >> sh) & 3) << 4);
+  return block_code6(w.data.data() + block6_offset(w, k, n), k % 16, n % kPanelCols);
 }
 
 inline void check_perm(std::string_view what, std::span<const std::int32_t> perm, std::int64_t K) {

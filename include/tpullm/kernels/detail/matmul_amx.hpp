@@ -325,13 +325,9 @@ TPULLM_ALWAYS_INLINE void amx_int_body(const LinearArgs& a, std::int64_t ma, std
           for (std::int64_t k = ks; k < ke; k += 16) { // one block -> four quads
             const std::uint8_t* b = panel_row(w, p, a.v.k0 + k);
             std::uint8_t* q0 = dst + (k - ks) / 4 * 128;
-            for (int i = 0; i < 128; ++i) { // byte i: column i / 4, rows 4q + i % 4 of quad q
-              const int hb = b[256 + i];
-              q0[i] = static_cast<std::uint8_t>((b[i] & 0x0F) | (hb & 3) << 4);
-              q0[128 + i] = static_cast<std::uint8_t>((b[i] >> 4) | ((hb >> 2) & 3) << 4);
-              q0[256 + i] = static_cast<std::uint8_t>((b[128 + i] & 0x0F) | ((hb >> 4) & 3) << 4);
-              q0[384 + i] = static_cast<std::uint8_t>((b[128 + i] >> 4) | ((hb >> 6) & 3) << 4);
-            }
+            for (int q = 0; q < 4; ++q) // quad q's byte i: column i / 4, row 4q + i % 4
+              for (int i = 0; i < 128; ++i)
+                q0[128 * q + i] = block_code6(b, 4 * q + i % 4, i / 4);
           }
         } else {
           for (std::int64_t k = ks; k < ke; k += 8) { // one octet -> two quads

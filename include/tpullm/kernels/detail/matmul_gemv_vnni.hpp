@@ -268,44 +268,45 @@ TPULLM_TARGET_AVX512_VNNI void gemv_panel_vnni(const LinearArgs& a, const XDigit
                 dpbusd(acc[r][d][h][j % NH], q[h][j], b);
             }
       }
-    }
-    for (std::int64_t k = ks; !is_six_format(F) && k < ke; k += RG, row += kStep) {
-      _mm_prefetch(reinterpret_cast<const char*>(row) + kGemvPf, _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(row) + kGemvPf + 64, _MM_HINT_T0);
-      __m512i wl[2], wh[2];
+    } else {
+      for (std::int64_t k = ks; k < ke; k += RG, row += kStep) {
+        _mm_prefetch(reinterpret_cast<const char*>(row) + kGemvPf, _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(row) + kGemvPf + 64, _MM_HINT_T0);
+        __m512i wl[2], wh[2];
 #pragma GCC unroll 4
-      for (int h = 0; h < 2; ++h) {
-        const __m512i v = _mm512_load_si512(row + 64 * h);
-        if constexpr (is_byte_format(F)) {
-          wl[h] = F == WeightFormat::int8 ? _mm512_xor_si512(v, flip) : v;
-          wh[h] = wl[h];
-        } else {
-          wl[h] = _mm512_and_si512(v, m4);
-          wh[h] = _mm512_and_si512(_mm512_srli_epi32(v, 4), m4);
-        }
-      }
-#pragma GCC unroll 4
-      for (int r = 0; r < R; ++r)
-#pragma GCC unroll 3
-        for (int d = 0; d < ND; ++d) {
-          std::int32_t xl;
-          std::memcpy(&xl, xdr[r][d] + k, 4);
-          const __m512i bl = _mm512_set1_epi32(xl);
+        for (int h = 0; h < 2; ++h) {
+          const __m512i v = _mm512_load_si512(row + 64 * h);
           if constexpr (is_byte_format(F)) {
-#pragma GCC unroll 4
-            for (int h = 0; h < 2; ++h)
-              dpbusd(acc[r][d][h][0], wl[h], bl);
+            wl[h] = F == WeightFormat::int8 ? _mm512_xor_si512(v, flip) : v;
+            wh[h] = wl[h];
           } else {
-            std::int32_t xh;
-            std::memcpy(&xh, xdr[r][d] + k + 4, 4);
-            const __m512i bh = _mm512_set1_epi32(xh);
-#pragma GCC unroll 4
-            for (int h = 0; h < 2; ++h) {
-              dpbusd(acc[r][d][h][0], wl[h], bl);
-              dpbusd(acc[r][d][h][NH - 1], wh[h], bh);
-            }
+            wl[h] = _mm512_and_si512(v, m4);
+            wh[h] = _mm512_and_si512(_mm512_srli_epi32(v, 4), m4);
           }
         }
+#pragma GCC unroll 4
+        for (int r = 0; r < R; ++r)
+#pragma GCC unroll 3
+          for (int d = 0; d < ND; ++d) {
+            std::int32_t xl;
+            std::memcpy(&xl, xdr[r][d] + k, 4);
+            const __m512i bl = _mm512_set1_epi32(xl);
+            if constexpr (is_byte_format(F)) {
+#pragma GCC unroll 4
+              for (int h = 0; h < 2; ++h)
+                dpbusd(acc[r][d][h][0], wl[h], bl);
+            } else {
+              std::int32_t xh;
+              std::memcpy(&xh, xdr[r][d] + k + 4, 4);
+              const __m512i bh = _mm512_set1_epi32(xh);
+#pragma GCC unroll 4
+              for (int h = 0; h < 2; ++h) {
+                dpbusd(acc[r][d][h][0], wl[h], bl);
+                dpbusd(acc[r][d][h][NH - 1], wh[h], bh);
+              }
+            }
+          }
+      }
     }
     const std::int64_t g = ks / w.group_rows();
     const float* s = panel_scales(w, p, g);

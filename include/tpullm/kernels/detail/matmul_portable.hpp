@@ -38,16 +38,9 @@ inline void decode_rows_raw(const std::uint8_t* r, float* out) {
       for (int c = 0; c < 32; ++c)
         out[j * 32 + c] = static_cast<float>(r[4 * c + j]);
   } else if constexpr (F == WeightFormat::int6_sym) {
-    for (int j = 0; j < 4; ++j)
-      for (int c = 0; c < 32; ++c) {
-        const int hb = r[256 + 4 * c + j];
-        for (int o = 0; o < 2; ++o) { // octet o: rows 8o + j (low nibble), 8o + 4 + j (high)
-          const int b = r[128 * o + 4 * c + j];
-          out[(8 * o + j) * 32 + c] = static_cast<float>((b & 0xF) | ((hb >> (4 * o)) & 3) << 4);
-          out[(8 * o + 4 + j) * 32 + c] =
-              static_cast<float>((b >> 4) | ((hb >> (4 * o + 2)) & 3) << 4);
-        }
-      }
+    for (int i = 0; i < 16; ++i)
+      for (int c = 0; c < 32; ++c)
+        out[i * 32 + c] = static_cast<float>(block_code6(r, i, c));
   } else {
     for (int j = 0; j < 4; ++j)
       for (int c = 0; c < 32; ++c) {
