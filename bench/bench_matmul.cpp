@@ -84,6 +84,8 @@ inline std::int64_t bench_group(WeightFormat f, std::int64_t K) {
     return K % 32 == 0 ? 32 : K;
   case WeightFormat::int6_sym: // ggml's Q6_K sub-blocks
     return K % 16 == 0 ? 16 : K;
+  case WeightFormat::int6_min: // ggml's Q5_K sub-blocks
+    return K % 32 == 0 ? 32 : K;
   }
   return K;
 }
@@ -120,6 +122,7 @@ inline PackedWeights random_packed_group(WeightFormat f, std::int64_t K, std::in
   case WeightFormat::int4_min:
   case WeightFormat::int8_min:
   case WeightFormat::int6_sym:
+  case WeightFormat::int6_min:
     for (std::size_t i = 0; i < n; i += 4) {
       const std::uint32_t r = rng();
       std::memcpy(d + i, &r, std::min<std::size_t>(4, n - i));
@@ -434,19 +437,18 @@ void bm_linear_act(benchmark::State& state, Proj p, WeightFormat f, std::int64_t
   state.counters["copies"] = static_cast<double>(ws.size());
 }
 
-/// linear_act/qwen2.5-0.5b/{gate_proj,down_proj}/{int4_sym_g32,int8_g32,int8_g16,int6_sym_g16}/
-/// <path>/M:{1,64,512}/threads:{1,2}: the AVX2 int8-activation kernels against the AVX2 exact
-/// path (and the AVX-512 VNNI one) on Q4_0 / Q8_0-like weights, and Q6_K's old (int8) and new
-/// (int6) containers.
+/// linear_act/qwen2.5-0.5b/{gate_proj,down_proj}/{int4_sym_g32,int8_g32,int8_g16,int6_sym_g16,
+/// int8_min_g32,int6_min_g32}/<path>/M:{1,64,512}/threads:{1,2}: the AVX2 int8-activation kernels
+/// against the AVX2 exact path (and the AVX-512 VNNI one) on Q4_0 / Q8_0-like weights, Q6_K's old
+/// (int8) and new (int6) containers, and Q5_K's (int8_min, int6_min).
 void register_act_benchmarks() {
   for (const Proj& p : projections()) {
     const std::string pn = p.name;
     if (std::string(p.model) != "qwen2.5-0.5b" || (pn != "gate_proj" && pn != "down_proj"))
       continue;
-    const std::pair<WeightFormat, std::int64_t> fgs[] = {{WeightFormat::int4_sym, 32},
-                                                         {WeightFormat::int8, 32},
-                                                         {WeightFormat::int8, 16},
-                                                         {WeightFormat::int6_sym, 16}};
+    const std::pair<WeightFormat, std::int64_t> fgs[] = {
+        {WeightFormat::int4_sym, 32}, {WeightFormat::int8, 32},     {WeightFormat::int8, 16},
+        {WeightFormat::int6_sym, 16}, {WeightFormat::int8_min, 32}, {WeightFormat::int6_min, 32}};
     for (const auto& [f, g] : fgs)
       for (const ActBenchPath& path : act_bench_paths())
         for (std::int64_t M : {1, 64, 512})

@@ -195,6 +195,8 @@ kernels::PackedWeights repack_quant(const QuantPlain& p, bool allow_sym) {
     for (std::int64_t j = 0; j < K; ++j)
       for (std::int64_t n = 0; n < N; ++n)
         u[j * N + n] = p.q[src_row(j) * N + n];
+    if (p.bits == 6)
+      return kernels::pack_int6_min(u, p.scales, p.mins, K, N, p.group_size, perm);
     return p.bits == 8 ? kernels::pack_int8_min(u, p.scales, p.mins, K, N, p.group_size, perm)
                        : kernels::pack_int4_min(u, p.scales, p.mins, K, N, p.group_size, perm);
   }

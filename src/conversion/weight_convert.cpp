@@ -151,6 +151,9 @@ WeightFormat packed_format(const ir::TensorType& t) {
     return WeightFormat::int4_sym;
   case ir::DType::i6:
     return WeightFormat::int6_sym;
+  case ir::DType::u6:
+    check(t.quant->min, ErrorKind::invalid_input, t.str(), "u6 panels carry mins");
+    return WeightFormat::int6_min;
   case ir::DType::u4:
     return t.quant->min ? WeightFormat::int4_min : WeightFormat::int4_asym;
   case ir::DType::u8:
@@ -202,6 +205,10 @@ ir::TensorType packed_type(WeightFormat f, std::int64_t K, std::int64_t N, std::
     break;
   case WeightFormat::int6_sym:
     t.dtype = ir::DType::i6;
+    break;
+  case WeightFormat::int6_min:
+    t.dtype = ir::DType::u6;
+    q.min = true;
     break;
   }
   t.quant = q;

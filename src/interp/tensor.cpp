@@ -31,6 +31,7 @@ double round_to(double x, ir::DType t) {
   case ir::DType::i64:
   case ir::DType::i1:
   case ir::DType::i6:
+  case ir::DType::u6:
     break;
   }
   throw_error(ErrorKind::internal, "round_to", "target ", ir::name(t), " is not a float type");
@@ -86,9 +87,11 @@ auto Tensor::from_bytes(const Shape& shape, ir::DType dtype, std::span<const std
       const unsigned nib = nibble(i);
       return nib >= 8 ? static_cast<std::int64_t>(nib) - 16 : static_cast<std::int64_t>(nib);
     });
-  case ir::DType::i6: // only ever a packed weight's element type (kernels' int6_sym blocks)
+  case ir::DType::i6: // only ever packed weights' element types (kernels' int6 blocks)
+  case ir::DType::u6:
     throw_error(ErrorKind::unsupported, "Tensor::from_bytes",
-                "i6 is a packed weight type, not a tensor the interpreter holds");
+                std::string(ir::name(dtype)) +
+                    " is a packed weight type, not a tensor the interpreter holds");
   }
   throw_error(ErrorKind::internal, "Tensor::from_bytes", "unknown dtype");
 }
@@ -156,8 +159,10 @@ auto Tensor::to_bytes() const -> std::vector<std::byte> {
     break;
   }
   case ir::DType::i6:
+  case ir::DType::u6:
     throw_error(ErrorKind::unsupported, "Tensor::to_bytes",
-                "i6 is a packed weight type, not a tensor the interpreter holds");
+                std::string(ir::name(dtype_)) +
+                    " is a packed weight type, not a tensor the interpreter holds");
   }
   return out;
 }

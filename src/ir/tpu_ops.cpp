@@ -13,9 +13,10 @@ std::pair<std::int64_t, std::int64_t> require_packed(const TensorType& t, const 
     const bool u = t.dtype == DType::u4 || t.dtype == DType::u8;
     require((t.dtype == DType::i8 && !q.zero_point && !q.min) ||
                 ((t.dtype == DType::i4 || t.dtype == DType::i6) && !q.zero_point && !q.min) ||
-                (u && q.zero_point != q.min),
+                (u && q.zero_point != q.min) || (t.dtype == DType::u6 && q.min && !q.zero_point),
             std::string(what) +
-                " must be i8, i6 or i4 (symmetric) or u4 / u8 with zero points or mins, got " +
+                " must be i8, i6 or i4 (symmetric), u4 / u8 with zero points or mins, or u6 with "
+                "mins, got " +
                 t.str());
     require(q.group_size > 0 && t.shape[0] % q.group_size == 0,
             std::string(what) + " group size must divide K = " + std::to_string(t.shape[0]) +
@@ -151,10 +152,10 @@ auto MLPOp::infer(Types in) const -> std::vector<TensorType> {
                       in[MLPOp::gate].str() + ", up " + in[MLPOp::up].str() + ", down " +
                       in[MLPOp::down].str());
   // The tiled kernel hands down the intermediate in row groups of its storage (kernels'
-  // row_group: quads of i8 / u8, octets of i4 / u4, 16-row blocks of i6).
+  // row_group: quads of i8 / u8, octets of i4 / u4, 16-row blocks of i6 / u6).
   const DType dd = in[MLPOp::down].dtype;
   const std::int64_t rg = !in[MLPOp::down].quant               ? 1
-                          : dd == DType::i6                    ? 16
+                          : dd == DType::i6 || dd == DType::u6 ? 16
                           : dd == DType::i4 || dd == DType::u4 ? 8
                                                                : 4;
   detail::require(dk % rg == 0, "MLP intermediate ", dk, " must be a multiple of ", rg,

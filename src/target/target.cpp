@@ -17,7 +17,7 @@ namespace tpullm::target {
 namespace {
 const std::vector<ir::DType> kCpuWeightTypes = {ir::DType::f32, ir::DType::bf16, ir::DType::f16,
                                                 ir::DType::i8,  ir::DType::i4,   ir::DType::u4,
-                                                ir::DType::u8,  ir::DType::i6};
+                                                ir::DType::u8,  ir::DType::i6,   ir::DType::u6};
 }
 
 bool Target::supports(ir::DType t) const {

@@ -297,7 +297,7 @@ std::vector<AmxCase> amx_cases() {
   v.push_back({20, 64, 40, 16, WeightFormat::int6_sym, true, false, rows2}); // Q6_K's groups
   v.push_back({18, 96, 40, 32, WeightFormat::int6_sym, false, true, none});  // act-order
   // scale and min with ggml's groups of 16 and 32 (one k step of 16 / 32 rows per group)
-  for (WeightFormat f : {WeightFormat::int4_min, WeightFormat::int8_min}) {
+  for (WeightFormat f : {WeightFormat::int4_min, WeightFormat::int8_min, WeightFormat::int6_min}) {
     v.push_back({20, 64, 40, 16, f, true, false, rows2});
     v.push_back({33, 96, 71, 32, f, false, false, cols2});
     v.push_back({20, 96, 40, 16, f, true, true, none}); // act-order
@@ -338,8 +338,8 @@ TEST_CASE("AMX linear: the path really runs (its rounding is visible, 15 rows st
           "[amx]") {
   // against the exact f32 GEMM the AMX paths must differ (bf16 rounding of x, the digit
   // residual): a dispatch that silently ran the f32 GEMM would pass the bound test, not this one
-  for (WeightFormat f :
-       {WeightFormat::bf16, WeightFormat::int8, WeightFormat::int4_sym, WeightFormat::int6_sym}) {
+  for (WeightFormat f : {WeightFormat::bf16, WeightFormat::int8, WeightFormat::int4_sym,
+                         WeightFormat::int6_sym, WeightFormat::int6_min}) {
     const auto tw = make_weights(f, 64, 32, 64, 5);
     for (std::int64_t M : {15, 16}) {
       const auto x = random_vec(static_cast<std::size_t>(M * 64), 6);

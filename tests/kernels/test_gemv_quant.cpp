@@ -1,5 +1,5 @@
 // The weight-only int GEMV (M <= 4; int8, int8_asym, int4_sym, int4_asym, the scale-and-min
-// int4_min / int8_min, and the 6-bit int6_sym) on every path this
+// int4_min / int8_min, and the 6-bit int6_sym / int6_min) on every path this
 // CPU has, each forced explicitly: the VNNI digit path (Isa::avx512 with AVX512_VNNI; test_matmul
 // reaches it only when avx512 is the machine's best ISA, not on AMX machines where the best is
 // amx), the AVX-512 f32-FMA path (VNNI disabled), AVX2 and portable. Shapes are the decode ones
@@ -79,8 +79,9 @@ QuantCase make_quant(WeightFormat f, std::int64_t K, std::int64_t N, std::int64_
         c.w[i] = double(u[i]) * double(s[gi]) - double(m[gi]);
         c.a[i] = std::abs(double(s[gi])) * u[i] + std::abs(double(m[gi]));
       }
-    c.packed = f == WeightFormat::int4_min ? pack_int4_min(u, s, m, K, N, group)
-                                           : pack_int8_min(u, s, m, K, N, group);
+    c.packed = f == WeightFormat::int4_min   ? pack_int4_min(u, s, m, K, N, group)
+               : f == WeightFormat::int6_min ? pack_int6_min(u, s, m, K, N, group)
+                                             : pack_int8_min(u, s, m, K, N, group);
     return c;
   }
   for (std::int64_t k = 0; k < K; ++k)
@@ -231,7 +232,7 @@ TEST_CASE("int GEMV (M <= 4) matches the codes' double product on every path, st
   const WeightFormat formats[] = {WeightFormat::int8,     WeightFormat::int8_asym,
                                   WeightFormat::int4_sym, WeightFormat::int4_asym,
                                   WeightFormat::int4_min, WeightFormat::int8_min,
-                                  WeightFormat::int6_sym};
+                                  WeightFormat::int6_sym, WeightFormat::int6_min};
   const std::int64_t panel_counts[] = {1, 2, 3, 4, 5, 7, 9};
   const CoreSplit splits[] = {{SplitDim::none, 1}, {SplitDim::cols, 2}};
   const auto paths = gemv_paths();
@@ -350,7 +351,7 @@ TEST_CASE("int GEMV with XPrecision::int8: the VNNI and AVX2 integer-dot paths r
   const WeightFormat formats[] = {WeightFormat::int8,     WeightFormat::int8_asym,
                                   WeightFormat::int4_sym, WeightFormat::int4_asym,
                                   WeightFormat::int4_min, WeightFormat::int8_min,
-                                  WeightFormat::int6_sym};
+                                  WeightFormat::int6_sym, WeightFormat::int6_min};
   const auto paths = int8_paths();
   bool vnni_ran = false;
   int cases = 0, avx2_ran = 0, avx2_same_bits = 0;

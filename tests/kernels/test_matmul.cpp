@@ -102,20 +102,22 @@ TestWeights make_weights(WeightFormat f, std::int64_t K, std::int64_t N, std::in
     return t;
   }
   case WeightFormat::int4_min:
-  case WeightFormat::int8_min: {
+  case WeightFormat::int8_min:
+  case WeightFormat::int6_min: {
     // codes over the whole range, mins of either sign and up to the largest |code * scale| (so
     // that w = u s - m cancels in part, as ggml's Q4_K weights do); the reference is built from
     // them, not from dequantize()
     const std::vector<std::int32_t> perm = shuffled_rows(K, act_order, rng);
-    const int levels = f == WeightFormat::int4_min ? 16 : 256;
+    const int levels = f == WeightFormat::int4_min ? 16 : f == WeightFormat::int6_min ? 64 : 256;
     std::vector<std::uint8_t> u(kn);
     for (auto& v : u)
       v = static_cast<std::uint8_t>(rng() % static_cast<unsigned>(levels));
     std::vector<float> mins(static_cast<std::size_t>(G * N));
     for (std::size_t i = 0; i < mins.size(); ++i)
       mins[i] = uf(rng) * std::abs(scales[i]) * static_cast<float>(levels - 1);
-    t.packed = f == WeightFormat::int4_min ? pack_int4_min(u, scales, mins, K, N, group, perm)
-                                           : pack_int8_min(u, scales, mins, K, N, group, perm);
+    t.packed = f == WeightFormat::int4_min   ? pack_int4_min(u, scales, mins, K, N, group, perm)
+               : f == WeightFormat::int6_min ? pack_int6_min(u, scales, mins, K, N, group, perm)
+                                             : pack_int8_min(u, scales, mins, K, N, group, perm);
     t.deq.resize(kn);
     for (std::int64_t j = 0; j < K; ++j) {
       const std::int64_t k = perm.empty() ? j : perm[j];
@@ -205,11 +207,11 @@ std::vector<MatmulCase> matmul_cases() {
   const KN kns[] = {{1, 1, 1},      {7, 5, 7},     {33, 31, 33},   {64, 33, 32},
                     {897, 31, 897}, {300, 70, 60}, {256, 64, 128}, {896, 40, 64}};
   const std::int64_t Ms[] = {1, 2, 3, 4, 5, 17, 128};
-  const WeightFormat fs[] = {WeightFormat::f32,       WeightFormat::bf16,
-                             WeightFormat::f16,       WeightFormat::int8,
-                             WeightFormat::int4_sym,  WeightFormat::int4_asym,
-                             WeightFormat::int8_asym, WeightFormat::int4_min,
-                             WeightFormat::int8_min,  WeightFormat::int6_sym};
+  const WeightFormat fs[] = {
+      WeightFormat::f32,       WeightFormat::bf16,     WeightFormat::f16,
+      WeightFormat::int8,      WeightFormat::int4_sym, WeightFormat::int4_asym,
+      WeightFormat::int8_asym, WeightFormat::int4_min, WeightFormat::int8_min,
+      WeightFormat::int6_sym,  WeightFormat::int6_min};
   std::vector<MatmulCase> cases;
   int i = 0;
   for (auto kn : kns)
@@ -245,7 +247,7 @@ std::vector<MatmulCase> matmul_cases() {
   // scale and min (ggml's Q4_K / Q5_K / Q2_K): groups of 16 and 32, odd N, GEMV (M 1..4, the
   // multi-panel single-row GEMV included) and GEMM (M 17 also on the AMX emulator, 40 over
   // several 14-row strips), act-order, per-channel with K % 8 != 0
-  for (WeightFormat f : {WeightFormat::int4_min, WeightFormat::int8_min})
+  for (WeightFormat f : {WeightFormat::int4_min, WeightFormat::int8_min, WeightFormat::int6_min})
     for (std::int64_t g : {16, 32}) {
       for (std::int64_t M : {1, 2, 3, 4})
         cases.push_back({M, 128, 161, g, f, M % 2 == 1, false});
@@ -268,6 +270,8 @@ std::vector<MatmulCase> matmul_cases() {
   cases.push_back({350, 64, 40, 16, WeightFormat::int6_sym, false, false});
   cases.push_back({2, 35, 40, 35, WeightFormat::int4_min, true, false});
   cases.push_back({5, 35, 40, 35, WeightFormat::int8_min, false, false});
+  cases.push_back({3, 35, 40, 35, WeightFormat::int6_min, false, false});
+  cases.push_back({350, 64, 40, 32, WeightFormat::int6_min, true, false});
   // >= 4 panels: the single-row GEMV reads several panels at once (and a remainder of 1-3)
   for (auto f : fs)
     for (std::int64_t n : {161, 224})
@@ -405,7 +409,8 @@ TEST_CASE("linear over a prepared LinearInput matches the span overload bit for 
       {WeightFormat::int4_sym, K, 160, 40, false}, {WeightFormat::int4_asym, K, 64, 40, false},
       {WeightFormat::int8, K, 96, K, false},       {WeightFormat::int8, K, 33, 40, false},
       {WeightFormat::int4_sym, K, 40, 40, true},   {WeightFormat::bf16, K, 70, K, false},
-      {WeightFormat::int4_min, K, 64, 40, false},  {WeightFormat::int8_min, K, 33, 20, false}};
+      {WeightFormat::int4_min, K, 64, 40, false},  {WeightFormat::int8_min, K, 33, 20, false},
+      {WeightFormat::int6_min, K, 40, K, false}};
   for (std::int64_t M : {1, 3, 6}) {
     const auto x = random_vec(static_cast<std::size_t>(M * K), 5 + static_cast<std::uint32_t>(M));
     for (Isa isa : test_isas()) {

@@ -41,11 +41,11 @@ double silu(double v) {
 
 TEST_CASE("swiglu_mlp matches a double reference for every format, tiling and ISA", "[mlp]") {
   const bool saved_bf16_dot_disabled = detail::bf16_dot_disabled(); // restored at the end
-  const WeightFormat fs[] = {WeightFormat::f32,       WeightFormat::bf16,
-                             WeightFormat::f16,       WeightFormat::int8,
-                             WeightFormat::int4_sym,  WeightFormat::int4_asym,
-                             WeightFormat::int8_asym, WeightFormat::int4_min,
-                             WeightFormat::int8_min,  WeightFormat::int6_sym};
+  const WeightFormat fs[] = {
+      WeightFormat::f32,       WeightFormat::bf16,     WeightFormat::f16,
+      WeightFormat::int8,      WeightFormat::int4_sym, WeightFormat::int4_asym,
+      WeightFormat::int8_asym, WeightFormat::int4_min, WeightFormat::int8_min,
+      WeightFormat::int6_sym,  WeightFormat::int6_min};
   std::vector<MlpCase> cases;
   for (WeightFormat f : fs) {
     // the intermediate must be a multiple of down's row group (swiglu_mlp): 72 -> 80 and
@@ -65,6 +65,7 @@ TEST_CASE("swiglu_mlp matches a double reference for every format, tiling and IS
   cases.push_back({5, 64, 96, 16, WeightFormat::int4_min, 5 * 8 * 32, true});
   cases.push_back({2, 64, 96, 16, WeightFormat::int8_min, 1 << 20, true});
   cases.push_back({3, 64, 96, 16, WeightFormat::int6_sym, 3 * 8 * 32, true});
+  cases.push_back({2, 64, 96, 32, WeightFormat::int6_min, 2 * 8 * 32, true});
   int runs = 0;
   for (std::size_t ci = 0; ci < cases.size(); ++ci) {
     const MlpCase& c = cases[ci];
@@ -210,10 +211,10 @@ TEST_CASE("plan_mlp_tiling respects the budget and rejects impossible ones", "[m
 }
 
 TEST_CASE("permute_columns moves every column's weights, scales and zeros", "[mlp][packed]") {
-  for (WeightFormat f :
-       {WeightFormat::f32, WeightFormat::bf16, WeightFormat::f16, WeightFormat::int8,
-        WeightFormat::int4_sym, WeightFormat::int4_asym, WeightFormat::int8_asym,
-        WeightFormat::int4_min, WeightFormat::int8_min, WeightFormat::int6_sym}) {
+  for (WeightFormat f : {WeightFormat::f32, WeightFormat::bf16, WeightFormat::f16,
+                         WeightFormat::int8, WeightFormat::int4_sym, WeightFormat::int4_asym,
+                         WeightFormat::int8_asym, WeightFormat::int4_min, WeightFormat::int8_min,
+                         WeightFormat::int6_sym, WeightFormat::int6_min}) {
     const bool int4 = f == WeightFormat::int4_sym || f == WeightFormat::int4_asym ||
                       f == WeightFormat::int8_asym || has_mins(f) || is_six_format(f);
     const auto w = make_weights(f, 64, 72, 32, 17, int4); // int4: act-order rows as well

@@ -142,21 +142,26 @@ TEST_CASE("packed gather: scale-and-min formats give u * scale - min", "[packed_
     for (auto& v : s)
       v = f16_to_f32(f32_to_f16(v));
     const std::vector<float> m = randn(static_cast<std::size_t>(G * N), 13);
-    std::vector<std::uint8_t> u4(K * N), u8(K * N);
+    std::vector<std::uint8_t> u4(K * N), u6(K * N), u8(K * N);
     for (auto& e : u4)
       e = static_cast<std::uint8_t>(rng() % 16);
+    for (auto& e : u6)
+      e = static_cast<std::uint8_t>(rng() % 64);
     for (auto& e : u8)
       e = static_cast<std::uint8_t>(rng() % 256);
-    std::vector<float> e4(K * N), e8(K * N);
+    std::vector<float> e4(K * N), e6(K * N), e8(K * N);
     for (std::int64_t k = 0; k < K; ++k)
       for (std::int64_t n = 0; n < N; ++n) {
         const std::size_t i = static_cast<std::size_t>(k * N + n);
         const std::size_t gi = static_cast<std::size_t>((k / group) * N + n);
         e4[i] = static_cast<float>(u4[i]) * s[gi] - m[gi];
+        e6[i] = static_cast<float>(u6[i]) * s[gi] - m[gi];
         e8[i] = static_cast<float>(u8[i]) * s[gi] - m[gi];
       }
     INFO("group " << group);
     check_gather(pack_int4_min(u4, s, m, K, N, group), e4);
+    if (group % 16 == 0 || group == K)
+      check_gather(pack_int6_min(u6, s, m, K, N, group), e6);
     check_gather(pack_int8_min(u8, s, m, K, N, group), e8);
     std::vector<std::int32_t> perm(K);
     for (std::int64_t j = 0; j < K; ++j)

@@ -166,6 +166,35 @@ TEST_CASE("packed layouts put every element at its documented byte", "[packed]")
     CHECK_THROWS_KIND(pack_int6_sym(bad, s, K6, N, K6), invalid_input);
     CHECK_THROWS_KIND(pack_int6_sym(q32, s3, 32, N, 8), invalid_input); // group % 16 != 0
   }
+  SECTION("int6_min: int6_sym's blocks holding codes as given, scales and mins [P][G][32]") {
+    const std::int64_t K6 = 32, G6 = 2; // two blocks, two groups of 16
+    std::vector<std::uint8_t> u(K6 * N);
+    for (std::size_t i = 0; i < u.size(); ++i)
+      u[i] = static_cast<std::uint8_t>((i * 29 + 7) % 64);
+    std::vector<float> s(G6 * N), m(G6 * N);
+    for (std::size_t i = 0; i < s.size(); ++i) {
+      s[i] = 0.25f * float(i + 1);
+      m[i] = 0.5f * float(i) - 3.0f;
+    }
+    const auto p = pack_int6_min(u, s, m, K6, N, 16);
+    CHECK(p.format == WeightFormat::int6_min);
+    CHECK(p.stored_rows() == 32);
+    // panel 1, block 1 (rows 16..31), column 36 = word 4: row 27 as in int6_sym, unshifted
+    const std::uint8_t* blk = p.data.data() + (1 * 32 + 16) * 24;
+    const int c = u[27 * N + 36];
+    CHECK((blk[128 + 4 * 4 + 3] & 15) == (c & 15));
+    CHECK(((blk[256 + 4 * 4 + 3] >> 4) & 3) == (c >> 4));
+    CHECK(p.scales[(1 * G6 + 1) * 32 + 4] == s[1 * N + 36]);
+    CHECK(p.mins[(1 * G6 + 1) * 32 + 4] == m[1 * N + 36]);
+    const auto d = dequantize(p);
+    for (std::int64_t k = 0; k < K6; ++k)
+      for (std::int64_t n = 0; n < N; ++n)
+        REQUIRE(d[k * N + n] == float(u[k * N + n]) * s[(k / 16) * N + n] - m[(k / 16) * N + n]);
+    std::vector<std::uint8_t> bad(u.begin(), u.end());
+    bad[5] = 64; // outside [0, 63]
+    CHECK_THROWS_KIND(pack_int6_min(bad, s, m, K6, N, 16), invalid_input);
+    CHECK_THROWS_KIND(pack_int6_min(u, s, m, K6, N, 8), invalid_input); // group % 16 != 0
+  }
   SECTION("int8_asym: the int8 quads holding unsigned codes, zeros [P][G][32]") {
     const std::int64_t K8 = 8, G8 = 2; // two quads, group 4
     std::vector<std::uint8_t> u(K8 * N), z(G8 * N);

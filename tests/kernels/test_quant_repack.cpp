@@ -301,10 +301,11 @@ TEST_CASE("GPTQ 8-bit zero points are range-checked", "[quant_repack]") {
                   tpullm::Error);
 }
 
-TEST_CASE("scale-and-min plain weights repack to int4_min / int8_min exactly", "[quant_repack]") {
+TEST_CASE("scale-and-min plain weights repack to int4_min / int6_min / int8_min exactly",
+          "[quant_repack]") {
   // w = q * scale - min (ggml's Q4_1 / Q5_1 / K-quants): scales of f16 precision (q * scale exact
   // in f32), mins of any sign; rows in natural order (g_idx empty or k / group) or act-order
-  for (int bits : {4, 8})
+  for (int bits : {4, 6, 8})
     for (std::int64_t group : {16, 32})
       for (int order : {0, 1, 2}) { // g_idx empty, natural, act-order (row k in group k % G)
         const std::int64_t K = 64, N = 40, G = K / group;
@@ -326,7 +327,9 @@ TEST_CASE("scale-and-min plain weights repack to int4_min / int8_min exactly", "
             p.g_idx.push_back(static_cast<std::int32_t>(order == 1 ? k / group : k % G));
         const auto w = repack_quant(p, true); // allow_sym does not apply to scale and min
         INFO("bits " << bits << " group " << group << " order " << order);
-        CHECK(w.format == (bits == 4 ? WeightFormat::int4_min : WeightFormat::int8_min));
+        CHECK(w.format == (bits == 4   ? WeightFormat::int4_min
+                           : bits == 6 ? WeightFormat::int6_min
+                                       : WeightFormat::int8_min));
         CHECK(w.k_perm.empty() == (order != 2));
         CHECK(w.zeros.empty());
         std::vector<float> want(static_cast<std::size_t>(K * N));

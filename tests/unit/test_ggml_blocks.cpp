@@ -111,7 +111,7 @@ constexpr std::pair<GgmlType, Expect> kExpected[] = {
     {GgmlType::q4_k, {4, 32, true}},    {GgmlType::q8_0, {8, 32, false}},
     {GgmlType::q5_0, {6, 32, false}},   {GgmlType::q6_k, {6, 16, false}},
     {GgmlType::iq4_nl, {8, 32, false}}, {GgmlType::iq4_xs, {8, 32, false}},
-    {GgmlType::q5_1, {8, 32, true}},    {GgmlType::q5_k, {8, 32, true}},
+    {GgmlType::q5_1, {6, 32, true}},    {GgmlType::q5_k, {6, 32, true}},
 };
 
 Expect expected_container(GgmlType t) {
@@ -209,6 +209,8 @@ TEST_CASE("dequantize_ggml and decode_ggml_rows equal ggml's dequantization bit 
       for (std::int64_t n = 0; n < fx.rows; ++n)
         rows[static_cast<std::size_t>(n * fx.K + k)] = w[static_cast<std::size_t>(k * fx.rows + n)];
     CHECK(first_bit_difference(rows, want) == -1);
+    // and the packed container holds the same values (its codes, scales and mins or zeros)
+    CHECK(first_bit_difference(kernels::dequantize(packed), w) == -1);
   }
 }
 

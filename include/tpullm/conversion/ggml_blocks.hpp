@@ -16,7 +16,7 @@
 ///   Q6_K  -> 6-bit codes as stored, zero 32, group 16      (int6_sym)
 ///   Q5_0  -> 6-bit codes (value + 32), zero 32, group 32   (int6_sym)
 ///   Q8_0, IQ4_NL, IQ4_XS -> 8-bit codes (value + 128), zero 128 (int8)
-///   Q5_1, Q5_K -> 8-bit codes, scale and min, group 32      (int8_min)
+///   Q5_1, Q5_K -> 6-bit codes as stored, scale and min, group 32 (int6_min)
 
 #include "tpullm/conversion/ggml_types.hpp"
 #include "tpullm/conversion/quant_repack.hpp"
@@ -32,13 +32,16 @@ namespace tpullm::conversion {
 struct GgmlPacking {
   int bits = 0;                ///< 4, 6 or 8 (0: not a block type tpullm imports)
   std::int64_t group_size = 0; ///< 16 or 32 elements along the row
-  bool has_mins = false;       ///< scale and min (int4_min / int8_min) rather than a zero point
+  bool has_mins = false;       ///< scale and min (int4_min / int6_min / int8_min), not a zero point
 
   /// The kernel format a weight of this container packs to (the table in the file comment):
-  /// int4_min / int8_min with mins, else int4_sym (zero 8), int6_sym (zero 32) or int8 (zero 128).
+  /// int4_min / int6_min / int8_min with mins, else int4_sym (zero 8), int6_sym (zero 32) or int8
+  /// (zero 128).
   constexpr kernels::WeightFormat format() const noexcept {
     if (has_mins)
-      return bits == 8 ? kernels::WeightFormat::int8_min : kernels::WeightFormat::int4_min;
+      return bits == 8   ? kernels::WeightFormat::int8_min
+             : bits == 6 ? kernels::WeightFormat::int6_min
+                         : kernels::WeightFormat::int4_min;
     if (bits == 6)
       return kernels::WeightFormat::int6_sym;
     return bits == 8 ? kernels::WeightFormat::int8 : kernels::WeightFormat::int4_sym;
@@ -67,7 +70,7 @@ constexpr GgmlPacking ggml_packing(GgmlType t) noexcept {
     return {6, 16, false};
   case GgmlType::q5_1:
   case GgmlType::q5_k:
-    return {8, 32, true};
+    return {6, 32, true};
   case GgmlType::f32:
   case GgmlType::f16:
   case GgmlType::bf16:

@@ -37,7 +37,7 @@ inline constexpr std::array<int, 8> kAwqOrder = {0, 2, 4, 6, 1, 3, 5, 7};
 /// scales[g][n] with g = g_idx[k].
 struct QuantPlain {
   std::int64_t K = 0, N = 0;       ///< logical shape of W
-  int bits = 4;                    ///< 4 or 8
+  int bits = 4;                    ///< 4, 6 or 8
   std::int64_t group_size = 0;     ///< rows per group (checkpoint's group_size)
   std::vector<std::uint8_t> q;     ///< [K, N] row-major, values in [0, 2^bits)
   std::vector<float> scales;       ///< [G, N] row-major, G = K / group_size

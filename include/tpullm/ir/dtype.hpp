@@ -1,7 +1,7 @@
 #pragma once
 /// Element types of the IR, with constexpr traits. Sub-byte types (i4/u4) are stored packed two
-/// per byte; their `bits` is 4 and byte sizes round up. i6 exists only as the element type of a
-/// packed 6-bit weight (kernels' int6_sym blocks), never as an activation.
+/// per byte; their `bits` is 4 and byte sizes round up. i6 and u6 exist only as the element types
+/// of packed 6-bit weights (kernels' int6_sym and int6_min blocks), never as activations.
 
 #include <array>
 #include <cstdint>
@@ -23,7 +23,8 @@ namespace tpullm::ir {
   X(i32, 32, false, true, true)                                                                    \
   X(i64, 64, false, true, true)                                                                    \
   X(i1, 1, false, false, true)                                                                     \
-  X(i6, 6, false, true, true)
+  X(i6, 6, false, true, true)                                                                      \
+  X(u6, 6, false, false, true)
 
 /// An element type.
 enum class DType : std::uint8_t {
@@ -41,7 +42,7 @@ struct DTypeInfo {
   bool is_integer;       ///< integer (including i1)
 };
 
-inline constexpr std::array<DTypeInfo, 12> kDTypeInfo = {{
+inline constexpr std::array<DTypeInfo, 13> kDTypeInfo = {{
 #define TPULLM_X(name, bits, fl, sg, in) {#name, bits, fl, sg, in},
     TPULLM_DTYPES(TPULLM_X)
 #undef TPULLM_X

@@ -181,6 +181,9 @@ inline void linear_view(LinearArgs a, const CoreSplit& split, const XDigits* pre
   case WeightFormat::int6_sym:
     run_linear<WeightFormat::int6_sym>(a, split);
     return;
+  case WeightFormat::int6_min:
+    run_linear<WeightFormat::int6_min>(a, split);
+    return;
   }
 }
 

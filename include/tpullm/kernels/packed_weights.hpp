@@ -26,7 +26,8 @@
 ///             byte j = u[8t + j][c] | u[8t + 4 + j][c] << 4 (unsigned nibbles u in [0, 15]), so
 ///             `word & 0x0F0F0F0F` gives rows 8t..8t+3 and `(word >> 4) & 0x0F0F0F0F` rows
 ///             8t+4..8t+7 as VPDPBUSD operands.
-///   - int6_sym: 24 B. Rows are stored in *blocks* of 16 (K padded to Kp, a multiple of 16) of
+///   - int6_sym / int6_min: 24 B. Rows are stored in *blocks* of 16 (K padded to Kp, a multiple of
+///   16) of
 ///             384 B: bytes [0, 256) are the low nibbles of the 6-bit codes u in [0, 63] as two
 ///             int4 octets (rows 0..7, then rows 8..15, laid out as above); bytes [256, 384) the
 ///             high two bits: word c holds column c, byte j (0..3) = h[j] | h[4 + j] << 2 |
@@ -42,15 +43,16 @@
 /// boundaries.
 ///   scales = [P][G][32] f32          (G = K / group_size; padded columns hold 0)
 ///   zeros  = [P][G][32] uint8 in [0,15] (int4_asym) or [0,255] (int8_asym); empty otherwise
-///   mins   = [P][G][32] f32          (int4_min, int8_min; padded columns hold 0); empty otherwise
+///   mins   = [P][G][32] f32          (int4_min, int8_min, int6_min; padded columns hold 0); empty
+///            otherwise
 /// and dequantize as
 ///   int8      : w[k][n] = q * scale[g][n]
 ///   int8_asym : w[k][n] = (u - zero[g][n]) * scale[g][n]
 ///   int4_sym  : w[k][n] = (u - 8) * scale[g][n]
 ///   int4_asym : w[k][n] = (u - zero[g][n]) * scale[g][n]
 ///   int6_sym  : w[k][n] = (u - 32) * scale[g][n]                 (ggml's Q6_K codes as stored)
-///   int4_min / int8_min : w[k][n] = u * scale[g][n] - min[g][n]   ("scale and min": ggml's
-///               Q4_1 / Q5_1 / K-quants, whose min is an arbitrary f32, not code * scale)
+///   int4_min / int8_min / int6_min : w[k][n] = u * scale[g][n] - min[g][n]   ("scale and min":
+///               ggml's Q4_1 / Q5_1 / K-quants, whose min is an arbitrary f32, not code * scale)
 /// with g = k / group_size. Per panel, weights, scales and zeros / mins are each one contiguous
 /// run, so a GEMV streams three arrays front to back; the GEMM path decodes a [kc, 32] block of
 /// one panel into an f32 tile in L1 and reuses it for every row of x. The enumerators' order is
@@ -98,10 +100,11 @@ enum class WeightFormat : std::uint8_t {
   int4_min,  ///< nibbles in octets, w = u * scale - min (scale and min)
   int8_min,  ///< unsigned codes in quads, w = u * scale - min (scale and min)
   int6_sym,  ///< 6-bit codes in 16-row blocks (nibble octets + 2-bit plane), w = (u - 32) * scale
+  int6_min,  ///< int6_sym's blocks, w = u * scale - min (scale and min)
 };
 
 /// Printable name ("f32", "bf16", "f16", "int8", "int4_sym", "int4_asym", "int8_asym",
-/// "int4_min", "int8_min", "int6_sym").
+/// "int4_min", "int8_min", "int6_sym", "int6_min").
 constexpr std::string_view format_name(WeightFormat f) {
   switch (f) {
   case WeightFormat::f32:
@@ -124,6 +127,8 @@ constexpr std::string_view format_name(WeightFormat f) {
     return "int8_min";
   case WeightFormat::int6_sym:
     return "int6_sym";
+  case WeightFormat::int6_min:
+    return "int6_min";
   }
   return "?";
 }
@@ -145,6 +150,7 @@ constexpr std::int64_t row_bytes(WeightFormat f) {
   case WeightFormat::int4_min:
     return 16;
   case WeightFormat::int6_sym:
+  case WeightFormat::int6_min:
     return 24;
   }
   return 0;
@@ -167,13 +173,14 @@ constexpr std::int64_t row_group(WeightFormat f) {
   case WeightFormat::int4_min:
     return 8;
   case WeightFormat::int6_sym:
+  case WeightFormat::int6_min:
     return 16;
   }
   return 1;
 }
 
 /// True for the formats that carry scales (int8, int4_sym, int4_asym, int8_asym, int4_min,
-/// int8_min, int6_sym).
+/// int8_min, int6_sym, int6_min).
 constexpr bool is_quantized(WeightFormat f) {
   switch (f) {
   case WeightFormat::f32:
@@ -187,6 +194,7 @@ constexpr bool is_quantized(WeightFormat f) {
   case WeightFormat::int4_min:
   case WeightFormat::int8_min:
   case WeightFormat::int6_sym:
+  case WeightFormat::int6_min:
     return true;
   }
   return false;
@@ -197,9 +205,9 @@ constexpr bool has_zeros(WeightFormat f) {
   return f == WeightFormat::int4_asym || f == WeightFormat::int8_asym;
 }
 
-/// True for the "scale and min" formats with per-group f32 mins (int4_min, int8_min).
+/// True for the "scale and min" formats with per-group f32 mins (int4_min, int8_min, int6_min).
 constexpr bool has_mins(WeightFormat f) {
-  return f == WeightFormat::int4_min || f == WeightFormat::int8_min;
+  return f == WeightFormat::int4_min || f == WeightFormat::int8_min || f == WeightFormat::int6_min;
 }
 
 /// True for the 8-bit formats stored in quads (int8, int8_asym, int8_min).
@@ -212,9 +220,9 @@ constexpr bool is_nibble_format(WeightFormat f) {
   return f == WeightFormat::int4_sym || f == WeightFormat::int4_asym || f == WeightFormat::int4_min;
 }
 
-/// True for the 6-bit format stored in 16-row blocks (int6_sym).
+/// True for the 6-bit formats stored in 16-row blocks (int6_sym, int6_min).
 constexpr bool is_six_format(WeightFormat f) {
-  return f == WeightFormat::int6_sym;
+  return f == WeightFormat::int6_sym || f == WeightFormat::int6_min;
 }
 
 /// The zero point a format's unsigned codes carry when it has no per-group zeros: 8 for int4_sym,
@@ -387,6 +395,7 @@ inline std::int64_t elem_offset(WeightFormat f, std::int64_t Kp, std::int64_t k,
   case WeightFormat::int4_min:
     return base + 4 * c + (k % 8) % 4;
   case WeightFormat::int6_sym:
+  case WeightFormat::int6_min:
     return base + 128 * ((k % 16) / 8) + 4 * c + k % 4;
   }
   return 0;
@@ -684,6 +693,35 @@ inline PackedWeights pack_int6_sym(std::span<const std::int8_t> q, std::span<con
   return p;
 }
 
+/// Packs "scale and min" 6-bit codes: u: [K, N] row-major codes in [0, 63], scales and mins:
+/// [K/group_size, N] row-major f32 (w = u * scale - min; ggml's Q5_1 / Q5_K codes as stored).
+/// group_size a multiple of 16 or K. `k_perm` as in pack_int4_sym.
+inline PackedWeights pack_int6_min(std::span<const std::uint8_t> u, std::span<const float> scales,
+                                   std::span<const float> mins, std::int64_t K, std::int64_t N,
+                                   std::int64_t group_size,
+                                   std::span<const std::int32_t> k_perm = {}) {
+  detail::check_pack_shape("pack_int6_min", K, N, u.size(), static_cast<std::size_t>(K * N));
+  const std::int64_t G = detail::check_group("pack_int6_min", K, group_size, 16);
+  detail::check_pack_shape("pack_int6_min scales", G, N, scales.size(),
+                           static_cast<std::size_t>(G * N));
+  detail::check_pack_shape("pack_int6_min mins", G, N, mins.size(),
+                           static_cast<std::size_t>(G * N));
+  detail::check_perm("pack_int6_min", k_perm, K);
+  PackedWeights p = detail::make_packed(WeightFormat::int6_min, K, N, group_size);
+  for (std::int64_t k = 0; k < K; ++k)
+    for (std::int64_t n = 0; n < N; ++n) {
+      const unsigned v = u[k * N + n];
+      if (v > 63)
+        throw_error(ErrorKind::invalid_input, "",
+                    "pack_int6_min: value " + std::to_string(v) + " at (k=" + std::to_string(k) +
+                        ", n=" + std::to_string(n) + ") is outside [0, 63]");
+      detail::set_code6(p, k, n, static_cast<std::uint8_t>(v));
+    }
+  detail::pack_group_params(p, scales, {}, mins);
+  p.k_perm.assign(k_perm.begin(), k_perm.end());
+  return p;
+}
+
 /// W with its columns reordered: column n of the result is column `cols[n]` of `w` (weights,
 /// scales, zeros and mins alike; rows and k_perm unchanged). `cols` must be a permutation of [0,
 /// N). Used to fold an act-order down projection's row permutation into the gate / up columns.
@@ -772,6 +810,9 @@ inline std::vector<float> dequantize(const PackedWeights& w) {
         break;
       case WeightFormat::int6_sym:
         v = static_cast<float>(static_cast<int>(detail::get_code6(w, j, n)) - 32) * w.scales[sp];
+        break;
+      case WeightFormat::int6_min:
+        v = static_cast<float>(detail::get_code6(w, j, n)) * w.scales[sp] - w.mins[sp];
         break;
       }
       out[k * N + n] = v;

@@ -48,6 +48,7 @@ constexpr bool amx_format(WeightFormat f) {
   case WeightFormat::int8_min:
     return true;
   case WeightFormat::int6_sym:
+  case WeightFormat::int6_min:
     return true;
   case WeightFormat::f32:
   case WeightFormat::f16:

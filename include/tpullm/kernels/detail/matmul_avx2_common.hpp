@@ -43,7 +43,7 @@ TPULLM_TARGET_AVX2 inline void decode_rows_avx2(const std::uint8_t* r, __m256 (*
       for (int j = 0; j < 4; ++j)
         w[j][i] = _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(d, 8 * j), m8));
     }
-  } else if constexpr (F == WeightFormat::int6_sym) {
+  } else if constexpr (is_six_format(F)) {
     const __m256i m4 = _mm256_set1_epi32(0xF), m2 = _mm256_set1_epi32(0x30);
     for (int i = 0; i < 4; ++i) {
       const __m256i hb = _mm256_load_si256(reinterpret_cast<const __m256i*>(r + 256 + 32 * i));

@@ -40,7 +40,7 @@ TPULLM_TARGET_AVX512 inline void decode_rows_avx512(const std::uint8_t* r, __m51
       for (int j = 0; j < 4; ++j)
         w[j][h] = _mm512_cvtepi32_ps(_mm512_and_si512(_mm512_srli_epi32(d, 8 * j), m8));
     }
-  } else if constexpr (F == WeightFormat::int6_sym) {
+  } else if constexpr (is_six_format(F)) {
     const __m512i m4 = _mm512_set1_epi32(0xF), m2 = _mm512_set1_epi32(0x30);
     for (int h = 0; h < 2; ++h) {
       const __m512i hb = _mm512_load_si512(r + 256 + 64 * h);

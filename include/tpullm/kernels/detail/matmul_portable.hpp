@@ -37,7 +37,7 @@ inline void decode_rows_raw(const std::uint8_t* r, float* out) {
     for (int j = 0; j < 4; ++j)
       for (int c = 0; c < 32; ++c)
         out[j * 32 + c] = static_cast<float>(r[4 * c + j]);
-  } else if constexpr (F == WeightFormat::int6_sym) {
+  } else if constexpr (is_six_format(F)) {
     for (int i = 0; i < 16; ++i)
       for (int c = 0; c < 32; ++c)
         out[i * 32 + c] = static_cast<float>(block_code6(r, i, c));
