@@ -615,6 +615,36 @@ inline PackedWeights pack_int8_asym(std::span<const std::uint8_t> u, std::span<c
   return p;
 }
 
+namespace detail {
+/// The scale-and-min packers' shared body: codes u [K, N] in [0, vmax] stored by `set(p, k, n,
+/// u)`, scales and mins [K/group_size, N], groups a multiple of format f's row group or K.
+template <class Set>
+PackedWeights pack_min(WeightFormat f, std::string_view what, unsigned vmax,
+                       std::span<const std::uint8_t> u, std::span<const float> scales,
+                       std::span<const float> mins, std::int64_t K, std::int64_t N,
+                       std::int64_t group_size, std::span<const std::int32_t> k_perm, Set set) {
+  const std::string w(what);
+  check_pack_shape(w, K, N, u.size(), static_cast<std::size_t>(K * N));
+  const std::int64_t G = check_group(w, K, group_size, row_group(f));
+  check_pack_shape(w + " scales", G, N, scales.size(), static_cast<std::size_t>(G * N));
+  check_pack_shape(w + " mins", G, N, mins.size(), static_cast<std::size_t>(G * N));
+  check_perm(w, k_perm, K);
+  PackedWeights p = make_packed(f, K, N, group_size);
+  for (std::int64_t k = 0; k < K; ++k)
+    for (std::int64_t n = 0; n < N; ++n) {
+      const unsigned v = u[k * N + n];
+      if (v > vmax)
+        throw_error(ErrorKind::invalid_input, "",
+                    w + ": value " + std::to_string(v) + " at (k=" + std::to_string(k) + ", n=" +
+                        std::to_string(n) + ") is outside [0, " + std::to_string(vmax) + "]");
+      set(p, k, n, static_cast<std::uint8_t>(v));
+    }
+  pack_group_params(p, scales, {}, mins);
+  p.k_perm.assign(k_perm.begin(), k_perm.end());
+  return p;
+}
+} // namespace detail
+
 /// Packs "scale and min" int4: q: [K, N] row-major codes in [0, 15], scales and mins:
 /// [K/group_size, N] row-major f32 (w = q * scale - min). group_size a multiple of 8 (16 and 32
 /// are ggml's) or K. `k_perm` as in pack_int4_sym.
@@ -622,26 +652,8 @@ inline PackedWeights pack_int4_min(std::span<const std::uint8_t> q, std::span<co
                                    std::span<const float> mins, std::int64_t K, std::int64_t N,
                                    std::int64_t group_size,
                                    std::span<const std::int32_t> k_perm = {}) {
-  detail::check_pack_shape("pack_int4_min", K, N, q.size(), static_cast<std::size_t>(K * N));
-  const std::int64_t G = detail::check_group("pack_int4_min", K, group_size, 8);
-  detail::check_pack_shape("pack_int4_min scales", G, N, scales.size(),
-                           static_cast<std::size_t>(G * N));
-  detail::check_pack_shape("pack_int4_min mins", G, N, mins.size(),
-                           static_cast<std::size_t>(G * N));
-  detail::check_perm("pack_int4_min", k_perm, K);
-  PackedWeights p = detail::make_packed(WeightFormat::int4_min, K, N, group_size);
-  for (std::int64_t k = 0; k < K; ++k)
-    for (std::int64_t n = 0; n < N; ++n) {
-      const unsigned v = q[k * N + n];
-      if (v > 15)
-        throw_error(ErrorKind::invalid_input, "",
-                    "pack_int4_min: value " + std::to_string(v) + " at (k=" + std::to_string(k) +
-                        ", n=" + std::to_string(n) + ") is outside [0, 15]");
-      detail::set_nibble(p, k, n, static_cast<std::uint8_t>(v));
-    }
-  detail::pack_group_params(p, scales, {}, mins);
-  p.k_perm.assign(k_perm.begin(), k_perm.end());
-  return p;
+  return detail::pack_min(WeightFormat::int4_min, "pack_int4_min", 15, q, scales, mins, K, N,
+                          group_size, k_perm, detail::set_nibble);
 }
 
 /// Packs "scale and min" int8: u: [K, N] row-major codes in [0, 255], scales and mins:
@@ -651,20 +663,11 @@ inline PackedWeights pack_int8_min(std::span<const std::uint8_t> u, std::span<co
                                    std::span<const float> mins, std::int64_t K, std::int64_t N,
                                    std::int64_t group_size,
                                    std::span<const std::int32_t> k_perm = {}) {
-  detail::check_pack_shape("pack_int8_min", K, N, u.size(), static_cast<std::size_t>(K * N));
-  const std::int64_t G = detail::check_group("pack_int8_min", K, group_size, 4);
-  detail::check_pack_shape("pack_int8_min scales", G, N, scales.size(),
-                           static_cast<std::size_t>(G * N));
-  detail::check_pack_shape("pack_int8_min mins", G, N, mins.size(),
-                           static_cast<std::size_t>(G * N));
-  detail::check_perm("pack_int8_min", k_perm, K);
-  PackedWeights p = detail::make_packed(WeightFormat::int8_min, K, N, group_size);
-  for (std::int64_t k = 0; k < K; ++k)
-    for (std::int64_t n = 0; n < N; ++n)
-      p.data[detail::elem_offset(p.format, p.stored_rows(), k, n)] = u[k * N + n];
-  detail::pack_group_params(p, scales, {}, mins);
-  p.k_perm.assign(k_perm.begin(), k_perm.end());
-  return p;
+  return detail::pack_min(WeightFormat::int8_min, "pack_int8_min", 255, u, scales, mins, K, N,
+                          group_size, k_perm,
+                          [](PackedWeights& p, std::int64_t k, std::int64_t n, std::uint8_t v) {
+                            p.data[detail::elem_offset(p.format, p.stored_rows(), k, n)] = v;
+                          });
 }
 
 /// Packs 6-bit symmetric codes: q: [K, N] row-major int8 values in [-32, 31], scales:
@@ -700,26 +703,8 @@ inline PackedWeights pack_int6_min(std::span<const std::uint8_t> u, std::span<co
                                    std::span<const float> mins, std::int64_t K, std::int64_t N,
                                    std::int64_t group_size,
                                    std::span<const std::int32_t> k_perm = {}) {
-  detail::check_pack_shape("pack_int6_min", K, N, u.size(), static_cast<std::size_t>(K * N));
-  const std::int64_t G = detail::check_group("pack_int6_min", K, group_size, 16);
-  detail::check_pack_shape("pack_int6_min scales", G, N, scales.size(),
-                           static_cast<std::size_t>(G * N));
-  detail::check_pack_shape("pack_int6_min mins", G, N, mins.size(),
-                           static_cast<std::size_t>(G * N));
-  detail::check_perm("pack_int6_min", k_perm, K);
-  PackedWeights p = detail::make_packed(WeightFormat::int6_min, K, N, group_size);
-  for (std::int64_t k = 0; k < K; ++k)
-    for (std::int64_t n = 0; n < N; ++n) {
-      const unsigned v = u[k * N + n];
-      if (v > 63)
-        throw_error(ErrorKind::invalid_input, "",
-                    "pack_int6_min: value " + std::to_string(v) + " at (k=" + std::to_string(k) +
-                        ", n=" + std::to_string(n) + ") is outside [0, 63]");
-      detail::set_code6(p, k, n, static_cast<std::uint8_t>(v));
-    }
-  detail::pack_group_params(p, scales, {}, mins);
-  p.k_perm.assign(k_perm.begin(), k_perm.end());
-  return p;
+  return detail::pack_min(WeightFormat::int6_min, "pack_int6_min", 63, u, scales, mins, K, N,
+                          group_size, k_perm, detail::set_code6);
 }
 
 /// W with its columns reordered: column n of the result is column `cols[n]` of `w` (weights,
