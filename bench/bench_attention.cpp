@@ -104,6 +104,7 @@ void bm_attention(benchmark::State& state, AttnModel m, std::int64_t L, std::int
   const kernels::CoreSplit split{L == 1 ? kernels::SplitDim::heads : kernels::SplitDim::rows,
                                  threads};
   std::size_t ci = 0;
+  const std::int64_t stalls0 = kernels::current_pool().stalls();
   for (auto _ : state) {
     kernels::flash_attention<KV>(q, ks[ci].span(), vs[ci].span(), pos, out, shape, split);
     benchmark::DoNotOptimize(out.data());
@@ -111,6 +112,9 @@ void bm_attention(benchmark::State& state, AttnModel m, std::int64_t L, std::int
     ci = (ci + 1) % ks.size();
   }
   state.counters["copies"] = copies;
+  // dispatches that left a late worker out (worker_pool.hpp): a row with some ran partly on
+  // fewer threads than it names
+  state.counters["pool_stalls"] = static_cast<double>(kernels::current_pool().stalls() - stalls0);
   if (L == 1) {
     report_bandwidth(state, 2.0 * double(kv_elems) * sizeof(KV), threads);
   } else {
