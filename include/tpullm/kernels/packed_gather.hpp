@@ -93,17 +93,15 @@ inline void packed_column(const PackedWeights& w, std::int64_t n, float* dst) {
     return;
   }
   case WeightFormat::int6_sym:
+  case WeightFormat::int6_min: {
+    const bool with_mins = w.format == WeightFormat::int6_min;
     for (std::int64_t j = 0; j < K; ++j) {
       const int u = detail::block_code6(panel + (j / 16) * 16 * row_bytes(w.format), j % 16, c);
-      put(j, static_cast<float>(u - 32) * scale(j));
+      put(j, with_mins ? static_cast<float>(u) * scale(j) - min(j)
+                       : static_cast<float>(u - 32) * scale(j));
     }
     return;
-  case WeightFormat::int6_min:
-    for (std::int64_t j = 0; j < K; ++j) {
-      const int u = detail::block_code6(panel + (j / 16) * 16 * row_bytes(w.format), j % 16, c);
-      put(j, static_cast<float>(u) * scale(j) - min(j));
-    }
-    return;
+  }
   }
   throw_error(ErrorKind::internal, "",
               "packed_embedding_gather: format " + std::string(format_name(w.format)) +

@@ -26,12 +26,11 @@
 ///             byte j = u[8t + j][c] | u[8t + 4 + j][c] << 4 (unsigned nibbles u in [0, 15]), so
 ///             `word & 0x0F0F0F0F` gives rows 8t..8t+3 and `(word >> 4) & 0x0F0F0F0F` rows
 ///             8t+4..8t+7 as VPDPBUSD operands.
-///   - int6_sym / int6_min: 24 B. Rows are stored in *blocks* of 16 (K padded to Kp, a multiple of
-///   16) of
-///             384 B: bytes [0, 256) are the low nibbles of the 6-bit codes u in [0, 63] as two
-///             int4 octets (rows 0..7, then rows 8..15, laid out as above); bytes [256, 384) the
-///             high two bits: word c holds column c, byte j (0..3) = h[j] | h[4 + j] << 2 |
-///             h[8 + j] << 4 | h[12 + j] << 6 with h[i] = u[16t + i][c] >> 4. Quad q (rows
+///   - int6_sym / int6_min: 24 B. Rows are stored in *blocks* of 16 (K padded to Kp, a
+///             multiple of 16) of 384 B: bytes [0, 256) are the low nibbles of the 6-bit codes u in
+///             [0, 63] as two int4 octets (rows 0..7, then rows 8..15, laid out as above); bytes
+///             [256, 384) the high two bits: word c holds column c, byte j (0..3) = h[j] | h[4 + j]
+///             << 2 | h[8 + j] << 4 | h[12 + j] << 6 with h[i] = u[16t + i][c] >> 4. Quad q (rows
 ///             4q..4q+3) is then `(octet word >> 4 (q odd)) & 0x0F0F0F0F | ((high word >> 2q) &
 ///             0x03030303) << 4`: a VPDPBUSD operand in a shift and two masks.
 /// Padded rows are zero; kernels pad x with zeros to match (stored rows = Kp = `stored_rows()`).

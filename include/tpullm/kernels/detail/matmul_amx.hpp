@@ -46,7 +46,6 @@ constexpr bool amx_format(WeightFormat f) {
   case WeightFormat::int8_asym:
   case WeightFormat::int4_min:
   case WeightFormat::int8_min:
-    return true;
   case WeightFormat::int6_sym:
   case WeightFormat::int6_min:
     return true;
