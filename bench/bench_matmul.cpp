@@ -92,9 +92,11 @@ inline std::int64_t bench_group(WeightFormat f, std::int64_t K) {
 
 /// Random packed weights, written straight into the packed buffers (the layout does not matter
 /// for speed; values are finite and small).
-/// `group` 0: bench_group.
+/// `group` 0: bench_group. `super_rows` > 0: two-level scales (an f32 per super_rows rows, an
+/// int8 code per group; kernels/two_level_scales.hpp).
 inline PackedWeights random_packed_group(WeightFormat f, std::int64_t K, std::int64_t N,
-                                         std::uint32_t seed, std::int64_t group) {
+                                         std::uint32_t seed, std::int64_t group,
+                                         std::int64_t super_rows = 0) {
   PackedWeights w = kernels::detail::make_packed(f, K, N, group > 0 ? group : bench_group(f, K));
   std::mt19937 rng(seed);
   std::uint8_t* d = w.data.data();
@@ -135,6 +137,20 @@ inline PackedWeights random_packed_group(WeightFormat f, std::int64_t K, std::in
     w.zeros[i] = static_cast<std::uint8_t>(rng() % (f == WeightFormat::int8_asym ? 256 : 16));
   for (std::size_t i = 0; i < w.mins.size(); ++i)
     w.mins[i] = 1e-4f * static_cast<float>(static_cast<int>(rng() % 2001) - 1000);
+  if (super_rows > 0) { // the super-block values and codes: what a K-quant file holds
+    w.super_rows = super_rows;
+    PackedWeights two = kernels::detail::make_packed_like(w);
+    two.data = std::move(w.data);
+    for (std::size_t i = 0; i < two.scales.size(); ++i)
+      two.scales[i] = 1e-3f + 1e-6f * static_cast<float>(rng() % 1000);
+    for (std::size_t i = 0; i < two.scale_codes.size(); ++i)
+      two.scale_codes[i] = static_cast<std::int8_t>(1 + rng() % 63);
+    for (std::size_t i = 0; i < two.mins.size(); ++i)
+      two.mins[i] = 1e-4f * static_cast<float>(rng() % 1000);
+    for (std::size_t i = 0; i < two.min_codes.size(); ++i)
+      two.min_codes[i] = static_cast<std::int8_t>(rng() % 64);
+    return two;
+  }
   return w;
 }
 
@@ -145,35 +161,28 @@ PackedWeights random_packed(WeightFormat f, std::int64_t K, std::int64_t N, std:
 
 /// The weights of the benchmark that is running: `copies` independent copies, kept until a
 /// benchmark asks for a different (K, N, format, group) so consecutive thread counts share them.
-/// `group` 0: bench_group.
-inline const std::vector<PackedWeights>&
-bench_weights(WeightFormat f, std::int64_t K, std::int64_t N, int copies, std::int64_t group = 0) {
+/// `group` 0: bench_group; `super_rows` as random_packed_group.
+inline const std::vector<PackedWeights>& bench_weights(WeightFormat f, std::int64_t K,
+                                                       std::int64_t N, int copies,
+                                                       std::int64_t group = 0,
+                                                       std::int64_t super_rows = 0) {
   struct Cache {
     WeightFormat f = WeightFormat::f32;
-    std::int64_t K = 0, N = 0, group = 0;
+    std::int64_t K = 0, N = 0, group = 0, super_rows = 0;
     std::vector<PackedWeights> w;
   };
   static Cache c;
-  if (c.f != f || c.K != K || c.N != N || c.group != group ||
+  if (c.f != f || c.K != K || c.N != N || c.group != group || c.super_rows != super_rows ||
       static_cast<int>(c.w.size()) < copies) {
     c.w.clear(); // free the previous set first
     c.f = f;
     c.K = K;
     c.N = N;
     c.group = group;
-    c.w.push_back(random_packed_group(f, K, N, 1234u, group));
-    for (int i = 1; i < copies; ++i) { // same values at other addresses: only DRAM can serve them
-      const PackedWeights& w0 = c.w.front();
-      PackedWeights w = kernels::detail::make_packed(f, K, N, w0.group_size);
-      std::memcpy(w.data.data(), w0.data.data(), w0.data.size());
-      if (!w0.scales.empty())
-        std::memcpy(w.scales.data(), w0.scales.data(), w0.scales.size() * sizeof(float));
-      if (!w0.zeros.empty())
-        std::memcpy(w.zeros.data(), w0.zeros.data(), w0.zeros.size());
-      if (!w0.mins.empty())
-        std::memcpy(w.mins.data(), w0.mins.data(), w0.mins.size() * sizeof(float));
-      c.w.push_back(std::move(w));
-    }
+    c.super_rows = super_rows;
+    c.w.push_back(random_packed_group(f, K, N, 1234u, group, super_rows));
+    for (int i = 1; i < copies; ++i) // same values at other addresses: only DRAM can serve them
+      c.w.push_back(kernels::detail::copy_packed(c.w.front()));
   }
   return c.w;
 }
@@ -407,7 +416,7 @@ inline std::vector<ActBenchPath> act_bench_paths() {
 /// read (rotated over copies so they come from DRAM) against the read ceiling, M > 4 2 M K N
 /// ops against the path's ceiling.
 void bm_linear_act(benchmark::State& state, Proj p, WeightFormat f, std::int64_t group,
-                   ActBenchPath path, std::int64_t M, int threads) {
+                   ActBenchPath path, std::int64_t M, int threads, std::int64_t super_rows = 0) {
   if (!path.available) {
     state.SkipWithError("path not available on this CPU");
     return;
@@ -416,7 +425,7 @@ void bm_linear_act(benchmark::State& state, Proj p, WeightFormat f, std::int64_t
   const bool saved = kernels::detail::avx_vnni_gemv_disabled();
   kernels::detail::avx_vnni_gemv_disabled() = path.no_avx_vnni;
   const int copies = M <= 4 ? rotation_copies(packed_bytes(f, p.K, p.N, group)) : 1;
-  const auto& ws = bench_weights(f, p.K, p.N, copies, group);
+  const auto& ws = bench_weights(f, p.K, p.N, copies, group, super_rows);
   std::vector<float> x(static_cast<std::size_t>(M * p.K));
   for (std::size_t i = 0; i < x.size(); ++i)
     x[i] = static_cast<float>(static_cast<int>(i % 19) - 9) * 0.05f;
@@ -457,10 +466,39 @@ void register_act_benchmarks() {
                 std::string("linear_act/") + p.model + "/" + p.name + "/" +
                 std::string(kernels::format_name(f)) + "_g" + std::to_string(g) + "/" + path.name +
                 "/M:" + std::to_string(M) + "/threads:" + std::to_string(threads);
-            benchmark::RegisterBenchmark(name.c_str(), bm_linear_act, p, f, g, path, M, threads)
+            benchmark::RegisterBenchmark(name.c_str(), bm_linear_act, p, f, g, path, M, threads,
+                                         std::int64_t{0})
                 ->UseRealTime()
                 ->Unit(benchmark::kMicrosecond)
                 ->MinTime(M == 1 ? 0.2 : 0.3);
+          }
+  }
+}
+
+/// linear_two_level/llama3-8b/{gate_proj,down_proj}/{int4_min_g32,int6_sym_g16,int6_min_g32}/
+/// {one_level,s256}/<path>/M:1/threads:{1,2}: the K-quants' containers (Q4_K, Q6_K, Q5_K) with
+/// an f32 scale (and min) per group against two-level scales (an int8 code per group, an f32 per
+/// 256 rows), on the decode GEMV paths, bytes against the read ceiling.
+void register_two_level_benchmarks() {
+  for (const Proj& p : projections()) {
+    const std::string pn = p.name;
+    if (std::string(p.model) != "llama3-8b" || (pn != "gate_proj" && pn != "down_proj"))
+      continue;
+    const std::pair<WeightFormat, std::int64_t> fgs[] = {
+        {WeightFormat::int4_min, 32}, {WeightFormat::int6_sym, 16}, {WeightFormat::int6_min, 32}};
+    for (const auto& [f, g] : fgs)
+      for (std::int64_t super_rows : {0, 256})
+        for (const ActBenchPath& path : act_bench_paths())
+          for (int threads : {1, 2}) {
+            const std::string name = std::string("linear_two_level/") + p.model + "/" + p.name +
+                                     "/" + std::string(kernels::format_name(f)) + "_g" +
+                                     std::to_string(g) + "/" + (super_rows ? "s256" : "one_level") +
+                                     "/" + path.name + "/M:1/threads:" + std::to_string(threads);
+            benchmark::RegisterBenchmark(name.c_str(), bm_linear_act, p, f, g, path,
+                                         std::int64_t{1}, threads, super_rows)
+                ->UseRealTime()
+                ->Unit(benchmark::kMicrosecond)
+                ->MinTime(0.2);
           }
   }
 }
@@ -497,6 +535,7 @@ void register_w8a8_benchmarks() {
 void register_matmul_benchmarks(bool full) {
   register_w8a8_benchmarks();
   register_act_benchmarks();
+  register_two_level_benchmarks();
   const WeightFormat all[] = {WeightFormat::f32,       WeightFormat::bf16,
                               WeightFormat::f16,       WeightFormat::int8,
                               WeightFormat::int8_asym, WeightFormat::int4_sym,

@@ -111,7 +111,8 @@ inline flatbuffers::Offset<fb::Type> encode_type(Builder& b, const ir::TensorTyp
   flatbuffers::Offset<fb::Quant> q = 0;
   if (t.quant)
     q = fb::CreateQuant(b, b.CreateString(std::string(ir::name(t.quant->format))),
-                        t.quant->group_size, t.quant->zero_point, t.quant->act_order, t.quant->min);
+                        t.quant->group_size, t.quant->zero_point, t.quant->act_order, t.quant->min,
+                        t.quant->super_rows);
   auto shape = b.CreateVector(t.shape);
   auto dt = b.CreateString(std::string(ir::name(t.dtype)));
   auto lay = b.CreateString(t.layout == ir::Layout::panels ? "panels" : "row_major");
@@ -268,6 +269,7 @@ inline ir::TensorType decode_type(const fb::Type* t, const std::string& path) {
       fail(path, "unknown quantization format '" + t->quant()->format()->str() + "'");
     r.quant = ir::QuantSpec{*f, t->quant()->group_size(), t->quant()->zero_point(),
                             t->quant()->act_order(), t->quant()->min()};
+    r.quant->super_rows = t->quant()->super_rows();
     if (auto why = ir::kv_rows_violation(r))
       fail(path, *why);
   }

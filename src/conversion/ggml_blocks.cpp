@@ -98,7 +98,21 @@ struct Decoded {
   std::array<std::uint8_t, 256> code{};
   std::array<float, 16> scale{};
   std::array<float, 16> min{};
+  // Two-level types: scale[s] == super_scale * scale_code[s] (min likewise), exactly.
+  float super_scale = 0, super_min = 0;
+  std::array<std::int8_t, 16> scale_code{};
+  std::array<std::int8_t, 16> min_code{};
 };
+
+/// Sets group s of a two-level block: scale d * sc and min dmin * m, as ggml forms them.
+void set_two_level(Decoded& o, int s, float d, int sc, float dmin = 0, int m = 0) {
+  o.super_scale = d;
+  o.super_min = dmin;
+  o.scale_code[static_cast<std::size_t>(s)] = static_cast<std::int8_t>(sc);
+  o.min_code[static_cast<std::size_t>(s)] = static_cast<std::int8_t>(m);
+  o.scale[static_cast<std::size_t>(s)] = d * static_cast<float>(sc);
+  o.min[static_cast<std::size_t>(s)] = dmin * static_cast<float>(m);
+}
 
 /// Decodes one block of type `t` at `b`. Symmetric codes are value + 8 (4-bit), value + 32
 /// (6-bit: Q6_K's codes as stored) or value + 128 (8-bit); "scale and min" codes are ggml's
@@ -145,10 +159,8 @@ void decode_block(GgmlType t, const std::byte* b, Decoded& o) {
     return;
   case GgmlType::q2_k: {
     const float d = half_at(b + 80), dmin = half_at(b + 82);
-    for (int s = 0; s < 16; ++s) {
-      o.scale[s] = d * static_cast<float>(byte_at(b, s) & 15);
-      o.min[s] = dmin * static_cast<float>(byte_at(b, s) >> 4);
-    }
+    for (int s = 0; s < 16; ++s)
+      set_two_level(o, s, d, byte_at(b, s) & 15, dmin, byte_at(b, s) >> 4);
     for (int e = 0; e < 256; ++e)
       o.code[e] = (byte_at(b, 16 + 32 * (e / 128) + e % 32) >> (2 * ((e % 128) / 32))) & 3;
     return;
@@ -156,7 +168,7 @@ void decode_block(GgmlType t, const std::byte* b, Decoded& o) {
   case GgmlType::q3_k: {
     const float d = half_at(b + 108);
     for (int s = 0; s < 16; ++s)
-      o.scale[s] = d * static_cast<float>(q3k_scale(b + 96, s));
+      set_two_level(o, s, d, q3k_scale(b + 96, s));
     for (int e = 0; e < 256; ++e) {
       const int low = (byte_at(b, 32 + 32 * (e / 128) + e % 32) >> (2 * ((e % 128) / 32))) & 3;
       const int high = (byte_at(b, e % 32) >> (e / 32)) & 1;
@@ -171,8 +183,7 @@ void decode_block(GgmlType t, const std::byte* b, Decoded& o) {
     for (int s = 0; s < 8; ++s) {
       int sc = 0, m = 0;
       k4_scale_min(b + 4, s, sc, m);
-      o.scale[s] = d * static_cast<float>(sc);
-      o.min[s] = dmin * static_cast<float>(m);
+      set_two_level(o, s, d, sc, dmin, m);
     }
     const std::byte* qs = b + (five ? 48 : 16);
     for (int e = 0; e < 256; ++e) {
@@ -187,7 +198,7 @@ void decode_block(GgmlType t, const std::byte* b, Decoded& o) {
   case GgmlType::q6_k: {
     const float d = half_at(b + 208);
     for (int s = 0; s < 16; ++s)
-      o.scale[s] = d * static_cast<float>(static_cast<std::int8_t>(byte_at(b, 192 + s)));
+      set_two_level(o, s, d, static_cast<std::int8_t>(byte_at(b, 192 + s)));
     for (int e = 0; e < 256; ++e) {
       const int half = e / 128, r = e % 128;
       const std::uint8_t lb = byte_at(b, 64 * half + 32 * ((r / 32) % 2) + r % 32);
@@ -209,7 +220,7 @@ void decode_block(GgmlType t, const std::byte* b, Decoded& o) {
     const std::uint16_t sh = le16(b + 2);
     for (int s = 0; s < 8; ++s) {
       const int ls = ((byte_at(b, 4 + s / 2) >> (4 * (s % 2))) & 15) | (((sh >> (2 * s)) & 3) << 4);
-      o.scale[s] = d * static_cast<float>(ls - 32);
+      set_two_level(o, s, d, ls - 32);
       for (int j = 0; j < 16; ++j) {
         const std::uint8_t q = byte_at(b, 8 + 16 * s + j);
         o.code[32 * s + j] = static_cast<std::uint8_t>(kIq4Values[q & 15] + 128);
@@ -288,6 +299,17 @@ QuantPlain decode_ggml_rows(GgmlType t, std::span<const std::byte> data, std::in
     p.mins.resize(GN);
   else
     p.zeros.assign(GN, static_cast<std::uint8_t>(1u << (c.bits - 1)));
+  const bool two = c.super_rows > 0;
+  if (two) { // one super-block per ggml block (256 elements)
+    const auto SN = static_cast<std::size_t>(K / c.super_rows * N);
+    p.super_rows = c.super_rows;
+    p.scale_codes.resize(GN);
+    p.super_scales.resize(SN);
+    if (c.has_mins) {
+      p.min_codes.resize(GN);
+      p.super_mins.resize(SN);
+    }
+  }
   p.g_idx.resize(static_cast<std::size_t>(K));
   for (std::int64_t k = 0; k < K; ++k)
     p.g_idx[static_cast<std::size_t>(k)] = static_cast<std::int32_t>(k / c.group_size);
@@ -313,6 +335,18 @@ QuantPlain decode_ggml_rows(GgmlType t, std::span<const std::byte> data, std::in
           p.scales[at] = dec[r].scale[static_cast<std::size_t>(g)];
           if (c.has_mins)
             p.mins[at] = dec[r].min[static_cast<std::size_t>(g)];
+          if (two) {
+            p.scale_codes[at] = dec[r].scale_code[static_cast<std::size_t>(g)];
+            if (c.has_mins)
+              p.min_codes[at] = dec[r].min_code[static_cast<std::size_t>(g)];
+          }
+        }
+      if (two)
+        for (std::int64_t r = 0; r < rows; ++r) {
+          const auto at = static_cast<std::size_t>(blk * N + n0 + r);
+          p.super_scales[at] = dec[r].super_scale;
+          if (c.has_mins)
+            p.super_mins[at] = dec[r].super_min;
         }
     }
   }

@@ -1,5 +1,6 @@
 // Out-of-line definitions of tpullm/conversion/quant_repack.hpp (compiled once into tpullm_core).
 #include "tpullm/conversion/quant_repack.hpp"
+#include "tpullm/kernels/two_level_scales.hpp"
 
 namespace tpullm::conversion {
 
@@ -162,7 +163,9 @@ std::vector<std::int32_t> group_sorted_rows(const QuantPlain& p) {
   return perm;
 }
 
-kernels::PackedWeights repack_quant(const QuantPlain& p, bool allow_sym) {
+namespace {
+
+kernels::PackedWeights repack_one_level(const QuantPlain& p, bool allow_sym) {
   const std::int64_t K = p.K, N = p.N;
   if (p.bits != 4 && p.bits != 6 && p.bits != 8)
     throw Error(ErrorKind::unsupported, "",
@@ -245,6 +248,16 @@ kernels::PackedWeights repack_quant(const QuantPlain& p, bool allow_sym) {
     for (std::int64_t n = 0; n < N; ++n)
       q[j * N + n] = p.q[src_row(j) * N + n];
   return kernels::pack_int4_asym(q, p.scales, p.zeros, K, N, p.group_size, perm);
+}
+
+} // namespace
+
+kernels::PackedWeights repack_quant(const QuantPlain& p, bool allow_sym) {
+  kernels::PackedWeights w = repack_one_level(p, allow_sym);
+  if (p.super_rows == 0)
+    return w;
+  return kernels::with_two_level_scales(std::move(w), p.super_rows, p.scale_codes, p.super_scales,
+                                        p.min_codes, p.super_mins);
 }
 
 } // namespace tpullm::conversion

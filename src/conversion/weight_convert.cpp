@@ -165,12 +165,13 @@ WeightFormat packed_format(const ir::TensorType& t) {
 }
 
 ir::TensorType packed_type(WeightFormat f, std::int64_t K, std::int64_t N, std::int64_t group,
-                           bool act_order) {
+                           bool act_order, std::int64_t super_rows) {
   ir::TensorType t({K, N}, ir::DType::f32, std::nullopt, ir::Layout::panels);
   ir::QuantSpec q;
   q.format = ir::QuantFormat::packed;
   q.group_size = group;
   q.act_order = act_order;
+  q.super_rows = super_rows;
   switch (f) {
   case WeightFormat::f32:
     t.dtype = ir::DType::f32;
@@ -223,6 +224,7 @@ PackedWeights packed_view(const ir::Weight& w) {
   p.K = K;
   p.N = N;
   p.group_size = kernels::is_quantized(f) ? w.type.quant->group_size : K;
+  p.super_rows = kernels::is_quantized(f) ? w.type.quant->super_rows : 0;
   const std::string where = where_of(w);
   auto bytes_of = [&](const char* role, std::int64_t want, ir::DType dt) {
     const ir::WeightPart* part = w.find_part(role);
@@ -238,21 +240,34 @@ PackedWeights packed_view(const ir::Weight& w) {
       static_cast<std::size_t>(data_bytes));
   if (kernels::is_quantized(f)) {
     const std::int64_t n = p.panels() * p.groups() * kernels::kPanelCols;
-    const auto* s = bytes_of("scales", n * 4, ir::DType::f32);
+    const std::int64_t ns = p.panels() * p.scale_rows() * kernels::kPanelCols;
+    check(!p.two_level() || (p.super_rows % p.group_size == 0 && K % p.super_rows == 0 &&
+                             !kernels::has_zeros(f) && p.group_size < K),
+          ErrorKind::invalid_input, where, "has two-level scales that do not fit its groups");
+    if (p.two_level()) {
+      p.scale_codes = kernels::AlignedArray<std::int8_t>::borrow(
+          reinterpret_cast<const std::int8_t*>(bytes_of("scale_codes", n, ir::DType::i8)),
+          static_cast<std::size_t>(n));
+      if (kernels::has_mins(f))
+        p.min_codes = kernels::AlignedArray<std::int8_t>::borrow(
+            reinterpret_cast<const std::int8_t*>(bytes_of("min_codes", n, ir::DType::i8)),
+            static_cast<std::size_t>(n));
+    }
+    const auto* s = bytes_of("scales", ns * 4, ir::DType::f32);
     check(reinterpret_cast<std::uintptr_t>(s) % alignof(float) == 0, ErrorKind::invalid_input,
           where, "scales are not 4-byte aligned");
     p.scales = kernels::AlignedArray<float>::borrow(reinterpret_cast<const float*>(s),
-                                                    static_cast<std::size_t>(n));
+                                                    static_cast<std::size_t>(ns));
     if (kernels::has_zeros(f))
       p.zeros = kernels::AlignedArray<std::uint8_t>::borrow(
           reinterpret_cast<const std::uint8_t*>(bytes_of("zeros", n, ir::DType::u8)),
           static_cast<std::size_t>(n));
     if (kernels::has_mins(f)) {
-      const auto* m = bytes_of("mins", n * 4, ir::DType::f32);
+      const auto* m = bytes_of("mins", ns * 4, ir::DType::f32);
       check(reinterpret_cast<std::uintptr_t>(m) % alignof(float) == 0, ErrorKind::invalid_input,
             where, "mins are not 4-byte aligned");
       p.mins = kernels::AlignedArray<float>::borrow(reinterpret_cast<const float*>(m),
-                                                    static_cast<std::size_t>(n));
+                                                    static_cast<std::size_t>(ns));
     }
   }
   if (const ir::WeightPart* perm = w.find_part("k_perm")) {
@@ -269,7 +284,8 @@ ir::Weight make_packed_weight(std::string name, PackedWeights pw, bool act_order
   const PackedWeights& p = *owner;
   ir::Weight w;
   w.name = std::move(name);
-  w.type = packed_type(p.format, p.K, p.N, p.group_size, act_order && !p.k_perm.empty());
+  w.type =
+      packed_type(p.format, p.K, p.N, p.group_size, act_order && !p.k_perm.empty(), p.super_rows);
   auto as_bytes = [](const void* d, std::size_t n) {
     return std::span<const std::byte>(static_cast<const std::byte*>(d), n);
   };
@@ -296,6 +312,14 @@ ir::Weight make_packed_weight(std::string name, PackedWeights pw, bool act_order
                        {static_cast<std::int64_t>(p.mins.size())},
                        as_bytes(p.mins.data(), p.mins.size() * sizeof(float)),
                        owner});
+  for (const auto& [role, codes] :
+       {std::pair{"scale_codes", &p.scale_codes}, std::pair{"min_codes", &p.min_codes}})
+    if (!codes->empty())
+      w.parts.push_back({role,
+                         ir::DType::i8,
+                         {static_cast<std::int64_t>(codes->size())},
+                         as_bytes(codes->data(), codes->size()),
+                         owner});
   if (!p.k_perm.empty())
     w.parts.push_back({"k_perm",
                        ir::DType::i32,
@@ -439,7 +463,8 @@ const ir::Weight& WeightConverter::packed(const ir::Weight& src, bool transposed
         const auto info = ggml_type_info(src.type.quant->ggml_type);
         const GgmlPacking pk = info ? ggml_packing(info->type) : GgmlPacking{};
         check(pk.bits != 0, ErrorKind::invalid_input, where, "is not an importable ggml type");
-        return ir::Weight{name, packed_type(pk.format(), K, N, pk.group_size, false), {}};
+        return ir::Weight{
+            name, packed_type(pk.format(), K, N, pk.group_size, false, pk.super_rows), {}};
       }
       if (!src.has_data()) {
         // Types only: act-order and symmetry are decided by the data; assume asymmetric 4-bit
@@ -567,25 +592,38 @@ const ir::Weight& WeightConverter::concat_packed(const std::vector<const ir::Wei
     }
     const std::string name = first.name + ".cat" + std::to_string(parts.size());
     const std::int64_t group = kernels::is_quantized(f) ? first.type.quant->group_size : K;
+    const std::int64_t super_rows = kernels::is_quantized(f) ? first.type.quant->super_rows : 0;
     if (!has_data)
       return ir::Weight{
-          name, packed_type(f, K, N, group, first.type.quant && first.type.quant->act_order), {}};
+          name,
+          packed_type(f, K, N, group, first.type.quant && first.type.quant->act_order, super_rows),
+          {}};
     for (const auto& v : views)
       check(v.k_perm == views.front().k_perm, ErrorKind::invalid_input, where_of(first),
             "weights with different act-order row permutations cannot be concatenated");
-    PackedWeights out = kernels::detail::make_packed(f, K, N, group);
+    PackedWeights shape;
+    shape.format = f;
+    shape.K = K;
+    shape.N = N;
+    shape.group_size = group;
+    shape.super_rows = super_rows;
+    PackedWeights out = kernels::detail::make_packed_like(shape);
     out.k_perm = views.front().k_perm;
-    std::size_t data_off = 0, param_off = 0;
+    // Every array is [P][rows][32] per panel, panel after panel: the parts' panels follow each
+    // other (every part but the last has whole panels), so each array is the parts' end to end.
+    auto append = [](auto& to, const auto& from, std::size_t& off) {
+      if (!from.empty())
+        std::memcpy(to.data() + off, from.data(), from.size() * sizeof(from[0]));
+      off += from.size();
+    };
+    std::size_t offs[6] = {};
     for (const auto& v : views) {
-      std::memcpy(out.data.data() + data_off, v.data.data(), v.data.size());
-      data_off += v.data.size();
-      if (!v.scales.empty())
-        std::memcpy(out.scales.data() + param_off, v.scales.data(), v.scales.size() * 4);
-      if (!v.zeros.empty())
-        std::memcpy(out.zeros.data() + param_off, v.zeros.data(), v.zeros.size());
-      if (!v.mins.empty())
-        std::memcpy(out.mins.data() + param_off, v.mins.data(), v.mins.size() * sizeof(float));
-      param_off += v.scales.size();
+      append(out.data, v.data, offs[0]);
+      append(out.scales, v.scales, offs[1]);
+      append(out.zeros, v.zeros, offs[2]);
+      append(out.mins, v.mins, offs[3]);
+      append(out.scale_codes, v.scale_codes, offs[4]);
+      append(out.min_codes, v.min_codes, offs[5]);
     }
     return make_packed_weight(name, std::move(out), !views.front().k_perm.empty());
   });
@@ -610,15 +648,8 @@ WeightConverter::MlpOperands WeightConverter::fold_mlp_perm(const ir::Weight& ga
       w.type.quant->act_order = false;
       return w;
     }
-    PackedWeights v = packed_view(down);
-    PackedWeights out = kernels::detail::make_packed(v.format, v.K, v.N, v.group_size);
-    std::memcpy(out.data.data(), v.data.data(), v.data.size());
-    if (!v.scales.empty())
-      std::memcpy(out.scales.data(), v.scales.data(), v.scales.size() * sizeof(float));
-    if (!v.zeros.empty())
-      std::memcpy(out.zeros.data(), v.zeros.data(), v.zeros.size());
-    if (!v.mins.empty())
-      std::memcpy(out.mins.data(), v.mins.data(), v.mins.size() * sizeof(float));
+    PackedWeights out = kernels::detail::copy_packed(packed_view(down));
+    out.k_perm.clear(); // the rows stay as packed; gate / up take the permutation instead
     return make_packed_weight(name, std::move(out), false);
   });
   auto permuted_cols = [&](const ir::Weight& w) -> const ir::Weight& {

@@ -21,6 +21,13 @@ std::pair<std::int64_t, std::int64_t> require_packed(const TensorType& t, const 
     require(q.group_size > 0 && t.shape[0] % q.group_size == 0,
             std::string(what) + " group size must divide K = " + std::to_string(t.shape[0]) +
                 ", got " + t.str());
+    require(q.super_rows == 0 ||
+                (q.super_rows > 0 && !q.zero_point && q.group_size < t.shape[0] &&
+                 q.super_rows % q.group_size == 0 && t.shape[0] % q.super_rows == 0),
+            std::string(what) +
+                " two-level scales need super rows that are a multiple of the group size and "
+                "divide K, and no zero points, got " +
+                t.str());
   } else {
     require(t.dtype == DType::f32 || t.dtype == DType::bf16 || t.dtype == DType::f16,
             std::string(what) + " must be f32, bf16 or f16 panels or quantized, got " + t.str());

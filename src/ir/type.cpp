@@ -108,6 +108,8 @@ auto TensorType::str() const -> std::string {
       s += ", act_order";
     if (quant->min)
       s += ", min";
+    if (quant->super_rows != 0)
+      s += ", super = " + std::to_string(quant->super_rows);
     s += ">";
   }
   return s + ">";

@@ -197,6 +197,17 @@ TEST_CASE("dequantize_ggml and decode_ggml_rows equal ggml's dequantization bit 
     const kernels::PackedWeights packed = repack_quant(p);
     CHECK(packed.format == ggml_packing(fx.type).format());
     CHECK(packed.group_size == e.group);
+    // The K-quants and IQ4_XS keep their scales in two levels, as the file does: an int8 code
+    // per group and an f32 per 256 elements (Q4_K: 4 + 16 / 32 + 64 / 256 = 4.75 bits a weight).
+    const bool two = ggml_info(fx.type).block_elems == 256;
+    CHECK(ggml_packing(fx.type).super_rows == (two ? 256 : 0));
+    CHECK(packed.two_level() == two);
+    if (two) {
+      const std::int64_t Np = packed.panels() * 32, G = fx.K / e.group, S = fx.K / 256;
+      const std::int64_t params = e.min ? 2 : 1;
+      CHECK(packed.total_bytes() ==
+            static_cast<std::int64_t>(packed.data.size()) + params * Np * (G + 4 * S));
+    }
     bool codes_in_range = true;
     for (std::uint8_t q : p.q)
       codes_in_range = codes_in_range && q < (1u << e.bits);

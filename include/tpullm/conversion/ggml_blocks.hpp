@@ -17,6 +17,9 @@
 ///   Q5_0  -> 6-bit codes (value + 32), zero 32, group 32   (int6_sym)
 ///   Q8_0, IQ4_NL, IQ4_XS -> 8-bit codes (value + 128), zero 128 (int8)
 ///   Q5_1, Q5_K -> 6-bit codes as stored, scale and min, group 32 (int6_min)
+/// The K-quants and IQ4_XS keep their scales in two levels (kernels/two_level_scales.hpp): the
+/// integer per group (Q4_K's 6-bit sc and m, Q6_K's int8, Q3_K's sc - 32, ...) as an int8 code
+/// and the f16 d (dmin) per 256 elements as an f32, so Q4_K reads 4.75 bits a weight, not 6.
 
 #include "tpullm/conversion/ggml_types.hpp"
 #include "tpullm/conversion/quant_repack.hpp"
@@ -33,6 +36,9 @@ struct GgmlPacking {
   int bits = 0;                ///< 4, 6 or 8 (0: not a block type tpullm imports)
   std::int64_t group_size = 0; ///< 16 or 32 elements along the row
   bool has_mins = false;       ///< scale and min (int4_min / int6_min / int8_min), not a zero point
+  /// Two-level scales: rows per super-block (256: the K-quants and IQ4_XS, whose group scales
+  /// are an f16 per 256 elements times an integer per group), else 0 (one f32 per group).
+  std::int64_t super_rows = 0;
 
   /// The kernel format a weight of this container packs to (the table in the file comment):
   /// int4_min / int6_min / int8_min with mins, else int4_sym (zero 8), int6_sym (zero 32) or int8
@@ -54,23 +60,26 @@ constexpr GgmlPacking ggml_packing(GgmlType t) noexcept {
   case GgmlType::q4_0:
     return {4, 32, false};
   case GgmlType::q3_k:
-    return {4, 16, false};
+    return {4, 16, false, 256};
   case GgmlType::q2_k:
-    return {4, 16, true};
+    return {4, 16, true, 256};
   case GgmlType::q4_1:
-  case GgmlType::q4_k:
     return {4, 32, true};
+  case GgmlType::q4_k:
+    return {4, 32, true, 256};
   case GgmlType::q5_0:
     return {6, 32, false};
   case GgmlType::q8_0:
   case GgmlType::iq4_nl:
-  case GgmlType::iq4_xs:
     return {8, 32, false};
+  case GgmlType::iq4_xs:
+    return {8, 32, false, 256};
   case GgmlType::q6_k:
-    return {6, 16, false};
+    return {6, 16, false, 256};
   case GgmlType::q5_1:
-  case GgmlType::q5_k:
     return {6, 32, true};
+  case GgmlType::q5_k:
+    return {6, 32, true, 256};
   case GgmlType::f32:
   case GgmlType::f16:
   case GgmlType::bf16:

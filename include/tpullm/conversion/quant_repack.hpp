@@ -46,6 +46,15 @@ struct QuantPlain {
   /// [G, N] row-major, or empty. When present the weight is "scale and min" (ggml's Q4_1,
   /// Q5_1 and K-quants): w[k][n] = q[k][n] * scales[g][n] - mins[g][n], and `zeros` is empty.
   std::vector<float> mins;
+  /// Two-level scales (ggml's K-quants), or 0: rows per super-block. Then scales[g][n] ==
+  /// super_scales[g * group_size / super_rows][n] * scale_codes[g][n] in f32, exactly (mins
+  /// likewise with min_codes / super_mins), and repack_quant stores them in two levels
+  /// (kernels/two_level_scales.hpp). `scales` / `mins` keep the products either way.
+  std::int64_t super_rows = 0;
+  std::vector<std::int8_t> scale_codes; ///< [G, N] row-major (two-level only)
+  std::vector<float> super_scales;      ///< [K / super_rows, N] row-major (two-level only)
+  std::vector<std::int8_t> min_codes;   ///< [G, N] row-major (two-level scale and min only)
+  std::vector<float> super_mins;        ///< [K / super_rows, N] row-major (two-level mins only)
 
   /// W: [K, N] row-major f32 (reference dequantization).
   std::vector<float> dequantize() const;
@@ -116,7 +125,9 @@ std::vector<std::int32_t> group_sorted_rows(const QuantPlain& p);
 /// asymmetric format even when every zero is the midpoint. With `mins` (scale and min) the codes,
 /// scales and mins are kept as they are: int4_min (4-bit) or int8_min (8-bit), whatever
 /// `allow_sym` says; throws Error(invalid_input) when zeros are given too or a size is wrong.
-/// Rows are group-sorted with k_perm set when g_idx is not k / group_size (act-order).
+/// Rows are group-sorted with k_perm set when g_idx is not k / group_size (act-order). With
+/// `super_rows` the scales (and mins) are stored in two levels, after checking that the codes
+/// and super-block values give the same f32 scales.
 kernels::PackedWeights repack_quant(const QuantPlain& p, bool allow_sym = true);
 
 } // namespace tpullm::conversion

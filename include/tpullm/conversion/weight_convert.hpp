@@ -7,6 +7,9 @@
 ///   "scales" f32 [P * G * 32]       quantized formats only
 ///   "zeros"  u8  [P * G * 32]       formats with zero points only (u4 / u8, zero_point)
 ///   "mins"   f32 [P * G * 32]       scale-and-min formats only (u4 / u8, min): w = u * s - min
+///   "scale_codes" / "min_codes" i8 [P * G * 32]   two-level scales only (quant `super = S`):
+///                                   then "scales" / "mins" are f32 [P * (K / S) * 32], one per
+///                                   super-block of S rows, and a group's scale is super * code
 ///   "k_perm" i32 [K]                act-order only: original row of each packed row
 /// and maps to kernels::PackedWeights without a copy (packed_view). GPTQ / AWQ weights go
 /// through direct: their 4 / 8-bit codes, scales and zero points are repacked, never dequantized.
@@ -31,9 +34,9 @@ namespace tpullm::conversion {
 /// for any other type.
 kernels::WeightFormat packed_format(const ir::TensorType& t);
 
-/// The Tpu type of a packed weight with these properties.
+/// The Tpu type of a packed weight with these properties (super_rows: two-level scales, or 0).
 ir::TensorType packed_type(kernels::WeightFormat f, std::int64_t K, std::int64_t N,
-                           std::int64_t group_size, bool act_order);
+                           std::int64_t group_size, bool act_order, std::int64_t super_rows = 0);
 
 /// kernels::PackedWeights viewing the parts of packed weight `w` (no copy: `w`'s data must
 /// outlive the result). Throws Error(invalid_input) naming the weight when a part is missing or

@@ -57,6 +57,10 @@ struct QuantSpec {
   bool zero_point = false;                  ///< asymmetric: value = (q - zero) * scale
   bool act_order = false;                   ///< GPTQ act-order: row k uses group g_idx[k]
   bool min = false; ///< scale and min (packed u4 / u8 only): value = q * scale - min, f32 mins
+  /// Packed weights with two-level scales (ggml's K-quants), else 0: rows per super-block. The
+  /// parts are then "scales" (and "mins") f32 per super-block and "scale_codes" (and
+  /// "min_codes") i8 per group, whose product is the group's scale (conversion/weight_convert.hpp).
+  std::int64_t super_rows = 0;
   /// format ggml: the ggml_type id of the blocks (conversion/ggml_types.hpp). Such a weight's
   /// logical shape is the stored [N, K] (rows of K elements, blocks along K), read with
   /// transpose_b as a float HF weight is; its one part "blocks" holds the row bytes as stored.

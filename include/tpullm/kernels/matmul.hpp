@@ -210,13 +210,22 @@ inline void check_weights(const char* what, const PackedWeights& w) {
                 std::string(what) + ": packed weights are empty or inconsistent");
   if (is_quantized(w.format) &&
       (w.group_size <= 0 || w.K % w.group_size != 0 ||
-       static_cast<std::int64_t>(w.scales.size()) != w.panels() * w.groups() * kPanelCols))
+       (w.two_level() &&
+        (w.super_rows % w.group_size != 0 || w.K % w.super_rows != 0 || has_zeros(w.format))) ||
+       static_cast<std::int64_t>(w.scales.size()) != w.panels() * w.scale_rows() * kPanelCols))
     throw_error(ErrorKind::internal, "",
                 std::string(what) + ": bad group_size / scales for " +
                     std::string(format_name(w.format)));
   const std::size_t params = static_cast<std::size_t>(w.panels() * w.groups() * kPanelCols);
+  const std::size_t supers = static_cast<std::size_t>(w.panels() * w.scale_rows() * kPanelCols);
+  const std::size_t codes = w.two_level() ? params : 0;
+  if (is_quantized(w.format) &&
+      (w.scale_codes.size() != codes || w.min_codes.size() != (has_mins(w.format) ? codes : 0)))
+    throw_error(ErrorKind::internal, "",
+                std::string(what) + ": " + std::string(format_name(w.format)) + " weights need " +
+                    std::to_string(codes) + " scale codes");
   if ((has_zeros(w.format) && w.zeros.size() != params) ||
-      (has_mins(w.format) && w.mins.size() != params))
+      (has_mins(w.format) && w.mins.size() != supers))
     throw_error(ErrorKind::internal, "",
                 std::string(what) + ": " + std::string(format_name(w.format)) + " weights need " +
                     std::to_string(params) + (has_mins(w.format) ? " mins" : " zero points"));

@@ -27,13 +27,11 @@ inline void packed_column(const PackedWeights& w, std::int64_t n, float* dst) {
   const std::int64_t K = w.K, Kp = w.stored_rows(), G = w.groups();
   const std::int64_t p = n / kPanelCols, c = n % kPanelCols;
   const std::uint8_t* panel = w.data.data() + p * Kp * row_bytes(w.format);
-  const float* scales = w.scales.empty() ? nullptr : w.scales.data() + p * G * kPanelCols + c;
   const std::uint8_t* zeros = w.zeros.empty() ? nullptr : w.zeros.data() + p * G * kPanelCols + c;
-  const float* mins = w.mins.empty() ? nullptr : w.mins.data() + p * G * kPanelCols + c;
   const std::int32_t* perm = w.k_perm.empty() ? nullptr : w.k_perm.data();
   const auto put = [&](std::int64_t j, float v) { dst[perm ? perm[j] : j] = v; };
-  const auto scale = [&](std::int64_t j) { return scales[(j / w.group_size) * kPanelCols]; };
-  const auto min = [&](std::int64_t j) { return mins[(j / w.group_size) * kPanelCols]; };
+  const auto scale = [&](std::int64_t j) { return w.scale_of(p, j / w.group_size, c); };
+  const auto min = [&](std::int64_t j) { return w.min_of(p, j / w.group_size, c); };
   switch (w.format) {
   case WeightFormat::f32:
     for (std::int64_t j = 0; j < K; ++j) {

@@ -52,7 +52,18 @@
 ///   int6_sym  : w[k][n] = (u - 32) * scale[g][n]                 (ggml's Q6_K codes as stored)
 ///   int4_min / int8_min / int6_min : w[k][n] = u * scale[g][n] - min[g][n]   ("scale and min":
 ///               ggml's Q4_1 / Q5_1 / K-quants, whose min is an arbitrary f32, not code * scale)
-/// with g = k / group_size. Per panel, weights, scales and zeros / mins are each one contiguous
+/// with g = k / group_size.
+///
+/// *Two-level scales* (ggml's K-quants: a small integer scale per group under an f16 per 256
+/// rows), `super_rows` > 0: then `scales` (and `mins`) hold one f32 per *super-block* of
+/// super_rows rows, [P][K / super_rows][32], and every group has an int8 code per column,
+///   scale_codes = [P][G][32] int8, min_codes = [P][G][32] int8 (scale-and-min formats only)
+/// with scale[g][n] = scales[g * group_size / super_rows][n] * scale_codes[g][n] (min likewise),
+/// the f32 product each kernel forms in its group epilogue (scale_of / min_of). The numbers are
+/// those of the one-level form bit for bit (with_two_level_scales checks it); what changes is the
+/// bytes: Q4_K's 4.75 bits a weight instead of 6, Q6_K's 6.6 instead of 8.
+///
+/// Per panel, weights, scales and zeros / mins are each one contiguous
 /// run, so a GEMV streams three arrays front to back; the GEMM path decodes a [kc, 32] block of
 /// one panel into an f32 tile in L1 and reuses it for every row of x. The enumerators' order is
 /// part of no file format (bundles name formats by IR type), but new ones go at the end.
@@ -305,6 +316,34 @@ struct PackedWeights {
   AlignedArray<std::uint8_t> zeros;        ///< [P][G][32] (int4_asym, int8_asym), else empty
   AlignedArray<float> mins;                ///< [P][G][32] (int4_min, int8_min), else empty
   std::vector<std::int32_t> k_perm;        ///< [K] original row of packed row j, or empty
+  /// Two-level scales: rows per super-block (a multiple of group_size dividing K), else 0. Then
+  /// `scales` / `mins` are [P][K / super_rows][32] and the codes below hold each group's factor.
+  std::int64_t super_rows = 0;
+  AlignedArray<std::int8_t> scale_codes; ///< [P][G][32] (two-level scales), else empty
+  AlignedArray<std::int8_t> min_codes;   ///< [P][G][32] (two-level scale and min), else empty
+
+  /// True when the scales are stored in two levels (super_rows > 0).
+  bool two_level() const { return super_rows > 0; }
+  /// Number of f32 scale rows per panel: K / super_rows (two-level) or groups().
+  std::int64_t scale_rows() const { return two_level() ? K / super_rows : groups(); }
+  /// Scale of group g, column c (0..31) of panel p: the stored f32, or super * code (two-level).
+  float scale_of(std::int64_t p, std::int64_t g, std::int64_t c) const {
+    if (!two_level())
+      return scales[static_cast<std::size_t>((p * groups() + g) * kPanelCols + c)];
+    const std::int64_t s = g * group_size / super_rows;
+    return scales[static_cast<std::size_t>((p * scale_rows() + s) * kPanelCols + c)] *
+           static_cast<float>(
+               scale_codes[static_cast<std::size_t>((p * groups() + g) * kPanelCols + c)]);
+  }
+  /// Min of group g, column c of panel p (scale-and-min formats), as scale_of.
+  float min_of(std::int64_t p, std::int64_t g, std::int64_t c) const {
+    if (!two_level())
+      return mins[static_cast<std::size_t>((p * groups() + g) * kPanelCols + c)];
+    const std::int64_t s = g * group_size / super_rows;
+    return mins[static_cast<std::size_t>((p * scale_rows() + s) * kPanelCols + c)] *
+           static_cast<float>(
+               min_codes[static_cast<std::size_t>((p * groups() + g) * kPanelCols + c)]);
+  }
 
   /// Rows actually stored per panel: K rounded up to the format's row group.
   std::int64_t stored_rows() const {
@@ -318,10 +357,11 @@ struct PackedWeights {
   std::int64_t groups() const { return group_size > 0 ? K / group_size : 1; }
   /// Bytes of one panel's weight rows.
   std::int64_t panel_bytes() const { return stored_rows() * row_bytes(format); }
-  /// Bytes a kernel reads for the whole matrix: weights + scales + zeros + mins.
+  /// Bytes a kernel reads for the whole matrix: weights + scales + zeros + mins (+ codes).
   std::int64_t total_bytes() const {
     return static_cast<std::int64_t>(data.size() + scales.size() * sizeof(float) + zeros.size() +
-                                     mins.size() * sizeof(float));
+                                     mins.size() * sizeof(float) + scale_codes.size() +
+                                     min_codes.size());
   }
 };
 
@@ -370,6 +410,40 @@ inline PackedWeights make_packed(WeightFormat f, std::int64_t K, std::int64_t N,
   if (has_mins(f))
     w.mins = AlignedArray<float>(static_cast<std::size_t>(w.panels() * w.groups() * kPanelCols));
   return w;
+}
+
+/// A zeroed PackedWeights with w's format, shape, groups and scale levels (k_perm not copied).
+inline PackedWeights make_packed_like(const PackedWeights& w) {
+  PackedWeights out = make_packed(w.format, w.K, w.N, w.group_size);
+  if (w.two_level()) {
+    const auto per_group = static_cast<std::size_t>(w.panels() * w.groups() * kPanelCols);
+    const auto per_super = static_cast<std::size_t>(w.panels() * w.scale_rows() * kPanelCols);
+    out.super_rows = w.super_rows;
+    out.scales = AlignedArray<float>(per_super);
+    out.scale_codes = AlignedArray<std::int8_t>(per_group);
+    if (has_mins(w.format)) {
+      out.mins = AlignedArray<float>(per_super);
+      out.min_codes = AlignedArray<std::int8_t>(per_group);
+    }
+  }
+  return out;
+}
+
+/// A copy of w that owns all its arrays.
+inline PackedWeights copy_packed(const PackedWeights& w) {
+  PackedWeights out = make_packed_like(w);
+  auto copy = [](auto& to, const auto& from) {
+    if (!from.empty())
+      std::memcpy(to.data(), from.data(), from.size() * sizeof(from[0]));
+  };
+  copy(out.data, w.data);
+  copy(out.scales, w.scales);
+  copy(out.zeros, w.zeros);
+  copy(out.mins, w.mins);
+  copy(out.scale_codes, w.scale_codes);
+  copy(out.min_codes, w.min_codes);
+  out.k_perm = w.k_perm;
+  return out;
 }
 
 /// Byte offset of (k, n) inside `data` (for int4: the byte holding the nibble, see nibble_high;
@@ -715,9 +789,9 @@ inline PackedWeights permute_columns(const PackedWeights& w, std::span<const std
     throw_error(ErrorKind::invalid_input, "",
                 "permute_columns: expected " + std::to_string(w.N) + " columns, got " +
                     std::to_string(cols.size()));
-  PackedWeights out = detail::make_packed(w.format, w.K, w.N, w.group_size);
+  PackedWeights out = detail::make_packed_like(w);
   out.k_perm = w.k_perm;
-  const std::int64_t Kp = w.stored_rows(), G = w.groups();
+  const std::int64_t Kp = w.stored_rows();
   const bool nibbles = is_nibble_format(w.format);
   const std::size_t esz = static_cast<std::size_t>(
       is_byte_format(w.format) || nibbles ? 1 : row_bytes(w.format) / kPanelCols);
@@ -732,29 +806,35 @@ inline PackedWeights permute_columns(const PackedWeights& w, std::span<const std
         std::memcpy(out.data.data() + detail::elem_offset(w.format, Kp, k, n),
                     w.data.data() + detail::elem_offset(w.format, Kp, k, src), esz);
     }
-    for (std::int64_t g = 0; g < (is_quantized(w.format) ? G : 0); ++g) {
-      const std::int64_t d = ((n / kPanelCols) * G + g) * kPanelCols + n % kPanelCols;
-      const std::int64_t s = ((src / kPanelCols) * G + g) * kPanelCols + src % kPanelCols;
-      out.scales[d] = w.scales[s];
-      if (!w.zeros.empty())
-        out.zeros[d] = w.zeros[s];
-      if (!w.mins.empty())
-        out.mins[d] = w.mins[s];
-    }
+    // Every per-group array is [P][rows][32]: move column src's entries to column n.
+    auto move_column = [&](auto& to, const auto& from, std::int64_t rows) {
+      for (std::int64_t g = 0; g < (from.empty() ? 0 : rows); ++g)
+        to[static_cast<std::size_t>(((n / kPanelCols) * rows + g) * kPanelCols + n % kPanelCols)] =
+            from[static_cast<std::size_t>(((src / kPanelCols) * rows + g) * kPanelCols +
+                                          src % kPanelCols)];
+    };
+    move_column(out.scales, w.scales, w.scale_rows());
+    move_column(out.mins, w.mins, w.scale_rows());
+    move_column(out.zeros, w.zeros, w.groups());
+    move_column(out.scale_codes, w.scale_codes, w.groups());
+    move_column(out.min_codes, w.min_codes, w.groups());
   }
   return out;
 }
 
 /// Reference dequantization: W: [K, N] row-major f32 in the ORIGINAL row order (k_perm undone).
 inline std::vector<float> dequantize(const PackedWeights& w) {
-  const std::int64_t K = w.K, N = w.N, G = w.groups();
+  const std::int64_t K = w.K, N = w.N;
   std::vector<float> out(static_cast<std::size_t>(K * N));
   for (std::int64_t j = 0; j < K; ++j) {
     const std::int64_t k = w.k_perm.empty() ? j : w.k_perm[static_cast<std::size_t>(j)];
     const std::int64_t g = j / w.group_size;
     for (std::int64_t n = 0; n < N; ++n) {
       const std::uint8_t* b = w.data.data() + detail::elem_offset(w.format, w.stored_rows(), j, n);
-      const std::int64_t sp = ((n / kPanelCols) * G + g) * kPanelCols + n % kPanelCols;
+      const std::int64_t p = n / kPanelCols, c = n % kPanelCols;
+      const float sc = is_quantized(w.format) ? w.scale_of(p, g, c) : 0.0f;
+      const float mn = has_mins(w.format) ? w.min_of(p, g, c) : 0.0f;
+      const std::int64_t sp = (p * w.groups() + g) * kPanelCols + c; // zero points
       float v = 0;
       switch (w.format) {
       case WeightFormat::f32:
@@ -773,30 +853,30 @@ inline std::vector<float> dequantize(const PackedWeights& w) {
         break;
       }
       case WeightFormat::int8:
-        v = static_cast<float>(static_cast<std::int8_t>(*b)) * w.scales[sp];
+        v = static_cast<float>(static_cast<std::int8_t>(*b)) * sc;
         break;
       case WeightFormat::int4_sym:
-        v = static_cast<float>(static_cast<int>(detail::get_nibble(w, j, n)) - 8) * w.scales[sp];
+        v = static_cast<float>(static_cast<int>(detail::get_nibble(w, j, n)) - 8) * sc;
         break;
       case WeightFormat::int4_asym:
         v = static_cast<float>(static_cast<int>(detail::get_nibble(w, j, n)) -
                                static_cast<int>(w.zeros[sp])) *
-            w.scales[sp];
+            sc;
         break;
       case WeightFormat::int8_asym:
-        v = static_cast<float>(static_cast<int>(*b) - static_cast<int>(w.zeros[sp])) * w.scales[sp];
+        v = static_cast<float>(static_cast<int>(*b) - static_cast<int>(w.zeros[sp])) * sc;
         break;
       case WeightFormat::int4_min:
-        v = static_cast<float>(detail::get_nibble(w, j, n)) * w.scales[sp] - w.mins[sp];
+        v = static_cast<float>(detail::get_nibble(w, j, n)) * sc - mn;
         break;
       case WeightFormat::int8_min:
-        v = static_cast<float>(*b) * w.scales[sp] - w.mins[sp];
+        v = static_cast<float>(*b) * sc - mn;
         break;
       case WeightFormat::int6_sym:
-        v = static_cast<float>(static_cast<int>(detail::get_code6(w, j, n)) - 32) * w.scales[sp];
+        v = static_cast<float>(static_cast<int>(detail::get_code6(w, j, n)) - 32) * sc;
         break;
       case WeightFormat::int6_min:
-        v = static_cast<float>(detail::get_code6(w, j, n)) * w.scales[sp] - w.mins[sp];
+        v = static_cast<float>(detail::get_code6(w, j, n)) * sc - mn;
         break;
       }
       out[k * N + n] = v;

@@ -89,8 +89,13 @@ auto Parser::parse_quant() -> QuantSpec {
     error("group size must be >= 0");
   while (cur_.kind == Tok::comma) {
     advance();
-    const Token flag = expect(Tok::bare_id, "'zero_point', 'act_order' or 'min'");
-    if (flag.text == "zero_point")
+    const Token flag = expect(Tok::bare_id, "'zero_point', 'act_order', 'min' or 'super'");
+    if (flag.text == "super") {
+      expect(Tok::equal, "'='");
+      q.super_rows = parse_int();
+      if (q.super_rows <= 0)
+        error("super-block rows must be > 0");
+    } else if (flag.text == "zero_point")
       q.zero_point = true;
     else if (flag.text == "act_order")
       q.act_order = true;
@@ -99,6 +104,8 @@ auto Parser::parse_quant() -> QuantSpec {
     else
       throw DiagnosticError(flag.loc, "unknown quantization flag '" + flag.text + "'");
   }
+  if (q.super_rows != 0 && q.format != QuantFormat::packed)
+    throw DiagnosticError(f.loc, "'super' (two-level scales) applies to packed weights only");
   expect(Tok::greater, "'>'");
   return q;
 }

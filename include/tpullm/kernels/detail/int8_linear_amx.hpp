@@ -66,7 +66,7 @@ TPULLM_ALWAYS_INLINE void w8a8_amx_body(const QuantRows& q, std::int64_t qm0,
       amx_int_group<Tiles, true>(s.a.data(), Kq, 16 * Kq, s.b.data(), Kq, 64, s.c.data());
       const std::int64_t c0 = p * kPanelCols;
       const int nc = static_cast<int>(std::min<std::int64_t>(kPanelCols, w.N - c0));
-      const float* ws = panel_scales(w, p, 0);
+      const float* ws = per_channel_scales(w, p);
       for (std::int64_t i = 0; i < mc; ++i) {
         const float sr = q.scale[static_cast<std::size_t>(qm0 + m0 + i)];
         float* yr = y + (m0 + i) * ldy + c0;

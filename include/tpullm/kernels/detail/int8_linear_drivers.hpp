@@ -115,7 +115,7 @@ inline W8A8Tile w8a8_tile_at(const W8A8Args& a, std::int64_t m, std::int64_t p) 
   t.pbytes = w.panel_bytes();
   t.Kq = w.stored_rows() / 4;
   t.zc = 128 + a.q->zero;
-  t.ws = panel_scales(w, p, 0);
+  t.ws = per_channel_scales(w, p);
   t.bias = a.bias ? a.bias + p * kPanelCols : nullptr;
   t.rs = a.q->scale.data() + a.qm0 + m;
   t.y = a.y + m * a.ldy + p * kPanelCols;

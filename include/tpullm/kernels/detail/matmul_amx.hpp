@@ -347,7 +347,8 @@ TPULLM_ALWAYS_INLINE void amx_int_body(const LinearArgs& a, std::int64_t ma, std
           amx_int_group<Tiles, F == WeightFormat::int8>(s.ad.data() + r * 2 * Kq + g * segp, 2 * Kq,
                                                         Kq, s.b.data() + g * segp * 32, segp, kst,
                                                         s.ci.data());
-          const float* sc = panel_scales(w, p, g0 + g);
+          GroupParams sc_buf;
+          const float* sc = panel_scales(w, p, g0 + g, sc_buf);
           for (std::int64_t i = 0; i < std::min<std::int64_t>(16, mc - r); ++i) {
             const std::size_t mi = static_cast<std::size_t>((r + i) * G + g);
             const float s1 = s.s1[mi];
@@ -356,7 +357,8 @@ TPULLM_ALWAYS_INLINE void amx_int_body(const LinearArgs& a, std::int64_t ma, std
             const std::int32_t* ch = s.ci.data() + i * 32;
             const std::int32_t* cl = s.ci.data() + 512 + i * 32;
             if constexpr (has_mins(F)) {
-              const float* mn = panel_mins(w, p, g0 + g);
+              GroupParams mn_buf;
+              const float* mn = panel_mins(w, p, g0 + g, mn_buf);
               const float xs = s1 * (Sh + Sl * (1.0f / 256.0f));
               for (int j = 0; j < 32; ++j) {
                 const float v =

@@ -90,7 +90,8 @@ TPULLM_TARGET_AVX2 inline void group_zero_avx2(const PackedWeights& w, std::int6
 /// The group's mins (int4_min / int8_min), columns 0-7, 8-15, 16-23, 24-31.
 TPULLM_TARGET_AVX2 inline void group_min_avx2(const PackedWeights& w, std::int64_t p,
                                               std::int64_t g, __m256* m) {
-  const float* mp = panel_mins(w, p, g);
+  GroupParams mp_buf;
+  const float* mp = panel_mins(w, p, g, mp_buf);
   for (int i = 0; i < 4; ++i)
     m[i] = _mm256_load_ps(mp + 8 * i);
 }

@@ -94,7 +94,8 @@ TPULLM_TARGET_AVX512 inline void group_zero_avx512(const PackedWeights& w, std::
 /// The group's mins (int4_min / int8_min): columns 0..15 / 16..31.
 TPULLM_TARGET_AVX512 inline void group_min_avx512(const PackedWeights& w, std::int64_t p,
                                                   std::int64_t g, __m512& m0, __m512& m1) {
-  const float* m = panel_mins(w, p, g);
+  GroupParams m_buf;
+  const float* m = panel_mins(w, p, g, m_buf);
   m0 = _mm512_load_ps(m);
   m1 = _mm512_load_ps(m + 16);
 }

@@ -160,14 +160,47 @@ inline std::int64_t segment_rows(const WeightView& v) {
   return is_quantized(v.w->format) ? v.w->group_rows() : std::max<std::int64_t>(1, v.k1 - v.k0);
 }
 
-inline const float* panel_scales(const PackedWeights& w, std::int64_t p, std::int64_t g) {
-  return w.scales.data() + (p * w.groups() + g) * kPanelCols;
+/// Room for one group's 32 scales (or mins) formed from two-level scales.
+struct alignas(64) GroupParams {
+  float v[kPanelCols];
+};
+
+/// Forms the 32 products super * code of a two-level group into `out` (vectorised with the
+/// caller's ISA: always inlined into each kernel).
+[[gnu::always_inline]] inline const float*
+two_level_params(const float* super, const std::int8_t* code, GroupParams& out) {
+#pragma GCC unroll 32
+  for (int c = 0; c < kPanelCols; ++c)
+    out.v[c] = super[c] * static_cast<float>(code[c]);
+  return out.v;
+}
+
+/// The 32 scales (64-byte aligned) of group g of panel p: a pointer into w.scales, or, for
+/// two-level scales, `buf` holding each column's super-block scale times the group's code.
+[[gnu::always_inline]] inline const float* panel_scales(const PackedWeights& w, std::int64_t p,
+                                                        std::int64_t g, GroupParams& buf) {
+  if (!w.two_level())
+    return w.scales.data() + (p * w.groups() + g) * kPanelCols;
+  return two_level_params(w.scales.data() +
+                              (p * w.scale_rows() + g * w.group_size / w.super_rows) * kPanelCols,
+                          w.scale_codes.data() + (p * w.groups() + g) * kPanelCols, buf);
 }
 inline const std::uint8_t* panel_zeros(const PackedWeights& w, std::int64_t p, std::int64_t g) {
   return w.zeros.data() + (p * w.groups() + g) * kPanelCols;
 }
-inline const float* panel_mins(const PackedWeights& w, std::int64_t p, std::int64_t g) {
-  return w.mins.data() + (p * w.groups() + g) * kPanelCols;
+/// The 32 scales of panel p of a per-channel weight (one group, so one level: W8A8's int8).
+inline const float* per_channel_scales(const PackedWeights& w, std::int64_t p) {
+  return w.scales.data() + p * kPanelCols;
+}
+
+/// The 32 mins of group g of panel p (scale-and-min formats), as panel_scales.
+[[gnu::always_inline]] inline const float* panel_mins(const PackedWeights& w, std::int64_t p,
+                                                      std::int64_t g, GroupParams& buf) {
+  if (!w.two_level())
+    return w.mins.data() + (p * w.groups() + g) * kPanelCols;
+  return two_level_params(w.mins.data() +
+                              (p * w.scale_rows() + g * w.group_size / w.super_rows) * kPanelCols,
+                          w.min_codes.data() + (p * w.groups() + g) * kPanelCols, buf);
 }
 inline const std::uint8_t* panel_row(const PackedWeights& w, std::int64_t p, std::int64_t k) {
   return w.data.data() + (p * w.stored_rows() + k) * row_bytes(w.format);

@@ -24,7 +24,8 @@ TPULLM_TARGET_AVX512 void decode_block_avx512(const PackedWeights& w, std::int64
     if constexpr (is_quantized(F)) {
       const std::int64_t g = (kb + k) / w.group_rows();
       ke = std::min(kc, (g + 1) * w.group_rows() - kb);
-      const float* s = panel_scales(w, p, g);
+      GroupParams s_buf;
+      const float* s = panel_scales(w, p, g, s_buf);
       s0 = _mm512_load_ps(s);
       s1 = _mm512_load_ps(s + 16);
       if constexpr (has_mins(F))

@@ -51,7 +51,8 @@ TPULLM_TARGET_AVX2 void gemv_panel_avx2(const LinearArgs& a, std::int64_t m0, st
           acc[0][r][i] = _mm256_add_ps(acc[0][r][i], acc[u][r][i]);
     if constexpr (is_quantized(F)) {
       const std::int64_t g = ks / w.group_rows();
-      const float* s = panel_scales(w, p, g);
+      GroupParams s_buf;
+      const float* s = panel_scales(w, p, g, s_buf);
       __m256 z[4];
       if constexpr (has_mins(F))
         group_min_avx2(w, p, g, z); // t += s acc - m xs

@@ -75,7 +75,8 @@ TPULLM_TARGET_AVX512 void gemv_panel_avx512(const LinearArgs& a, std::int64_t m0
       }
     if constexpr (is_quantized(F)) {
       const std::int64_t g = ks / w.group_rows();
-      const float* s = panel_scales(w, p, g);
+      GroupParams s_buf;
+      const float* s = panel_scales(w, p, g, s_buf);
       const __m512 s0 = _mm512_load_ps(s), s1 = _mm512_load_ps(s + 16);
       __m512 z0, z1;
       if constexpr (has_mins(F))
@@ -172,7 +173,8 @@ TPULLM_TARGET_AVX512 void gemv_panels_avx512_r1(const LinearArgs& a, std::int64_
     for (int s = 0; s < S; ++s) {
       if constexpr (is_quantized(F)) {
         const std::int64_t g = ks / w.group_rows();
-        const float* sc = panel_scales(w, p + s, g);
+        GroupParams sc_buf;
+        const float* sc = panel_scales(w, p + s, g, sc_buf);
         __m512 z0, z1;
         const __m512 xs = _mm512_set1_ps(a.xsum[gi]);
         if constexpr (has_mins(F)) { // t += s acc - m xs

@@ -54,7 +54,8 @@ template <WeightFormat F, int R, int JN>
 TPULLM_TARGET_AVX2 inline __attribute__((always_inline)) void
 int8_group_end_avx2(const PackedWeights& w, const XDigits& xd, std::int64_t m0, std::int64_t p,
                     std::int64_t g, std::int64_t gi, int j0, __m256i (*A)[JN], __m256 (*t)[JN]) {
-  const float* s = panel_scales(w, p, g);
+  GroupParams s_buf;
+  const float* s = panel_scales(w, p, g, s_buf);
   __m256 z[JN];
 #pragma GCC unroll 4
   for (int j = 0; j < JN; ++j) {
@@ -80,7 +81,8 @@ int8_group_end_avx2(const PackedWeights& w, const XDigits& xd, std::int64_t m0, 
     }
     if constexpr (has_mins(F)) {
       const __m256 xs = _mm256_set1_ps(vnni_digit_xsum(s1, S));
-      const float* mn = panel_mins(w, p, g);
+      GroupParams mn_buf;
+      const float* mn = panel_mins(w, p, g, mn_buf);
 #pragma GCC unroll 4
       for (int j = 0; j < JN; ++j)
         t[r][j] = _mm256_fnmadd_ps(_mm256_load_ps(mn + 8 * (j0 + j)), xs, t[r][j]);

@@ -63,7 +63,8 @@ TPULLM_TARGET_AVX512_VNNI inline void vnni_sub_mins(const PackedWeights& w, std:
                                                     std::int64_t g, float xs, __m512& t0,
                                                     __m512& t1) {
   if constexpr (has_mins(F)) {
-    const float* m = panel_mins(w, p, g);
+    GroupParams buf;
+    const float* m = panel_mins(w, p, g, buf);
     const __m512 x = _mm512_set1_ps(xs);
     t0 = _mm512_fnmadd_ps(_mm512_load_ps(m), x, t0);
     t1 = _mm512_fnmadd_ps(_mm512_load_ps(m + 16), x, t1);
@@ -192,7 +193,8 @@ TPULLM_TARGET_AVX512_VNNI void gemv_panel_vnni_r1(const LinearArgs& a, const XDi
       }
     }
     const std::int64_t g = ks / w.group_rows();
-    const float* s = panel_scales(w, p, g);
+    GroupParams sbuf;
+    const float* s = panel_scales(w, p, g, sbuf);
     __m512 z0, z1;
     vnni_zero<F>(w, p, g, z0, z1);
     const std::int32_t* S = xd.S.data() + (m0 * xd.Gv + gi) * 3;
@@ -309,7 +311,8 @@ TPULLM_TARGET_AVX512_VNNI void gemv_panel_vnni(const LinearArgs& a, const XDigit
       }
     }
     const std::int64_t g = ks / w.group_rows();
-    const float* s = panel_scales(w, p, g);
+    GroupParams sbuf;
+    const float* s = panel_scales(w, p, g, sbuf);
     __m512 z[2];
     vnni_zero<F>(w, p, g, z[0], z[1]);
 #pragma GCC unroll 4
@@ -442,7 +445,8 @@ TPULLM_TARGET_AVX512_VNNI void gemv_panels_vnni_r1(const LinearArgs& a, const XD
     [[maybe_unused]] const float xs = has_mins(F) ? vnni_digit_xsum(s1f, S3) : 0.0f;
 #pragma GCC unroll 8
     for (int s = 0; s < S; ++s) {
-      const float* sc = panel_scales(w, p + s, g);
+      GroupParams sbuf;
+      const float* sc = panel_scales(w, p + s, g, sbuf);
       __m512 z[2];
       vnni_zero<F>(w, p + s, g, z[0], z[1]);
 #pragma GCC unroll 2

@@ -98,10 +98,12 @@ void gemv_portable(const LinearArgs& a, std::int64_t pa, std::int64_t pb) {
           pv_store(acc + c * kPW, av[c]);
         if constexpr (is_quantized(F)) {
           const std::int64_t g = ks / w.group_rows();
-          const float* s = panel_scales(w, p, g);
+          GroupParams s_buf;
+          const float* s = panel_scales(w, p, g, s_buf);
           const float xs = a.xsum[m * a.xsum_ld + gi];
           if constexpr (has_mins(F)) { // sum_k x (u s - m) = s acc - m xs
-            const float* mn = panel_mins(w, p, g);
+            GroupParams mn_buf;
+            const float* mn = panel_mins(w, p, g, mn_buf);
             for (int c = 0; c < 32; ++c)
               t[c] += s[c] * acc[c] - mn[c] * xs;
           } else {
@@ -132,9 +134,11 @@ void decode_block_portable(const PackedWeights& w, std::int64_t p, std::int64_t 
     decode_rows_raw<F>(panel_row(w, p, kb + k), o);
     if constexpr (is_quantized(F)) {
       const std::int64_t g = (kb + k) / w.group_rows();
-      const float* s = panel_scales(w, p, g);
+      GroupParams s_buf;
+      const float* s = panel_scales(w, p, g, s_buf);
       if constexpr (has_mins(F)) {
-        const float* mn = panel_mins(w, p, g);
+        GroupParams mn_buf;
+        const float* mn = panel_mins(w, p, g, mn_buf);
         for (std::int64_t j = 0; j < RG; ++j)
           for (int c = 0; c < 32; ++c)
             o[j * 32 + c] = o[j * 32 + c] * s[c] - mn[c];

@@ -60,7 +60,8 @@ inline void w4a8_gemv_ref(const W4A8Row& r, const PackedWeights& w, const float*
         dp += std::int64_t{r.q[static_cast<std::size_t>(k)]} * get_nibble(w, k, n);
       const std::int64_t i = ((n / kPanelCols) * w.groups() + g) * kPanelCols + n % kPanelCols;
       const double z = w.format == WeightFormat::int4_asym ? w.zeros[i] : 8.0;
-      acc += double(w.scales[i]) * (double(dp) - z * r.Sq[static_cast<std::size_t>(g)]);
+      acc += double(w.scale_of(n / kPanelCols, g, n % kPanelCols)) *
+             (double(dp) - z * r.Sq[static_cast<std::size_t>(g)]);
     }
     y[n] = static_cast<float>(acc * r.sx + (bias ? bias[n] : 0.0));
   }
@@ -109,7 +110,8 @@ TPULLM_TARGET_AVX512_VNNI void w4a8_panels_avx512(const W4A8Row& r, const Packed
     const __m512 sq = _mm512_set1_ps(static_cast<float>(r.Sq[static_cast<std::size_t>(g)]));
 #pragma GCC unroll 4
     for (int s = 0; s < S; ++s) {
-      const float* sc = panel_scales(w, p + s, g);
+      GroupParams sc_buf;
+      const float* sc = panel_scales(w, p + s, g, sc_buf);
       __m512 z[2];
       if constexpr (F == WeightFormat::int4_sym)
         z[0] = z[1] = _mm512_set1_ps(8.0f);
