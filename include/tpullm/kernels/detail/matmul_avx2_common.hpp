@@ -87,13 +87,37 @@ TPULLM_TARGET_AVX2 inline void group_zero_avx2(const PackedWeights& w, std::int6
   }
 }
 
-/// The group's mins (int4_min / int8_min), columns 0-7, 8-15, 16-23, 24-31.
+/// One group's 32 parameters from `f32` (one level) or super-block f32 times int8 codes
+/// (two-level), columns 0-7, 8-15, 16-23, 24-31.
+TPULLM_TARGET_AVX2 inline void group_params_avx2(const PackedWeights& w,
+                                                 const AlignedArray<float>& f32,
+                                                 const AlignedArray<std::int8_t>& codes,
+                                                 std::int64_t p, std::int64_t g, __m256* v) {
+  if (!w.two_level()) {
+    const float* s = f32.data() + (p * w.groups() + g) * kPanelCols;
+    for (int i = 0; i < 4; ++i)
+      v[i] = _mm256_load_ps(s + 8 * i);
+    return;
+  }
+  const TwoLevelAt at = two_level_at(w, p, g);
+  const float* s = f32.data() + at.super;
+  const std::int8_t* c = codes.data() + at.code;
+  for (int i = 0; i < 4; ++i)
+    v[i] = _mm256_mul_ps(_mm256_load_ps(s + 8 * i),
+                         _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(
+                             _mm_loadl_epi64(reinterpret_cast<const __m128i*>(c + 8 * i)))));
+}
+
+/// The group's scales, columns 0-7, 8-15, 16-23, 24-31.
+TPULLM_TARGET_AVX2 inline void group_scale_avx2(const PackedWeights& w, std::int64_t p,
+                                                std::int64_t g, __m256* s) {
+  group_params_avx2(w, w.scales, w.scale_codes, p, g, s);
+}
+
+/// The group's mins (int4_min / int8_min / int6_min), columns 0-7, 8-15, 16-23, 24-31.
 TPULLM_TARGET_AVX2 inline void group_min_avx2(const PackedWeights& w, std::int64_t p,
                                               std::int64_t g, __m256* m) {
-  GroupParams mp_buf;
-  const float* mp = panel_mins(w, p, g, mp_buf);
-  for (int i = 0; i < 4; ++i)
-    m[i] = _mm256_load_ps(mp + 8 * i);
+  group_params_avx2(w, w.mins, w.min_codes, p, g, m);
 }
 
 TPULLM_TARGET_AVX2 inline __m256i col_mask_avx2(int ncols, int part) {

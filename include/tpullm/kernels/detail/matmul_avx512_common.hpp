@@ -91,13 +91,38 @@ TPULLM_TARGET_AVX512 inline void group_zero_avx512(const PackedWeights& w, std::
   }
 }
 
-/// The group's mins (int4_min / int8_min): columns 0..15 / 16..31.
+/// One group's 32 parameters from `f32` (one level: 32 f32 per group) or, for a two-level
+/// weight, super-block f32 times int8 codes: columns 0..15 / 16..31.
+TPULLM_TARGET_AVX512 inline void group_params_avx512(const PackedWeights& w,
+                                                     const AlignedArray<float>& f32,
+                                                     const AlignedArray<std::int8_t>& codes,
+                                                     std::int64_t p, std::int64_t g, __m512& v0,
+                                                     __m512& v1) {
+  if (!w.two_level()) {
+    const float* s = f32.data() + (p * w.groups() + g) * kPanelCols;
+    v0 = _mm512_load_ps(s);
+    v1 = _mm512_load_ps(s + 16);
+    return;
+  }
+  const TwoLevelAt at = two_level_at(w, p, g);
+  const float* s = f32.data() + at.super;
+  const __m128i* c = reinterpret_cast<const __m128i*>(codes.data() + at.code);
+  v0 =
+      _mm512_mul_ps(_mm512_load_ps(s), _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_load_si128(c))));
+  v1 = _mm512_mul_ps(_mm512_load_ps(s + 16),
+                     _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_load_si128(c + 1))));
+}
+
+/// The group's scales: columns 0..15 / 16..31.
+TPULLM_TARGET_AVX512 inline void group_scale_avx512(const PackedWeights& w, std::int64_t p,
+                                                    std::int64_t g, __m512& s0, __m512& s1) {
+  group_params_avx512(w, w.scales, w.scale_codes, p, g, s0, s1);
+}
+
+/// The group's mins (int4_min / int8_min / int6_min): columns 0..15 / 16..31.
 TPULLM_TARGET_AVX512 inline void group_min_avx512(const PackedWeights& w, std::int64_t p,
                                                   std::int64_t g, __m512& m0, __m512& m1) {
-  GroupParams m_buf;
-  const float* m = panel_mins(w, p, g, m_buf);
-  m0 = _mm512_load_ps(m);
-  m1 = _mm512_load_ps(m + 16);
+  group_params_avx512(w, w.mins, w.min_codes, p, g, m0, m1);
 }
 
 TPULLM_TARGET_AVX512 inline void store_rows_avx512(const LinearArgs& a, std::int64_t m0, int R,

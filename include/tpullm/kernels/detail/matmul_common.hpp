@@ -165,6 +165,16 @@ struct alignas(64) GroupParams {
   float v[kPanelCols];
 };
 
+/// Offsets of group g of panel p in a two-level weight: its super-block row of `scales` / `mins`
+/// (floats) and its codes in `scale_codes` / `min_codes`.
+struct TwoLevelAt {
+  std::int64_t super, code;
+};
+inline TwoLevelAt two_level_at(const PackedWeights& w, std::int64_t p, std::int64_t g) {
+  return {(p * w.scale_rows() + g * w.group_size / w.super_rows) * kPanelCols,
+          (p * w.groups() + g) * kPanelCols};
+}
+
 /// Forms the 32 products super * code of a two-level group into `out` (vectorised with the
 /// caller's ISA: always inlined into each kernel).
 [[gnu::always_inline]] inline const float*
@@ -181,9 +191,8 @@ two_level_params(const float* super, const std::int8_t* code, GroupParams& out) 
                                                         std::int64_t g, GroupParams& buf) {
   if (!w.two_level())
     return w.scales.data() + (p * w.groups() + g) * kPanelCols;
-  return two_level_params(w.scales.data() +
-                              (p * w.scale_rows() + g * w.group_size / w.super_rows) * kPanelCols,
-                          w.scale_codes.data() + (p * w.groups() + g) * kPanelCols, buf);
+  const TwoLevelAt at = two_level_at(w, p, g);
+  return two_level_params(w.scales.data() + at.super, w.scale_codes.data() + at.code, buf);
 }
 inline const std::uint8_t* panel_zeros(const PackedWeights& w, std::int64_t p, std::int64_t g) {
   return w.zeros.data() + (p * w.groups() + g) * kPanelCols;
@@ -198,9 +207,8 @@ inline const float* per_channel_scales(const PackedWeights& w, std::int64_t p) {
                                                       std::int64_t g, GroupParams& buf) {
   if (!w.two_level())
     return w.mins.data() + (p * w.groups() + g) * kPanelCols;
-  return two_level_params(w.mins.data() +
-                              (p * w.scale_rows() + g * w.group_size / w.super_rows) * kPanelCols,
-                          w.min_codes.data() + (p * w.groups() + g) * kPanelCols, buf);
+  const TwoLevelAt at = two_level_at(w, p, g);
+  return two_level_params(w.mins.data() + at.super, w.min_codes.data() + at.code, buf);
 }
 inline const std::uint8_t* panel_row(const PackedWeights& w, std::int64_t p, std::int64_t k) {
   return w.data.data() + (p * w.stored_rows() + k) * row_bytes(w.format);

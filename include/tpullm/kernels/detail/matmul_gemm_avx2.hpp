@@ -28,10 +28,7 @@ TPULLM_TARGET_AVX2 void decode_block_avx2(const PackedWeights& w, std::int64_t p
     if constexpr (is_quantized(F)) {
       const std::int64_t g = (kb + k) / w.group_rows();
       ke = std::min(kc, (g + 1) * w.group_rows() - kb);
-      GroupParams sp_buf;
-      const float* sp = panel_scales(w, p, g, sp_buf);
-      for (int i = 0; i < 4; ++i)
-        s[i] = _mm256_load_ps(sp + 8 * i);
+      group_scale_avx2(w, p, g, s);
       if constexpr (has_mins(F))
         group_min_avx2(w, p, g, z); // z holds the mins: w = u s - m
       else

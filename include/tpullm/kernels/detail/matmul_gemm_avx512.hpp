@@ -24,10 +24,7 @@ TPULLM_TARGET_AVX512 void decode_block_avx512(const PackedWeights& w, std::int64
     if constexpr (is_quantized(F)) {
       const std::int64_t g = (kb + k) / w.group_rows();
       ke = std::min(kc, (g + 1) * w.group_rows() - kb);
-      GroupParams s_buf;
-      const float* s = panel_scales(w, p, g, s_buf);
-      s0 = _mm512_load_ps(s);
-      s1 = _mm512_load_ps(s + 16);
+      group_scale_avx512(w, p, g, s0, s1);
       if constexpr (has_mins(F))
         group_min_avx512(w, p, g, z0, z1); // z holds the mins: w = u s - m
       else

@@ -51,9 +51,8 @@ TPULLM_TARGET_AVX2 void gemv_panel_avx2(const LinearArgs& a, std::int64_t m0, st
           acc[0][r][i] = _mm256_add_ps(acc[0][r][i], acc[u][r][i]);
     if constexpr (is_quantized(F)) {
       const std::int64_t g = ks / w.group_rows();
-      GroupParams s_buf;
-      const float* s = panel_scales(w, p, g, s_buf);
-      __m256 z[4];
+      __m256 s[4], z[4];
+      group_scale_avx2(w, p, g, s);
       if constexpr (has_mins(F))
         group_min_avx2(w, p, g, z); // t += s acc - m xs
       else
@@ -62,11 +61,9 @@ TPULLM_TARGET_AVX2 void gemv_panel_avx2(const LinearArgs& a, std::int64_t m0, st
         const __m256 xs = _mm256_set1_ps(a.xsum[(m0 + r) * a.xsum_ld + gi]);
         for (int i = 0; i < 4; ++i) {
           if constexpr (has_mins(F))
-            t[r][i] = _mm256_fnmadd_ps(
-                z[i], xs, _mm256_fmadd_ps(_mm256_load_ps(s + 8 * i), acc[0][r][i], t[r][i]));
+            t[r][i] = _mm256_fnmadd_ps(z[i], xs, _mm256_fmadd_ps(s[i], acc[0][r][i], t[r][i]));
           else
-            t[r][i] = _mm256_fmadd_ps(_mm256_load_ps(s + 8 * i),
-                                      _mm256_fnmadd_ps(z[i], xs, acc[0][r][i]), t[r][i]);
+            t[r][i] = _mm256_fmadd_ps(s[i], _mm256_fnmadd_ps(z[i], xs, acc[0][r][i]), t[r][i]);
         }
       }
     } else {

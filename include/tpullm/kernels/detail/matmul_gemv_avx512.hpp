@@ -75,9 +75,8 @@ TPULLM_TARGET_AVX512 void gemv_panel_avx512(const LinearArgs& a, std::int64_t m0
       }
     if constexpr (is_quantized(F)) {
       const std::int64_t g = ks / w.group_rows();
-      GroupParams s_buf;
-      const float* s = panel_scales(w, p, g, s_buf);
-      const __m512 s0 = _mm512_load_ps(s), s1 = _mm512_load_ps(s + 16);
+      __m512 s0, s1;
+      group_scale_avx512(w, p, g, s0, s1);
       __m512 z0, z1;
       if constexpr (has_mins(F))
         group_min_avx512(w, p, g, z0, z1); // t += s acc - m xs
@@ -173,22 +172,17 @@ TPULLM_TARGET_AVX512 void gemv_panels_avx512_r1(const LinearArgs& a, std::int64_
     for (int s = 0; s < S; ++s) {
       if constexpr (is_quantized(F)) {
         const std::int64_t g = ks / w.group_rows();
-        GroupParams sc_buf;
-        const float* sc = panel_scales(w, p + s, g, sc_buf);
-        __m512 z0, z1;
+        __m512 sc0, sc1, z0, z1;
+        group_scale_avx512(w, p + s, g, sc0, sc1);
         const __m512 xs = _mm512_set1_ps(a.xsum[gi]);
         if constexpr (has_mins(F)) { // t += s acc - m xs
           group_min_avx512(w, p + s, g, z0, z1);
-          t[s][0] =
-              _mm512_fnmadd_ps(z0, xs, _mm512_fmadd_ps(_mm512_load_ps(sc), acc[0][s][0], t[s][0]));
-          t[s][1] = _mm512_fnmadd_ps(
-              z1, xs, _mm512_fmadd_ps(_mm512_load_ps(sc + 16), acc[0][s][1], t[s][1]));
+          t[s][0] = _mm512_fnmadd_ps(z0, xs, _mm512_fmadd_ps(sc0, acc[0][s][0], t[s][0]));
+          t[s][1] = _mm512_fnmadd_ps(z1, xs, _mm512_fmadd_ps(sc1, acc[0][s][1], t[s][1]));
         } else {
           group_zero_avx512<F>(w, p + s, g, z0, z1);
-          t[s][0] =
-              _mm512_fmadd_ps(_mm512_load_ps(sc), _mm512_fnmadd_ps(z0, xs, acc[0][s][0]), t[s][0]);
-          t[s][1] = _mm512_fmadd_ps(_mm512_load_ps(sc + 16), _mm512_fnmadd_ps(z1, xs, acc[0][s][1]),
-                                    t[s][1]);
+          t[s][0] = _mm512_fmadd_ps(sc0, _mm512_fnmadd_ps(z0, xs, acc[0][s][0]), t[s][0]);
+          t[s][1] = _mm512_fmadd_ps(sc1, _mm512_fnmadd_ps(z1, xs, acc[0][s][1]), t[s][1]);
         }
       } else {
         t[s][0] = _mm512_add_ps(t[s][0], acc[0][s][0]);

@@ -54,8 +54,10 @@ template <WeightFormat F, int R, int JN>
 TPULLM_TARGET_AVX2 inline __attribute__((always_inline)) void
 int8_group_end_avx2(const PackedWeights& w, const XDigits& xd, std::int64_t m0, std::int64_t p,
                     std::int64_t g, std::int64_t gi, int j0, __m256i (*A)[JN], __m256 (*t)[JN]) {
-  GroupParams s_buf;
-  const float* s = panel_scales(w, p, g, s_buf);
+  __m256 s[4], mn[4];
+  group_scale_avx2(w, p, g, s);
+  if constexpr (has_mins(F))
+    group_min_avx2(w, p, g, mn);
   __m256 z[JN];
 #pragma GCC unroll 4
   for (int j = 0; j < JN; ++j) {
@@ -77,15 +79,13 @@ int8_group_end_avx2(const PackedWeights& w, const XDigits& xd, std::int64_t m0, 
 #pragma GCC unroll 4
     for (int j = 0; j < JN; ++j) {
       const __m256 f = _mm256_fnmadd_ps(z[j], vS, _mm256_cvtepi32_ps(A[r][j]));
-      t[r][j] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_load_ps(s + 8 * (j0 + j)), vs1), f, t[r][j]);
+      t[r][j] = _mm256_fmadd_ps(_mm256_mul_ps(s[j0 + j], vs1), f, t[r][j]);
     }
     if constexpr (has_mins(F)) {
       const __m256 xs = _mm256_set1_ps(vnni_digit_xsum(s1, S));
-      GroupParams mn_buf;
-      const float* mn = panel_mins(w, p, g, mn_buf);
 #pragma GCC unroll 4
       for (int j = 0; j < JN; ++j)
-        t[r][j] = _mm256_fnmadd_ps(_mm256_load_ps(mn + 8 * (j0 + j)), xs, t[r][j]);
+        t[r][j] = _mm256_fnmadd_ps(mn[j0 + j], xs, t[r][j]);
     }
   }
 }

@@ -63,11 +63,11 @@ TPULLM_TARGET_AVX512_VNNI inline void vnni_sub_mins(const PackedWeights& w, std:
                                                     std::int64_t g, float xs, __m512& t0,
                                                     __m512& t1) {
   if constexpr (has_mins(F)) {
-    GroupParams buf;
-    const float* m = panel_mins(w, p, g, buf);
+    __m512 m0, m1;
+    group_min_avx512(w, p, g, m0, m1);
     const __m512 x = _mm512_set1_ps(xs);
-    t0 = _mm512_fnmadd_ps(_mm512_load_ps(m), x, t0);
-    t1 = _mm512_fnmadd_ps(_mm512_load_ps(m + 16), x, t1);
+    t0 = _mm512_fnmadd_ps(m0, x, t0);
+    t1 = _mm512_fnmadd_ps(m1, x, t1);
   } else {
     (void)w, (void)p, (void)g, (void)xs, (void)t0, (void)t1;
   }
@@ -193,9 +193,8 @@ TPULLM_TARGET_AVX512_VNNI void gemv_panel_vnni_r1(const LinearArgs& a, const XDi
       }
     }
     const std::int64_t g = ks / w.group_rows();
-    GroupParams sbuf;
-    const float* s = panel_scales(w, p, g, sbuf);
-    __m512 z0, z1;
+    __m512 sc0, sc1, z0, z1;
+    group_scale_avx512(w, p, g, sc0, sc1);
     vnni_zero<F>(w, p, g, z0, z1);
     const std::int32_t* S = xd.S.data() + (m0 * xd.Gv + gi) * 3;
     const float s1f = xd.s1[static_cast<std::size_t>(m0 * xd.Gv + gi)];
@@ -204,8 +203,8 @@ TPULLM_TARGET_AVX512_VNNI void gemv_panel_vnni_r1(const LinearArgs& a, const XDi
                                          _mm512_add_epi32(u0a, u0b), z0, S);
     const __m512 r1 = vnni_group_sum<ND>(_mm512_add_epi32(h1a, h1b), _mm512_add_epi32(l1a, l1b),
                                          _mm512_add_epi32(u1a, u1b), z1, S);
-    t0 = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_load_ps(s), s1), r0, t0);
-    t1 = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_load_ps(s + 16), s1), r1, t1);
+    t0 = _mm512_fmadd_ps(_mm512_mul_ps(sc0, s1), r0, t0);
+    t1 = _mm512_fmadd_ps(_mm512_mul_ps(sc1, s1), r1, t1);
     if constexpr (has_mins(F))
       vnni_sub_mins<F>(w, p, g, vnni_digit_xsum(s1f, S), t0, t1);
   }
@@ -311,9 +310,8 @@ TPULLM_TARGET_AVX512_VNNI void gemv_panel_vnni(const LinearArgs& a, const XDigit
       }
     }
     const std::int64_t g = ks / w.group_rows();
-    GroupParams sbuf;
-    const float* s = panel_scales(w, p, g, sbuf);
-    __m512 z[2];
+    __m512 sc[2], z[2];
+    group_scale_avx512(w, p, g, sc[0], sc[1]);
     vnni_zero<F>(w, p, g, z[0], z[1]);
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) {
@@ -334,8 +332,7 @@ TPULLM_TARGET_AVX512_VNNI void gemv_panel_vnni(const LinearArgs& a, const XDigit
         if constexpr (ND == 3)
           sum = _mm512_fmadd_ps(f[2], _mm512_set1_ps(1.0f / 65536.0f),
                                 _mm512_fmadd_ps(f[1], _mm512_set1_ps(1.0f / 256.0f), f[0]));
-        t[r][h] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_load_ps(s + 16 * h), _mm512_set1_ps(s1)),
-                                  sum, t[r][h]);
+        t[r][h] = _mm512_fmadd_ps(_mm512_mul_ps(sc[h], _mm512_set1_ps(s1)), sum, t[r][h]);
       }
       if constexpr (has_mins(F))
         vnni_sub_mins<F>(w, p, g, vnni_digit_xsum(s1, S), t[r][0], t[r][1]);
@@ -445,14 +442,13 @@ TPULLM_TARGET_AVX512_VNNI void gemv_panels_vnni_r1(const LinearArgs& a, const XD
     [[maybe_unused]] const float xs = has_mins(F) ? vnni_digit_xsum(s1f, S3) : 0.0f;
 #pragma GCC unroll 8
     for (int s = 0; s < S; ++s) {
-      GroupParams sbuf;
-      const float* sc = panel_scales(w, p + s, g, sbuf);
-      __m512 z[2];
+      __m512 sc[2], z[2];
+      group_scale_avx512(w, p + s, g, sc[0], sc[1]);
       vnni_zero<F>(w, p + s, g, z[0], z[1]);
 #pragma GCC unroll 2
       for (int h = 0; h < 2; ++h) {
         const __m512 r = vnni_group_sum<ND>(acc[s][0][h], acc[s][1][h], acc[s][2][h], z[h], S3);
-        t[s][h] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_load_ps(sc + 16 * h), s1), r, t[s][h]);
+        t[s][h] = _mm512_fmadd_ps(_mm512_mul_ps(sc[h], s1), r, t[s][h]);
       }
       if constexpr (has_mins(F))
         vnni_sub_mins<F>(w, p + s, g, xs, t[s][0], t[s][1]);

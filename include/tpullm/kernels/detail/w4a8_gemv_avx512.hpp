@@ -110,18 +110,16 @@ TPULLM_TARGET_AVX512_VNNI void w4a8_panels_avx512(const W4A8Row& r, const Packed
     const __m512 sq = _mm512_set1_ps(static_cast<float>(r.Sq[static_cast<std::size_t>(g)]));
 #pragma GCC unroll 4
     for (int s = 0; s < S; ++s) {
-      GroupParams sc_buf;
-      const float* sc = panel_scales(w, p + s, g, sc_buf);
-      __m512 z[2];
+      __m512 sc[2], z[2];
+      group_scale_avx512(w, p + s, g, sc[0], sc[1]);
       if constexpr (F == WeightFormat::int4_sym)
         z[0] = z[1] = _mm512_set1_ps(8.0f);
       else
         group_zero_avx512<F>(w, p + s, g, z[0], z[1]);
 #pragma GCC unroll 2
       for (int h = 0; h < 2; ++h)
-        t[s][h] =
-            _mm512_fmadd_ps(_mm512_load_ps(sc + 16 * h),
-                            _mm512_fnmadd_ps(z[h], sq, _mm512_cvtepi32_ps(acc[s][h])), t[s][h]);
+        t[s][h] = _mm512_fmadd_ps(sc[h], _mm512_fnmadd_ps(z[h], sq, _mm512_cvtepi32_ps(acc[s][h])),
+                                  t[s][h]);
     }
   }
   const __m512 sx = _mm512_set1_ps(r.sx);
