@@ -328,21 +328,21 @@ struct PackedWeights {
   std::int64_t scale_rows() const { return two_level() ? K / super_rows : groups(); }
   /// Scale of group g, column c (0..31) of panel p: the stored f32, or super * code (two-level).
   float scale_of(std::int64_t p, std::int64_t g, std::int64_t c) const {
-    if (!two_level())
-      return scales[static_cast<std::size_t>((p * groups() + g) * kPanelCols + c)];
-    const std::int64_t s = g * group_size / super_rows;
-    return scales[static_cast<std::size_t>((p * scale_rows() + s) * kPanelCols + c)] *
-           static_cast<float>(
-               scale_codes[static_cast<std::size_t>((p * groups() + g) * kPanelCols + c)]);
+    return param_of(scales, scale_codes, p, g, c);
   }
   /// Min of group g, column c of panel p (scale-and-min formats), as scale_of.
   float min_of(std::int64_t p, std::int64_t g, std::int64_t c) const {
+    return param_of(mins, min_codes, p, g, c);
+  }
+  /// Group g's parameter of column c of panel p from `f32` (and `codes` when two-level).
+  float param_of(const AlignedArray<float>& f32, const AlignedArray<std::int8_t>& codes,
+                 std::int64_t p, std::int64_t g, std::int64_t c) const {
+    const auto at = static_cast<std::size_t>((p * groups() + g) * kPanelCols + c);
     if (!two_level())
-      return mins[static_cast<std::size_t>((p * groups() + g) * kPanelCols + c)];
+      return f32[at];
     const std::int64_t s = g * group_size / super_rows;
-    return mins[static_cast<std::size_t>((p * scale_rows() + s) * kPanelCols + c)] *
-           static_cast<float>(
-               min_codes[static_cast<std::size_t>((p * groups() + g) * kPanelCols + c)]);
+    return f32[static_cast<std::size_t>((p * scale_rows() + s) * kPanelCols + c)] *
+           static_cast<float>(codes[at]);
   }
 
   /// Rows actually stored per panel: K rounded up to the format's row group.

@@ -185,14 +185,24 @@ two_level_params(const float* super, const std::int8_t* code, GroupParams& out) 
   return out.v;
 }
 
+/// Group g of panel p's 32 parameters from `f32` (one level) or, two-level, formed into `buf`
+/// as f32 super-block row times the group's codes.
+[[gnu::always_inline]] inline const float* group_params(const PackedWeights& w,
+                                                        const AlignedArray<float>& f32,
+                                                        const AlignedArray<std::int8_t>& codes,
+                                                        std::int64_t p, std::int64_t g,
+                                                        GroupParams& buf) {
+  if (!w.two_level())
+    return f32.data() + (p * w.groups() + g) * kPanelCols;
+  const TwoLevelAt at = two_level_at(w, p, g);
+  return two_level_params(f32.data() + at.super, codes.data() + at.code, buf);
+}
+
 /// The 32 scales (64-byte aligned) of group g of panel p: a pointer into w.scales, or, for
 /// two-level scales, `buf` holding each column's super-block scale times the group's code.
 [[gnu::always_inline]] inline const float* panel_scales(const PackedWeights& w, std::int64_t p,
                                                         std::int64_t g, GroupParams& buf) {
-  if (!w.two_level())
-    return w.scales.data() + (p * w.groups() + g) * kPanelCols;
-  const TwoLevelAt at = two_level_at(w, p, g);
-  return two_level_params(w.scales.data() + at.super, w.scale_codes.data() + at.code, buf);
+  return group_params(w, w.scales, w.scale_codes, p, g, buf);
 }
 inline const std::uint8_t* panel_zeros(const PackedWeights& w, std::int64_t p, std::int64_t g) {
   return w.zeros.data() + (p * w.groups() + g) * kPanelCols;
@@ -205,10 +215,7 @@ inline const float* per_channel_scales(const PackedWeights& w, std::int64_t p) {
 /// The 32 mins of group g of panel p (scale-and-min formats), as panel_scales.
 [[gnu::always_inline]] inline const float* panel_mins(const PackedWeights& w, std::int64_t p,
                                                       std::int64_t g, GroupParams& buf) {
-  if (!w.two_level())
-    return w.mins.data() + (p * w.groups() + g) * kPanelCols;
-  const TwoLevelAt at = two_level_at(w, p, g);
-  return two_level_params(w.mins.data() + at.super, w.min_codes.data() + at.code, buf);
+  return group_params(w, w.mins, w.min_codes, p, g, buf);
 }
 inline const std::uint8_t* panel_row(const PackedWeights& w, std::int64_t p, std::int64_t k) {
   return w.data.data() + (p * w.stored_rows() + k) * row_bytes(w.format);
