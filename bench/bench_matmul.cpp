@@ -138,8 +138,7 @@ inline PackedWeights random_packed_group(WeightFormat f, std::int64_t K, std::in
   for (std::size_t i = 0; i < w.mins.size(); ++i)
     w.mins[i] = 1e-4f * static_cast<float>(static_cast<int>(rng() % 2001) - 1000);
   if (super_rows > 0) { // the super-block values and codes: what a K-quant file holds
-    w.super_rows = super_rows;
-    PackedWeights two = kernels::detail::make_packed_like(w);
+    PackedWeights two = kernels::detail::make_packed(f, K, N, w.group_size, super_rows);
     two.data = std::move(w.data);
     for (std::size_t i = 0; i < two.scales.size(); ++i)
       two.scales[i] = 1e-3f + 1e-6f * static_cast<float>(rng() % 1000);

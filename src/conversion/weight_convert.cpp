@@ -241,9 +241,9 @@ PackedWeights packed_view(const ir::Weight& w) {
   if (kernels::is_quantized(f)) {
     const std::int64_t n = p.panels() * p.groups() * kernels::kPanelCols;
     const std::int64_t ns = p.panels() * p.scale_rows() * kernels::kPanelCols;
-    check(!p.two_level() || (p.super_rows % p.group_size == 0 && K % p.super_rows == 0 &&
-                             !kernels::has_zeros(f) && p.group_size < K),
-          ErrorKind::invalid_input, where, "has two-level scales that do not fit its groups");
+    check(kernels::super_rows_fit(f, K, p.group_size, p.super_rows), ErrorKind::invalid_input,
+          where, "has two-level scales of ", p.super_rows,
+          " rows that do not fit its groups (a multiple of the group size dividing K)");
     if (p.two_level()) {
       p.scale_codes = kernels::AlignedArray<std::int8_t>::borrow(
           reinterpret_cast<const std::int8_t*>(bytes_of("scale_codes", n, ir::DType::i8)),
@@ -601,13 +601,7 @@ const ir::Weight& WeightConverter::concat_packed(const std::vector<const ir::Wei
     for (const auto& v : views)
       check(v.k_perm == views.front().k_perm, ErrorKind::invalid_input, where_of(first),
             "weights with different act-order row permutations cannot be concatenated");
-    PackedWeights shape;
-    shape.format = f;
-    shape.K = K;
-    shape.N = N;
-    shape.group_size = group;
-    shape.super_rows = super_rows;
-    PackedWeights out = kernels::detail::make_packed_like(shape);
+    PackedWeights out = kernels::detail::make_packed(f, K, N, group, super_rows);
     out.k_perm = views.front().k_perm;
     // Every array is [P][rows][32] per panel, panel after panel: the parts' panels follow each
     // other (every part but the last has whole panels), so each array is the parts' end to end.

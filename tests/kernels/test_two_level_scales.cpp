@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <random>
 #include <span>
 #include <string>
@@ -261,11 +262,13 @@ TEST_CASE("two-level scales refuse layouts without a two-level form and products
                                           std::vector<std::int8_t>(N, 1),
                                           std::vector<float>(2 * N)),
                     Catch::Contains("per-channel"));
+  std::optional<ErrorKind> kind;
   try {
     again(256, bad, t.supers, t.one);
   } catch (const Error& e) {
-    CHECK(e.kind() == ErrorKind::invalid_input);
+    kind = e.kind();
   }
+  CHECK(kind == ErrorKind::invalid_input);
 }
 
 TEST_CASE("two-level linear gives the one-level bits on every path, both x precisions",
@@ -274,7 +277,6 @@ TEST_CASE("two-level linear gives the one-level bits on every path, both x preci
   // kernel and its remainder); M = 1 / 3 the GEMV, 6 the multi-row integer GEMV, 40 the GEMM and
   // the AMX tiles.
   const std::int64_t K = 768, N = 103;
-  int runs = 0;
   for (WeightFormat f : kTwoLevelFormats)
     for (bool act_order : {false, true}) {
       const std::int64_t group = ggml_group(f);
@@ -292,7 +294,6 @@ TEST_CASE("two-level linear gives the one-level bits on every path, both x preci
               linear(x, t.one, bias, y1, {M, K, N}, {SplitDim::cols, 2}, prec);
               linear(x, t.two, bias, y2, {M, K, N}, {SplitDim::cols, 2}, prec);
             });
-            ++runs;
             INFO(format_name(f) << (act_order ? " act-order" : "") << " M=" << M << " path "
                                 << p.name << (prec == XPrecision::int8 ? " x int8" : " x f32"));
             CHECK(std::isfinite(y1[0]));
@@ -300,7 +301,6 @@ TEST_CASE("two-level linear gives the one-level bits on every path, both x preci
           }
       }
     }
-  CHECK(runs >= 6 * 2 * 4 * 4);
 }
 
 TEST_CASE("two-level SwiGLU MLP gives the one-level bits", "[two_level][mlp]") {

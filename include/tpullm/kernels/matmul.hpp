@@ -208,11 +208,10 @@ inline void check_weights(const char* what, const PackedWeights& w) {
       static_cast<std::int64_t>(w.data.size()) != w.panels() * w.stored_rows() * rb)
     throw_error(ErrorKind::internal, "",
                 std::string(what) + ": packed weights are empty or inconsistent");
-  if (is_quantized(w.format) &&
-      (w.group_size <= 0 || w.K % w.group_size != 0 ||
-       (w.two_level() &&
-        (w.super_rows % w.group_size != 0 || w.K % w.super_rows != 0 || has_zeros(w.format))) ||
-       static_cast<std::int64_t>(w.scales.size()) != w.panels() * w.scale_rows() * kPanelCols))
+  if (!super_rows_fit(w.format, w.K, w.group_size, w.super_rows) ||
+      (is_quantized(w.format) &&
+       (w.group_size <= 0 || w.K % w.group_size != 0 ||
+        static_cast<std::int64_t>(w.scales.size()) != w.panels() * w.scale_rows() * kPanelCols)))
     throw_error(ErrorKind::internal, "",
                 std::string(what) + ": bad group_size / scales for " +
                     std::string(format_name(w.format)));
@@ -223,12 +222,13 @@ inline void check_weights(const char* what, const PackedWeights& w) {
       (w.scale_codes.size() != codes || w.min_codes.size() != (has_mins(w.format) ? codes : 0)))
     throw_error(ErrorKind::internal, "",
                 std::string(what) + ": " + std::string(format_name(w.format)) + " weights need " +
-                    std::to_string(codes) + " scale codes");
+                    std::to_string(codes) + " scale codes (and as many min codes with mins)");
   if ((has_zeros(w.format) && w.zeros.size() != params) ||
       (has_mins(w.format) && w.mins.size() != supers))
     throw_error(ErrorKind::internal, "",
                 std::string(what) + ": " + std::string(format_name(w.format)) + " weights need " +
-                    std::to_string(params) + (has_mins(w.format) ? " mins" : " zero points"));
+                    std::to_string(has_mins(w.format) ? supers : params) +
+                    (has_mins(w.format) ? " mins" : " zero points"));
 }
 
 } // namespace detail

@@ -235,6 +235,18 @@ constexpr bool is_six_format(WeightFormat f) {
   return f == WeightFormat::int6_sym || f == WeightFormat::int6_min;
 }
 
+/// True when `super_rows` is 0 (one f32 scale per group) or a super-block two-level scales can
+/// use for format f, [K, *], `group` rows per group: a multiple of the group (which must be
+/// positive and less than K: a per-channel weight has no two-level form) dividing K, in a format
+/// with scales and without zero points.
+constexpr bool super_rows_fit(WeightFormat f, std::int64_t K, std::int64_t group,
+                              std::int64_t super_rows) {
+  if (super_rows == 0)
+    return true;
+  return super_rows > 0 && is_quantized(f) && !has_zeros(f) && group > 0 && group < K &&
+         super_rows % group == 0 && K % super_rows == 0;
+}
+
 /// The zero point a format's unsigned codes carry when it has no per-group zeros: 8 for int4_sym,
 /// 32 for int6_sym, 0 otherwise.
 constexpr int fixed_zero(WeightFormat f) {
@@ -312,9 +324,9 @@ struct PackedWeights {
   std::int64_t N = 0;                      ///< columns (output features)
   std::int64_t group_size = 0;             ///< rows per scale group; K for per-channel / floats
   AlignedArray<std::uint8_t> data;         ///< [P][Kp][row_bytes] panels (see file comment)
-  AlignedArray<float> scales;              ///< [P][G][32] (quantized formats), else empty
+  AlignedArray<float> scales;              ///< [P][scale_rows()][32] (quantized), else empty
   AlignedArray<std::uint8_t> zeros;        ///< [P][G][32] (int4_asym, int8_asym), else empty
-  AlignedArray<float> mins;                ///< [P][G][32] (int4_min, int8_min), else empty
+  AlignedArray<float> mins;                ///< [P][scale_rows()][32] (has_mins), else empty
   std::vector<std::int32_t> k_perm;        ///< [K] original row of packed row j, or empty
   /// Two-level scales: rows per super-block (a multiple of group_size dividing K), else 0. Then
   /// `scales` / `mins` are [P][K / super_rows][32] and the codes below hold each group's factor.
@@ -394,44 +406,36 @@ inline std::int64_t check_group(std::string_view what, std::int64_t K, std::int6
   return K / group;
 }
 
-inline PackedWeights make_packed(WeightFormat f, std::int64_t K, std::int64_t N,
-                                 std::int64_t group) {
+/// A zeroed PackedWeights of format f, [K, N], `group` rows per group and `super_rows` (0: one
+/// f32 scale per group; else two-level, which the caller has checked with super_rows_fit).
+inline PackedWeights make_packed(WeightFormat f, std::int64_t K, std::int64_t N, std::int64_t group,
+                                 std::int64_t super_rows = 0) {
   PackedWeights w;
   w.format = f;
   w.K = K;
   w.N = N;
   w.group_size = group;
+  w.super_rows = super_rows;
+  const auto per_group = static_cast<std::size_t>(w.panels() * w.groups() * kPanelCols);
+  const auto per_scale_row = static_cast<std::size_t>(w.panels() * w.scale_rows() * kPanelCols);
   w.data = AlignedArray<std::uint8_t>(static_cast<std::size_t>(w.panels() * w.panel_bytes()));
   if (is_quantized(f))
-    w.scales = AlignedArray<float>(static_cast<std::size_t>(w.panels() * w.groups() * kPanelCols));
+    w.scales = AlignedArray<float>(per_scale_row);
   if (has_zeros(f))
-    w.zeros =
-        AlignedArray<std::uint8_t>(static_cast<std::size_t>(w.panels() * w.groups() * kPanelCols));
+    w.zeros = AlignedArray<std::uint8_t>(per_group);
   if (has_mins(f))
-    w.mins = AlignedArray<float>(static_cast<std::size_t>(w.panels() * w.groups() * kPanelCols));
-  return w;
-}
-
-/// A zeroed PackedWeights with w's format, shape, groups and scale levels (k_perm not copied).
-inline PackedWeights make_packed_like(const PackedWeights& w) {
-  PackedWeights out = make_packed(w.format, w.K, w.N, w.group_size);
+    w.mins = AlignedArray<float>(per_scale_row);
   if (w.two_level()) {
-    const auto per_group = static_cast<std::size_t>(w.panels() * w.groups() * kPanelCols);
-    const auto per_super = static_cast<std::size_t>(w.panels() * w.scale_rows() * kPanelCols);
-    out.super_rows = w.super_rows;
-    out.scales = AlignedArray<float>(per_super);
-    out.scale_codes = AlignedArray<std::int8_t>(per_group);
-    if (has_mins(w.format)) {
-      out.mins = AlignedArray<float>(per_super);
-      out.min_codes = AlignedArray<std::int8_t>(per_group);
-    }
+    w.scale_codes = AlignedArray<std::int8_t>(per_group);
+    if (has_mins(f))
+      w.min_codes = AlignedArray<std::int8_t>(per_group);
   }
-  return out;
+  return w;
 }
 
 /// A copy of w that owns all its arrays.
 inline PackedWeights copy_packed(const PackedWeights& w) {
-  PackedWeights out = make_packed_like(w);
+  PackedWeights out = make_packed(w.format, w.K, w.N, w.group_size, w.super_rows);
   auto copy = [](auto& to, const auto& from) {
     if (!from.empty())
       std::memcpy(to.data(), from.data(), from.size() * sizeof(from[0]));
@@ -789,7 +793,7 @@ inline PackedWeights permute_columns(const PackedWeights& w, std::span<const std
     throw_error(ErrorKind::invalid_input, "",
                 "permute_columns: expected " + std::to_string(w.N) + " columns, got " +
                     std::to_string(cols.size()));
-  PackedWeights out = detail::make_packed_like(w);
+  PackedWeights out = detail::make_packed(w.format, w.K, w.N, w.group_size, w.super_rows);
   out.k_perm = w.k_perm;
   const std::int64_t Kp = w.stored_rows();
   const bool nibbles = is_nibble_format(w.format);

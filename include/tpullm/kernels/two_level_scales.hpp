@@ -34,11 +34,11 @@ inline PackedWeights with_two_level_scales(PackedWeights w, std::int64_t super_r
     fail("need a quantized weight without zero points whose scales are one f32 per group");
   if (w.group_size == w.K)
     fail("a per-channel weight (one group) has no two-level form");
-  if (super_rows <= 0 || super_rows % w.group_size != 0 || w.K % super_rows != 0)
+  if (super_rows == 0 || !super_rows_fit(w.format, w.K, w.group_size, super_rows))
     fail("super_rows = " + std::to_string(super_rows) + " must be a multiple of group_size = " +
          std::to_string(w.group_size) + " that divides K = " + std::to_string(w.K));
   const bool mins = has_mins(w.format);
-  const std::int64_t G = w.groups(), S = w.K / super_rows, N = w.N, P = w.panels();
+  const std::int64_t G = w.groups(), S = w.K / super_rows, N = w.N;
   const auto gn = static_cast<std::size_t>(G * N), sn = static_cast<std::size_t>(S * N);
   if (scale_codes.size() != gn || super_scales.size() != sn)
     fail("expected " + std::to_string(gn) + " scale codes [G, N] and " + std::to_string(sn) +
@@ -50,20 +50,10 @@ inline PackedWeights with_two_level_scales(PackedWeights w, std::int64_t super_r
                     " super-block mins"
               : "a format without mins takes no min codes");
 
-  PackedWeights out;
-  out.format = w.format;
-  out.K = w.K;
-  out.N = N;
-  out.group_size = w.group_size;
+  // (make_packed's zeroed data array is never touched: w's codes move in.)
+  PackedWeights out = detail::make_packed(w.format, w.K, N, w.group_size, super_rows);
   out.data = std::move(w.data);
   out.k_perm = std::move(w.k_perm);
-  out.super_rows = super_rows;
-  out.scales = AlignedArray<float>(static_cast<std::size_t>(P * S * kPanelCols));
-  out.scale_codes = AlignedArray<std::int8_t>(static_cast<std::size_t>(P * G * kPanelCols));
-  if (mins) {
-    out.mins = AlignedArray<float>(static_cast<std::size_t>(P * S * kPanelCols));
-    out.min_codes = AlignedArray<std::int8_t>(static_cast<std::size_t>(P * G * kPanelCols));
-  }
   const auto same = [](float a, float b) { return std::memcmp(&a, &b, sizeof a) == 0; };
   for (std::int64_t n = 0; n < N; ++n) {
     const std::int64_t p = n / kPanelCols, c = n % kPanelCols;

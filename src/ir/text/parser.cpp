@@ -91,6 +91,8 @@ auto Parser::parse_quant() -> QuantSpec {
     advance();
     const Token flag = expect(Tok::bare_id, "'zero_point', 'act_order', 'min' or 'super'");
     if (flag.text == "super") {
+      if (q.super_rows != 0)
+        throw DiagnosticError(flag.loc, "'super' given twice");
       expect(Tok::equal, "'='");
       q.super_rows = parse_int();
       if (q.super_rows <= 0)

@@ -87,37 +87,38 @@ TPULLM_TARGET_AVX2 inline void group_zero_avx2(const PackedWeights& w, std::int6
   }
 }
 
-/// One group's 32 parameters from `f32` (one level) or super-block f32 times int8 codes
-/// (two-level), columns 0-7, 8-15, 16-23, 24-31.
+/// One group's parameters from `f32` (one level) or super-block f32 times int8 codes
+/// (two-level) for the column octets i0..i0+n-1 (v[i] holds columns 8i..8i+7; others untouched).
 TPULLM_TARGET_AVX2 inline void group_params_avx2(const PackedWeights& w,
                                                  const AlignedArray<float>& f32,
                                                  const AlignedArray<std::int8_t>& codes,
-                                                 std::int64_t p, std::int64_t g, __m256* v) {
+                                                 std::int64_t p, std::int64_t g, __m256* v,
+                                                 int i0 = 0, int n = 4) {
   if (!w.two_level()) {
     const float* s = f32.data() + (p * w.groups() + g) * kPanelCols;
-    for (int i = 0; i < 4; ++i)
+    for (int i = i0; i < i0 + n; ++i)
       v[i] = _mm256_load_ps(s + 8 * i);
     return;
   }
   const TwoLevelAt at = two_level_at(w, p, g);
   const float* s = f32.data() + at.super;
   const std::int8_t* c = codes.data() + at.code;
-  for (int i = 0; i < 4; ++i)
+  for (int i = i0; i < i0 + n; ++i)
     v[i] = _mm256_mul_ps(_mm256_load_ps(s + 8 * i),
                          _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(
                              _mm_loadl_epi64(reinterpret_cast<const __m128i*>(c + 8 * i)))));
 }
 
-/// The group's scales, columns 0-7, 8-15, 16-23, 24-31.
+/// The group's scales, columns 0-7, 8-15, 16-23, 24-31 (octets i0..i0+n-1 only).
 TPULLM_TARGET_AVX2 inline void group_scale_avx2(const PackedWeights& w, std::int64_t p,
-                                                std::int64_t g, __m256* s) {
-  group_params_avx2(w, w.scales, w.scale_codes, p, g, s);
+                                                std::int64_t g, __m256* s, int i0 = 0, int n = 4) {
+  group_params_avx2(w, w.scales, w.scale_codes, p, g, s, i0, n);
 }
 
-/// The group's mins (int4_min / int8_min / int6_min), columns 0-7, 8-15, 16-23, 24-31.
+/// The group's mins (int4_min / int8_min / int6_min), as group_scale_avx2.
 TPULLM_TARGET_AVX2 inline void group_min_avx2(const PackedWeights& w, std::int64_t p,
-                                              std::int64_t g, __m256* m) {
-  group_params_avx2(w, w.mins, w.min_codes, p, g, m);
+                                              std::int64_t g, __m256* m, int i0 = 0, int n = 4) {
+  group_params_avx2(w, w.mins, w.min_codes, p, g, m, i0, n);
 }
 
 TPULLM_TARGET_AVX2 inline __m256i col_mask_avx2(int ncols, int part) {

@@ -175,8 +175,9 @@ inline TwoLevelAt two_level_at(const PackedWeights& w, std::int64_t p, std::int6
           (p * w.groups() + g) * kPanelCols};
 }
 
-/// Forms the 32 products super * code of a two-level group into `out` (vectorised with the
-/// caller's ISA: always inlined into each kernel).
+/// Forms the 32 products super * code of a two-level group into `out`: for the portable path and
+/// the AMX epilogue (GCC may leave this loop scalar; the AVX2 / AVX-512 paths form the products
+/// in registers with group_params_avx2 / group_params_avx512).
 [[gnu::always_inline]] inline const float*
 two_level_params(const float* super, const std::int8_t* code, GroupParams& out) {
 #pragma GCC unroll 32

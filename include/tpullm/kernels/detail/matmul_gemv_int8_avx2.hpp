@@ -54,10 +54,10 @@ template <WeightFormat F, int R, int JN>
 TPULLM_TARGET_AVX2 inline __attribute__((always_inline)) void
 int8_group_end_avx2(const PackedWeights& w, const XDigits& xd, std::int64_t m0, std::int64_t p,
                     std::int64_t g, std::int64_t gi, int j0, __m256i (*A)[JN], __m256 (*t)[JN]) {
-  __m256 s[4], mn[4];
-  group_scale_avx2(w, p, g, s);
+  __m256 s[4], mn[4]; // only the octets j0..j0+JN-1 are formed and read
+  group_scale_avx2(w, p, g, s, j0, JN);
   if constexpr (has_mins(F))
-    group_min_avx2(w, p, g, mn);
+    group_min_avx2(w, p, g, mn, j0, JN);
   __m256 z[JN];
 #pragma GCC unroll 4
   for (int j = 0; j < JN; ++j) {
