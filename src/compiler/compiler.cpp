@@ -10,6 +10,8 @@
 #include <thread>
 
 #include "tpullm/ir/verifier.hpp"
+#include "tpullm/ir/tpu_ops.hpp"
+#include "tpullm/memory/kv_rings.hpp"
 #include "tpullm/memory/plan_memory.hpp"
 #include "tpullm/pass/pass_registry.hpp"
 #include "tpullm/tiling/layer_group.hpp"
@@ -17,6 +19,16 @@
 namespace tpullm::compiler {
 
 namespace {
+
+/// True when an attention op of `modules` has a sliding window.
+bool has_window(const std::vector<ir::Module>& modules) {
+  for (const auto& m : modules)
+    for (const auto& f : m.functions())
+      for (const auto& op : f->ops())
+        if (const auto* a = op->as<ir::tpu::FAttentionOp>(); a && a->window)
+          return true;
+  return false;
+}
 
 /// Runs entries [first, last) of `pipeline` on one module, with the shared converter in the
 /// context. The IR is verified after every pass: a pass that leaves it invalid is our bug.
@@ -126,7 +138,14 @@ codegen::CompiledModel compile(std::vector<ir::Module> modules, const CompileOpt
   memory::KvNeeds need;
   for (const auto& m : modules)
     need = memory::kv_needs(m, need);
-  const std::int64_t capacity = std::max(need.capacity, o.kv_capacity);
+  std::int64_t capacity = std::max(need.capacity, o.kv_capacity);
+  // A sliding-window layer's cache may be kept as a ring (memory/kv_rings.hpp), which maps
+  // whole pages: with a window, every cache starts on a page (a few positions more, never
+  // touched).
+  if (need.row > 0 && has_window(modules)) {
+    const std::int64_t q = memory::ring_quantum(need.row, memory::kRingPage);
+    capacity = (capacity + q - 1) / q * q;
+  }
   out.kv = {layers, need.row > 0 ? capacity : 0, need.row};
   out.kv.dtype = planned.lower.plan->kv_dtype;
   const pass::Pipeline pipeline = compile_pipeline(planned, capacity);
