@@ -2,6 +2,7 @@
 #include "tpullm/frontend/memory_estimate.hpp"
 
 #include "tpullm/memory/kv_geometry.hpp"
+#include "tpullm/memory/kv_rings.hpp"
 
 namespace tpullm::frontend::detail {
 
@@ -90,8 +91,19 @@ MemoryEstimate estimate_memory(const ModelDesc& d, const StageParams& p, Workloa
     // its dtype for k and v of every layer, and one call's activations.
     const double tables = d.tie_word_embeddings ? 1 : 2;
     e.weights += 4 * (detail::all_layer_elements(d) + tables * vocab * h + h);
-    e.seq_length += 2 * layers * seq *
-                    static_cast<double>(memory::kv_row_bytes(kv_dtype, m.kv_heads, m.head_dim));
+    // A sliding-window layer's cache is a ring (memory/kv_rings.hpp): its window plus the
+    // longest call's rows, in whole pages, when that is shorter than the sequence.
+    const std::int64_t row = memory::kv_row_bytes(kv_dtype, m.kv_heads, m.head_dim);
+    const memory::KvGeometry g{m.layers, p.seq_length, row};
+    const auto rings = memory::plan_kv_rings(
+        g, d.sliding_windows,
+        std::vector<std::int64_t>(static_cast<std::size_t>(std::max<std::int64_t>(m.layers, 0)),
+                                  p.max_input_length),
+        memory::kRingPage);
+    double positions = 0;
+    for (std::int64_t l = 0; l < m.layers; ++l)
+      positions += static_cast<double>(rings.kept(l, p.seq_length));
+    e.seq_length += 2 * positions * static_cast<double>(row);
     e.max_input_length += 4 * 4 * L * (3 * h + 3 * inter + 2 * kv_dim + vocab);
     return e;
   }

@@ -24,7 +24,8 @@ struct Executor::Impl {
   std::int64_t cores = 1, local_memory = 0;
   /// cores threads, the caller's included (shared with another executor: share_workers)
   std::shared_ptr<kernels::WorkerPool> pool;
-  kernels::AlignedArray<std::byte> kv, arena, local;
+  KvRegion kv;
+  kernels::AlignedArray<std::byte> arena, local;
   std::int64_t local_stride = 0;
   std::map<std::string, ir::Weight> weights;
   std::map<std::string, WeightRef> refs;
@@ -53,7 +54,8 @@ struct Executor::Impl {
   }
 };
 
-Executor::Executor(KvGeometry kv, std::int64_t cores, std::int64_t local_memory)
+Executor::Executor(KvGeometry kv, std::int64_t cores, std::int64_t local_memory,
+                   const memory::KvRings& rings)
     : impl_(std::make_unique<Impl>()), kv_(kv) {
   check(kv.layers >= 0 && kv.capacity >= 0 && kv.row_bytes >= 0 && kv.slots >= 1,
         ErrorKind::invalid_input, "executor", "bad KV geometry");
@@ -62,7 +64,7 @@ Executor::Executor(KvGeometry kv, std::int64_t cores, std::int64_t local_memory)
   impl_->pool = std::make_shared<kernels::WorkerPool>(
       static_cast<int>(std::min<std::int64_t>(cores, kernels::WorkerPool::kMaxThreads)));
   impl_->local_memory = local_memory;
-  impl_->kv = kernels::AlignedArray<std::byte>(static_cast<std::size_t>(kv.bytes()));
+  impl_->kv = KvRegion(kv, rings);
 }
 
 Executor::~Executor() = default;
@@ -172,6 +174,13 @@ std::span<float> Executor::cache(std::int64_t layer, int kind, std::int64_t slot
   auto* base = reinterpret_cast<float*>(impl_->kv.data() + kv_.slot_offset(slot) +
                                         kv_.cache_offset(layer, kind));
   return {base, static_cast<std::size_t>(bytes / 4)};
+}
+
+const memory::KvRings& Executor::kv_rings() const {
+  return impl_->kv.rings();
+}
+std::int64_t Executor::kv_memory_bytes() const {
+  return impl_->kv.memory_bytes();
 }
 
 std::int64_t Executor::arena_bytes() const {
@@ -312,6 +321,8 @@ Executor::run(std::int64_t id, std::span<const std::span<const std::byte>> input
               pos[i], " of row ", i, " is outside the KV cache of ", kv_.capacity, " positions");
       reg.row_slots = slots;
       reg.row_pos = pos;
+      for (std::int64_t i = 0; i < L; ++i)
+        impl_->kv.settle(slots[static_cast<std::size_t>(i)], p.info.layer, pos[i]);
     } else {
       check(slots.size() <= 1, ErrorKind::invalid_input, where,
             "a single-conversation program runs on one KV slot, got ", slots.size());
@@ -320,9 +331,11 @@ Executor::run(std::int64_t id, std::span<const std::span<const std::byte>> input
               "position_ids must be consecutive and non-negative (row ", i, " is ", pos[i],
               " after ", pos[0], ")");
       reg.pos0 = pos[0];
-      if (p.info.memory && p.info.memory->kv_row > 0)
+      if (p.info.memory && p.info.memory->kv_row > 0) {
         check(pos[0] + L <= kv_.capacity, ErrorKind::invalid_input, where, "positions ", pos[0],
               "..", pos[0] + L - 1, " do not fit the KV cache of ", kv_.capacity, " slots");
+        impl_->kv.settle(slots.empty() ? 0 : slots[0], p.info.layer, pos[0]);
+      }
     }
   }
   for (std::size_t i = 0; i < p.args.size(); ++i) {
@@ -424,7 +437,8 @@ namespace {
 
 /// The executor make_executor returns, still without weights and programs: one rule for the
 /// thread count and one memory check, whatever holds the programs (`where` names it).
-std::unique_ptr<Executor> empty_executor(KvGeometry kv, const target::Target& target,
+std::unique_ptr<Executor> empty_executor(KvGeometry kv, std::span<const codegen::Program> programs,
+                                         bool kv_rings, const target::Target& target,
                                          std::int64_t max_arena, std::int64_t max_local,
                                          std::int64_t cores, std::int64_t slots,
                                          const std::string& where) {
@@ -433,27 +447,28 @@ std::unique_ptr<Executor> empty_executor(KvGeometry kv, const target::Target& ta
   check(slots >= 1 && slots <= 4096, ErrorKind::invalid_input, "slots",
         "must be in [1, 4096], got ", slots);
   kv.slots = slots;
+  const memory::KvRings rings = kv_rings ? kv_rings_of(programs, kv) : memory::KvRings{};
   // The target's cores, but no more than this process may run on (an explicit count is obeyed).
   const std::int64_t n =
       cores > 0 ? cores : std::min<std::int64_t>(target.cores, kernels::usable_cores());
   const std::int64_t local = std::max(target.local_memory, max_local);
   // What the executor allocates (the weights stay where they are): refuse before touching it.
-  const double need = static_cast<double>(kv.bytes()) + static_cast<double>(max_arena) +
+  const double need = static_cast<double>(rings.bytes(kv)) + static_cast<double>(max_arena) +
                       static_cast<double>(local) * static_cast<double>(n);
   const double limit = frontend::memory_limit_bytes();
   check(need <= limit, ErrorKind::invalid_input, where, "running it needs ",
         static_cast<std::int64_t>(need / (1 << 20)), " MiB for the KV cache (", slots, " x ",
         kv.capacity, " positions) and activations, more than the ",
         static_cast<std::int64_t>(limit / (1 << 20)), " MiB of memory available");
-  return std::make_unique<Executor>(kv, n, local);
+  return std::make_unique<Executor>(kv, n, local, rings);
 }
 
 } // namespace
 
 std::unique_ptr<Executor> make_executor(const bundle::Bundle& b, std::int64_t cores,
-                                        std::int64_t slots) {
-  auto ex =
-      empty_executor(b.kv(), b.target(), b.max_arena(), b.max_local(), cores, slots, b.path());
+                                        std::int64_t slots, bool kv_rings) {
+  auto ex = empty_executor(b.kv(), b.programs(), kv_rings, b.target(), b.max_arena(), b.max_local(),
+                           cores, slots, b.path());
   for (const auto& w : b.weights())
     ex->add_weight(w);
   for (const auto& p : b.programs())
@@ -462,9 +477,9 @@ std::unique_ptr<Executor> make_executor(const bundle::Bundle& b, std::int64_t co
 }
 
 std::unique_ptr<Executor> make_executor(const codegen::CompiledModel& m, std::int64_t cores,
-                                        std::int64_t slots) {
-  auto ex =
-      empty_executor(m.kv, m.target, m.max_arena, m.max_local, cores, slots, "compiled model");
+                                        std::int64_t slots, bool kv_rings) {
+  auto ex = empty_executor(m.kv, m.programs, kv_rings, m.target, m.max_arena, m.max_local, cores,
+                           slots, "compiled model");
   for (const auto& mod : m.modules)
     ex->add_weights(mod);
   for (const auto& p : m.programs)

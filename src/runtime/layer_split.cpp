@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "tpullm/bundle/bundle.hpp"
+#include "tpullm/runtime/kv_region.hpp"
 #include "tpullm/support/error.hpp"
 
 namespace tpullm::runtime {
@@ -63,8 +64,10 @@ RankMemory rank_memory(const bundle::Bundle& b, LayerRange range, bool shared, s
     if (l < 0 ? shared : (l >= range.begin && l < range.end))
       m.weights += stored_bytes(w);
   }
-  const std::int64_t layers = std::max<std::int64_t>(b.model().layers, 1);
-  m.kv = b.kv().bytes() / layers * range.size();
+  // Its layers' caches, a sliding-window layer's as its ring (runtime/kv_region.hpp).
+  const auto rings = kv_rings_of(b.programs(), b.kv());
+  for (std::int64_t l = range.begin; l < range.end; ++l)
+    m.kv += 2 * rings.kept(l, b.kv().capacity) * b.kv().row_bytes * b.kv().slots;
   m.activations = b.max_arena() + std::max(b.target().local_memory, b.max_local()) * cores;
   return m;
 }

@@ -14,7 +14,8 @@ std::int64_t PromptCache::reusable(const std::vector<std::int32_t>& prompt) cons
   auto n = static_cast<std::int64_t>(mis - held_.begin());
   if (n == static_cast<std::int64_t>(prompt.size()))
     n -= 1; // the last prompt token is fed again: its logits choose the first answer token
-  return std::max<std::int64_t>(n, 0);
+  // A sliding-window layer's ring may no longer hold what the next token sees: then nothing.
+  return session_.keepable(std::max<std::int64_t>(n, 0));
 }
 
 std::int64_t PromptCache::keep_prefix(const std::vector<std::int32_t>& prompt) {

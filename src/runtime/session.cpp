@@ -110,6 +110,7 @@ auto Session::feed(std::span<const std::int32_t> tokens, bool all_rows,
     }
     run_remote(hist ? BlockKind::prefill_kv : BlockKind::prefill, P, P, pos0, cur);
     length_ += valid;
+    written_ = std::max(written_, pos0 + P);
     for (std::int64_t r = 0; r < valid; ++r)
       if (all_rows || start + r == n - 1)
         row(cur, r, start + r);
@@ -177,6 +178,7 @@ auto Session::decode_hidden(std::int32_t token) -> int {
   }
   run_remote(BlockKind::decode, 1, S, p, cur);
   length_ += 1;
+  written_ = std::max(written_, length_);
   return cur;
 }
 

@@ -9,6 +9,7 @@
 #include "command.hpp"
 #include "step_bytes.hpp"
 #include "tpullm/conversion/lower_to_tpu.hpp"
+#include "tpullm/runtime/kv_region.hpp"
 #include "tpullm/runtime/text_side.hpp"
 #include "tpullm/bundle/bundle.hpp"
 
@@ -108,7 +109,10 @@ int cmd_inspect(const std::vector<std::string>& args) {
                  {"local_memory", t.local_memory},
                  {"alignment", t.alignment}};
   const std::int64_t kv_per_token = 2 * b->kv().layers * b->kv().row_bytes; // keys and values
+  // Sliding-window layers' caches kept as rings by the executor (runtime/kv_region.hpp).
+  const auto rings = runtime::kv_rings_of(b->programs(), b->kv());
   j["memory"] = {{"kv_cache_bytes", b->kv().bytes()},
+                 {"kv_memory_bytes", rings.bytes(b->kv())},
                  {"kv_capacity", b->kv().capacity},
                  {"kv_bytes_per_token", kv_per_token},
                  {"kv_dtype", std::string(conversion::kv_dtype_spelling(b->kv().dtype))},
@@ -163,8 +167,22 @@ int cmd_inspect(const std::vector<std::string>& args) {
     attn_line = "sliding window of " +
                 (lo == hi ? std::to_string(lo) : std::to_string(lo) + "-" + std::to_string(hi)) +
                 " positions on " + std::to_string(windows.size()) + " of " +
-                std::to_string(m.layers) + " layers (the KV cache keeps every position)";
+                std::to_string(m.layers) + " layers";
+    std::int64_t ring_lo = INT64_MAX, ring_hi = 0, ringed = 0;
+    for (std::int64_t r : rings.rows)
+      if (r > 0)
+        ring_lo = std::min(ring_lo, r), ring_hi = std::max(ring_hi, r), ++ringed;
+    attn_line += ringed == 0 ? " (the KV cache keeps every position)"
+                             : " (" + std::to_string(ringed) + " of them keep a ring of " +
+                                   (ring_lo == ring_hi
+                                        ? std::to_string(ring_lo)
+                                        : std::to_string(ring_lo) + "-" + std::to_string(ring_hi)) +
+                                   " positions in memory)";
   }
+  auto& jr = j["kv_rings"] = nlohmann::ordered_json::object();
+  for (std::size_t l = 0; l < rings.rows.size(); ++l)
+    if (rings.rows[l] > 0)
+      jr[std::to_string(l)] = rings.rows[l];
   auto& jw = j["sliding_windows"] = nlohmann::ordered_json::object();
   for (const auto& [layer, w] : windows)
     jw[std::to_string(layer)] = w;
@@ -230,10 +248,12 @@ int cmd_inspect(const std::vector<std::string>& args) {
             << "text    " << text_line << "\n"
             << "target  " << t.name << ": " << t.cores << " cores, local memory " << t.local_memory
             << " B\n"
-            << "memory  KV cache " << mib(b->kv().bytes()) << " (" << b->kv().capacity << " slots, "
-            << conversion::kv_dtype_spelling(b->kv().dtype) << ", " << kv_per_token
-            << " B per token), arena " << b->max_arena() << " B (lower bound "
-            << b->arena_lower_bound() << " B), local " << b->max_local() << " B per core\n"
+            << "memory  KV cache " << mib(b->kv().bytes()) << " ("
+            << (rings.any() ? mib(rings.bytes(b->kv())) + " in memory with the rings, " : "")
+            << b->kv().capacity << " slots, " << conversion::kv_dtype_spelling(b->kv().dtype)
+            << ", " << kv_per_token << " B per token), arena " << b->max_arena()
+            << " B (lower bound " << b->arena_lower_bound() << " B), local " << b->max_local()
+            << " B per core\n"
             << "weights " << b->weights().size() << " tensors, " << mib(weight_bytes) << " "
             << j["weights"]["bytes_by_dtype"].dump() << "\n"
             << "draft   " << draft_line << "\n"

@@ -140,7 +140,8 @@ std::int64_t draft_memory_bytes(const DraftEngineHolder& e) {
   if (!e)
     return 0;
   const auto& b = e->session.bundle();
-  return b.file_bytes() + b.kv().bytes() + e->session.executor().arena_bytes();
+  return b.file_bytes() + e->session.executor().kv_memory_bytes() +
+         e->session.executor().arena_bytes();
 }
 
 DraftEngineHolder apply_draft(const DraftArgs& d, const bundle::Bundle& target,

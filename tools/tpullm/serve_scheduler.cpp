@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "tpullm/runtime/bundle_session.hpp"
+#include "tpullm/runtime/kv_region.hpp"
 
 namespace tpullm::cli::serve {
 
@@ -52,7 +53,9 @@ void Job::finish(JobOutcome o) {
 }
 
 std::int64_t Scheduler::slot_bytes(const bundle::Bundle& b, std::int64_t) {
-  return b.kv().slot_bytes(); // the executor's arena and scratch are shared by every slot
+  // A sliding-window layer's cache is its ring (runtime/kv_region.hpp). The executor's arena
+  // and scratch are shared by every slot.
+  return runtime::kv_rings_of(b.programs(), b.kv()).slot_bytes(b.kv());
 }
 
 std::int64_t Scheduler::shared_bytes(const bundle::Bundle& b, std::int64_t cores) {

@@ -29,6 +29,9 @@ public:
   std::int32_t slot() const { return slot_; }
   bool has_function(const std::string& name) const override { return exec_.has_program(name); }
   bool owns_kv_cache() const override { return true; }
+  bool kv_keeps(std::int64_t written, std::int64_t keep) const override {
+    return exec_.kv_rings().keeps(written, keep);
+  }
   Executor& executor() { return exec_; }
 
 private:

@@ -24,6 +24,8 @@
 #include "tpullm/ir/module.hpp"
 #include "tpullm/kernels/packed_weights.hpp"
 #include "tpullm/memory/kv_geometry.hpp"
+#include "tpullm/memory/kv_rings.hpp"
+#include "tpullm/runtime/kv_region.hpp"
 
 namespace tpullm::bundle {
 class Bundle;
@@ -49,8 +51,10 @@ struct ExecStats {
 class Executor {
 public:
   /// `cores`: threads the plans may use; `local_memory`: bytes of scratch per core (at least the
-  /// largest layer group's `local`).
-  Executor(KvGeometry kv, std::int64_t cores, std::int64_t local_memory);
+  /// largest layer group's `local`); `rings`: the layers whose caches are rings
+  /// (runtime/kv_region.hpp; none: every position kept).
+  Executor(KvGeometry kv, std::int64_t cores, std::int64_t local_memory,
+           const memory::KvRings& rings = {});
   ~Executor();
   Executor(const Executor&) = delete;
   Executor& operator=(const Executor&) = delete;
@@ -101,6 +105,10 @@ public:
   std::span<float> cache(std::int64_t layer, int kind, std::int64_t slot = 0);
   /// KV geometry of the owned cache.
   const KvGeometry& kv_geometry() const { return kv_; }
+  /// The sliding-window layers whose caches are rings (memory/kv_rings.hpp; empty: none).
+  const memory::KvRings& kv_rings() const;
+  /// Bytes of memory behind the KV cache region (less than kv_geometry().bytes() with rings).
+  std::int64_t kv_memory_bytes() const;
   /// Bytes of the activation arena and of all cores' local scratch currently allocated.
   std::int64_t arena_bytes() const;
   std::int64_t local_bytes() const;
@@ -136,12 +144,14 @@ private:
 /// run on (kernels::usable_cores); an explicit count is obeyed. Throws Error(invalid_input) for
 /// `cores` outside [0, 4096] or `slots` outside [1, 4096], and, naming the bundle's file, when
 /// the KV cache, activation arena and local scratch it would allocate exceed the memory
-/// available (frontend::memory_limit_bytes).
+/// available (frontend::memory_limit_bytes). A sliding-window layer's cache is a ring
+/// (memory/kv_rings.hpp: kv_rings_of the programs) unless `kv_rings` is false (every position
+/// kept: what tests compare the rings with).
 std::unique_ptr<Executor> make_executor(const bundle::Bundle& b, std::int64_t cores = 0,
-                                        std::int64_t slots = 1);
+                                        std::int64_t slots = 1, bool kv_rings = true);
 /// make_executor of a compiled model in memory (compiler::compile's result, no bundle file:
 /// `tpullm verify`, tests, benchmarks), by the same rules; its weights are every module's.
 std::unique_ptr<Executor> make_executor(const codegen::CompiledModel& m, std::int64_t cores = 0,
-                                        std::int64_t slots = 1);
+                                        std::int64_t slots = 1, bool kv_rings = true);
 
 } // namespace tpullm::runtime

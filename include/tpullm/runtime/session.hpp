@@ -60,14 +60,28 @@ public:
   const frontend::StageParams& params() const { return params_; }
   const SessionDims& dims() const { return dims_; }
   /// Forgets the conversation (the cache contents become don't-care).
-  void reset() { length_ = 0; }
+  void reset() {
+    length_ = 0;
+    written_ = 0;
+  }
   /// Keeps the first `n` cached tokens and forgets the rest (their slots are overwritten by
-  /// the next tokens fed). Throws Error(invalid_input) unless 0 <= n <= length().
+  /// the next tokens fed). Throws Error(invalid_input) unless 0 <= n <= length() and the
+  /// caches still hold what a token at position n sees (keepable(n) == n: a sliding-window
+  /// layer's ring may have overwritten it).
   void truncate(std::int64_t n) {
     check(n >= 0 && n <= length_, ErrorKind::invalid_input, "session", "cannot keep ", n, " of ",
           length_, " cached tokens");
+    check(stages_.kv_keeps(written_, n), ErrorKind::invalid_input, "session", "cannot keep ", n,
+          " of ", length_, " cached tokens: positions up to ", written_ - 1,
+          " were written since, and a sliding-window layer's ring cache no longer holds the "
+          "keys before position ",
+          n, " (feed the conversation again from position 0)");
     length_ = n;
   }
+  /// The tokens truncate() may keep of the first `n` (n <= length()): `n`, or 0 when a
+  /// sliding-window layer's ring cache has overwritten keys a token at position n sees (the
+  /// conversation must then be fed again from position 0).
+  std::int64_t keepable(std::int64_t n) const { return stages_.kv_keeps(written_, n) ? n : 0; }
 
   /// Throws Error(invalid_input) when the KV cache is full (no token can be fed at length()):
   /// the one place decode, batched decode and extend_one() refuse a full cache.
@@ -81,6 +95,7 @@ public:
   void extend_one() {
     check_room();
     length_ += 1;
+    written_ = std::max(written_, length_);
   }
 
   /// Feeds `tokens` at positions length().. in segments of max_input_length (1 prefill or
@@ -213,6 +228,9 @@ private:
   std::vector<std::int32_t> ids_, pos_;
   std::vector<std::vector<float>> k_cache_, v_cache_;
   std::int64_t length_ = 0;
+  /// One past the highest position written into the caches since reset() (padded rows
+  /// included): how far a ring may have overwritten (kv_keeps).
+  std::int64_t written_ = 0;
   Handles decode_fns_, prefill_fns_, prefill_kv_fns_;
   StageHandle embedding_fn_, embedding_cache_fn_, lm_head_fn_;
   /// lm_head_bB for every B in [2, StageParams::kMaxDecodeBatch] the stages have (ascending),

@@ -77,6 +77,14 @@ public:
   /// True when the back end keeps the KV cache itself: the loop then passes no history and
   /// asks for no keys / values (the stage functions update the cache in place).
   virtual bool owns_kv_cache() const { return false; }
+  /// Whether a conversation may be rolled back to keep positions [0, keep) when its caches were
+  /// written up to (not including) `written`: false only where a sliding-window layer's cache
+  /// is a ring that has overwritten keys a query at `keep` sees (memory/kv_rings.hpp).
+  virtual bool kv_keeps(std::int64_t written, std::int64_t keep) const {
+    (void)written;
+    (void)keep;
+    return true;
+  }
 
 private:
   std::vector<std::string> names_; ///< what the default resolve() handed out
