@@ -460,7 +460,16 @@ std::unique_ptr<Executor> empty_executor(KvGeometry kv, std::span<const codegen:
         static_cast<std::int64_t>(need / (1 << 20)), " MiB for the KV cache (", slots, " x ",
         kv.capacity, " positions) and activations, more than the ",
         static_cast<std::int64_t>(limit / (1 << 20)), " MiB of memory available");
-  return std::make_unique<Executor>(kv, n, local, rings);
+  auto ex = std::make_unique<Executor>(kv, n, local, rings);
+  // A system that refused the rings' mappings (vm.max_map_count) left every position kept:
+  // that must fit too.
+  const double kept =
+      static_cast<double>(ex->kv_memory_bytes()) + need - static_cast<double>(rings.bytes(kv));
+  check(kept <= limit, ErrorKind::invalid_input, where, "the system refused to map the KV cache's ",
+        "sliding-window rings (see vm.max_map_count), and keeping every position needs ",
+        static_cast<std::int64_t>(kept / (1 << 20)), " MiB, more than the ",
+        static_cast<std::int64_t>(limit / (1 << 20)), " MiB of memory available");
+  return ex;
 }
 
 } // namespace
