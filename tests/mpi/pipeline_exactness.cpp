@@ -4,7 +4,9 @@
 // over its own executor. Their logits must be identical bit for bit through prefill, prefill_kv
 // (two prompt segments, one through a shorter prefill variant), decode, verify (through the
 // batched lm_head), truncation and greedy generation. A model with fewer layers than ranks is
-// reported as skipped. Exit status 1 on rank 0 when anything differs.
+// reported as skipped. A folder given as DIR@window=N runs with a sliding window of N keys,
+// its caches rings on every rank, and also generates past the ring. Exit status 1 on rank 0
+// when anything differs.
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -55,13 +57,24 @@ int main(int argc, char** argv) {
     const int rank = mpi.rank(), ranks = mpi.ranks();
     const auto p = tpullm_test::pipeline_test_params();
     for (int a = 1; a < argc; ++a) {
-      const std::filesystem::path dir = argv[a];
-      const auto desc = frontend::load_model(dir);
+      // DIR or DIR@window=N: the checkpoint with a sliding window of N keys on every layer,
+      // whose caches are then rings on every rank (runtime/kv_region.hpp).
+      std::string arg = argv[a];
+      std::int64_t window = 0;
+      if (const auto at = arg.find("@window="); at != std::string::npos) {
+        window = std::stoll(arg.substr(at + 8));
+        arg.resize(at);
+      }
+      const std::filesystem::path dir = arg;
+      auto desc = frontend::load_model(dir);
+      if (window > 0)
+        desc.sliding_windows.assign(static_cast<std::size_t>(desc.dims.layers), window);
       compiler::CompileOptions o;
       o.target.cores = 1;
       const auto cm = compiler::compile(frontend::build_top_modules(desc, p), o);
       const auto dims = runtime::session_dims(bundle::make_model_info(desc, p, "f32"));
-      const std::string name = dir.filename().string();
+      const std::string name =
+          dir.filename().string() + (window > 0 ? " window " + std::to_string(window) : "");
       if (dims.layers < ranks) {
         if (rank == 0)
           std::printf("skipped: %s has %lld layers, fewer than %d ranks\n", name.c_str(),
@@ -71,6 +84,10 @@ int main(int argc, char** argv) {
       const std::vector<std::int64_t> unknown(static_cast<std::size_t>(dims.layers), 0);
       const auto ranges = runtime::split_layers(unknown, ranks);
       auto exec = runtime::make_executor(cm, 1);
+      if (window > 0 && !exec->kv_rings().any()) {
+        ++failures;
+        std::printf("FAIL: %s has no ring cache\n", name.c_str());
+      }
       runtime::CompiledStages stages(*exec);
       if (rank != 0) {
         (void)runtime::serve_pipeline_rank(link, stages, ranges[static_cast<std::size_t>(rank)],
@@ -111,6 +128,18 @@ int main(int argc, char** argv) {
       if (x.tokens != y.tokens || x.tokens.size() != 16) {
         ++differ;
         std::printf("FAIL: %s greedy tokens differ on %d ranks\n", name.c_str(), ranks);
+      }
+      if (window > 0) { // far enough past the ring (32 positions) for every row to be reused
+        many.reset();
+        one.reset();
+        g.stop.max_new_tokens = 48;
+        const auto xw = many.generate(ids(9, 3, dims.vocab), g);
+        const auto yw = one.generate(ids(9, 3, dims.vocab), g);
+        if (xw.tokens != yw.tokens || xw.tokens.size() != 48) {
+          ++differ;
+          std::printf("FAIL: %s greedy tokens past the ring differ on %d ranks\n", name.c_str(),
+                      ranks);
+        }
       }
       failures += differ;
       std::string split;
