@@ -28,10 +28,10 @@ memory::KvRings kv_rings_of(std::span<const codegen::Program> programs, const me
       continue;
     const auto l = static_cast<std::size_t>(p.info.layer);
     // Positions written per conversation: [1, L] for one conversation, [B, 1] for a batch.
-    const std::int64_t written =
-        p.positions_arg >= 0
-            ? p.args.at(static_cast<std::size_t>(p.positions_arg)).type.shape.back()
-            : g.capacity;
+    const auto arg = static_cast<std::size_t>(p.positions_arg);
+    const bool known =
+        p.positions_arg >= 0 && arg < p.args.size() && !p.args[arg].type.shape.empty();
+    const std::int64_t written = known ? p.args[arg].type.shape.back() : g.capacity;
     rows[l] = std::max(rows[l], written);
     for (const auto& in : p.instrs)
       if (const auto* a = std::get_if<ir::tpu::FAttentionOp>(&in.op); a && a->window)

@@ -22,7 +22,10 @@ TEST_CASE("a ring is window + rows - 1 positions in whole pages, or none", "[kv-
   CHECK(memory::ring_rows(0, 512, g, 4096) == 0);     // no window
   CHECK(memory::ring_rows(32768, 512, g, 4096) == 0); // not shorter than the capacity
   CHECK(memory::ring_rows(32000, 768, g, 4096) == 0); // 32767 rounds up to the capacity
-  const memory::KvGeometry odd{4, 100, 136};          // 13600 bytes: caches off the pages
+  // A damaged bundle's window or call length: no ring, and no sum that overflows.
+  CHECK(memory::ring_rows(INT64_MAX, 16, g, 4096) == 0);
+  CHECK(memory::ring_rows(8, INT64_MAX, g, 4096) == 0);
+  const memory::KvGeometry odd{4, 100, 136}; // 13600 bytes: caches off the pages
   CHECK(memory::ring_rows(8, 4, odd, 4096) == 0);
 }
 

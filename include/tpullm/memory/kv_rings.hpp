@@ -38,9 +38,9 @@ inline std::int64_t ring_quantum(std::int64_t row_bytes, std::int64_t page) {
 /// `page`).
 inline std::int64_t ring_rows(std::int64_t window, std::int64_t max_rows, const KvGeometry& g,
                               std::int64_t page) {
-  if (window <= 0 || max_rows <= 0 || g.row_bytes <= 0 || page <= 0 ||
-      (g.capacity * g.row_bytes) % page != 0)
-    return 0;
+  if (window <= 0 || max_rows <= 0 || g.row_bytes <= 0 || page <= 0 || window >= g.capacity ||
+      max_rows >= g.capacity || (g.capacity * g.row_bytes) % page != 0)
+    return 0; // (a window or call as long as the cache keeps everything; no sum can overflow)
   const std::int64_t q = ring_quantum(g.row_bytes, page);
   const std::int64_t rows = (window + max_rows - 1 + q - 1) / q * q;
   return rows < g.capacity ? rows : 0;
