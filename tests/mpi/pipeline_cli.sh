@@ -131,7 +131,12 @@ else
   fi
   wait "$launcher"
   rc=$?
-  left=$(pgrep -f "tpullm run tiny.bundle" | wc -l)
+  # mpirun may return while the ranks it killed are still being torn down: give them 10 s.
+  for _ in $(seq 1 100); do
+    left=$(pgrep -f "tpullm run tiny.bundle" | wc -l)
+    [ "$left" -eq 0 ] && break
+    sleep 0.1
+  done
   if [ $rc -ne 0 ] && [ "$left" -eq 0 ]; then
     echo "ok: a killed rank ended the run in $(($(date +%s) - t0)) s, mpirun status $rc"
   else
