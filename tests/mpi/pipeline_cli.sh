@@ -4,7 +4,8 @@
 # one-line refusals for a run that is not under mpirun, a split that does not fit, a checkpoint
 # folder instead of a bundle; --memory-budget refusing one process and admitting two ranks; and a
 # rank killed mid-run ends every rank, mpirun non-zero, within 60 s.
-# tpullm chat --parallel pipeline answers as one process does.
+# tpullm chat --parallel pipeline answers as one process does; tpullm bench --parallel pipeline
+# reports rank 0's traffic and every rank's calls and memory.
 # Usage: pipeline_cli.sh TPULLM MPIEXEC MODELS_DIR WORK_DIR QWEN3_TOKENIZER_DIR
 set -u
 tpullm=$1 mpiexec=$2 models=$3 work=$4 tokenizer=$5
@@ -56,6 +57,20 @@ if [ $rc -ne 0 ] && printf '%s' "$out" | grep -q -- "--layer-split: counts more 
 else
   fail=1
   echo "FAIL: --layer-split 2,2 on 2 ranks -> $rc: $out"
+fi
+
+# bench on 2 ranks: rank 0's traffic and both ranks' reports, every round trip served by rank 1.
+bj=$("$mpiexec" -n 2 "$tpullm" bench gqa.bundle --parallel pipeline --prompt 16 --context 16 \
+  --repeat 1 --decode-steps 4 --threads 1 --json 2>/dev/null | tr -d '\n' | tr -s ' ')
+trips=$(printf '%s' "$bj" | grep -o '"round_trips": [0-9]*' | cut -d' ' -f2)
+calls=$(printf '%s' "$bj" | grep -o '"calls": [0-9]*' | cut -d' ' -f2 | sort -u)
+if [ -n "$trips" ] && [ "$trips" -gt 0 ] && [ "$calls" = "$trips" ] &&
+  printf '%s' "$bj" | grep -q '"rank": 1, "layers": \[ [12], 3 \]' &&
+  printf '%s' "$bj" | grep -q '"contention": { "skipped": "--parallel pipeline" }'; then
+  echo "ok: bench on 2 ranks: $trips round trips, each served by rank 1"
+else
+  fail=1
+  echo "FAIL: bench on 2 ranks: round trips '$trips', calls '$calls': $bj"
 fi
 
 # --memory-budget: a bundle of 6 layers of the 0.5B shape (about 190 MB) is refused by one

@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bundle_source.hpp"
+#include "pipeline_run.hpp"
 #include "command.hpp"
 #include "sampling_options.hpp"
 #include "step_bytes.hpp"
@@ -179,6 +180,8 @@ int cmd_bench(const std::vector<std::string>& args) {
                               "print one JSON object (docs/cli.md) instead of a table");
   DraftArgs draft;
   o.add(speculation_options(draft));
+  ParallelArgs parallel;
+  o.add(parallel_options(parallel));
   po::variables_map vm;
   if (!parse_bundle_command(args, o, source, vm))
     return kOk;
@@ -200,9 +203,16 @@ int cmd_bench(const std::vector<std::string>& args) {
   // The memory figures start before: the weight check reads (maps in) the whole blob.
   const std::int64_t rss_before = proc_status_bytes("VmRSS");
   std::string checked;
-  const OpenedBundle source_bundle = open_bundle_source(source, true, &checked);
-  const std::string& file = source_bundle.name;
-  auto opened = source_bundle.bundle;
+  // One process, or rank 0 of a pipeline (--parallel pipeline under mpirun): the executor and
+  // its memory check come with the opening, before the ceilings, so that a bundle too big for
+  // this machine is refused before seconds of measuring. A layer rank serves its layers and
+  // hands rank 0 its report.
+  CommandEngine ce(parallel, source, args, true, &checked);
+  if (ce.layer_rank())
+    return ce.serve_layers(true);
+  runtime::BundleSession& engine = ce.engine();
+  const std::string& file = source.source;
+  const auto opened = engine.shared_bundle();
   const auto& m = opened->model();
   const std::int64_t seq = m.params.seq_length;
   // The default lengths are trimmed to what the bundle holds (a bundle compiled with the
@@ -236,9 +246,7 @@ int cmd_bench(const std::vector<std::string>& args) {
         "--draft", "the speculation row needs ", kSpecContext + decode_steps + 1, " positions (a ",
         kSpecContext, "-token context and --decode-steps), the bundle has ", seq);
 
-  // The executor (and its memory check) before the ceilings: a bundle too big for this machine
-  // is refused before seconds of measuring; so is a bad --draft.
-  runtime::BundleSession engine(opened, cores);
+  // A bad --draft is refused before the ceilings too.
   runtime::GenerateOptions plain, sped;
   const auto drafts = apply_draft(draft, *opened, source.open, cores, sped);
   share_draft_workers(drafts, engine.executor());
@@ -447,6 +455,8 @@ int cmd_bench(const std::vector<std::string>& args) {
   nlohmann::ordered_json contention;
   if (no_contention || contexts.empty()) {
     contention = {{"skipped", "--no-contention"}};
+  } else if (ce.pipeline_stats() != nullptr) {
+    contention = {{"skipped", "--parallel pipeline"}};
   } else if (threads < 2) {
     contention = {{"skipped", "one thread"}};
   } else {
@@ -565,8 +575,27 @@ int cmd_bench(const std::vector<std::string>& args) {
   // activation arena and local scratch, the draft bundle's (--draft DRAFT.bundle) and 64 MiB of
   // slack for the runtime's own buffers.
   const std::int64_t arena = engine.executor().arena_bytes();
-  const std::int64_t budget = rss_before + opened->file_bytes() + opened->kv().bytes() + arena +
+  const std::int64_t budget = rss_before + opened->file_bytes() +
+                              engine.executor().kv_memory_bytes() + arena +
                               draft_memory_bytes(drafts) + (64ll << 20);
+  // A pipeline: rank 0's traffic, then every rank's report (which stops the pipeline).
+  nlohmann::ordered_json pipeline;
+  if (const auto* ps = ce.pipeline_stats()) {
+    const runtime::PipelineStats st = *ps;
+    nlohmann::ordered_json ranks = nlohmann::ordered_json::array();
+    for (const auto& r : ce.rank_reports())
+      ranks.push_back(nlohmann::ordered_json::parse(r));
+    pipeline = {{"layers", ce.describe_ranks()},
+                {"round_trips", st.round_trips},
+                {"bytes_sent_by_rank_0", st.bytes_sent},
+                {"bytes_per_round_trip",
+                 st.round_trips > 0
+                     ? static_cast<double>(st.bytes_sent) / static_cast<double>(st.round_trips)
+                     : 0.0},
+                {"seconds_in_other_ranks", st.seconds},
+                {"ranks", ranks}};
+  }
+  out["pipeline"] = pipeline;
   out["memory"] = {{"peak_rss_bytes", peak},
                    {"rss_before_load_bytes", rss_before},
                    {"rss_after_open_bytes", rss_after_open},
@@ -576,7 +605,7 @@ int cmd_bench(const std::vector<std::string>& args) {
                    {"within_budget", peak <= budget}};
   if (json) {
     std::cout << out.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << "\n";
-    return kOk;
+    return ce.peak_within_budget(std::cerr) ? kOk : kCheckFailed;
   }
   std::cout << std::fixed << std::setprecision(1) << "machine: " << cpu_model() << ", " << threads
             << " threads; read " << read_bw / 1e9 << " GB/s ("
@@ -665,7 +694,27 @@ int cmd_bench(const std::vector<std::string>& args) {
             << " + 64 MiB = " << budget / (1 << 20)
             << " MiB: " << (peak <= budget ? "within" : "OVER") << ")"
             << (hwm_reset ? "" : " [could not reset the peak after measuring ceilings]") << "\n";
-  return kOk;
+  if (!pipeline.is_null()) {
+    std::cout << pipeline["layers"].get<std::string>() << ": "
+              << pipeline["round_trips"].get<std::int64_t>() << " round trips of "
+              << std::setprecision(0) << pipeline["bytes_per_round_trip"].get<double>()
+              << " bytes from rank 0, " << std::setprecision(3)
+              << pipeline["seconds_in_other_ranks"].get<double>()
+              << " s in the other ranks' layers and the hops" << std::setprecision(1) << "\n";
+    for (const auto& r : pipeline["ranks"]) {
+      std::cout << "  rank " << r["rank"].get<int>() << ": layers [" << r["layers"][0].get<int>()
+                << ", " << r["layers"][1].get<int>() << "), " << r["calls"].get<std::int64_t>()
+                << " calls, ";
+      if (r["busy_seconds"].is_null())
+        std::cout << "with the embedding, the lm_head and this bench, ";
+      else
+        std::cout << std::setprecision(3) << r["busy_seconds"].get<double>() << " s busy of "
+                  << r["total_seconds"].get<double>() << " s, ";
+      std::cout << "peak resident " << std::setprecision(1)
+                << r["peak_rss_bytes"].get<double>() / (1 << 20) << " MiB\n";
+    }
+  }
+  return ce.peak_within_budget(std::cerr) ? kOk : kCheckFailed;
 }
 
 } // namespace tpullm::cli

@@ -5,6 +5,8 @@
 #include <iostream>
 #include <sstream>
 
+#include <nlohmann/json.hpp>
+
 #include "tpullm/runtime/layer_pipeline.hpp"
 #include "tpullm/runtime/layer_split.hpp"
 #ifdef TPULLM_HAVE_MPI
@@ -184,25 +186,65 @@ bool CommandEngine::layer_rank() const {
   return pipeline_ && pipeline_->rank != 0;
 }
 
-int CommandEngine::serve_layers() {
+namespace {
+
+/// One rank's report for rank_reports(): a JSON object on one line. Rank 0 (`st` null) runs
+/// the command itself: its calls are its round trips, its busy time is not split out.
+std::string rank_report(int rank, runtime::LayerRange range, std::int64_t calls,
+                        const runtime::PipelineRankStats* st) {
+  nlohmann::ordered_json j = {
+      {"rank", rank},
+      {"layers", {range.begin, range.end}},
+      {"calls", calls},
+      {"busy_seconds", st ? nlohmann::ordered_json(st->busy_seconds) : nlohmann::ordered_json()},
+      {"total_seconds", st ? nlohmann::ordered_json(st->total_seconds) : nlohmann::ordered_json()},
+      {"peak_rss_bytes", proc_status_bytes("VmHWM")}};
+  return j.dump();
+}
+
+} // namespace
+
+int CommandEngine::serve_layers(bool report) {
 #ifdef TPULLM_HAVE_MPI
   PipelineRun& m = *pipeline_;
+  // The ranks disagreed: rank 0 names the problem and exits non-zero, which is mpirun's status.
+  // A layer rank that exited non-zero first would make mpirun end rank 0 before it printed.
   if (m.failed)
-    return kCheckFailed;
+    return kOk;
+  runtime::PipelineRankStats st;
+  const auto range = m.ranges[static_cast<std::size_t>(m.rank)];
   try {
     const auto& b = m.engine->bundle();
-    (void)runtime::serve_pipeline_rank(*m.link, m.engine->session().stages(),
-                                       m.ranges[static_cast<std::size_t>(m.rank)], b.model().hidden,
-                                       b.model().params);
+    st = runtime::serve_pipeline_rank(*m.link, m.engine->session().stages(), range,
+                                      b.model().hidden, b.model().params);
   } catch (const Error& e) {
     // The link broke: the run cannot go on, and the others may be waiting on this rank.
     std::cerr << "tpullm: pipeline rank " << m.rank << ": " << e.what() << "\n";
     m.mpi->abort(kCheckFailed);
   }
+  if (report)
+    (void)m.mpi->all_gather(rank_report(m.rank, range, st.calls, &st));
   return peak_within_budget(std::cerr) ? kOk : kCheckFailed;
 #else
+  (void)report;
   return kCheckFailed;
 #endif
+}
+
+std::vector<std::string> CommandEngine::rank_reports() {
+#ifdef TPULLM_HAVE_MPI
+  if (!pipeline_ || !pipeline_->pipe)
+    return {};
+  PipelineRun& m = *pipeline_;
+  m.pipe->stop();
+  return m.mpi->all_gather(rank_report(0, m.ranges.front(), m.pipe->stats().round_trips, nullptr));
+#else
+  return {};
+#endif
+}
+
+const runtime::PipelineStats* CommandEngine::pipeline_stats() const {
+  return pipeline_ && pipeline_->pipe ? &pipeline_->pipe->stats() : nullptr;
 }
 
 runtime::BundleSession& CommandEngine::engine() {

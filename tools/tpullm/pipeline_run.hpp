@@ -12,6 +12,7 @@
 
 #include "bundle_source.hpp"
 #include "tpullm/runtime/bundle_session.hpp"
+#include "tpullm/runtime/layer_pipeline.hpp"
 
 namespace tpullm::cli {
 
@@ -36,7 +37,7 @@ public:
   /// before any layer runs (same content, same command line `args`, each opened it and fits
   /// its budget). Throws Error(invalid_input) for a bad option, a process or rank whose share
   /// exceeds --memory-budget (counting what the process holds already), a rank that could not
-  /// open the bundle or opened another one (on rank 0; the other ranks then fail quietly),
+  /// open the bundle or opened another one (on rank 0; the other ranks then end quietly, status 0),
   /// fewer than 2 ranks; Error(unsupported) for --parallel in a build without MPI.
   CommandEngine(const ParallelArgs& p, const BundleArgs& source,
                 const std::vector<std::string>& args, bool verbose, std::string* checked);
@@ -47,8 +48,16 @@ public:
   /// True on ranks 1..N-1 of a pipeline: the caller returns serve_layers() and nothing else.
   bool layer_rank() const;
   /// A layer rank's work: runs its layers until rank 0 stops, then checks its peak memory
-  /// against --memory-budget; the exit status (1 when its agreement failed: rank 0 says why).
-  int serve_layers();
+  /// against --memory-budget; the exit status (0 when the ranks disagreed: rank 0 says why and
+  /// fails). With `report`, it then hands rank 0 its report (rank_reports(), called there).
+  int serve_layers(bool report = false);
+  /// Rank 0 of a pipeline whose layer ranks serve_layers(true): stops the pipeline (the session
+  /// can run no more layers) and returns every rank's report, rank 0's first, each a JSON object
+  /// {rank, layers [begin, end), calls, busy_seconds, total_seconds, peak_rss_bytes}. Empty
+  /// alone.
+  std::vector<std::string> rank_reports();
+  /// Rank 0's traffic (null alone).
+  const runtime::PipelineStats* pipeline_stats() const;
   /// The engine (rank 0's in a pipeline, its session sending the later layers down).
   runtime::BundleSession& engine();
   /// The `pipeline:` summary line of rank 0 (ranks, layers, round trips, time); empty alone.

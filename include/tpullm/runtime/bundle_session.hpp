@@ -37,6 +37,8 @@ public:
   Executor& executor() { return *exec_; }
   /// The opened bundle (model info, target, programs, weights).
   const bundle::Bundle& bundle() const { return *bundle_; }
+  /// The opened bundle, shared (another session over it keeps it alive).
+  const std::shared_ptr<const bundle::Bundle>& shared_bundle() const { return bundle_; }
 
 private:
   std::shared_ptr<const bundle::Bundle> bundle_;
