@@ -186,6 +186,7 @@ bool CommandEngine::layer_rank() const {
   return pipeline_ && pipeline_->rank != 0;
 }
 
+#ifdef TPULLM_HAVE_MPI
 namespace {
 
 /// One rank's report for rank_reports(): a JSON object on one line. Rank 0 (`st` null) runs
@@ -203,6 +204,7 @@ std::string rank_report(int rank, runtime::LayerRange range, std::int64_t calls,
 }
 
 } // namespace
+#endif
 
 int CommandEngine::serve_layers(bool report) {
 #ifdef TPULLM_HAVE_MPI
