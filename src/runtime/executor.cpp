@@ -182,6 +182,9 @@ const memory::KvRings& Executor::kv_rings() const {
 std::int64_t Executor::kv_memory_bytes() const {
   return impl_->kv.memory_bytes();
 }
+std::int64_t Executor::kv_resident_bytes() const {
+  return impl_->kv.rings().any() ? impl_->kv.rings().resident_bytes(kv_) : kv_.bytes();
+}
 
 std::int64_t Executor::arena_bytes() const {
   return static_cast<std::int64_t>(impl_->arena.size());

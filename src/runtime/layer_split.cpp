@@ -64,10 +64,11 @@ RankMemory rank_memory(const bundle::Bundle& b, LayerRange range, bool shared, s
     if (l < 0 ? shared : (l >= range.begin && l < range.end))
       m.weights += stored_bytes(w);
   }
-  // Its layers' caches, a sliding-window layer's as its ring (runtime/kv_region.hpp).
+  // Its layers' caches in the resident set, a sliding-window layer's as its ring
+  // (runtime/kv_region.hpp, KvRings::resident_bytes).
   const auto rings = kv_rings_of(b.programs(), b.kv());
   for (std::int64_t l = range.begin; l < range.end; ++l)
-    m.kv += 2 * rings.kept(l, b.kv().capacity) * b.kv().row_bytes * b.kv().slots;
+    m.kv += 2 * rings.resident(l, b.kv().capacity) * b.kv().row_bytes * b.kv().slots;
   m.activations = b.max_arena() + std::max(b.target().local_memory, b.max_local()) * cores;
   return m;
 }

@@ -38,6 +38,13 @@ TEST_CASE("plan_kv_rings gives each windowed layer its ring and counts its memor
   CHECK(r.kept(1, 1024) == 176);
   CHECK(r.slot_bytes(g) == 2 * (1024 + 176 + 1024) * 256);
   CHECK(r.bytes(g) == 2 * r.slot_bytes(g));
+  // In the resident set a ring counts up to three times, never more than the capacity.
+  CHECK(r.resident(1, 1024) == 528);
+  CHECK(r.resident_bytes(g) == 2 * 2 * (1024 + 528 + 1024) * 256);
+  memory::KvRings wide;
+  wide.rows = {400};
+  wide.window = {300};
+  CHECK(wide.resident(0, 1024) == 1024);
   // No ring anywhere: empty, and the plain geometry's bytes.
   const auto none = memory::plan_kv_rings(g, {0, 5000}, {64, 64}, 4096);
   CHECK_FALSE(none.any());

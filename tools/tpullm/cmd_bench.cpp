@@ -576,7 +576,7 @@ int cmd_bench(const std::vector<std::string>& args) {
   // slack for the runtime's own buffers.
   const std::int64_t arena = engine.executor().arena_bytes();
   const std::int64_t budget = rss_before + opened->file_bytes() +
-                              engine.executor().kv_memory_bytes() + arena +
+                              engine.executor().kv_resident_bytes() + arena +
                               draft_memory_bytes(drafts) + (64ll << 20);
   // A pipeline: rank 0's traffic, then every rank's report (which stops the pipeline).
   nlohmann::ordered_json pipeline;

@@ -140,7 +140,7 @@ std::int64_t draft_memory_bytes(const DraftEngineHolder& e) {
   if (!e)
     return 0;
   const auto& b = e->session.bundle();
-  return b.file_bytes() + e->session.executor().kv_memory_bytes() +
+  return b.file_bytes() + e->session.executor().kv_resident_bytes() +
          e->session.executor().arena_bytes();
 }
 

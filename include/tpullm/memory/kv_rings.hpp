@@ -86,6 +86,20 @@ struct KvRings {
   }
   /// Bytes of memory behind the whole region of `g` (every slot).
   std::int64_t bytes(const KvGeometry& g) const { return g.slots * slot_bytes(g); }
+  /// What the region of `g` may count in the process's resident set at most: a ring's pages
+  /// count once per mapping they were touched through, and the executor keeps three copies'
+  /// page tables (KvRegion::settle), so three times its memory, at most the capacity. What a
+  /// budget on the resident set (--memory-budget, bench's peak check) must count.
+  std::int64_t resident_bytes(const KvGeometry& g) const {
+    std::int64_t positions = 0;
+    for (std::int64_t l = 0; l < g.layers; ++l)
+      positions += resident(l, g.capacity);
+    return g.slots * 2 * positions * g.row_bytes;
+  }
+  /// Positions layer `layer`'s caches may count in the resident set (see resident_bytes).
+  std::int64_t resident(std::int64_t layer, std::int64_t capacity) const {
+    return std::min(3 * kept(layer, capacity), capacity);
+  }
 };
 
 /// The rings of `g`'s layers: layer l with window `windows[l]` (0: none) whose calls write at

@@ -109,6 +109,9 @@ public:
   const memory::KvRings& kv_rings() const;
   /// Bytes of memory behind the KV cache region (less than kv_geometry().bytes() with rings).
   std::int64_t kv_memory_bytes() const;
+  /// What the KV cache region may count in the resident set at most (KvRings::resident_bytes;
+  /// kv_geometry().bytes() without rings).
+  std::int64_t kv_resident_bytes() const;
   /// Bytes of the activation arena and of all cores' local scratch currently allocated.
   std::int64_t arena_bytes() const;
   std::int64_t local_bytes() const;
