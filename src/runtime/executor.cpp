@@ -183,7 +183,7 @@ std::int64_t Executor::kv_memory_bytes() const {
   return impl_->kv.memory_bytes();
 }
 std::int64_t Executor::kv_resident_bytes() const {
-  return impl_->kv.rings().any() ? impl_->kv.rings().resident_bytes(kv_) : kv_.bytes();
+  return impl_->kv.rings().resident_bytes(kv_); // every position's without rings
 }
 
 std::int64_t Executor::arena_bytes() const {

@@ -18,10 +18,23 @@ std::int64_t page_bytes() {
   return p > 0 ? p : 4096;
 }
 
+std::vector<std::int64_t> layer_windows(std::span<const codegen::Program> programs,
+                                        std::int64_t layers) {
+  std::vector<std::int64_t> windows(static_cast<std::size_t>(std::max<std::int64_t>(layers, 0)), 0);
+  for (const auto& p : programs)
+    if (p.info.layer >= 0 && p.info.layer < layers)
+      for (const auto& in : p.instrs)
+        if (const auto* a = std::get_if<ir::tpu::FAttentionOp>(&in.op); a && a->window) {
+          auto& w = windows[static_cast<std::size_t>(p.info.layer)];
+          w = std::max(w, *a->window);
+        }
+  return windows;
+}
+
 memory::KvRings kv_rings_of(std::span<const codegen::Program> programs, const memory::KvGeometry& g,
                             std::int64_t page) {
   const auto n = static_cast<std::size_t>(std::max<std::int64_t>(g.layers, 0));
-  std::vector<std::int64_t> windows(n, 0), rows(n, 0);
+  std::vector<std::int64_t> rows(n, 0);
   for (const auto& p : programs) {
     if (p.info.layer < 0 || static_cast<std::size_t>(p.info.layer) >= n || !p.info.memory ||
         p.info.memory->kv_row <= 0)
@@ -33,11 +46,8 @@ memory::KvRings kv_rings_of(std::span<const codegen::Program> programs, const me
         p.positions_arg >= 0 && arg < p.args.size() && !p.args[arg].type.shape.empty();
     const std::int64_t written = known ? p.args[arg].type.shape.back() : g.capacity;
     rows[l] = std::max(rows[l], written);
-    for (const auto& in : p.instrs)
-      if (const auto* a = std::get_if<ir::tpu::FAttentionOp>(&in.op); a && a->window)
-        windows[l] = std::max(windows[l], *a->window);
   }
-  return memory::plan_kv_rings(g, windows, rows, page);
+  return memory::plan_kv_rings(g, layer_windows(programs, g.layers), rows, page);
 }
 
 namespace {
@@ -83,19 +93,16 @@ bool map_rings(std::byte* base, const memory::KvGeometry& g, const memory::KvRin
 } // namespace
 
 KvRegion::KvRegion(const memory::KvGeometry& g, const memory::KvRings& rings)
-    : size_(static_cast<std::size_t>(g.bytes())) {
+    : size_(static_cast<std::size_t>(g.bytes())), geometry_(g) {
   if (size_ == 0)
     return;
   base_ = map_anonymous(nullptr, size_);
   if (!base_)
     throw std::bad_alloc();
-  memory_ = g.bytes();
   if (!rings.any())
     return;
   if (map_rings(base_, g, rings)) {
     rings_ = rings;
-    memory_ = rings.bytes(g);
-    geometry_ = g;
     copy_.assign(static_cast<std::size_t>(g.slots * g.layers), -1);
     return;
   }
@@ -144,8 +151,7 @@ void KvRegion::release() {
 
 KvRegion::KvRegion(KvRegion&& o) noexcept
     : base_(std::exchange(o.base_, nullptr)), size_(std::exchange(o.size_, 0)),
-      rings_(std::move(o.rings_)), memory_(std::exchange(o.memory_, 0)), geometry_(o.geometry_),
-      copy_(std::move(o.copy_)) {}
+      rings_(std::move(o.rings_)), geometry_(o.geometry_), copy_(std::move(o.copy_)) {}
 
 KvRegion& KvRegion::operator=(KvRegion&& o) noexcept {
   if (this != &o) {
@@ -153,7 +159,6 @@ KvRegion& KvRegion::operator=(KvRegion&& o) noexcept {
     base_ = std::exchange(o.base_, nullptr);
     size_ = std::exchange(o.size_, 0);
     rings_ = std::move(o.rings_);
-    memory_ = std::exchange(o.memory_, 0);
     geometry_ = o.geometry_;
     copy_ = std::move(o.copy_);
   }

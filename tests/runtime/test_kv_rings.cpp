@@ -57,6 +57,10 @@ TEST_CASE("a ring maps position p and p + R of its cache to one row, nothing els
   std::memset(row(0, 0, 0, 5), 0x33, 128);
   CHECK(std::to_integer<int>(row(0, 0, 0, 5 + 64)[0]) == 0);
   CHECK(std::to_integer<int>(row(1, 1, 0, 5)[0]) == 0x5a);
+  // Without rings: plain memory, every position's bytes.
+  runtime::KvRegion plain(g, {});
+  CHECK_FALSE(plain.rings().any());
+  CHECK(plain.memory_bytes() == g.bytes());
   // The last partial copy of a ring (capacity not a multiple of R) still aliases.
   memory::KvGeometry g2{1, 96, 128, 1};
   memory::KvRings r2;

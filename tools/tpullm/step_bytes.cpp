@@ -8,6 +8,7 @@
 
 #include "tpullm/frontend/stage_params.hpp"
 #include "tpullm/ir/tpu_ops.hpp"
+#include "tpullm/runtime/kv_region.hpp"
 
 namespace tpullm::cli {
 
@@ -48,10 +49,10 @@ std::int64_t decode_weight_bytes(const bundle::Bundle& b, std::int64_t S) {
 
 std::map<std::int64_t, std::int64_t> sliding_windows(const bundle::Bundle& b) {
   std::map<std::int64_t, std::int64_t> w;
-  for (const auto& p : b.programs())
-    for (const auto& in : p.instrs)
-      if (const auto* a = std::get_if<ir::tpu::FAttentionOp>(&in.op); a && a->window)
-        w[p.info.layer] = *a->window;
+  const auto windows = runtime::layer_windows(b.programs(), b.model().layers);
+  for (std::size_t l = 0; l < windows.size(); ++l)
+    if (windows[l] > 0)
+      w[static_cast<std::int64_t>(l)] = windows[l];
   return w;
 }
 

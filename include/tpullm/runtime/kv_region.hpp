@@ -18,6 +18,11 @@ namespace tpullm::runtime {
 /// Bytes of a memory page here (the unit of a ring's mapping).
 std::int64_t page_bytes();
 
+/// Per layer of `layers`, the sliding window of its attention: the largest FAttention `window`
+/// of any of its programs in `programs` (0: full attention).
+std::vector<std::int64_t> layer_windows(std::span<const codegen::Program> programs,
+                                        std::int64_t layers);
+
 /// The rings the programs `programs` planned for `g` allow: per layer, the sliding window of its
 /// attention (the FAttention `window` of any of its programs) and the most positions one of its
 /// programs writes per conversation (position_ids' last dimension), with pages of `page` bytes.
@@ -45,8 +50,8 @@ public:
   std::size_t size() const { return size_; }
   /// The rings mapped (empty: every cache keeps every position).
   const memory::KvRings& rings() const { return rings_; }
-  /// Bytes of memory behind the region: what it can hold resident at most.
-  std::int64_t memory_bytes() const { return memory_; }
+  /// Bytes of memory behind the region (KvRings::bytes: every position's without rings).
+  std::int64_t memory_bytes() const { return rings_.bytes(geometry_); }
   /// Tells the region that conversation `slot`'s layer `layer` runs at position `pos` now: when
   /// that enters another copy of the layer's ring, the page mappings of the copies away from it
   /// (all but the previous, this and the next) are dropped. The data stays in the ring; only
@@ -59,7 +64,6 @@ private:
   std::byte* base_ = nullptr;
   std::size_t size_ = 0;
   memory::KvRings rings_;
-  std::int64_t memory_ = 0;
   memory::KvGeometry geometry_;
   std::vector<std::int64_t> copy_; ///< [slot][layer]: the ring copy last settled at (-1: none)
 };

@@ -80,11 +80,7 @@ public:
   /// Whether a conversation may be rolled back to keep positions [0, keep) when its caches were
   /// written up to (not including) `written`: false only where a sliding-window layer's cache
   /// is a ring that has overwritten keys a query at `keep` sees (memory/kv_rings.hpp).
-  virtual bool kv_keeps(std::int64_t written, std::int64_t keep) const {
-    (void)written;
-    (void)keep;
-    return true;
-  }
+  virtual bool kv_keeps(std::int64_t /*written*/, std::int64_t /*keep*/) const { return true; }
 
 private:
   std::vector<std::string> names_; ///< what the default resolve() handed out
