@@ -33,7 +33,9 @@ MpiSession::MpiSession() {
   MPI_Initialized(&initialized);
   check(!initialized, ErrorKind::internal, "MPI", "started twice in one process");
   int provided = 0;
-  ok(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided), "MPI_Init_thread");
+  // Serialized: `serve` makes its calls on its scheduler thread, the others on the main thread,
+  // never two at once.
+  ok(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided), "MPI_Init_thread");
   // Errors come back as codes (thrown as Error) instead of ending the process unexplained.
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
   MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
@@ -71,11 +73,42 @@ void MpiSession::abort(int code) const {
   std::_Exit(code); // MPI_Abort does not return; this keeps [[noreturn]] honest
 }
 
+struct MpiLink::Send {
+  std::vector<std::byte> bytes;
+  MPI_Request request = MPI_REQUEST_NULL;
+};
+
+MpiLink::MpiLink(const MpiSession& s) : rank_(s.rank()), ranks_(s.ranks()) {}
+
+MpiLink::~MpiLink() {
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    while (!pending_.empty() && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(10)) {
+      progress();
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+  } catch (...) { // a broken link: nothing more to deliver
+  }
+}
+
+void MpiLink::progress() {
+  std::erase_if(pending_, [](const std::unique_ptr<Send>& s) {
+    int done = 0;
+    ok(MPI_Test(&s->request, &done, MPI_STATUS_IGNORE), "MPI_Test");
+    return done != 0;
+  });
+}
+
 void MpiLink::send(int to, std::span<const std::byte> bytes) {
   check(bytes.size() < INT_MAX, ErrorKind::internal, "MPI", "a message of ", bytes.size(),
         " bytes is too long");
-  ok(MPI_Send(bytes.data(), static_cast<int>(bytes.size()), MPI_BYTE, to, kTag, MPI_COMM_WORLD),
-     "MPI_Send");
+  progress();
+  auto s = std::make_unique<Send>();
+  s->bytes.assign(bytes.begin(), bytes.end());
+  ok(MPI_Isend(s->bytes.data(), static_cast<int>(s->bytes.size()), MPI_BYTE, to, kTag,
+               MPI_COMM_WORLD, &s->request),
+     "MPI_Isend");
+  pending_.push_back(std::move(s));
 }
 
 std::size_t MpiLink::recv(int from, std::span<std::byte> buffer) {
@@ -86,6 +119,7 @@ std::size_t MpiLink::recv(int from, std::span<std::byte> buffer) {
   const auto t0 = std::chrono::steady_clock::now();
   auto pause = std::chrono::microseconds(10);
   while (true) {
+    progress();
     ok(MPI_Iprobe(from, kTag, MPI_COMM_WORLD, &flag, &st), "MPI_Iprobe");
     if (flag)
       break;

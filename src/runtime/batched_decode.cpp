@@ -21,29 +21,41 @@ auto BatchedDecoder::batch_for(std::int64_t n) const -> std::int64_t {
 }
 
 auto BatchedDecoder::decode(std::span<const DecodeRow> rows) -> std::vector<float> {
+  check(begun_.empty(), ErrorKind::internal, "batched decode", "decode() with ", begun_.size(),
+        " steps begun");
   std::vector<float> logits;
   logits.reserve(rows.size() * static_cast<std::size_t>(dims_.vocab));
-  for (std::size_t i = 0; i < rows.size(); ++i)
-    for (std::size_t j = 0; j < i; ++j)
-      check(rows[i].slot != rows[j].slot, ErrorKind::invalid_input, "batched decode", "rows ", j,
-            " and ", i, " both feed KV slot ", rows[i].slot);
   const auto max_b = static_cast<std::size_t>(batches_.back());
-  for (std::size_t at = 0; at < rows.size(); at += max_b)
-    step(rows.subspan(at, std::min(max_b, rows.size() - at)), logits);
+  for (std::size_t at = 0; at < rows.size(); at += max_b) {
+    begin(rows.subspan(at, std::min(max_b, rows.size() - at)));
+    const auto l = finish();
+    logits.insert(logits.end(), l.begin(), l.end());
+  }
   return logits;
 }
 
-auto BatchedDecoder::step(std::span<const DecodeRow> rows, std::vector<float>& logits) -> void {
+void BatchedDecoder::set_remote_layers(RemoteLayers* remote) {
+  check(begun_.empty(), ErrorKind::internal, "batched decode",
+        "the remote layers changed with steps begun");
+  check(!remote || (remote->local_layers() >= 1 && remote->local_layers() < dims_.layers),
+        ErrorKind::invalid_input, "pipeline", "rank 0 must run 1 to ", dims_.layers - 1, " of the ",
+        dims_.layers, " layers, not ", remote ? remote->local_layers() : 0);
+  remote_ = remote;
+}
+
+auto BatchedDecoder::prepare(std::span<const DecodeRow> rows, std::int64_t B) -> std::int64_t {
   const auto n = static_cast<std::int64_t>(rows.size());
-  const std::int64_t B = batch_for(n);
-  if (B == 1) {
-    for (const auto& r : rows) {
-      auto l = r.session->decode(r.token);
-      logits.insert(logits.end(), l.begin(), l.end());
-    }
-    return;
-  }
-  const std::int64_t H = dims_.hidden, V = dims_.vocab;
+  const std::int64_t V = dims_.vocab;
+  for (std::int64_t i = 0; i < n; ++i)
+    for (std::int64_t j = 0; j < i; ++j)
+      check(rows[static_cast<std::size_t>(i)].slot != rows[static_cast<std::size_t>(j)].slot,
+            ErrorKind::invalid_input, "batched decode", "rows ", j, " and ", i,
+            " both feed KV slot ", rows[static_cast<std::size_t>(i)].slot);
+  for (const Begun& b : begun_)
+    for (const DecodeRow& r : b.rows)
+      for (const DecodeRow& x : rows)
+        check(r.slot != x.slot, ErrorKind::invalid_input, "batched decode", "KV slot ", x.slot,
+              " is in a step begun and not finished");
   ids_.resize(static_cast<std::size_t>(B));
   pos_.resize(static_cast<std::size_t>(B));
   slots_.resize(static_cast<std::size_t>(B));
@@ -63,7 +75,11 @@ auto BatchedDecoder::step(std::span<const DecodeRow> rows, std::vector<float>& l
     slots_[static_cast<std::size_t>(b)] = r.slot;
     longest = std::max(longest, p);
   }
-  const std::int64_t S = Session::decode_length_for(params_.decode_lengths(), longest);
+  return Session::decode_length_for(params_.decode_lengths(), longest);
+}
+
+auto BatchedDecoder::run_layers(std::int64_t B, std::int64_t S, std::int64_t end) -> int {
+  const std::int64_t H = dims_.hidden;
   const std::vector<std::int64_t>& fns = functions(B, S);
   hidden_[0].resize(static_cast<std::size_t>(B * H));
   hidden_[1].resize(hidden_[0].size());
@@ -76,20 +92,64 @@ auto BatchedDecoder::step(std::span<const DecodeRow> rows, std::vector<float>& l
     exec_.run(embed_id_, in, out);
   }
   int cur = 0;
-  const std::span<const std::int32_t> slots(slots_);
-  for (std::int64_t layer = 0; layer < dims_.layers; ++layer) {
+  // One slot per row of a batch; the single-row functions take one slot.
+  const std::span<const std::int32_t> slots(slots_.data(), static_cast<std::size_t>(B));
+  for (std::int64_t layer = 0; layer < end; ++layer) {
     const ConstBytes in[4] = {cbytes(hidden_[cur].data(), B * H), cbytes(pos_.data(), B), {}, {}};
     const MutBytes out[3] = {mbytes(hidden_[cur ^ 1].data(), B * H), {}, {}};
     exec_.run(fns[static_cast<std::size_t>(layer)], in, out, slots);
     cur ^= 1;
   }
+  return cur;
+}
+
+void BatchedDecoder::begin(std::span<const DecodeRow> rows) {
+  const auto n = static_cast<std::int64_t>(rows.size());
+  check(n >= 1 && n <= batches_.back(), ErrorKind::internal, "batched decode", "a step of ", n,
+        " rows (1 to ", batches_.back(), ")");
+  const std::int64_t B = batch_for(n);
+  const std::int64_t S = prepare(rows, B);
+  Begun step{std::vector<DecodeRow>(rows.begin(), rows.end()), B, S};
+  if (remote_) {
+    const int cur = run_layers(B, S, remote_->local_layers());
+    const std::int64_t H = dims_.hidden;
+    const BlockCall call{B == 1 ? BlockKind::decode : BlockKind::decode_batch, B, S, pos_[0],
+                         slots_[0]};
+    remote_->submit(call,
+                    std::span<const float>(hidden_[cur]).first(static_cast<std::size_t>(B * H)),
+                    std::span<const std::int32_t>(pos_).first(static_cast<std::size_t>(B)),
+                    std::span<const std::int32_t>(slots_).first(static_cast<std::size_t>(B)));
+  }
+  begun_.push_back(std::move(step));
+}
+
+auto BatchedDecoder::finish() -> std::vector<float> {
+  check(!begun_.empty(), ErrorKind::internal, "batched decode", "finish() with no step begun");
+  const Begun step = std::move(begun_.front());
+  begun_.pop_front();
+  const auto n = static_cast<std::int64_t>(step.rows.size());
+  const std::int64_t B = step.B, H = dims_.hidden, V = dims_.vocab;
+  std::vector<float> logits;
+  if (!remote_ && B == 1) { // one row: the conversation's own decode stage
+    logits = step.rows[0].session->decode(step.rows[0].token);
+    return logits;
+  }
+  int cur = 0;
+  if (remote_) {
+    hidden_[0].resize(static_cast<std::size_t>(B * H));
+    remote_->collect(std::span<float>(hidden_[0]).first(static_cast<std::size_t>(B * H)));
+  } else {
+    (void)prepare(step.rows, B); // the ids, positions and slots again (checked at begin)
+    cur = run_layers(B, step.S, dims_.layers);
+  }
   head_.resize(static_cast<std::size_t>(B * V));
   const ConstBytes hin[] = {cbytes(hidden_[cur].data(), B * H)};
   const MutBytes hout[] = {mbytes(head_.data(), B * V)};
-  exec_.run(fns.back(), hin, hout);
-  logits.insert(logits.end(), head_.begin(), head_.begin() + n * V);
-  for (const auto& r : rows)
+  exec_.run(functions(B, step.S).back(), hin, hout);
+  logits.assign(head_.begin(), head_.begin() + n * V);
+  for (const auto& r : step.rows)
     r.session->extend_one();
+  return logits;
 }
 
 auto BatchedDecoder::functions(std::int64_t B, std::int64_t S) -> const std::vector<std::int64_t>& {

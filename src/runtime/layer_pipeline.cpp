@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstring>
 #include <map>
+#include <tuple>
 
 #include "tpullm/support/error.hpp"
 
@@ -12,11 +13,13 @@ namespace tpullm::runtime {
 namespace {
 
 constexpr std::uint32_t kMagic = 0x4c505054; // "TPPL"
-constexpr std::uint32_t kStop = 4, kError = 5;
+// Kinds beside the BlockKinds (1..4).
+constexpr std::uint32_t kStop = 0x100, kError = 0x101;
 constexpr std::size_t kMaxErrorText = 2048;
 
-/// The fixed front of every message. Calls and their replies carry [rows, hidden] f32 and then
-/// [rows] i32 positions; an error carries `rows` bytes of text; a stop nothing.
+/// The fixed front of every message. Calls and their replies carry [rows, hidden] f32, then
+/// [rows] i32 positions and [rows] i32 KV slots; an error carries `rows` bytes of text; a stop
+/// nothing.
 struct HopHeader {
   std::uint32_t magic = kMagic;
   std::uint32_t kind = 0; ///< a BlockKind, kStop or kError
@@ -29,7 +32,7 @@ struct HopHeader {
 
 std::size_t payload_bytes(std::int64_t rows, std::int64_t hidden) {
   return static_cast<std::size_t>(rows) *
-         (static_cast<std::size_t>(hidden) * sizeof(float) + sizeof(std::int32_t));
+         (static_cast<std::size_t>(hidden) * sizeof(float) + 2 * sizeof(std::int32_t));
 }
 
 std::size_t buffer_bytes(std::int64_t max_rows, std::int64_t hidden) {
@@ -48,7 +51,7 @@ HopHeader read_header(std::span<const std::byte> msg, std::size_t size, int from
 
 bool is_call(std::uint32_t kind) {
   return kind >= static_cast<std::uint32_t>(BlockKind::prefill) &&
-         kind <= static_cast<std::uint32_t>(BlockKind::decode);
+         kind <= static_cast<std::uint32_t>(BlockKind::decode_batch);
 }
 
 std::size_t error_message(std::span<std::byte> buffer, int rank, const Error& e) {
@@ -99,14 +102,17 @@ void LayerPipeline::stop() {
   link_.send(1, std::as_bytes(std::span<const HopHeader>(&h, 1)));
 }
 
-void LayerPipeline::run(const BlockCall& call, std::span<float> hidden,
-                        std::span<const std::int32_t> positions) {
-  check(!stopped_, ErrorKind::internal, "pipeline", "run after stop");
+void LayerPipeline::submit(const BlockCall& call, std::span<const float> hidden,
+                           std::span<const std::int32_t> positions,
+                           std::span<const std::int32_t> slots) {
+  check(!stopped_, ErrorKind::internal, "pipeline", "a call after stop");
   check(call.rows > 0 && call.rows <= max_rows_ &&
             hidden.size() == static_cast<std::size_t>(call.rows * hidden_) &&
-            positions.size() == static_cast<std::size_t>(call.rows),
+            positions.size() == static_cast<std::size_t>(call.rows) &&
+            (slots.empty() || slots.size() == positions.size()) &&
+            (call.kind != BlockKind::decode_batch || !slots.empty()),
         ErrorKind::internal, "pipeline", "a call of ", call.rows, " rows with ", hidden.size(),
-        " hidden values and ", positions.size(), " positions");
+        " hidden values, ", positions.size(), " positions and ", slots.size(), " slots");
   const auto t0 = std::chrono::steady_clock::now();
   HopHeader h;
   h.kind = static_cast<std::uint32_t>(call.kind);
@@ -115,14 +121,33 @@ void LayerPipeline::run(const BlockCall& call, std::span<float> hidden,
   h.pos0 = call.pos0;
   std::byte* p = buffer_.data();
   std::memcpy(p, &h, sizeof h);
-  std::memcpy(p + sizeof h, hidden.data(), hidden.size_bytes());
-  std::memcpy(p + sizeof h + hidden.size_bytes(), positions.data(), positions.size_bytes());
+  p += sizeof h;
+  std::memcpy(p, hidden.data(), hidden.size_bytes());
+  p += hidden.size_bytes();
+  std::memcpy(p, positions.data(), positions.size_bytes());
+  p += positions.size_bytes();
+  if (slots.empty())
+    std::fill_n(reinterpret_cast<std::int32_t*>(p), call.rows, call.slot);
+  else
+    std::memcpy(p, slots.data(), slots.size_bytes());
   const std::size_t n = sizeof h + payload_bytes(call.rows, hidden_);
-  link_.send(1, std::span<const std::byte>(p, n));
+  link_.send(1, std::span<const std::byte>(buffer_.data(), n)); // the link copies what it keeps
+  pending_.push_back(call);
   stats_.bytes_sent += static_cast<std::int64_t>(n);
+  stats_.most_in_flight = std::max(stats_.most_in_flight, in_flight());
+  stats_.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
 
+void LayerPipeline::collect(std::span<float> hidden) {
+  check(!pending_.empty(), ErrorKind::internal, "pipeline", "collect with no call in flight");
+  const BlockCall call = pending_.front();
+  pending_.pop_front();
+  check(hidden.size() == static_cast<std::size_t>(call.rows * hidden_), ErrorKind::internal,
+        "pipeline", "collecting a call of ", call.rows, " rows into ", hidden.size(), " values");
+  const auto t0 = std::chrono::steady_clock::now();
   const int last = link_.ranks() - 1;
   const std::size_t got = link_.recv(last, buffer_);
+  const std::byte* p = buffer_.data();
   const HopHeader r = read_header(buffer_, got, last);
   if (r.kind == kError) {
     const auto len = std::min<std::size_t>(
@@ -130,8 +155,8 @@ void LayerPipeline::run(const BlockCall& call, std::span<float> hidden,
     throw Error(static_cast<ErrorKind>(r.error_kind), str_cat("pipeline rank ", r.error_rank),
                 std::string(reinterpret_cast<const char*>(p + sizeof r), len));
   }
-  check(r.kind == h.kind && r.rows == h.rows && r.pos0 == h.pos0 &&
-            got == sizeof r + payload_bytes(r.rows, hidden_),
+  check(r.kind == static_cast<std::uint32_t>(call.kind) && r.rows == call.rows &&
+            r.pos0 == call.pos0 && got == sizeof r + payload_bytes(r.rows, hidden_),
         ErrorKind::internal, "pipeline", "rank ", last, " answered a call of ", call.rows,
         " rows at position ", call.pos0, " with another");
   std::memcpy(hidden.data(), p + sizeof r, hidden.size_bytes());
@@ -150,21 +175,25 @@ PipelineRankStats serve_pipeline_rank(PipelineLink& link, Stages& stages, LayerR
         "a layer rank needs stages that keep their own KV cache (compiled stages)");
   check(range.size() > 0, ErrorKind::invalid_input, "pipeline", "rank ", rank, " has no layers");
   const int prev = rank - 1, next = rank + 1 == ranks ? 0 : rank + 1;
-  const std::int64_t max_rows = params.max_input_length;
+  const std::int64_t max_rows = pipeline_max_rows(params);
   std::vector<std::byte> msg(buffer_bytes(max_rows, hidden));
   std::vector<float> other(static_cast<std::size_t>(max_rows * hidden));
   // The handles of this rank's layers per (kind, variant), resolved on first use: a token's
   // call builds no names and looks nothing up by name.
-  std::map<std::pair<std::uint32_t, std::int64_t>, std::vector<StageHandle>> handles;
-  auto layer_handles = [&](BlockKind kind,
-                           std::int64_t variant) -> const std::vector<StageHandle>& {
-    auto [it, fresh] = handles.try_emplace({static_cast<std::uint32_t>(kind), variant});
+  // (A batched decode's handles also depend on its batch, its rows.)
+  std::map<std::tuple<std::uint32_t, std::int64_t, std::int64_t>, std::vector<StageHandle>> handles;
+  auto layer_handles = [&](BlockKind kind, std::int64_t variant,
+                           std::int64_t rows) -> const std::vector<StageHandle>& {
+    if (kind != BlockKind::decode_batch)
+      rows = 0;
+    auto [it, fresh] = handles.try_emplace({static_cast<std::uint32_t>(kind), variant, rows});
     if (fresh)
       for (std::int64_t layer = range.begin; layer < range.end; ++layer)
         it->second.push_back(stages.resolve(
             kind == BlockKind::prefill      ? frontend::StageNames::block(layer, variant, params)
             : kind == BlockKind::prefill_kv ? frontend::StageNames::block_kv(layer, variant, params)
-                                            : frontend::StageNames::block_cache(layer, variant)));
+            : kind == BlockKind::decode     ? frontend::StageNames::block_cache(layer, variant)
+                                        : frontend::StageNames::block_cache(layer, variant, rows)));
     return it->second;
   };
   PipelineRankStats stats;
@@ -191,18 +220,25 @@ PipelineRankStats serve_pipeline_rank(PipelineLink& link, Stages& stages, LayerR
       const std::int64_t L = h.rows;
       const std::int64_t S = kind == BlockKind::prefill      ? 0
                              : kind == BlockKind::prefill_kv ? params.prefill_kv_history(h.variant)
-                                                             : h.variant;
+                                                             : h.variant; // decode, decode_batch
       float* cur = reinterpret_cast<float*>(msg.data() + sizeof h);
       const auto* pos = reinterpret_cast<const std::int32_t*>(cur + L * hidden);
+      const auto* slot = pos + L;
+      // One slot for a conversation's call (every row the same), one per row for a batch.
+      const bool batch = kind == BlockKind::decode_batch;
+      if (!batch)
+        check(std::all_of(slot, slot + L, [&](std::int32_t x) { return x == slot[0]; }),
+              ErrorKind::internal, "pipeline", "a call of one conversation names several slots");
+      const std::span<const std::int32_t> slots(slot, static_cast<std::size_t>(batch ? L : 1));
       // The positions stay where they are; the hidden state moves between the message and
       // `other`, and ends in the message for the send.
       float* bufs[2] = {cur, other.data()};
       int c = 0;
-      const auto& fns = layer_handles(kind, h.variant);
+      const auto& fns = layer_handles(kind, h.variant, L);
       for (const StageHandle fn : fns) {
         const ConstBytes in[4] = {cbytes(bufs[c], L * hidden), cbytes(pos, L), {}, {}};
         const MutBytes out[3] = {mbytes(bufs[c ^ 1], L * hidden), {}, {}};
-        stages.run(fn, std::span<const ConstBytes>(in, S > 0 ? 4 : 2), out);
+        stages.run_on(fn, std::span<const ConstBytes>(in, S > 0 ? 4 : 2), out, slots);
         c ^= 1;
       }
       if (c == 1)

@@ -57,8 +57,10 @@ std::vector<LayerRange> cut(std::span<const std::int64_t> bytes, std::int64_t ra
 
 } // namespace
 
-RankMemory rank_memory(const bundle::Bundle& b, LayerRange range, bool shared, std::int64_t cores) {
+RankMemory rank_memory(const bundle::Bundle& b, LayerRange range, bool shared, std::int64_t cores,
+                       std::int64_t slots) {
   RankMemory m;
+  const std::int64_t conversations = slots > 0 ? slots : b.kv().slots;
   for (const auto& w : b.weights()) {
     const auto l = weight_layer(w.name);
     if (l < 0 ? shared : (l >= range.begin && l < range.end))
@@ -68,7 +70,7 @@ RankMemory rank_memory(const bundle::Bundle& b, LayerRange range, bool shared, s
   // (runtime/kv_region.hpp, KvRings::resident_bytes).
   const auto rings = kv_rings_of(b.programs(), b.kv());
   for (std::int64_t l = range.begin; l < range.end; ++l)
-    m.kv += 2 * rings.resident(l, b.kv().capacity) * b.kv().row_bytes * b.kv().slots;
+    m.kv += 2 * rings.resident(l, b.kv().capacity) * b.kv().row_bytes * conversations;
   m.activations = b.max_arena() + std::max(b.target().local_memory, b.max_local()) * cores;
   return m;
 }

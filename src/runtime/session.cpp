@@ -306,7 +306,7 @@ auto Session::run_remote(BlockKind kind, std::int64_t rows, std::int64_t variant
   if (!remote_)
     return;
   const auto H = static_cast<std::size_t>(dims_.hidden);
-  remote_->run({kind, rows, variant, pos0},
+  remote_->run({kind, rows, variant, pos0, remote_slot_},
                std::span<float>(hidden_[cur]).first(static_cast<std::size_t>(rows) * H),
                std::span<const std::int32_t>(pos_).first(static_cast<std::size_t>(rows)));
 }

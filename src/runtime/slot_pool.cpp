@@ -145,12 +145,14 @@ SlotRound SlotPool::step() {
         continue;
       }
     }
-    if (s->state == SlotState::generating && decoder_.batched())
+    if (s->state == SlotState::generating && (decoder_.batched() || remote_))
       decoding.push_back(s.get());
     else
       step_one(*s, round);
   }
-  if (decoding.size() == 1)
+  if (remote_ && !decoding.empty())
+    decode_pipelined(decoding, round);
+  else if (decoding.size() == 1)
     step_one(*decoding[0], round);
   else if (!decoding.empty())
     decode_together(decoding, round);
@@ -256,15 +258,76 @@ void SlotPool::decode_together(const std::vector<Slot*>& slots, SlotRound& round
       s->draft_length.observe_step(seconds);
   }
   round.decode_batch = static_cast<std::int64_t>(slots.size());
+  consume_batch(slots, logits, round);
+}
+
+void SlotPool::consume_batch(const std::vector<Slot*>& slots, std::span<const float> logits,
+                             SlotRound& round) {
   const auto V = logits.size() / slots.size();
   for (std::size_t r = 0; r < slots.size(); ++r) {
     Slot& s = *slots[r];
     try {
       s.cache->record(std::span<const std::int32_t>(&s.last, 1));
-      consume(s, std::span<const float>(logits.data() + r * V, V), round);
+      consume(s, logits.subspan(r * V, V), round);
     } catch (...) {
       fail(s, round);
     }
+  }
+}
+
+void SlotPool::set_remote_layers(RemoteLayers* remote, int micro_batches) {
+  check(micro_batches >= 1 && micro_batches <= 64, ErrorKind::invalid_input, "micro-batches",
+        "must be in [1, 64], got ", micro_batches);
+  check(!busy(), ErrorKind::internal, "slot pool", "the remote layers changed while busy");
+  decoder_.set_remote_layers(remote); // checks the layer count
+  for (auto& s : slots_)
+    s->session->set_remote_layers(remote, static_cast<std::int32_t>(s->index));
+  remote_ = remote;
+  micro_batches_ = micro_batches;
+}
+
+void SlotPool::decode_pipelined(const std::vector<Slot*>& slots, SlotRound& round) {
+  // Contiguous groups of nearly equal size, each within the largest batch (one slot each
+  // without batched decode).
+  const auto n = static_cast<std::int64_t>(slots.size());
+  const std::int64_t most = max_decode_batch();
+  const std::int64_t groups =
+      std::min(n, std::max<std::int64_t>(micro_batches_, (n + most - 1) / most));
+  std::vector<std::vector<Slot*>> begun;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (std::int64_t g = 0, at = 0; g < groups; ++g) {
+    const std::int64_t size = (n - at) / (groups - g);
+    std::vector<Slot*> group(slots.begin() + at, slots.begin() + at + size);
+    at += size;
+    std::vector<DecodeRow> rows;
+    for (Slot* s : group)
+      rows.push_back({s->session.get(), s->index, s->last});
+    try {
+      decoder_.begin(rows);
+      begun.push_back(std::move(group));
+    } catch (...) {
+      for (Slot* s : group)
+        fail(*s, round);
+    }
+  }
+  round.micro_batches = static_cast<std::int64_t>(begun.size());
+  for (const auto& group : begun) {
+    std::vector<float> logits;
+    try {
+      logits = decoder_.finish();
+    } catch (...) {
+      for (Slot* s : group)
+        fail(*s, round);
+      continue;
+    }
+    round.decode_batch += static_cast<std::int64_t>(group.size());
+    consume_batch(group, logits, round);
+  }
+  if (draft_beside_batch_) {
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    for (Slot* s : slots)
+      s->draft_length.observe_step(seconds);
   }
 }
 

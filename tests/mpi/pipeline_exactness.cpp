@@ -97,7 +97,7 @@ int main(int argc, char** argv) {
       auto single_exec = runtime::make_executor(cm, 1);
       runtime::CompiledStages single_stages(*single_exec);
       runtime::Session one(single_stages, dims, p), many(stages, dims, p);
-      runtime::LayerPipeline pipe(link, ranges, dims.hidden, p.max_input_length);
+      runtime::LayerPipeline pipe(link, ranges, dims.hidden, runtime::pipeline_max_rows(p));
       many.set_remote_layers(&pipe);
       double worst = 0;
       int differ = 0;

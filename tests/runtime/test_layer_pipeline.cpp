@@ -7,6 +7,7 @@
 #include "pipeline_test_params.hpp"
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
@@ -18,6 +19,7 @@
 #include "tpullm/runtime/layer_pipeline.hpp"
 #include "tpullm/runtime/layer_split.hpp"
 #include "tpullm/runtime/session.hpp"
+#include "tpullm/runtime/slot_pool.hpp"
 
 using namespace tpullm;
 using runtime::LayerRange;
@@ -72,6 +74,13 @@ struct FailingStages : runtime::Stages {
       throw Error(ErrorKind::unsupported, "test", "a layer that fails on purpose");
     inner.run(h, in, out);
   }
+  void run_on(runtime::StageHandle h, std::span<const runtime::ConstBytes> in,
+              std::span<const runtime::MutBytes> out,
+              std::span<const std::int32_t> slots) override {
+    if (++runs == fail_at)
+      throw Error(ErrorKind::unsupported, "test", "a layer that fails on purpose");
+    inner.run_on(h, in, out, slots);
+  }
   void run(const std::string& name, std::span<const runtime::ConstBytes> in,
            std::span<const runtime::MutBytes> out) override {
     inner.run(name, in, out);
@@ -92,10 +101,10 @@ struct ThreadPipeline {
   std::unique_ptr<runtime::Session> session;
 
   ThreadPipeline(const tpullm_test::CompiledLlamaGqa& m, std::vector<LayerRange> ranges,
-                 int fail_rank = -1, int fail_at = 0) {
+                 int fail_rank = -1, int fail_at = 0, std::int64_t slots = 1) {
     const int n = static_cast<int>(ranges.size());
     for (int r = 0; r < n; ++r) {
-      execs.push_back(runtime::make_executor(m.cm, 1));
+      execs.push_back(runtime::make_executor(m.cm, 1, slots));
       stages.push_back(std::make_unique<runtime::CompiledStages>(*execs.back()));
       links.push_back(std::make_unique<ThreadLink>(hub, r, n));
     }
@@ -110,7 +119,7 @@ struct ThreadPipeline {
                                            m.dims().hidden, m.stage_params);
       });
     pipe = std::make_unique<runtime::LayerPipeline>(*links[0], ranges, m.dims().hidden,
-                                                    m.stage_params.max_input_length);
+                                                    runtime::pipeline_max_rows(m.stage_params));
     session = std::make_unique<runtime::Session>(*stages[0], m.dims(), m.stage_params);
     session->set_remote_layers(pipe.get());
   }
@@ -221,7 +230,10 @@ TEST_CASE("a session keeps 1 to layers - 1 layers on rank 0", "[pipeline]") {
     std::int64_t n;
     explicit Fake(std::int64_t k) : n(k) {}
     std::int64_t local_layers() const override { return n; }
-    void run(const runtime::BlockCall&, std::span<float>, std::span<const std::int32_t>) override {}
+    void submit(const runtime::BlockCall&, std::span<const float>, std::span<const std::int32_t>,
+                std::span<const std::int32_t>) override {}
+    void collect(std::span<float>) override {}
+    std::int64_t in_flight() const override { return 0; }
   } zero(0), all(3);
   CHECK_THROWS_WITH(s.set_remote_layers(&zero), Catch::Contains("rank 0 must run 1 to 2"));
   CHECK_THROWS_WITH(s.set_remote_layers(&all), Catch::Contains("rank 0 must run 1 to 2"));
@@ -232,4 +244,124 @@ TEST_CASE("a session keeps 1 to layers - 1 layers on rank 0", "[pipeline]") {
   ThreadLink l0(hub, 0, 2);
   CHECK_THROWS_WITH(runtime::LayerPipeline(l0, {{0, 1}, {2, 3}}, 128, 16),
                     Catch::Contains("do not follow"));
+}
+
+namespace {
+
+/// Every slot's tokens and token log-probabilities, in the order the pool chose them, for
+/// `prompts` started together (slot i: prompts[i]) and greedy answers of `n` tokens; the
+/// rounds' micro-batches and decode rows summed into `micro` and `rows`.
+std::map<int, std::vector<std::pair<std::int32_t, double>>>
+answers(runtime::SlotPool& pool, const std::vector<std::vector<std::int32_t>>& prompts, int n,
+        std::int64_t& micro, std::int64_t& rows) {
+  for (std::size_t i = 0; i < prompts.size(); ++i) {
+    runtime::SlotRequest r;
+    r.prompt = prompts[i];
+    r.options.stop.max_new_tokens = n;
+    r.options.logprobs = 0;
+    pool.start(static_cast<int>(i), r);
+  }
+  std::map<int, std::vector<std::pair<std::int32_t, double>>> got;
+  for (int round = 0; round < 200 && pool.busy(); ++round) {
+    const auto r = pool.step();
+    micro += r.micro_batches;
+    rows += r.decode_batch;
+    for (const auto& e : r.events) {
+      REQUIRE_FALSE(e.error);
+      if (e.token >= 0) {
+        REQUIRE(e.logprobs);
+        got[e.slot].emplace_back(e.token, e.logprobs->chosen.logprob);
+      }
+    }
+  }
+  CHECK_FALSE(pool.busy());
+  return got;
+}
+
+} // namespace
+
+TEST_CASE("a slot pool over a pipeline answers as one process, micro-batches in flight",
+          "[pipeline][slot-pool]") {
+  const tpullm_test::CompiledLlamaGqa m(tpullm_test::pipeline_test_params());
+  const std::int64_t slots = 4;
+  // prompts of one segment, two segments and one token: slots join the decode at other rounds
+  const std::vector<std::vector<std::int32_t>> prompts{ids(5, 1), ids(21, 2), ids(1, 3),
+                                                       ids(12, 4)};
+  const int n = 9;
+  auto single_exec = runtime::make_executor(m.cm, 1, slots);
+  runtime::SlotPool one(*single_exec, m.dims(), m.stage_params, nullptr);
+  std::int64_t micro0 = 0, rows0 = 0;
+  const auto want = answers(one, prompts, n, micro0, rows0);
+  REQUIRE(want.size() == prompts.size());
+  CHECK(micro0 == 0);
+  const std::vector<LayerRange> splits[] = {{{0, 1}, {1, 3}}, {{0, 1}, {1, 2}, {2, 3}}};
+  for (const auto& ranges : splits)
+    for (int micro : {1, 2, 3}) {
+      CAPTURE(ranges.size(), micro);
+      ThreadPipeline p(m, ranges, -1, 0, slots);
+      runtime::SlotPool pool(*p.execs[0], m.dims(), m.stage_params, nullptr);
+      pool.set_remote_layers(p.pipe.get(), micro);
+      CHECK(pool.micro_batches() == micro);
+      std::int64_t micro_n = 0, rows = 0;
+      const auto got = answers(pool, prompts, n, micro_n, rows);
+      if (micro == 1) {
+        CHECK(got == want); // the same batches as one process: tokens and log-probs, exactly
+      } else {
+        // Micro-batches are batched decodes of fewer rows (GEMMs of another M, or the one-row
+        // stage), as one process decoding those rows together would compute them: the same
+        // tokens, log-probs within float rounding.
+        REQUIRE(got.size() == want.size());
+        double worst = 0;
+        for (const auto& [slot, toks] : want) {
+          const auto& g = got.at(slot);
+          REQUIRE(g.size() == toks.size());
+          for (std::size_t i = 0; i < toks.size(); ++i) {
+            CHECK(g[i].first == toks[i].first);
+            worst = std::max(worst, std::abs(g[i].second - toks[i].second));
+          }
+        }
+        UNSCOPED_INFO("largest log-prob difference " << worst);
+        CHECK(worst < 1e-5);
+      }
+      CHECK(rows >= rows0); // a lone generating slot decodes through the pipeline's path too
+      if (micro > 1)
+        CHECK(p.pipe->stats().most_in_flight == micro);
+      else
+        CHECK(p.pipe->stats().most_in_flight == 1);
+      CHECK(micro_n > 0);
+      // a second request on a slot reuses its cache on every rank
+      runtime::SlotRequest again;
+      again.prompt = prompts[1];
+      again.prompt.insert(again.prompt.end(), {7, 8, 9});
+      again.options.stop.max_new_tokens = 3;
+      runtime::SlotRequest fresh = again;
+      pool.start(1, again);
+      one.start(1, fresh);
+      std::vector<std::int32_t> a, b;
+      for (int round = 0; round < 50 && (pool.busy() || one.busy()); ++round) {
+        for (const auto& e : pool.step().events)
+          if (e.token >= 0)
+            a.push_back(e.token);
+        for (const auto& e : one.step().events)
+          if (e.token >= 0)
+            b.push_back(e.token);
+      }
+      CHECK(a == b);
+      CHECK(a.size() == 3);
+    }
+}
+
+TEST_CASE("a slot pool refuses micro-batches outside [1, 64] and a pipeline change while busy",
+          "[pipeline][slot-pool]") {
+  const tpullm_test::CompiledLlamaGqa m(tpullm_test::pipeline_test_params());
+  ThreadPipeline p(m, {{0, 1}, {1, 3}}, -1, 0, 2);
+  runtime::SlotPool pool(*p.execs[0], m.dims(), m.stage_params, nullptr);
+  CHECK_THROWS_WITH(pool.set_remote_layers(p.pipe.get(), 0), Catch::Contains("[1, 64]"));
+  CHECK_THROWS_WITH(pool.set_remote_layers(p.pipe.get(), 65), Catch::Contains("[1, 64]"));
+  pool.set_remote_layers(p.pipe.get(), 2);
+  runtime::SlotRequest r;
+  r.prompt = ids(3, 1);
+  pool.start(0, r);
+  CHECK_THROWS_WITH(pool.set_remote_layers(nullptr), Catch::Contains("while busy"));
+  pool.cancel(0);
 }

@@ -7,9 +7,15 @@
 /// compiled batch that holds the rows (padding rows repeat the last real row, which computes
 /// and writes the same values again); S the smallest decode length that holds the longest
 /// history. One row runs the conversation's own single-slot decode stage (no batching cost).
+///
+/// In a pipeline (set_remote_layers: runtime/layer_pipeline.hpp) the layers past rank 0's go to
+/// the other ranks as one decode_batch call of the B rows with their slots and positions; a
+/// step may then be begun and finished apart (begin(), finish()), so that rank 0 begins the
+/// next micro-batch while the other ranks run this one's layers.
 
 #include <algorithm>
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <span>
 #include <string>
@@ -50,9 +56,32 @@ public:
   /// or two rows on one slot.
   std::vector<float> decode(std::span<const DecodeRow> rows);
 
+  /// Runs layers [remote->local_layers(), layers) through `remote` from now on (null: every
+  /// layer here again). `remote` must outlive its use; no step may be begun and not finished.
+  void set_remote_layers(RemoteLayers* remote);
+  /// Begins one decode step of `rows` (1 to the largest batch; every row's session has room, a
+  /// valid token and its own slot): the embedding and the layers run here, the rest handed to
+  /// the remote layers. Without remote layers the whole step runs at finish(). The rows'
+  /// sessions must not be fed before the step is finished. Same refusals as decode(), thrown
+  /// here (nothing is begun then).
+  void begin(std::span<const DecodeRow> rows);
+  /// Finishes the oldest begun step: its logits [rows, vocab]; each of its sessions' length()
+  /// grows by one. Throws what the remote layers or the lm_head throw (the step is then dropped
+  /// and its sessions' caches are not known).
+  std::vector<float> finish();
+  /// Steps begun and not finished.
+  std::int64_t begun() const { return static_cast<std::int64_t>(begun_.size()); }
+
 private:
-  /// One decode call of the smallest batch holding `rows` (at most the largest batch).
-  void step(std::span<const DecodeRow> rows, std::vector<float>& logits);
+  /// A begun step: its rows, batch and decode length.
+  struct Begun {
+    std::vector<DecodeRow> rows;
+    std::int64_t B = 0, S = 0;
+  };
+  /// The checks, ids, positions and slots of a step of `rows` in batch `B`; its decode length.
+  std::int64_t prepare(std::span<const DecodeRow> rows, std::int64_t B);
+  /// Embedding and layers [0, end) of a prepared step; returns the hidden buffer holding it.
+  int run_layers(std::int64_t B, std::int64_t S, std::int64_t end);
 
   /// Program ids of batch B, decode length S: block_cache_i_S_bB per layer, then lm_head_bB.
   const std::vector<std::int64_t>& functions(std::int64_t B, std::int64_t S);
@@ -63,6 +92,8 @@ private:
   std::vector<std::int64_t> batches_;
   std::map<std::pair<std::int64_t, std::int64_t>, std::vector<std::int64_t>> fns_;
   std::int64_t embed_id_ = -1;
+  RemoteLayers* remote_ = nullptr;
+  std::deque<Begun> begun_; ///< oldest first
   std::vector<std::int32_t> ids_, pos_, slots_;
   std::vector<float> hidden_[2], head_;
 };

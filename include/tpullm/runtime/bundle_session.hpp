@@ -24,9 +24,12 @@ public:
   /// bundle target's cores.
   explicit BundleSession(const std::filesystem::path& path, std::int64_t cores = 0)
       : BundleSession(bundle::Bundle::open(path), cores) {}
-  /// A session over an opened bundle (make_executor's cores rule and memory check).
-  explicit BundleSession(std::shared_ptr<const bundle::Bundle> b, std::int64_t cores = 0)
-      : bundle_(std::move(b)), exec_(make_executor(*bundle_, cores)), stages_(*exec_),
+  /// A session over an opened bundle (make_executor's cores rule and memory check), its
+  /// executor's KV cache holding `slots` conversations (the session's is slot 0; a SlotPool
+  /// over executor() may use them all).
+  explicit BundleSession(std::shared_ptr<const bundle::Bundle> b, std::int64_t cores = 0,
+                         std::int64_t slots = 1)
+      : bundle_(std::move(b)), exec_(make_executor(*bundle_, cores, slots)), stages_(*exec_),
         session_(stages_, session_dims(bundle_->model()), bundle_->model().params) {}
   BundleSession(const BundleSession&) = delete;
   BundleSession& operator=(const BundleSession&) = delete;

@@ -25,6 +25,10 @@ public:
            std::span<const MutBytes> outputs) override {
     exec_.run(h.id, inputs, outputs, {&slot_, 1});
   }
+  void run_on(StageHandle h, std::span<const ConstBytes> inputs, std::span<const MutBytes> outputs,
+              std::span<const std::int32_t> slots) override {
+    exec_.run(h.id, inputs, outputs, slots);
+  }
   /// The KV slot this runs on.
   std::int32_t slot() const { return slot_; }
   bool has_function(const std::string& name) const override { return exec_.has_program(name); }

@@ -29,14 +29,16 @@ std::int64_t weight_layer(std::string_view name);
 /// What one rank of a run holds in memory besides its process (code, libraries), in bytes.
 struct RankMemory {
   std::int64_t weights = 0;     ///< its layers' weights (and the shared ones on rank 0)
-  std::int64_t kv = 0;          ///< the KV cache of its layers (one conversation)
+  std::int64_t kv = 0;          ///< the KV cache of its layers (every conversation's)
   std::int64_t activations = 0; ///< activation arena and every core's local scratch
   std::int64_t total() const { return weights + kv + activations; }
 };
 
-/// RankMemory of a rank of `b` running `range` on `cores` threads; `shared`: it also holds the
-/// weights outside the layers (rank 0, or a single process with every layer).
-RankMemory rank_memory(const bundle::Bundle& b, LayerRange range, bool shared, std::int64_t cores);
+/// RankMemory of a rank of `b` running `range` on `cores` threads with the KV caches of `slots`
+/// conversations (0: the bundle's KV slots); `shared`: it also holds the weights outside the
+/// layers (rank 0, or a single process with every layer).
+RankMemory rank_memory(const bundle::Bundle& b, LayerRange range, bool shared, std::int64_t cores,
+                       std::int64_t slots = 0);
 
 /// Bytes of the weights of each decoder layer of `b` [layers]: every weight whose name starts with
 /// "layers.N." (the stage modules' names) or "model.layers.N." counts for layer N (all its

@@ -127,13 +127,16 @@ public:
   Stages& stages() { return stages_; }
 
   /// Runs layers [remote->local_layers(), layers) through `remote` (a pipeline's other ranks,
-  /// runtime/layer_pipeline.hpp) from now on; null runs every layer here again. `remote` must
-  /// outlive its use. Throws Error(invalid_input) unless it keeps 1 to layers - 1 layers here.
-  void set_remote_layers(RemoteLayers* remote) {
+  /// runtime/layer_pipeline.hpp) from now on, on their KV slot `slot` (this conversation's slot
+  /// of their executors: a SlotPool's slot index); null runs every layer here again. `remote`
+  /// must outlive its use. Throws Error(invalid_input) unless it keeps 1 to layers - 1 layers
+  /// here.
+  void set_remote_layers(RemoteLayers* remote, std::int32_t slot = 0) {
     check(!remote || (remote->local_layers() >= 1 && remote->local_layers() < dims_.layers),
           ErrorKind::invalid_input, "pipeline", "rank 0 must run 1 to ", dims_.layers - 1,
           " of the ", dims_.layers, " layers, not ", remote ? remote->local_layers() : 0);
     remote_ = remote;
+    remote_slot_ = slot;
   }
 
   /// Generates an answer to `prompt` (fed after what the cache already holds: a second turn
@@ -222,6 +225,7 @@ private:
 
   Stages& stages_;
   RemoteLayers* remote_ = nullptr;
+  std::int32_t remote_slot_ = 0; ///< the other ranks' KV slot of this conversation
   SessionDims dims_;
   frontend::StageParams params_;
   std::vector<float> hidden_[2], rows_; // rows_: verify()'s hidden rows [B, hidden]

@@ -23,6 +23,15 @@
 /// generating slot in one read (docs/serve.md measured 0.5-0.6x of the aggregate at 2-4
 /// clients when slots drafted beside a batch); set_draft_beside_batch(true) lifts this.
 ///
+/// Pipeline parallel (set_remote_layers, runtime/layer_pipeline.hpp): every slot's layers past
+/// rank 0's run on the other ranks, on the same KV slot of their executors. A round then feeds
+/// its prefill segments and verify calls first, each a call through every rank in turn, and
+/// then decodes the generating slots in micro-batches (contiguous groups of slots): it begins
+/// every micro-batch (rank 0's layers, then handed on) before it finishes the first (the other
+/// ranks' layers, then rank 0's lm_head), so while rank 1 runs micro-batch 1's layers rank 0
+/// runs micro-batch 2's. The answers are those of one process: each micro-batch is a batched
+/// decode of its rows.
+///
 /// Slot states (as llama.cpp's server has them):
 ///   idle -> start() -> prefill -> (last prompt segment fed, first token) -> generating
 ///   -> (the answer ended, failed, or cancel()) -> idle.
@@ -93,6 +102,7 @@ struct SlotRound {
   std::vector<SlotEvent> events; ///< one per busy slot that fed a segment, chose a token or failed
   std::int64_t prefill_segments = 0; ///< prefill segments fed
   std::int64_t decode_batch = 0;     ///< rows of the round's batched decode call (0: none)
+  std::int64_t micro_batches = 0;    ///< decode steps of a pipelined round (0: none)
   SpeculationStats speculation;      ///< the round's verify calls, drafted and kept tokens
 };
 
@@ -131,6 +141,15 @@ public:
   /// Lets a slot draft while other slots generate in a batched round (default false: drafts only
   /// for a slot generating alone; see the file comment).
   void set_draft_beside_batch(bool on) { draft_beside_batch_ = on; }
+  /// Runs the layers past `remote->local_layers()` on a pipeline's other ranks from now on (see
+  /// the file comment), the generating slots decoding in `micro_batches` micro-batches in
+  /// flight together (at least as many as the largest batch needs; 1: one batch, the ranks in
+  /// turn); null runs every layer here again. `remote` must outlive its use. Throws
+  /// Error(invalid_input) for micro_batches outside [1, 64] or a remote that keeps no layer
+  /// here, Error(internal) while a slot is busy.
+  void set_remote_layers(RemoteLayers* remote, int micro_batches = 2);
+  /// The micro-batches of a pipelined round (1 without a pipeline).
+  int micro_batches() const { return remote_ ? micro_batches_ : 1; }
 
 private:
   struct Slot;
@@ -139,6 +158,11 @@ private:
   std::vector<std::int32_t> draft_for(Slot& s);
   void speculate(Slot& s, const std::vector<std::int32_t>& draft, SlotRound& round);
   void decode_together(const std::vector<Slot*>& slots, SlotRound& round);
+  /// decode_together() through a pipeline: micro-batches begun together, then finished in turn.
+  void decode_pipelined(const std::vector<Slot*>& slots, SlotRound& round);
+  /// Takes the logits of `slots`' step [slots, vocab] (decode_together, decode_pipelined).
+  void consume_batch(const std::vector<Slot*>& slots, std::span<const float> logits,
+                     SlotRound& round);
   /// Takes the token `s` chooses from `logits` with `length` tokens fed (-1: the session's).
   void consume(Slot& s, std::span<const float> logits, SlotRound& round, std::int64_t length = -1);
   void fail(Slot& s, SlotRound& round);
@@ -152,6 +176,8 @@ private:
   std::vector<std::unique_ptr<Slot>> slots_;
   std::uint64_t clock_ = 0;
   bool draft_beside_batch_ = false;
+  RemoteLayers* remote_ = nullptr;
+  int micro_batches_ = 2;
 };
 
 } // namespace tpullm::runtime

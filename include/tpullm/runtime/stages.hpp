@@ -67,6 +67,14 @@ public:
           "stages", "unknown handle ", h.id);
     run(names_[static_cast<std::size_t>(h.id)], inputs, outputs);
   }
+  /// run() of a resolved function on the KV slots `slots` of a back end that keeps several
+  /// conversations' caches (one slot for every row, or one per row of a batched function:
+  /// Executor::run). The default throws Error(unsupported).
+  virtual void run_on(StageHandle /*h*/, std::span<const ConstBytes> /*inputs*/,
+                      std::span<const MutBytes> /*outputs*/,
+                      std::span<const std::int32_t> /*slots*/) {
+    throw Error(ErrorKind::unsupported, "stages", "this back end keeps one conversation's cache");
+  }
   /// Runs function `name`. inputs[i]: the bytes of argument i (exactly its size; a history
   /// argument is empty when owns_kv_cache()). outputs[j]: where result j goes (exactly its
   /// size), or empty when the caller does not need it.
