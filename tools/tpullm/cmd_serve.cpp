@@ -19,6 +19,7 @@
 
 #include "bundle_source.hpp"
 #include "command.hpp"
+#include "pipeline_run.hpp"
 #include "sampling_options.hpp"
 #include "serve_api.hpp"
 #include "serve_http.hpp"
@@ -166,6 +167,7 @@ struct Server {
   runtime::ContextOverflow overflow = runtime::ContextOverflow::refuse;
   std::size_t max_queue = 8; ///< --max-queue
   std::int64_t cores = 0;    ///< --threads (0: the bundle target's)
+  bool pipeline = false;     ///< --parallel pipeline: the layers are spread over MPI ranks
 
   /// /v1/embeddings computes on an executor of its own (one KV slot, built at the first such
   /// request), never on the scheduler's: it cannot touch a slot's cache or race with the
@@ -305,6 +307,10 @@ struct Server {
     authorize(req);
     const std::string body = read_body(req, reader, stopping);
     const auto e = serve::parse_embeddings_request(body, model_id, limits);
+    // Its executor would run every layer here, touching the weights the other ranks hold.
+    if (pipeline)
+      throw ApiError{501, "/v1/embeddings is not served with --parallel pipeline",
+                     "invalid_request_error", "", "unsupported"};
     const auto& m = bundle->model();
     if (std::none_of(bundle->programs().begin(), bundle->programs().end(),
                      [](const auto& p) { return p.name == "final_norm"; }))
@@ -614,10 +620,27 @@ int cmd_serve(const std::vector<std::string>& args) {
       "turns after the system messages until it fits (X-Tpullm-Context-Truncated header)");
   DraftArgs draft;
   o.add(speculation_options(draft));
+  ParallelArgs parallel;
+  int micro_batches = 2;
+  auto po_parallel = parallel_options(parallel);
+  po_parallel.add_options()(
+      "micro-batches", po::value(&micro_batches)->default_value(micro_batches),
+      "with --parallel pipeline: groups of generating slots whose decode steps are in flight "
+      "together, so that the ranks run different groups' layers at once (1: one batch, the "
+      "ranks in turn)");
+  o.add(po_parallel);
   po::variables_map vm;
   if (!parse_bundle_command(args, o, source, vm))
     return kOk;
   const std::int64_t cores = source.threads;
+  check(parallel.mode.empty() || draft.source == "none", ErrorKind::unsupported, "--draft",
+        "is not served with --parallel pipeline yet");
+  const bool micro_given = !vm["micro-batches"].defaulted();
+  check(!parallel.mode.empty() || (parallel.memory_budget_mib == 0 && !micro_given),
+        ErrorKind::invalid_input, micro_given ? "--micro-batches" : "--memory-budget",
+        "applies to serve only with --parallel pipeline (alone, --slots sets what it holds)");
+  check(micro_batches >= 1 && micro_batches <= 64, ErrorKind::invalid_input, "--micro-batches",
+        "must be in [1, 64], got ", micro_batches);
   check(port >= 0 && port <= 65535, ErrorKind::invalid_input, "--port",
         "must be in [0, 65535], got ", port);
   check(slots >= 0 && slots <= 256, ErrorKind::invalid_input, "--slots",
@@ -652,7 +675,20 @@ int cmd_serve(const std::vector<std::string>& args) {
   ::signal(SIGPIPE, SIG_IGN);
 
   std::string checked; // the weights are checked before the first request is taken
-  const OpenedBundle source_bundle = open_bundle_source(source, true, &checked);
+  // --parallel pipeline: every rank opens the bundle and agrees on it and on the slots; ranks
+  // 1..N-1 then run their layers for rank 0's slots until it stops.
+  std::unique_ptr<CommandEngine> engine;
+  if (!parallel.mode.empty()) {
+    parallel.slots = slots;
+    parallel.default_slots = [cores](const bundle::Bundle& b) { return default_slots(b, cores); };
+    engine = std::make_unique<CommandEngine>(parallel, source, args, true, &checked);
+    if (engine->layer_rank())
+      return engine->serve_layers();
+    slots = static_cast<int>(engine->slots());
+  }
+  const OpenedBundle source_bundle =
+      engine ? OpenedBundle{engine->engine().shared_bundle(), source.source, source.source, false}
+             : open_bundle_source(source, true, &checked);
   const std::string& file = source_bundle.name;
   auto opened = source_bundle.bundle;
   check(!opened->model().text.tokenizer_json.empty(), ErrorKind::unsupported, file,
@@ -684,13 +720,17 @@ int cmd_serve(const std::vector<std::string>& args) {
   s.overflow = overflow_mode;
   s.max_queue = static_cast<std::size_t>(max_queue);
   s.cores = cores;
+  s.pipeline = engine != nullptr;
   if (slots == 0)
     slots = default_slots(*s.bundle, cores);
-  s.scheduler = std::make_unique<serve::Scheduler>(
-      s.bundle, s.text,
-      serve::SchedulerOptions{slots, cores, static_cast<std::size_t>(max_queue),
-                              drafting.speculation},
-      s.metrics);
+  serve::SchedulerOptions scheduling{slots, cores, static_cast<std::size_t>(max_queue),
+                                     drafting.speculation};
+  if (engine) { // the engine's executor (its KV slots agreed by the ranks) and the pipeline
+    scheduling.executor = &engine->engine().executor();
+    scheduling.remote = engine->pipeline();
+    scheduling.micro_batches = micro_batches;
+  }
+  s.scheduler = std::make_unique<serve::Scheduler>(s.bundle, s.text, scheduling, s.metrics);
   share_draft_workers(drafts, s.scheduler->executor());
 
   // Workers for every slot, every queued request and a few more (a request beyond them waits
@@ -827,6 +867,7 @@ int cmd_serve(const std::vector<std::string>& args) {
             << (draft.source == "none" ? std::string()
                                        : "speculation from " + draft.source + " (up to " +
                                              std::to_string(draft.max) + " draft tokens); ")
+            << (engine ? std::to_string(micro_batches) + " micro-batches; " : std::string())
             << checked << "; listening on http://" << host << ":" << bound << std::endl;
 
   // The first signal stops the server (stopper); the waiter goes on watching: a second signal,

@@ -3,6 +3,7 @@
 #include "pipeline_run.hpp"
 
 #include <iostream>
+#include <limits>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -54,7 +55,8 @@ void check_budget(std::int64_t budget_mib, runtime::BundleSession& e, runtime::L
   if (budget_mib <= 0)
     return;
   const auto& b = e.bundle();
-  const auto m = runtime::rank_memory(b, range, shared, e.executor().threads());
+  const auto m = runtime::rank_memory(b, range, shared, e.executor().threads(),
+                                      e.executor().kv_geometry().slots);
   const std::int64_t need = process + m.total();
   check(need <= budget_mib * kMiB, ErrorKind::invalid_input, "--memory-budget", who, " needs ",
         need / kMiB, " MiB: ", m.weights / kMiB, " of weights (layers [", range.begin, ", ",
@@ -79,6 +81,7 @@ public:
   std::vector<runtime::LayerRange> ranges;
   std::unique_ptr<runtime::LayerPipeline> pipe; // last: stops the other ranks first
   int rank = 0, ranks = 1;
+  std::int64_t slots = 1;
   bool failed = false;
 };
 
@@ -107,13 +110,14 @@ PipelineRun::PipelineRun(const ParallelArgs& p, const BundleArgs& source,
   // they compare what they did.
   std::string mine;
   const std::int64_t process = proc_status_bytes("VmRSS");
+  std::shared_ptr<const bundle::Bundle> bundle;
+  std::int64_t my_slots = 1;
   try {
     BundleArgs unchecked = source; // each rank checks the chunks of its own weights below
     unchecked.open.skip_verify = true;
     unchecked.open.verify = false;
-    const OpenedBundle opened = open_bundle_source(unchecked, rank == 0);
-    engine = std::make_unique<runtime::BundleSession>(opened.bundle, source.threads);
-    const auto& b = engine->bundle();
+    bundle = open_bundle_source(unchecked, rank == 0).bundle;
+    const auto& b = *bundle;
     ranges = p.layer_split.empty()
                  ? runtime::split_layers(runtime::layer_weight_bytes(b), ranks,
                                          runtime::shared_weight_bytes(b))
@@ -124,12 +128,26 @@ PipelineRun::PipelineRun(const ParallelArgs& p, const BundleArgs& source,
         const auto l = runtime::weight_layer(w.name);
         return l < 0 ? rank == 0 : l >= mine_range.begin && l < mine_range.end;
       });
-    check_budget(p.memory_budget_mib, *engine, mine_range, rank == 0, process,
-                 str_cat("rank ", rank), "; split it over more ranks");
-    mine = str_cat("ok bundle ", std::hex, b.metadata_checksum(), std::dec, " of ", b.file_bytes(),
-                   " bytes; layers ", ranges_text(ranges), "; options ", options);
+    my_slots = p.slots > 0 ? p.slots : p.default_slots ? p.default_slots(b) : 1;
   } catch (const Error& e) {
     mine = str_cat("error ", e.what());
+  }
+  // The KV slots: the fewest any rank's memory allows (every rank must hold every slot).
+  slots = std::numeric_limits<std::int64_t>::max();
+  for (const std::string& n : mpi->all_gather(std::to_string(my_slots)))
+    slots = std::min<std::int64_t>(slots, std::max<std::int64_t>(1, std::stoll(n)));
+  if (mine.empty()) {
+    try {
+      engine = std::make_unique<runtime::BundleSession>(bundle, source.threads, slots);
+      check_budget(p.memory_budget_mib, *engine, ranges[static_cast<std::size_t>(rank)], rank == 0,
+                   process, str_cat("rank ", rank), "; split it over more ranks");
+      const auto& b = engine->bundle();
+      mine = str_cat("ok bundle ", std::hex, b.metadata_checksum(), std::dec, " of ",
+                     b.file_bytes(), " bytes; layers ", ranges_text(ranges), "; ", slots,
+                     " KV slots; options ", options);
+    } catch (const Error& e) {
+      mine = str_cat("error ", e.what());
+    }
   }
   const auto all = mpi->all_gather(mine);
   for (int r = 0; r < ranks; ++r) {
@@ -148,9 +166,9 @@ PipelineRun::PipelineRun(const ParallelArgs& p, const BundleArgs& source,
     return;
   }
   if (rank == 0) {
-    pipe =
-        std::make_unique<runtime::LayerPipeline>(*link, ranges, engine->bundle().model().hidden,
-                                                 engine->bundle().model().params.max_input_length);
+    pipe = std::make_unique<runtime::LayerPipeline>(
+        *link, ranges, engine->bundle().model().hidden,
+        runtime::pipeline_max_rows(engine->bundle().model().params));
     engine->session().set_remote_layers(pipe.get());
   }
 #endif
@@ -173,7 +191,11 @@ CommandEngine::CommandEngine(const ParallelArgs& p, const BundleArgs& source,
   }
   const std::int64_t process = proc_status_bytes("VmRSS");
   const OpenedBundle opened = open_bundle_source(source, verbose, checked);
-  own_ = std::make_unique<runtime::BundleSession>(opened.bundle, source.threads);
+  own_ =
+      std::make_unique<runtime::BundleSession>(opened.bundle, source.threads,
+                                               p.slots > 0       ? p.slots
+                                               : p.default_slots ? p.default_slots(*opened.bundle)
+                                                                 : 1);
   check_budget(p.memory_budget_mib, *own_, {0, own_->bundle().model().layers}, true, process,
                "this process",
                "; run it over several processes: mpirun -np N tpullm ... --parallel pipeline "
@@ -243,6 +265,14 @@ std::vector<std::string> CommandEngine::rank_reports() {
 #else
   return {};
 #endif
+}
+
+runtime::LayerPipeline* CommandEngine::pipeline() {
+  return pipeline_ ? pipeline_->pipe.get() : nullptr;
+}
+
+std::int64_t CommandEngine::slots() const {
+  return pipeline_ ? pipeline_->slots : own_->executor().kv_geometry().slots;
 }
 
 const runtime::PipelineStats* CommandEngine::pipeline_stats() const {

@@ -3,6 +3,7 @@
 // pipeline run (`--parallel pipeline` under `mpirun -np N`, docs/distributed.md), where rank 0
 // runs the command as usual with its later layers on ranks 1..N-1, which run their layers
 // until rank 0 is done. --memory-budget bounds what each process holds.
+#include <functional>
 #include <iosfwd>
 #include <memory>
 #include <string>
@@ -21,6 +22,10 @@ struct ParallelArgs {
   std::string mode;                   ///< --parallel: empty (one process) or "pipeline"
   std::string layer_split;            ///< --layer-split: layer counts per rank (empty: by bytes)
   std::int64_t memory_budget_mib = 0; ///< --memory-budget: MiB per process (0: none)
+  /// Conversations every rank's executor holds KV caches for (not an option: serve's --slots).
+  /// 0: each rank asks `default_slots` of the opened bundle and the ranks take the fewest.
+  std::int64_t slots = 1;
+  std::function<std::int64_t(const bundle::Bundle&)> default_slots; ///< for slots 0
 };
 
 /// The options --parallel, --layer-split and --memory-budget, writing into `a`.
@@ -58,6 +63,11 @@ public:
   std::vector<std::string> rank_reports();
   /// Rank 0's traffic (null alone).
   const runtime::PipelineStats* pipeline_stats() const;
+  /// Rank 0's side of the pipeline (null alone and on layer ranks): what a SlotPool over
+  /// engine().executor() sends its later layers to.
+  runtime::LayerPipeline* pipeline();
+  /// The KV slots of the engine's executor (ParallelArgs::slots as the ranks agreed on it).
+  std::int64_t slots() const;
   /// The engine (rank 0's in a pipeline, its session sending the later layers down).
   runtime::BundleSession& engine();
   /// The `pipeline:` summary line of rank 0 (ranks, layers, round trips, time); empty alone.

@@ -69,9 +69,19 @@ Scheduler::Scheduler(std::shared_ptr<const bundle::Bundle> bundle, const runtime
   check(options_.slots >= 1, ErrorKind::invalid_input, "--slots", "must be >= 1");
   // One executor: its KV cache holds every slot's conversation, so one decode call can step
   // them all (batched decode) and the activation arena is shared.
-  exec_ = runtime::make_executor(*bundle_, options_.cores, options_.slots);
+  if (options_.executor) {
+    exec_ = options_.executor;
+    check(exec_->kv_geometry().slots == options_.slots, ErrorKind::internal, "scheduler",
+          "an executor of ", exec_->kv_geometry().slots, " KV slots for ", options_.slots,
+          " slots");
+  } else {
+    own_exec_ = runtime::make_executor(*bundle_, options_.cores, options_.slots);
+    exec_ = own_exec_.get();
+  }
   pool_ = std::make_unique<runtime::SlotPool>(*exec_, runtime::session_dims(bundle_->model()),
                                               bundle_->model().params, &text_.tokenizer);
+  if (options_.remote)
+    pool_->set_remote_layers(options_.remote, options_.micro_batches);
   jobs_.resize(static_cast<std::size_t>(options_.slots));
   t_first_.resize(jobs_.size());
   metrics_.set_load(0, 0, slots());

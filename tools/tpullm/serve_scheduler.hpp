@@ -87,6 +87,13 @@ struct SchedulerOptions {
   /// Speculative decoding for every request (--draft; draft_max 0: off). Its draft source, if
   /// any, must outlive the scheduler; it is called on the scheduler thread only.
   runtime::SpeculationOptions speculation;
+  /// The executor of the slots (null: the scheduler makes one of `slots` KV slots); it must
+  /// have `slots` KV slots and outlive the scheduler.
+  runtime::Executor* executor = nullptr;
+  /// A pipeline's other ranks, which run the later layers (null: every layer here); see
+  /// runtime::SlotPool::set_remote_layers.
+  runtime::RemoteLayers* remote = nullptr;
+  int micro_batches = 2; ///< with `remote`: decode micro-batches in flight together
 };
 
 /// See the file comment.
@@ -128,7 +135,8 @@ private:
   const runtime::TextSide& text_;
   SchedulerOptions options_;
   Metrics& metrics_;
-  std::unique_ptr<runtime::Executor> exec_;
+  std::unique_ptr<runtime::Executor> own_exec_; ///< when options_.executor is null
+  runtime::Executor* exec_ = nullptr;
   std::unique_ptr<runtime::SlotPool> pool_; ///< touched by the scheduler thread only
   std::vector<std::shared_ptr<Job>> jobs_;  ///< per slot, under m_ (null: idle)
   std::vector<std::chrono::steady_clock::time_point> t_first_; ///< per slot: its first token

@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# tpullm serve --parallel pipeline under mpirun (docs/distributed.md): four clients at once get
+# the greedy answers of a single-process server, on 2 ranks with 2 micro-batches in flight and on
+# 3 ranks with 1; /v1/embeddings is refused (501) there; --micro-batches and --memory-budget
+# without --parallel and --draft with it are refused in one line; SIGTERM to mpirun stops every
+# rank within 20 s.
+# Usage: pipeline_serve.sh TPULLM MPIEXEC WORK_DIR QWEN3_TOKENIZER_DIR
+set -u
+tpullm=$1 mpiexec=$2 work=$3 tokenizer=$4
+. "$(dirname "$0")/../cli/expect.sh"
+work_in "$work"
+# Open MPI: root allowed (CI runs as root), more ranks than cores; other MPIs ignore these.
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+
+"$tpullm" make-model --preset tiny --layers 6 --vocab 151936 --seed 1 -o tiny >/dev/null &&
+  cp "$tokenizer/tokenizer.json" "$tokenizer/tokenizer_config.json" tiny/ &&
+  "$tpullm" compile tiny -o tiny.bundle --seq-length 256 --max-input-length 16 \
+    --decode-batches 2,4 >/dev/null && rm -rf tiny || { echo "FAIL: the tiny model"; exit 1; }
+
+server=
+port=
+# start NAME CMD...: starts a server (its log NAME.log), waits up to 60 s for its port.
+start() {
+  local name=$1
+  shift
+  "$@" >"$name.log" 2>&1 &
+  server=$!
+  port=
+  for _ in $(seq 1 600); do
+    port=$(sed -n 's/.*listening on http:\/\/[^:]*:\([0-9]*\).*/\1/p' "$name.log")
+    [ -n "$port" ] && return 0
+    kill -0 "$server" 2>/dev/null || break
+    sleep 0.1
+  done
+  echo "FAIL: $name did not start: $(tail -5 "$name.log")"
+  kill "$server" 2>/dev/null
+  exit 1
+}
+
+# answers: four greedy completions sent at once (prompts of 1 to 3 segments), their texts in
+# order, one JSON string a line.
+answers() {
+  node -e '
+const url = `http://127.0.0.1:${process.argv[1]}/v1/completions`;
+const ask = (i) => fetch(url, {method: "POST", headers: {"Content-Type": "application/json"},
+  body: JSON.stringify({prompt: `Request ${i} asks about pipelines` + " and ranks".repeat(4 * i),
+                        max_tokens: 12, temperature: 0})})
+  .then((r) => r.json()).then((j) => JSON.stringify(j.choices ? j.choices[0].text : j));
+Promise.all([1, 2, 3, 4].map(ask)).then((t) => console.log(t.join("\n")));' "$port"
+}
+
+# stop NAME: SIGTERM to the server (mpirun forwards it); every process gone within 20 s.
+stop() {
+  local name=$1
+  kill -TERM "$server"
+  for _ in $(seq 1 200); do kill -0 "$server" 2>/dev/null || break; sleep 0.1; done
+  if kill -0 "$server" 2>/dev/null; then
+    fail=1
+    echo "FAIL: $name still running 20 s after SIGTERM"
+    kill -9 "$server"
+  fi
+  wait "$server" 2>/dev/null
+  for _ in $(seq 1 100); do
+    [ "$(pgrep -fc "tpullm serve tiny.bundle")" -eq 0 ] && break
+    sleep 0.1
+  done
+  if [ "$(pgrep -fc "tpullm serve tiny.bundle")" -ne 0 ]; then
+    fail=1
+    echo "FAIL: $name left processes after it stopped"
+    pkill -9 -f "tpullm serve tiny.bundle"
+  fi
+}
+
+start one "$tpullm" serve tiny.bundle --port 0 --slots 4 --threads 1
+ref=$(answers)
+stop one
+if [ "$(printf '%s\n' "$ref" | grep -c '^"')" -ne 4 ]; then
+  echo "FAIL: the single-process answers: $ref"
+  exit 1
+fi
+
+for case in "2 --micro-batches 2" "3 --micro-batches 1"; do
+  set -- $case
+  np=$1
+  shift
+  start "pipe$np" "$mpiexec" -n "$np" "$tpullm" serve tiny.bundle --port 0 --slots 4 --threads 1 \
+    --parallel pipeline "$@"
+  got=$(answers)
+  if [ "$got" = "$ref" ] && grep -q "pipeline over $np ranks" "pipe$np.log"; then
+    echo "ok: $np ranks, $*: the answers of one process"
+  else
+    fail=1
+    echo "FAIL: $np ranks, $*: '$got', one process: '$ref'; log: $(head -3 "pipe$np.log")"
+  fi
+  if [ "$np" = 2 ]; then
+    code=$(curl -s -o emb.json -w '%{http_code}' "http://127.0.0.1:$port/v1/embeddings" \
+      -H 'Content-Type: application/json' -d '{"input": "a pipeline"}')
+    if [ "$code" = 501 ] && grep -q "not served with --parallel pipeline" emb.json; then
+      echo "ok: /v1/embeddings under a pipeline -> 501"
+    else
+      fail=1
+      echo "FAIL: /v1/embeddings under a pipeline -> $code: $(cat emb.json)"
+    fi
+  fi
+  stop "pipe$np"
+done
+
+expect 2 "--micro-batches: applies to serve only with --parallel pipeline" \
+  "$tpullm" serve tiny.bundle --port 0 --micro-batches 2
+expect 2 "--memory-budget: applies to serve only with --parallel pipeline" \
+  "$tpullm" serve tiny.bundle --port 0 --memory-budget 100
+expect 2 "--micro-batches: must be in \[1, 64\], got 0" \
+  "$tpullm" serve tiny.bundle --port 0 --parallel pipeline --micro-batches 0
+expect 2 "--draft: is not served with --parallel pipeline yet" \
+  "$tpullm" serve tiny.bundle --port 0 --parallel pipeline --draft prompt-lookup
+exit $fail
