@@ -6,7 +6,10 @@
 # on a shared machine the figures are indicative.
 # Usage: bench/serve_bench.sh TPULLM BUNDLE [SLOTS=8] [CLIENTS=1,2,4,8] [MAX_TOKENS=64] [REQUESTS=2]
 #        [SINGLE=1] (0: skip the `tpullm bench` row)
-# TPULLM_SERVE_ARGS adds options to `tpullm serve` (e.g. "--draft prompt-lookup").
+# TPULLM_SERVE_ARGS adds options to `tpullm serve` (e.g. "--draft prompt-lookup");
+# TPULLM_SERVE_LAUNCH goes before it (e.g. "mpirun -n 2 --bind-to core" with TPULLM_SERVE_ARGS
+# "--parallel pipeline --threads 1"): the pipeline's traffic and each rank's busy time are
+# printed after the server stops.
 set -euo pipefail
 tpullm=$1 bundle=$2 slots=${3:-8} clients=${4:-1,2,4,8} max_tokens=${5:-64} requests=${6:-2}
 single=${7:-1}
@@ -15,7 +18,7 @@ log=$(mktemp)
 trap 'kill "$pid" 2>/dev/null || true; rm -f "$log"' EXIT
 uptime
 # shellcheck disable=SC2086 # TPULLM_SERVE_ARGS is split into options on purpose
-"$tpullm" serve "$bundle" --port 0 --slots "$slots" --max-queue 16 ${TPULLM_SERVE_ARGS:-} 2>"$log" &
+${TPULLM_SERVE_LAUNCH:-} "$tpullm" serve "$bundle" --port 0 --slots "$slots" --max-queue 16 ${TPULLM_SERVE_ARGS:-} 2>"$log" &
 pid=$!
 port=
 for _ in $(seq 1 600); do
@@ -34,6 +37,7 @@ node -e 'fetch(process.argv[1]).then((r) => r.text()).then((t) => { const m = t.
   "http://127.0.0.1:$port/metrics"
 kill -TERM "$pid"
 wait "$pid" || true
+sed -n 's/^tpullm serve: \(pipeline: .*\|rank report .*\)/\1/p' "$log"
 if [ "$single" != 0 ]; then
   echo "single stream, tpullm bench (same bundle):"
   "$tpullm" bench "$bundle" --prompt 32 --context 64 --no-contention 2>&1 | sed -n '/^decode/,+1p'

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # tpullm serve --parallel pipeline under mpirun (docs/distributed.md): four clients at once get
 # the greedy answers of a single-process server, on 2 ranks with 2 micro-batches in flight and on
-# 3 ranks with 1; /v1/embeddings is refused (501) there; --micro-batches and --memory-budget
-# without --parallel and --draft with it are refused in one line; SIGTERM to mpirun stops every
-# rank within 20 s.
+# 3 ranks with 1; a lone client with --draft prompt-lookup gets them too, through verify calls
+# down the pipeline; /v1/embeddings is refused (501) there; --micro-batches and --memory-budget
+# without --parallel are refused in one line; SIGTERM to mpirun stops every rank within 20 s.
 # Usage: pipeline_serve.sh TPULLM MPIEXEC WORK_DIR QWEN3_TOKENIZER_DIR
 set -u
 tpullm=$1 mpiexec=$2 work=$3 tokenizer=$4
@@ -71,8 +71,16 @@ stop() {
   fi
 }
 
+# lone: one greedy completion of a prompt that repeats itself (prompt lookup finds drafts).
+lone() {
+  curl -s "http://127.0.0.1:$port/v1/completions" -H 'Content-Type: application/json' \
+    -d '{"prompt": "one two three four one two three four one two three four one two", "max_tokens": 24, "temperature": 0}' |
+    node -e 'let s="";process.stdin.on("data",(d)=>s+=d).on("end",()=>console.log(JSON.stringify(JSON.parse(s).choices[0].text)))'
+}
+
 start one "$tpullm" serve tiny.bundle --port 0 --slots 4 --threads 1
 ref=$(answers)
+ref_lone=$(lone)
 stop one
 if [ "$(printf '%s\n' "$ref" | grep -c '^"')" -ne 4 ]; then
   echo "FAIL: the single-process answers: $ref"
@@ -105,12 +113,22 @@ for case in "2 --micro-batches 2" "3 --micro-batches 1"; do
   stop "pipe$np"
 done
 
+start draft "$mpiexec" -n 2 "$tpullm" serve tiny.bundle --port 0 --slots 4 --threads 1 \
+  --parallel pipeline --draft prompt-lookup
+got=$(lone)
+verify=$(curl -s "http://127.0.0.1:$port/metrics" | sed -n 's/^tpullm_speculation_verify_calls_total //p')
+if [ -n "$ref_lone" ] && [ "$got" = "$ref_lone" ] && [ "${verify:-0}" -gt 0 ]; then
+  echo "ok: 2 ranks with --draft prompt-lookup: the answer of one process, $verify verify calls"
+else
+  fail=1
+  echo "FAIL: 2 ranks with --draft prompt-lookup: '$got' ($verify verify calls), one process: '$ref_lone'"
+fi
+stop draft
+
 expect 2 "--micro-batches: applies to serve only with --parallel pipeline" \
   "$tpullm" serve tiny.bundle --port 0 --micro-batches 2
 expect 2 "--memory-budget: applies to serve only with --parallel pipeline" \
   "$tpullm" serve tiny.bundle --port 0 --memory-budget 100
 expect 2 "--micro-batches: must be in \[1, 64\], got 0" \
   "$tpullm" serve tiny.bundle --port 0 --parallel pipeline --micro-batches 0
-expect 2 "--draft: is not served with --parallel pipeline yet" \
-  "$tpullm" serve tiny.bundle --port 0 --parallel pipeline --draft prompt-lookup
 exit $fail

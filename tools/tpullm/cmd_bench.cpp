@@ -207,9 +207,10 @@ int cmd_bench(const std::vector<std::string>& args) {
   // its memory check come with the opening, before the ceilings, so that a bundle too big for
   // this machine is refused before seconds of measuring. A layer rank serves its layers and
   // hands rank 0 its report.
+  parallel.rank_reports = true;
   CommandEngine ce(parallel, source, args, true, &checked);
   if (ce.layer_rank())
-    return ce.serve_layers(true);
+    return ce.serve_layers();
   runtime::BundleSession& engine = ce.engine();
   const std::string& file = source.source;
   const auto opened = engine.shared_bundle();

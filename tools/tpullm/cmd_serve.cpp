@@ -633,8 +633,6 @@ int cmd_serve(const std::vector<std::string>& args) {
   if (!parse_bundle_command(args, o, source, vm))
     return kOk;
   const std::int64_t cores = source.threads;
-  check(parallel.mode.empty() || draft.source == "none", ErrorKind::unsupported, "--draft",
-        "is not served with --parallel pipeline yet");
   const bool micro_given = !vm["micro-batches"].defaulted();
   check(!parallel.mode.empty() || (parallel.memory_budget_mib == 0 && !micro_given),
         ErrorKind::invalid_input, micro_given ? "--micro-batches" : "--memory-budget",
@@ -680,6 +678,7 @@ int cmd_serve(const std::vector<std::string>& args) {
   std::unique_ptr<CommandEngine> engine;
   if (!parallel.mode.empty()) {
     parallel.slots = slots;
+    parallel.rank_reports = true; // each rank's calls and busy time, printed when serve stops
     parallel.default_slots = [cores](const bundle::Bundle& b) { return default_slots(b, cores); };
     engine = std::make_unique<CommandEngine>(parallel, source, args, true, &checked);
     if (engine->layer_rank())
@@ -922,6 +921,11 @@ int cmd_serve(const std::vector<std::string>& args) {
   waiter.join();
   if (stopper.joinable())
     stopper.join();
+  if (engine) { // what the ranks did: their busy time against their time is the pipeline's fill
+    std::cerr << "tpullm serve: " << engine->describe() << "\n";
+    for (const auto& r : engine->rank_reports())
+      std::cerr << "tpullm serve: rank report " << r << "\n";
+  }
   std::cerr << "tpullm serve: stopped" << std::endl;
   return listened ? kOk : 1;
 }

@@ -83,6 +83,7 @@ public:
   int rank = 0, ranks = 1;
   std::int64_t slots = 1;
   bool failed = false;
+  bool reported = false; ///< rank 0 gathered the layer ranks' reports
 };
 
 PipelineRun::PipelineRun(const ParallelArgs& p, const BundleArgs& source,
@@ -202,7 +203,13 @@ CommandEngine::CommandEngine(const ParallelArgs& p, const BundleArgs& source,
                "with a bundle file");
 }
 
-CommandEngine::~CommandEngine() = default;
+CommandEngine::~CommandEngine() {
+  // The layer ranks wait to hand in their reports: a command that ended early still takes them.
+  try {
+    (void)rank_reports();
+  } catch (...) { // a broken link: the ranks learn it from MPI
+  }
+}
 
 bool CommandEngine::layer_rank() const {
   return pipeline_ && pipeline_->rank != 0;
@@ -228,7 +235,7 @@ std::string rank_report(int rank, runtime::LayerRange range, std::int64_t calls,
 } // namespace
 #endif
 
-int CommandEngine::serve_layers(bool report) {
+int CommandEngine::serve_layers() {
 #ifdef TPULLM_HAVE_MPI
   PipelineRun& m = *pipeline_;
   // The ranks disagreed: rank 0 names the problem and exits non-zero, which is mpirun's status.
@@ -246,20 +253,20 @@ int CommandEngine::serve_layers(bool report) {
     std::cerr << "tpullm: pipeline rank " << m.rank << ": " << e.what() << "\n";
     m.mpi->abort(kCheckFailed);
   }
-  if (report)
+  if (args_.rank_reports)
     (void)m.mpi->all_gather(rank_report(m.rank, range, st.calls, &st));
   return peak_within_budget(std::cerr) ? kOk : kCheckFailed;
 #else
-  (void)report;
   return kCheckFailed;
 #endif
 }
 
 std::vector<std::string> CommandEngine::rank_reports() {
 #ifdef TPULLM_HAVE_MPI
-  if (!pipeline_ || !pipeline_->pipe)
+  if (!pipeline_ || !pipeline_->pipe || !args_.rank_reports || pipeline_->reported)
     return {};
   PipelineRun& m = *pipeline_;
+  m.reported = true;
   m.pipe->stop();
   return m.mpi->all_gather(rank_report(0, m.ranges.front(), m.pipe->stats().round_trips, nullptr));
 #else
@@ -304,6 +311,8 @@ std::string CommandEngine::describe() const {
   s << "pipeline: " << pipeline_->ranks << " ranks, layers " << ranges_text(pipeline_->ranges)
     << "; " << st.round_trips << " round trips (" << st.bytes_sent << " bytes sent by rank 0), "
     << st.seconds << " s in the other ranks' layers and the hops";
+  if (st.most_in_flight > 1)
+    s << "; up to " << st.most_in_flight << " calls in flight";
   return s.str();
 }
 

@@ -26,6 +26,9 @@ struct ParallelArgs {
   /// 0: each rank asks `default_slots` of the opened bundle and the ranks take the fewest.
   std::int64_t slots = 1;
   std::function<std::int64_t(const bundle::Bundle&)> default_slots; ///< for slots 0
+  /// Not an option: the layer ranks hand rank 0 their report when it stops them (rank 0 calls
+  /// rank_reports(), or its engine's destructor does, so that no rank waits for it).
+  bool rank_reports = false;
 };
 
 /// The options --parallel, --layer-split and --memory-budget, writing into `a`.
@@ -54,12 +57,13 @@ public:
   bool layer_rank() const;
   /// A layer rank's work: runs its layers until rank 0 stops, then checks its peak memory
   /// against --memory-budget; the exit status (0 when the ranks disagreed: rank 0 says why and
-  /// fails). With `report`, it then hands rank 0 its report (rank_reports(), called there).
-  int serve_layers(bool report = false);
-  /// Rank 0 of a pipeline whose layer ranks serve_layers(true): stops the pipeline (the session
-  /// can run no more layers) and returns every rank's report, rank 0's first, each a JSON object
-  /// {rank, layers [begin, end), calls, busy_seconds, total_seconds, peak_rss_bytes}. Empty
-  /// alone.
+  /// fails). With ParallelArgs::rank_reports, it then hands rank 0 its report (rank_reports(),
+  /// called there).
+  int serve_layers();
+  /// Rank 0 of a pipeline with ParallelArgs::rank_reports: stops the pipeline (the session can
+  /// run no more layers) and returns every rank's report, rank 0's first, each a JSON object
+  /// {rank, layers [begin, end), calls, busy_seconds, total_seconds, peak_rss_bytes}; once.
+  /// Empty alone, without rank_reports, or called again.
   std::vector<std::string> rank_reports();
   /// Rank 0's traffic (null alone).
   const runtime::PipelineStats* pipeline_stats() const;
