@@ -3,7 +3,9 @@
 # the greedy answers of a single-process server, on 2 ranks with 2 micro-batches in flight and on
 # 3 ranks with 1; a lone client with --draft prompt-lookup gets them too, through verify calls
 # down the pipeline; /v1/embeddings is refused (501) there; --micro-batches and --memory-budget
-# without --parallel are refused in one line; SIGTERM to mpirun stops every rank within 20 s.
+# without --parallel are refused in one line; SIGTERM to mpirun stops every rank within 20 s; a
+# rank killed while a streamed answer is in flight ends every rank within 60 s, and the client's
+# stream ends without a finish (an error, never a wrong answer).
 # Usage: pipeline_serve.sh TPULLM MPIEXEC WORK_DIR QWEN3_TOKENIZER_DIR
 set -u
 tpullm=$1 mpiexec=$2 work=$3 tokenizer=$4
@@ -124,6 +126,47 @@ else
   echo "FAIL: 2 ranks with --draft prompt-lookup: '$got' ($verify verify calls), one process: '$ref_lone'"
 fi
 stop draft
+
+# A rank killed mid-answer: 3 ranks, a long streamed answer (2048 positions), rank 1 killed once
+# tokens flow.
+"$tpullm" make-model --preset tiny --layers 6 --vocab 151936 --seed 1 -o tiny >/dev/null &&
+  cp "$tokenizer/tokenizer.json" "$tokenizer/tokenizer_config.json" tiny/ &&
+  "$tpullm" compile tiny -o long.bundle --seq-length 2048 --max-input-length 16 >/dev/null &&
+  rm -rf tiny || { echo "FAIL: the long model"; exit 1; }
+start kill "$mpiexec" -n 3 "$tpullm" serve long.bundle --port 0 --slots 1 --threads 1 \
+  --parallel pipeline
+curl -sN "http://127.0.0.1:$port/v1/completions" -H 'Content-Type: application/json' \
+  -d '{"prompt": "a long answer", "max_tokens": 2000, "temperature": 0, "stream": true}' \
+  >stream.out 2>&1 &
+client=$!
+for _ in $(seq 1 200); do [ -s stream.out ] && break; sleep 0.1; done
+mapfile -t ranks < <(pgrep -f "tpullm serve long.bundle" | grep -v "^$server$")
+if [ ${#ranks[@]} -lt 3 ] || [ ! -s stream.out ]; then
+  fail=1
+  echo "FAIL: the three ranks did not start streaming (${#ranks[@]} ranks)"
+  kill "$server" "$client" 2>/dev/null
+else
+  t0=$(date +%s)
+  kill -9 "${ranks[1]}"
+  for _ in $(seq 1 600); do kill -0 "$server" 2>/dev/null || break; sleep 0.1; done
+  wait "$server"
+  rc=$?
+  for _ in $(seq 1 100); do kill -0 "$client" 2>/dev/null || break; sleep 0.1; done
+  kill "$client" 2>/dev/null
+  for _ in $(seq 1 100); do
+    [ "$(pgrep -fc "tpullm serve long.bundle")" -eq 0 ] && break
+    sleep 0.1
+  done
+  left=$(pgrep -fc "tpullm serve long.bundle")
+  if [ "$rc" -ne 0 ] && [ "$left" -eq 0 ] && ! grep -q '"finish_reason":"\(length\|stop\)"' stream.out &&
+    ! grep -q '\[DONE\]' stream.out; then
+    echo "ok: a killed rank ended serve in $(($(date +%s) - t0)) s, status $rc; the stream ended unfinished"
+  else
+    fail=1
+    echo "FAIL: after the kill: status $rc, $left processes left; stream: $(tail -c 300 stream.out)"
+    pkill -9 -f "tpullm serve long.bundle"
+  fi
+fi
 
 expect 2 "--micro-batches: applies to serve only with --parallel pipeline" \
   "$tpullm" serve tiny.bundle --port 0 --micro-batches 2
