@@ -2,7 +2,7 @@
 # tpullm serve --parallel pipeline under mpirun (docs/distributed.md): four clients at once get
 # the greedy answers of a single-process server, on 2 ranks with 2 micro-batches in flight and on
 # 3 ranks with 1; a lone client with --draft prompt-lookup gets them too, through verify calls
-# down the pipeline; /v1/embeddings is refused (501) there; --micro-batches and --memory-budget
+# down the pipeline; /v1/embeddings is refused (501) there; --memory-budget refuses ranks over it; --micro-batches and --memory-budget
 # without --parallel are refused in one line; SIGTERM to mpirun stops every rank within 20 s; a
 # rank killed while a streamed answer is in flight ends every rank within 60 s, and the client's
 # stream ends without a finish (an error, never a wrong answer).
@@ -166,6 +166,17 @@ else
     echo "FAIL: after the kill: status $rc, $left processes left; stream: $(tail -c 300 stream.out)"
     pkill -9 -f "tpullm serve long.bundle"
   fi
+fi
+
+# --memory-budget per rank: 10 MiB holds no rank's share of the 92 MB bundle.
+out=$("$mpiexec" -n 2 "$tpullm" serve tiny.bundle --port 0 --threads 1 --parallel pipeline \
+  --memory-budget 10 2>&1)
+rc=$?
+if [ $rc -ne 0 ] && printf '%s' "$out" | grep -Eq -- "--parallel pipeline: rank [01]: .*--memory-budget: rank [01] needs [0-9]+ MiB"; then
+  echo "ok: serve on 2 ranks over --memory-budget 10 -> $rc"
+else
+  fail=1
+  echo "FAIL: serve on 2 ranks over --memory-budget 10 -> $rc: $out"
 fi
 
 expect 2 "--micro-batches: applies to serve only with --parallel pipeline" \

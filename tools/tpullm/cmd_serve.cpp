@@ -622,7 +622,7 @@ int cmd_serve(const std::vector<std::string>& args) {
   o.add(speculation_options(draft));
   ParallelArgs parallel;
   int micro_batches = 2;
-  auto po_parallel = parallel_options(parallel);
+  auto po_parallel = parallel_options(parallel, false);
   po_parallel.add_options()(
       "micro-batches", po::value(&micro_batches)->default_value(micro_batches),
       "with --parallel pipeline: groups of generating slots whose decode steps are in flight "
@@ -927,6 +927,8 @@ int cmd_serve(const std::vector<std::string>& args) {
       std::cerr << "tpullm serve: rank report " << r << "\n";
   }
   std::cerr << "tpullm serve: stopped" << std::endl;
+  if (engine && !engine->peak_within_budget(std::cerr))
+    return kCheckFailed;
   return listened ? kOk : 1;
 }
 

@@ -18,7 +18,7 @@ namespace tpullm::cli {
 
 namespace po = boost::program_options;
 
-po::options_description parallel_options(ParallelArgs& a) {
+po::options_description parallel_options(ParallelArgs& a, bool budget_alone) {
   po::options_description o(
       "processes and memory (--parallel: start with mpirun -np N; docs/distributed.md)");
   o.add_options()("parallel", po::value(&a.mode),
@@ -29,9 +29,14 @@ po::options_description parallel_options(ParallelArgs& a) {
                            "order (default: balanced by weight bytes, rank 0's embedding and "
                            "lm_head counted)")(
       "memory-budget", po::value(&a.memory_budget_mib),
-      "MiB this process (each rank) may hold: its weights, its layers' KV cache, the "
-      "activations and what the process holds already; refused before running when over, and "
-      "the peak resident set checked against it at the end");
+      budget_alone
+          ? "MiB this process (each rank) may hold: its weights, its layers' KV cache, the "
+            "activations and what the process holds already; refused before running "
+            "when over, and the peak resident set checked against it at the end"
+          : "with --parallel pipeline: MiB each rank may hold: its weights, its layers' "
+            "KV cache of every slot, the activations and what the process holds "
+            "already; refused before serving when over, and the peak resident set "
+            "checked against it at the end");
   return o;
 }
 

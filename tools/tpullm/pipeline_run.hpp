@@ -31,8 +31,10 @@ struct ParallelArgs {
   bool rank_reports = false;
 };
 
-/// The options --parallel, --layer-split and --memory-budget, writing into `a`.
-boost::program_options::options_description parallel_options(ParallelArgs& a);
+/// The options --parallel, --layer-split and --memory-budget, writing into `a`; `budget_alone`:
+/// whether --memory-budget applies to one process too (serve: only with --parallel).
+boost::program_options::options_description parallel_options(ParallelArgs& a,
+                                                             bool budget_alone = true);
 
 class PipelineRun;
 
