@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <deque>
 
 #include "tpullm/runtime/compiled_stages.hpp"
 #include "tpullm/runtime/executor.hpp"
@@ -275,15 +276,18 @@ void SlotPool::consume_batch(const std::vector<Slot*>& slots, std::span<const fl
   }
 }
 
-void SlotPool::set_remote_layers(RemoteLayers* remote, int micro_batches) {
+void SlotPool::set_remote_layers(RemoteLayers* remote, int micro_batches, int steps_per_round) {
   check(micro_batches >= 1 && micro_batches <= 64, ErrorKind::invalid_input, "micro-batches",
         "must be in [1, 64], got ", micro_batches);
+  check(steps_per_round >= 1 && steps_per_round <= 64, ErrorKind::invalid_input, "pipeline steps",
+        "must be in [1, 64], got ", steps_per_round);
   check(!busy(), ErrorKind::internal, "slot pool", "the remote layers changed while busy");
   decoder_.set_remote_layers(remote); // checks the layer count
   for (auto& s : slots_)
     s->session->set_remote_layers(remote, static_cast<std::int32_t>(s->index));
   remote_ = remote;
   micro_batches_ = micro_batches;
+  steps_per_round_ = steps_per_round;
 }
 
 void SlotPool::decode_pipelined(const std::vector<Slot*>& slots, SlotRound& round) {
@@ -293,41 +297,62 @@ void SlotPool::decode_pipelined(const std::vector<Slot*>& slots, SlotRound& roun
   const std::int64_t most = max_decode_batch();
   const std::int64_t groups =
       std::min(n, std::max<std::int64_t>(micro_batches_, (n + most - 1) / most));
-  std::vector<std::vector<Slot*>> begun;
-  const auto t0 = std::chrono::steady_clock::now();
-  for (std::int64_t g = 0, at = 0; g < groups; ++g) {
-    const std::int64_t size = (n - at) / (groups - g);
-    std::vector<Slot*> group(slots.begin() + at, slots.begin() + at + size);
-    at += size;
+  struct Flight {
+    std::vector<Slot*> slots;
+    int steps = 0; ///< steps of this round begun for the group
+  };
+  std::deque<Flight> flight; // begun, oldest first
+  auto begin = [&](Flight f) {
     std::vector<DecodeRow> rows;
-    for (Slot* s : group)
+    for (Slot* s : f.slots)
       rows.push_back({s->session.get(), s->index, s->last});
     try {
       decoder_.begin(rows);
-      begun.push_back(std::move(group));
+      f.steps += 1;
+      round.micro_batches += 1;
+      flight.push_back(std::move(f));
     } catch (...) {
-      for (Slot* s : group)
+      for (Slot* s : f.slots)
         fail(*s, round);
     }
+  };
+  const auto t0 = std::chrono::steady_clock::now();
+  for (std::int64_t g = 0, at = 0; g < groups; ++g) {
+    const std::int64_t size = (n - at) / (groups - g);
+    begin({std::vector<Slot*>(slots.begin() + at, slots.begin() + at + size), 0});
+    at += size;
   }
-  round.micro_batches = static_cast<std::int64_t>(begun.size());
-  for (const auto& group : begun) {
+  // Each group in turn: its step finished, its tokens chosen, and (for up to steps_per_round_
+  // steps) its next step begun at once, while the other groups' steps are on the other ranks.
+  std::int64_t steps = 0;
+  while (!flight.empty()) {
+    Flight f = std::move(flight.front());
+    flight.pop_front();
     std::vector<float> logits;
     try {
       logits = decoder_.finish();
     } catch (...) {
-      for (Slot* s : group)
+      for (Slot* s : f.slots)
         fail(*s, round);
       continue;
     }
-    round.decode_batch += static_cast<std::int64_t>(group.size());
-    consume_batch(group, logits, round);
+    steps += 1;
+    round.decode_batch += static_cast<std::int64_t>(f.slots.size());
+    consume_batch(f.slots, logits, round);
+    if (f.steps >= steps_per_round_)
+      continue;
+    std::erase_if(f.slots, [](Slot* s) { return s->state != SlotState::generating; });
+    if (!f.slots.empty())
+      begin(std::move(f));
   }
-  if (draft_beside_batch_) {
+  if (draft_beside_batch_ && steps > 0) {
+    // a step of one group's, on average: what a draft is priced against
     const double seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() *
+        static_cast<double>(groups) / static_cast<double>(steps);
     for (Slot* s : slots)
-      s->draft_length.observe_step(seconds);
+      if (s->state == SlotState::generating)
+        s->draft_length.observe_step(seconds);
   }
 }
 

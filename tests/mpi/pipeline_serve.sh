@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # tpullm serve --parallel pipeline under mpirun (docs/distributed.md): four clients at once get
-# the greedy answers of a single-process server, on 2 ranks with 2 micro-batches in flight and on
-# 3 ranks with 1; a lone client with --draft prompt-lookup gets them too, through verify calls
-# down the pipeline; /v1/embeddings is refused (501) there; --memory-budget refuses ranks over it; --micro-batches and --memory-budget
+# the greedy answers of a single-process server, on 2 ranks with 2 micro-batches in flight of 3
+# steps a round and on 3 ranks with 1 micro-batch; a lone client with --draft prompt-lookup gets
+# them too, through verify calls down the pipeline; /v1/embeddings is refused (501) there;
+# --memory-budget refuses ranks over it; --micro-batches, --pipeline-steps and --memory-budget
 # without --parallel are refused in one line; SIGTERM to mpirun stops every rank within 20 s; a
 # rank killed while a streamed answer is in flight ends every rank within 60 s, and the client's
 # stream ends without a finish (an error, never a wrong answer).
@@ -89,7 +90,7 @@ if [ "$(printf '%s\n' "$ref" | grep -c '^"')" -ne 4 ]; then
   exit 1
 fi
 
-for case in "2 --micro-batches 2" "3 --micro-batches 1"; do
+for case in "2 --micro-batches 2 --pipeline-steps 3" "3 --micro-batches 1"; do
   set -- $case
   np=$1
   shift
@@ -183,6 +184,8 @@ expect 2 "--micro-batches: applies to serve only with --parallel pipeline" \
   "$tpullm" serve tiny.bundle --port 0 --micro-batches 2
 expect 2 "--memory-budget: applies to serve only with --parallel pipeline" \
   "$tpullm" serve tiny.bundle --port 0 --memory-budget 100
+expect 2 "--pipeline-steps: applies to serve only with --parallel pipeline" \
+  "$tpullm" serve tiny.bundle --port 0 --pipeline-steps 2
 expect 2 "--micro-batches: must be in \[1, 64\], got 0" \
   "$tpullm" serve tiny.bundle --port 0 --parallel pipeline --micro-batches 0
 exit $fail

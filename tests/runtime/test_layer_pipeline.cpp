@@ -250,10 +250,11 @@ namespace {
 
 /// Every slot's tokens and token log-probabilities, in the order the pool chose them, for
 /// `prompts` started together (slot i: prompts[i]) and greedy answers of `n` tokens; the
-/// rounds' micro-batches and decode rows summed into `micro` and `rows`.
+/// rounds' micro-batches and decode rows summed into `micro` and `rows`, the rounds taken in
+/// `rounds`.
 std::map<int, std::vector<std::pair<std::int32_t, double>>>
 answers(runtime::SlotPool& pool, const std::vector<std::vector<std::int32_t>>& prompts, int n,
-        std::int64_t& micro, std::int64_t& rows) {
+        std::int64_t& micro, std::int64_t& rows, int& rounds) {
   for (std::size_t i = 0; i < prompts.size(); ++i) {
     runtime::SlotRequest r;
     r.prompt = prompts[i];
@@ -262,7 +263,7 @@ answers(runtime::SlotPool& pool, const std::vector<std::vector<std::int32_t>>& p
     pool.start(static_cast<int>(i), r);
   }
   std::map<int, std::vector<std::pair<std::int32_t, double>>> got;
-  for (int round = 0; round < 200 && pool.busy(); ++round) {
+  for (rounds = 0; rounds < 200 && pool.busy(); ++rounds) {
     const auto r = pool.step();
     micro += r.micro_batches;
     rows += r.decode_batch;
@@ -291,25 +292,31 @@ TEST_CASE("a slot pool over a pipeline answers as one process, micro-batches in 
   auto single_exec = runtime::make_executor(m.cm, 1, slots);
   runtime::SlotPool one(*single_exec, m.dims(), m.stage_params, nullptr);
   std::int64_t micro0 = 0, rows0 = 0;
-  const auto want = answers(one, prompts, n, micro0, rows0);
+  int rounds0 = 0;
+  const auto want = answers(one, prompts, n, micro0, rows0, rounds0);
   REQUIRE(want.size() == prompts.size());
   CHECK(micro0 == 0);
   const std::vector<LayerRange> splits[] = {{{0, 1}, {1, 3}}, {{0, 1}, {1, 2}, {2, 3}}};
   for (const auto& ranges : splits)
-    for (int micro : {1, 2, 3}) {
-      CAPTURE(ranges.size(), micro);
+    for (auto [micro, steps] : {std::pair{1, 1}, {2, 1}, {3, 1}, {1, 3}, {2, 4}}) {
+      CAPTURE(ranges.size(), micro, steps);
       ThreadPipeline p(m, ranges, -1, 0, slots);
       runtime::SlotPool pool(*p.execs[0], m.dims(), m.stage_params, nullptr);
-      pool.set_remote_layers(p.pipe.get(), micro);
+      pool.set_remote_layers(p.pipe.get(), micro, steps);
       CHECK(pool.micro_batches() == micro);
       std::int64_t micro_n = 0, rows = 0;
-      const auto got = answers(pool, prompts, n, micro_n, rows);
-      if (micro == 1) {
+      int rounds = 0;
+      const auto got = answers(pool, prompts, n, micro_n, rows, rounds);
+      if (steps > 1) // rounds of several decode steps each
+        CHECK(rounds < rounds0);
+      if (micro == 1 && steps == 1) {
         CHECK(got == want); // the same batches as one process: tokens and log-probs, exactly
       } else {
         // Micro-batches are batched decodes of fewer rows (GEMMs of another M, or the one-row
-        // stage), as one process decoding those rows together would compute them: the same
-        // tokens, log-probs within float rounding.
+        // stage), and with several steps a round a slot whose prompt ends joins the decode a
+        // few steps later, in another batch: each step is computed as one process decoding
+        // those rows together would compute it. The same tokens, log-probs within float
+        // rounding.
         REQUIRE(got.size() == want.size());
         double worst = 0;
         for (const auto& [slot, toks] : want) {
@@ -351,13 +358,15 @@ TEST_CASE("a slot pool over a pipeline answers as one process, micro-batches in 
     }
 }
 
-TEST_CASE("a slot pool refuses micro-batches outside [1, 64] and a pipeline change while busy",
+TEST_CASE("a slot pool refuses micro-batches and steps outside [1, 64] and a pipeline change while "
+          "busy",
           "[pipeline][slot-pool]") {
   const tpullm_test::CompiledLlamaGqa m(tpullm_test::pipeline_test_params());
   ThreadPipeline p(m, {{0, 1}, {1, 3}}, -1, 0, 2);
   runtime::SlotPool pool(*p.execs[0], m.dims(), m.stage_params, nullptr);
   CHECK_THROWS_WITH(pool.set_remote_layers(p.pipe.get(), 0), Catch::Contains("[1, 64]"));
   CHECK_THROWS_WITH(pool.set_remote_layers(p.pipe.get(), 65), Catch::Contains("[1, 64]"));
+  CHECK_THROWS_WITH(pool.set_remote_layers(p.pipe.get(), 2, 0), Catch::Contains("[1, 64]"));
   pool.set_remote_layers(p.pipe.get(), 2);
   runtime::SlotRequest r;
   r.prompt = ids(3, 1);

@@ -621,24 +621,35 @@ int cmd_serve(const std::vector<std::string>& args) {
   DraftArgs draft;
   o.add(speculation_options(draft));
   ParallelArgs parallel;
-  int micro_batches = 2;
+  int micro_batches = 2, pipeline_steps = 1;
   auto po_parallel = parallel_options(parallel, false);
   po_parallel.add_options()(
       "micro-batches", po::value(&micro_batches)->default_value(micro_batches),
       "with --parallel pipeline: groups of generating slots whose decode steps are in flight "
       "together, so that the ranks run different groups' layers at once (1: one batch, the "
-      "ranks in turn)");
+      "ranks in turn)")(
+      "pipeline-steps", po::value(&pipeline_steps)->default_value(pipeline_steps),
+      "with --parallel pipeline: decode steps each micro-batch takes per scheduler round, its "
+      "next step begun as soon as its tokens are chosen, so the ranks do not wait at each "
+      "round's ends; a round's tokens then reach the clients together, and a new request waits "
+      "for the round");
   o.add(po_parallel);
   po::variables_map vm;
   if (!parse_bundle_command(args, o, source, vm))
     return kOk;
   const std::int64_t cores = source.threads;
   const bool micro_given = !vm["micro-batches"].defaulted();
-  check(!parallel.mode.empty() || (parallel.memory_budget_mib == 0 && !micro_given),
-        ErrorKind::invalid_input, micro_given ? "--micro-batches" : "--memory-budget",
+  const bool steps_given = !vm["pipeline-steps"].defaulted();
+  check(!parallel.mode.empty() || (parallel.memory_budget_mib == 0 && !micro_given && !steps_given),
+        ErrorKind::invalid_input,
+        micro_given   ? "--micro-batches"
+        : steps_given ? "--pipeline-steps"
+                      : "--memory-budget",
         "applies to serve only with --parallel pipeline (alone, --slots sets what it holds)");
   check(micro_batches >= 1 && micro_batches <= 64, ErrorKind::invalid_input, "--micro-batches",
         "must be in [1, 64], got ", micro_batches);
+  check(pipeline_steps >= 1 && pipeline_steps <= 64, ErrorKind::invalid_input, "--pipeline-steps",
+        "must be in [1, 64], got ", pipeline_steps);
   check(port >= 0 && port <= 65535, ErrorKind::invalid_input, "--port",
         "must be in [0, 65535], got ", port);
   check(slots >= 0 && slots <= 256, ErrorKind::invalid_input, "--slots",
@@ -728,6 +739,7 @@ int cmd_serve(const std::vector<std::string>& args) {
     scheduling.executor = &engine->engine().executor();
     scheduling.remote = engine->pipeline();
     scheduling.micro_batches = micro_batches;
+    scheduling.pipeline_steps = pipeline_steps;
   }
   s.scheduler = std::make_unique<serve::Scheduler>(s.bundle, s.text, scheduling, s.metrics);
   share_draft_workers(drafts, s.scheduler->executor());
@@ -866,7 +878,9 @@ int cmd_serve(const std::vector<std::string>& args) {
             << (draft.source == "none" ? std::string()
                                        : "speculation from " + draft.source + " (up to " +
                                              std::to_string(draft.max) + " draft tokens); ")
-            << (engine ? std::to_string(micro_batches) + " micro-batches; " : std::string())
+            << (engine ? std::to_string(micro_batches) + " micro-batches of " +
+                             std::to_string(pipeline_steps) + " step(s) a round; "
+                       : std::string())
             << checked << "; listening on http://" << host << ":" << bound << std::endl;
 
   // The first signal stops the server (stopper); the waiter goes on watching: a second signal,

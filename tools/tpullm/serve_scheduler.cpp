@@ -81,7 +81,7 @@ Scheduler::Scheduler(std::shared_ptr<const bundle::Bundle> bundle, const runtime
   pool_ = std::make_unique<runtime::SlotPool>(*exec_, runtime::session_dims(bundle_->model()),
                                               bundle_->model().params, &text_.tokenizer);
   if (options_.remote)
-    pool_->set_remote_layers(options_.remote, options_.micro_batches);
+    pool_->set_remote_layers(options_.remote, options_.micro_batches, options_.pipeline_steps);
   jobs_.resize(static_cast<std::size_t>(options_.slots));
   t_first_.resize(jobs_.size());
   metrics_.set_load(0, 0, slots());

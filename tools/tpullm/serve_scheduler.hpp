@@ -93,7 +93,8 @@ struct SchedulerOptions {
   /// A pipeline's other ranks, which run the later layers (null: every layer here); see
   /// runtime::SlotPool::set_remote_layers.
   runtime::RemoteLayers* remote = nullptr;
-  int micro_batches = 2; ///< with `remote`: decode micro-batches in flight together
+  int micro_batches = 2;  ///< with `remote`: decode micro-batches in flight together
+  int pipeline_steps = 1; ///< with `remote`: decode steps per micro-batch per round
 };
 
 /// See the file comment.

@@ -101,8 +101,8 @@ struct SlotEvent {
 struct SlotRound {
   std::vector<SlotEvent> events; ///< one per busy slot that fed a segment, chose a token or failed
   std::int64_t prefill_segments = 0; ///< prefill segments fed
-  std::int64_t decode_batch = 0;     ///< rows of the round's batched decode call (0: none)
-  std::int64_t micro_batches = 0;    ///< decode steps of a pipelined round (0: none)
+  std::int64_t decode_batch = 0;     ///< rows of the round's batched decode calls (0: none)
+  std::int64_t micro_batches = 0;    ///< micro-batch decode steps of a pipelined round (0: none)
   SpeculationStats speculation;      ///< the round's verify calls, drafted and kept tokens
 };
 
@@ -144,10 +144,11 @@ public:
   /// Runs the layers past `remote->local_layers()` on a pipeline's other ranks from now on (see
   /// the file comment), the generating slots decoding in `micro_batches` micro-batches in
   /// flight together (at least as many as the largest batch needs; 1: one batch, the ranks in
-  /// turn); null runs every layer here again. `remote` must outlive its use. Throws
-  /// Error(invalid_input) for micro_batches outside [1, 64] or a remote that keeps no layer
-  /// here, Error(internal) while a slot is busy.
-  void set_remote_layers(RemoteLayers* remote, int micro_batches = 2);
+  /// turn), each taking up to `steps_per_round` decode steps per round; null runs every layer
+  /// here again. `remote` must outlive its use. Throws Error(invalid_input) for micro_batches
+  /// or steps_per_round outside [1, 64] or a remote that keeps no layer here, Error(internal)
+  /// while a slot is busy.
+  void set_remote_layers(RemoteLayers* remote, int micro_batches = 2, int steps_per_round = 1);
   /// The micro-batches of a pipelined round (1 without a pipeline).
   int micro_batches() const { return remote_ ? micro_batches_ : 1; }
 
@@ -178,6 +179,7 @@ private:
   bool draft_beside_batch_ = false;
   RemoteLayers* remote_ = nullptr;
   int micro_batches_ = 2;
+  int steps_per_round_ = 1;
 };
 
 } // namespace tpullm::runtime
