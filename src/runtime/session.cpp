@@ -53,9 +53,7 @@ auto Session::prefill_hidden(
   });
 }
 
-auto Session::feed(std::span<const std::int32_t> tokens, bool all_rows,
-                   const std::function<void(std::int64_t, std::int64_t)>& progress,
-                   const std::function<void(int, std::int64_t, std::int64_t)>& row) -> void {
+auto Session::check_feed(std::span<const std::int32_t> tokens) const -> void {
   const std::int64_t n = static_cast<std::int64_t>(tokens.size());
   check(n > 0, ErrorKind::invalid_input, "prompt", "is empty");
   const std::int64_t L = params_.max_input_length;
@@ -75,6 +73,14 @@ auto Session::feed(std::span<const std::int32_t> tokens, bool all_rows,
           "--no-history); recompile without --no-history, or with --max-input-length >= ",
           n);
   }
+}
+
+auto Session::feed(std::span<const std::int32_t> tokens, bool all_rows,
+                   const std::function<void(std::int64_t, std::int64_t)>& progress,
+                   const std::function<void(int, std::int64_t, std::int64_t)>& row) -> void {
+  check_feed(tokens);
+  const std::int64_t n = static_cast<std::int64_t>(tokens.size());
+  const std::int64_t L = params_.max_input_length;
   for (std::int64_t start = 0; start < n; start += L) {
     const std::int64_t valid = std::min(L, n - start);
     const std::int64_t pos0 = length_;
@@ -117,6 +123,54 @@ auto Session::feed(std::span<const std::int32_t> tokens, bool all_rows,
     if (progress)
       progress(start + valid, n);
   }
+}
+
+auto Session::segment_splits(std::int64_t n) const -> bool {
+  return remote_ != nullptr && n >= 1 && n <= params_.max_input_length &&
+         length_ + params_.prefill_length_for(n) <= params_.seq_length;
+}
+
+auto Session::begin_segment(std::span<const std::int32_t> tokens) -> void {
+  check(segment_.rows == 0, ErrorKind::internal, "session", "a segment is already begun");
+  const auto n = static_cast<std::int64_t>(tokens.size());
+  check(segment_splits(n), ErrorKind::internal, "session", "a segment of ", n,
+        " tokens at position ", length_, " cannot be begun alone");
+  check_feed(tokens);
+  const std::int64_t L = params_.max_input_length, pos0 = length_;
+  const std::int64_t P = params_.prefill_length_for(n);
+  for (std::int64_t r = 0; r < L; ++r) {
+    ids_[r] = r < n ? tokens[static_cast<std::size_t>(r)] : 0;
+    pos_[r] = static_cast<std::int32_t>(pos0 + r); // padded rows keep later positions
+  }
+  int cur = embed(embedding_fn_, "embedding", L);
+  const bool hist = pos0 > 0;
+  for (std::int64_t layer = 0; layer < local_layers(); ++layer) {
+    const StageHandle fn =
+        hist ? handle(prefill_kv_fns_, P, layer,
+                      [&] { return frontend::StageNames::block_kv(layer, P, params_); })
+             : handle(prefill_fns_, P, layer,
+                      [&] { return frontend::StageNames::block(layer, P, params_); });
+    block(fn, layer, P, pos0, hist ? params_.prefill_kv_history(P) : 0, cur);
+    cur ^= 1;
+  }
+  const auto H = static_cast<std::size_t>(dims_.hidden);
+  remote_->submit({hist ? BlockKind::prefill_kv : BlockKind::prefill, P, P, pos0, remote_slot_},
+                  std::span<const float>(hidden_[cur]).first(static_cast<std::size_t>(P) * H),
+                  std::span<const std::int32_t>(pos_).first(static_cast<std::size_t>(P)));
+  segment_ = {n, P, pos0};
+}
+
+auto Session::finish_segment() -> std::vector<float> {
+  check(segment_.rows > 0, ErrorKind::internal, "session", "no segment begun");
+  const Segment seg = segment_;
+  segment_ = {};
+  const auto H = static_cast<std::size_t>(dims_.hidden);
+  remote_->collect(std::span<float>(hidden_[0]).first(static_cast<std::size_t>(seg.P) * H));
+  length_ = seg.pos0 + seg.rows;
+  written_ = std::max(written_, seg.pos0 + seg.P);
+  std::vector<float> logits;
+  append_logits(logits, hidden_[0].data() + (seg.rows - 1) * dims_.hidden);
+  return logits;
 }
 
 auto Session::decode(std::int32_t token) -> std::vector<float> {

@@ -131,7 +131,7 @@ SlotRound SlotPool::step() {
   // Slots in their prompt take one prefill segment each (or their first token); the slots
   // generating decode their next token together, in one batched decode call when the bundle has
   // one (continuous batching: a slot joins or leaves between rounds).
-  std::vector<Slot*> decoding;
+  std::vector<Slot*> decoding, segments;
   // Drafts for a slot that generates alone (see the file comment).
   const auto generating = std::count_if(slots_.begin(), slots_.end(), [](const auto& s) {
     return s->state == SlotState::generating;
@@ -148,11 +148,14 @@ SlotRound SlotPool::step() {
     }
     if (s->state == SlotState::generating && (decoder_.batched() || remote_))
       decoding.push_back(s.get());
+    else if (s->state == SlotState::prefill && remote_ &&
+             s->session->segment_splits(next_segment(*s)))
+      segments.push_back(s.get()); // in flight beside the decode (pipeline)
     else
-      step_one(*s, round);
+      step_one(*s, round); // (with a pipeline: before anything is in flight)
   }
-  if (remote_ && !decoding.empty())
-    decode_pipelined(decoding, round);
+  if (remote_ && (!decoding.empty() || !segments.empty()))
+    decode_pipelined(decoding, segments, round);
   else if (decoding.size() == 1)
     step_one(*decoding[0], round);
   else if (!decoding.empty())
@@ -160,24 +163,36 @@ SlotRound SlotPool::step() {
   return round;
 }
 
+std::int64_t SlotPool::next_segment(const Slot& s) const {
+  return static_cast<std::int64_t>(std::min<std::size_t>(
+      s.prompt.size() - s.fed, static_cast<std::size_t>(params_.max_input_length)));
+}
+
+std::span<const std::int32_t> SlotPool::segment_of(const Slot& s) const {
+  return std::span<const std::int32_t>(s.prompt).subspan(s.fed,
+                                                         static_cast<std::size_t>(next_segment(s)));
+}
+
+bool SlotPool::segment_fed(Slot& s, std::span<const std::int32_t> seg, SlotRound& round) {
+  s.cache->record(seg);
+  s.fed += seg.size();
+  round.prefill_segments += 1;
+  if (s.fed < s.prompt.size())
+    return false;
+  s.state = SlotState::generating;
+  (void)prepare_draft(s.gen->options().speculation, s.gen->context()); // the draft catches up
+  return true;
+}
+
 void SlotPool::step_one(Slot& s, SlotRound& round) {
   try {
     std::vector<float> logits;
     if (s.state == SlotState::prefill) {
       // One prefill segment per round (max_input_length tokens), so other slots go on between.
-      const std::size_t n = std::min<std::size_t>(
-          s.prompt.size() - s.fed, static_cast<std::size_t>(params_.max_input_length));
-      const std::vector<std::int32_t> seg(s.prompt.begin() + static_cast<std::ptrdiff_t>(s.fed),
-                                          s.prompt.begin() +
-                                              static_cast<std::ptrdiff_t>(s.fed + n));
-      logits = s.session->prefill(seg, false);
-      s.cache->record(seg);
-      s.fed += n;
-      round.prefill_segments += 1;
-      if (s.fed < s.prompt.size())
+      const auto seg = segment_of(s);
+      logits = s.session->prefill(std::vector<std::int32_t>(seg.begin(), seg.end()), false);
+      if (!segment_fed(s, seg, round))
         return;
-      s.state = SlotState::generating;
-      (void)prepare_draft(s.gen->options().speculation, s.gen->context()); // the draft catches up
     } else {
       const auto t0 = std::chrono::steady_clock::now();
       logits = s.session->decode(s.last);
@@ -290,7 +305,8 @@ void SlotPool::set_remote_layers(RemoteLayers* remote, int micro_batches, int st
   steps_per_round_ = steps_per_round;
 }
 
-void SlotPool::decode_pipelined(const std::vector<Slot*>& slots, SlotRound& round) {
+void SlotPool::decode_pipelined(const std::vector<Slot*>& slots, const std::vector<Slot*>& segments,
+                                SlotRound& round) {
   // Contiguous groups of nearly equal size, each within the largest batch (one slot each
   // without batched decode).
   const auto n = static_cast<std::int64_t>(slots.size());
@@ -298,8 +314,9 @@ void SlotPool::decode_pipelined(const std::vector<Slot*>& slots, SlotRound& roun
   const std::int64_t groups =
       std::min(n, std::max<std::int64_t>(micro_batches_, (n + most - 1) / most));
   struct Flight {
-    std::vector<Slot*> slots;
-    int steps = 0; ///< steps of this round begun for the group
+    std::vector<Slot*> slots; ///< a decode micro-batch, or the one slot of a prompt segment
+    int steps = 0;            ///< steps of this round begun for the group
+    std::span<const std::int32_t> segment; ///< a prompt segment's tokens (empty: a decode)
   };
   std::deque<Flight> flight; // begun, oldest first
   auto begin = [&](Flight f) {
@@ -319,8 +336,19 @@ void SlotPool::decode_pipelined(const std::vector<Slot*>& slots, SlotRound& roun
   const auto t0 = std::chrono::steady_clock::now();
   for (std::int64_t g = 0, at = 0; g < groups; ++g) {
     const std::int64_t size = (n - at) / (groups - g);
-    begin({std::vector<Slot*>(slots.begin() + at, slots.begin() + at + size), 0});
+    begin({std::vector<Slot*>(slots.begin() + at, slots.begin() + at + size), 0, {}});
     at += size;
+  }
+  // Prompt segments behind the decode steps: their other ranks' layers run while rank 0
+  // finishes the decode steps, and the decode steps' next ones run while the segments are away.
+  for (Slot* s : segments) {
+    const auto seg = segment_of(*s);
+    try {
+      s->session->begin_segment(seg);
+      flight.push_back({{s}, 1, seg});
+    } catch (...) {
+      fail(*s, round);
+    }
   }
   // Each group in turn: its step finished, its tokens chosen, and (for up to steps_per_round_
   // steps) its next step begun at once, while the other groups' steps are on the other ranks.
@@ -328,6 +356,17 @@ void SlotPool::decode_pipelined(const std::vector<Slot*>& slots, SlotRound& roun
   while (!flight.empty()) {
     Flight f = std::move(flight.front());
     flight.pop_front();
+    if (!f.segment.empty()) {
+      Slot& s = *f.slots[0];
+      try {
+        const auto logits = s.session->finish_segment();
+        if (segment_fed(s, f.segment, round))
+          consume(s, logits, round); // the answer's first token
+      } catch (...) {
+        fail(s, round);
+      }
+      continue;
+    }
     std::vector<float> logits;
     try {
       logits = decoder_.finish();
@@ -349,7 +388,7 @@ void SlotPool::decode_pipelined(const std::vector<Slot*>& slots, SlotRound& roun
     // a step of one group's, on average: what a draft is priced against
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() *
-        static_cast<double>(groups) / static_cast<double>(steps);
+        static_cast<double>(std::max<std::int64_t>(groups, 1)) / static_cast<double>(steps);
     for (Slot* s : slots)
       if (s->state == SlotState::generating)
         s->draft_length.observe_step(seconds);

@@ -117,6 +117,20 @@ public:
   /// Feeds one token at position length() and returns its logits [vocab].
   std::vector<float> decode(std::int32_t token);
 
+  /// Whether a prompt segment of `n` tokens at length() can be begun and finished apart
+  /// (begin_segment): with remote layers, n in [1, max_input_length], and a padded segment that
+  /// fits the cache.
+  bool segment_splits(std::int64_t n) const;
+  /// Begins feeding `tokens` as one prompt segment at length() (segment_splits() must hold):
+  /// the embedding and the local layers run now, the remote layers' part is submitted (calls
+  /// may be in flight before and after it). The session must not be fed until
+  /// finish_segment(). Same refusals as prefill(), thrown before anything is submitted.
+  void begin_segment(std::span<const std::int32_t> tokens);
+  /// Finishes the begun segment: the logits [vocab] of its last token, and length() grows by
+  /// its tokens, as prefill(tokens, false) would give. Throws what the remote layers throw (the
+  /// length then stays).
+  std::vector<float> finish_segment();
+
   /// Feeds `tokens` at positions length().. as one segment (the prefill_kv variant that holds
   /// it) and returns the logits [tokens, vocab] of every row: speculative decoding's verify call.
   /// The rows go through the smallest batched lm_head (lm_head_bB, --decode-batches) that holds
@@ -208,6 +222,8 @@ private:
   void block(StageHandle fn, std::int64_t layer, std::int64_t L, std::int64_t pos0, std::int64_t S,
              int cur);
 
+  /// The refusals of prefill() for `tokens` at length().
+  void check_feed(std::span<const std::int32_t> tokens) const;
   /// prefill() and prefill_hidden(): `row(cur, r, i)` takes row r of hidden buffer `cur`, the
   /// hidden state of prompt token i, for every token when `all_rows`, else the last one.
   void feed(std::span<const std::int32_t> tokens, bool all_rows,
@@ -226,6 +242,10 @@ private:
   Stages& stages_;
   RemoteLayers* remote_ = nullptr;
   std::int32_t remote_slot_ = 0; ///< the other ranks' KV slot of this conversation
+  /// A segment begun and not finished (rows 0: none): its tokens, padded rows and position.
+  struct Segment {
+    std::int64_t rows = 0, P = 0, pos0 = 0;
+  } segment_;
   SessionDims dims_;
   frontend::StageParams params_;
   std::vector<float> hidden_[2], rows_; // rows_: verify()'s hidden rows [B, hidden]

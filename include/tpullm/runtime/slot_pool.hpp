@@ -24,13 +24,14 @@
 /// clients when slots drafted beside a batch); set_draft_beside_batch(true) lifts this.
 ///
 /// Pipeline parallel (set_remote_layers, runtime/layer_pipeline.hpp): every slot's layers past
-/// rank 0's run on the other ranks, on the same KV slot of their executors. A round then feeds
-/// its prefill segments and verify calls first, each a call through every rank in turn, and
-/// then decodes the generating slots in micro-batches (contiguous groups of slots): it begins
-/// every micro-batch (rank 0's layers, then handed on) before it finishes the first (the other
-/// ranks' layers, then rank 0's lm_head), so while rank 1 runs micro-batch 1's layers rank 0
-/// runs micro-batch 2's. The answers are those of one process: each micro-batch is a batched
-/// decode of its rows.
+/// rank 0's run on the other ranks, on the same KV slot of their executors. A round then runs
+/// its verify calls first, each a call through every rank in turn, and then decodes the
+/// generating slots in micro-batches (contiguous groups of slots), with the prompt segments in
+/// flight behind them: it begins every micro-batch and segment (rank 0's layers, then handed
+/// on) before it finishes the first (the other ranks' layers, then rank 0's lm_head), so while
+/// rank 1 runs micro-batch 1's layers rank 0 runs micro-batch 2's. (A prompt's tail too close
+/// to the end of the cache for a padded segment is fed before anything is in flight.) The answers
+/// are those of one process: each micro-batch is a batched decode of its rows.
 ///
 /// Slot states (as llama.cpp's server has them):
 ///   idle -> start() -> prefill -> (last prompt segment fed, first token) -> generating
@@ -159,8 +160,17 @@ private:
   std::vector<std::int32_t> draft_for(Slot& s);
   void speculate(Slot& s, const std::vector<std::int32_t>& draft, SlotRound& round);
   void decode_together(const std::vector<Slot*>& slots, SlotRound& round);
-  /// decode_together() through a pipeline: micro-batches begun together, then finished in turn.
-  void decode_pipelined(const std::vector<Slot*>& slots, SlotRound& round);
+  /// decode_together() through a pipeline: micro-batches begun together, then finished in turn,
+  /// with the prompt segments of `segments` in flight behind them.
+  void decode_pipelined(const std::vector<Slot*>& slots, const std::vector<Slot*>& segments,
+                        SlotRound& round);
+  /// Tokens of `s`'s next prompt segment (at most max_input_length).
+  std::int64_t next_segment(const Slot& s) const;
+  /// `s`'s next prompt segment (a view of its prompt).
+  std::span<const std::int32_t> segment_of(const Slot& s) const;
+  /// Records a prompt segment fed to `s`; true when it was the prompt's last (the slot is then
+  /// generating and its logits choose the answer's first token).
+  bool segment_fed(Slot& s, std::span<const std::int32_t> seg, SlotRound& round);
   /// Takes the logits of `slots`' step [slots, vocab] (decode_together, decode_pipelined).
   void consume_batch(const std::vector<Slot*>& slots, std::span<const float> logits,
                      SlotRound& round);
