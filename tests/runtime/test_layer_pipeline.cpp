@@ -311,7 +311,7 @@ TEST_CASE("a slot pool over a pipeline answers as one process, micro-batches in 
       std::int64_t most_micro = 0;
       const auto got = answers(pool, prompts, n, micro_n, rows, rounds, most_micro);
       CHECK(most_micro == micro * steps); // G micro-batches of K steps in a round
-      if (steps > 1) // rounds of several decode steps each
+      if (steps > 1)                      // rounds of several decode steps each
         CHECK(rounds < rounds0);
       if (micro == 1 && steps == 1) {
         CHECK(got == want); // the same batches as one process: tokens and log-probs, exactly
