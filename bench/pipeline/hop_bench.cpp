@@ -3,7 +3,9 @@
 // pipeline run uses (its polling receive included), and prints the time per hop beside this
 // run's ceiling for it, one in-process memcpy of the same bytes (a hop between processes on one
 // host copies at least once). Sizes: a decode token of the 0.5B and 1B shapes, a token of a
-// 70B shape (hidden 8192), a 128-row prompt segment of the 0.5B shape; 40-byte header included.
+// 70B shape (hidden 8192), a 128-row prompt segment of the 0.5B shape (40-byte header, and per
+// row its hidden state, position and KV slot), and one row of logits of a 151936-token
+// vocabulary: what the last rank would send back per token if it ran the lm_head.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -29,10 +31,11 @@ int main() {
     int rounds;
   };
   const Case cases[] = {
-      {"decode token, hidden 896 (0.5B)", 40 + 896 * 4 + 4, 2000},
-      {"decode token, hidden 2048 (1B)", 40 + 2048 * 4 + 4, 2000},
-      {"decode token, hidden 8192 (70B)", 40 + 8192 * 4 + 4, 1000},
-      {"prompt segment 128 x 896 (0.5B)", 40 + 128 * (896 * 4 + 4), 200},
+      {"decode token, hidden 896 (0.5B)", 40 + 896 * 4 + 8, 2000},
+      {"decode token, hidden 2048 (1B)", 40 + 2048 * 4 + 8, 2000},
+      {"decode token, hidden 8192 (70B)", 40 + 8192 * 4 + 8, 1000},
+      {"prompt segment 128 x 896 (0.5B)", 40 + 128 * (896 * 4 + 8), 200},
+      {"logits row, vocab 151936", 40 + 151936 * 4, 500},
   };
   std::vector<std::byte> buf(
       std::max_element(std::begin(cases), std::end(cases), [](const Case& a, const Case& b) {
