@@ -2,7 +2,8 @@
 # tpullm serve --parallel pipeline under mpirun (docs/distributed.md): four clients at once get
 # the greedy answers of a single-process server, on 2 ranks with 2 micro-batches in flight of 3
 # steps a round and on 3 ranks with 1 micro-batch; a lone client with --draft prompt-lookup gets
-# them too, through verify calls down the pipeline; /v1/embeddings is refused (501) there;
+# them too, through verify calls down the pipeline; /metrics counts the pipeline's steps, round
+# trips and calls in flight; /v1/embeddings is refused (501) there;
 # --memory-budget refuses ranks over it; --micro-batches, --pipeline-steps and --memory-budget
 # without --parallel are refused in one line; SIGTERM to mpirun stops every rank within 20 s; a
 # rank killed while a streamed answer is in flight ends every rank within 60 s, and the client's
@@ -104,6 +105,16 @@ for case in "2 --micro-batches 2 --pipeline-steps 3" "3 --micro-batches 1"; do
     echo "FAIL: $np ranks, $*: '$got', one process: '$ref'; log: $(head -3 "pipe$np.log")"
   fi
   if [ "$np" = 2 ]; then
+    metrics=$(curl -s "http://127.0.0.1:$port/metrics")
+    steps=$(printf '%s\n' "$metrics" | sed -n 's/^tpullm_pipeline_decode_steps_total //p')
+    trips=$(printf '%s\n' "$metrics" | sed -n 's/^tpullm_pipeline_round_trips_total //p')
+    flight=$(printf '%s\n' "$metrics" | sed -n 's/^tpullm_pipeline_calls_in_flight_max //p')
+    if [ "${steps:-0}" -gt 0 ] && [ "${trips:-0}" -gt "${steps:-0}" ] && [ "${flight:-0}" -ge 2 ]; then
+      echo "ok: /metrics under a pipeline: $steps decode steps, $trips round trips, up to $flight in flight"
+    else
+      fail=1
+      echo "FAIL: /metrics under a pipeline: steps '$steps', round trips '$trips', in flight '$flight'"
+    fi
     code=$(curl -s -o emb.json -w '%{http_code}' "http://127.0.0.1:$port/v1/embeddings" \
       -H 'Content-Type: application/json' -d '{"input": "a pipeline"}')
     if [ "$code" = 501 ] && grep -q "not served with --parallel pipeline" emb.json; then

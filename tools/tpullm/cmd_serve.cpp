@@ -740,6 +740,7 @@ int cmd_serve(const std::vector<std::string>& args) {
     scheduling.remote = engine->pipeline();
     scheduling.micro_batches = micro_batches;
     scheduling.pipeline_steps = pipeline_steps;
+    scheduling.pipeline_stats = engine->pipeline_stats();
   }
   s.scheduler = std::make_unique<serve::Scheduler>(s.bundle, s.text, scheduling, s.metrics);
   share_draft_workers(drafts, s.scheduler->executor());

@@ -32,6 +32,20 @@ void Metrics::count_decode_batch(std::int64_t rows) {
   batch_rows_ += rows;
 }
 
+void Metrics::count_pipeline_round(std::int64_t steps, std::int64_t rows) {
+  std::lock_guard lock(m_);
+  pipe_steps_ += steps;
+  pipe_rows_ += rows;
+}
+
+void Metrics::set_pipeline(std::int64_t round_trips, double seconds, std::int64_t most_in_flight) {
+  std::lock_guard lock(m_);
+  pipeline_ = true;
+  pipe_trips_ = round_trips;
+  pipe_seconds_ = seconds;
+  pipe_in_flight_ = most_in_flight;
+}
+
 void Metrics::count_speculation(std::int64_t verify_calls, std::int64_t drafted,
                                 std::int64_t accepted) {
   std::lock_guard lock(m_);
@@ -92,6 +106,22 @@ std::string Metrics::text() const {
   metric("tpullm_speculation_accepted_tokens_total", "counter",
          "Draft tokens kept (accepted / drafted = acceptance rate).");
   o << "tpullm_speculation_accepted_tokens_total " << accepted_ << "\n";
+  if (pipeline_) {
+    metric("tpullm_pipeline_decode_steps_total", "counter",
+           "Micro-batch decode steps sent down the pipeline (--parallel pipeline).");
+    o << "tpullm_pipeline_decode_steps_total " << pipe_steps_ << "\n";
+    metric("tpullm_pipeline_decode_rows_total", "counter",
+           "Slot steps inside them (rows / steps = mean micro-batch).");
+    o << "tpullm_pipeline_decode_rows_total " << pipe_rows_ << "\n";
+    metric("tpullm_pipeline_round_trips_total", "counter",
+           "Calls rank 0 sent down the ranks and took back (segments, tokens, steps).");
+    o << "tpullm_pipeline_round_trips_total " << pipe_trips_ << "\n";
+    metric("tpullm_pipeline_wait_seconds_total", "counter",
+           "Seconds rank 0 spent sending calls and waiting for the other ranks' layers.");
+    o << "tpullm_pipeline_wait_seconds_total " << pipe_seconds_ << "\n";
+    metric("tpullm_pipeline_calls_in_flight_max", "gauge", "The most calls in flight at once.");
+    o << "tpullm_pipeline_calls_in_flight_max " << pipe_in_flight_ << "\n";
+  }
   metric("tpullm_queue_depth", "gauge", "Requests waiting for a slot.");
   o << "tpullm_queue_depth " << queued_ << "\n";
   metric("tpullm_slots_busy", "gauge", "Slots generating.");

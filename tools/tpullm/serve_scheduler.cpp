@@ -191,8 +191,12 @@ void Scheduler::loop() {
     }
     // One round of the pool (runtime/slot_pool.hpp), then the queue is looked at again.
     const runtime::SlotRound round = pool_->step();
-    if (round.decode_batch > 1)
+    if (round.micro_batches > 0) // a pipelined round: its steps, not one call of every row
+      metrics_.count_pipeline_round(round.micro_batches, round.decode_batch);
+    else if (round.decode_batch > 1)
       metrics_.count_decode_batch(round.decode_batch);
+    if (const auto* st = options_.pipeline_stats)
+      metrics_.set_pipeline(st->round_trips, st->seconds, st->most_in_flight);
     if (round.speculation.verify_calls > 0)
       metrics_.count_speculation(round.speculation.verify_calls, round.speculation.drafted,
                                  round.speculation.accepted);

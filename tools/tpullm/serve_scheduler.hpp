@@ -95,6 +95,8 @@ struct SchedulerOptions {
   runtime::RemoteLayers* remote = nullptr;
   int micro_batches = 2;  ///< with `remote`: decode micro-batches in flight together
   int pipeline_steps = 1; ///< with `remote`: decode steps per micro-batch per round
+  /// With `remote`: its traffic, read after each round into the metrics (null: none).
+  const runtime::PipelineStats* pipeline_stats = nullptr;
 };
 
 /// See the file comment.
