@@ -195,6 +195,8 @@ expect 2 "--micro-batches: applies to serve only with --parallel pipeline" \
   "$tpullm" serve tiny.bundle --port 0 --micro-batches 2
 expect 2 "--memory-budget: applies to serve only with --parallel pipeline" \
   "$tpullm" serve tiny.bundle --port 0 --memory-budget 100
+expect 2 "runs on 2 ranks or more: start it with mpirun -np N" \
+  "$tpullm" serve tiny.bundle --port 0 --parallel pipeline
 expect 2 "--pipeline-steps: applies to serve only with --parallel pipeline" \
   "$tpullm" serve tiny.bundle --port 0 --pipeline-steps 2
 expect 2 "--micro-batches: must be in \[1, 64\], got 0" \
