@@ -109,7 +109,7 @@ void BatchedDecoder::begin(std::span<const DecodeRow> rows) {
         " rows (1 to ", batches_.back(), ")");
   const std::int64_t B = batch_for(n);
   const std::int64_t S = prepare(rows, B);
-  Begun step{std::vector<DecodeRow>(rows.begin(), rows.end()), B, S};
+  Begun step{std::vector<DecodeRow>(rows.begin(), rows.end()), B, S, {}};
   if (remote_) {
     const int cur = run_layers(B, S, remote_->local_layers());
     const std::int64_t H = dims_.hidden;
@@ -119,37 +119,38 @@ void BatchedDecoder::begin(std::span<const DecodeRow> rows) {
                     std::span<const float>(hidden_[cur]).first(static_cast<std::size_t>(B * H)),
                     std::span<const std::int32_t>(pos_).first(static_cast<std::size_t>(B)),
                     std::span<const std::int32_t>(slots_).first(static_cast<std::size_t>(B)));
+  } else if (B > 1) { // every layer here, now (one row: the session's own decode, at finish())
+    step.logits = head(B, S, run_layers(B, S, dims_.layers), n);
   }
   begun_.push_back(std::move(step));
 }
 
-auto BatchedDecoder::finish() -> std::vector<float> {
-  check(!begun_.empty(), ErrorKind::internal, "batched decode", "finish() with no step begun");
-  const Begun step = std::move(begun_.front());
-  begun_.pop_front();
-  const auto n = static_cast<std::int64_t>(step.rows.size());
-  const std::int64_t B = step.B, H = dims_.hidden, V = dims_.vocab;
-  std::vector<float> logits;
-  if (!remote_ && B == 1) { // one row: the conversation's own decode stage
-    logits = step.rows[0].session->decode(step.rows[0].token);
-    return logits;
-  }
-  int cur = 0;
-  if (remote_) {
-    hidden_[0].resize(static_cast<std::size_t>(B * H));
-    remote_->collect(std::span<float>(hidden_[0]).first(static_cast<std::size_t>(B * H)));
-  } else {
-    (void)prepare(step.rows, B); // the ids, positions and slots again (checked at begin)
-    cur = run_layers(B, step.S, dims_.layers);
-  }
+auto BatchedDecoder::head(std::int64_t B, std::int64_t S, int cur, std::int64_t n)
+    -> std::vector<float> {
+  const std::int64_t H = dims_.hidden, V = dims_.vocab;
   head_.resize(static_cast<std::size_t>(B * V));
   const ConstBytes hin[] = {cbytes(hidden_[cur].data(), B * H)};
   const MutBytes hout[] = {mbytes(head_.data(), B * V)};
-  exec_.run(functions(B, step.S).back(), hin, hout);
-  logits.assign(head_.begin(), head_.begin() + n * V);
+  exec_.run(functions(B, S).back(), hin, hout);
+  return std::vector<float>(head_.begin(), head_.begin() + n * V);
+}
+
+auto BatchedDecoder::finish() -> std::vector<float> {
+  check(!begun_.empty(), ErrorKind::internal, "batched decode", "finish() with no step begun");
+  Begun step = std::move(begun_.front());
+  begun_.pop_front();
+  const auto n = static_cast<std::int64_t>(step.rows.size());
+  if (!remote_ && step.B == 1) // one row: the conversation's own decode stage
+    return step.rows[0].session->decode(step.rows[0].token);
+  if (remote_) {
+    const auto size = static_cast<std::size_t>(step.B * dims_.hidden);
+    hidden_[0].resize(size);
+    remote_->collect(std::span<float>(hidden_[0]).first(size));
+    step.logits = head(step.B, step.S, 0, n);
+  }
   for (const auto& r : step.rows)
     r.session->extend_one();
-  return logits;
+  return std::move(step.logits);
 }
 
 auto BatchedDecoder::functions(std::int64_t B, std::int64_t S) -> const std::vector<std::int64_t>& {

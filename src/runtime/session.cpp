@@ -99,22 +99,9 @@ auto Session::feed(std::span<const std::int32_t> tokens, bool all_rows,
         progress(n, n);
       break;
     }
-    for (std::int64_t r = 0; r < L; ++r) {
-      ids_[r] = r < valid ? tokens[static_cast<std::size_t>(start + r)] : 0;
-      pos_[r] = static_cast<std::int32_t>(pos0 + r); // padded rows keep later positions
-    }
-    int cur = embed(embedding_fn_, "embedding", L);
-    const bool hist = pos0 > 0;
-    for (std::int64_t layer = 0; layer < local_layers(); ++layer) {
-      const StageHandle fn =
-          hist ? handle(prefill_kv_fns_, P, layer,
-                        [&] { return frontend::StageNames::block_kv(layer, P, params_); })
-               : handle(prefill_fns_, P, layer,
-                        [&] { return frontend::StageNames::block(layer, P, params_); });
-      block(fn, layer, P, pos0, hist ? params_.prefill_kv_history(P) : 0, cur);
-      cur ^= 1;
-    }
-    run_remote(hist ? BlockKind::prefill_kv : BlockKind::prefill, P, P, pos0, cur);
+    const int cur = local_segment(
+        tokens.subspan(static_cast<std::size_t>(start), static_cast<std::size_t>(valid)), P);
+    run_remote(pos0 > 0 ? BlockKind::prefill_kv : BlockKind::prefill, P, P, pos0, cur);
     length_ += valid;
     written_ = std::max(written_, pos0 + P);
     for (std::int64_t r = 0; r < valid; ++r)
@@ -125,21 +112,11 @@ auto Session::feed(std::span<const std::int32_t> tokens, bool all_rows,
   }
 }
 
-auto Session::segment_splits(std::int64_t n) const -> bool {
-  return remote_ != nullptr && n >= 1 && n <= params_.max_input_length &&
-         length_ + params_.prefill_length_for(n) <= params_.seq_length;
-}
-
-auto Session::begin_segment(std::span<const std::int32_t> tokens) -> void {
-  check(segment_.rows == 0, ErrorKind::internal, "session", "a segment is already begun");
-  const auto n = static_cast<std::int64_t>(tokens.size());
-  check(segment_splits(n), ErrorKind::internal, "session", "a segment of ", n,
-        " tokens at position ", length_, " cannot be begun alone");
-  check_feed(tokens);
+auto Session::local_segment(std::span<const std::int32_t> seg, std::int64_t P) -> int {
   const std::int64_t L = params_.max_input_length, pos0 = length_;
-  const std::int64_t P = params_.prefill_length_for(n);
+  const auto valid = static_cast<std::int64_t>(seg.size());
   for (std::int64_t r = 0; r < L; ++r) {
-    ids_[r] = r < n ? tokens[static_cast<std::size_t>(r)] : 0;
+    ids_[r] = r < valid ? seg[static_cast<std::size_t>(r)] : 0;
     pos_[r] = static_cast<std::int32_t>(pos0 + r); // padded rows keep later positions
   }
   int cur = embed(embedding_fn_, "embedding", L);
@@ -153,8 +130,24 @@ auto Session::begin_segment(std::span<const std::int32_t> tokens) -> void {
     block(fn, layer, P, pos0, hist ? params_.prefill_kv_history(P) : 0, cur);
     cur ^= 1;
   }
+  return cur;
+}
+
+auto Session::segment_splits(std::int64_t n) const -> bool {
+  return remote_ != nullptr && n >= 1 && n <= params_.max_input_length &&
+         length_ + params_.prefill_length_for(n) <= params_.seq_length;
+}
+
+auto Session::begin_segment(std::span<const std::int32_t> tokens) -> void {
+  check(segment_.rows == 0, ErrorKind::internal, "session", "a segment is already begun");
+  const auto n = static_cast<std::int64_t>(tokens.size());
+  check(segment_splits(n), ErrorKind::internal, "session", "a segment of ", n,
+        " tokens at position ", length_, " cannot be begun alone");
+  check_feed(tokens);
+  const std::int64_t pos0 = length_, P = params_.prefill_length_for(n);
+  const int cur = local_segment(tokens, P);
   const auto H = static_cast<std::size_t>(dims_.hidden);
-  remote_->submit({hist ? BlockKind::prefill_kv : BlockKind::prefill, P, P, pos0, remote_slot_},
+  remote_->submit({pos0 > 0 ? BlockKind::prefill_kv : BlockKind::prefill, P, P, pos0, remote_slot_},
                   std::span<const float>(hidden_[cur]).first(static_cast<std::size_t>(P) * H),
                   std::span<const std::int32_t>(pos_).first(static_cast<std::size_t>(P)));
   segment_ = {n, P, pos0};

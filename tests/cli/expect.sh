@@ -28,3 +28,20 @@ expect() {
     echo "ok: $* -> $rc"
   fi
 }
+
+# expect_failure REGEX CMD...: CMD exits non-zero and its output (stdout and stderr together)
+# has a line matching the extended REGEX, with no internal error, uncaught exception or abort.
+# For runs under mpirun, whose own lines surround the one-line refusal `expect` would demand.
+expect_failure() {
+  local re=$1 rc
+  shift
+  out=$("$@" 2>&1)
+  rc=$?
+  if [ "$rc" -ne 0 ] && printf '%s' "$out" | grep -Eq -- "$re" &&
+     ! printf '%s' "$out" | grep -Eq "internal error|terminate called|Aborted"; then
+    echo "ok: $* -> $rc"
+  else
+    fail=1
+    echo "FAIL: $* -> rc $rc (want non-zero), output: $out"
+  fi
+}

@@ -67,67 +67,55 @@ std::string Metrics::text() const {
   auto metric = [&](const char* name, const char* type, const char* help) {
     o << "# HELP " << name << " " << help << "\n# TYPE " << name << " " << type << "\n";
   };
+  // A metric of one value: its help, its type and the value, the name written once.
+  auto one = [&](const char* name, const char* type, const char* help, auto value) {
+    metric(name, type, help);
+    o << name << " " << value << "\n";
+  };
   metric("tpullm_requests_total", "counter", "HTTP requests answered, by route and status.");
   for (const auto& [key, n] : requests_)
     o << "tpullm_requests_total{route=\"" << key.first << "\",status=\"" << key.second << "\"} "
       << n << "\n";
-  metric("tpullm_generations_total", "counter", "Generations finished.");
-  o << "tpullm_generations_total " << generations_ << "\n";
-  metric("tpullm_prompt_tokens_total", "counter", "Prompt tokens of finished generations.");
-  o << "tpullm_prompt_tokens_total " << prompt_ << "\n";
-  metric("tpullm_cached_prompt_tokens_total", "counter",
-         "Prompt tokens found in a slot's KV cache (not prefilled again).");
-  o << "tpullm_cached_prompt_tokens_total " << cached_ << "\n";
-  metric("tpullm_completion_tokens_total", "counter", "Generated tokens.");
-  o << "tpullm_completion_tokens_total " << completion_ << "\n";
+  one("tpullm_generations_total", "counter", "Generations finished.", generations_);
+  one("tpullm_prompt_tokens_total", "counter", "Prompt tokens of finished generations.", prompt_);
+  one("tpullm_cached_prompt_tokens_total", "counter",
+      "Prompt tokens found in a slot's KV cache (not prefilled again).", cached_);
+  one("tpullm_completion_tokens_total", "counter", "Generated tokens.", completion_);
   metric("tpullm_time_to_first_token_seconds", "summary",
          "From a request's arrival (queue wait included) to its first token.");
   o << "tpullm_time_to_first_token_seconds_sum " << ttft_sum_ << "\n"
     << "tpullm_time_to_first_token_seconds_count " << generations_ << "\n";
-  metric("tpullm_decode_seconds_total", "counter",
-         "Seconds spent producing tokens after the first.");
-  o << "tpullm_decode_seconds_total " << decode_seconds_ << "\n";
-  metric("tpullm_decode_tokens_total", "counter", "Tokens produced after each first token.");
-  o << "tpullm_decode_tokens_total " << decoded_ << "\n";
-  metric("tpullm_decode_tokens_per_second", "gauge",
-         "Decode speed of the last finished generation (tokens after the first / their seconds).");
-  o << "tpullm_decode_tokens_per_second " << last_tps_ << "\n";
-  metric("tpullm_batched_decode_calls_total", "counter",
-         "Batched decode calls (several generating slots stepped in one call).");
-  o << "tpullm_batched_decode_calls_total " << batch_calls_ << "\n";
-  metric("tpullm_batched_decode_rows_total", "counter",
-         "Slot steps done inside batched decode calls (rows / calls = mean batch).");
-  o << "tpullm_batched_decode_rows_total " << batch_rows_ << "\n";
-  metric("tpullm_speculation_verify_calls_total", "counter",
-         "Verify calls of speculative decoding (--draft): one per drafted segment.");
-  o << "tpullm_speculation_verify_calls_total " << verify_calls_ << "\n";
-  metric("tpullm_speculation_drafted_tokens_total", "counter", "Draft tokens checked.");
-  o << "tpullm_speculation_drafted_tokens_total " << drafted_ << "\n";
-  metric("tpullm_speculation_accepted_tokens_total", "counter",
-         "Draft tokens kept (accepted / drafted = acceptance rate).");
-  o << "tpullm_speculation_accepted_tokens_total " << accepted_ << "\n";
+  one("tpullm_decode_seconds_total", "counter", "Seconds spent producing tokens after the first.",
+      decode_seconds_);
+  one("tpullm_decode_tokens_total", "counter", "Tokens produced after each first token.", decoded_);
+  one("tpullm_decode_tokens_per_second", "gauge",
+      "Decode speed of the last finished generation (tokens after the first / their seconds).",
+      last_tps_);
+  one("tpullm_batched_decode_calls_total", "counter",
+      "Batched decode calls (several generating slots stepped in one call).", batch_calls_);
+  one("tpullm_batched_decode_rows_total", "counter",
+      "Slot steps done inside batched decode calls (rows / calls = mean batch).", batch_rows_);
+  one("tpullm_speculation_verify_calls_total", "counter",
+      "Verify calls of speculative decoding (--draft): one per drafted segment.", verify_calls_);
+  one("tpullm_speculation_drafted_tokens_total", "counter", "Draft tokens checked.", drafted_);
+  one("tpullm_speculation_accepted_tokens_total", "counter",
+      "Draft tokens kept (accepted / drafted = acceptance rate).", accepted_);
   if (pipeline_) {
-    metric("tpullm_pipeline_decode_steps_total", "counter",
-           "Micro-batch decode steps sent down the pipeline (--parallel pipeline).");
-    o << "tpullm_pipeline_decode_steps_total " << pipe_steps_ << "\n";
-    metric("tpullm_pipeline_decode_rows_total", "counter",
-           "Slot steps inside them (rows / steps = mean micro-batch).");
-    o << "tpullm_pipeline_decode_rows_total " << pipe_rows_ << "\n";
-    metric("tpullm_pipeline_round_trips_total", "counter",
-           "Calls rank 0 sent down the ranks and took back (segments, tokens, steps).");
-    o << "tpullm_pipeline_round_trips_total " << pipe_trips_ << "\n";
-    metric("tpullm_pipeline_wait_seconds_total", "counter",
-           "Seconds rank 0 spent sending calls and waiting for the other ranks' layers.");
-    o << "tpullm_pipeline_wait_seconds_total " << pipe_seconds_ << "\n";
-    metric("tpullm_pipeline_calls_in_flight_max", "gauge", "The most calls in flight at once.");
-    o << "tpullm_pipeline_calls_in_flight_max " << pipe_in_flight_ << "\n";
+    one("tpullm_pipeline_decode_steps_total", "counter",
+        "Micro-batch decode steps sent down the pipeline (--parallel pipeline).", pipe_steps_);
+    one("tpullm_pipeline_decode_rows_total", "counter",
+        "Slot steps inside them (rows / steps = mean micro-batch).", pipe_rows_);
+    one("tpullm_pipeline_round_trips_total", "counter",
+        "Calls rank 0 sent down the ranks and took back (segments, tokens, steps).", pipe_trips_);
+    one("tpullm_pipeline_wait_seconds_total", "counter",
+        "Seconds rank 0 spent sending calls and waiting for the other ranks' layers.",
+        pipe_seconds_);
+    one("tpullm_pipeline_calls_in_flight_max", "gauge", "The most calls in flight at once.",
+        pipe_in_flight_);
   }
-  metric("tpullm_queue_depth", "gauge", "Requests waiting for a slot.");
-  o << "tpullm_queue_depth " << queued_ << "\n";
-  metric("tpullm_slots_busy", "gauge", "Slots generating.");
-  o << "tpullm_slots_busy " << busy_ << "\n";
-  metric("tpullm_slots", "gauge", "Slots (conversations with their own KV cache).");
-  o << "tpullm_slots " << slots_ << "\n";
+  one("tpullm_queue_depth", "gauge", "Requests waiting for a slot.", queued_);
+  one("tpullm_slots_busy", "gauge", "Slots generating.", busy_);
+  one("tpullm_slots", "gauge", "Slots (conversations with their own KV cache).", slots_);
   return o.str();
 }
 

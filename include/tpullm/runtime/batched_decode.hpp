@@ -61,7 +61,8 @@ public:
   void set_remote_layers(RemoteLayers* remote);
   /// Begins one decode step of `rows` (1 to the largest batch; every row's session has room, a
   /// valid token and its own slot): the embedding and the layers run here, the rest handed to
-  /// the remote layers. Without remote layers the whole step runs at finish(). The rows'
+  /// the remote layers. Without remote layers the whole step runs here (one row: at finish(),
+  /// through its session's own decode stage). The rows'
   /// sessions must not be fed before the step is finished. Same refusals as decode(), thrown
   /// here (nothing is begun then).
   void begin(std::span<const DecodeRow> rows);
@@ -73,15 +74,18 @@ public:
   std::int64_t begun() const { return static_cast<std::int64_t>(begun_.size()); }
 
 private:
-  /// A begun step: its rows, batch and decode length.
+  /// A begun step: its rows, batch and decode length, and its logits when it ran here whole.
   struct Begun {
     std::vector<DecodeRow> rows;
     std::int64_t B = 0, S = 0;
+    std::vector<float> logits;
   };
   /// The checks, ids, positions and slots of a step of `rows` in batch `B`; its decode length.
   std::int64_t prepare(std::span<const DecodeRow> rows, std::int64_t B);
   /// Embedding and layers [0, end) of a prepared step; returns the hidden buffer holding it.
   int run_layers(std::int64_t B, std::int64_t S, std::int64_t end);
+  /// lm_head_bB on hidden buffer `cur`: the logits of its first `n` rows [n, vocab].
+  std::vector<float> head(std::int64_t B, std::int64_t S, int cur, std::int64_t n);
 
   /// Program ids of batch B, decode length S: block_cache_i_S_bB per layer, then lm_head_bB.
   const std::vector<std::int64_t>& functions(std::int64_t B, std::int64_t S);

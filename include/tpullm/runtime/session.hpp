@@ -222,6 +222,10 @@ private:
   void block(StageHandle fn, std::int64_t layer, std::int64_t L, std::int64_t pos0, std::int64_t S,
              int cur);
 
+  /// One prompt segment `seg` (checked) at length() through the embedding and the local layers,
+  /// in the prefill (or, with history, prefill_kv) variant of P rows; returns the hidden buffer
+  /// holding its output (rows past the segment are padding).
+  int local_segment(std::span<const std::int32_t> seg, std::int64_t P);
   /// The refusals of prefill() for `tokens` at length().
   void check_feed(std::span<const std::int32_t> tokens) const;
   /// prefill() and prefill_hidden(): `row(cur, r, i)` takes row r of hidden buffer `cur`, the
