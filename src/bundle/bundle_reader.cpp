@@ -17,6 +17,7 @@
 #include "tpullm/bundle/bundle.hpp"
 #include "tpullm/kernels/worker_pool.hpp"
 #include "tpullm/conversion/weight_convert.hpp"
+#include "tpullm/frontend/tensor_parallel.hpp"
 #include "tpullm/ir/builder.hpp"
 #include "tpullm/support/crc32c.hpp"
 #include "tpullm/support/mapped_file.hpp"
@@ -81,6 +82,17 @@ struct BundleReader {
         i.eos_token_ids.push_back(bounded(e, 0, i.vocab - 1, "model.eos_token_ids"));
     i.mode = m.mode()->str();
     i.source = m.source() != nullptr ? m.source()->str() : "";
+    i.tensor_parallel =
+        bounded(m.tensor_parallel(), 1, frontend::kMaxTensorParallel, "model.tensor_parallel");
+    if (const std::int64_t n = i.tensor_parallel; n > 1) {
+      if (i.heads % n != 0 || i.intermediate % n != 0 || frontend::tp_kv_heads(i.kv_heads, n) == 0)
+        fail("model.tensor_parallel",
+             std::to_string(n) + " ranks do not split the model's " + std::to_string(i.heads) +
+                 " heads, " + std::to_string(i.kv_heads) + " kv heads and intermediate " +
+                 std::to_string(i.intermediate) +
+                 " (heads and intermediate must divide by it; kv heads divide by it or it by "
+                 "them)");
+    }
   }
 
   void text(const fb::Text* t) {
@@ -132,11 +144,14 @@ struct BundleReader {
         fail("kv.dtype", "'" + s->str() + "' is not f32, f16, bf16 or i8");
       g.dtype = *d;
     }
-    if (g.row_bytes != memory::kv_row_bytes(g.dtype, m.kv_heads, m.head_dim))
+    // A tensor-parallel bundle's cache holds one rank's key / value heads per position.
+    const std::int64_t kv_heads = frontend::tp_kv_heads(m.kv_heads, m.tensor_parallel);
+    if (g.row_bytes != memory::kv_row_bytes(g.dtype, kv_heads, m.head_dim))
       fail("kv.row_bytes",
            std::to_string(g.row_bytes) + " is not the " +
-               std::to_string(memory::kv_row_bytes(g.dtype, m.kv_heads, m.head_dim)) +
-               " bytes of kv_heads x head_dim values in " + std::string(ir::name(g.dtype)));
+               std::to_string(memory::kv_row_bytes(g.dtype, kv_heads, m.head_dim)) + " bytes of " +
+               (m.tensor_parallel > 1 ? "one rank's kv heads" : std::string("kv_heads")) +
+               " x head_dim values in " + std::string(ir::name(g.dtype)));
     if (g.row_bytes > kMaxBytes / g.capacity / 2 / g.layers)
       fail("kv", "the cache would exceed 1 TiB");
   }

@@ -8,6 +8,7 @@
 #include "tpullm/bundle/bundle.hpp"
 #include "tpullm/frontend/text_files.hpp"
 #include "tpullm/frontend/model_desc.hpp"
+#include "tpullm/frontend/tensor_parallel.hpp"
 #include "tpullm/support/crc32c.hpp"
 #include "tpullm/version.hpp"
 #include "value_codec.hpp"
@@ -167,11 +168,25 @@ WriteStats write_bundle(const codegen::CompiledModel& model, const ModelInfo& in
   Builder b(1 << 20);
   b.ForceDefaults(true);
   BlobLayout blob;
+  // The blob holds a tensor-parallel rank's shards together (frontend::tp_weight_rank), after
+  // the weights every rank reads, so that a rank's weight check reads its own chunks and no
+  // other rank's; an ordinary bundle's order is the names'.
+  std::vector<std::pair<std::int64_t, const std::string*>> order;
+  for (const auto& [name, w] : used)
+    order.emplace_back(frontend::tp_weight_rank(name), &name);
+  std::stable_sort(order.begin(), order.end(),
+                   [](const auto& x, const auto& y) { return x.first < y.first; });
+  std::map<std::string_view, std::vector<std::uint64_t>> offsets;
+  for (const auto& [rank, name] : order)
+    for (const auto& part : used.at(*name)->parts)
+      offsets[*name].push_back(blob.place(part.bytes, st));
   std::vector<flatbuffers::Offset<fb::Weight>> weights;
   for (const auto& [name, w] : used) {
     std::vector<flatbuffers::Offset<fb::WeightPart>> parts;
-    for (const auto& part : w->parts) {
-      const std::uint64_t off = blob.place(part.bytes, st);
+    const auto& at = offsets.at(name);
+    for (std::size_t i = 0; i < w->parts.size(); ++i) {
+      const auto& part = w->parts[i];
+      const std::uint64_t off = at[i];
       auto role = b.CreateString(part.role);
       auto dt = b.CreateString(std::string(ir::name(part.dtype)));
       auto shape = b.CreateVector(part.shape);
@@ -208,7 +223,7 @@ WriteStats write_bundle(const codegen::CompiledModel& model, const ModelInfo& in
   auto m = fb::CreateModel(b, fam, info.layers, info.hidden, info.intermediate, info.heads,
                            info.kv_heads, info.head_dim, info.vocab, prm.seq_length,
                            prm.max_input_length, dl, prm.with_history, info.bos_token_id, eos, mode,
-                           src, plv);
+                           src, plv, info.tensor_parallel);
   std::vector<flatbuffers::Offset<flatbuffers::String>> dts;
   for (auto d : model.target.weight_dtypes)
     dts.push_back(b.CreateString(std::string(ir::name(d))));

@@ -135,6 +135,9 @@ private:
       return;
     const Location loc = src_.loc().known() ? src_.loc() : Location{"@" + src_.name()};
     const Operation* ret = src_.return_op();
+    // The MLP half of a tensor-parallel layer (input_states) -> (partial): no keys or values.
+    if (info.layer >= 0 && ret && ret->num_operands() == 1 && src_.num_arguments() == 1)
+      return;
     const bool shaped =
         info.layer >= 0 && ret && ret->num_operands() >= 3 && src_.num_arguments() >= 2 &&
         src_.argument(1)->type().dtype == ir::DType::i32 && src_.argument(1)->type().rank() == 2;

@@ -19,6 +19,7 @@
 #include "tpullm/bundle/bundle.hpp"
 #include "tpullm/compiler/compiler.hpp"
 #include "tpullm/frontend/stage_builder.hpp"
+#include "tpullm/frontend/tensor_parallel.hpp"
 #include "tpullm/rewrite/op_equivalence.hpp"
 #include "tpullm/runtime/bundle_session.hpp"
 #include "tpullm/support/crc32c.hpp"
@@ -183,6 +184,38 @@ TEST_CASE("writing a bundle is deterministic", "[bundle]") {
   CHECK(one.size() == two.size());
   CHECK(one == two);
   CHECK(one.compare(0, 8, std::string("TPULLMB\0", 8)) == 0);
+}
+
+// compile --tensor-parallel N (frontend/tensor_parallel.hpp): the bundle records N, its cache
+// holds one rank's key / value heads, an older bundle reads 1, and a count that does not split
+// the model, or one the cache rows disagree with, is refused naming the field.
+TEST_CASE("a tensor-parallel bundle records its ranks and one rank's cache", "[bundle]") {
+  Compiled c{frontend::load_model(tpullm_test::model_dir("llama-gqa")), {}, {}};
+  compiler::CompileOptions o;
+  o.target.cores = 2;
+  c.model =
+      compiler::compile(frontend::build_tensor_parallel_modules(c.desc, small_params(), 2), o);
+  c.info = bundle::make_model_info(c.desc, small_params(), "f32");
+  c.info.tensor_parallel = 2;
+  {
+    TempFile f(bytes_of(c));
+    const auto b = bundle::Bundle::open(f.path);
+    CHECK(b->model().tensor_parallel == 2);
+    CHECK(b->kv().row_bytes == 32 * 4); // 1 of llama-gqa's 2 kv heads of 32 f32 values
+  }
+  {
+    TempFile f(bytes_of(compile("llama-gqa")));
+    CHECK(bundle::Bundle::open(f.path)->model().tensor_parallel == 1);
+  }
+  c.info.tensor_parallel = 3;
+  CHECK_THROWS_WITH(bundle::Bundle::open(TempFile(bytes_of(c)).path),
+                    Catch::Contains("model.tensor_parallel") && Catch::Contains("3 ranks"));
+  c.info.tensor_parallel = 65;
+  CHECK_THROWS_WITH(bundle::Bundle::open(TempFile(bytes_of(c)).path),
+                    Catch::Contains("model.tensor_parallel") && Catch::Contains("[1, 64]"));
+  c.info.tensor_parallel = 1; // whole rows expected, one rank's written
+  CHECK_THROWS_WITH(bundle::Bundle::open(TempFile(bytes_of(c)).path),
+                    Catch::Contains("kv.row_bytes"));
 }
 
 // compile --draft-mode (issue 37): a whole bundle embedded in another's weight blob opens as

@@ -63,11 +63,22 @@ int cmd_compile(const std::vector<std::string>& args) {
       "w4a16)")("draft-act-quant", po::value(&draft.act_quant),
                 "the draft's integer linears: dynamic (the default: input rounded to int8 per "
                 "weight group; the draft decides the speed, never the answer) or none (exact)");
+  std::int64_t tensor_parallel = 1;
+  o.add_options()("tensor-parallel", po::value(&tensor_parallel),
+                  "split attention heads and MLP columns over N MPI ranks; run with mpirun -np N "
+                  "tpullm run|chat|serve|bench FILE --parallel tensor (N in [2, 64]: it must "
+                  "divide the heads and the intermediate size, and the key/value heads or be a "
+                  "multiple of them; float checkpoints only, no --keep-float, static int8 or "
+                  "--draft-mode)");
   o.add(compile_options(copts, target_file));
   o.add(quantization_options(copts.lower, keep_float));
   o.add(input_options(no_mmap));
-  if (!parse_model_command(args, o, params))
+  po::variables_map vm;
+  if (!parse_model_command(args, o, params, &vm))
     return kOk;
+  const bool split = vm.count("tensor-parallel") > 0;
+  if (split) // the options alone, before the model is read
+    check_tensor_parallel_options(tensor_parallel, copts.lower, keep_float, draft);
   check(out != "-", ErrorKind::invalid_input, "--output",
         "a bundle cannot be written to standard output (it is mapped when it runs); give a file "
         "name");
@@ -89,7 +100,7 @@ int cmd_compile(const std::vector<std::string>& args) {
         std::cout << describe(r) << "wrote " << out << "\n";
         flush_stdout();
       },
-      draft);
+      draft, split ? tensor_parallel : 1);
   return kOk;
 }
 

@@ -17,6 +17,16 @@ namespace tpullm::cli {
 
 namespace {
 
+/// "tensor parallel: N ranks (...)\n" for a bundle split over N > 1 ranks, "" otherwise.
+std::string tensor_parallel_line(const bundle::ModelInfo& m) {
+  if (m.tensor_parallel <= 1)
+    return {};
+  return str_cat("tensor parallel: ", m.tensor_parallel,
+                 " ranks (attention heads and MLP columns split; each rank keeps ",
+                 frontend::tp_kv_heads(m.kv_heads, m.tensor_parallel), " of ", m.kv_heads,
+                 " KV heads per position)\n");
+}
+
 /// Linears of `b` (MatMul, MatMulArgMax, MLP, MoE instructions) and those whose input is
 /// rounded to int8 (act_quant: W8A8, or act-quant dynamic over integer weights).
 std::pair<std::int64_t, std::int64_t> count_linears(const bundle::Bundle& b) {
@@ -85,7 +95,8 @@ int cmd_inspect(const std::vector<std::string>& args) {
                 {"prefill_lengths", m.params.prefill_lengths()},
                 {"prefill_kv", m.params.with_history},
                 {"bos_token_id", m.bos_token_id},
-                {"eos_token_ids", m.eos_token_ids}};
+                {"eos_token_ids", m.eos_token_ids},
+                {"tensor_parallel", m.tensor_parallel}};
   // The text side as compiled in (loaded, so a bundle whose tokenizer would not load says so).
   std::string text_line = "none (the checkpoint had no tokenizer.json: token ids only)";
   if (!m.text.empty()) {
@@ -245,7 +256,7 @@ int cmd_inspect(const std::vector<std::string>& args) {
             << j["model"]["prefill_lengths"].dump() << ", decode variants "
             << j["model"]["decode_lengths"].dump() << ", prefill_kv "
             << (m.params.with_history ? "yes" : "no") << "\n"
-            << "text    " << text_line << "\n"
+            << tensor_parallel_line(m) << "text    " << text_line << "\n"
             << "target  " << t.name << ": " << t.cores << " cores, local memory " << t.local_memory
             << " B\n"
             << "memory  KV cache " << mib(b->kv().bytes()) << " ("

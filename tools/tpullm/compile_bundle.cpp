@@ -12,6 +12,7 @@
 #include "tpullm/frontend/memory_estimate.hpp"
 #include "tpullm/frontend/hf_config.hpp"
 #include "tpullm/frontend/stage_builder.hpp"
+#include "tpullm/frontend/tensor_parallel.hpp"
 #include "tpullm/runtime/bundle_session.hpp"
 #include "tpullm/support/output_file.hpp"
 
@@ -199,7 +200,8 @@ std::string compile_draft(const frontend::ModelDesc& desc, const frontend::Stage
 CompileReport compile_bundle(const frontend::ModelDesc& desc, const frontend::StageParams& params,
                              compiler::CompileOptions options, const fs::path& out, bool progress,
                              const std::function<void(const CompileReport&)>& before_commit,
-                             const std::string& output_option, const DraftSpec& draft) {
+                             const std::string& output_option, const DraftSpec& draft,
+                             std::int64_t tensor_parallel) {
   CompileReport r;
   const auto t0 = std::chrono::steady_clock::now();
   // Named as the user spelt it: compile's -o is --output, verify's is --bundle.
@@ -226,7 +228,9 @@ CompileReport compile_bundle(const frontend::ModelDesc& desc, const frontend::St
     draft_bytes = compile_draft(desc, params, options, draft);
     r.draft_bytes = static_cast<std::int64_t>(draft_bytes.size());
   }
-  auto modules = frontend::build_top_modules(desc, params);
+  auto modules = tensor_parallel > 1
+                     ? frontend::build_tensor_parallel_modules(desc, params, tensor_parallel)
+                     : frontend::build_top_modules(desc, params);
   const auto p0 = std::chrono::steady_clock::now();
   if (progress)
     options.progress = [p0](std::size_t done, std::size_t total, const std::string& name) {
@@ -242,9 +246,11 @@ CompileReport compile_bundle(const frontend::ModelDesc& desc, const frontend::St
   r.kv_bytes = cm.kv.bytes();
 
   const auto t1 = std::chrono::steady_clock::now();
+  bundle::ModelInfo info = bundle::make_model_info(desc, params, options.lower.mode);
+  info.tensor_parallel = tensor_parallel;
   try {
     r.written = bundle::write_bundle(
-        cm, bundle::make_model_info(desc, params, options.lower.mode), f.stream(),
+        cm, info, f.stream(),
         std::as_bytes(std::span<const char>(draft_bytes.data(), draft_bytes.size())));
   } catch (const Error& e) {
     if (e.kind() != ErrorKind::io)
@@ -258,7 +264,7 @@ CompileReport compile_bundle(const frontend::ModelDesc& desc, const frontend::St
     throw OutputError(out.string(), why); // an output failure: exit status 1
   }
   r.write_seconds = seconds_since(t1);
-  if (!f.staging_path().empty())
+  if (!f.staging_path().empty() && tensor_parallel == 1) // a split bundle runs under mpirun
     check_runs(f.staging_path(), out);
   if (before_commit)
     before_commit(r);
@@ -282,7 +288,13 @@ CompileReport compile_checkpoint(const frontend::ModelDesc& desc,
                                  compiler::CompileOptions options, const std::string& keep_float,
                                  FileAccess access, const fs::path& out, bool progress,
                                  const std::function<void(const CompileReport&)>& before_commit,
-                                 const DraftSpec& draft) {
+                                 const DraftSpec& draft, std::int64_t tensor_parallel) {
+  if (tensor_parallel != 1) {
+    check_tensor_parallel_options(tensor_parallel, options.lower, keep_float, draft);
+    if (const std::string why = frontend::tensor_parallel_refusal(desc, tensor_parallel);
+        !why.empty())
+      throw Error(ErrorKind::unsupported, desc.dir.string(), why);
+  }
   params.validate(desc.dims.max_position);
   draft.validate(desc);
   options.lower.keep_float = keep_float; // checked as given, then mapped to the Top names
@@ -290,8 +302,24 @@ CompileReport compile_checkpoint(const frontend::ModelDesc& desc,
   plan_quantization(desc, options.lower, keep_float);
   // Refuse up front what cannot be compiled here, or run from the bundle (its KV cache).
   frontend::check_run_memory(desc, params, access, options.lower.plan->kv_dtype);
-  return compile_bundle(desc, params, std::move(options), out, progress, before_commit, "-o",
-                        draft);
+  return compile_bundle(desc, params, std::move(options), out, progress, before_commit, "-o", draft,
+                        tensor_parallel);
+}
+
+void check_tensor_parallel_options(std::int64_t ranks, const conversion::LowerOptions& lower,
+                                   const std::string& keep_float, const DraftSpec& draft) {
+  const char* opt = "--tensor-parallel";
+  check(ranks >= 2 && ranks <= frontend::kMaxTensorParallel, ErrorKind::invalid_input, opt,
+        "must be in [2, ", frontend::kMaxTensorParallel, "] (MPI ranks), got ", ranks);
+  check(keep_float.empty(), ErrorKind::invalid_input, opt,
+        "cannot be combined with --keep-float (it names the unsplit weights)");
+  check(lower.calib.empty() && lower.act_quant != "static" && lower.smooth_alpha == 0,
+        ErrorKind::invalid_input, opt,
+        "cannot be combined with static int8 (--calib, --act-quant static, --smooth-alpha: "
+        "calibrated per unsplit weight); use --mode int8 with dynamic activations");
+  check(draft.mode.empty(), ErrorKind::invalid_input, opt,
+        "cannot be combined with --draft-mode (the self-speculation draft runs whole layers on "
+        "one process)");
 }
 
 std::string describe(const CompileReport& r) {

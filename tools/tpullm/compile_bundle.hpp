@@ -44,6 +44,13 @@ struct DraftSpec {
   void validate(const frontend::ModelDesc& desc) const;
 };
 
+/// Refuses (Error(invalid_input) naming the option, one line) what `compile --tensor-parallel
+/// N` cannot combine with, before any work: N outside [2, 64], --keep-float, static int8
+/// (--calib, --act-quant static, --smooth-alpha: calibrated per weight under the ordinary Top
+/// names) and --draft-mode (the self-speculation draft's functions are whole blocks).
+void check_tensor_parallel_options(std::int64_t ranks, const conversion::LowerOptions& lower,
+                                   const std::string& keep_float, const DraftSpec& draft);
+
 /// Compiles the loaded checkpoint `desc` (params validated and its memory checked by the caller)
 /// with `params` and `options` into bundle `out`, written to a temporary file in out's directory
 /// and renamed over `out` only when complete (a failure leaves no partial file and an existing
@@ -53,11 +60,15 @@ struct DraftSpec {
 /// output leaves the old `out` in place). Refuses up front (Error(invalid_input)) option
 /// combinations whose bundle the runtime could not run (check_runnable). `output_option` is
 /// the option that named `out` (compile's `-o`, verify's `--bundle`), named in refusals of it.
+/// `tensor_parallel` N > 1 compiles the model split over N ranks
+/// (frontend::build_tensor_parallel_modules, ModelInfo::tensor_parallel = N); such a bundle
+/// runs only under mpirun, so the run check of an ordinary bundle is skipped.
 CompileReport compile_bundle(const frontend::ModelDesc& desc, const frontend::StageParams& params,
                              compiler::CompileOptions options, const std::filesystem::path& out,
                              bool progress,
                              const std::function<void(const CompileReport&)>& before_commit = {},
-                             const std::string& output_option = "-o", const DraftSpec& draft = {});
+                             const std::string& output_option = "-o", const DraftSpec& draft = {},
+                             std::int64_t tensor_parallel = 1);
 
 /// Loads the model `tpullm compile` compiles from `model`: a checkpoint folder (config.json +
 /// safetensors), a GGUF file, or a folder holding one .gguf file (frontend::load_model).
@@ -74,13 +85,15 @@ void default_act_quant(const frontend::ModelDesc& desc, conversion::LowerOptions
 /// (check_runnable), builds the quantization plan (plan_quantization: --keep-float's regex
 /// resolved to the Top names, the --calib table loaded and checked), refuses what would not fit
 /// in memory (frontend::check_memory; `access`: how the checkpoint is held), then
-/// compile_bundle.
+/// compile_bundle. With `tensor_parallel` N > 1 it first refuses the options
+/// (check_tensor_parallel_options) and a model N ranks cannot split
+/// (frontend::tensor_parallel_refusal, Error(unsupported) naming the model).
 CompileReport
 compile_checkpoint(const frontend::ModelDesc& desc, const frontend::StageParams& params,
                    compiler::CompileOptions options, const std::string& keep_float,
                    FileAccess access, const std::filesystem::path& out, bool progress,
                    const std::function<void(const CompileReport&)>& before_commit = {},
-                   const DraftSpec& draft = {});
+                   const DraftSpec& draft = {}, std::int64_t tensor_parallel = 1);
 
 /// Runs one prefill, one prefill_kv (when `with_history`) and one decode step on `s`, then
 /// resets it; an Error on the way (a plan the executor cannot run) becomes

@@ -62,6 +62,11 @@ struct ModelInfo {
   std::string mode;                        ///< weight dtype of linear layers: f32, bf16, f16
   std::string source;                      ///< checkpoint directory name (informational)
   frontend::TextFiles text;                ///< tokenizer files as compiled in (empty: none)
+  /// Ranks the layers are split over by tensor parallel (compile --tensor-parallel N): 1 for an
+  /// ordinary bundle. With N > 1 the bundle has no block_* functions: rank r runs
+  /// StageNames::tp_attention(r, ..) and tp_mlp(r, ..), and the KV cache keeps
+  /// frontend::tp_kv_heads(kv_heads, N) heads per position (runtime/tensor_parallel.hpp).
+  std::int64_t tensor_parallel = 1;
 };
 
 /// The ModelInfo of checkpoint `desc` compiled with `params` in weight mode `mode`, with the

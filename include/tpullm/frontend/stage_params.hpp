@@ -89,6 +89,28 @@ struct StageNames {
   static std::string lm_head(std::int64_t batch) {
     return batch == 1 ? std::string("lm_head") : "lm_head_b" + std::to_string(batch);
   }
+  /// Tensor parallel (frontend/tensor_parallel.hpp): rank `rank`'s attention half of the block
+  /// function `block_name` (any of the names above): "tp<rank>_<block_name>".
+  static std::string tp_attention(std::int64_t rank, const std::string& block_name) {
+    return "tp" + std::to_string(rank) + "_" + block_name;
+  }
+  /// Tensor parallel: rank `rank`'s MLP half of layer `layer` for `rows` rows:
+  /// "tp<rank>_mlp_<layer>_<rows>".
+  static std::string tp_mlp(std::int64_t rank, std::int64_t layer, std::int64_t rows) {
+    return "tp" + std::to_string(rank) + "_mlp_" + std::to_string(layer) + "_" +
+           std::to_string(rows);
+  }
 };
+
+/// Key / value heads each rank of a tensor-parallel split over `ranks` keeps: kv_heads / ranks
+/// when it divides, else 1 (each rank keeps the one head its query heads read: ranks a
+/// multiple of kv_heads); 0 when neither holds (no such split).
+inline std::int64_t tp_kv_heads(std::int64_t kv_heads, std::int64_t ranks) {
+  if (ranks <= 1)
+    return kv_heads;
+  if (kv_heads % ranks == 0)
+    return kv_heads / ranks;
+  return ranks % kv_heads == 0 ? 1 : 0;
+}
 
 } // namespace tpullm::frontend
