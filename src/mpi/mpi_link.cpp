@@ -138,4 +138,13 @@ std::size_t MpiLink::recv(int from, std::span<std::byte> buffer) {
   return static_cast<std::size_t>(count);
 }
 
+void MpiLink::all_reduce_sum(std::span<float> values) {
+  check(values.size() < INT_MAX, ErrorKind::internal, "MPI", "an all-reduce of ", values.size(),
+        " values is too long");
+  progress();
+  ok(MPI_Allreduce(MPI_IN_PLACE, values.data(), static_cast<int>(values.size()), MPI_FLOAT, MPI_SUM,
+                   MPI_COMM_WORLD),
+     "MPI_Allreduce");
+}
+
 } // namespace tpullm::mpi

@@ -7,9 +7,11 @@ BatchedDecoder::BatchedDecoder(Executor& exec, SessionDims dims, frontend::Stage
     : exec_(exec), dims_(dims), params_(std::move(params)) {
   batches_.push_back(1);
   const std::int64_t S = params_.seq_length;
+  using N = frontend::StageNames;
   for (std::int64_t b = 2; b <= frontend::StageParams::kMaxDecodeBatch; ++b)
-    if (exec_.has_program(frontend::StageNames::block_cache(0, S, b)) &&
-        exec_.has_program(frontend::StageNames::lm_head(b)))
+    if ((exec_.has_program(N::block_cache(0, S, b)) ||
+         exec_.has_program(N::tp_attention(0, N::block_cache(0, S, b)))) && // tensor parallel
+        exec_.has_program(N::lm_head(b)))
       batches_.push_back(b);
 }
 
@@ -37,10 +39,11 @@ auto BatchedDecoder::decode(std::span<const DecodeRow> rows) -> std::vector<floa
 void BatchedDecoder::set_remote_layers(RemoteLayers* remote) {
   check(begun_.empty(), ErrorKind::internal, "batched decode",
         "the remote layers changed with steps begun");
-  check(!remote || (remote->local_layers() >= 1 && remote->local_layers() < dims_.layers),
-        ErrorKind::invalid_input, "pipeline", "rank 0 must run 1 to ", dims_.layers - 1, " of the ",
+  check(!remote || (remote->local_layers() >= 0 && remote->local_layers() < dims_.layers),
+        ErrorKind::invalid_input, "pipeline", "rank 0 must run 0 to ", dims_.layers - 1, " of the ",
         dims_.layers, " layers, not ", remote ? remote->local_layers() : 0);
   remote_ = remote;
+  fns_.clear(); // they hold the local layers' functions only
 }
 
 auto BatchedDecoder::prepare(std::span<const DecodeRow> rows, std::int64_t B) -> std::int64_t {
@@ -156,7 +159,8 @@ auto BatchedDecoder::finish() -> std::vector<float> {
 auto BatchedDecoder::functions(std::int64_t B, std::int64_t S) -> const std::vector<std::int64_t>& {
   auto [it, fresh] = fns_.try_emplace({B, S});
   if (fresh) {
-    for (std::int64_t layer = 0; layer < dims_.layers; ++layer)
+    const std::int64_t local = remote_ ? remote_->local_layers() : dims_.layers;
+    for (std::int64_t layer = 0; layer < local; ++layer)
       it->second.push_back(exec_.program_id(frontend::StageNames::block_cache(layer, S, B)));
     it->second.push_back(exec_.program_id(frontend::StageNames::lm_head(B)));
   }

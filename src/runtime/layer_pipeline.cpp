@@ -7,67 +7,43 @@
 #include <map>
 #include <tuple>
 
+#include "hop_message.hpp"
 #include "tpullm/support/error.hpp"
 
 namespace tpullm::runtime {
 namespace {
 
-constexpr std::uint32_t kMagic = 0x4c505054; // "TPPL"
-// Kinds beside the BlockKinds (1..4).
-constexpr std::uint32_t kStop = 0x100, kError = 0x101;
-constexpr std::size_t kMaxErrorText = 2048;
-
-/// The fixed front of every message. Calls and their replies carry [rows, hidden] f32, then
-/// [rows] i32 positions and [rows] i32 KV slots; an error carries `rows` bytes of text; a stop
-/// nothing.
-struct HopHeader {
-  std::uint32_t magic = kMagic;
-  std::uint32_t kind = 0; ///< a BlockKind, kStop or kError
-  std::int64_t rows = 0;
-  std::int64_t variant = 0;
-  std::int64_t pos0 = 0;
-  std::int32_t error_kind = 0; ///< kError: the ErrorKind
-  std::int32_t error_rank = 0; ///< kError: the rank whose layers threw
-};
-
-std::size_t payload_bytes(std::int64_t rows, std::int64_t hidden) {
-  return static_cast<std::size_t>(rows) *
-         (static_cast<std::size_t>(hidden) * sizeof(float) + 2 * sizeof(std::int32_t));
-}
-
-std::size_t buffer_bytes(std::int64_t max_rows, std::int64_t hidden) {
-  return sizeof(HopHeader) + std::max(payload_bytes(max_rows, hidden), kMaxErrorText);
-}
-
-HopHeader read_header(std::span<const std::byte> msg, std::size_t size, int from) {
-  HopHeader h;
-  check(size >= sizeof(HopHeader), ErrorKind::io, "pipeline", "a message of ", size,
-        " bytes from rank ", from, " is shorter than its header");
-  std::memcpy(&h, msg.data(), sizeof h);
-  check(h.magic == kMagic, ErrorKind::io, "pipeline", "a message from rank ", from,
-        " is not a pipeline message");
-  return h;
-}
-
-bool is_call(std::uint32_t kind) {
-  return kind >= static_cast<std::uint32_t>(BlockKind::prefill) &&
-         kind <= static_cast<std::uint32_t>(BlockKind::decode_batch);
-}
-
-std::size_t error_message(std::span<std::byte> buffer, int rank, const Error& e) {
-  const std::string text = e.what();
-  const std::size_t n = std::min(text.size(), kMaxErrorText);
-  HopHeader h;
-  h.kind = kError;
-  h.rows = static_cast<std::int64_t>(n);
-  h.error_kind = static_cast<std::int32_t>(e.kind());
-  h.error_rank = rank;
-  std::memcpy(buffer.data(), &h, sizeof h);
-  std::memcpy(buffer.data() + sizeof h, text.data(), n);
-  return sizeof h + n;
-}
+using hop::buffer_bytes;
+using hop::Header;
+using hop::is_call;
+using hop::kError;
+using hop::kStop;
+using hop::payload_bytes;
+using hop::read_header;
 
 } // namespace
+
+void PipelineLink::all_reduce_sum(std::span<float> values) {
+  if (ranks() == 1)
+    return;
+  const auto bytes = std::as_writable_bytes(values);
+  if (rank() != 0) {
+    send(0, bytes);
+    check(recv(0, bytes) == bytes.size(), ErrorKind::io, "all-reduce", "rank 0 sent a sum of ",
+          "another size");
+    return;
+  }
+  std::vector<float> other(values.size());
+  const auto into = std::as_writable_bytes(std::span<float>(other));
+  for (int r = 1; r < ranks(); ++r) {
+    check(recv(r, into) == into.size(), ErrorKind::io, "all-reduce", "rank ", r,
+          " sent values of another size");
+    for (std::size_t i = 0; i < values.size(); ++i)
+      values[i] += other[i];
+  }
+  for (int r = 1; r < ranks(); ++r)
+    send(r, bytes);
+}
 
 LayerPipeline::LayerPipeline(PipelineLink& link, std::vector<LayerRange> ranges,
                              std::int64_t hidden, std::int64_t max_rows)
@@ -97,9 +73,9 @@ void LayerPipeline::stop() {
   if (stopped_)
     return;
   stopped_ = true;
-  HopHeader h;
+  hop::Header h;
   h.kind = kStop;
-  link_.send(1, std::as_bytes(std::span<const HopHeader>(&h, 1)));
+  link_.send(1, std::as_bytes(std::span<const hop::Header>(&h, 1)));
 }
 
 void LayerPipeline::submit(const BlockCall& call, std::span<const float> hidden,
@@ -114,23 +90,7 @@ void LayerPipeline::submit(const BlockCall& call, std::span<const float> hidden,
         ErrorKind::internal, "pipeline", "a call of ", call.rows, " rows with ", hidden.size(),
         " hidden values, ", positions.size(), " positions and ", slots.size(), " slots");
   const auto t0 = std::chrono::steady_clock::now();
-  HopHeader h;
-  h.kind = static_cast<std::uint32_t>(call.kind);
-  h.rows = call.rows;
-  h.variant = call.variant;
-  h.pos0 = call.pos0;
-  std::byte* p = buffer_.data();
-  std::memcpy(p, &h, sizeof h);
-  p += sizeof h;
-  std::memcpy(p, hidden.data(), hidden.size_bytes());
-  p += hidden.size_bytes();
-  std::memcpy(p, positions.data(), positions.size_bytes());
-  p += positions.size_bytes();
-  if (slots.empty())
-    std::fill_n(reinterpret_cast<std::int32_t*>(p), call.rows, call.slot);
-  else
-    std::memcpy(p, slots.data(), slots.size_bytes());
-  const std::size_t n = sizeof h + payload_bytes(call.rows, hidden_);
+  const std::size_t n = hop::write_call(buffer_, call, hidden, positions, slots);
   link_.send(1, std::span<const std::byte>(buffer_.data(), n)); // the link copies what it keeps
   pending_.push_back(call);
   stats_.bytes_sent += static_cast<std::int64_t>(n);
@@ -148,7 +108,7 @@ void LayerPipeline::collect(std::span<float> hidden) {
   const int last = link_.ranks() - 1;
   const std::size_t got = link_.recv(last, buffer_);
   const std::byte* p = buffer_.data();
-  const HopHeader r = read_header(buffer_, got, last);
+  const hop::Header r = read_header(buffer_, got, last);
   if (r.kind == kError) {
     const auto len = std::min<std::size_t>(
         static_cast<std::size_t>(std::max<std::int64_t>(r.rows, 0)), got - sizeof r);
@@ -189,17 +149,14 @@ PipelineRankStats serve_pipeline_rank(PipelineLink& link, Stages& stages, LayerR
     auto [it, fresh] = handles.try_emplace({static_cast<std::uint32_t>(kind), variant, rows});
     if (fresh)
       for (std::int64_t layer = range.begin; layer < range.end; ++layer)
-        it->second.push_back(stages.resolve(
-            kind == BlockKind::prefill      ? frontend::StageNames::block(layer, variant, params)
-            : kind == BlockKind::prefill_kv ? frontend::StageNames::block_kv(layer, variant, params)
-            : kind == BlockKind::decode     ? frontend::StageNames::block_cache(layer, variant)
-                                        : frontend::StageNames::block_cache(layer, variant, rows)));
+        it->second.push_back(
+            stages.resolve(hop::block_function(kind, layer, variant, rows, params)));
     return it->second;
   };
   PipelineRankStats stats;
   while (true) {
     const std::size_t got = link.recv(prev, msg);
-    const HopHeader h = read_header(msg, got, prev);
+    const hop::Header h = read_header(msg, got, prev);
     if (h.kind == kStop) {
       if (next != 0)
         link.send(next, std::span<const std::byte>(msg.data(), got));
@@ -218,9 +175,7 @@ PipelineRankStats serve_pipeline_rank(PipelineLink& link, Stages& stages, LayerR
             ErrorKind::internal, "pipeline", "a call of ", h.rows, " rows in ", got, " bytes");
       const auto kind = static_cast<BlockKind>(h.kind);
       const std::int64_t L = h.rows;
-      const std::int64_t S = kind == BlockKind::prefill      ? 0
-                             : kind == BlockKind::prefill_kv ? params.prefill_kv_history(h.variant)
-                                                             : h.variant; // decode, decode_batch
+      const std::int64_t S = hop::history_of(kind, h.variant, params);
       float* cur = reinterpret_cast<float*>(msg.data() + sizeof h);
       const auto* pos = reinterpret_cast<const std::int32_t*>(cur + L * hidden);
       const auto* slot = pos + L;
@@ -244,7 +199,7 @@ PipelineRankStats serve_pipeline_rank(PipelineLink& link, Stages& stages, LayerR
       if (c == 1)
         std::memcpy(cur, other.data(), static_cast<std::size_t>(L * hidden) * sizeof(float));
     } catch (const Error& e) {
-      reply = error_message(msg, rank, e);
+      reply = hop::write_error(msg, rank, e);
     }
     stats.busy_seconds += std::chrono::duration<double>(clock::now() - t0).count();
     stats.calls += 1;

@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "tpullm/bundle/bundle.hpp"
+#include "tpullm/frontend/tensor_parallel.hpp"
 #include "tpullm/runtime/kv_region.hpp"
 #include "tpullm/support/error.hpp"
 
@@ -23,6 +24,20 @@ std::int64_t weight_layer(std::string_view name) {
   if (ec != std::errc{} || end == name.data() + name.size() || *end != '.')
     return -1;
   return n;
+}
+
+std::int64_t weight_tensor_rank(std::string_view name) {
+  return weight_layer(name) < 0 ? -1 : frontend::tp_weight_rank(name);
+}
+
+bool rank_holds(std::string_view name, LayerRange range, bool shared, std::int64_t tensor_rank) {
+  const auto l = weight_layer(name);
+  if (l < 0)
+    return shared;
+  if (l < range.begin || l >= range.end)
+    return false;
+  const auto r = weight_tensor_rank(name);
+  return tensor_rank < 0 || r < 0 || r == tensor_rank;
 }
 
 namespace {
@@ -58,14 +73,12 @@ std::vector<LayerRange> cut(std::span<const std::int64_t> bytes, std::int64_t ra
 } // namespace
 
 RankMemory rank_memory(const bundle::Bundle& b, LayerRange range, bool shared, std::int64_t cores,
-                       std::int64_t slots) {
+                       std::int64_t slots, std::int64_t tensor_rank) {
   RankMemory m;
   const std::int64_t conversations = slots > 0 ? slots : b.kv().slots;
-  for (const auto& w : b.weights()) {
-    const auto l = weight_layer(w.name);
-    if (l < 0 ? shared : (l >= range.begin && l < range.end))
+  for (const auto& w : b.weights())
+    if (rank_holds(w.name, range, shared, tensor_rank))
       m.weights += stored_bytes(w);
-  }
   // Its layers' caches in the resident set, a sliding-window layer's as its ring
   // (runtime/kv_region.hpp, KvRings::resident_bytes).
   const auto rings = kv_rings_of(b.programs(), b.kv());

@@ -5,6 +5,7 @@
 // rank 0 throw that error, naming the rank, and the pipeline goes on.
 #include "llama_gqa.hpp"
 #include "pipeline_test_params.hpp"
+#include "thread_link.hpp"
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -26,68 +27,9 @@ using runtime::LayerRange;
 
 namespace {
 
-/// In-process mailboxes: one FIFO per (from, to) pair.
-struct ThreadHub {
-  std::mutex m;
-  std::condition_variable cv;
-  std::map<std::pair<int, int>, std::deque<std::vector<std::byte>>> boxes;
-};
-
-/// A PipelineLink between threads of one process.
-class ThreadLink : public runtime::PipelineLink {
-public:
-  ThreadLink(ThreadHub& hub, int rank, int ranks) : hub_(hub), rank_(rank), ranks_(ranks) {}
-  int rank() const override { return rank_; }
-  int ranks() const override { return ranks_; }
-  void send(int to, std::span<const std::byte> bytes) override {
-    {
-      std::lock_guard lock(hub_.m);
-      hub_.boxes[{rank_, to}].emplace_back(bytes.begin(), bytes.end());
-    }
-    hub_.cv.notify_all();
-  }
-  std::size_t recv(int from, std::span<std::byte> buffer) override {
-    std::unique_lock lock(hub_.m);
-    auto& box = hub_.boxes[{from, rank_}];
-    hub_.cv.wait(lock, [&] { return !box.empty(); });
-    auto msg = std::move(box.front());
-    box.pop_front();
-    check(msg.size() <= buffer.size(), ErrorKind::io, "thread link", "message too large");
-    std::memcpy(buffer.data(), msg.data(), msg.size());
-    return msg.size();
-  }
-
-private:
-  ThreadHub& hub_;
-  int rank_, ranks_;
-};
-
-/// Stages that throw on their `fail_at`-th run (counting from 1), else run `inner`.
-struct FailingStages : runtime::Stages {
-  runtime::Stages& inner;
-  int fail_at, runs = 0;
-  FailingStages(runtime::Stages& s, int at) : inner(s), fail_at(at) {}
-  runtime::StageHandle resolve(const std::string& name) override { return inner.resolve(name); }
-  void run(runtime::StageHandle h, std::span<const runtime::ConstBytes> in,
-           std::span<const runtime::MutBytes> out) override {
-    if (++runs == fail_at)
-      throw Error(ErrorKind::unsupported, "test", "a layer that fails on purpose");
-    inner.run(h, in, out);
-  }
-  void run_on(runtime::StageHandle h, std::span<const runtime::ConstBytes> in,
-              std::span<const runtime::MutBytes> out,
-              std::span<const std::int32_t> slots) override {
-    if (++runs == fail_at)
-      throw Error(ErrorKind::unsupported, "test", "a layer that fails on purpose");
-    inner.run_on(h, in, out, slots);
-  }
-  void run(const std::string& name, std::span<const runtime::ConstBytes> in,
-           std::span<const runtime::MutBytes> out) override {
-    inner.run(name, in, out);
-  }
-  bool has_function(const std::string& name) const override { return inner.has_function(name); }
-  bool owns_kv_cache() const override { return true; }
-};
+using tpullm_test::FailingStages;
+using tpullm_test::ThreadHub;
+using tpullm_test::ThreadLink;
 
 /// Rank 0's session over a pipeline of threads, the other ranks' loops running until it ends.
 struct ThreadPipeline {
@@ -221,7 +163,7 @@ TEST_CASE("a rank whose layers throw makes rank 0 throw its error, and the pipel
   CHECK(p.session->prefill(prompt, false) == one.prefill(prompt, false));
 }
 
-TEST_CASE("a session keeps 1 to layers - 1 layers on rank 0", "[pipeline]") {
+TEST_CASE("a session keeps 0 to layers - 1 layers on rank 0", "[pipeline]") {
   const tpullm_test::CompiledLlamaGqa m(tpullm_test::pipeline_test_params());
   auto exec = runtime::make_executor(m.cm, 1);
   runtime::CompiledStages stages(*exec);
@@ -235,8 +177,9 @@ TEST_CASE("a session keeps 1 to layers - 1 layers on rank 0", "[pipeline]") {
     void collect(std::span<float>) override {}
     std::int64_t in_flight() const override { return 0; }
   } zero(0), all(3);
-  CHECK_THROWS_WITH(s.set_remote_layers(&zero), Catch::Contains("rank 0 must run 1 to 2"));
-  CHECK_THROWS_WITH(s.set_remote_layers(&all), Catch::Contains("rank 0 must run 1 to 2"));
+  s.set_remote_layers(&zero); // tensor parallel: every layer elsewhere
+  s.set_remote_layers(nullptr);
+  CHECK_THROWS_WITH(s.set_remote_layers(&all), Catch::Contains("rank 0 must run 0 to 2"));
   ThreadHub hub;
   ThreadLink l1(hub, 1, 2);
   CHECK_THROWS_WITH(runtime::LayerPipeline(l1, {{0, 1}, {1, 3}}, 128, 16),

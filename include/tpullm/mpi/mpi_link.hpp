@@ -49,6 +49,8 @@ public:
   int ranks() const override { return ranks_; }
   void send(int to, std::span<const std::byte> bytes) override;
   std::size_t recv(int from, std::span<std::byte> buffer) override;
+  /// MPI_Allreduce (MPI_SUM of MPI_FLOAT, in place) over MPI_COMM_WORLD.
+  void all_reduce_sum(std::span<float> values) override;
   /// Sends not yet completed by MPI.
   std::size_t sends_in_progress() const { return pending_.size(); }
 

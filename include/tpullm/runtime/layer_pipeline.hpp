@@ -46,6 +46,12 @@ public:
   /// Receives the next message from rank `from` into `buffer` and returns its size. Throws
   /// Error(io) when the transport fails or the message is larger than `buffer`.
   virtual std::size_t recv(int from, std::span<std::byte> buffer) = 0;
+  /// Sums `values` element-wise over every rank, in place (a collective: every rank calls it
+  /// with as many values, in the same order of calls; tensor parallel, runtime/
+  /// tensor_parallel.hpp). The default sends every rank's values to rank 0, which adds them in
+  /// rank order and sends the sum back, so every rank holds the same bits; MpiLink uses
+  /// MPI_Allreduce. Throws Error(io) when the transport fails.
+  virtual void all_reduce_sum(std::span<float> values);
 };
 
 /// What a hop carries besides the hidden state: which stage variant the layers run.

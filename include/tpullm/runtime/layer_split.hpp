@@ -26,6 +26,17 @@ struct LayerRange {
 /// weights, or "model.layers.N.*" as checkpoints do), or -1 (embedding, final norm, lm_head).
 std::int64_t weight_layer(std::string_view name);
 
+/// The tensor-parallel rank whose shard weight `name` is (the part ".tp<r>" the compiler gives a
+/// rank's slice of a layer weight, frontend/tensor_parallel.hpp, before the lowering's own
+/// parts: "layers.3.q.tp1.pf32"), or -1 (a weight every rank uses whole).
+std::int64_t weight_tensor_rank(std::string_view name);
+
+/// Whether a rank holds weight `name`: a layer weight of a layer in `range` (of its own shard,
+/// when `tensor_rank` >= 0 and the weight is a shard), or a weight outside the layers when
+/// `shared` (rank 0, or a single process).
+bool rank_holds(std::string_view name, LayerRange range, bool shared,
+                std::int64_t tensor_rank = -1);
+
 /// What one rank of a run holds in memory besides its process (code, libraries), in bytes.
 struct RankMemory {
   std::int64_t weights = 0;     ///< its layers' weights (and the shared ones on rank 0)
@@ -36,9 +47,10 @@ struct RankMemory {
 
 /// RankMemory of a rank of `b` running `range` on `cores` threads with the KV caches of `slots`
 /// conversations (0: the bundle's KV slots); `shared`: it also holds the weights outside the
-/// layers (rank 0, or a single process with every layer).
+/// layers (rank 0, or a single process with every layer); `tensor_rank`: its shard of a
+/// tensor-parallel bundle (-1: every weight of its layers).
 RankMemory rank_memory(const bundle::Bundle& b, LayerRange range, bool shared, std::int64_t cores,
-                       std::int64_t slots = 0);
+                       std::int64_t slots = 0, std::int64_t tensor_rank = -1);
 
 /// Bytes of the weights of each decoder layer of `b` [layers]: every weight whose name starts with
 /// "layers.N." (the stage modules' names) or "model.layers.N." counts for layer N (all its

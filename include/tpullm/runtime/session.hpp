@@ -143,11 +143,11 @@ public:
   /// Runs layers [remote->local_layers(), layers) through `remote` (a pipeline's other ranks,
   /// runtime/layer_pipeline.hpp) from now on, on their KV slot `slot` (this conversation's slot
   /// of their executors: a SlotPool's slot index); null runs every layer here again. `remote`
-  /// must outlive its use. Throws Error(invalid_input) unless it keeps 1 to layers - 1 layers
-  /// here.
+  /// must outlive its use (tensor parallel, runtime/tensor_parallel.hpp, keeps no layer here).
+  /// Throws Error(invalid_input) unless it keeps 0 to layers - 1 layers here.
   void set_remote_layers(RemoteLayers* remote, std::int32_t slot = 0) {
-    check(!remote || (remote->local_layers() >= 1 && remote->local_layers() < dims_.layers),
-          ErrorKind::invalid_input, "pipeline", "rank 0 must run 1 to ", dims_.layers - 1,
+    check(!remote || (remote->local_layers() >= 0 && remote->local_layers() < dims_.layers),
+          ErrorKind::invalid_input, "pipeline", "rank 0 must run 0 to ", dims_.layers - 1,
           " of the ", dims_.layers, " layers, not ", remote ? remote->local_layers() : 0);
     remote_ = remote;
     remote_slot_ = slot;

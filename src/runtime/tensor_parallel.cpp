@@ -1,0 +1,268 @@
+// Out-of-line definitions of tpullm/runtime/tensor_parallel.hpp (compiled once into tpullm_core).
+#include "tpullm/runtime/tensor_parallel.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <map>
+#include <optional>
+#include <tuple>
+
+#include "hop_message.hpp"
+#include "tpullm/support/error.hpp"
+
+namespace tpullm::runtime {
+
+namespace {
+
+using clock = std::chrono::steady_clock;
+
+double since(clock::time_point t0) {
+  return std::chrono::duration<double>(clock::now() - t0).count();
+}
+
+/// The flag a failed rank adds to an all-reduce: a power of two per rank (exact in f32 up to
+/// 2^23, which the compiler's bound of 64 ranks keeps below for all but the last ranks; they
+/// share the top bit).
+float failure_flag(int rank) {
+  return static_cast<float>(std::uint32_t{1} << std::min(rank, 23));
+}
+
+} // namespace
+
+/// One rank's halves of every layer: the handles, resolved once per call shape, and the
+/// all-reduce buffer.
+class TensorParallelWorker {
+public:
+  TensorParallelWorker(PipelineLink& link, Stages& stages, std::int64_t layers, std::int64_t hidden,
+                       frontend::StageParams params)
+      : link_(link), stages_(stages), layers_(layers), hidden_(hidden), params_(std::move(params)) {
+    check(stages_.owns_kv_cache(), ErrorKind::invalid_input, "tensor parallel",
+          "a rank needs stages that keep their own KV cache (compiled stages)");
+    check(link_.ranks() >= 2, ErrorKind::invalid_input, "tensor parallel",
+          "needs 2 ranks or more, not ", link_.ranks());
+    check(layers_ > 0 && hidden_ > 0, ErrorKind::invalid_input, "tensor parallel", "layers ",
+          layers_, " and hidden ", hidden_, " must be positive");
+  }
+
+  /// Runs every layer of a call of `rows` rows on `hidden` [rows, hidden] (in place) with the
+  /// other ranks; `early`: this rank failed before it started (a bad message). Returns the
+  /// failure flags of the all-reduce that stopped the call (0: it ran through); this rank's
+  /// own error, if any, in `mine`.
+  std::uint32_t run(BlockKind kind, std::int64_t variant, std::int64_t rows, float* hidden,
+                    const std::int32_t* pos, std::span<const std::int32_t> slots,
+                    std::optional<Error>& mine) {
+    const auto t_call = clock::now();
+    const std::int64_t n = rows * hidden_;
+    partial_.resize(static_cast<std::size_t>(n + 1));
+    const std::int64_t S = hop::history_of(kind, variant, params_);
+    std::uint32_t flags = 0;
+    for (std::int64_t layer = 0; layer < layers_ && flags == 0; ++layer) {
+      for (int half = 0; half < 2 && flags == 0; ++half) {
+        if (!mine) {
+          try {
+            const MutBytes out[3] = {mbytes(partial_.data(), n), {}, {}};
+            if (half == 0) {
+              const ConstBytes in[4] = {cbytes(hidden, n), cbytes(pos, rows), {}, {}};
+              stages_.run_on(attention(kind, variant, rows)[static_cast<std::size_t>(layer)],
+                             std::span<const ConstBytes>(in, S > 0 ? 4 : 2), out, slots);
+            } else {
+              const ConstBytes in[1] = {cbytes(hidden, n)};
+              stages_.run(mlp(rows)[static_cast<std::size_t>(layer)], in,
+                          std::span<const MutBytes>(out, 1));
+            }
+          } catch (const Error& e) {
+            mine = e;
+          }
+        }
+        if (mine)
+          std::fill(partial_.begin(), partial_.end() - 1, 0.0f);
+        partial_.back() = mine ? failure_flag(link_.rank()) : 0.0f;
+        const auto t0 = clock::now();
+        link_.all_reduce_sum(partial_);
+        stats_.reduce_seconds += since(t0);
+        stats_.all_reduces += 1;
+        stats_.reduced_bytes += static_cast<std::int64_t>(partial_.size() * sizeof(float));
+        flags = static_cast<std::uint32_t>(partial_.back());
+        if (flags == 0)
+          for (std::int64_t i = 0; i < n; ++i)
+            hidden[i] += partial_[static_cast<std::size_t>(i)];
+      }
+    }
+    stats_.calls += 1;
+    stats_.seconds += since(t_call);
+    return flags;
+  }
+
+  TensorParallelStats stats_;
+
+private:
+  /// Rank `rank()`'s attention halves of every layer for a call shape (resolved on first use:
+  /// a token's call builds no names and looks nothing up by name).
+  const std::vector<StageHandle>& attention(BlockKind kind, std::int64_t variant,
+                                            std::int64_t rows) {
+    const std::int64_t batch = kind == BlockKind::decode_batch ? rows : 0;
+    auto [it, fresh] = attention_.try_emplace({static_cast<std::uint32_t>(kind), variant, batch});
+    if (fresh) {
+      try {
+        for (std::int64_t layer = 0; layer < layers_; ++layer)
+          it->second.push_back(stages_.resolve(frontend::StageNames::tp_attention(
+              link_.rank(), hop::block_function(kind, layer, variant, rows, params_))));
+      } catch (...) {
+        attention_.erase(it);
+        throw;
+      }
+    }
+    return it->second;
+  }
+
+  /// This rank's MLP halves of every layer for `rows` rows.
+  const std::vector<StageHandle>& mlp(std::int64_t rows) {
+    auto [it, fresh] = mlp_.try_emplace(rows);
+    if (fresh) {
+      try {
+        for (std::int64_t layer = 0; layer < layers_; ++layer)
+          it->second.push_back(
+              stages_.resolve(frontend::StageNames::tp_mlp(link_.rank(), layer, rows)));
+      } catch (...) {
+        mlp_.erase(it);
+        throw;
+      }
+    }
+    return it->second;
+  }
+
+  PipelineLink& link_;
+  Stages& stages_;
+  std::int64_t layers_, hidden_;
+  frontend::StageParams params_;
+  std::vector<float> partial_; ///< [rows * hidden] values and the failure flags
+  std::map<std::tuple<std::uint32_t, std::int64_t, std::int64_t>, std::vector<StageHandle>>
+      attention_;
+  std::map<std::int64_t, std::vector<StageHandle>> mlp_;
+};
+
+TensorParallelLayers::TensorParallelLayers(PipelineLink& link, Stages& stages, std::int64_t layers,
+                                           std::int64_t hidden, frontend::StageParams params)
+    : link_(link), hidden_(hidden), max_rows_(pipeline_max_rows(params)) {
+  check(link_.rank() == 0, ErrorKind::invalid_input, "tensor parallel",
+        "the Session's side runs on rank 0, not on rank ", link_.rank());
+  worker_ = std::make_unique<TensorParallelWorker>(link, stages, layers, hidden, std::move(params));
+  buffer_.resize(hop::buffer_bytes(max_rows_, hidden_));
+}
+
+TensorParallelLayers::~TensorParallelLayers() {
+  try {
+    stop();
+  } catch (...) { // a link that failed already: the other ranks learn it from the transport
+  }
+}
+
+const TensorParallelStats& TensorParallelLayers::stats() const {
+  return worker_->stats_;
+}
+
+void TensorParallelLayers::stop() {
+  if (stopped_)
+    return;
+  stopped_ = true;
+  hop::Header h;
+  h.kind = hop::kStop;
+  for (int r = 1; r < link_.ranks(); ++r)
+    link_.send(r, std::as_bytes(std::span<const hop::Header>(&h, 1)));
+}
+
+void TensorParallelLayers::submit(const BlockCall& call, std::span<const float> hidden,
+                                  std::span<const std::int32_t> positions,
+                                  std::span<const std::int32_t> slots) {
+  check(!stopped_, ErrorKind::internal, "tensor parallel", "a call after stop");
+  check(call.rows > 0 && call.rows <= max_rows_ &&
+            hidden.size() == static_cast<std::size_t>(call.rows * hidden_) &&
+            positions.size() == static_cast<std::size_t>(call.rows) &&
+            (slots.empty() || slots.size() == positions.size()) &&
+            (call.kind != BlockKind::decode_batch || !slots.empty()),
+        ErrorKind::internal, "tensor parallel", "a call of ", call.rows, " rows with ",
+        hidden.size(), " hidden values, ", positions.size(), " positions and ", slots.size(),
+        " slots");
+  const std::size_t n = hop::write_call(buffer_, call, hidden, positions, slots);
+  for (int r = 1; r < link_.ranks(); ++r)
+    link_.send(r, std::span<const std::byte>(buffer_.data(), n)); // the link copies
+  worker_->stats_.bytes_sent += static_cast<std::int64_t>(n) * (link_.ranks() - 1);
+  std::vector<float> out(hidden.begin(), hidden.end());
+  // One slot for a conversation's call, one per row for a batched step.
+  const auto* slot = reinterpret_cast<const std::int32_t*>(buffer_.data() + n) - call.rows;
+  const std::span<const std::int32_t> call_slots(
+      slot, static_cast<std::size_t>(call.kind == BlockKind::decode_batch ? call.rows : 1));
+  std::optional<Error> mine;
+  const std::uint32_t flags = worker_->run(call.kind, call.variant, call.rows, out.data(),
+                                           positions.data(), call_slots, mine);
+  if (flags != 0) {
+    if (mine)
+      throw Error(mine->kind(), "tensor parallel rank 0", mine->what());
+    // The lowest failed rank's error (every failed rank sends its own).
+    std::optional<Error> first;
+    for (int r = 1; r < link_.ranks(); ++r) {
+      if ((flags & static_cast<std::uint32_t>(failure_flag(r))) == 0)
+        continue;
+      const std::size_t got = link_.recv(r, buffer_);
+      const hop::Header e = hop::read_header(buffer_, got, r);
+      check(e.kind == hop::kError, ErrorKind::io, "tensor parallel", "rank ", r,
+            " failed and sent no error");
+      const auto len = std::min<std::size_t>(
+          static_cast<std::size_t>(std::max<std::int64_t>(e.rows, 0)), got - sizeof e);
+      if (!first)
+        first = Error(static_cast<ErrorKind>(e.error_kind), str_cat("tensor parallel rank ", r),
+                      std::string(reinterpret_cast<const char*>(buffer_.data() + sizeof e), len));
+    }
+    throw first
+        ? *first
+        : Error(ErrorKind::io, "tensor parallel", str_cat("a rank failed (flags ", flags, ")"));
+  }
+  done_.push_back(std::move(out));
+}
+
+void TensorParallelLayers::collect(std::span<float> hidden) {
+  check(!done_.empty(), ErrorKind::internal, "tensor parallel", "collect with no call in flight");
+  check(hidden.size() == done_.front().size(), ErrorKind::internal, "tensor parallel",
+        "collecting a call of ", done_.front().size(), " values into ", hidden.size());
+  std::copy(done_.front().begin(), done_.front().end(), hidden.begin());
+  done_.pop_front();
+}
+
+TensorParallelStats serve_tensor_rank(PipelineLink& link, Stages& stages, std::int64_t layers,
+                                      std::int64_t hidden, const frontend::StageParams& params) {
+  const auto t_start = clock::now();
+  const int rank = link.rank();
+  check(rank > 0 && rank < link.ranks(), ErrorKind::invalid_input, "tensor parallel",
+        "a serving rank is one of 1..", link.ranks() - 1, ", not ", rank);
+  TensorParallelWorker worker(link, stages, layers, hidden, params);
+  const std::int64_t max_rows = pipeline_max_rows(params);
+  std::vector<std::byte> msg(hop::buffer_bytes(max_rows, hidden));
+  std::vector<float> state(static_cast<std::size_t>(max_rows * hidden));
+  while (true) {
+    const std::size_t got = link.recv(0, msg);
+    const hop::Header h = hop::read_header(msg, got, 0);
+    if (h.kind == hop::kStop)
+      break;
+    check(hop::is_call(h.kind) && h.rows > 0 && h.rows <= max_rows &&
+              got == sizeof h + hop::payload_bytes(h.rows, hidden),
+          ErrorKind::io, "tensor parallel", "a message of kind ", h.kind, " with ", h.rows,
+          " rows in ", got, " bytes from rank 0");
+    const auto kind = static_cast<BlockKind>(h.kind);
+    const auto n = static_cast<std::size_t>(h.rows * hidden);
+    std::memcpy(state.data(), msg.data() + sizeof h, n * sizeof(float));
+    const auto* pos = reinterpret_cast<const std::int32_t*>(msg.data() + sizeof h) +
+                      static_cast<std::ptrdiff_t>(n);
+    const std::span<const std::int32_t> slots(
+        pos + h.rows, static_cast<std::size_t>(kind == BlockKind::decode_batch ? h.rows : 1));
+    std::optional<Error> mine;
+    (void)worker.run(kind, h.variant, h.rows, state.data(), pos, slots, mine);
+    if (mine)
+      link.send(0, std::span<const std::byte>(msg.data(), hop::write_error(msg, rank, *mine)));
+  }
+  TensorParallelStats st = worker.stats_;
+  st.total_seconds = since(t_start);
+  return st;
+}
+
+} // namespace tpullm::runtime
