@@ -40,8 +40,6 @@ expect 0 "pipeline: 3 ranks, layers \[0, 1\) \[1, 2\) \[2, 3\); 26 round trips" 
 # Refusals, each one line (a single process, as started without mpirun).
 expect 2 "runs on 2 ranks or more: start it with mpirun -np N" \
   "$tpullm" run gqa.bundle --prompt-ids 1,2 --parallel pipeline
-expect 2 "--parallel: takes 'pipeline' \(tensor parallel is not built yet\), not 'tensor'" \
-  "$tpullm" run gqa.bundle --prompt-ids 1,2 --parallel tensor
 expect 2 "--layer-split: applies only with --parallel pipeline" \
   "$tpullm" run gqa.bundle --prompt-ids 1,2 --layer-split 1,2
 expect 2 "--parallel: runs a compiled bundle file; compile '.*llama-gqa' first" \

@@ -7,7 +7,9 @@
 # --memory-budget refuses ranks over it; --micro-batches, --pipeline-steps and --memory-budget
 # without --parallel are refused in one line; SIGTERM to mpirun stops every rank within 20 s; a
 # rank killed while a streamed answer is in flight ends every rank within 60 s, and the client's
-# stream ends without a finish (an error, never a wrong answer).
+# stream ends without a finish (an error, never a wrong answer). A bundle compiled with
+# --tensor-parallel 2 serves the four clients one process's answers on 2 ranks (--parallel
+# tensor), and is refused alone or with --micro-batches.
 # Usage: pipeline_serve.sh TPULLM MPIEXEC WORK_DIR QWEN3_TOKENIZER_DIR
 set -u
 tpullm=$1 mpiexec=$2 work=$3 tokenizer=$4
@@ -19,7 +21,10 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_
 "$tpullm" make-model --preset tiny --layers 6 --vocab 151936 --seed 1 -o tiny >/dev/null &&
   cp "$tokenizer/tokenizer.json" "$tokenizer/tokenizer_config.json" tiny/ &&
   "$tpullm" compile tiny -o tiny.bundle --seq-length 256 --max-input-length 16 \
-    --decode-batches 2,4 >/dev/null && rm -rf tiny || { echo "FAIL: the tiny model"; exit 1; }
+    --decode-batches 2,4 >/dev/null &&
+  "$tpullm" compile tiny -o tinytp.bundle --seq-length 256 --max-input-length 16 \
+    --decode-batches 2,4 --tensor-parallel 2 >/dev/null && rm -rf tiny ||
+  { echo "FAIL: the tiny model"; exit 1; }
 
 server=
 port=
@@ -65,13 +70,13 @@ stop() {
   fi
   wait "$server" 2>/dev/null
   for _ in $(seq 1 100); do
-    [ "$(pgrep -fc "tpullm serve tiny.bundle")" -eq 0 ] && break
+    [ "$(pgrep -fc "tpullm serve tiny")" -eq 0 ] && break
     sleep 0.1
   done
-  if [ "$(pgrep -fc "tpullm serve tiny.bundle")" -ne 0 ]; then
+  if [ "$(pgrep -fc "tpullm serve tiny")" -ne 0 ]; then
     fail=1
     echo "FAIL: $name left processes after it stopped"
-    pkill -9 -f "tpullm serve tiny.bundle"
+    pkill -9 -f "tpullm serve tiny"
   fi
 }
 
@@ -126,6 +131,29 @@ for case in "2 --micro-batches 2 --pipeline-steps 3" "3 --micro-batches 1"; do
   fi
   stop "pipe$np"
 done
+
+# Tensor parallel: every rank runs its share of every call, batched decode included.
+start tensor "$mpiexec" -n 2 "$tpullm" serve tinytp.bundle --port 0 --slots 4 --threads 1 \
+  --parallel tensor
+got=$(answers)
+if [ "$got" = "$ref" ] && grep -q "tensor parallel over 2 ranks" tensor.log; then
+  echo "ok: 2 tensor-parallel ranks: the answers of one process"
+else
+  fail=1
+  echo "FAIL: 2 tensor-parallel ranks: '$got', one process: '$ref'; log: $(head -3 tensor.log)"
+fi
+stop tensor
+if grep -q "tensor parallel: 2 ranks; [1-9][0-9]* calls" tensor.log &&
+  grep -q '"all_reduces": *[1-9]' tensor.log; then
+  echo "ok: serve under tensor parallel reports its calls and every rank's all-reduces"
+else
+  fail=1
+  echo "FAIL: serve under tensor parallel did not report its traffic: $(tail -4 tensor.log)"
+fi
+expect 2 "--micro-batches: applies to --parallel pipeline" \
+  "$tpullm" serve tinytp.bundle --port 0 --parallel tensor --micro-batches 2
+expect 2 "tinytp.bundle: is split for tensor parallel over 2 ranks: serve it with mpirun -np 2" \
+  "$tpullm" serve tinytp.bundle --port 0
 
 start draft "$mpiexec" -n 2 "$tpullm" serve tiny.bundle --port 0 --slots 4 --threads 1 \
   --parallel pipeline --draft prompt-lookup

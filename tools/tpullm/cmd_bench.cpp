@@ -456,8 +456,8 @@ int cmd_bench(const std::vector<std::string>& args) {
   nlohmann::ordered_json contention;
   if (no_contention || contexts.empty()) {
     contention = {{"skipped", "--no-contention"}};
-  } else if (ce.pipeline_stats() != nullptr) {
-    contention = {{"skipped", "--parallel pipeline"}};
+  } else if (ce.pipeline() != nullptr) {
+    contention = {{"skipped", "--parallel " + parallel.mode}};
   } else if (threads < 2) {
     contention = {{"skipped", "one thread"}};
   } else {
@@ -596,7 +596,25 @@ int cmd_bench(const std::vector<std::string>& args) {
                 {"seconds_in_other_ranks", st.seconds},
                 {"ranks", ranks}};
   }
-  out["pipeline"] = pipeline;
+  if (const auto* ts = ce.tensor_stats()) {
+    const runtime::TensorParallelStats st = *ts;
+    nlohmann::ordered_json ranks = nlohmann::ordered_json::array();
+    for (const auto& r : ce.rank_reports())
+      ranks.push_back(nlohmann::ordered_json::parse(r));
+    const double calls = static_cast<double>(std::max<std::int64_t>(st.calls, 1));
+    pipeline = {
+        {"layers", ce.describe_ranks()},
+        {"calls", st.calls},
+        {"all_reduces", st.all_reduces},
+        {"all_reduce_bytes_by_rank_0", st.reduced_bytes},
+        {"all_reduce_bytes_per_call", static_cast<double>(st.reduced_bytes) / calls},
+        {"all_reduce_seconds", st.reduce_seconds},
+        {"all_reduce_us_each",
+         st.all_reduces > 0 ? st.reduce_seconds * 1e6 / static_cast<double>(st.all_reduces) : 0.0},
+        {"bytes_sent_by_rank_0", st.bytes_sent},
+        {"ranks", ranks}};
+  }
+  out[ce.tensor_parallel() ? "tensor_parallel" : "pipeline"] = pipeline;
   out["memory"] = {{"peak_rss_bytes", peak},
                    {"rss_before_load_bytes", rss_before},
                    {"rss_after_open_bytes", rss_after_open},
@@ -695,7 +713,20 @@ int cmd_bench(const std::vector<std::string>& args) {
             << " + 64 MiB = " << budget / (1 << 20)
             << " MiB: " << (peak <= budget ? "within" : "OVER") << ")"
             << (hwm_reset ? "" : " [could not reset the peak after measuring ceilings]") << "\n";
-  if (!pipeline.is_null()) {
+  if (!pipeline.is_null() && ce.tensor_parallel()) {
+    std::cout << pipeline["layers"].get<std::string>() << ": "
+              << pipeline["calls"].get<std::int64_t>() << " calls, "
+              << pipeline["all_reduces"].get<std::int64_t>() << " all-reduces of "
+              << std::setprecision(0) << pipeline["all_reduce_bytes_per_call"].get<double>()
+              << " bytes a call on rank 0, " << std::setprecision(1)
+              << pipeline["all_reduce_us_each"].get<double>() << " us each (transfer and wait)\n";
+    for (const auto& r : pipeline["ranks"])
+      std::cout << "  rank " << r["rank"].get<int>() << ": " << r["calls"].get<std::int64_t>()
+                << " calls, " << std::setprecision(3) << r["busy_seconds"].get<double>()
+                << " s in its halves, " << r["all_reduce_seconds"].get<double>()
+                << " s in all-reduces, peak resident " << std::setprecision(1)
+                << r["peak_rss_bytes"].get<double>() / (1 << 20) << " MiB\n";
+  } else if (!pipeline.is_null()) {
     std::cout << pipeline["layers"].get<std::string>() << ": "
               << pipeline["round_trips"].get<std::int64_t>() << " round trips of "
               << std::setprecision(0) << pipeline["bytes_per_round_trip"].get<double>()

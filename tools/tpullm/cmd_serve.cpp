@@ -309,7 +309,7 @@ struct Server {
     const auto e = serve::parse_embeddings_request(body, model_id, limits);
     // Its executor would run every layer here, touching the weights the other ranks hold.
     if (pipeline)
-      throw ApiError{501, "/v1/embeddings is not served with --parallel pipeline",
+      throw ApiError{501, "/v1/embeddings is not served with --parallel pipeline or tensor",
                      "invalid_request_error", "", "unsupported"};
     const auto& m = bundle->model();
     if (std::none_of(bundle->programs().begin(), bundle->programs().end(),
@@ -646,6 +646,10 @@ int cmd_serve(const std::vector<std::string>& args) {
         : steps_given ? "--pipeline-steps"
                       : "--memory-budget",
         "applies to serve only with --parallel pipeline (alone, --slots sets what it holds)");
+  check(parallel.mode != "tensor" || (!micro_given && !steps_given), ErrorKind::invalid_input,
+        micro_given ? "--micro-batches" : "--pipeline-steps",
+        "applies to --parallel pipeline (under --parallel tensor every rank works on every "
+        "call, so one call is in flight at a time)");
   check(micro_batches >= 1 && micro_batches <= 64, ErrorKind::invalid_input, "--micro-batches",
         "must be in [1, 64], got ", micro_batches);
   check(pipeline_steps >= 1 && pipeline_steps <= 64, ErrorKind::invalid_input, "--pipeline-steps",
@@ -701,6 +705,10 @@ int cmd_serve(const std::vector<std::string>& args) {
              : open_bundle_source(source, true, &checked);
   const std::string& file = source_bundle.name;
   auto opened = source_bundle.bundle;
+  check(engine || opened->model().tensor_parallel == 1, ErrorKind::invalid_input, file,
+        "is split for tensor parallel over ", opened->model().tensor_parallel,
+        " ranks: serve it with mpirun -np ", opened->model().tensor_parallel,
+        " tpullm serve ... --parallel tensor");
   check(!opened->model().text.tokenizer_json.empty(), ErrorKind::unsupported, file,
         "this bundle has no tokenizer (its checkpoint had no tokenizer.json); serve reads "
         "prompts and writes answers as text: compile from a checkpoint with tokenizer.json");
@@ -738,8 +746,8 @@ int cmd_serve(const std::vector<std::string>& args) {
   if (engine) { // the engine's executor (its KV slots agreed by the ranks) and the pipeline
     scheduling.executor = &engine->engine().executor();
     scheduling.remote = engine->pipeline();
-    scheduling.micro_batches = micro_batches;
-    scheduling.pipeline_steps = pipeline_steps;
+    scheduling.micro_batches = engine->tensor_parallel() ? 1 : micro_batches;
+    scheduling.pipeline_steps = engine->tensor_parallel() ? 1 : pipeline_steps;
     scheduling.pipeline_stats = engine->pipeline_stats();
   }
   s.scheduler = std::make_unique<serve::Scheduler>(s.bundle, s.text, scheduling, s.metrics);
@@ -879,9 +887,10 @@ int cmd_serve(const std::vector<std::string>& args) {
             << (draft.source == "none" ? std::string()
                                        : "speculation from " + draft.source + " (up to " +
                                              std::to_string(draft.max) + " draft tokens); ")
-            << (engine ? std::to_string(micro_batches) + " micro-batches of " +
-                             std::to_string(pipeline_steps) + " step(s) a round; "
-                       : std::string())
+            << (engine && !engine->tensor_parallel()
+                    ? std::to_string(micro_batches) + " micro-batches of " +
+                          std::to_string(pipeline_steps) + " step(s) a round; "
+                    : std::string())
             << checked << "; listening on http://" << host << ":" << bound << std::endl;
 
   // The first signal stops the server (stopper); the waiter goes on watching: a second signal,

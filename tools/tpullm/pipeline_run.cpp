@@ -10,6 +10,7 @@
 
 #include "tpullm/runtime/layer_pipeline.hpp"
 #include "tpullm/runtime/layer_split.hpp"
+#include "tpullm/runtime/tensor_parallel.hpp"
 #ifdef TPULLM_HAVE_MPI
 #include "tpullm/mpi/mpi_link.hpp"
 #endif
@@ -23,11 +24,14 @@ po::options_description parallel_options(ParallelArgs& a, bool budget_alone) {
       "processes and memory (--parallel: start with mpirun -np N; docs/distributed.md)");
   o.add_options()("parallel", po::value(&a.mode),
                   "'pipeline': each MPI rank runs a contiguous range of the layers, rank 0 "
-                  "also the embedding, the lm_head and the text side (BUNDLE must be a bundle "
-                  "file)")("layer-split", po::value(&a.layer_split),
-                           "with --parallel pipeline: layers per rank, comma-separated, in rank "
-                           "order (default: balanced by weight bytes, rank 0's embedding and "
-                           "lm_head counted)")(
+                  "also the embedding, the lm_head and the text side; 'tensor': every rank "
+                  "runs its share of every layer's attention heads and MLP columns, with two "
+                  "all-reduces a layer (a bundle compiled with --tensor-parallel N, run on N "
+                  "ranks). BUNDLE must be a bundle file")(
+      "layer-split", po::value(&a.layer_split),
+      "with --parallel pipeline: layers per rank, comma-separated, in rank "
+      "order (default: balanced by weight bytes, rank 0's embedding and "
+      "lm_head counted)")(
       "memory-budget", po::value(&a.memory_budget_mib),
       budget_alone
           ? "MiB this process (each rank) may hold: its weights, its layers' KV cache, the "
@@ -55,18 +59,19 @@ std::string ranges_text(const std::vector<runtime::LayerRange>& ranges) {
 /// `range` its layers, `shared` whether it holds the embedding and lm_head too, `process` what
 /// it held before it opened the bundle (code, libraries, MPI).
 void check_budget(std::int64_t budget_mib, runtime::BundleSession& e, runtime::LayerRange range,
-                  bool shared, std::int64_t process, const std::string& who,
-                  const std::string& advice) {
+                  bool shared, std::int64_t tensor_rank, std::int64_t process,
+                  const std::string& who, const std::string& advice) {
   if (budget_mib <= 0)
     return;
   const auto& b = e.bundle();
   const auto m = runtime::rank_memory(b, range, shared, e.executor().threads(),
-                                      e.executor().kv_geometry().slots);
+                                      e.executor().kv_geometry().slots, tensor_rank);
   const std::int64_t need = process + m.total();
   check(need <= budget_mib * kMiB, ErrorKind::invalid_input, "--memory-budget", who, " needs ",
         need / kMiB, " MiB: ", m.weights / kMiB, " of weights (layers [", range.begin, ", ",
         range.end, ")", shared ? " and the embedding / lm_head" : "", "), ", m.kv / kMiB,
-        " of KV cache, ", m.activations / kMiB, " of activations, ", process / kMiB,
+        tensor_rank >= 0 ? str_cat(" (its shard of every layer)") : std::string(), " of KV cache, ",
+        m.activations / kMiB, " of activations, ", process / kMiB,
         " held by the process; more than the budget of ", budget_mib, " MiB", advice);
 }
 
@@ -84,7 +89,9 @@ public:
 #endif
   std::unique_ptr<runtime::BundleSession> engine;
   std::vector<runtime::LayerRange> ranges;
-  std::unique_ptr<runtime::LayerPipeline> pipe; // last: stops the other ranks first
+  std::unique_ptr<runtime::LayerPipeline> pipe;          // last: stops the other ranks first
+  std::unique_ptr<runtime::TensorParallelLayers> tensor; // --parallel tensor's, likewise
+  bool tensor_mode = false;
   int rank = 0, ranks = 1;
   std::int64_t slots = 1;
   bool failed = false;
@@ -93,8 +100,9 @@ public:
 
 PipelineRun::PipelineRun(const ParallelArgs& p, const BundleArgs& source,
                          const std::string& options) {
-  check(p.mode == "pipeline", ErrorKind::invalid_input, "--parallel",
-        "takes 'pipeline' (tensor parallel is not built yet), not '", p.mode, "'");
+  check(p.mode == "pipeline" || p.mode == "tensor", ErrorKind::invalid_input, "--parallel",
+        "takes 'pipeline' or 'tensor', not '", p.mode, "'");
+  tensor_mode = p.mode == "tensor";
 #ifndef TPULLM_HAVE_MPI
   (void)source;
   (void)options;
@@ -109,7 +117,7 @@ PipelineRun::PipelineRun(const ParallelArgs& p, const BundleArgs& source,
   mpi = std::make_unique<mpi::MpiSession>();
   rank = mpi->rank();
   ranks = mpi->ranks();
-  check(ranks >= 2, ErrorKind::invalid_input, "--parallel pipeline",
+  check(ranks >= 2, ErrorKind::invalid_input, "--parallel " + p.mode,
         "runs on 2 ranks or more: start it with mpirun -np N (this is 1 process)");
   link = std::make_unique<mpi::MpiLink>(*mpi);
   // Every rank opens the bundle, cuts the layers and checks its own weights and budget; then
@@ -124,15 +132,28 @@ PipelineRun::PipelineRun(const ParallelArgs& p, const BundleArgs& source,
     unchecked.open.verify = false;
     bundle = open_bundle_source(unchecked, rank == 0).bundle;
     const auto& b = *bundle;
-    ranges = p.layer_split.empty()
-                 ? runtime::split_layers(runtime::layer_weight_bytes(b), ranks,
-                                         runtime::shared_weight_bytes(b))
-                 : runtime::parse_layer_split(p.layer_split, b.model().layers, ranks);
+    const std::int64_t split = b.model().tensor_parallel;
+    if (tensor_mode) {
+      check(split == ranks, ErrorKind::invalid_input, source.source,
+            split == 1 ? str_cat("was not compiled for tensor parallel: compile it with "
+                                 "--tensor-parallel ",
+                                 ranks, " (or run it with --parallel pipeline)")
+                       : str_cat("is split for ", split, " ranks (compile --tensor-parallel ",
+                                 split, "): run it with mpirun -np ", split, ", not ", ranks));
+      ranges.assign(static_cast<std::size_t>(ranks), runtime::LayerRange{0, b.model().layers});
+    } else {
+      check(split == 1, ErrorKind::invalid_input, source.source,
+            "is split for tensor parallel over ", split, " ranks: run it with mpirun -np ", split,
+            " ... --parallel tensor");
+      ranges = p.layer_split.empty()
+                   ? runtime::split_layers(runtime::layer_weight_bytes(b), ranks,
+                                           runtime::shared_weight_bytes(b))
+                   : runtime::parse_layer_split(p.layer_split, b.model().layers, ranks);
+    }
     const auto mine_range = ranges[static_cast<std::size_t>(rank)];
     if (!source.open.skip_verify)
       (void)b.verify_weights(source.threads, [&](const ir::Weight& w) {
-        const auto l = runtime::weight_layer(w.name);
-        return l < 0 ? rank == 0 : l >= mine_range.begin && l < mine_range.end;
+        return runtime::rank_holds(w.name, mine_range, rank == 0, tensor_mode ? rank : -1);
       });
     my_slots = p.slots > 0 ? p.slots : p.default_slots ? p.default_slots(b) : 1;
   } catch (const Error& e) {
@@ -146,7 +167,8 @@ PipelineRun::PipelineRun(const ParallelArgs& p, const BundleArgs& source,
     try {
       engine = std::make_unique<runtime::BundleSession>(bundle, source.threads, slots);
       check_budget(p.memory_budget_mib, *engine, ranges[static_cast<std::size_t>(rank)], rank == 0,
-                   process, str_cat("rank ", rank), "; split it over more ranks");
+                   tensor_mode ? rank : -1, process, str_cat("rank ", rank),
+                   "; split it over more ranks");
       const auto& b = engine->bundle();
       mine = str_cat("ok bundle ", std::hex, b.metadata_checksum(), std::dec, " of ",
                      b.file_bytes(), " bytes; layers ", ranges_text(ranges), "; ", slots,
@@ -168,10 +190,15 @@ PipelineRun::PipelineRun(const ParallelArgs& p, const BundleArgs& source,
       continue;
     failed = true;
     if (rank == 0)
-      throw Error(ErrorKind::invalid_input, str_cat("--parallel pipeline: rank ", r), problem);
+      throw Error(ErrorKind::invalid_input, str_cat("--parallel ", p.mode, ": rank ", r), problem);
     return;
   }
-  if (rank == 0) {
+  if (rank == 0 && tensor_mode) {
+    const auto& m = engine->bundle().model();
+    tensor = std::make_unique<runtime::TensorParallelLayers>(*link, engine->session().stages(),
+                                                             m.layers, m.hidden, m.params);
+    engine->session().set_remote_layers(tensor.get());
+  } else if (rank == 0) {
     pipe = std::make_unique<runtime::LayerPipeline>(
         *link, ranges, engine->bundle().model().hidden,
         runtime::pipeline_max_rows(engine->bundle().model().params));
@@ -184,7 +211,7 @@ CommandEngine::CommandEngine(const ParallelArgs& p, const BundleArgs& source,
                              const std::vector<std::string>& args, bool verbose,
                              std::string* checked)
     : args_(p) {
-  check(p.layer_split.empty() || !p.mode.empty(), ErrorKind::invalid_input, "--layer-split",
+  check(p.layer_split.empty() || p.mode == "pipeline", ErrorKind::invalid_input, "--layer-split",
         "applies only with --parallel pipeline");
   check(p.memory_budget_mib >= 0 && p.memory_budget_mib <= (std::int64_t{1} << 30),
         ErrorKind::invalid_input, "--memory-budget", "must be in [0, 2^30] MiB, got ",
@@ -202,7 +229,11 @@ CommandEngine::CommandEngine(const ParallelArgs& p, const BundleArgs& source,
                                                p.slots > 0       ? p.slots
                                                : p.default_slots ? p.default_slots(*opened.bundle)
                                                                  : 1);
-  check_budget(p.memory_budget_mib, *own_, {0, own_->bundle().model().layers}, true, process,
+  check(own_->bundle().model().tensor_parallel == 1, ErrorKind::invalid_input, source.source,
+        "is split for tensor parallel over ", own_->bundle().model().tensor_parallel,
+        " ranks: run it with mpirun -np ", own_->bundle().model().tensor_parallel,
+        " tpullm ... --parallel tensor");
+  check_budget(p.memory_budget_mib, *own_, {0, own_->bundle().model().layers}, true, -1, process,
                "this process",
                "; run it over several processes: mpirun -np N tpullm ... --parallel pipeline "
                "with a bundle file");
@@ -237,6 +268,21 @@ std::string rank_report(int rank, runtime::LayerRange range, std::int64_t calls,
   return j.dump();
 }
 
+/// A tensor-parallel rank's report: every rank runs every layer's share of every call.
+std::string tensor_report(int rank, std::int64_t layers, const runtime::TensorParallelStats& st) {
+  nlohmann::ordered_json j = {{"rank", rank},
+                              {"layers", {0, layers}},
+                              {"calls", st.calls},
+                              {"busy_seconds", st.seconds - st.reduce_seconds},
+                              {"all_reduces", st.all_reduces},
+                              {"all_reduce_bytes", st.reduced_bytes},
+                              {"all_reduce_seconds", st.reduce_seconds},
+                              {"peak_rss_bytes", proc_status_bytes("VmHWM")}};
+  if (rank != 0)
+    j["total_seconds"] = st.total_seconds;
+  return j.dump();
+}
+
 } // namespace
 #endif
 
@@ -248,18 +294,25 @@ int CommandEngine::serve_layers() {
   if (m.failed)
     return kOk;
   runtime::PipelineRankStats st;
+  runtime::TensorParallelStats ts;
   const auto range = m.ranges[static_cast<std::size_t>(m.rank)];
   try {
     const auto& b = m.engine->bundle();
-    st = runtime::serve_pipeline_rank(*m.link, m.engine->session().stages(), range,
+    if (m.tensor_mode)
+      ts = runtime::serve_tensor_rank(*m.link, m.engine->session().stages(), b.model().layers,
                                       b.model().hidden, b.model().params);
+    else
+      st = runtime::serve_pipeline_rank(*m.link, m.engine->session().stages(), range,
+                                        b.model().hidden, b.model().params);
   } catch (const Error& e) {
     // The link broke: the run cannot go on, and the others may be waiting on this rank.
-    std::cerr << "tpullm: pipeline rank " << m.rank << ": " << e.what() << "\n";
+    std::cerr << "tpullm: " << (m.tensor_mode ? "tensor-parallel" : "pipeline") << " rank "
+              << m.rank << ": " << e.what() << "\n";
     m.mpi->abort(kCheckFailed);
   }
   if (args_.rank_reports)
-    (void)m.mpi->all_gather(rank_report(m.rank, range, st.calls, &st));
+    (void)m.mpi->all_gather(m.tensor_mode ? tensor_report(m.rank, range.end, ts)
+                                          : rank_report(m.rank, range, st.calls, &st));
   return peak_within_budget(std::cerr) ? kOk : kCheckFailed;
 #else
   return kCheckFailed;
@@ -268,10 +321,15 @@ int CommandEngine::serve_layers() {
 
 std::vector<std::string> CommandEngine::rank_reports() {
 #ifdef TPULLM_HAVE_MPI
-  if (!pipeline_ || !pipeline_->pipe || !args_.rank_reports || pipeline_->reported)
+  if (!pipeline_ || !(pipeline_->pipe || pipeline_->tensor) || !args_.rank_reports ||
+      pipeline_->reported)
     return {};
   PipelineRun& m = *pipeline_;
   m.reported = true;
+  if (m.tensor) {
+    m.tensor->stop();
+    return m.mpi->all_gather(tensor_report(0, m.ranges.front().end, m.tensor->stats()));
+  }
   m.pipe->stop();
   return m.mpi->all_gather(rank_report(0, m.ranges.front(), m.pipe->stats().round_trips, nullptr));
 #else
@@ -279,8 +337,20 @@ std::vector<std::string> CommandEngine::rank_reports() {
 #endif
 }
 
-runtime::LayerPipeline* CommandEngine::pipeline() {
-  return pipeline_ ? pipeline_->pipe.get() : nullptr;
+runtime::RemoteLayers* CommandEngine::pipeline() {
+  if (!pipeline_)
+    return nullptr;
+  if (pipeline_->tensor)
+    return pipeline_->tensor.get();
+  return pipeline_->pipe.get();
+}
+
+bool CommandEngine::tensor_parallel() const {
+  return pipeline_ && pipeline_->tensor_mode;
+}
+
+const runtime::TensorParallelStats* CommandEngine::tensor_stats() const {
+  return pipeline_ && pipeline_->tensor ? &pipeline_->tensor->stats() : nullptr;
 }
 
 std::int64_t CommandEngine::slots() const {
@@ -302,11 +372,25 @@ runtime::BundleSession& CommandEngine::engine() {
 std::string CommandEngine::describe_ranks() const {
   if (!pipeline_)
     return {};
+  if (pipeline_->tensor_mode)
+    return str_cat("tensor parallel over ", pipeline_->ranks, " ranks, every rank its share of ",
+                   pipeline_->ranges.front().end, " layers");
   return str_cat("pipeline over ", pipeline_->ranks, " ranks, layers ",
                  ranges_text(pipeline_->ranges));
 }
 
 std::string CommandEngine::describe() const {
+  if (pipeline_ && pipeline_->tensor) {
+    const auto& st = pipeline_->tensor->stats();
+    std::ostringstream s;
+    s.setf(std::ios::fixed);
+    s.precision(3);
+    s << "tensor parallel: " << pipeline_->ranks << " ranks; " << st.calls << " calls, "
+      << st.all_reduces << " all-reduces of " << st.reduced_bytes << " bytes on rank 0, "
+      << st.reduce_seconds << " s in them (of " << st.seconds << " s in calls); " << st.bytes_sent
+      << " bytes of calls sent by rank 0";
+    return s.str();
+  }
   if (!pipeline_ || !pipeline_->pipe)
     return {};
   const auto& st = pipeline_->pipe->stats();

@@ -2,7 +2,9 @@
 // The engine of the commands that run a bundle (run, chat): one process, or a rank of a
 // pipeline run (`--parallel pipeline` under `mpirun -np N`, docs/distributed.md), where rank 0
 // runs the command as usual with its later layers on ranks 1..N-1, which run their layers
-// until rank 0 is done. --memory-budget bounds what each process holds.
+// until rank 0 is done; or a tensor-parallel run (`--parallel tensor`), where every rank runs
+// its share of every layer (runtime/tensor_parallel.hpp) and rank 0 the rest. --memory-budget
+// bounds what each process holds.
 #include <functional>
 #include <iosfwd>
 #include <memory>
@@ -14,12 +16,13 @@
 #include "bundle_source.hpp"
 #include "tpullm/runtime/bundle_session.hpp"
 #include "tpullm/runtime/layer_pipeline.hpp"
+#include "tpullm/runtime/tensor_parallel.hpp"
 
 namespace tpullm::cli {
 
 /// --parallel, --layer-split and --memory-budget as given.
 struct ParallelArgs {
-  std::string mode;                   ///< --parallel: empty (one process) or "pipeline"
+  std::string mode;                   ///< --parallel: empty (one process), "pipeline" or "tensor"
   std::string layer_split;            ///< --layer-split: layer counts per rank (empty: by bytes)
   std::int64_t memory_budget_mib = 0; ///< --memory-budget: MiB per process (0: none)
   /// Conversations every rank's executor holds KV caches for (not an option: serve's --slots).
@@ -42,9 +45,9 @@ class PipelineRun;
 class CommandEngine {
 public:
   /// One process: opens `source` as open_bundle_source does (`verbose`, `checked` likewise).
-  /// With p.mode "pipeline": starts MPI and opens `source` (a bundle file; a checkpoint or GGUF
-  /// is refused) on every rank, each checking the weights of its own layers; the ranks agree
-  /// before any layer runs (same content, same command line `args`, each opened it and fits
+  /// With p.mode "pipeline" or "tensor": starts MPI and opens `source` (a bundle file; a checkpoint
+  /// or GGUF is refused) on every rank, each checking the weights of its own layers; the ranks
+  /// agree before any layer runs (same content, same command line `args`, each opened it and fits
   /// its budget). Throws Error(invalid_input) for a bad option, a process or rank whose share
   /// exceeds --memory-budget (counting what the process holds already), a rank that could not
   /// open the bundle or opened another one (on rank 0; the other ranks then end quietly, status 0),
@@ -67,11 +70,15 @@ public:
   /// {rank, layers [begin, end), calls, busy_seconds, total_seconds, peak_rss_bytes}; once.
   /// Empty alone, without rank_reports, or called again.
   std::vector<std::string> rank_reports();
-  /// Rank 0's traffic (null alone).
+  /// Rank 0's pipeline traffic (null alone and under --parallel tensor).
   const runtime::PipelineStats* pipeline_stats() const;
-  /// Rank 0's side of the pipeline (null alone and on layer ranks): what a SlotPool over
-  /// engine().executor() sends its later layers to.
-  runtime::LayerPipeline* pipeline();
+  /// Rank 0's side of the pipeline or of tensor parallel (null alone and on the other ranks):
+  /// what a SlotPool over engine().executor() sends its layers to.
+  runtime::RemoteLayers* pipeline();
+  /// True under --parallel tensor.
+  bool tensor_parallel() const;
+  /// Rank 0's tensor-parallel traffic (null otherwise).
+  const runtime::TensorParallelStats* tensor_stats() const;
   /// The KV slots of the engine's executor (ParallelArgs::slots as the ranks agreed on it).
   std::int64_t slots() const;
   /// The engine (rank 0's in a pipeline, its session sending the later layers down).

@@ -11,7 +11,8 @@ namespace tpullm::cli {
 /// Bytes of weights one decode step of `b` reads through decode variant S: every weight of the
 /// decode functions of that variant and of lm_head, the embedding table counted as one row (a
 /// tied table is also the lm_head's weight, read whole there: the gather's row is counted apart,
-/// so it cannot hide that read); a routed MLP counts top_k of its experts.
+/// so it cannot hide that read); a routed MLP counts top_k of its experts. A tensor-parallel
+/// bundle: rank 0's share (its halves of every layer, and the embedding and lm_head).
 std::int64_t decode_weight_bytes(const bundle::Bundle& b, std::int64_t S);
 
 /// The sliding window of each layer whose stage functions have one (layer -> window in
