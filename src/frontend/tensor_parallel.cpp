@@ -79,6 +79,14 @@ std::string tensor_parallel_refusal(const ModelDesc& d, std::int64_t ranks) {
         return str_cat("tensor parallel splits float checkpoints (safetensors f32/f16/bf16); "
                        "layers.",
                        i, ".", slot, " (", ref->name(), ") is quantized");
+  for (const WeightRef* head : {&d.lm_head, &d.embedding})
+    if (head->present() && !std::holds_alternative<PlainWeight>(head->storage))
+      return str_cat("tensor parallel splits float checkpoints (safetensors f32/f16/bf16); the ",
+                     head == &d.lm_head ? "lm_head" : "embedding table", " (", head->name(),
+                     ") is quantized");
+  if (m.vocab < ranks)
+    return str_cat("tensor parallel splits the vocabulary; ", m.vocab, " tokens for ", ranks,
+                   " ranks");
   if (m.heads % ranks != 0)
     return str_cat("tensor parallel splits attention heads evenly; ", m.heads,
                    " heads do not divide over ", ranks, " ranks");
@@ -123,6 +131,37 @@ ModelDesc tensor_shard(const ModelDesc& d, std::int64_t rank, std::int64_t ranks
   return s;
 }
 
+std::vector<std::int64_t> tp_vocab_rows(std::int64_t vocab, std::int64_t ranks) {
+  check(ranks >= 1 && vocab >= ranks, ErrorKind::invalid_input, "tensor parallel", vocab,
+        " tokens cannot split over ", ranks, " ranks");
+  std::vector<std::int64_t> v;
+  for (std::int64_t r = 0; r <= ranks; ++r)
+    v.push_back(r * vocab / ranks);
+  return v;
+}
+
+ir::Module build_tp_head(const ModelDesc& d, std::int64_t rank, std::int64_t ranks,
+                         std::int64_t batch) {
+  const auto v = tp_vocab_rows(d.dims.vocab, ranks);
+  const std::int64_t v0 = v[static_cast<std::size_t>(rank)],
+                     n = v[static_cast<std::size_t>(rank) + 1] - v0;
+  const bool tied = d.tie_word_embeddings;
+  const WeightRef slice = tp_row_slice(tied ? d.embedding : d.lm_head, v0, n);
+  const std::string name = StageNames::tp_head(rank, batch);
+  ir::Module m(name);
+  ir::Function& f = m.add_function(name);
+  f.set_info({ir::StageKind::lm_head, -1, std::nullopt});
+  ir::Builder b(m, f);
+  b.set_loc(Location{name});
+  ir::Value* h =
+      f.add_argument("hidden", ir::TensorType({batch, 1, d.dims.hidden}, ir::DType::f32));
+  ir::Value* x = detail::rms_norm(b, h, "final_norm", d.final_norm, d.norm_eps);
+  ir::Value* w =
+      b.weight(slot_weight((tied ? "embedding" : "lm_head") + tp_weight_suffix(rank), slice));
+  b.ret({b.create(ir::top::MatMulOp{true}, {x, w})});
+  return m;
+}
+
 std::vector<ir::Module> build_tensor_parallel_modules(const ModelDesc& d, const StageParams& params,
                                                       std::int64_t ranks) {
   if (const std::string why = tensor_parallel_refusal(d, ranks); !why.empty())
@@ -152,6 +191,11 @@ std::vector<ir::Module> build_tensor_parallel_modules(const ModelDesc& d, const 
     }
   }
   append_head_modules(out, d, params);
+  for (std::int64_t r = 0; r < ranks; ++r) {
+    out.push_back(build_tp_head(d, r, ranks, 1));
+    for (std::int64_t batch : params.decode_batch_sizes())
+      out.push_back(build_tp_head(d, r, ranks, batch));
+  }
   return out;
 }
 

@@ -131,6 +131,12 @@ void BatchedDecoder::begin(std::span<const DecodeRow> rows) {
 auto BatchedDecoder::head(std::int64_t B, std::int64_t S, int cur, std::int64_t n)
     -> std::vector<float> {
   const std::int64_t H = dims_.hidden, V = dims_.vocab;
+  if (remote_ && remote_->runs_head()) { // tensor parallel: the n rows, every rank its slice
+    head_.resize(static_cast<std::size_t>(n * V));
+    remote_->head(std::span<const float>(hidden_[cur]).first(static_cast<std::size_t>(n * H)),
+                  head_);
+    return head_;
+  }
   head_.resize(static_cast<std::size_t>(B * V));
   const ConstBytes hin[] = {cbytes(hidden_[cur].data(), B * H)};
   const MutBytes hout[] = {mbytes(head_.data(), B * V)};

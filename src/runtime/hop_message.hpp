@@ -16,8 +16,9 @@
 namespace tpullm::runtime::hop {
 
 inline constexpr std::uint32_t kMagic = 0x4c505054; // "TPPL"
-// Kinds beside the BlockKinds (1..4).
-inline constexpr std::uint32_t kStop = 0x100, kError = 0x101;
+// Kinds beside the BlockKinds (1..4). kHead: a tensor-parallel lm_head call ([rows, hidden]
+// f32 only; `variant` the rows that count) and a rank's reply (its logits [rows, its slice]).
+inline constexpr std::uint32_t kStop = 0x100, kError = 0x101, kHead = 0x102;
 inline constexpr std::size_t kMaxErrorText = 2048;
 
 /// The fixed front of every message. Calls and their replies carry [rows, hidden] f32, then

@@ -27,17 +27,17 @@ std::int64_t weight_layer(std::string_view name) {
 }
 
 std::int64_t weight_tensor_rank(std::string_view name) {
-  return weight_layer(name) < 0 ? -1 : frontend::tp_weight_rank(name);
+  return frontend::tp_weight_rank(name);
 }
 
 bool rank_holds(std::string_view name, LayerRange range, bool shared, std::int64_t tensor_rank) {
-  const auto l = weight_layer(name);
-  if (l < 0)
-    return shared;
-  if (l < range.begin || l >= range.end)
-    return false;
   const auto r = weight_tensor_rank(name);
-  return tensor_rank < 0 || r < 0 || r == tensor_rank;
+  if (tensor_rank >= 0 && r >= 0 && r != tensor_rank) // another rank's shard
+    return false;
+  const auto l = weight_layer(name);
+  if (l < 0) // a shard of the lm_head is its rank's; the rest outside the layers rank 0's
+    return (tensor_rank >= 0 && r >= 0) || shared;
+  return l >= range.begin && l < range.end;
 }
 
 namespace {

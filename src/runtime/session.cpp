@@ -180,8 +180,13 @@ auto Session::verify(std::span<const std::int32_t> tokens) -> std::vector<float>
   feed(tokens, true, {}, [&](int cur, std::int64_t r, std::int64_t i) {
     std::copy_n(hidden_[cur].data() + r * H, H, rows_.data() + i * H);
   });
-  const auto [B, head] = n > 1 ? batched_head(n) : std::pair<std::int64_t, StageHandle>{};
   std::vector<float> logits;
+  if (remote_ && remote_->runs_head()) { // every row in as few calls as the slices allow
+    logits.resize(static_cast<std::size_t>(n * V));
+    remote_->head(std::span<const float>(rows_).first(static_cast<std::size_t>(n * H)), logits);
+    return logits;
+  }
+  const auto [B, head] = n > 1 ? batched_head(n) : std::pair<std::int64_t, StageHandle>{};
   if (head.id >= 0) {
     rows_.resize(static_cast<std::size_t>(B * H));
     for (std::int64_t r = n; r < B; ++r) // padding rows repeat the last one
@@ -361,6 +366,11 @@ auto Session::run_remote(BlockKind kind, std::int64_t rows, std::int64_t variant
 auto Session::append_logits(std::vector<float>& logits, const float* row) -> void {
   const std::size_t at = logits.size();
   logits.resize(at + static_cast<std::size_t>(dims_.vocab));
+  if (remote_ && remote_->runs_head()) { // tensor parallel: every rank its slice
+    remote_->head(std::span<const float>(row, static_cast<std::size_t>(dims_.hidden)),
+                  std::span<float>(logits).subspan(at));
+    return;
+  }
   const ConstBytes in[] = {cbytes(row, dims_.hidden)};
   const MutBytes out[] = {mbytes(logits.data() + at, dims_.vocab)};
   stages_.run(once(lm_head_fn_, "lm_head"), in, out);

@@ -9,6 +9,7 @@
 #include <tuple>
 
 #include "hop_message.hpp"
+#include "tpullm/frontend/tensor_parallel.hpp"
 #include "tpullm/support/error.hpp"
 
 namespace tpullm::runtime {
@@ -34,9 +35,10 @@ float failure_flag(int rank) {
 /// all-reduce buffer.
 class TensorParallelWorker {
 public:
-  TensorParallelWorker(PipelineLink& link, Stages& stages, std::int64_t layers, std::int64_t hidden,
+  TensorParallelWorker(PipelineLink& link, Stages& stages, SessionDims dims,
                        frontend::StageParams params)
-      : link_(link), stages_(stages), layers_(layers), hidden_(hidden), params_(std::move(params)) {
+      : link_(link), stages_(stages), layers_(dims.layers), hidden_(dims.hidden),
+        params_(std::move(params)), vocab_rows_(frontend::tp_vocab_rows(dims.vocab, link.ranks())) {
     check(stages_.owns_kv_cache(), ErrorKind::invalid_input, "tensor parallel",
           "a rank needs stages that keep their own KV cache (compiled stages)");
     check(link_.ranks() >= 2, ErrorKind::invalid_input, "tensor parallel",
@@ -94,6 +96,33 @@ public:
     return flags;
   }
 
+  /// This rank's logits [batch, its slice of the vocabulary] of `hidden` [batch, hidden].
+  void head(std::int64_t batch, const float* hidden, std::vector<float>& logits) {
+    const auto t0 = clock::now();
+    auto [it, fresh] = head_.try_emplace(batch);
+    if (fresh) {
+      try {
+        it->second = stages_.resolve(frontend::StageNames::tp_head(link_.rank(), batch));
+      } catch (...) {
+        head_.erase(it);
+        throw;
+      }
+    }
+    logits.resize(static_cast<std::size_t>(batch * slice(link_.rank())));
+    const ConstBytes in[1] = {cbytes(hidden, batch * hidden_)};
+    const MutBytes out[1] = {mbytes(logits.data(), static_cast<std::int64_t>(logits.size()))};
+    stages_.run(it->second, in, out);
+    stats_.head_calls += 1;
+    stats_.seconds += since(t0);
+  }
+
+  /// Tokens of rank `r`'s slice of the vocabulary, and where it starts.
+  std::int64_t slice(int r) const {
+    return vocab_rows_[static_cast<std::size_t>(r) + 1] - vocab_rows_[static_cast<std::size_t>(r)];
+  }
+  std::int64_t slice_start(int r) const { return vocab_rows_[static_cast<std::size_t>(r)]; }
+  std::int64_t vocab() const { return vocab_rows_.back(); }
+
   TensorParallelStats stats_;
 
 private:
@@ -140,15 +169,104 @@ private:
   std::map<std::tuple<std::uint32_t, std::int64_t, std::int64_t>, std::vector<StageHandle>>
       attention_;
   std::map<std::int64_t, std::vector<StageHandle>> mlp_;
+  std::vector<std::int64_t> vocab_rows_;     ///< frontend::tp_vocab_rows
+  std::map<std::int64_t, StageHandle> head_; ///< this rank's lm_head slices by batch
 };
 
-TensorParallelLayers::TensorParallelLayers(PipelineLink& link, Stages& stages, std::int64_t layers,
-                                           std::int64_t hidden, frontend::StageParams params)
-    : link_(link), hidden_(hidden), max_rows_(pipeline_max_rows(params)) {
+namespace {
+
+/// A rank's reply to a head call: its logits [batch, slice] after the header.
+std::size_t head_reply(std::vector<std::byte>& msg, std::int64_t batch,
+                       const std::vector<float>& logits) {
+  hop::Header h;
+  h.kind = hop::kHead;
+  h.rows = batch;
+  msg.resize(std::max(msg.size(), sizeof h + logits.size() * sizeof(float)));
+  std::memcpy(msg.data(), &h, sizeof h);
+  std::memcpy(msg.data() + sizeof h, logits.data(), logits.size() * sizeof(float));
+  return sizeof h + logits.size() * sizeof(float);
+}
+
+} // namespace
+
+TensorParallelLayers::TensorParallelLayers(PipelineLink& link, Stages& stages, SessionDims dims,
+                                           frontend::StageParams params)
+    : link_(link), hidden_(dims.hidden), max_rows_(pipeline_max_rows(params)) {
   check(link_.rank() == 0, ErrorKind::invalid_input, "tensor parallel",
         "the Session's side runs on rank 0, not on rank ", link_.rank());
-  worker_ = std::make_unique<TensorParallelWorker>(link, stages, layers, hidden, std::move(params));
+  worker_ = std::make_unique<TensorParallelWorker>(link, stages, dims, std::move(params));
   buffer_.resize(hop::buffer_bytes(max_rows_, hidden_));
+  const std::int64_t most = std::min(max_rows_, frontend::StageParams::kMaxDecodeBatch);
+  for (std::int64_t b = 1; b <= most; ++b)
+    if (stages.has_function(frontend::StageNames::tp_head(0, b)))
+      head_batches_.push_back(b);
+  check(!head_batches_.empty(), ErrorKind::invalid_input, "tensor parallel",
+        "the bundle has no lm_head slices (tp0_lm_head): recompile it with --tensor-parallel");
+}
+
+void TensorParallelLayers::head(std::span<const float> hidden, std::span<float> logits) {
+  check(!stopped_, ErrorKind::internal, "tensor parallel", "a call after stop");
+  const auto H = static_cast<std::size_t>(hidden_);
+  const std::int64_t V = worker_->vocab(), n = static_cast<std::int64_t>(hidden.size() / H);
+  check(n >= 1 && hidden.size() == static_cast<std::size_t>(n) * H &&
+            logits.size() == static_cast<std::size_t>(n * V),
+        ErrorKind::internal, "tensor parallel", "a head call of ", hidden.size(),
+        " hidden values into ", logits.size(), " logits");
+  std::vector<float> mine;
+  std::vector<std::byte> reply;
+  for (std::int64_t at = 0; at < n; at += head_batches_.back()) {
+    const std::int64_t m = std::min(head_batches_.back(), n - at);
+    const std::int64_t B = *std::lower_bound(head_batches_.begin(), head_batches_.end(), m);
+    rows_.resize(static_cast<std::size_t>(B) * H);
+    for (std::int64_t r = 0; r < B; ++r) // padding rows repeat the last one
+      std::copy_n(hidden.data() + (at + std::min(r, m - 1)) * hidden_, H,
+                  rows_.data() + r * hidden_);
+    hop::Header h;
+    h.kind = hop::kHead;
+    h.rows = B;
+    h.variant = m;
+    std::memcpy(buffer_.data(), &h, sizeof h);
+    std::memcpy(buffer_.data() + sizeof h, rows_.data(), rows_.size() * sizeof(float));
+    const std::size_t bytes = sizeof h + rows_.size() * sizeof(float);
+    for (int r = 1; r < link_.ranks(); ++r)
+      link_.send(r, std::span<const std::byte>(buffer_.data(), bytes));
+    worker_->stats_.bytes_sent += static_cast<std::int64_t>(bytes) * (link_.ranks() - 1);
+    // Every rank's slice, rank 0's first; an error is thrown once every reply is in.
+    std::optional<Error> failed;
+    for (int r = 0; r < link_.ranks(); ++r) {
+      const std::int64_t width = worker_->slice(r), v0 = worker_->slice_start(r);
+      const float* got = nullptr;
+      try {
+        if (r == 0) {
+          worker_->head(B, rows_.data(), mine);
+          got = mine.data();
+        } else {
+          const std::size_t want = sizeof h + static_cast<std::size_t>(B * width) * sizeof(float);
+          reply.resize(std::max(want, sizeof h + hop::kMaxErrorText));
+          const std::size_t size = link_.recv(r, reply);
+          const hop::Header e = hop::read_header(reply, size, r);
+          if (e.kind == hop::kError) {
+            const auto len = std::min<std::size_t>(
+                static_cast<std::size_t>(std::max<std::int64_t>(e.rows, 0)), size - sizeof e);
+            throw Error(static_cast<ErrorKind>(e.error_kind), str_cat("tensor parallel rank ", r),
+                        std::string(reinterpret_cast<const char*>(reply.data() + sizeof e), len));
+          }
+          check(e.kind == hop::kHead && e.rows == B && size == want, ErrorKind::io,
+                "tensor parallel", "rank ", r, " answered a head call of ", B, " rows with ", size,
+                " bytes");
+          got = reinterpret_cast<const float*>(reply.data() + sizeof e);
+        }
+      } catch (const Error& e) {
+        if (!failed)
+          failed = r == 0 ? Error(e.kind(), "tensor parallel rank 0", e.what()) : e;
+        continue;
+      }
+      for (std::int64_t i = 0; i < m; ++i)
+        std::copy_n(got + i * width, width, logits.data() + (at + i) * V + v0);
+    }
+    if (failed)
+      throw *failed;
+  }
 }
 
 TensorParallelLayers::~TensorParallelLayers() {
@@ -229,21 +347,39 @@ void TensorParallelLayers::collect(std::span<float> hidden) {
   done_.pop_front();
 }
 
-TensorParallelStats serve_tensor_rank(PipelineLink& link, Stages& stages, std::int64_t layers,
-                                      std::int64_t hidden, const frontend::StageParams& params) {
+TensorParallelStats serve_tensor_rank(PipelineLink& link, Stages& stages, SessionDims dims,
+                                      const frontend::StageParams& params) {
   const auto t_start = clock::now();
   const int rank = link.rank();
   check(rank > 0 && rank < link.ranks(), ErrorKind::invalid_input, "tensor parallel",
         "a serving rank is one of 1..", link.ranks() - 1, ", not ", rank);
-  TensorParallelWorker worker(link, stages, layers, hidden, params);
-  const std::int64_t max_rows = pipeline_max_rows(params);
-  std::vector<std::byte> msg(hop::buffer_bytes(max_rows, hidden));
-  std::vector<float> state(static_cast<std::size_t>(max_rows * hidden));
+  TensorParallelWorker worker(link, stages, dims, params);
+  const std::int64_t max_rows = pipeline_max_rows(params), hidden = dims.hidden;
+  std::vector<std::byte> msg(hop::buffer_bytes(max_rows, hidden)), reply;
+  std::vector<float> state(static_cast<std::size_t>(max_rows * hidden)), logits;
   while (true) {
     const std::size_t got = link.recv(0, msg);
     const hop::Header h = hop::read_header(msg, got, 0);
     if (h.kind == hop::kStop)
       break;
+    if (h.kind == hop::kHead) { // this rank's slice of the logits, to rank 0
+      check(h.rows > 0 && h.rows <= max_rows &&
+                got == sizeof h + static_cast<std::size_t>(h.rows * hidden) * sizeof(float),
+            ErrorKind::io, "tensor parallel", "a head call of ", h.rows, " rows in ", got,
+            " bytes from rank 0");
+      std::memcpy(state.data(), msg.data() + sizeof h,
+                  static_cast<std::size_t>(h.rows * hidden) * sizeof(float));
+      std::size_t size = 0;
+      try {
+        worker.head(h.rows, state.data(), logits);
+        size = head_reply(reply, h.rows, logits);
+      } catch (const Error& e) {
+        reply.resize(std::max(reply.size(), sizeof h + hop::kMaxErrorText));
+        size = hop::write_error(reply, rank, e);
+      }
+      link.send(0, std::span<const std::byte>(reply.data(), size));
+      continue;
+    }
     check(hop::is_call(h.kind) && h.rows > 0 && h.rows <= max_rows &&
               got == sizeof h + hop::payload_bytes(h.rows, hidden),
           ErrorKind::io, "tensor parallel", "a message of kind ", h.kind, " with ", h.rows,

@@ -174,7 +174,8 @@ TEST_CASE("tensor-parallel modules: names, signatures and weight names",
       for (const char* rows : {"1", "2", "8"})
         want.push_back(pre + "mlp_" + li + "_" + rows);
     }
-  for (const char* n : {"lm_head", "lm_head_greedy", "lm_head_b2", "final_norm"})
+  for (const char* n : {"lm_head", "lm_head_greedy", "lm_head_b2", "final_norm", "tp0_lm_head",
+                        "tp0_lm_head_b2", "tp1_lm_head", "tp1_lm_head_b2"})
     want.push_back(n);
   std::vector<std::string> names;
   std::map<std::string, const ir::Module*> by_name;
@@ -229,6 +230,19 @@ TEST_CASE("tensor-parallel modules: names, signatures and weight names",
   CHECK(shapes.count("layers.2.mlp_norm") == 1);
   CHECK(shapes.count("rope.cos") == 1);
   CHECK(shapes.count("layers.2.o_bias.tp1") == 0);
+
+  // A rank's lm_head slice: the final norm and its half of the (tied) table's rows.
+  const auto V = d.dims.vocab;
+  const auto& head = *by_name.at("tp1_lm_head_b2")->functions().front();
+  CHECK(head.info().stage == ir::StageKind::lm_head);
+  REQUIRE(head.num_arguments() == 1);
+  CHECK(head.argument(0)->type() == ir::TensorType({2, 1, H}, ir::DType::f32));
+  CHECK(head.result_types() ==
+        std::vector<ir::TensorType>{ir::TensorType({2, 1, V / 2}, ir::DType::f32)});
+  REQUIRE(d.tie_word_embeddings);
+  CHECK(by_name.at("tp1_lm_head_b2")->weights().at("embedding.tp1").type.shape ==
+        std::vector<std::int64_t>{V / 2, H});
+  CHECK(frontend::tp_vocab_rows(7, 3) == std::vector<std::int64_t>{0, 2, 4, 7});
 }
 
 TEST_CASE("tensor parallel refuses what it cannot split, with the numbers",

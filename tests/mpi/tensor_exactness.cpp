@@ -91,10 +91,10 @@ int main(int argc, char** argv) {
       auto exec = runtime::make_executor(cm, 1);
       runtime::CompiledStages stages(*exec);
       if (rank != 0) {
-        (void)runtime::serve_tensor_rank(link, stages, dims.layers, dims.hidden, p);
+        (void)runtime::serve_tensor_rank(link, stages, dims, p);
         continue;
       }
-      runtime::TensorParallelLayers tp(link, stages, dims.layers, dims.hidden, p);
+      runtime::TensorParallelLayers tp(link, stages, dims, p);
       runtime::Session many(stages, dims, p);
       many.set_remote_layers(&tp);
       int bad = 0;

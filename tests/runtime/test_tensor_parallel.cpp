@@ -80,11 +80,9 @@ struct ThreadTensor {
     };
     for (int r = 1; r < ranks; ++r)
       threads.emplace_back([this, r, &m, &s = stages_of(r)] {
-        (void)runtime::serve_tensor_rank(*links[static_cast<std::size_t>(r)], s, m.dims.layers,
-                                         m.dims.hidden, m.params);
+        (void)runtime::serve_tensor_rank(*links[static_cast<std::size_t>(r)], s, m.dims, m.params);
       });
-    tp = std::make_unique<runtime::TensorParallelLayers>(*links[0], stages_of(0), m.dims.layers,
-                                                         m.dims.hidden, m.params);
+    tp = std::make_unique<runtime::TensorParallelLayers>(*links[0], stages_of(0), m.dims, m.params);
     session = std::make_unique<runtime::Session>(*stages[0], m.dims, m.params);
     session->set_remote_layers(tp.get());
   }
@@ -147,6 +145,8 @@ TEST_CASE("tensor parallel over 2 ranks gives one process's logits within 1e-4 o
     const auto& st = t.tp->stats();
     CHECK(st.calls == 7);
     CHECK(st.all_reduces == 7 * 2 * m.dims.layers);
+    // the lm_head: every prompt row, 3 + 1 decodes, the verify rows in one call of 4
+    CHECK(st.head_calls == 21 + 4 + 1);
     CHECK(st.bytes_sent > 0);
     // greedy generation from a fresh cache, token for token
     many.reset();
@@ -239,12 +239,10 @@ TEST_CASE("tensor parallel needs rank 0, 2 ranks and stages that keep their cach
   runtime::CompiledStages stages(*exec);
   ThreadHub hub;
   ThreadLink l1(hub, 1, 2), alone(hub, 0, 1);
-  CHECK_THROWS_WITH(
-      runtime::TensorParallelLayers(l1, stages, m.dims.layers, m.dims.hidden, m.params),
-      Catch::Contains("runs on rank 0"));
-  CHECK_THROWS_WITH(
-      runtime::TensorParallelLayers(alone, stages, m.dims.layers, m.dims.hidden, m.params),
-      Catch::Contains("needs 2 ranks or more"));
+  CHECK_THROWS_WITH(runtime::TensorParallelLayers(l1, stages, m.dims, m.params),
+                    Catch::Contains("runs on rank 0"));
+  CHECK_THROWS_WITH(runtime::TensorParallelLayers(alone, stages, m.dims, m.params),
+                    Catch::Contains("needs 2 ranks or more"));
 }
 
 TEST_CASE("a tensor-parallel rank holds its own shards, the layers' shared weights and, on rank "
@@ -255,13 +253,16 @@ TEST_CASE("a tensor-parallel rank holds its own shards, the layers' shared weigh
   CHECK(runtime::weight_tensor_rank("layers.3.attn_norm") == -1);
   CHECK(runtime::weight_tensor_rank("layers.3.q.tpx.pf32") == -1);
   CHECK(runtime::weight_tensor_rank("layers.3.q.tp1x") == -1);
-  CHECK(runtime::weight_tensor_rank("embedding.tp1") == -1); // not a layer's
+  CHECK(runtime::weight_tensor_rank("embedding.tp1.pbf16") == 1); // a slice of the lm_head
   const runtime::LayerRange all{0, 3};
   CHECK(runtime::rank_holds("layers.0.q.tp1.pf32", all, false, 1));
   CHECK_FALSE(runtime::rank_holds("layers.0.q.tp1.pf32", all, true, 0));
   CHECK(runtime::rank_holds("layers.0.attn_norm", all, false, 1));
   CHECK(runtime::rank_holds("embedding", all, true, 0));
   CHECK_FALSE(runtime::rank_holds("embedding", all, false, 1));
+  CHECK(runtime::rank_holds("lm_head.tp1.pbf16", all, false, 1)); // its slice of the head
+  CHECK_FALSE(runtime::rank_holds("lm_head.tp1.pbf16", all, true, 0));
+  CHECK(runtime::rank_holds("lm_head.tp0.pbf16", all, true, 0));
   CHECK(runtime::rank_holds("layers.0.q.tp1.pf32", all, true, -1)); // one process: every shard
   CHECK_FALSE(runtime::rank_holds("layers.0.q.tp1.pf32", {1, 3}, false, 1));
 }

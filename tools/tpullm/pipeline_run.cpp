@@ -196,7 +196,7 @@ PipelineRun::PipelineRun(const ParallelArgs& p, const BundleArgs& source,
   if (rank == 0 && tensor_mode) {
     const auto& m = engine->bundle().model();
     tensor = std::make_unique<runtime::TensorParallelLayers>(*link, engine->session().stages(),
-                                                             m.layers, m.hidden, m.params);
+                                                             runtime::session_dims(m), m.params);
     engine->session().set_remote_layers(tensor.get());
   } else if (rank == 0) {
     pipe = std::make_unique<runtime::LayerPipeline>(
@@ -299,8 +299,8 @@ int CommandEngine::serve_layers() {
   try {
     const auto& b = m.engine->bundle();
     if (m.tensor_mode)
-      ts = runtime::serve_tensor_rank(*m.link, m.engine->session().stages(), b.model().layers,
-                                      b.model().hidden, b.model().params);
+      ts = runtime::serve_tensor_rank(*m.link, m.engine->session().stages(),
+                                      runtime::session_dims(b.model()), b.model().params);
     else
       st = runtime::serve_pipeline_rank(*m.link, m.engine->session().stages(), range,
                                         b.model().hidden, b.model().params);

@@ -20,11 +20,13 @@ std::int64_t decode_weight_bytes(const bundle::Bundle& b, std::int64_t S) {
     // A tensor-parallel bundle: rank 0's share of every layer (its attention and MLP halves).
     using N = frontend::StageNames;
     const std::int64_t l = p.info.layer;
+    const bool head = m.tensor_parallel > 1 ? p.name == N::tp_head(0, 1) || p.name == "final_norm"
+                                            : p.info.stage == ir::StageKind::lm_head;
     const bool use =
         (p.info.stage == ir::StageKind::decode &&
          (p.name == N::block_cache(l, S) || p.name == N::tp_attention(0, N::block_cache(l, S)) ||
           p.name == N::tp_mlp(0, l, 1))) ||
-        p.info.stage == ir::StageKind::lm_head || p.name == "embedding_cache";
+        head || p.name == "embedding_cache";
     if (!use)
       continue;
     for (const auto& in : p.instrs)

@@ -12,7 +12,8 @@ namespace tpullm::cli {
 /// decode functions of that variant and of lm_head, the embedding table counted as one row (a
 /// tied table is also the lm_head's weight, read whole there: the gather's row is counted apart,
 /// so it cannot hide that read); a routed MLP counts top_k of its experts. A tensor-parallel
-/// bundle: rank 0's share (its halves of every layer, and the embedding and lm_head).
+/// bundle: rank 0's share (its halves of every layer, its slice of the lm_head and the
+/// embedding's row).
 std::int64_t decode_weight_bytes(const bundle::Bundle& b, std::int64_t S);
 
 /// The sliding window of each layer whose stage functions have one (layer -> window in

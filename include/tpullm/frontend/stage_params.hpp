@@ -94,6 +94,11 @@ struct StageNames {
   static std::string tp_attention(std::int64_t rank, const std::string& block_name) {
     return "tp" + std::to_string(rank) + "_" + block_name;
   }
+  /// Tensor parallel: rank `rank`'s slice of the vocabulary of the lm_head of `batch` rows
+  /// (frontend::tp_vocab_rows): "tp<rank>_lm_head" or "tp<rank>_lm_head_b<batch>".
+  static std::string tp_head(std::int64_t rank, std::int64_t batch) {
+    return "tp" + std::to_string(rank) + "_" + lm_head(batch);
+  }
   /// Tensor parallel: rank `rank`'s MLP half of layer `layer` for `rows` rows:
   /// "tp<rank>_mlp_<layer>_<rows>".
   static std::string tp_mlp(std::int64_t rank, std::int64_t layer, std::int64_t rows) {

@@ -42,6 +42,17 @@ std::string tensor_parallel_refusal(const ModelDesc& d, std::int64_t ranks);
 /// Norms, embedding, lm_head and final_norm are shared unchanged; dtypes are kept.
 ModelDesc tensor_shard(const ModelDesc& d, std::int64_t rank, std::int64_t ranks);
 
+/// Where each rank's slice of the vocabulary starts for the lm_head's halves: N + 1 boundaries
+/// from 0 to vocab (rank r computes logits [v[r], v[r + 1]) of every row), as even as whole
+/// tokens allow.
+std::vector<std::int64_t> tp_vocab_rows(std::int64_t vocab, std::int64_t ranks);
+
+/// Rank `rank`'s lm_head slice of `batch` rows (StageNames::tp_head): hidden [B, 1, H] f32 ->
+/// logits [B, 1, v[r + 1] - v[r]] f32, the final RMSNorm then rows [v[r], v[r + 1]) of the head
+/// (of the tied embedding table when tied: weight "embedding.tp<r>", else "lm_head.tp<r>").
+ir::Module build_tp_head(const ModelDesc& d, std::int64_t rank, std::int64_t ranks,
+                         std::int64_t batch);
+
 /// The weight-name suffix of rank `rank`'s sliced weights: ".tp<rank>".
 inline std::string tp_weight_suffix(std::int64_t rank) {
   return ".tp" + std::to_string(rank);
@@ -70,7 +81,8 @@ inline std::int64_t tp_weight_rank(std::string_view name) {
 /// [B, L, tp_kv_heads, D] f32) and the MLP half for each distinct row count in the prefill
 /// lengths, 1 and the batched decode sizes, ascending (StageNames::tp_mlp(r, i, rows):
 /// input_states [1, rows, H] f32 -> partial [1, rows, H] f32); then lm_head, lm_head_greedy,
-/// lm_head_bB and final_norm as build_top_modules. Throws Error(invalid_input) with
+/// lm_head_bB and final_norm as build_top_modules; then for each rank its lm_head slices of 1
+/// and of each batched decode size (build_tp_head). Throws Error(invalid_input) with
 /// tensor_parallel_refusal's reason when `d` cannot be split.
 std::vector<ir::Module> build_tensor_parallel_modules(const ModelDesc& d, const StageParams& params,
                                                       std::int64_t ranks);

@@ -94,6 +94,14 @@ public:
   virtual void collect(std::span<float> hidden) = 0;
   /// Calls submitted and not yet collected.
   virtual std::int64_t in_flight() const = 0;
+  /// True when the lm_head runs here too (head()): tensor parallel splits the vocabulary over
+  /// the ranks. The default: false, the Session runs its own lm_head.
+  virtual bool runs_head() const { return false; }
+  /// The logits [rows, vocab] of `hidden` [rows, hidden] (the final norm and the lm_head), with
+  /// nothing in flight; only where runs_head(). The default throws Error(internal).
+  virtual void head(std::span<const float> /*hidden*/, std::span<float> /*logits*/) {
+    throw Error(ErrorKind::internal, "pipeline", "these remote layers do not run the lm_head");
+  }
   /// submit() then collect(), in place on `hidden`; with nothing else in flight.
   void run(const BlockCall& call, std::span<float> hidden, std::span<const std::int32_t> positions,
            std::span<const std::int32_t> slots = {}) {

@@ -27,13 +27,14 @@ struct LayerRange {
 std::int64_t weight_layer(std::string_view name);
 
 /// The tensor-parallel rank whose shard weight `name` is (the part ".tp<r>" the compiler gives a
-/// rank's slice of a layer weight, frontend/tensor_parallel.hpp, before the lowering's own
-/// parts: "layers.3.q.tp1.pf32"), or -1 (a weight every rank uses whole).
+/// rank's slice of a layer weight or of the lm_head, frontend/tensor_parallel.hpp, before the
+/// lowering's own parts: "layers.3.q.tp1.pf32", "lm_head.tp1.pbf16"), or -1 (a weight every
+/// rank uses whole).
 std::int64_t weight_tensor_rank(std::string_view name);
 
 /// Whether a rank holds weight `name`: a layer weight of a layer in `range` (of its own shard,
-/// when `tensor_rank` >= 0 and the weight is a shard), or a weight outside the layers when
-/// `shared` (rank 0, or a single process).
+/// when `tensor_rank` >= 0 and the weight is a shard), its own shard of the lm_head, or another
+/// weight outside the layers when `shared` (rank 0, or a single process).
 bool rank_holds(std::string_view name, LayerRange range, bool shared,
                 std::int64_t tensor_rank = -1);
 
