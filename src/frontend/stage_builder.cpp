@@ -180,7 +180,7 @@ ir::Module build_embedding(const ModelDesc& d, std::int64_t tokens, const std::s
 }
 
 ir::Module build_lm_head(const ModelDesc& d, bool greedy, const std::string& name,
-                         std::int64_t batch) {
+                         std::int64_t batch, const std::string& weight_suffix) {
   ir::Module m(name);
   ir::Function& f = m.add_function(name);
   f.set_info({ir::StageKind::lm_head, -1, std::nullopt});
@@ -190,8 +190,8 @@ ir::Module build_lm_head(const ModelDesc& d, bool greedy, const std::string& nam
       f.add_argument("hidden", ir::TensorType({batch, 1, d.dims.hidden}, ir::DType::f32));
   ir::Value* n = detail::rms_norm(b, h, "final_norm", d.final_norm, d.norm_eps);
   const bool tied = d.tie_word_embeddings;
-  ir::Value* head =
-      b.weight(slot_weight(tied ? "embedding" : "lm_head", tied ? d.embedding : d.lm_head));
+  ir::Value* head = b.weight(slot_weight((tied ? "embedding" : "lm_head") + weight_suffix,
+                                         tied ? d.embedding : d.lm_head));
   // A GPTQ / AWQ head is logical [hidden, vocab] (like every such linear), a float or ggml one
   // [vocab, hidden].
   const WeightRef& head_ref = tied ? d.embedding : d.lm_head;

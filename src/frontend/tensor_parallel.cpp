@@ -145,21 +145,13 @@ ir::Module build_tp_head(const ModelDesc& d, std::int64_t rank, std::int64_t ran
   const auto v = tp_vocab_rows(d.dims.vocab, ranks);
   const std::int64_t v0 = v[static_cast<std::size_t>(rank)],
                      n = v[static_cast<std::size_t>(rank) + 1] - v0;
-  const bool tied = d.tie_word_embeddings;
-  const WeightRef slice = tp_row_slice(tied ? d.embedding : d.lm_head, v0, n);
-  const std::string name = StageNames::tp_head(rank, batch);
-  ir::Module m(name);
-  ir::Function& f = m.add_function(name);
-  f.set_info({ir::StageKind::lm_head, -1, std::nullopt});
-  ir::Builder b(m, f);
-  b.set_loc(Location{name});
-  ir::Value* h =
-      f.add_argument("hidden", ir::TensorType({batch, 1, d.dims.hidden}, ir::DType::f32));
-  ir::Value* x = detail::rms_norm(b, h, "final_norm", d.final_norm, d.norm_eps);
-  ir::Value* w =
-      b.weight(slot_weight((tied ? "embedding" : "lm_head") + tp_weight_suffix(rank), slice));
-  b.ret({b.create(ir::top::MatMulOp{true}, {x, w})});
-  return m;
+  // The model with this rank's rows of the head as its whole head: lm_head's one template.
+  ModelDesc slice = d;
+  WeightRef& head = d.tie_word_embeddings ? slice.embedding : slice.lm_head;
+  head = tp_row_slice(head, v0, n);
+  slice.dims.vocab = n;
+  return build_lm_head(slice, false, StageNames::tp_head(rank, batch), batch,
+                       tp_weight_suffix(rank));
 }
 
 std::vector<ir::Module> build_tensor_parallel_modules(const ModelDesc& d, const StageParams& params,

@@ -56,6 +56,31 @@ inline Header read_header(std::span<const std::byte> msg, std::size_t size, int 
   return h;
 }
 
+/// The Error an error message `msg` of `size` bytes (header `h`) carries, named "<who> rank
+/// <its rank>".
+inline Error error_of(const Header& h, std::span<const std::byte> msg, std::size_t size,
+                      const char* who) {
+  const auto len = std::min<std::size_t>(
+      static_cast<std::size_t>(std::max<std::int64_t>(h.rows, 0)), size - sizeof h);
+  return Error(static_cast<ErrorKind>(h.error_kind), str_cat(who, " rank ", h.error_rank),
+               std::string(reinterpret_cast<const char*>(msg.data() + sizeof h), len));
+}
+
+/// Throws Error(internal) unless a call of `call.rows` rows (at most `max_rows`) comes with
+/// rows x `hidden` values, a position per row and no slots or a slot per row (a batched decode
+/// step: a slot per row).
+inline void check_call(const BlockCall& call, std::span<const float> values,
+                       std::span<const std::int32_t> positions, std::span<const std::int32_t> slots,
+                       std::int64_t max_rows, std::int64_t hidden, const char* who) {
+  check(call.rows > 0 && call.rows <= max_rows &&
+            values.size() == static_cast<std::size_t>(call.rows * hidden) &&
+            positions.size() == static_cast<std::size_t>(call.rows) &&
+            (slots.empty() || slots.size() == positions.size()) &&
+            (call.kind != BlockKind::decode_batch || !slots.empty()),
+        ErrorKind::internal, who, "a call of ", call.rows, " rows with ", values.size(),
+        " hidden values, ", positions.size(), " positions and ", slots.size(), " slots");
+}
+
 /// True for the kind of a call (a BlockKind).
 inline bool is_call(std::uint32_t kind) {
   return kind >= static_cast<std::uint32_t>(BlockKind::prefill) &&

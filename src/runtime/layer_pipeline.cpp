@@ -82,13 +82,7 @@ void LayerPipeline::submit(const BlockCall& call, std::span<const float> hidden,
                            std::span<const std::int32_t> positions,
                            std::span<const std::int32_t> slots) {
   check(!stopped_, ErrorKind::internal, "pipeline", "a call after stop");
-  check(call.rows > 0 && call.rows <= max_rows_ &&
-            hidden.size() == static_cast<std::size_t>(call.rows * hidden_) &&
-            positions.size() == static_cast<std::size_t>(call.rows) &&
-            (slots.empty() || slots.size() == positions.size()) &&
-            (call.kind != BlockKind::decode_batch || !slots.empty()),
-        ErrorKind::internal, "pipeline", "a call of ", call.rows, " rows with ", hidden.size(),
-        " hidden values, ", positions.size(), " positions and ", slots.size(), " slots");
+  hop::check_call(call, hidden, positions, slots, max_rows_, hidden_, "pipeline");
   const auto t0 = std::chrono::steady_clock::now();
   const std::size_t n = hop::write_call(buffer_, call, hidden, positions, slots);
   link_.send(1, std::span<const std::byte>(buffer_.data(), n)); // the link copies what it keeps
@@ -109,12 +103,8 @@ void LayerPipeline::collect(std::span<float> hidden) {
   const std::size_t got = link_.recv(last, buffer_);
   const std::byte* p = buffer_.data();
   const hop::Header r = read_header(buffer_, got, last);
-  if (r.kind == kError) {
-    const auto len = std::min<std::size_t>(
-        static_cast<std::size_t>(std::max<std::int64_t>(r.rows, 0)), got - sizeof r);
-    throw Error(static_cast<ErrorKind>(r.error_kind), str_cat("pipeline rank ", r.error_rank),
-                std::string(reinterpret_cast<const char*>(p + sizeof r), len));
-  }
+  if (r.kind == kError)
+    throw hop::error_of(r, buffer_, got, "pipeline");
   check(r.kind == static_cast<std::uint32_t>(call.kind) && r.rows == call.rows &&
             r.pos0 == call.pos0 && got == sizeof r + payload_bytes(r.rows, hidden_),
         ErrorKind::internal, "pipeline", "rank ", last, " answered a call of ", call.rows,

@@ -245,12 +245,8 @@ void TensorParallelLayers::head(std::span<const float> hidden, std::span<float> 
           reply.resize(std::max(want, sizeof h + hop::kMaxErrorText));
           const std::size_t size = link_.recv(r, reply);
           const hop::Header e = hop::read_header(reply, size, r);
-          if (e.kind == hop::kError) {
-            const auto len = std::min<std::size_t>(
-                static_cast<std::size_t>(std::max<std::int64_t>(e.rows, 0)), size - sizeof e);
-            throw Error(static_cast<ErrorKind>(e.error_kind), str_cat("tensor parallel rank ", r),
-                        std::string(reinterpret_cast<const char*>(reply.data() + sizeof e), len));
-          }
+          if (e.kind == hop::kError)
+            throw hop::error_of(e, reply, size, "tensor parallel");
           check(e.kind == hop::kHead && e.rows == B && size == want, ErrorKind::io,
                 "tensor parallel", "rank ", r, " answered a head call of ", B, " rows with ", size,
                 " bytes");
@@ -294,14 +290,7 @@ void TensorParallelLayers::submit(const BlockCall& call, std::span<const float> 
                                   std::span<const std::int32_t> positions,
                                   std::span<const std::int32_t> slots) {
   check(!stopped_, ErrorKind::internal, "tensor parallel", "a call after stop");
-  check(call.rows > 0 && call.rows <= max_rows_ &&
-            hidden.size() == static_cast<std::size_t>(call.rows * hidden_) &&
-            positions.size() == static_cast<std::size_t>(call.rows) &&
-            (slots.empty() || slots.size() == positions.size()) &&
-            (call.kind != BlockKind::decode_batch || !slots.empty()),
-        ErrorKind::internal, "tensor parallel", "a call of ", call.rows, " rows with ",
-        hidden.size(), " hidden values, ", positions.size(), " positions and ", slots.size(),
-        " slots");
+  hop::check_call(call, hidden, positions, slots, max_rows_, hidden_, "tensor parallel");
   const std::size_t n = hop::write_call(buffer_, call, hidden, positions, slots);
   for (int r = 1; r < link_.ranks(); ++r)
     link_.send(r, std::span<const std::byte>(buffer_.data(), n)); // the link copies
@@ -326,11 +315,8 @@ void TensorParallelLayers::submit(const BlockCall& call, std::span<const float> 
       const hop::Header e = hop::read_header(buffer_, got, r);
       check(e.kind == hop::kError, ErrorKind::io, "tensor parallel", "rank ", r,
             " failed and sent no error");
-      const auto len = std::min<std::size_t>(
-          static_cast<std::size_t>(std::max<std::int64_t>(e.rows, 0)), got - sizeof e);
       if (!first)
-        first = Error(static_cast<ErrorKind>(e.error_kind), str_cat("tensor parallel rank ", r),
-                      std::string(reinterpret_cast<const char*>(buffer_.data() + sizeof e), len));
+        first = hop::error_of(e, buffer_, got, "tensor parallel");
     }
     throw first
         ? *first

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "mpi_model_arg.hpp"
 #include "pipeline_test_params.hpp"
 
 #include "tpullm/bundle/bundle.hpp"
@@ -26,28 +27,7 @@
 
 using namespace tpullm;
 
-namespace {
-
-std::vector<std::int32_t> ids(std::int32_t n, std::int32_t seed, std::int64_t vocab) {
-  std::vector<std::int32_t> v;
-  for (std::int32_t i = 0; i < n; ++i)
-    v.push_back(static_cast<std::int32_t>((seed * 37 + i * 101) % (vocab - 3) + 3));
-  return v;
-}
-
-/// Largest |a - b| / max|b| (0 when identical).
-double rel(const std::vector<float>& a, const std::vector<float>& b) {
-  if (a.size() != b.size())
-    return INFINITY;
-  double worst = 0, scale = 0;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    worst = std::max(worst, std::abs(double(a[i]) - double(b[i])));
-    scale = std::max(scale, std::abs(double(b[i])));
-  }
-  return worst / std::max(scale, 1e-30);
-}
-
-} // namespace
+using tpullm_test::test_ids;
 
 int main(int argc, char** argv) {
   int failures = 0;
@@ -57,24 +37,14 @@ int main(int argc, char** argv) {
     const int rank = mpi.rank(), ranks = mpi.ranks();
     const auto p = tpullm_test::pipeline_test_params();
     for (int a = 1; a < argc; ++a) {
-      // DIR or DIR@window=N: the checkpoint with a sliding window of N keys on every layer,
-      // whose caches are then rings on every rank (runtime/kv_region.hpp).
-      std::string arg = argv[a];
-      std::int64_t window = 0;
-      if (const auto at = arg.find("@window="); at != std::string::npos) {
-        window = std::stoll(arg.substr(at + 8));
-        arg.resize(at);
-      }
-      const std::filesystem::path dir = arg;
-      auto desc = frontend::load_model(dir);
-      if (window > 0)
-        desc.sliding_windows.assign(static_cast<std::size_t>(desc.dims.layers), window);
+      const auto model = tpullm_test::load_model_arg(argv[a]);
+      const auto& desc = model.desc;
+      const auto& name = model.name;
+      const std::int64_t window = model.window;
       compiler::CompileOptions o;
       o.target.cores = 1;
       const auto cm = compiler::compile(frontend::build_top_modules(desc, p), o);
       const auto dims = runtime::session_dims(bundle::make_model_info(desc, p, "f32"));
-      const std::string name =
-          dir.filename().string() + (window > 0 ? " window " + std::to_string(window) : "");
       if (dims.layers < ranks) {
         if (rank == 0)
           std::printf("skipped: %s has %lld layers, fewer than %d ranks\n", name.c_str(),
@@ -102,7 +72,7 @@ int main(int argc, char** argv) {
       double worst = 0;
       int differ = 0;
       auto same = [&](const char* what, const std::vector<float>& x, const std::vector<float>& y) {
-        const double e = rel(x, y);
+        const double e = tpullm_test::max_rel_diff(x, y);
         worst = std::max(worst, e);
         if (x != y) {
           ++differ;
@@ -110,7 +80,7 @@ int main(int argc, char** argv) {
                       ranks, e);
         }
       };
-      const auto prompt = ids(21, 1, dims.vocab);
+      const auto prompt = test_ids(21, 1, dims.vocab);
       same("prefill + prefill_kv", many.prefill(prompt, true), one.prefill(prompt, true));
       for (std::int32_t t : {7, 9, 11})
         same("decode", many.decode(t), one.decode(t));
@@ -123,8 +93,8 @@ int main(int argc, char** argv) {
       one.reset();
       runtime::GenerateOptions g;
       g.stop.max_new_tokens = 16;
-      const auto x = many.generate(ids(5, 2, dims.vocab), g);
-      const auto y = one.generate(ids(5, 2, dims.vocab), g);
+      const auto x = many.generate(test_ids(5, 2, dims.vocab), g);
+      const auto y = one.generate(test_ids(5, 2, dims.vocab), g);
       if (x.tokens != y.tokens || x.tokens.size() != 16) {
         ++differ;
         std::printf("FAIL: %s greedy tokens differ on %d ranks\n", name.c_str(), ranks);
@@ -133,8 +103,8 @@ int main(int argc, char** argv) {
         many.reset();
         one.reset();
         g.stop.max_new_tokens = 48;
-        const auto xw = many.generate(ids(9, 3, dims.vocab), g);
-        const auto yw = one.generate(ids(9, 3, dims.vocab), g);
+        const auto xw = many.generate(test_ids(9, 3, dims.vocab), g);
+        const auto yw = one.generate(test_ids(9, 3, dims.vocab), g);
         if (xw.tokens != yw.tokens || xw.tokens.size() != 48) {
           ++differ;
           std::printf("FAIL: %s greedy tokens past the ring differ on %d ranks\n", name.c_str(),

@@ -10,6 +10,7 @@
 set -u
 tpullm=$1 mpiexec=$2 models=$3 work=$4 tokenizer=$5
 . "$(dirname "$0")/../cli/expect.sh"
+. "$(dirname "$0")/mpi_cases.sh"
 work_in "$work"
 export XDG_CACHE_HOME=$work/cache
 # Open MPI: root allowed (CI runs as root), more ranks than cores; other MPIs ignore these.
@@ -96,54 +97,8 @@ rm -f m6.bundle m6-tp.bundle
   "$tpullm" compile tiny -o tiny.bundle --seq-length 2048 --max-input-length 16 >/dev/null &&
   "$tpullm" compile tiny -o tinytp.bundle --seq-length 2048 --max-input-length 16 \
     --tensor-parallel 2 >/dev/null || { echo "FAIL: tiny model"; exit 1; }
-chat1=$(printf 'What is a tensor?\n' | "$tpullm" chat tiny.bundle -n 16 --temperature 0 \
-  --threads 1 --no-stats 2>&1)
-rc1=$?
-chat2=$(printf 'What is a tensor?\n' | "$mpiexec" -n 2 "$tpullm" chat tinytp.bundle -n 16 \
-  --temperature 0 --threads 1 --no-stats --parallel tensor 2>&1)
-rc2=$?
-if [ $rc1 -eq 0 ] && [ $rc2 -eq 0 ] && [ -n "$chat1" ] && [ "$chat2" = "$chat1" ]; then
-  echo "ok: chat on 2 tensor-parallel ranks answers as one process"
-else
-  fail=1
-  echo "FAIL: chat on 2 tensor-parallel ranks (status $rc2): '$chat2', one process (status $rc1): '$chat1'"
-fi
-"$mpiexec" -n 2 "$tpullm" run tinytp.bundle --prompt-ids 1,2,3 -n 2000 --ignore-eos --threads 1 \
-  --parallel tensor -q >killed.out 2>&1 &
-launcher=$!
-victim=
-for _ in $(seq 1 200); do # up to 20 s for the two ranks to start
-  mapfile -t pids < <(pgrep -f "tpullm run tinytp.bundle" | grep -v "^$launcher$")
-  [ ${#pids[@]} -ge 2 ] && { victim=${pids[1]}; break; }
-  sleep 0.1
-done
-if [ -z "$victim" ]; then
-  fail=1
-  echo "FAIL: the two ranks did not start"
-  kill "$launcher" 2>/dev/null
-else
-  sleep 1
-  t0=$(date +%s)
-  kill -9 "$victim"
-  for _ in $(seq 1 600); do kill -0 "$launcher" 2>/dev/null || break; sleep 0.1; done
-  if kill -0 "$launcher" 2>/dev/null; then
-    fail=1
-    echo "FAIL: mpirun still running 60 s after a rank was killed"
-    kill -9 "$launcher"
-  fi
-  wait "$launcher"
-  rc=$?
-  for _ in $(seq 1 100); do
-    left=$(pgrep -f "tpullm run tinytp.bundle" | wc -l)
-    [ "$left" -eq 0 ] && break
-    sleep 0.1
-  done
-  if [ $rc -ne 0 ] && [ "$left" -eq 0 ]; then
-    echo "ok: a killed rank ended the tensor-parallel run in $(($(date +%s) - t0)) s, mpirun status $rc"
-  else
-    fail=1
-    echo "FAIL: after the kill: mpirun status $rc, $left ranks left; output: $(tail -5 killed.out)"
-    pkill -9 -f "tpullm run tinytp.bundle"
-  fi
-fi
+same_chat 'What is a tensor?' tiny.bundle "$mpiexec" -n 2 "$tpullm" chat tinytp.bundle \
+  --parallel tensor
+kill_a_rank 2 "tpullm run tinytp.bundle" "$mpiexec" -n 2 "$tpullm" run tinytp.bundle \
+  --prompt-ids 1,2,3 -n 2000 --ignore-eos --threads 1 --parallel tensor -q
 exit $fail

@@ -15,6 +15,9 @@
 #include <string>
 #include <vector>
 
+#include "mpi_model_arg.hpp"
+#include "pipeline_test_params.hpp"
+
 #include "tpullm/bundle/bundle.hpp"
 #include "tpullm/compiler/compiler.hpp"
 #include "tpullm/frontend/goldens.hpp"
@@ -29,28 +32,7 @@
 
 using namespace tpullm;
 
-namespace {
-
-std::vector<std::int32_t> ids(std::int32_t n, std::int32_t seed, std::int64_t vocab) {
-  std::vector<std::int32_t> v;
-  for (std::int32_t i = 0; i < n; ++i)
-    v.push_back(static_cast<std::int32_t>((seed * 37 + i * 101) % (vocab - 3) + 3));
-  return v;
-}
-
-/// Largest |a - b| / max|b|.
-double rel(const std::vector<float>& a, const std::vector<float>& b) {
-  if (a.size() != b.size())
-    return INFINITY;
-  double worst = 0, scale = 0;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    worst = std::max(worst, std::abs(double(a[i]) - double(b[i])));
-    scale = std::max(scale, std::abs(double(b[i])));
-  }
-  return worst / std::max(scale, 1e-30);
-}
-
-} // namespace
+using tpullm_test::test_ids;
 
 int main(int argc, char** argv) {
   int failures = 0;
@@ -67,18 +49,11 @@ int main(int argc, char** argv) {
     p.prefill_chunks = {8};
     p.decode_batches = {4};
     for (int a = 1; a < argc; ++a) {
-      std::string arg = argv[a];
-      std::int64_t window = 0;
-      if (const auto at = arg.find("@window="); at != std::string::npos) {
-        window = std::stoll(arg.substr(at + 8));
-        arg.resize(at);
-      }
-      const std::filesystem::path dir = arg;
-      auto desc = frontend::load_model(dir);
-      if (window > 0)
-        desc.sliding_windows.assign(static_cast<std::size_t>(desc.dims.layers), window);
-      const std::string name =
-          dir.filename().string() + (window > 0 ? " window " + std::to_string(window) : "");
+      const auto model = tpullm_test::load_model_arg(argv[a]);
+      const auto& desc = model.desc;
+      const auto& dir = model.dir;
+      const auto& name = model.name;
+      const std::int64_t window = model.window;
       if (const auto why = frontend::tensor_parallel_refusal(desc, ranks); !why.empty()) {
         if (rank == 0)
           std::printf("skipped: %s on %d ranks: %s\n", name.c_str(), ranks, why.c_str());
@@ -122,16 +97,17 @@ int main(int argc, char** argv) {
       runtime::CompiledStages one_stages(*one_exec);
       runtime::Session one(one_stages, dims, p);
       many.reset();
-      const auto prompt = ids(70, 1, dims.vocab); // a segment of 64 and one of 6
-      double worst = rel(many.prefill(prompt, true), one.prefill(prompt, true));
+      const auto prompt = test_ids(70, 1, dims.vocab); // a segment of 64 and one of 6
+      double worst =
+          tpullm_test::max_rel_diff(many.prefill(prompt, true), one.prefill(prompt, true));
       const std::vector<std::int32_t> draft{4, 5, 6};
-      worst = std::max(worst, rel(many.verify(draft), one.verify(draft)));
+      worst = std::max(worst, tpullm_test::max_rel_diff(many.verify(draft), one.verify(draft)));
       many.reset();
       one.reset();
       runtime::GenerateOptions gen;
       gen.stop.max_new_tokens = window > 0 ? 48 : 16; // past the ring with a window
-      const auto x = many.generate(ids(9, 2, dims.vocab), gen);
-      const auto y = one.generate(ids(9, 2, dims.vocab), gen);
+      const auto x = many.generate(test_ids(9, 2, dims.vocab), gen);
+      const auto y = one.generate(test_ids(9, 2, dims.vocab), gen);
       if (worst > 1e-4) {
         ++bad;
         std::printf("FAIL: %s on %d ranks: logits %.3g x max|logit| from one process\n",

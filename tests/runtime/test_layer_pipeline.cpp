@@ -5,6 +5,7 @@
 // rank 0 throw that error, naming the rank, and the pipeline goes on.
 #include "llama_gqa.hpp"
 #include "pipeline_test_params.hpp"
+#include "slot_answers.hpp"
 #include "thread_link.hpp"
 #include <catch2/catch.hpp>
 
@@ -74,10 +75,7 @@ struct ThreadPipeline {
 };
 
 std::vector<std::int32_t> ids(std::int32_t n, std::int32_t seed) {
-  std::vector<std::int32_t> v;
-  for (std::int32_t i = 0; i < n; ++i)
-    v.push_back((seed * 37 + i * 101) % 250 + 3);
-  return v;
+  return tpullm_test::test_ids(n, seed, 253); // within every test checkpoint's vocabulary
 }
 
 } // namespace
@@ -189,42 +187,6 @@ TEST_CASE("a session keeps 0 to layers - 1 layers on rank 0", "[pipeline]") {
                     Catch::Contains("do not follow"));
 }
 
-namespace {
-
-/// Every slot's tokens and token log-probabilities, in the order the pool chose them, for
-/// `prompts` started together (slot i: prompts[i]) and greedy answers of `n` tokens; the
-/// rounds' micro-batch steps and decode rows summed into `micro` and `rows` (the most in one
-/// round in `most_micro`), the rounds taken in `rounds`.
-std::map<int, std::vector<std::pair<std::int32_t, double>>>
-answers(runtime::SlotPool& pool, const std::vector<std::vector<std::int32_t>>& prompts, int n,
-        std::int64_t& micro, std::int64_t& rows, int& rounds, std::int64_t& most_micro) {
-  for (std::size_t i = 0; i < prompts.size(); ++i) {
-    runtime::SlotRequest r;
-    r.prompt = prompts[i];
-    r.options.stop.max_new_tokens = n;
-    r.options.logprobs = 0;
-    pool.start(static_cast<int>(i), r);
-  }
-  std::map<int, std::vector<std::pair<std::int32_t, double>>> got;
-  for (rounds = 0; rounds < 200 && pool.busy(); ++rounds) {
-    const auto r = pool.step();
-    micro += r.micro_batches;
-    most_micro = std::max(most_micro, r.micro_batches);
-    rows += r.decode_batch;
-    for (const auto& e : r.events) {
-      REQUIRE_FALSE(e.error);
-      if (e.token >= 0) {
-        REQUIRE(e.logprobs);
-        got[e.slot].emplace_back(e.token, e.logprobs->chosen.logprob);
-      }
-    }
-  }
-  CHECK_FALSE(pool.busy());
-  return got;
-}
-
-} // namespace
-
 TEST_CASE("a slot pool over a pipeline answers as one process, micro-batches in flight",
           "[pipeline][slot-pool]") {
   const tpullm_test::CompiledLlamaGqa m(tpullm_test::pipeline_test_params());
@@ -238,7 +200,7 @@ TEST_CASE("a slot pool over a pipeline answers as one process, micro-batches in 
   std::int64_t micro0 = 0, rows0 = 0;
   int rounds0 = 0;
   std::int64_t most0 = 0;
-  const auto want = answers(one, prompts, n, micro0, rows0, rounds0, most0);
+  const auto want = tpullm_test::answers(one, prompts, n, micro0, rows0, rounds0, most0);
   REQUIRE(want.size() == prompts.size());
   CHECK(micro0 == 0);
   const std::vector<LayerRange> splits[] = {{{0, 1}, {1, 3}}, {{0, 1}, {1, 2}, {2, 3}}};
@@ -252,7 +214,7 @@ TEST_CASE("a slot pool over a pipeline answers as one process, micro-batches in 
       std::int64_t micro_n = 0, rows = 0;
       int rounds = 0;
       std::int64_t most_micro = 0;
-      const auto got = answers(pool, prompts, n, micro_n, rows, rounds, most_micro);
+      const auto got = tpullm_test::answers(pool, prompts, n, micro_n, rows, rounds, most_micro);
       CHECK(most_micro == micro * steps); // G micro-batches of K steps in a round
       if (steps > 1)                      // rounds of several decode steps each
         CHECK(rounds < rounds0);
@@ -264,16 +226,7 @@ TEST_CASE("a slot pool over a pipeline answers as one process, micro-batches in 
         // few steps later, in another batch: each step is computed as one process decoding
         // those rows together would compute it. The same tokens, log-probs within float
         // rounding.
-        REQUIRE(got.size() == want.size());
-        double worst = 0;
-        for (const auto& [slot, toks] : want) {
-          const auto& g = got.at(slot);
-          REQUIRE(g.size() == toks.size());
-          for (std::size_t i = 0; i < toks.size(); ++i) {
-            CHECK(g[i].first == toks[i].first);
-            worst = std::max(worst, std::abs(g[i].second - toks[i].second));
-          }
-        }
+        const double worst = tpullm_test::logprob_gap(want, got);
         UNSCOPED_INFO("largest log-prob difference " << worst);
         CHECK(worst < 1e-5);
       }

@@ -6,6 +6,7 @@
 // decode likewise; a rank whose half throws makes rank 0 throw its error, naming the rank, and
 // the next call runs.
 #include "pipeline_test_params.hpp"
+#include "slot_answers.hpp"
 #include "small_compile.hpp"
 #include "thread_link.hpp"
 #include <catch2/catch.hpp>
@@ -95,21 +96,11 @@ struct ThreadTensor {
 };
 
 std::vector<std::int32_t> ids(std::int32_t n, std::int32_t seed, std::int64_t vocab) {
-  std::vector<std::int32_t> v;
-  for (std::int32_t i = 0; i < n; ++i)
-    v.push_back(static_cast<std::int32_t>((seed * 37 + i * 101) % (vocab - 3) + 3));
-  return v;
+  return tpullm_test::test_ids(n, seed, vocab);
 }
 
-/// Largest |a - b| over max|b|.
 double rel(const std::vector<float>& a, const std::vector<float>& b) {
-  REQUIRE(a.size() == b.size());
-  double worst = 0, scale = 0;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    worst = std::max(worst, std::abs(double(a[i]) - double(b[i])));
-    scale = std::max(scale, std::abs(double(b[i])));
-  }
-  return worst / std::max(scale, 1e-30);
+  return tpullm_test::max_rel_diff(a, b);
 }
 
 } // namespace
@@ -167,27 +158,12 @@ TEST_CASE("a slot pool over tensor parallel answers as one process, batched deco
   const std::vector<std::vector<std::int32_t>> prompts{
       ids(5, 1, m.dims.vocab), ids(21, 2, m.dims.vocab), ids(1, 3, m.dims.vocab),
       ids(12, 4, m.dims.vocab)};
+  // Four slots decoded together: the batched stage's halves and lm_head slices.
   auto run = [&](runtime::SlotPool& pool) {
-    for (std::size_t i = 0; i < prompts.size(); ++i) {
-      runtime::SlotRequest r;
-      r.prompt = prompts[i];
-      r.options.stop.max_new_tokens = 9;
-      r.options.logprobs = 0;
-      pool.start(static_cast<int>(i), r);
-    }
-    std::map<int, std::vector<std::pair<std::int32_t, double>>> got;
-    std::int64_t most_rows = 0;
-    for (int round = 0; round < 200 && pool.busy(); ++round) {
-      const auto r = pool.step();
-      most_rows = std::max<std::int64_t>(most_rows, r.decode_batch);
-      for (const auto& e : r.events) {
-        REQUIRE_FALSE(e.error);
-        if (e.token >= 0)
-          got[e.slot].emplace_back(e.token, e.logprobs->chosen.logprob);
-      }
-    }
-    CHECK_FALSE(pool.busy());
-    CHECK(most_rows == 4); // four slots decoded together: the batched stage's halves
+    std::int64_t micro = 0, rows = 0, most = 0;
+    int rounds = 0;
+    auto got = tpullm_test::answers(pool, prompts, 9, micro, rows, rounds, most);
+    CHECK(rows > static_cast<std::int64_t>(rounds)); // rounds of several rows
     return got;
   };
   auto single_exec = runtime::make_executor(m.one, 1, slots);
@@ -196,17 +172,7 @@ TEST_CASE("a slot pool over tensor parallel answers as one process, batched deco
   ThreadTensor t(m, 2, -1, 0, slots);
   runtime::SlotPool pool(*t.execs[0], m.dims, m.params, nullptr);
   pool.set_remote_layers(t.tp.get(), 1, 1);
-  const auto got = run(pool);
-  REQUIRE(got.size() == want.size());
-  double worst = 0;
-  for (const auto& [slot, toks] : want) {
-    const auto& g = got.at(slot);
-    REQUIRE(g.size() == toks.size());
-    for (std::size_t i = 0; i < toks.size(); ++i) {
-      CHECK(g[i].first == toks[i].first);
-      worst = std::max(worst, std::abs(g[i].second - toks[i].second));
-    }
-  }
+  const double worst = tpullm_test::logprob_gap(want, run(pool));
   UNSCOPED_INFO("largest log-prob difference " << worst);
   CHECK(worst < 1e-4);
 }

@@ -94,9 +94,11 @@ ir::Module build_block(const ModelDesc& d, const BlockShape& s, const RopeWeight
 ir::Module build_embedding(const ModelDesc& d, std::int64_t tokens, const std::string& name);
 
 /// `lm_head`: hidden [B, 1, H] -> logits [B, 1, V] f32 (final RMSNorm, then the head or the
-/// tied embedding); with `greedy`, returns only the argmax token [B, 1, 1] i32.
+/// tied embedding: the weight "lm_head" or "embedding", `weight_suffix` appended, as a
+/// tensor-parallel rank's slice names it); with `greedy`, returns only the argmax token
+/// [B, 1, 1] i32.
 ir::Module build_lm_head(const ModelDesc& d, bool greedy, const std::string& name,
-                         std::int64_t batch = 1);
+                         std::int64_t batch = 1, const std::string& weight_suffix = "");
 
 /// `final_norm`: hidden [1, 1, H] -> normed [1, 1, H] f32, the final RMSNorm alone (the same op
 /// and weight as lm_head's first op).
