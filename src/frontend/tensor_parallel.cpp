@@ -27,11 +27,24 @@ WeightRef tp_plain_ref(TensorView t, WeightLayout layout) {
   return r;
 }
 
-/// Rows [r0, r0 + n) of a plain [rows, ...] tensor (a linear [out, in] or a bias [out]): a
-/// zero-copy view sharing the tensor's keepalive. An absent slot stays absent.
+/// Rows [r0, r0 + n) of a [rows, ...] tensor (a linear [out, in], a table [vocab, hidden] or a
+/// bias [out]; plain or GGUF blocks, stored row by row either way): a zero-copy view sharing the
+/// tensor's keepalive. An absent slot stays absent.
 WeightRef tp_row_slice(const WeightRef& w, std::int64_t r0, std::int64_t n) {
   if (!w.present())
     return w;
+  if (w.is_ggml()) {
+    GgmlWeight g = w.ggml();
+    check(r0 >= 0 && n >= 1 && r0 + n <= g.rows, ErrorKind::internal, g.where(), "rows [", r0, ", ",
+          r0 + n, ") outside ", g.rows);
+    const std::size_t row_bytes = g.bytes.size() / static_cast<std::size_t>(g.rows);
+    g.bytes = g.bytes.subspan(static_cast<std::size_t>(r0) * row_bytes,
+                              static_cast<std::size_t>(n) * row_bytes);
+    g.rows = n;
+    WeightRef r;
+    r.storage = std::move(g);
+    return r;
+  }
   const PlainWeight& p = w.plain();
   TensorView t = p.tensor;
   check(!t.shape.empty() && r0 >= 0 && n >= 1 && r0 + n <= t.shape[0], ErrorKind::internal,
@@ -43,24 +56,67 @@ WeightRef tp_row_slice(const WeightRef& w, std::int64_t r0, std::int64_t n) {
   return tp_plain_ref(std::move(t), p.layout);
 }
 
-/// Columns [c0, c0 + n) of a plain [rows, cols] linear (its in-features): a copy owned by the
-/// view's keepalive, elements' bytes as stored.
+/// Copies bytes [c0, c0 + m) of each of `rows` rows of `row` bytes from `src`: the columns of a
+/// slice, owned by the returned buffer.
+std::shared_ptr<std::vector<std::byte>> copy_columns(std::span<const std::byte> src,
+                                                     std::size_t rows, std::size_t row,
+                                                     std::size_t c0, std::size_t m) {
+  auto data = std::make_shared<std::vector<std::byte>>(rows * m);
+  for (std::size_t i = 0; i < rows; ++i)
+    std::memcpy(data->data() + i * m, src.data() + i * row + c0, m);
+  return data;
+}
+
+/// Columns [c0, c0 + n) of a [rows, cols] linear (its in-features): a copy owned by the view's
+/// keepalive, the stored bytes as they are (GGUF blocks: whole blocks, which
+/// tensor_parallel_refusal has checked).
 WeightRef tp_column_slice(const WeightRef& w, std::int64_t c0, std::int64_t n) {
+  if (w.is_ggml()) {
+    GgmlWeight g = w.ggml();
+    const auto block = conversion::ggml_info(g.type);
+    check(c0 >= 0 && n >= 1 && c0 + n <= g.cols && c0 % block.block_elems == 0 &&
+              n % block.block_elems == 0,
+          ErrorKind::internal, g.where(), "columns [", c0, ", ", c0 + n, ") are not whole ",
+          block.name, " blocks of ", g.cols);
+    const auto per = static_cast<std::size_t>(block.block_bytes);
+    auto data = copy_columns(g.bytes, static_cast<std::size_t>(g.rows),
+                             g.bytes.size() / static_cast<std::size_t>(g.rows),
+                             static_cast<std::size_t>(c0 / block.block_elems) * per,
+                             static_cast<std::size_t>(n / block.block_elems) * per);
+    g.cols = n;
+    g.bytes = std::span<const std::byte>(data->data(), data->size());
+    g.keepalive = std::move(data);
+    WeightRef r;
+    r.storage = std::move(g);
+    return r;
+  }
   const PlainWeight& p = w.plain();
   const TensorView& t = p.tensor;
   check(t.shape.size() == 2 && c0 >= 0 && n >= 1 && c0 + n <= t.shape[1], ErrorKind::internal,
         t.where(), "columns [", c0, ", ", c0 + n, ") outside ", shape_str(t.shape));
-  const std::size_t rows = static_cast<std::size_t>(t.shape[0]),
-                    cols = static_cast<std::size_t>(t.shape[1]), es = dtype_size(t.dtype),
-                    c = static_cast<std::size_t>(c0), m = static_cast<std::size_t>(n);
-  auto data = std::make_shared<std::vector<std::byte>>(rows * m * es);
-  for (std::size_t i = 0; i < rows; ++i)
-    std::memcpy(data->data() + i * m * es, t.bytes.data() + (i * cols + c) * es, m * es);
+  const std::size_t es = dtype_size(t.dtype);
+  auto data = copy_columns(t.bytes, static_cast<std::size_t>(t.shape[0]),
+                           static_cast<std::size_t>(t.shape[1]) * es,
+                           static_cast<std::size_t>(c0) * es, static_cast<std::size_t>(n) * es);
   TensorView out = t;
   out.shape = {t.shape[0], n};
   out.bytes = std::span<const std::byte>(data->data(), data->size());
   out.keepalive = std::move(data);
   return tp_plain_ref(std::move(out), p.layout);
+}
+
+/// Empty when linear `w` can be sliced into column shares of `share`: plain, or GGUF blocks the
+/// shares' edges do not cut; else why not (`what` names it).
+std::string column_refusal(const WeightRef& w, const std::string& what, std::int64_t share,
+                           std::int64_t ranks) {
+  if (!w.is_ggml())
+    return {};
+  const auto block = conversion::ggml_info(w.ggml().type);
+  if (share % block.block_elems == 0)
+    return {};
+  return str_cat("tensor parallel cuts GGUF blocks only at their edges; ", what, " (", block.name,
+                 ", ", block.block_elems, " values a block) would split its ", w.ggml().cols,
+                 " columns over ", ranks, " ranks into shares of ", share);
 }
 
 } // namespace
@@ -75,15 +131,16 @@ std::string tensor_parallel_refusal(const ModelDesc& d, std::int64_t ranks) {
                      " routes over ", d.layers[i].moe.experts.size(), " experts");
   for (std::size_t i = 0; i < d.layers.size(); ++i)
     for (const auto& [slot, ref] : tp_sliced_slots(d.layers[i]))
-      if (ref->present() && !std::holds_alternative<PlainWeight>(ref->storage))
-        return str_cat("tensor parallel splits float checkpoints (safetensors f32/f16/bf16); "
-                       "layers.",
-                       i, ".", slot, " (", ref->name(), ") is quantized");
+      if (ref->present() && std::holds_alternative<QuantizedWeight>(ref->storage))
+        return str_cat("tensor parallel splits float checkpoints and GGUF files, not GPTQ / AWQ "
+                       "packing; layers.",
+                       i, ".", slot, " (", ref->name(), ") is packed");
   for (const WeightRef* head : {&d.lm_head, &d.embedding})
-    if (head->present() && !std::holds_alternative<PlainWeight>(head->storage))
-      return str_cat("tensor parallel splits float checkpoints (safetensors f32/f16/bf16); the ",
+    if (head->present() && std::holds_alternative<QuantizedWeight>(head->storage))
+      return str_cat("tensor parallel splits float checkpoints and GGUF files, not GPTQ / AWQ "
+                     "packing; the ",
                      head == &d.lm_head ? "lm_head" : "embedding table", " (", head->name(),
-                     ") is quantized");
+                     ") is packed");
   if (m.vocab < ranks)
     return str_cat("tensor parallel splits the vocabulary; ", m.vocab, " tokens for ", ranks,
                    " ranks");
@@ -97,6 +154,15 @@ std::string tensor_parallel_refusal(const ModelDesc& d, std::int64_t ranks) {
   if (m.intermediate % ranks != 0)
     return str_cat("tensor parallel splits MLP columns evenly; intermediate ", m.intermediate,
                    " does not divide over ", ranks, " ranks");
+  // GGUF blocks run along the in-features: o's and down's column shares must be whole blocks.
+  for (std::size_t i = 0; i < d.layers.size(); ++i) {
+    const std::string layer = str_cat("layers.", i, ".");
+    for (const std::string& why :
+         {column_refusal(d.layers[i].o, layer + "o", m.heads / ranks * m.head_dim, ranks),
+          column_refusal(d.layers[i].down, layer + "down", m.intermediate / ranks, ranks)})
+      if (!why.empty())
+        return why;
+  }
   return {};
 }
 

@@ -265,8 +265,17 @@ TEST_CASE("tensor parallel refuses what it cannot split, with the numbers",
              Catch::Contains("intermediate 351 does not divide over 2 ranks"));
   const auto gptq = frontend::load_model(fe_test::model_dir("llama-gqa-gptq-g32"));
   CHECK_THAT(frontend::tensor_parallel_refusal(gptq, 2),
-             Catch::Contains("splits float checkpoints") && Catch::Contains("layers.0.q (") &&
-                 Catch::Contains("is quantized"));
+             Catch::Contains("not GPTQ / AWQ packing") && Catch::Contains("layers.0.q (") &&
+                 Catch::Contains("is packed"));
+  // GGUF blocks are cut only at their edges: o has 256 columns (4 heads of 64) on these files,
+  // 128 a rank, a Q4_K block 256 values; Q4_0's and Q8_0's blocks of 32 split whole.
+  const auto gguf = fe_test::data_dir() / "models-gguf";
+  CHECK_THAT(frontend::tensor_parallel_refusal(frontend::load_model(gguf / "llama-q4_k_m"), 2),
+             Catch::Contains("cuts GGUF blocks only at their edges") &&
+                 Catch::Contains("layers.0.o (Q4_K, 256 values a block)") &&
+                 Catch::Contains("shares of 128"));
+  CHECK(frontend::tensor_parallel_refusal(frontend::load_model(gguf / "llama-q4_0"), 2).empty());
+  CHECK(frontend::tensor_parallel_refusal(frontend::load_model(gguf / "qwen2-q8_0"), 2).empty());
   const auto moe = frontend::load_model(fe_test::model_dir("mixtral-e8k2"));
   CHECK_THAT(frontend::tensor_parallel_refusal(moe, 2),
              Catch::Contains("mixture-of-experts") && Catch::Contains("8 experts"));

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # tpullm run / chat / bench --parallel tensor under mpirun (docs/distributed.md): a bundle compiled
 # with --tensor-parallel 2 gives one process's greedy ids on 2 ranks over prompts of several
-# segments, and chat one process's answer; bench reports the all-reduces and every rank's calls
+# segments, and chat one process's answer, as does a Q8_0 GGUF file (a Q4_K_M one, whose blocks
+# the split would cut, is refused); bench reports the all-reduces and every rank's calls
 # and memory; --memory-budget admits 2 ranks of a bundle whose share fits; one-line refusals for
 # a split bundle run alone, on the wrong rank count, under --parallel pipeline, an ordinary
 # bundle under --parallel tensor, and --layer-split with it; a rank killed mid-run ends every
@@ -36,6 +37,27 @@ fi
 expect 0 "tensor parallel: 2 ranks; 26 calls, 156 all-reduces" \
   "$mpiexec" -n 2 "$tpullm" run gqa-tp.bundle --prompt-ids "$prompt" -n 24 --ignore-eos \
   --threads 1 --parallel tensor
+
+# A GGUF file (llama.cpp's Q8_0, activations rounded to int8 by default as for any GGUF): the
+# split cuts whole blocks; one whose blocks it would cut (Q4_K_M: 256 values a block, 128
+# columns of o a rank) is refused in one line.
+gguf=$(dirname "$models")/models-gguf
+"$tpullm" compile "$gguf/qwen2-q8_0/model.gguf" -o q8.bundle --seq-length 128 \
+  --max-input-length 16 >/dev/null &&
+  "$tpullm" compile "$gguf/qwen2-q8_0/model.gguf" -o q8-tp.bundle --seq-length 128 \
+    --max-input-length 16 --tensor-parallel 2 >/dev/null || { echo "FAIL: compile Q8_0"; exit 1; }
+refq=$("$tpullm" run q8.bundle --prompt-ids "$prompt" -n 16 --ignore-eos --threads 1 -q)
+gotq=$("$mpiexec" -n 2 "$tpullm" run q8-tp.bundle --prompt-ids "$prompt" -n 16 --ignore-eos \
+  --threads 1 -q --parallel tensor 2>&1)
+if [ -n "$refq" ] && [ "$gotq" = "$refq" ]; then
+  echo "ok: a Q8_0 GGUF on 2 tensor-parallel ranks: the ids of one process"
+else
+  fail=1
+  echo "FAIL: a Q8_0 GGUF on 2 tensor-parallel ranks: '$gotq', one process: '$refq'"
+fi
+expect 2 "cuts GGUF blocks only at their edges; layers.0.o \(Q4_K, 256 values a block\)" \
+  "$tpullm" compile "$gguf/llama-q4_k_m/model.gguf" -o k.bundle --tensor-parallel 2
+rm -f q8.bundle q8-tp.bundle
 
 # Refusals, each one line.
 expect 2 "gqa-tp.bundle: is split for tensor parallel over 2 ranks: run it with mpirun -np 2" \

@@ -28,8 +28,9 @@ inline constexpr std::int64_t kMaxTensorParallel = 64;
 
 /// Empty when `d` can be split over `ranks` ranks, else a one-line reason naming the numbers:
 /// ranks outside [2, kMaxTensorParallel], heads or intermediate not divisible by ranks, key /
-/// value heads neither divisible by ranks nor dividing it, a mixture-of-experts layer, or a
-/// layer linear (or bias) that is not a float tensor (GPTQ / AWQ / compressed / GGUF blocks).
+/// value heads neither divisible by ranks nor dividing it, a mixture-of-experts layer, a layer
+/// linear (or bias) or head in GPTQ / AWQ / compressed-tensors packing, or GGUF blocks of o or
+/// down that a rank's share of their columns would cut.
 std::string tensor_parallel_refusal(const ModelDesc& d, std::int64_t ranks);
 
 /// Rank `rank`'s shard of `d` split over `ranks` (tensor_parallel_refusal(d, ranks) empty):
