@@ -68,8 +68,8 @@ int cmd_compile(const std::vector<std::string>& args) {
                   "split attention heads and MLP columns over N MPI ranks; run with mpirun -np N "
                   "tpullm run|chat|serve|bench FILE --parallel tensor (N in [2, 64]: it must "
                   "divide the heads and the intermediate size, and the key/value heads or be a "
-                  "multiple of them; float checkpoints only, no --keep-float, static int8 or "
-                  "--draft-mode)");
+                  "multiple of them; a float checkpoint, or a GGUF file whose blocks the split "
+                  "does not cut; no --keep-float, static int8 or --draft-mode)");
   o.add(compile_options(copts, target_file));
   o.add(quantization_options(copts.lower, keep_float));
   o.add(input_options(no_mmap));
