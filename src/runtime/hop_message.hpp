@@ -26,7 +26,7 @@ inline constexpr std::size_t kMaxErrorText = 2048;
 /// nothing.
 struct Header {
   std::uint32_t magic = kMagic;
-  std::uint32_t kind = 0; ///< a BlockKind, kStop or kError
+  std::uint32_t kind = 0; ///< a BlockKind, kStop, kError or kHead
   std::int64_t rows = 0;
   std::int64_t variant = 0;
   std::int64_t pos0 = 0;

@@ -11,17 +11,6 @@
 #include "tpullm/support/error.hpp"
 
 namespace tpullm::runtime {
-namespace {
-
-using hop::buffer_bytes;
-using hop::Header;
-using hop::is_call;
-using hop::kError;
-using hop::kStop;
-using hop::payload_bytes;
-using hop::read_header;
-
-} // namespace
 
 void PipelineLink::all_reduce_sum(std::span<float> values) {
   if (ranks() == 1)
@@ -59,7 +48,7 @@ LayerPipeline::LayerPipeline(PipelineLink& link, std::vector<LayerRange> ranges,
           ranges_[r].end, ") do not follow the previous rank's");
   check(hidden_ > 0 && max_rows_ > 0, ErrorKind::invalid_input, "pipeline", "hidden ", hidden_,
         " and rows ", max_rows_, " must be positive");
-  buffer_.resize(buffer_bytes(max_rows_, hidden_));
+  buffer_.resize(hop::buffer_bytes(max_rows_, hidden_));
 }
 
 LayerPipeline::~LayerPipeline() {
@@ -74,7 +63,7 @@ void LayerPipeline::stop() {
     return;
   stopped_ = true;
   hop::Header h;
-  h.kind = kStop;
+  h.kind = hop::kStop;
   link_.send(1, std::as_bytes(std::span<const hop::Header>(&h, 1)));
 }
 
@@ -102,11 +91,11 @@ void LayerPipeline::collect(std::span<float> hidden) {
   const int last = link_.ranks() - 1;
   const std::size_t got = link_.recv(last, buffer_);
   const std::byte* p = buffer_.data();
-  const hop::Header r = read_header(buffer_, got, last);
-  if (r.kind == kError)
+  const hop::Header r = hop::read_header(buffer_, got, last);
+  if (r.kind == hop::kError)
     throw hop::error_of(r, buffer_, got, "pipeline");
   check(r.kind == static_cast<std::uint32_t>(call.kind) && r.rows == call.rows &&
-            r.pos0 == call.pos0 && got == sizeof r + payload_bytes(r.rows, hidden_),
+            r.pos0 == call.pos0 && got == sizeof r + hop::payload_bytes(r.rows, hidden_),
         ErrorKind::internal, "pipeline", "rank ", last, " answered a call of ", call.rows,
         " rows at position ", call.pos0, " with another");
   std::memcpy(hidden.data(), p + sizeof r, hidden.size_bytes());
@@ -126,7 +115,7 @@ PipelineRankStats serve_pipeline_rank(PipelineLink& link, Stages& stages, LayerR
   check(range.size() > 0, ErrorKind::invalid_input, "pipeline", "rank ", rank, " has no layers");
   const int prev = rank - 1, next = rank + 1 == ranks ? 0 : rank + 1;
   const std::int64_t max_rows = pipeline_max_rows(params);
-  std::vector<std::byte> msg(buffer_bytes(max_rows, hidden));
+  std::vector<std::byte> msg(hop::buffer_bytes(max_rows, hidden));
   std::vector<float> other(static_cast<std::size_t>(max_rows * hidden));
   // The handles of this rank's layers per (kind, variant), resolved on first use: a token's
   // call builds no names and looks nothing up by name.
@@ -146,22 +135,23 @@ PipelineRankStats serve_pipeline_rank(PipelineLink& link, Stages& stages, LayerR
   PipelineRankStats stats;
   while (true) {
     const std::size_t got = link.recv(prev, msg);
-    const hop::Header h = read_header(msg, got, prev);
-    if (h.kind == kStop) {
+    const hop::Header h = hop::read_header(msg, got, prev);
+    if (h.kind == hop::kStop) {
       if (next != 0)
         link.send(next, std::span<const std::byte>(msg.data(), got));
       break;
     }
-    if (h.kind == kError) { // an earlier rank's failure goes on to rank 0
+    if (h.kind == hop::kError) { // an earlier rank's failure goes on to rank 0
       link.send(next, std::span<const std::byte>(msg.data(), got));
       continue;
     }
-    check(is_call(h.kind), ErrorKind::io, "pipeline", "a message of kind ", h.kind, " from rank ",
-          prev);
+    check(hop::is_call(h.kind), ErrorKind::io, "pipeline", "a message of kind ", h.kind,
+          " from rank ", prev);
     std::size_t reply = got;
     const auto t0 = clock::now();
     try {
-      check(h.rows > 0 && h.rows <= max_rows && got == sizeof h + payload_bytes(h.rows, hidden),
+      check(h.rows > 0 && h.rows <= max_rows &&
+                got == sizeof h + hop::payload_bytes(h.rows, hidden),
             ErrorKind::internal, "pipeline", "a call of ", h.rows, " rows in ", got, " bytes");
       const auto kind = static_cast<BlockKind>(h.kind);
       const std::int64_t L = h.rows;

@@ -22,13 +22,6 @@ double since(clock::time_point t0) {
   return std::chrono::duration<double>(clock::now() - t0).count();
 }
 
-/// The flag a failed rank adds to an all-reduce: a power of two per rank (exact in f32 up to
-/// 2^23, which the compiler's bound of 64 ranks keeps below for all but the last ranks; they
-/// share the top bit).
-float failure_flag(int rank) {
-  return static_cast<float>(std::uint32_t{1} << std::min(rank, 23));
-}
-
 } // namespace
 
 /// One rank's halves of every layer: the handles, resolved once per call shape, and the
@@ -48,19 +41,20 @@ public:
   }
 
   /// Runs every layer of a call of `rows` rows on `hidden` [rows, hidden] (in place) with the
-  /// other ranks; `early`: this rank failed before it started (a bad message). Returns the
-  /// failure flags of the all-reduce that stopped the call (0: it ran through); this rank's
-  /// own error, if any, in `mine`.
-  std::uint32_t run(BlockKind kind, std::int64_t variant, std::int64_t rows, float* hidden,
-                    const std::int32_t* pos, std::span<const std::int32_t> slots,
-                    std::optional<Error>& mine) {
+  /// other ranks. Returns the ranks that failed, each the all-reduce's flag slot after the
+  /// values (empty: the call ran through), every rank stopping at the same all-reduce; this
+  /// rank's own error, if any, in `mine`.
+  std::vector<int> run(BlockKind kind, std::int64_t variant, std::int64_t rows, float* hidden,
+                       const std::int32_t* pos, std::span<const std::int32_t> slots,
+                       std::optional<Error>& mine) {
     const auto t_call = clock::now();
     const std::int64_t n = rows * hidden_;
-    partial_.resize(static_cast<std::size_t>(n + 1));
+    const auto flags_at = static_cast<std::size_t>(n);
+    partial_.resize(flags_at + static_cast<std::size_t>(link_.ranks()));
     const std::int64_t S = hop::history_of(kind, variant, params_);
-    std::uint32_t flags = 0;
-    for (std::int64_t layer = 0; layer < layers_ && flags == 0; ++layer) {
-      for (int half = 0; half < 2 && flags == 0; ++half) {
+    std::vector<int> failed;
+    for (std::int64_t layer = 0; layer < layers_ && failed.empty(); ++layer) {
+      for (int half = 0; half < 2 && failed.empty(); ++half) {
         if (!mine) {
           try {
             const MutBytes out[3] = {mbytes(partial_.data(), n), {}, {}};
@@ -77,23 +71,27 @@ public:
             mine = e;
           }
         }
+        // After the values, a slot per rank: 1 where that rank failed (its values 0).
+        std::fill(partial_.begin() + static_cast<std::ptrdiff_t>(mine ? 0 : flags_at),
+                  partial_.end(), 0.0f);
         if (mine)
-          std::fill(partial_.begin(), partial_.end() - 1, 0.0f);
-        partial_.back() = mine ? failure_flag(link_.rank()) : 0.0f;
+          partial_[flags_at + static_cast<std::size_t>(link_.rank())] = 1.0f;
         const auto t0 = clock::now();
         link_.all_reduce_sum(partial_);
         stats_.reduce_seconds += since(t0);
         stats_.all_reduces += 1;
         stats_.reduced_bytes += static_cast<std::int64_t>(partial_.size() * sizeof(float));
-        flags = static_cast<std::uint32_t>(partial_.back());
-        if (flags == 0)
+        for (int r = 0; r < link_.ranks(); ++r)
+          if (partial_[flags_at + static_cast<std::size_t>(r)] != 0.0f)
+            failed.push_back(r);
+        if (failed.empty())
           for (std::int64_t i = 0; i < n; ++i)
             hidden[i] += partial_[static_cast<std::size_t>(i)];
       }
     }
     stats_.calls += 1;
     stats_.seconds += since(t_call);
-    return flags;
+    return failed;
   }
 
   /// This rank's logits [batch, its slice of the vocabulary] of `hidden` [batch, hidden].
@@ -165,7 +163,7 @@ private:
   Stages& stages_;
   std::int64_t layers_, hidden_;
   frontend::StageParams params_;
-  std::vector<float> partial_; ///< [rows * hidden] values and the failure flags
+  std::vector<float> partial_; ///< [rows * hidden] values, then a failure slot per rank
   std::map<std::tuple<std::uint32_t, std::int64_t, std::int64_t>, std::vector<StageHandle>>
       attention_;
   std::map<std::int64_t, std::vector<StageHandle>> mlp_;
@@ -212,8 +210,6 @@ void TensorParallelLayers::head(std::span<const float> hidden, std::span<float> 
             logits.size() == static_cast<std::size_t>(n * V),
         ErrorKind::internal, "tensor parallel", "a head call of ", hidden.size(),
         " hidden values into ", logits.size(), " logits");
-  std::vector<float> mine;
-  std::vector<std::byte> reply;
   for (std::int64_t at = 0; at < n; at += head_batches_.back()) {
     const std::int64_t m = std::min(head_batches_.back(), n - at);
     const std::int64_t B = *std::lower_bound(head_batches_.begin(), head_batches_.end(), m);
@@ -238,19 +234,20 @@ void TensorParallelLayers::head(std::span<const float> hidden, std::span<float> 
       const float* got = nullptr;
       try {
         if (r == 0) {
-          worker_->head(B, rows_.data(), mine);
-          got = mine.data();
+          worker_->head(B, rows_.data(), mine_);
+          got = mine_.data();
         } else {
           const std::size_t want = sizeof h + static_cast<std::size_t>(B * width) * sizeof(float);
-          reply.resize(std::max(want, sizeof h + hop::kMaxErrorText));
-          const std::size_t size = link_.recv(r, reply);
-          const hop::Header e = hop::read_header(reply, size, r);
+          if (reply_.size() < std::max(want, sizeof h + hop::kMaxErrorText))
+            reply_.resize(std::max(want, sizeof h + hop::kMaxErrorText)); // once: no fill a token
+          const std::size_t size = link_.recv(r, reply_);
+          const hop::Header e = hop::read_header(reply_, size, r);
           if (e.kind == hop::kError)
-            throw hop::error_of(e, reply, size, "tensor parallel");
+            throw hop::error_of(e, reply_, size, "tensor parallel");
           check(e.kind == hop::kHead && e.rows == B && size == want, ErrorKind::io,
                 "tensor parallel", "rank ", r, " answered a head call of ", B, " rows with ", size,
                 " bytes");
-          got = reinterpret_cast<const float*>(reply.data() + sizeof e);
+          got = reinterpret_cast<const float*>(reply_.data() + sizeof e);
         }
       } catch (const Error& e) {
         if (!failed)
@@ -295,21 +292,27 @@ void TensorParallelLayers::submit(const BlockCall& call, std::span<const float> 
   for (int r = 1; r < link_.ranks(); ++r)
     link_.send(r, std::span<const std::byte>(buffer_.data(), n)); // the link copies
   worker_->stats_.bytes_sent += static_cast<std::int64_t>(n) * (link_.ranks() - 1);
-  std::vector<float> out(hidden.begin(), hidden.end());
+  std::vector<float> out; // a collected call's buffer when there is one: no allocation a token
+  if (!spare_.empty()) {
+    out = std::move(spare_.back());
+    spare_.pop_back();
+  }
+  out.assign(hidden.begin(), hidden.end());
   // One slot for a conversation's call, one per row for a batched step.
   const auto* slot = reinterpret_cast<const std::int32_t*>(buffer_.data() + n) - call.rows;
   const std::span<const std::int32_t> call_slots(
       slot, static_cast<std::size_t>(call.kind == BlockKind::decode_batch ? call.rows : 1));
   std::optional<Error> mine;
-  const std::uint32_t flags = worker_->run(call.kind, call.variant, call.rows, out.data(),
-                                           positions.data(), call_slots, mine);
-  if (flags != 0) {
-    if (mine)
-      throw Error(mine->kind(), "tensor parallel rank 0", mine->what());
-    // The lowest failed rank's error (every failed rank sends its own).
+  const std::vector<int> failed = worker_->run(call.kind, call.variant, call.rows, out.data(),
+                                               positions.data(), call_slots, mine);
+  if (!failed.empty()) {
+    spare_.push_back(std::move(out));
+    // Every failed rank r > 0 sends its error, and each is taken; the lowest rank's is thrown.
     std::optional<Error> first;
-    for (int r = 1; r < link_.ranks(); ++r) {
-      if ((flags & static_cast<std::uint32_t>(failure_flag(r))) == 0)
+    if (mine)
+      first = Error(mine->kind(), "tensor parallel rank 0", mine->what());
+    for (const int r : failed) {
+      if (r == 0)
         continue;
       const std::size_t got = link_.recv(r, buffer_);
       const hop::Header e = hop::read_header(buffer_, got, r);
@@ -318,9 +321,7 @@ void TensorParallelLayers::submit(const BlockCall& call, std::span<const float> 
       if (!first)
         first = hop::error_of(e, buffer_, got, "tensor parallel");
     }
-    throw first
-        ? *first
-        : Error(ErrorKind::io, "tensor parallel", str_cat("a rank failed (flags ", flags, ")"));
+    throw *first; // a failed rank's, rank 0's or another's
   }
   done_.push_back(std::move(out));
 }
@@ -330,6 +331,7 @@ void TensorParallelLayers::collect(std::span<float> hidden) {
   check(hidden.size() == done_.front().size(), ErrorKind::internal, "tensor parallel",
         "collecting a call of ", done_.front().size(), " values into ", hidden.size());
   std::copy(done_.front().begin(), done_.front().end(), hidden.begin());
+  spare_.push_back(std::move(done_.front()));
   done_.pop_front();
 }
 

@@ -53,31 +53,32 @@ struct TwoWays {
 };
 
 /// Rank 0's session over threads as the other ranks (each its own executor over the split
-/// bundle), their loops running until it ends; `fail_rank`'s stages throw on their `fail_at`-th
-/// run.
+/// bundle), their loops running until it ends; the stages of every rank in `fail_ranks` throw on
+/// their `fail_at`-th run.
 struct ThreadTensor {
   ThreadHub hub;
   std::vector<std::unique_ptr<runtime::Executor>> execs;
   std::vector<std::unique_ptr<runtime::CompiledStages>> stages;
   std::vector<std::unique_ptr<ThreadLink>> links;
-  std::unique_ptr<FailingStages> failing;
+  std::vector<std::unique_ptr<FailingStages>> failing; ///< by rank (null: runs as compiled)
   std::vector<std::thread> threads;
   std::unique_ptr<runtime::TensorParallelLayers> tp;
   std::unique_ptr<runtime::Session> session;
 
-  ThreadTensor(const TwoWays& m, int ranks, int fail_rank = -1, int fail_at = 0,
+  ThreadTensor(const TwoWays& m, int ranks, std::vector<int> fail_ranks = {}, int fail_at = 0,
                std::int64_t slots = 1) {
     for (int r = 0; r < ranks; ++r) {
       execs.push_back(runtime::make_executor(m.split, 1, slots));
       stages.push_back(std::make_unique<runtime::CompiledStages>(*execs.back()));
       links.push_back(std::make_unique<ThreadLink>(hub, r, ranks));
     }
-    if (fail_rank >= 0)
-      failing =
-          std::make_unique<FailingStages>(*stages[static_cast<std::size_t>(fail_rank)], fail_at);
+    failing.resize(static_cast<std::size_t>(ranks));
+    for (const int r : fail_ranks)
+      failing[static_cast<std::size_t>(r)] =
+          std::make_unique<FailingStages>(*stages[static_cast<std::size_t>(r)], fail_at);
     auto stages_of = [&](int r) -> runtime::Stages& {
-      return r == fail_rank ? static_cast<runtime::Stages&>(*failing)
-                            : *stages[static_cast<std::size_t>(r)];
+      const auto i = static_cast<std::size_t>(r);
+      return failing[i] ? static_cast<runtime::Stages&>(*failing[i]) : *stages[i];
     };
     for (int r = 1; r < ranks; ++r)
       threads.emplace_back([this, r, &m, &s = stages_of(r)] {
@@ -169,7 +170,7 @@ TEST_CASE("a slot pool over tensor parallel answers as one process, batched deco
   auto single_exec = runtime::make_executor(m.one, 1, slots);
   runtime::SlotPool one(*single_exec, m.dims, m.params, nullptr);
   const auto want = run(one);
-  ThreadTensor t(m, 2, -1, 0, slots);
+  ThreadTensor t(m, 2, {}, 0, slots);
   runtime::SlotPool pool(*t.execs[0], m.dims, m.params, nullptr);
   pool.set_remote_layers(t.tp.get(), 1, 1);
   const double worst = tpullm_test::logprob_gap(want, run(pool));
@@ -180,21 +181,27 @@ TEST_CASE("a slot pool over tensor parallel answers as one process, batched deco
 TEST_CASE("a tensor-parallel rank whose half throws makes rank 0 throw its error, and the run "
           "goes on",
           "[tensor-parallel]") {
-  const TwoWays m("llama-gqa", 2);
-  auto single_exec = runtime::make_executor(m.one, 1);
+  auto single_exec = runtime::make_executor(TwoWays("llama-gqa", 2).one, 1);
   runtime::CompiledStages single_stages(*single_exec);
-  runtime::Session one(single_stages, m.dims, m.params);
-  const auto prompt = ids(6, 3, m.dims.vocab);
-  const auto want = one.prefill(prompt, false);
-  for (int fail_rank : {1, 0}) {
-    CAPTURE(fail_rank);
-    // the failing rank throws on its third half: layer 1's attention of the first segment
-    ThreadTensor t(m, 2, fail_rank, 3);
+  // The failing ranks throw on their third half: layer 1's attention of the first segment. With
+  // ranks 0 and 1 failing at once, rank 0 throws its own error and still takes rank 1's (else
+  // the next call's all-reduce would read it as rank 1's values); on 4 ranks, 1 and 3 fail
+  // together and the lower one's error is thrown.
+  const std::vector<std::pair<int, std::vector<int>>> cases{
+      {2, {1}}, {2, {0}}, {2, {0, 1}}, {4, {1, 3}}};
+  for (const auto& [ranks, fail] : cases) {
+    CAPTURE(ranks, fail);
+    const TwoWays m("llama-gqa", ranks);
+    runtime::Session one(single_stages, m.dims, m.params);
+    const auto prompt = ids(6, 3, m.dims.vocab);
+    const auto want = one.prefill(prompt, false);
+    ThreadTensor t(m, ranks, fail, 3);
     CHECK_THROWS_WITH(t.session->prefill(prompt, false),
-                      Catch::Contains("tensor parallel rank " + std::to_string(fail_rank)) &&
+                      Catch::Contains("tensor parallel rank " + std::to_string(fail.front())) &&
                           Catch::Contains("a layer that fails on purpose"));
     CHECK(t.session->length() == 0); // the failed segment was not counted
     CHECK(rel(t.session->prefill(prompt, false), want) < 1e-4);
+    CHECK(rel(t.session->decode(7), one.decode(7)) < 1e-4); // and the call after it
   }
 }
 
@@ -214,12 +221,12 @@ TEST_CASE("tensor parallel needs rank 0, 2 ranks and stages that keep their cach
 TEST_CASE("a tensor-parallel rank holds its own shards, the layers' shared weights and, on rank "
           "0, the rest",
           "[tensor-parallel]") {
-  CHECK(runtime::weight_tensor_rank("layers.3.q.tp1.pf32") == 1); // the lowering's part after it
-  CHECK(runtime::weight_tensor_rank("layers.3.q.tp12") == 12);
-  CHECK(runtime::weight_tensor_rank("layers.3.attn_norm") == -1);
-  CHECK(runtime::weight_tensor_rank("layers.3.q.tpx.pf32") == -1);
-  CHECK(runtime::weight_tensor_rank("layers.3.q.tp1x") == -1);
-  CHECK(runtime::weight_tensor_rank("embedding.tp1.pbf16") == 1); // a slice of the lm_head
+  CHECK(frontend::tp_weight_rank("layers.3.q.tp1.pf32") == 1); // the lowering's part after it
+  CHECK(frontend::tp_weight_rank("layers.3.q.tp12") == 12);
+  CHECK(frontend::tp_weight_rank("layers.3.attn_norm") == -1);
+  CHECK(frontend::tp_weight_rank("layers.3.q.tpx.pf32") == -1);
+  CHECK(frontend::tp_weight_rank("layers.3.q.tp1x") == -1);
+  CHECK(frontend::tp_weight_rank("embedding.tp1.pbf16") == 1); // a slice of the lm_head
   const runtime::LayerRange all{0, 3};
   CHECK(runtime::rank_holds("layers.0.q.tp1.pf32", all, false, 1));
   CHECK_FALSE(runtime::rank_holds("layers.0.q.tp1.pf32", all, true, 0));

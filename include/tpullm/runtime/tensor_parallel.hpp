@@ -21,9 +21,10 @@
 /// The sums change the order of additions against one process (the projections' dot products
 /// are split over ranks), so results agree within rounding, not bit for bit.
 ///
-/// A rank whose half throws adds a flag to the all-reduce, so every rank stops that call at the
-/// same layer; each failed rank r > 0 then sends rank 0 its error, which rank 0 throws, and
-/// every rank waits for the next call.
+/// A rank whose half throws sets its slot among N floats after the all-reduce's values, so every
+/// rank stops that call at the same layer knowing which ranks failed; each failed rank r > 0
+/// then sends rank 0 its error, which rank 0 throws (the lowest rank's), and every rank waits
+/// for the next call.
 
 #include <cstdint>
 #include <deque>
@@ -90,8 +91,11 @@ private:
   std::int64_t hidden_, max_rows_;
   std::vector<std::byte> buffer_;
   std::vector<float> rows_;                ///< a head call's padded rows
+  std::vector<float> mine_;                ///< rank 0's logits of a head call
+  std::vector<std::byte> reply_;           ///< another rank's reply to a head call
   std::vector<std::int64_t> head_batches_; ///< the lm_head slices' batches, ascending
   std::deque<std::vector<float>> done_;    ///< results of calls not yet collected, oldest first
+  std::vector<std::vector<float>> spare_;  ///< collected results' buffers, for the next calls
   bool stopped_ = false;
 };
 
