@@ -84,15 +84,11 @@ struct BundleReader {
     i.source = m.source() != nullptr ? m.source()->str() : "";
     i.tensor_parallel =
         bounded(m.tensor_parallel(), 1, frontend::kMaxTensorParallel, "model.tensor_parallel");
-    if (const std::int64_t n = i.tensor_parallel; n > 1) {
-      if (i.heads % n != 0 || i.intermediate % n != 0 || frontend::tp_kv_heads(i.kv_heads, n) == 0)
-        fail("model.tensor_parallel",
-             std::to_string(n) + " ranks do not split the model's " + std::to_string(i.heads) +
-                 " heads, " + std::to_string(i.kv_heads) + " kv heads and intermediate " +
-                 std::to_string(i.intermediate) +
-                 " (heads and intermediate must divide by it; kv heads divide by it or it by "
-                 "them)");
-    }
+    if (i.tensor_parallel > 1)
+      if (const std::string why = frontend::tp_split_refusal(i.heads, i.kv_heads, i.intermediate,
+                                                             i.vocab, i.tensor_parallel);
+          !why.empty())
+        fail("model.tensor_parallel", why);
   }
 
   void text(const fb::Text* t) {

@@ -121,6 +121,23 @@ std::string column_refusal(const WeightRef& w, const std::string& what, std::int
 
 } // namespace
 
+std::string tp_split_refusal(std::int64_t heads, std::int64_t kv_heads, std::int64_t intermediate,
+                             std::int64_t vocab, std::int64_t ranks) {
+  if (vocab < ranks)
+    return str_cat("tensor parallel splits the vocabulary; ", vocab, " tokens for ", ranks,
+                   " ranks");
+  if (heads % ranks != 0)
+    return str_cat("tensor parallel splits attention heads evenly; ", heads,
+                   " heads do not divide over ", ranks, " ranks");
+  if (tp_kv_heads(kv_heads, ranks) == 0)
+    return str_cat("tensor parallel splits key/value heads evenly or gives each rank one; ",
+                   kv_heads, " kv heads neither divide over ", ranks, " ranks nor divide ", ranks);
+  if (intermediate % ranks != 0)
+    return str_cat("tensor parallel splits MLP columns evenly; intermediate ", intermediate,
+                   " does not divide over ", ranks, " ranks");
+  return {};
+}
+
 std::string tensor_parallel_refusal(const ModelDesc& d, std::int64_t ranks) {
   const auto& m = d.dims;
   if (ranks < 2 || ranks > kMaxTensorParallel)
@@ -141,19 +158,9 @@ std::string tensor_parallel_refusal(const ModelDesc& d, std::int64_t ranks) {
                      "packing; the ",
                      head == &d.lm_head ? "lm_head" : "embedding table", " (", head->name(),
                      ") is packed");
-  if (m.vocab < ranks)
-    return str_cat("tensor parallel splits the vocabulary; ", m.vocab, " tokens for ", ranks,
-                   " ranks");
-  if (m.heads % ranks != 0)
-    return str_cat("tensor parallel splits attention heads evenly; ", m.heads,
-                   " heads do not divide over ", ranks, " ranks");
-  if (tp_kv_heads(m.kv_heads, ranks) == 0)
-    return str_cat("tensor parallel splits key/value heads evenly or gives each rank one; ",
-                   m.kv_heads, " kv heads neither divide over ", ranks, " ranks nor divide ",
-                   ranks);
-  if (m.intermediate % ranks != 0)
-    return str_cat("tensor parallel splits MLP columns evenly; intermediate ", m.intermediate,
-                   " does not divide over ", ranks, " ranks");
+  if (std::string why = tp_split_refusal(m.heads, m.kv_heads, m.intermediate, m.vocab, ranks);
+      !why.empty())
+    return why;
   // GGUF blocks run along the in-features: o's and down's column shares must be whole blocks.
   for (std::size_t i = 0; i < d.layers.size(); ++i) {
     const std::string layer = str_cat("layers.", i, ".");

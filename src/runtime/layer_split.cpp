@@ -26,12 +26,8 @@ std::int64_t weight_layer(std::string_view name) {
   return n;
 }
 
-std::int64_t weight_tensor_rank(std::string_view name) {
-  return frontend::tp_weight_rank(name);
-}
-
 bool rank_holds(std::string_view name, LayerRange range, bool shared, std::int64_t tensor_rank) {
-  const auto r = weight_tensor_rank(name);
+  const auto r = frontend::tp_weight_rank(name);      // -1: a weight every rank reads whole
   if (tensor_rank >= 0 && r >= 0 && r != tensor_rank) // another rank's shard
     return false;
   const auto l = weight_layer(name);

@@ -26,6 +26,14 @@ namespace tpullm::frontend {
 /// The most ranks a tensor-parallel split accepts.
 inline constexpr std::int64_t kMaxTensorParallel = 64;
 
+/// Empty when `heads` query heads, `kv_heads` key / value heads and `intermediate` MLP columns
+/// split over `ranks` ranks (heads and intermediate evenly, kv heads evenly or one per rank when
+/// `ranks` is a multiple of them, at most as many ranks as the `vocab` tokens), else a one-line
+/// reason naming the numbers: the one rule of compile (tensor_parallel_refusal) and of the
+/// bundle reader (Model.tensor_parallel).
+std::string tp_split_refusal(std::int64_t heads, std::int64_t kv_heads, std::int64_t intermediate,
+                             std::int64_t vocab, std::int64_t ranks);
+
 /// Empty when `d` can be split over `ranks` ranks, else a one-line reason naming the numbers:
 /// ranks outside [2, kMaxTensorParallel], heads or intermediate not divisible by ranks, key /
 /// value heads neither divisible by ranks nor dividing it, a mixture-of-experts layer, a layer

@@ -26,12 +26,6 @@ struct LayerRange {
 /// weights, or "model.layers.N.*" as checkpoints do), or -1 (embedding, final norm, lm_head).
 std::int64_t weight_layer(std::string_view name);
 
-/// The tensor-parallel rank whose shard weight `name` is (the part ".tp<r>" the compiler gives a
-/// rank's slice of a layer weight or of the lm_head, frontend/tensor_parallel.hpp, before the
-/// lowering's own parts: "layers.3.q.tp1.pf32", "lm_head.tp1.pbf16"), or -1 (a weight every
-/// rank uses whole).
-std::int64_t weight_tensor_rank(std::string_view name);
-
 /// Whether a rank holds weight `name`: a layer weight of a layer in `range` (of its own shard,
 /// when `tensor_rank` >= 0 and the weight is a shard), its own shard of the lm_head, or another
 /// weight outside the layers when `shared` (rank 0, or a single process).
