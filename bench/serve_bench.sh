@@ -9,7 +9,8 @@
 # TPULLM_SERVE_ARGS adds options to `tpullm serve` (e.g. "--draft prompt-lookup");
 # TPULLM_SERVE_LAUNCH goes before it (e.g. "mpirun -n 2 --bind-to core" with TPULLM_SERVE_ARGS
 # "--parallel pipeline --threads 1"): the pipeline's traffic and each rank's busy time are
-# printed after the server stops.
+# printed after the server stops. The single-stream row runs under the same launch with
+# TPULLM_BENCH_ARGS (the bench's share of those options).
 set -euo pipefail
 tpullm=$1 bundle=$2 slots=${3:-8} clients=${4:-1,2,4,8} max_tokens=${5:-64} requests=${6:-2}
 single=${7:-1}
@@ -37,9 +38,13 @@ node -e 'fetch(process.argv[1]).then((r) => r.text()).then((t) => { const m = t.
   "http://127.0.0.1:$port/metrics"
 kill -TERM "$pid"
 wait "$pid" || true
-sed -n 's/^tpullm serve: \(pipeline: .*\|rank report .*\)/\1/p' "$log"
+sed -n 's/^tpullm serve: \(pipeline: .*\|tensor parallel: .*\|rank report .*\)/\1/p' "$log"
 if [ "$single" != 0 ]; then
+  # Launched as the server was, with TPULLM_BENCH_ARGS (e.g. "--parallel tensor --threads 1"):
+  # its decode row carries the read ceiling of this run.
   echo "single stream, tpullm bench (same bundle):"
-  "$tpullm" bench "$bundle" --prompt 32 --context 64 --no-contention 2>&1 | sed -n '/^decode/,+1p'
+  # shellcheck disable=SC2086
+  ${TPULLM_SERVE_LAUNCH:-} "$tpullm" bench "$bundle" --prompt 32 --context 64 --no-contention \
+    ${TPULLM_BENCH_ARGS:-} 2>&1 | sed -n '/^decode/,+1p'
 fi
 uptime
