@@ -408,8 +408,11 @@ Executor::run(std::int64_t id, std::span<const std::span<const std::byte>> input
       stats_.instrs += static_cast<std::int64_t>((e - i)) * n;
       i = e;
     }
-    if (profiling_)
-      kernel_s += std::chrono::duration<double>(clock_type::now() - k0).count();
+    if (profiling_) {
+      const double dt = std::chrono::duration<double>(clock_type::now() - k0).count();
+      kernel_s += dt;
+      stats_.op_seconds[static_cast<std::size_t>(in.kind())] += dt;
+    }
   }
   // Results: produced in place, or copied to the caller's span, or handed out as views.
   std::vector<std::span<const std::byte>> views;

@@ -132,3 +132,39 @@ TEST_CASE("prefill variants longer than max_input_length are refused", "[prefill
   p.prefill_auto = true;
   CHECK(p.prefill_lengths() == std::vector<std::int64_t>{32, 16});
 }
+
+// Executor profiling: every instruction's time goes to its op kind (ExecStats::op_seconds), the
+// kinds add up to the kernel time, and nothing is counted while profiling is off.
+TEST_CASE("profiling splits the kernel time by op kind", "[prefill-variants][profiling]") {
+  const auto desc =
+      frontend::load_model(std::filesystem::path(TPULLM_TEST_DATA_DIR) / "models" / "llama-gqa");
+  compiler::CompileOptions o;
+  o.target.cores = 2;
+  const auto p = params({8});
+  auto ex = runtime::make_executor(compiler::compile(frontend::build_top_modules(desc, p), o));
+  runtime::CompiledStages st(*ex);
+  const auto dims = runtime::session_dims(bundle::make_model_info(desc, p, "f32"));
+  runtime::Session s(st, dims, p);
+  (void)s.prefill(std::vector<std::int32_t>{11, 7, 300, 42, 5}, true);
+  (void)s.decode(3);
+  double off = 0;
+  for (double t : ex->stats().op_seconds)
+    off += t;
+  CHECK(off == 0);
+  CHECK(ex->stats().kernel_seconds == 0);
+
+  ex->set_profiling(true);
+  for (std::int32_t t : {9, 4, 17})
+    (void)s.decode(t);
+  const auto& stats = ex->stats();
+  double sum = 0;
+  for (double t : stats.op_seconds)
+    sum += t;
+  CHECK(stats.kernel_seconds > 0);
+  CHECK(std::abs(sum - stats.kernel_seconds) <= 1e-9 * stats.kernel_seconds);
+  auto seconds = [&](ir::OpKind k) { return stats.op_seconds[static_cast<std::size_t>(k)]; };
+  CHECK(seconds(ir::OpKind::tpu_FAttention) > 0);
+  CHECK(seconds(ir::OpKind::tpu_RMSNorm) > 0);
+  CHECK(seconds(ir::OpKind::tpu_MatMul) + seconds(ir::OpKind::tpu_MLP) > 0);
+  CHECK(seconds(ir::OpKind::top_MatMul) == 0); // Top ops never run
+}

@@ -50,6 +50,20 @@ std::string cpu_model() {
   return "unknown";
 }
 
+/// Shares of `wall` seconds spent in each op kind's kernels (ExecStats::op_seconds while
+/// profiling), largest first, kinds under 0.5% left out, by op name ("tpu.MatMul").
+nlohmann::ordered_json op_shares(const runtime::ExecStats& st, double wall) {
+  std::vector<std::pair<double, std::string>> v;
+  for (std::size_t k = 0; k < st.op_seconds.size(); ++k)
+    if (wall > 0 && st.op_seconds[k] / wall >= 0.005)
+      v.emplace_back(st.op_seconds[k] / wall, std::string(ir::op_name(static_cast<ir::OpKind>(k))));
+  std::sort(v.begin(), v.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  nlohmann::ordered_json out = nlohmann::ordered_json::object();
+  for (const auto& [share, name] : v)
+    out[name] = share;
+  return out;
+}
+
 /// Deterministic prompt ids spread over the vocabulary.
 std::vector<std::int32_t> prompt_ids(std::int64_t n, std::int64_t vocab) {
   std::vector<std::int32_t> p(static_cast<std::size_t>(n));
@@ -417,6 +431,7 @@ int cmd_bench(const std::vector<std::string>& args) {
     // Share of the decode wall time spent inside kernel calls (executor profiling on: every
     // instruction timed), the rest being the executor's and the session's own work.
     double kernel_share = 0;
+    nlohmann::ordered_json op_share = nlohmann::ordered_json::object();
     {
       s.reset();
       const auto ids = prompt_ids(C, m.vocab);
@@ -430,7 +445,9 @@ int cmd_bench(const std::vector<std::string>& args) {
         auto l = s.decode(tok);
         tok = static_cast<std::int32_t>(std::max_element(l.begin(), l.end()) - l.begin());
       }
-      kernel_share = ex.stats().kernel_seconds / seconds_since(t0);
+      const double wall = seconds_since(t0);
+      kernel_share = ex.stats().kernel_seconds / wall;
+      op_share = op_shares(ex.stats(), wall);
       ex.set_profiling(false);
     }
     const auto [S, bytes] = step_bytes(C);
@@ -445,6 +462,7 @@ int cmd_bench(const std::vector<std::string>& args) {
                    {"read_near_pattern", near.gbs > 0 ? near.pattern : "start-up ceiling"},
                    {"roofline_frac_start", read_bw > 0 ? bytes / best / read_bw : 0},
                    {"kernel_share", kernel_share},
+                   {"op_share", op_share},
                    {"pool_stalls", stalls}});
   }
   out["prefill"] = pre;
@@ -665,6 +683,12 @@ int cmd_bench(const std::vector<std::string>& args) {
               << std::setprecision(3) << d["roofline_frac"].get<double>() << std::setw(10)
               << d["roofline_frac_start"].get<double>() << std::setw(12)
               << d["kernel_share"].get<double>() << std::setprecision(1) << "\n";
+  for (const auto& d : dec) {
+    std::cout << "  time by op at context " << d["context"].get<std::int64_t>() << ":";
+    for (const auto& [op, share] : d["op_share"].items())
+      std::cout << " " << op << " " << std::setprecision(0) << 100 * share.get<double>() << "%";
+    std::cout << std::setprecision(1) << "\n";
+  }
   if (contention.contains("skipped")) {
     std::cout << "contention: skipped (" << contention["skipped"].get<std::string>() << ")\n";
   } else {

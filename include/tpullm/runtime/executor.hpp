@@ -12,6 +12,7 @@
 /// each core with its own local scratch holding the group's intermediate rows; ungrouped ops
 /// run whole with their planned core split.
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -45,6 +46,9 @@ struct ExecStats {
   double kernel_seconds = 0; ///< inside kernel calls (and view / copy steps of instructions)
   std::int64_t runs = 0;     ///< run() calls
   std::int64_t instrs = 0;   ///< instructions executed (tiles count once per tile)
+  /// kernel_seconds by op kind (indexed by ir::OpKind; a layer group's tiles counted under its
+  /// first op's kind), filled while profiling like kernel_seconds.
+  std::array<double, ir::kNumOpKinds> op_seconds{};
 };
 
 /// Executes Programs; see the file comment.
