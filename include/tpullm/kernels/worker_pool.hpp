@@ -18,6 +18,13 @@
 /// the caller that wait once, where leaving the worker out would cost half the pool for 20 ms.
 /// On a quiet machine no worker is left out; with a busy process on one of two cores a pool runs
 /// at about the one-core speed instead of being dragged to the busy core's pace.
+///
+/// What the caller sees as a stall is left out only when the straggler was not running: its
+/// thread's CPU time (CLOCK_THREAD_CPUTIME_ID, read only once a wait has passed the patience)
+/// must have advanced by less than kRanShare of the wait. A worker that ran the whole wait was
+/// slow, not displaced (a virtual CPU the host slowed, or one waking from idle), and leaving it
+/// out would only make the pool wake it again later, from idle: on a 2-vCPU VM that loop had the
+/// worker run 9% of a long-context decode, which ran 1.3-1.5x slower for it.
 
 #include <algorithm>
 #include <atomic>
@@ -38,6 +45,7 @@
 
 #include <pthread.h>
 #include <sched.h>
+#include <time.h>
 #include <signal.h>
 
 namespace tpullm::kernels {
@@ -102,6 +110,10 @@ public:
     for (int w = 1; w < size_; ++w)
       workers_.emplace_back([this, w] { work(w); });
     pthread_sigmask(SIG_SETMASK, &old, nullptr);
+    for (int w = 1; w < size_; ++w)
+      slots_[w].has_cpu_clock =
+          pthread_getcpuclockid(workers_[static_cast<std::size_t>(w - 1)].native_handle(),
+                                &slots_[w].cpu_clock) == 0;
   }
   ~WorkerPool() {
     stop_.store(true);
@@ -126,6 +138,11 @@ public:
   /// Dispatches that waited past the patience for a worker without leaving it out (short
   /// stalls; for tests).
   std::int64_t short_stalls() const { return short_stalls_.load(std::memory_order_relaxed); }
+  /// A straggler whose thread ran at least this share of the caller's wait past the patience
+  /// was slow, not displaced by another process, and stays in.
+  static constexpr double kRanShare = 0.75;
+  /// Dispatches whose straggler stayed in because it kept running (for tests and the bench).
+  std::int64_t running_stalls() const { return running_stalls_.load(std::memory_order_relaxed); }
 
   /// Runs body(item, worker) for every item in [0, items) on up to `parts` threads of the pool
   /// (the calling thread is worker 0; worker ids are < parts). Items are handed out one at a time;
@@ -182,17 +199,25 @@ public:
     const auto patience = mine > 0 ? 4 * ((t1 - t0) / mine) + std::chrono::microseconds(50)
                                    : clock::duration(std::chrono::milliseconds(1));
     std::uint64_t stragglers = 0;
+    clock::time_point suspected{};
     for (std::uint32_t spins = 0; job_.done.load(std::memory_order_acquire) < joined; ++spins) {
       pause();
-      if ((spins & 63) == 63 && stragglers == 0 && clock::now() - t1 > patience)
+      if ((spins & 63) == 63 && stragglers == 0 && clock::now() - t1 > patience) {
         stragglers = busy_workers();
+        suspected = clock::now();
+        mark_cpu_time(stragglers);
+      }
       if ((spins & 1023) == 1023)
         std::this_thread::yield();
     }
     // The leave-out runs from the end of this dispatch, when the straggler is finally done.
     const auto t2 = clock::now();
-    if (stragglers != 0)
-      stragglers = long_stallers(stragglers, t2 - t1, t2);
+    if (stragglers != 0) {
+      const std::uint64_t running = kept_running(stragglers, suspected, t2);
+      stragglers = long_stallers(stragglers, t2 - t1, t2) & ~running;
+      if (running != 0)
+        running_stalls_.fetch_add(1, std::memory_order_relaxed);
+    }
     if (stragglers != 0)
       leave_out(stragglers, t2);
     else
@@ -222,6 +247,10 @@ private:
     std::chrono::milliseconds backoff{kBackoff0}; ///< next leave-out period
     clock::time_point invited_since{};            ///< back in the dispatches since
     StallBudget short_waits;                      ///< the caller's short waits for it
+    clockid_t cpu_clock{};                        ///< its thread's CPU-time clock
+    bool has_cpu_clock = false;                   ///< pthread_getcpuclockid succeeded
+    std::int64_t cpu_marked_ns = -1;              ///< its CPU time when a wait was suspected
+    std::atomic<std::int64_t> done_at_ns{0};      ///< when it last finished its items
   };
   static constexpr std::chrono::milliseconds kBackoff0{20}, kBackoffMax{1000};
 
@@ -270,6 +299,43 @@ private:
       if (slots_[w].busy.load(std::memory_order_acquire))
         m |= std::uint64_t{1} << w;
     return m != 0 ? m : 1;
+  }
+  // Thread CPU time of worker w in ns, or -1 where its clock cannot be read.
+  std::int64_t cpu_ns(int w) const {
+    timespec ts{};
+    if (!slots_[w].has_cpu_clock || clock_gettime(slots_[w].cpu_clock, &ts) != 0)
+      return -1;
+    return static_cast<std::int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+  }
+  // Notes the CPU time of each straggler in `mask` as the wait for it is suspected.
+  void mark_cpu_time(std::uint64_t mask) {
+    for (int w = 1; w < size_; ++w)
+      slots_[w].cpu_marked_ns = (mask >> w & 1) ? cpu_ns(w) : -1;
+  }
+  // The stragglers in `mask` whose threads ran at least kRanShare of the time from `since` (the
+  // wait suspected) to when each finished its items: slow, not displaced by another process. The
+  // caller's own delay in noticing the end (to `now`) counts neither against the worker nor for
+  // it: its CPU time since it finished (at most that delay) is taken off.
+  std::uint64_t kept_running(std::uint64_t mask, clock::time_point since,
+                             clock::time_point now) const {
+    std::uint64_t out = 0;
+    for (int w = 1; w < size_; ++w) {
+      if (!(mask >> w & 1) || slots_[w].cpu_marked_ns < 0)
+        continue;
+      const clock::time_point done{
+          clock::duration(slots_[w].done_at_ns.load(std::memory_order_relaxed))};
+      const double wait_ns = static_cast<double>(
+          std::chrono::duration_cast<std::chrono::nanoseconds>(done - since).count());
+      if (wait_ns <= 0)
+        continue;
+      const std::int64_t cpu = cpu_ns(w);
+      const double after_ns = static_cast<double>(std::max<std::int64_t>(
+          0, std::chrono::duration_cast<std::chrono::nanoseconds>(now - done).count()));
+      if (cpu >= 0 &&
+          static_cast<double>(cpu - slots_[w].cpu_marked_ns) - after_ns >= kRanShare * wait_ns)
+        out |= std::uint64_t{1} << w;
+    }
+    return out;
   }
   // The stragglers of a dispatch whose caller waited `waited` after its own items that are to be
   // left out: all of them after a long wait, else those whose short waits within the current
@@ -349,6 +415,7 @@ private:
       Slot& slot = slots_[w];
       slot.busy.store(true, std::memory_order_release);
       run_items(w);
+      slot.done_at_ns.store(clock::now().time_since_epoch().count(), std::memory_order_relaxed);
       slot.busy.store(false, std::memory_order_release);
       job_.done.fetch_add(1, std::memory_order_acq_rel);
     }
@@ -367,7 +434,7 @@ private:
   std::mutex sleep_lock_;
   std::condition_variable wake_;
   std::atomic<bool> stop_{false};
-  std::atomic<std::int64_t> stalls_{0}, short_stalls_{0};
+  std::atomic<std::int64_t> stalls_{0}, short_stalls_{0}, running_stalls_{0};
 };
 
 /// The pool kernels dispatch to on this thread: the one a ScopedPool installed (an Executor's
