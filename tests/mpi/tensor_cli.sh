@@ -24,15 +24,21 @@ for tp in "" "--tensor-parallel 2"; do
     --max-input-length 16 --decode-chunks 64 $tp >/dev/null || { echo "FAIL: compile $tp"; exit 1; }
 done
 prompt=$(seq -s, 3 42) # 40 tokens: three prompt segments
-ref=$("$tpullm" run gqa.bundle --prompt-ids "$prompt" -n 24 --ignore-eos --threads 1 -q)
-got=$("$mpiexec" -n 2 "$tpullm" run gqa-tp.bundle --prompt-ids "$prompt" -n 24 --ignore-eos \
-  --threads 1 -q --parallel tensor 2>&1)
-if [ -n "$ref" ] && [ "$got" = "$ref" ]; then
-  echo "ok: 2 tensor-parallel ranks: the ids of one process"
-else
-  fail=1
-  echo "FAIL: 2 tensor-parallel ranks: '$got', one process: '$ref'"
-fi
+# same_ids LABEL ONE.bundle TP.bundle N: N greedy ids of the split bundle on 2 ranks equal those
+# of the ordinary bundle in one process.
+same_ids() {
+  local ref got
+  ref=$("$tpullm" run "$2" --prompt-ids "$prompt" -n "$4" --ignore-eos --threads 1 -q)
+  got=$("$mpiexec" -n 2 "$tpullm" run "$3" --prompt-ids "$prompt" -n "$4" --ignore-eos \
+    --threads 1 -q --parallel tensor 2>&1)
+  if [ -n "$ref" ] && [ "$got" = "$ref" ]; then
+    echo "ok: $1 on 2 tensor-parallel ranks: the ids of one process"
+  else
+    fail=1
+    echo "FAIL: $1 on 2 tensor-parallel ranks: '$got', one process: '$ref'"
+  fi
+}
+same_ids "llama-gqa" gqa.bundle gqa-tp.bundle 24
 # 3 segments and 23 decode steps: 26 calls, 2 all-reduces a layer (3 layers) each
 expect 0 "tensor parallel: 2 ranks; 26 calls, 156 all-reduces" \
   "$mpiexec" -n 2 "$tpullm" run gqa-tp.bundle --prompt-ids "$prompt" -n 24 --ignore-eos \
@@ -46,15 +52,7 @@ gguf=$(dirname "$models")/models-gguf
   --max-input-length 16 >/dev/null &&
   "$tpullm" compile "$gguf/qwen2-q8_0/model.gguf" -o q8-tp.bundle --seq-length 128 \
     --max-input-length 16 --tensor-parallel 2 >/dev/null || { echo "FAIL: compile Q8_0"; exit 1; }
-refq=$("$tpullm" run q8.bundle --prompt-ids "$prompt" -n 16 --ignore-eos --threads 1 -q)
-gotq=$("$mpiexec" -n 2 "$tpullm" run q8-tp.bundle --prompt-ids "$prompt" -n 16 --ignore-eos \
-  --threads 1 -q --parallel tensor 2>&1)
-if [ -n "$refq" ] && [ "$gotq" = "$refq" ]; then
-  echo "ok: a Q8_0 GGUF on 2 tensor-parallel ranks: the ids of one process"
-else
-  fail=1
-  echo "FAIL: a Q8_0 GGUF on 2 tensor-parallel ranks: '$gotq', one process: '$refq'"
-fi
+same_ids "a Q8_0 GGUF" q8.bundle q8-tp.bundle 16
 expect 2 "cuts GGUF blocks only at their edges; layers.0.o \(Q4_K, 256 values a block\)" \
   "$tpullm" compile "$gguf/llama-q4_k_m/model.gguf" -o k.bundle --tensor-parallel 2
 rm -f q8.bundle q8-tp.bundle
