@@ -78,7 +78,7 @@ void check_session_runs(runtime::Session& s, bool with_history, const std::strin
 }
 
 void check_runnable(const frontend::ModelDesc& desc, const frontend::StageParams& params,
-                    const compiler::CompileOptions& options) {
+                    const compiler::CompileOptions& options, bool integer_draft) {
   (void)params;
   check(options.tile_rows >= 0, ErrorKind::invalid_input, "--tile-rows", "must be >= 0, got ",
         options.tile_rows);
@@ -114,8 +114,9 @@ void check_runnable(const frontend::ModelDesc& desc, const frontend::StageParams
   check(lo.group_size == 0 || lo.group_size == 32 || lo.group_size == 64 || lo.group_size == 128,
         ErrorKind::invalid_input, "--group-size",
         "must be 32, 64, 128 or 0 (per output channel), got ", lo.group_size);
-  check(any_rtn || !lo.symmetric, ErrorKind::invalid_input, "--symmetric",
-        "applies only to --mode w8a16 / w4a16 or --lm-head-dtype / --embedding-dtype w8 / w4");
+  check(any_rtn || integer_draft || !lo.symmetric, ErrorKind::invalid_input, "--symmetric",
+        "applies only to --mode w8a16 / w4a16, --lm-head-dtype / --embedding-dtype w8 / w4 or "
+        "--draft-mode w8a16 / w4a16");
   // int8 against the model: no mixture-of-experts layer under static scales, no linear weight
   // already quantized (the lowering refuses both too, later; here before the work).
   const std::string model = desc.dir.string();
@@ -212,7 +213,7 @@ CompileReport compile_bundle(const frontend::ModelDesc& desc, const frontend::St
   std::error_code dir_ec;
   check(!fs::is_directory(out, dir_ec), ErrorKind::invalid_input, out.string(), "is a directory; ",
         output_option, " names the bundle file to write");
-  check_runnable(desc, params, options);
+  check_runnable(desc, params, options, draft.integer());
   refuse_output_over_model_file(out.string(), desc.dir.string(), option);
   refuse_output_over_input(out.string(), options.lower.calib, "--calib", option);
   // Staged beside the target and renamed over it only on commit (support/output_file.hpp); a
@@ -298,7 +299,7 @@ CompileReport compile_checkpoint(const frontend::ModelDesc& desc,
   params.validate(desc.dims.max_position);
   draft.validate(desc);
   options.lower.keep_float = keep_float; // checked as given, then mapped to the Top names
-  check_runnable(desc, params, options);
+  check_runnable(desc, params, options, draft.integer());
   plan_quantization(desc, options.lower, keep_float);
   // Refuse up front what cannot be compiled here, or run from the bundle (its KV cache).
   frontend::check_run_memory(desc, params, access, options.lower.plan->kv_dtype);

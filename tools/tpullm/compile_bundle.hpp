@@ -42,6 +42,11 @@ struct DraftSpec {
   /// --draft-act-quant for a mode or dtype outside the lists, a layer count outside [0, the
   /// model's], and for any of them without --draft-mode.
   void validate(const frontend::ModelDesc& desc) const;
+  /// Whether any of its weights are integer codes (mode w8a16 / w4a16, or lm_head w8 / w4), which
+  /// --group-size and --symmetric then shape.
+  bool integer() const {
+    return mode == "w8a16" || mode == "w4a16" || lm_head == "w8" || lm_head == "w4";
+  }
 };
 
 /// Refuses (Error(invalid_input) naming the option, one line) what `compile --tensor-parallel
@@ -105,9 +110,11 @@ void check_session_runs(runtime::Session& s, bool with_history, const std::strin
 /// outside the vocabulary, a weight dtype the target does not list, a group size the kernels do
 /// not run; the quantization options by the plan's rules (conversion::plan_quant_options, named
 /// as flags) and, for int8, against the model (Error(unsupported): static scales on a
-/// mixture-of-experts layer, an already-quantized linear weight).
+/// mixture-of-experts layer, an already-quantized linear weight). `integer_draft`: a draft model
+/// with integer weights is compiled beside (--draft-mode w8a16 / w4a16, or its lm_head w8 / w4),
+/// so --symmetric applies to it even where the model's own weights are float.
 void check_runnable(const frontend::ModelDesc& desc, const frontend::StageParams& params,
-                    const compiler::CompileOptions& options);
+                    const compiler::CompileOptions& options, bool integer_draft = false);
 
 /// A one-paragraph human summary of `r` (compile time, size, memory plan).
 std::string describe(const CompileReport& r);

@@ -12,7 +12,8 @@ namespace tpullm::cli {
 
 po::options_description quantization_options(conversion::LowerOptions& l, std::string& keep_float) {
   po::options_description o(
-      "weight quantization (--mode w8a16 / w4a16 / int8, --lm-head-dtype w8 / w4)");
+      "weight quantization (--mode w8a16 / w4a16 / int8, --lm-head-dtype w8 / w4, --draft-mode "
+      "w8a16 / w4a16)");
   o.add_options()("group-size", po::value(&l.group_size)->default_value(64),
                   "rows of K sharing one scale (and zero point): 32, 64, 128, or 0 for one per "
                   "output channel")("symmetric", po::bool_switch(&l.symmetric),
