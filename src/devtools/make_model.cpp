@@ -1,6 +1,8 @@
 // Out-of-line definitions of tpullm/devtools/make_model.hpp (compiled once into tpullm_devtools).
 #include "tpullm/devtools/make_model.hpp"
 
+#include <cmath>
+
 namespace tpullm::frontend {
 
 auto ModelPreset::validate() const -> void {
@@ -245,6 +247,37 @@ auto RandomQuant::validate() const -> void {
         "is a GPTQ option (awq has no act-order)");
 }
 
+auto QatGrid::validate() const -> void {
+  check(bits == 0 || bits == 4 || bits == 8, ErrorKind::invalid_input, "--qat-grid",
+        "must be int4 or int8, got ", bits, " bits");
+  check(bits == 0 || group == 32 || group == 64 || group == 128, ErrorKind::invalid_input,
+        "--group-size", "--qat-grid takes 32, 64 or 128 (compile's group sizes), got ", group);
+}
+
+namespace detail {
+
+void round_to_grid(std::span<float> v, const QatGrid& g) {
+  const float top = static_cast<float>((1 << (g.bits - 1)) - 1);
+  for (std::size_t at = 0; at + static_cast<std::size_t>(g.group) <= v.size();
+       at += static_cast<std::size_t>(g.group)) {
+    const std::span<float> q = v.subspan(at, static_cast<std::size_t>(g.group));
+    float m = 0;
+    for (float x : q)
+      m = std::max(m, std::abs(x));
+    if (!(m > 0))
+      continue;
+    const float scale = m / top;
+    for (float& x : q)
+      x = std::clamp(std::nearbyint(x / scale), -top, top) * scale;
+  }
+}
+
+bool on_qat_grid(const std::string& name) {
+  return is_decoder_linear(name) || name == "model.embed_tokens.weight" || name == "lm_head.weight";
+}
+
+} // namespace detail
+
 nlohmann::json random_quant_config(const RandomQuant& q) {
   if (q.method == "gptq")
     return {{"quant_method", "gptq"},  {"bits", q.bits},       {"group_size", q.group_size},
@@ -326,6 +359,12 @@ MakeModelReport write_random_model(const ModelPreset& p, const RandomWeights& w,
                                    const std::filesystem::path& dir,
                                    const std::function<void(std::size_t, std::size_t)>& progress) {
   w.quant.validate();
+  w.grid.validate();
+  check(w.grid.bits == 0 || w.quant.method.empty(), ErrorKind::invalid_input, "--qat-grid",
+        "rounds a float checkpoint; it cannot be combined with --quantize");
+  check(w.grid.bits != 8 || w.dtype != DType::bf16, ErrorKind::invalid_input, "--qat-grid",
+        "int8 codes times a scale do not survive bf16's 8 significant bits; use --dtype f16 or "
+        "f32");
   nlohmann::json config = preset_config_json(p, w.dtype);
   const bool quantized = !w.quant.method.empty();
   check(!quantized || p.family != ModelFamily::qwen3_moe, ErrorKind::invalid_input, "--quantize",
@@ -368,12 +407,18 @@ MakeModelReport write_random_model(const ModelPreset& p, const RandomWeights& w,
       }
       continue;
     }
+    if (w.grid.bits > 0 && detail::on_qat_grid(t.name))
+      check(t.shape.size() == 2 && t.shape.back() % w.grid.group == 0, ErrorKind::invalid_input,
+            "--group-size",
+            str_cat("the ", t.shape.back(), " input values of ", t.name,
+                    " do not split into groups of ", w.grid.group));
     st.declare(t.name, w.dtype, t.shape);
   }
   MakeModelReport report;
   const std::size_t esize = dtype_size(w.dtype);
   constexpr std::int64_t kChunk = std::int64_t{1} << 20;
   std::vector<std::byte> buf(static_cast<std::size_t>(kChunk) * esize);
+  std::vector<float> vals(static_cast<std::size_t>(kChunk));
   for (std::size_t ti = 0; ti < tensors.size(); ++ti) {
     const PresetTensor& t = tensors[ti];
     if (quantized && detail::is_decoder_linear(t.name)) {
@@ -387,11 +432,17 @@ MakeModelReport write_random_model(const ModelPreset& p, const RandomWeights& w,
     const std::uint64_t key = tensor_key(w.seed, t.name);
     const double base = t.init == PresetTensor::Init::one_plus_noise ? 1.0 : 0.0;
     const std::int64_t n = t.numel();
+    // (a chunk holds whole rows' groups: kChunk and every row length are multiples of them)
+    const bool grid = w.grid.bits > 0 && detail::on_qat_grid(t.name);
     for (std::int64_t at = 0; at < n; at += kChunk) {
       const std::int64_t len = std::min(kChunk, n - at);
-      for (std::int64_t k = 0; k < len; ++k) {
-        const auto v = static_cast<float>(
+      for (std::int64_t k = 0; k < len; ++k)
+        vals[static_cast<std::size_t>(k)] = static_cast<float>(
             base + w.std * random_normal(key, static_cast<std::uint64_t>(at + k)));
+      if (grid)
+        detail::round_to_grid(std::span<float>(vals.data(), static_cast<std::size_t>(len)), w.grid);
+      for (std::int64_t k = 0; k < len; ++k) {
+        const float v = vals[static_cast<std::size_t>(k)];
         std::byte* dst = buf.data() + k * static_cast<std::int64_t>(esize);
         if (w.dtype == DType::bf16) {
           const std::uint16_t h = f32_to_bf16(v);

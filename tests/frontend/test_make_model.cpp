@@ -3,6 +3,7 @@
 // interpreter is in tests/unit/test_interpreter_make_model.cpp, which compiles it anyway).
 #include "frontend_test_util.hpp"
 
+#include "tpullm/conversion/rtn_quantize.hpp"
 #include "tpullm/devtools/make_model.hpp"
 #include "tpullm/frontend/model_desc.hpp"
 #include "tpullm/frontend/safetensors_writer.hpp"
@@ -238,6 +239,90 @@ TEST_CASE("a random tiny checkpoint round-trips through load_model, deterministi
   CHECK(read_file(again / "config.json") == read_file(t / "BF16" / "config.json"));
   CHECK(read_file(other / "model.safetensors") != read_file(again / "model.safetensors"));
   CHECK(read_file(other / "config.json") == read_file(again / "config.json"));
+}
+
+namespace {
+
+/// Largest distance, over every group of `group` input values of HF weight `t` [N, K], between a
+/// weight and compile's symmetric RTN of it (conversion::rtn_quantize), over the group's largest
+/// |w|: near 0 for weights on that grid, about 1 / 28 at 4 bits for weights off it.
+double rtn_distance(const TensorView& t, int bits, std::int64_t group) {
+  const std::int64_t N = t.shape.at(0), K = t.shape.at(1);
+  const auto hf = t.to_f32();
+  std::vector<float> w(hf.size()); // [K, N], as the quantizer takes it
+  for (std::int64_t n = 0; n < N; ++n)
+    for (std::int64_t k = 0; k < K; ++k)
+      w[static_cast<std::size_t>(k * N + n)] = hf[static_cast<std::size_t>(n * K + k)];
+  const auto q = conversion::rtn_quantize(w, K, N, {bits, group, true});
+  double worst = 0;
+  for (std::int64_t n = 0; n < N; ++n)
+    for (std::int64_t g = 0; g < K / group; ++g) {
+      const float scale = q.scales[static_cast<std::size_t>(g * N + n)];
+      double top = 0, err = 0;
+      for (std::int64_t k = g * group; k < (g + 1) * group; ++k) {
+        const auto i = static_cast<std::size_t>(k * N + n);
+        const double back = (static_cast<int>(q.q[i]) - (1 << (bits - 1))) * double{scale};
+        top = std::max(top, std::abs(double{w[i]}));
+        err = std::max(err, std::abs(back - w[i]));
+      }
+      if (top > 0)
+        worst = std::max(worst, err / top);
+    }
+  return worst;
+}
+
+} // namespace
+
+TEST_CASE("--qat-grid puts the linears, embedding and lm_head on compile's RTN grid",
+          "[make-model]") {
+  TempDir t;
+  const ModelPreset p = find_preset("tiny");
+  for (DType dt : {DType::f32, DType::bf16, DType::f16})
+    for (int bits : {4, 8}) {
+      if (dt == DType::bf16 && bits == 8)
+        continue; // refused below
+      INFO(dtype_name(dt) << " int" << bits);
+      const auto on = t / (std::string(dtype_name(dt)) + "-on" + std::to_string(bits));
+      const auto off = t / (std::string(dtype_name(dt)) + "-off" + std::to_string(bits));
+      fs::create_directories(on);
+      fs::create_directories(off);
+      RandomWeights w;
+      w.seed = 7;
+      w.dtype = dt;
+      write_random_model(p, w, off);
+      w.grid = {bits, 32};
+      write_random_model(p, w, on);
+      const ModelDesc a = load_model(on), b = load_model(off);
+      // f32 keeps the grid; a 16-bit dtype rounds each value and so the group's scale (2 x its
+      // unit roundoff: 2^-8 for bf16, 2^-11 for f16), far inside half a code step.
+      const double bound = dt == DType::f32 ? 1e-6 : dt == DType::bf16 ? 1.0 / 128 : 1.0 / 1024;
+      for (auto pick : {+[](const ModelDesc& d) { return d.layers[1].gate.tensor(); },
+                        +[](const ModelDesc& d) { return d.layers[0].o.tensor(); },
+                        +[](const ModelDesc& d) { return d.layers[0].down.tensor(); },
+                        +[](const ModelDesc& d) { return d.embedding.tensor(); },
+                        +[](const ModelDesc& d) { return d.lm_head.tensor(); }}) {
+        INFO(pick(a).name);
+        CHECK(rtn_distance(pick(a), bits, 32) <= bound);
+        // the same draw off the grid is far from it: the check above can fail
+        CHECK(rtn_distance(pick(b), bits, 32) > (bits == 4 ? 0.02 : 0.002));
+      }
+      // norms are not rounded: the same bytes as without the grid
+      const auto na = a.layers[0].attn_norm.tensor().to_f32();
+      const auto nb = b.layers[0].attn_norm.tensor().to_f32();
+      CHECK(na == nb);
+    }
+  // A row length the group does not divide, bad values and --quantize are refused.
+  RandomWeights bad;
+  bad.grid = {4, 48};
+  CHECK_THROWS_WITH(write_random_model(p, bad, t / "bad"), Contains("--group-size"));
+  bad.grid = {3, 32};
+  CHECK_THROWS_WITH(write_random_model(p, bad, t / "bad"), Contains("--qat-grid"));
+  bad.grid = {8, 32};
+  bad.dtype = DType::bf16;
+  CHECK_THROWS_WITH(write_random_model(p, bad, t / "bad"), Contains("bf16's 8 significant bits"));
+  bad.grid = {4, 32};
+  bad.quant.method = "gptq";
+  CHECK_THROWS_WITH(write_random_model(p, bad, t / "bad"), Contains("--quantize"));
 }
 
 TEST_CASE("reduced qwen2.5 and llama3.2 checkpoints load", "[make-model]") {

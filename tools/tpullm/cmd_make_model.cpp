@@ -1,7 +1,9 @@
 // tpullm make-model --preset NAME --dtype f32|bf16 --seed S [--layers N] [--vocab V]
-//                   [--quantize gptq|awq [--bits 4|8] [--group-size G] [--act-order]] -o DIR:
+//                   [--quantize gptq|awq [--bits 4|8] [--group-size G] [--act-order]]
+//                   [--qat-grid int4|int8 [--group-size G]] -o DIR:
 // a HuggingFace checkpoint with random weights at a real model's shapes (with --quantize, the
-// decoder linears in that method's packed layout). DIR is built in a
+// decoder linears in that method's packed layout; with --qat-grid, float weights on an integer
+// grid, as a quantization-aware-trained checkpoint's). DIR is built in a
 // staging directory beside it and swapped in only once written and loadable
 // (support/output_file.hpp); --force replaces an earlier make-model output, never another
 // directory.
@@ -46,6 +48,7 @@ int cmd_make_model(const std::vector<std::string>& args) {
   std::string seed_text = "0";
   std::int64_t layers = 0, vocab = 0;
   frontend::RandomQuant quant;
+  std::string grid_name;
   po::options_description o(
       "tpullm make-model --preset NAME --dtype f32|bf16 --seed S [--layers N] [--vocab V] -o DIR");
   o.add_options()("help,h", "show this help")("preset", po::value(&preset_name)->required(),
@@ -58,10 +61,14 @@ int cmd_make_model(const std::vector<std::string>& args) {
       "output,o", po::value(&out_dir)->required(), "checkpoint directory to create")(
       "quantize", po::value(&quant.method),
       "write the decoder linears as a gptq or awq checkpoint (random integers, real layout)")(
-      "bits", po::value(&quant.bits)->default_value(4),
-      "--quantize: 4 or 8 (awq: 4)")("group-size", po::value(&quant.group_size)->default_value(128),
-                                     "--quantize: rows of K per scale group, or -1 for one group")(
+      "bits", po::value(&quant.bits)->default_value(4), "--quantize: 4 or 8 (awq: 4)")(
+      "group-size", po::value(&quant.group_size)->default_value(128),
+      "--quantize / --qat-grid: rows of K per scale group, or -1 for one group (--quantize)")(
       "act-order", "--quantize gptq: desc_act with a permuting g_idx")(
+      "qat-grid", po::value(&grid_name),
+      "int4 or int8: round the float linears, embedding and lm_head to the symmetric grid of "
+      "--group-size (32, 64 or 128) input values per scale, as a quantization-aware-trained "
+      "checkpoint is (compile --symmetric --group-size G then finds the same codes)")(
       "force", "replace DIR when it is an earlier make-model output holding only make-model's own "
                "files (never another directory, nor one a user has put files in)");
   po::variables_map vm;
@@ -89,11 +96,17 @@ int cmd_make_model(const std::vector<std::string>& args) {
   weights.seed = seeds[0];
   weights.dtype = parse_weight_dtype(dtype);
   quant.act_order = vm.count("act-order") > 0;
-  check(!quant.method.empty() ||
-            (vm["bits"].defaulted() && vm["group-size"].defaulted() && !quant.act_order),
-        ErrorKind::invalid_input, "--bits/--group-size/--act-order", "need --quantize gptq|awq");
+  check(!quant.method.empty() || (vm["bits"].defaulted() && !quant.act_order),
+        ErrorKind::invalid_input, "--bits/--act-order", "need --quantize gptq|awq");
+  check(!quant.method.empty() || !grid_name.empty() || vm["group-size"].defaulted(),
+        ErrorKind::invalid_input, "--group-size", "needs --quantize gptq|awq or --qat-grid");
   quant.validate();
   weights.quant = quant;
+  if (!grid_name.empty()) {
+    check(grid_name == "int4" || grid_name == "int8", ErrorKind::invalid_input, "--qat-grid", "'",
+          grid_name, "' is not int4 or int8");
+    weights.grid = {grid_name == "int4" ? 4 : 8, quant.group_size};
+  }
   preset.validate();
   // The size is known before anything is written: capped, and checked against the free space of
   // the file system the output goes to (the staging directory is beside the target).
@@ -148,6 +161,9 @@ int cmd_make_model(const std::vector<std::string>& args) {
                     ? std::string()
                     : ", " + quant.method + " " + std::to_string(quant.bits) + "-bit group " +
                           std::to_string(quant.group_size) + (quant.act_order ? " act-order" : ""))
+            << (grid_name.empty() ? std::string()
+                                  : ", on the " + grid_name + " grid of groups of " +
+                                        std::to_string(quant.group_size))
             << ", seed " << weights.seed << "): " << report.parameters << " parameters, "
             << report.file_bytes << " bytes in " << target.string() << "\n";
   flush_stdout();

@@ -31,6 +31,7 @@
 #include <functional>
 #include <initializer_list>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -161,12 +162,28 @@ struct RandomQuant {
   void validate() const;
 };
 
+/// A symmetric integer grid the float weights are rounded to, as a quantization-aware-trained
+/// checkpoint's are (`make-model --qat-grid`; bits 0: none). Each group of `group` consecutive
+/// input values (along K, the last axis of an HF [N, K] weight) of the dense decoder linears,
+/// the embedding and the lm_head becomes code * scale, codes in +-(2^(bits-1) - 1) and
+/// scale = max|w| / (2^(bits-1) - 1), then the storage dtype's rounding: the grid that compile's
+/// RTN with --symmetric --group-size `group` finds again, code for code, so a w4a16 / w8a16
+/// compile or self-speculation draft of the checkpoint differs from it only by that rounding
+/// (f32: none; bf16, int4 only: 2^-7 of a group's largest |w|; f16: 2^-10).
+struct QatGrid {
+  int bits = 0;             ///< 4 or 8; 0: the weights stay as drawn
+  std::int64_t group = 128; ///< input values per scale: 32, 64 or 128
+  /// Throws Error(invalid_input) naming --qat-grid / --group-size for other values.
+  void validate() const;
+};
+
 /// How generated weights are drawn and stored.
 struct RandomWeights {
   std::uint64_t seed = 0;    ///< same seed, same bytes
   DType dtype = DType::bf16; ///< F32, F16 or BF16
   double std = 0.02;         ///< noise standard deviation (real models initialize with 0.02)
   RandomQuant quant = {};    ///< quantized decoder linears (method "": float)
+  QatGrid grid = {};         ///< float weights rounded to an integer grid (bits 0: none)
 };
 
 /// The quantization_config of `q` (gptq or awq), as the method's own tools write it.
@@ -181,6 +198,12 @@ inline bool is_decoder_linear(const std::string& name) {
          name.compare(name.size() - 12, 12, "_proj.weight") == 0 &&
          name.find(".experts.") == std::string::npos;
 }
+
+/// Rounds `v` (whole groups of `g.group` consecutive values) to the grid `g` (g.bits > 0).
+void round_to_grid(std::span<float> v, const QatGrid& g);
+
+/// True for the tensors --qat-grid rounds: the dense decoder linears, the embedding, the lm_head.
+bool on_qat_grid(const std::string& name);
 
 /// A packed tensor of a quantized linear: name, dtype, shape and its bytes.
 struct PackedTensor {
