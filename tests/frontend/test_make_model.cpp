@@ -273,7 +273,7 @@ double rtn_distance(const TensorView& t, int bits, std::int64_t group) {
 
 } // namespace
 
-TEST_CASE("--qat-grid puts the linears, embedding and lm_head on compile's RTN grid",
+TEST_CASE("make-model --qat-grid puts the linears, embedding and lm_head on compile's RTN grid",
           "[make-model]") {
   TempDir t;
   const ModelPreset p = find_preset("tiny");
