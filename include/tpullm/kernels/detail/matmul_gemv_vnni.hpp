@@ -377,7 +377,8 @@ TPULLM_TARGET_AVX512_VNNI void gemv_panels_vnni_r1(const LinearArgs& a, const XD
       // panels (the next call's), so the S streams stay prefetched from one call to the next
       // (prefetches past the weights are harmless: PREFETCHT0 does not fault), as the float
       // GEMVs' streams do (matmul_gemv_stream_plan.hpp).
-      const std::int64_t pf = row + kGemvPf >= pend ? kGemvPf + (S - 1) * pbytes : kGemvPf;
+      const std::int64_t pf =
+          row + kGemvVnniPf >= pend ? kGemvVnniPf + (S - 1) * pbytes : kGemvVnniPf;
       if constexpr (is_six_format(F)) {
         __m512i b6[ND][4];
 #pragma GCC unroll 3
