@@ -11,6 +11,9 @@ expect 2 "--mode: '' is not f32, bf16, f16, w8a16, w4a16 or int8" "$tpullm" comp
 expect 2 "--embedding-dtype: 'i8' is not f32, bf16, f16, w8 or w4" "$tpullm" compile "$model" -o x.bundle --embedding-dtype i8
 expect 2 "names a directory, not a file" "$tpullm" compile "$model" -o "$work/sub/"
 [ -e "$work/-" ] && { fail=1; echo "FAIL: a file named '-' was created"; }
+# An empty --qat-grid is refused, not taken as no grid (it was: the checkpoint came out off-grid).
+expect 2 "--qat-grid: '' is not int4 or int8" "$tpullm" make-model --preset tiny --qat-grid '' -o "$work/qat-empty"
+[ -e "$work/qat-empty" ] && { fail=1; echo "FAIL: make-model --qat-grid '' wrote a checkpoint"; }
 # A bundle whose path is not UTF-8: --json output stays valid (U+FFFD), text output as given.
 "$tpullm" compile "$model" -o "$work/ok.bundle" --seq-length 128 > /dev/null 2>&1 || { echo "compile failed"; exit 1; }
 bad=$work/$(printf 'name-\377\376').bundle

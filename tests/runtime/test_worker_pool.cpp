@@ -257,16 +257,13 @@ TEST_CASE("worker pool: a worker that kept running through a long item stays in"
   WorkerPool pool(2);
   int judged = 0;
   for (int tries = 0; tries < 50 && judged < 3; ++tries) {
-    const auto long0 = pool.stalls(), running0 = pool.running_stalls();
+    const auto long0 = pool.stalls();
     if (dispatch_with_worker_stall(pool, hold) < 0.95) {
       std::this_thread::sleep_for(std::chrono::milliseconds(25)); // past any leave-out
       continue;
     }
     ++judged;
-    // (running_stalls need not move: a caller descheduled itself may notice the end before its
-    // patience passes, and then there was no wait to judge)
     CHECK(pool.stalls() == long0);
-    CHECK(pool.running_stalls() >= running0);
   }
   if (judged == 0)
     WARN("the worker never kept its core through its item in 50 tries (machine too loaded); "

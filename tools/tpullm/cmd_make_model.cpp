@@ -98,11 +98,12 @@ int cmd_make_model(const std::vector<std::string>& args) {
   quant.act_order = vm.count("act-order") > 0;
   check(!quant.method.empty() || (vm["bits"].defaulted() && !quant.act_order),
         ErrorKind::invalid_input, "--bits/--act-order", "need --quantize gptq|awq");
-  check(!quant.method.empty() || !grid_name.empty() || vm["group-size"].defaulted(),
-        ErrorKind::invalid_input, "--group-size", "needs --quantize gptq|awq or --qat-grid");
+  const bool grid = vm.count("qat-grid") > 0;
+  check(!quant.method.empty() || grid || vm["group-size"].defaulted(), ErrorKind::invalid_input,
+        "--group-size", "needs --quantize gptq|awq or --qat-grid");
   quant.validate();
   weights.quant = quant;
-  if (!grid_name.empty()) {
+  if (grid) {
     check(grid_name == "int4" || grid_name == "int8", ErrorKind::invalid_input, "--qat-grid", "'",
           grid_name, "' is not int4 or int8");
     weights.grid = {grid_name == "int4" ? 4 : 8, quant.group_size};
@@ -161,9 +162,9 @@ int cmd_make_model(const std::vector<std::string>& args) {
                     ? std::string()
                     : ", " + quant.method + " " + std::to_string(quant.bits) + "-bit group " +
                           std::to_string(quant.group_size) + (quant.act_order ? " act-order" : ""))
-            << (grid_name.empty() ? std::string()
-                                  : ", on the " + grid_name + " grid of groups of " +
-                                        std::to_string(quant.group_size))
+            << (!grid ? std::string()
+                      : ", on the " + grid_name + " grid of groups of " +
+                            std::to_string(quant.group_size))
             << ", seed " << weights.seed << "): " << report.parameters << " parameters, "
             << report.file_bytes << " bytes in " << target.string() << "\n";
   flush_stdout();

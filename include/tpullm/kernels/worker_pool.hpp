@@ -141,8 +141,6 @@ public:
   /// A straggler whose thread ran at least this share of the caller's wait past the patience
   /// was slow, not displaced by another process, and stays in.
   static constexpr double kRanShare = 0.75;
-  /// Dispatches whose straggler stayed in because it kept running (for tests and the bench).
-  std::int64_t running_stalls() const { return running_stalls_.load(std::memory_order_relaxed); }
 
   /// Runs body(item, worker) for every item in [0, items) on up to `parts` threads of the pool
   /// (the calling thread is worker 0; worker ids are < parts). Items are handed out one at a time;
@@ -213,10 +211,8 @@ public:
     // The leave-out runs from the end of this dispatch, when the straggler is finally done.
     const auto t2 = clock::now();
     if (stragglers != 0) {
-      const std::uint64_t running = kept_running(stragglers, suspected, t2);
-      stragglers = long_stallers(stragglers, t2 - t1, t2) & ~running;
-      if (running != 0)
-        running_stalls_.fetch_add(1, std::memory_order_relaxed);
+      stragglers =
+          long_stallers(stragglers, t2 - t1, t2) & ~kept_running(stragglers, suspected, t2);
     }
     if (stragglers != 0)
       leave_out(stragglers, t2);
@@ -434,7 +430,7 @@ private:
   std::mutex sleep_lock_;
   std::condition_variable wake_;
   std::atomic<bool> stop_{false};
-  std::atomic<std::int64_t> stalls_{0}, short_stalls_{0}, running_stalls_{0};
+  std::atomic<std::int64_t> stalls_{0}, short_stalls_{0};
 };
 
 /// The pool kernels dispatch to on this thread: the one a ScopedPool installed (an Executor's
