@@ -136,7 +136,7 @@ inline std::vector<double> amx_linear_bound(const TestWeights& tw, const std::ve
             std::abs(tw.deq[k * static_cast<std::size_t>(N) + static_cast<std::size_t>(n)]);
         sxw += xv * wv;
         sxa += xv * tw.absw[k * static_cast<std::size_t>(N) + static_cast<std::size_t>(n)];
-        sdig += gmax[static_cast<std::size_t>(j / gr)] / (127.0 * 256.0) * wv;
+        sdig += 1.5 * gmax[static_cast<std::size_t>(j / gr)] / (127.0 * 65536.0) * wv;
       }
       b[static_cast<std::size_t>(m * N + n)] =
           bf ? (std::ldexp(1.0, -8) + 1.01 * tol) * sxw : sdig + tol * sxa;

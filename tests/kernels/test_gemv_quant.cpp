@@ -24,6 +24,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <cstdint>
 #include <cstring>
 #include <span>
@@ -155,7 +156,8 @@ struct GemvPath {
   Isa isa;
   bool no_vnni;
   const char* name;
-  bool no_avx_vnni = false; ///< AVX2 with XPrecision::int8: VPMADDUBSW instead of AVX-VNNI
+  bool no_avx_vnni = false;  ///< AVX2 with XPrecision::int8: VPMADDUBSW instead of AVX-VNNI
+  bool amx_emulated = false; ///< the AMX path on the tile emulator (M >= kAmxMinRows)
 };
 
 /// Every int GEMV path this CPU can run, each named.
@@ -196,10 +198,12 @@ std::vector<GemvPath> int8_paths() {
   return p;
 }
 
-/// Whether `p` rounds x to int8 under XPrecision::int8 (the digit kernels of AVX-512 VNNI and
-/// AVX2).
-bool path_rounds(const GemvPath& p) {
-  return (p.isa == Isa::avx512 && !p.no_vnni) || p.isa == Isa::avx2;
+/// Whether `p` rounds x to int8 under XPrecision::int8 for M rows (the digit kernels of AVX-512
+/// VNNI and AVX2; AMX-INT8 with one digit from kAmxMinRows rows, the VNNI GEMV below them).
+bool path_rounds(const GemvPath& p, std::int64_t M) {
+  if (p.amx_emulated)
+    return M >= detail::kAmxMinRows || (p.isa == Isa::avx512 && !p.no_vnni);
+  return ((p.isa == Isa::avx512 || p.isa == Isa::amx) && !p.no_vnni) || p.isa == Isa::avx2;
 }
 
 /// Forces a path's ISA and test hooks for a scope.
@@ -208,6 +212,8 @@ public:
   explicit ScopedPath(const GemvPath& p) : isa_(p.isa) {
     detail::vnni_disabled() = p.no_vnni;
     detail::avx_vnni_gemv_disabled() = p.no_avx_vnni;
+    if (p.amx_emulated)
+      emu_.emplace();
   }
   ~ScopedPath() {
     detail::vnni_disabled() = false;
@@ -218,6 +224,7 @@ public:
 
 private:
   ScopedIsa isa_;
+  std::optional<amx::ScopedEmulation> emu_;
 };
 
 } // namespace
@@ -352,7 +359,14 @@ TEST_CASE("int GEMV with XPrecision::int8: the VNNI and AVX2 integer-dot paths r
                                   WeightFormat::int4_sym, WeightFormat::int4_asym,
                                   WeightFormat::int4_min, WeightFormat::int8_min,
                                   WeightFormat::int6_sym, WeightFormat::int6_min};
-  const auto paths = int8_paths();
+  auto paths = int8_paths();
+  // AMX-INT8 takes XPrecision::int8 from kAmxMinRows rows with the same one-digit rounding: on
+  // the tile emulator (any CPU) and on the tile unit where the CPU has one
+  paths.push_back({Isa::portable, false, "amx emulator", false, true});
+  if (cpu_features().amx)
+    paths.push_back({Isa::amx, false, "amx tile unit"});
+  else
+    WARN("SKIPPED the int8-activation AMX-INT8 path on the tile unit: this CPU lacks AMX");
   bool vnni_ran = false;
   int cases = 0, avx2_ran = 0, avx2_same_bits = 0;
   std::uint32_t seed = 500;
@@ -393,7 +407,7 @@ TEST_CASE("int GEMV with XPrecision::int8: the VNNI and AVX2 integer-dot paths r
           std::vector<float> y_vnni; // the AVX-512 VNNI result, where that path ran
           std::vector<std::pair<const char*, std::vector<float>>> avx2_ys;
           for (const GemvPath& path : paths) {
-            const bool rounds = path_rounds(path) && M <= detail::kVnniInt8MaxRows;
+            const bool rounds = path_rounds(path, M) && M <= detail::kVnniInt8MaxRows;
             std::vector<float> y = nan_vec(static_cast<std::size_t>(M * N));
             std::vector<float> y2 = nan_vec(y.size());
             {
@@ -403,7 +417,7 @@ TEST_CASE("int GEMV with XPrecision::int8: the VNNI and AVX2 integer-dot paths r
               const LinearInput in(x, M, sh.K, XPrecision::int8);
               linear(in, qc.packed, {}, y2, {M, sh.K, N}, {SplitDim::cols, 2});
             }
-            if (rounds && path.isa == Isa::avx512) {
+            if (rounds && path.isa == Isa::avx512 && !path.amx_emulated) {
               vnni_ran = true;
               y_vnni = y;
             }
@@ -453,7 +467,7 @@ TEST_CASE("int GEMV with XPrecision::int8: a row's result does not depend on the
   // give each row the same bits, on every path that rounds (AVX-512 VNNI, AVX2 both ways).
   int rounding_paths = 0;
   for (const GemvPath& path : int8_paths()) {
-    if (!path_rounds(path))
+    if (!path_rounds(path, 1))
       continue;
     ++rounding_paths;
     ScopedPath scoped(path);

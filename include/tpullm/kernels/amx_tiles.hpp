@@ -19,6 +19,7 @@
 /// `dpbssd / dpbsud / dpbusd / dpbuud<c, a, b>()`, and `release()`; tile numbers are template
 /// arguments because the instructions encode them.
 
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -67,9 +68,16 @@ struct Emu {
     thread_local State s;
     return s;
   }
+  /// Configurations loaded on the emulator so far, all threads (a test's proof that a kernel
+  /// really took its AMX path, where the results alone cannot tell).
+  static std::atomic<std::uint64_t>& configures() {
+    static std::atomic<std::uint64_t> n{0};
+    return n;
+  }
   static void configure(const TileConfig& c) {
     if (c.palette != 1)
       throw_error(ErrorKind::internal, "", "amx::Emu: only palette 1 is emulated");
+    configures().fetch_add(1, std::memory_order_relaxed);
     State& s = st();
     s.cfg = c;
     s.configured = true;
@@ -358,9 +366,22 @@ struct Hw {
       _tile_dpbssd(3, 5, 6);
     } else if constexpr (C == 3 && A == 5 && B == 7) {
       _tile_dpbssd(3, 5, 7);
+    } else if constexpr (C == 0 && A == 6 && B == 7) {
+      _tile_dpbssd(0, 6, 7);
+    } else if constexpr (C == 1 && A == 6 && B == 7) {
+      _tile_dpbssd(1, 6, 7);
+    } else if constexpr (C == 2 && A == 6 && B == 7) {
+      _tile_dpbssd(2, 6, 7);
+    } else if constexpr (C == 3 && A == 6 && B == 7) {
+      _tile_dpbssd(3, 6, 7);
+    } else if constexpr (C == 4 && A == 6 && B == 7) {
+      _tile_dpbssd(4, 6, 7);
+    } else if constexpr (C == 5 && A == 6 && B == 7) {
+      _tile_dpbssd(5, 6, 7);
     } else {
-      static_assert(C < 4 && (A == 4 || A == 5) && (B == 6 || B == 7),
-                    "amx::Hw: tile triple outside C 0-3, A 4-5, B 6-7");
+      static_assert((C < 4 && (A == 4 || A == 5) && (B == 6 || B == 7)) ||
+                        (C < 6 && A == 6 && B == 7),
+                    "amx::Hw: tile triple outside C 0-3, A 4-5, B 6-7 and C 0-5, A 6, B 7");
     }
   }
   template <int C, int A, int B>
@@ -397,9 +418,22 @@ struct Hw {
       _tile_dpbsud(3, 5, 6);
     } else if constexpr (C == 3 && A == 5 && B == 7) {
       _tile_dpbsud(3, 5, 7);
+    } else if constexpr (C == 0 && A == 6 && B == 7) {
+      _tile_dpbsud(0, 6, 7);
+    } else if constexpr (C == 1 && A == 6 && B == 7) {
+      _tile_dpbsud(1, 6, 7);
+    } else if constexpr (C == 2 && A == 6 && B == 7) {
+      _tile_dpbsud(2, 6, 7);
+    } else if constexpr (C == 3 && A == 6 && B == 7) {
+      _tile_dpbsud(3, 6, 7);
+    } else if constexpr (C == 4 && A == 6 && B == 7) {
+      _tile_dpbsud(4, 6, 7);
+    } else if constexpr (C == 5 && A == 6 && B == 7) {
+      _tile_dpbsud(5, 6, 7);
     } else {
-      static_assert(C < 4 && (A == 4 || A == 5) && (B == 6 || B == 7),
-                    "amx::Hw: tile triple outside C 0-3, A 4-5, B 6-7");
+      static_assert((C < 4 && (A == 4 || A == 5) && (B == 6 || B == 7)) ||
+                        (C < 6 && A == 6 && B == 7),
+                    "amx::Hw: tile triple outside C 0-3, A 4-5, B 6-7 and C 0-5, A 6, B 7");
     }
   }
   template <int C, int A, int B>

@@ -47,13 +47,15 @@ namespace tpullm::kernels {
 /// `split`: heads = kv heads divided across cores; rows = (kv heads, q tile) items dealt
 /// round-robin (balances the causal triangle); none = calling thread; cols (keys) is rejected
 /// for L_valid > kDecodeArithmeticRows. `local_memory_bytes` bounds a work item's working set (0 =
-/// half the core's L2). On the amx Isa (or under amx::ScopedEmulation) prefill (L_valid >
-/// kDecodeArithmeticRows) computes Q K^T and P V on AMX-BF16 (q, k, v and p rounded to bf16;
-/// softmax in f32; see docs/kernels.md for the bound). L_valid <= kDecodeArithmeticRows (decode,
-/// and short segments such as a verify call's) runs flash-decoding whatever the split's dimension,
-/// each row as the decode step at its position (for a split of as many cores): the keys are cut
-/// into up to split.parts chunks of >= 256 (then blocks of kv heads), all rows' items in one fork,
-/// and the partial softmax results are merged, so MQA and small GQA groups use every core.
+/// half the core's L2). On the amx Isa with a bf16 cache (or under amx::ScopedEmulation, any
+/// float cache) prefill (L_valid > kDecodeArithmeticRows) computes Q K^T and P V on AMX-BF16 (q
+/// and p rounded to bf16; softmax in f32; see docs/kernels.md for the bound); an f32 or f16 cache
+/// keeps the exact vector path, so a model's precision is never lowered below its cache's. L_valid
+/// <= kDecodeArithmeticRows (decode, and short segments such as a verify call's) runs
+/// flash-decoding whatever the split's dimension, each row as the decode step at its position (for
+/// a split of as many cores): the keys are cut into up to split.parts chunks of >= 256 (then blocks
+/// of kv heads), all rows' items in one fork, and the partial softmax results are merged, so MQA
+/// and small GQA groups use every core.
 template <class KV>
 void flash_attention(std::span<const float> q, std::span<const KV> k, std::span<const KV> v,
                      std::span<const std::int32_t> position_ids, std::span<float> out,
@@ -89,7 +91,9 @@ void flash_attention(std::span<const float> q, std::span<const KV> k, std::span<
         ErrorKind::internal, "",
         "flash_attention: splitting keys (cols) across cores is not supported; use heads or rows");
   if constexpr (!std::is_same_v<KV, kv8_t>) { // an int8 cache prefills on the vector path
-    if (amx::emulation_forced() || active_isa() == Isa::amx) { // Q K^T and P V on AMX-BF16
+    // Q K^T and P V on AMX-BF16: only a bf16 cache, whose keys and values are bf16 already (an
+    // f32 or f16 cache would lose digits its model keeps); the emulator takes any float cache.
+    if (amx::emulation_forced() || (std::is_same_v<KV, bf16_t> && active_isa() == Isa::amx)) {
       detail::flash_attention_amx<KV>(q.data(), k.data(), v.data(), position_ids.data(), out.data(),
                                       shape, split, amx::emulation_forced());
       return;

@@ -1,5 +1,5 @@
 #pragma once
-/// AMX path of the linear for M >= kAmxMinRows (prefill): bf16 weights on AMX-BF16, int8 / int4
+/// AMX path of the linear for M >= kAmxMinRows (17: prefill): bf16 weights on AMX-BF16, int8 / int4
 /// weights on AMX-INT8. Written against the tile interface of kernels/amx_tiles.hpp, so the same
 /// code runs on the real tile unit (amx::Hw) or on the scalar emulator (amx::Emu).
 ///
@@ -9,14 +9,16 @@
 /// W[2r+1][n] << 16; two 16-column tiles per 32-row k step); 32 x 32 outputs accumulate in four
 /// f32 C tiles (2 row tiles x 2 column halves) over the whole K with TDPBF16PS.
 ///
-/// int8 / int4 weights: x is cut per weight group into two int8 digits, x ~= s1 (h + l / 256)
-/// with s1 = max|x_group| / 127 (residual <= s1 / 256), the weights are staged as signed int8
-/// (int8), unsigned codes (int8_asym, int8_min) or unsigned nibbles (int4) in B-tile quads, and
-/// per group four int32 C tiles (2 digits x 2 column halves) of 16 rows accumulate TDPBSSD (int8)
-/// or TDPBSUD (the others); after each group y += scale * s1 * ((C_h - z S_h) + (C_l - z S_l) /
-/// 256) with S the digit sums and z the zero point (0 for int8, 8 for int4_sym, the group's zero
-/// for int4_asym and int8_asym); the scale-and-min formats (int4_min, int8_min) add
-/// scale * s1 * (C_h + C_l / 256) - min * s1 * (S_h + S_l / 256).
+/// int8 / int4 weights: x is cut per weight group into the digits the VNNI GEMV uses
+/// (x_digit_count of the call's precision, the same f32 operations as make_x_digits): exact x in
+/// three int8 digits, x ~= s1 (h + l / 256 + t / 65536) with s1 = max|x_group| / 127 (residual
+/// <= 1.5 s1 / 65536, the level of f32 rounding), XPrecision::int8 in one, x ~= s1 h. The weights
+/// are staged as signed int8 (int8), unsigned codes (int8_asym, int8_min) or unsigned nibbles
+/// (int4) in B-tile quads, and per group int32 C tiles (digits x 2 column halves) of 16 rows
+/// accumulate TDPBSSD (int8) or TDPBSUD (the others); after each group y += scale * s1 *
+/// sum_d 256^-d (C_d - z S_d) with S the digit sums and z the zero point (0 for int8, 8 for
+/// int4_sym, the group's zero for int4_asym and int8_asym); the scale-and-min formats (int4_min,
+/// int8_min) add scale * s1 * sum_d 256^-d C_d - min * s1 * sum_d 256^-d S_d.
 
 #include <algorithm>
 #include <cmath>
@@ -25,14 +27,17 @@
 #include <vector>
 
 #include "tpullm/kernels/amx_tiles.hpp"
+#include "tpullm/kernels/attention_shape.hpp"
 #include "tpullm/kernels/vec_math.hpp"
 #include "tpullm/kernels/detail/matmul_common.hpp"
 #include "tpullm/kernels/detail/matmul_portable.hpp"
 
 namespace tpullm::kernels::detail {
 
-/// Fewest rows of x for which a linear takes the AMX path.
-inline constexpr std::int64_t kAmxMinRows = 16;
+/// Fewest rows of x for which a linear takes the AMX path: past kDecodeArithmeticRows, so a
+/// speculative verify call's rows (up to 16) run the GEMV kernels a decode step runs and get its
+/// sums (bf16 x is not rounded there, and the digit kernels sum as a single row does).
+inline constexpr std::int64_t kAmxMinRows = kDecodeArithmeticRows + 1;
 /// Rows of x staged per block of the AMX path (a multiple of 32).
 inline constexpr std::int64_t kAmxMc = 64;
 
@@ -105,49 +110,92 @@ TPULLM_TARGET_AMX void amx_bf16_block(const std::uint16_t* a, std::int64_t lda,
 }
 
 /// Tile configuration of the int8 loop for a k step of `kst` bytes (4 <= kst <= 64, kst % 4 ==
-/// 0): C 0-3 (16 x 16 int32), A 4-5 (16 rows x kst digits), B 6-7 (kst / 4 quads x 16 columns).
-inline amx::TileConfig amx_int_config(int kst) {
+/// 0) and `nd` A operands (digits of x, or row tiles): C 0..2 nd - 1 (16 x 16 int32: operand d,
+/// column half h in C 2d + h); for nd <= 2, A 4 (and 5) (16 rows x kst bytes) and B 6-7 (kst / 4
+/// quads x 16 columns); for nd = 3 one A tile (6) and one B tile (7), reloaded.
+inline amx::TileConfig amx_int_config(int kst, int nd = 2) {
   amx::TileConfig c;
-  for (int t = 0; t < 4; ++t)
+  for (int t = 0; t < 2 * nd; ++t)
     c.set(t, 16, 64);
-  c.set(4, 16, kst).set(5, 16, kst);
-  c.set(6, kst / 4, 64).set(7, kst / 4, 64);
+  if (nd == 3) {
+    c.set(6, 16, kst).set(7, kst / 4, 64);
+  } else {
+    c.set(4, 16, kst).set(6, kst / 4, 64).set(7, kst / 4, 64);
+    if (nd == 2)
+      c.set(5, 16, kst);
+  }
   return c;
 }
 
-/// One weight group of one 16-row tile and one panel: C[digit][16][32] int32 = sum over the
-/// group's k steps of A_digit[16, kst] x B (quads of 32 columns, 128 bytes each).
-/// ad: digit h rows at ad (row stride lda bytes), digit l at ad + dl; b: the group's first quad.
-template <class Tiles, bool WSigned>
+/// C += A x B on the tile unit, with the weights signed (TDPBSSD) or unsigned (TDPBSUD).
+template <class Tiles, bool WSigned, int C, int A, int B>
+TPULLM_TARGET_AMX TPULLM_ALWAYS_INLINE void amx_int_dp() {
+  if constexpr (WSigned)
+    Tiles::template dpbssd<C, A, B>();
+  else
+    Tiles::template dpbsud<C, A, B>();
+}
+
+/// One weight group of 16-row tiles and one panel: C[d][16][32] int32 = sum over the group's k
+/// steps of A_d[16, kst] x B (quads of 32 columns, 128 bytes each), for ND = 1, 2 or 3 A
+/// operands (digits of x; the W8A8 body passes two row tiles). ad: operand d's rows at
+/// ad + d * dl (row stride lda bytes); b: the group's first quad; c: [ND][16][32].
+template <class Tiles, bool WSigned, int ND = 2>
 TPULLM_TARGET_AMX void amx_int_group(const std::int8_t* ad, std::int64_t lda, std::int64_t dl,
                                      const std::uint8_t* b, std::int64_t seg, int kst,
                                      std::int32_t* c) {
+  static_assert(ND >= 1 && ND <= 3, "the int path takes one to three A operands");
   Tiles::template zero<0>();
   Tiles::template zero<1>();
-  Tiles::template zero<2>();
-  Tiles::template zero<3>();
+  if constexpr (ND >= 2) {
+    Tiles::template zero<2>();
+    Tiles::template zero<3>();
+  }
+  if constexpr (ND == 3) {
+    Tiles::template zero<4>();
+    Tiles::template zero<5>();
+  }
   for (std::int64_t k = 0; k < seg; k += kst) {
     const std::uint8_t* bk = b + k / 4 * 128;
-    Tiles::template load<4>(ad + k, lda);
-    Tiles::template load<5>(ad + dl + k, lda);
-    Tiles::template load<6>(bk, 128);
-    Tiles::template load<7>(bk + 64, 128);
-    if constexpr (WSigned) {
-      Tiles::template dpbssd<0, 4, 6>();
-      Tiles::template dpbssd<1, 4, 7>();
-      Tiles::template dpbssd<2, 5, 6>();
-      Tiles::template dpbssd<3, 5, 7>();
-    } else {
-      Tiles::template dpbsud<0, 4, 6>();
-      Tiles::template dpbsud<1, 4, 7>();
-      Tiles::template dpbsud<2, 5, 6>();
-      Tiles::template dpbsud<3, 5, 7>();
+    if constexpr (ND <= 2) {
+      Tiles::template load<4>(ad + k, lda);
+      if constexpr (ND == 2)
+        Tiles::template load<5>(ad + dl + k, lda);
+      Tiles::template load<6>(bk, 128);
+      Tiles::template load<7>(bk + 64, 128);
+      amx_int_dp<Tiles, WSigned, 0, 4, 6>();
+      amx_int_dp<Tiles, WSigned, 1, 4, 7>();
+      if constexpr (ND == 2) {
+        amx_int_dp<Tiles, WSigned, 2, 5, 6>();
+        amx_int_dp<Tiles, WSigned, 3, 5, 7>();
+      }
+    } else { // eight tiles hold six C: one column half of B at a time, the digits through A 6
+      Tiles::template load<7>(bk, 128);
+      Tiles::template load<6>(ad + k, lda);
+      amx_int_dp<Tiles, WSigned, 0, 6, 7>();
+      Tiles::template load<6>(ad + dl + k, lda);
+      amx_int_dp<Tiles, WSigned, 2, 6, 7>();
+      Tiles::template load<6>(ad + 2 * dl + k, lda);
+      amx_int_dp<Tiles, WSigned, 4, 6, 7>();
+      Tiles::template load<7>(bk + 64, 128);
+      Tiles::template load<6>(ad + k, lda);
+      amx_int_dp<Tiles, WSigned, 1, 6, 7>();
+      Tiles::template load<6>(ad + dl + k, lda);
+      amx_int_dp<Tiles, WSigned, 3, 6, 7>();
+      Tiles::template load<6>(ad + 2 * dl + k, lda);
+      amx_int_dp<Tiles, WSigned, 5, 6, 7>();
     }
   }
   Tiles::template store<0>(c, 128);
   Tiles::template store<1>(c + 16, 128);
-  Tiles::template store<2>(c + 512, 128);
-  Tiles::template store<3>(c + 512 + 16, 128);
+  if constexpr (ND >= 2) {
+    Tiles::template store<2>(c + 512, 128);
+    Tiles::template store<3>(c + 512 + 16, 128);
+  }
+  if constexpr (ND == 3) {
+    Tiles::template store<4>(c + 1024, 128);
+    Tiles::template store<5>(c + 1024 + 16, 128);
+  }
 }
 
 template <class Tiles>
@@ -166,10 +214,10 @@ struct AmxScratch {
   std::vector<std::uint16_t> a16; ///< [MC][Kq] bf16 x block
   std::vector<std::uint8_t> b;    ///< one panel's weights in tile layout
   std::vector<float> c;           ///< [32][32] f32 or [MC][32] f32 group accumulators
-  std::vector<std::int32_t> ci;   ///< [2][16][32] int32 tiles of one group
-  std::vector<std::int8_t> ad;    ///< [MC][2][Kq] digits
+  std::vector<std::int32_t> ci;   ///< [nd][16][32] int32 tiles of one group
+  std::vector<std::int8_t> ad;    ///< [MC][nd][Kq] digits
   std::vector<float> s1;          ///< [MC][G]
-  std::vector<std::int32_t> S;    ///< [MC][G][2]
+  std::vector<std::int32_t> S;    ///< [MC][G][3] digit sums (digits past nd are 0)
 };
 inline AmxScratch& amx_scratch() {
   thread_local AmxScratch s;
@@ -248,15 +296,16 @@ TPULLM_ALWAYS_INLINE void amx_bf16_body(const LinearArgs& a, std::int64_t ma, st
   amx_release<Tiles>();
 }
 
-/// Digits of x for the int path: rows [m0, m0 + mc) -> ad [MC][2][Kq] (each group padded from
-/// `seg` to `segp` rows with zeros), s1 [MC][G], S [MC][G][2].
+/// Digits of x for the int path: rows [m0, m0 + mc) -> ad [MC][nd][Kq] (each group padded from
+/// `seg` to `segp` rows with zeros), s1 [MC][G], S [MC][G][3]; nd = 3 (exact x) or 1
+/// (XPrecision::int8), formed by the f32 operations of make_x_digits (the VNNI GEMV's digits).
 TPULLM_ALWAYS_INLINE void amx_digits(const LinearArgs& a, std::int64_t m0, std::int64_t mc,
                                      std::int64_t Kv, std::int64_t seg, std::int64_t segp,
-                                     std::int64_t G, AmxScratch& s) {
+                                     std::int64_t G, int nd, AmxScratch& s) {
   const std::int64_t Kq = G * segp;
-  s.ad.assign(static_cast<std::size_t>(kAmxMc * 2 * Kq), 0);
+  s.ad.assign(static_cast<std::size_t>(kAmxMc * nd * Kq), 0);
   s.s1.assign(static_cast<std::size_t>(kAmxMc * G), 0.f);
-  s.S.assign(static_cast<std::size_t>(kAmxMc * G * 2), 0);
+  s.S.assign(static_cast<std::size_t>(kAmxMc * G * 3), 0);
   for (std::int64_t i = 0; i < mc; ++i) {
     const float* xr = a.x + (m0 + i) * a.ldx;
     for (std::int64_t g = 0; g < G; ++g) {
@@ -266,24 +315,28 @@ TPULLM_ALWAYS_INLINE void amx_digits(const LinearArgs& a, std::int64_t m0, std::
         mx = std::max(mx, std::abs(xr[k]));
       if (!(mx > 0.f) || !std::isfinite(mx))
         continue; // zero group (NaN / inf x is not supported by the digit paths)
-      const float s1 = mx / 127.0f, inv1 = 127.0f / mx, s2 = s1 / 256.0f, inv2 = inv1 * 256.0f;
+      const float s1 = mx / 127.0f, inv1 = 127.0f / mx;
+      const float s2 = s1 * (1.0f / 256.0f), inv2 = inv1 * 256.0f, inv3 = inv2 * 256.0f;
       s.s1[static_cast<std::size_t>(i * G + g)] = s1;
-      std::int8_t* dh = s.ad.data() + (i * 2 + 0) * Kq + g * segp;
-      std::int8_t* dl = s.ad.data() + (i * 2 + 1) * Kq + g * segp;
-      std::int32_t sh = 0, sl = 0;
+      std::int8_t* d0 = s.ad.data() + (i * nd) * Kq + g * segp;
+      std::int32_t sum[3] = {0, 0, 0};
       for (std::int64_t k = ks; k < ke; ++k) {
         const float v = xr[k];
         const float h = std::clamp(std::nearbyint(v * inv1), -127.0f, 127.0f);
+        d0[k - ks] = static_cast<std::int8_t>(h);
+        sum[0] += static_cast<std::int32_t>(h);
+        if (nd == 1)
+          continue;
         const float r1 = std::fma(-h, s1, v);
         const float l = std::clamp(std::nearbyint(r1 * inv2), -127.0f, 127.0f);
-        dh[k - ks] = static_cast<std::int8_t>(h);
-        dl[k - ks] = static_cast<std::int8_t>(l);
-        sh += static_cast<std::int32_t>(h);
-        sl += static_cast<std::int32_t>(l);
-        (void)s2;
+        const float r2 = std::fma(-l, s2, r1);
+        const float t = std::clamp(std::nearbyint(r2 * inv3), -127.0f, 127.0f);
+        d0[Kq + k - ks] = static_cast<std::int8_t>(l);
+        d0[2 * Kq + k - ks] = static_cast<std::int8_t>(t);
+        sum[1] += static_cast<std::int32_t>(l);
+        sum[2] += static_cast<std::int32_t>(t);
       }
-      s.S[static_cast<std::size_t>((i * G + g) * 2)] = sh;
-      s.S[static_cast<std::size_t>((i * G + g) * 2 + 1)] = sl;
+      std::copy(sum, sum + 3, s.S.data() + (i * G + g) * 3);
     }
   }
 }
@@ -294,8 +347,8 @@ inline int amx_int_kstep(std::int64_t seg) {
   return seg <= 64 ? static_cast<int>(seg) : 64;
 }
 
-/// int8 / int4 weights: rows [ma, mb), panels [pa, pb) of the view.
-template <WeightFormat F, class Tiles>
+/// int8 / int4 weights: rows [ma, mb), panels [pa, pb) of the view, x in ND digits.
+template <WeightFormat F, class Tiles, int ND>
 TPULLM_ALWAYS_INLINE void amx_int_body(const LinearArgs& a, std::int64_t ma, std::int64_t mb,
                                        std::int64_t pa, std::int64_t pb) {
   const PackedWeights& w = *a.v.w;
@@ -306,12 +359,12 @@ TPULLM_ALWAYS_INLINE void amx_int_body(const LinearArgs& a, std::int64_t ma, std
   AmxScratch& s = amx_scratch();
   s.b.resize(static_cast<std::size_t>(Kq * 32));
   s.c.resize(static_cast<std::size_t>(kAmxMc * 32));
-  s.ci.resize(2 * 16 * 32);
-  amx_configure<Tiles>(amx_int_config(kst));
+  s.ci.resize(ND * 16 * 32);
+  amx_configure<Tiles>(amx_int_config(kst, ND));
   const std::int64_t g0 = a.v.k0 / w.group_rows(); // first weight group of the view
   for (std::int64_t m0 = ma; m0 < mb; m0 += kAmxMc) {
     const std::int64_t mc = std::min(kAmxMc, mb - m0);
-    amx_digits(a, m0, mc, Kv, seg, segp, G, s);
+    amx_digits(a, m0, mc, Kv, seg, segp, G, ND, s);
     for (std::int64_t p = pa; p < pb; ++p) {
       // B quads: group g's quad q at (g * segp / 4 + q) * 128; byte 4c + j = row 4q + j, column
       // c (8-bit formats: the byte as stored; int4: the nibble, unsigned); padding rows are zero
@@ -344,37 +397,48 @@ TPULLM_ALWAYS_INLINE void amx_int_body(const LinearArgs& a, std::int64_t ma, std
       for (std::int64_t r = 0; r < mc; r += 16) {
         float* acc = s.c.data() + r * 32;
         for (std::int64_t g = 0; g < G; ++g) {
-          amx_int_group<Tiles, F == WeightFormat::int8>(s.ad.data() + r * 2 * Kq + g * segp, 2 * Kq,
-                                                        Kq, s.b.data() + g * segp * 32, segp, kst,
-                                                        s.ci.data());
+          amx_int_group<Tiles, F == WeightFormat::int8, ND>(s.ad.data() + r * ND * Kq + g * segp,
+                                                            ND * Kq, Kq, s.b.data() + g * segp * 32,
+                                                            segp, kst, s.ci.data());
           GroupParams sc_buf;
           const float* sc = panel_scales(w, p, g0 + g, sc_buf);
           for (std::int64_t i = 0; i < std::min<std::int64_t>(16, mc - r); ++i) {
             const std::size_t mi = static_cast<std::size_t>((r + i) * G + g);
             const float s1 = s.s1[mi];
-            const float Sh = static_cast<float>(s.S[2 * mi]),
-                        Sl = static_cast<float>(s.S[2 * mi + 1]);
-            const std::int32_t* ch = s.ci.data() + i * 32;
-            const std::int32_t* cl = s.ci.data() + 512 + i * 32;
+            const std::int32_t* S = s.S.data() + 3 * mi;
+            // digit d of row i: C tile row at ci + d * 512 + i * 32, weighted 256^-d
+            const std::int32_t* cd[3] = {s.ci.data() + i * 32, nullptr, nullptr};
+            if constexpr (ND == 3) {
+              cd[1] = cd[0] + 512;
+              cd[2] = cd[0] + 1024;
+            }
+            auto digit_sum = [&](int j) { // sum_d 256^-d C_d[j]
+              float v = static_cast<float>(cd[0][j]);
+              if constexpr (ND == 3)
+                v += static_cast<float>(cd[1][j]) * (1.0f / 256.0f) +
+                     static_cast<float>(cd[2][j]) * (1.0f / 65536.0f);
+              return v;
+            };
             if constexpr (has_mins(F)) {
               GroupParams mn_buf;
               const float* mn = panel_mins(w, p, g0 + g, mn_buf);
-              const float xs = s1 * (Sh + Sl * (1.0f / 256.0f));
-              for (int j = 0; j < 32; ++j) {
-                const float v =
-                    static_cast<float>(ch[j]) + static_cast<float>(cl[j]) * (1.0f / 256.0f);
-                acc[i * 32 + j] += sc[j] * s1 * v - mn[j] * xs;
-              }
+              const float xs =
+                  s1 * (static_cast<float>(S[0]) + static_cast<float>(S[1]) * (1.0f / 256.0f) +
+                        static_cast<float>(S[2]) * (1.0f / 65536.0f));
+              for (int j = 0; j < 32; ++j)
+                acc[i * 32 + j] += sc[j] * s1 * digit_sum(j) - mn[j] * xs;
               continue;
             }
-            for (int j = 0; j < 32; ++j) {
-              float z = 0.f;
+            for (int j = 0; j < 32; ++j) { // each digit's C_d - z S_d exactly, in integers
+              std::int64_t z = 0;
               if constexpr (fixed_zero(F) != 0)
-                z = static_cast<float>(fixed_zero(F));
+                z = fixed_zero(F);
               else if constexpr (has_zeros(F))
-                z = static_cast<float>(panel_zeros(w, p, g0 + g)[j]);
-              const float v = (static_cast<float>(ch[j]) - z * Sh) +
-                              (static_cast<float>(cl[j]) - z * Sl) * (1.0f / 256.0f);
+                z = panel_zeros(w, p, g0 + g)[j];
+              float v = static_cast<float>(std::int64_t{cd[0][j]} - z * S[0]);
+              if constexpr (ND == 3)
+                v += static_cast<float>(std::int64_t{cd[1][j]} - z * S[1]) * (1.0f / 256.0f) +
+                     static_cast<float>(std::int64_t{cd[2][j]} - z * S[2]) * (1.0f / 65536.0f);
               acc[i * 32 + j] += sc[j] * s1 * v;
             }
           }
@@ -391,8 +455,12 @@ TPULLM_ALWAYS_INLINE void amx_linear_body(const LinearArgs& a, std::int64_t ma, 
                                           std::int64_t pa, std::int64_t pb) {
   if constexpr (F == WeightFormat::bf16)
     amx_bf16_body<Tiles>(a, ma, mb, pa, pb);
-  else if constexpr (amx_format(F))
-    amx_int_body<F, Tiles>(a, ma, mb, pa, pb);
+  else if constexpr (amx_format(F)) {
+    if (a.xprec == XPrecision::int8)
+      amx_int_body<F, Tiles, 1>(a, ma, mb, pa, pb);
+    else
+      amx_int_body<F, Tiles, 3>(a, ma, mb, pa, pb);
+  }
 }
 
 /// The AMX linear on the emulator (portable code around the emulated tiles; any CPU).
