@@ -368,7 +368,7 @@ TEST_CASE("int GEMV with XPrecision::int8: the VNNI and AVX2 integer-dot paths r
   else
     WARN("SKIPPED the int8-activation AMX-INT8 path on the tile unit: this CPU lacks AMX");
   bool vnni_ran = false;
-  int cases = 0, avx2_ran = 0, avx2_same_bits = 0;
+  int cases = 0, avx2_ran = 0, avx2_same_bits = 0, amx_same_bits = 0;
   std::uint32_t seed = 500;
   for (WeightFormat f : formats)
     for (const Shape& sh : shapes)
@@ -421,6 +421,15 @@ TEST_CASE("int GEMV with XPrecision::int8: the VNNI and AVX2 integer-dot paths r
               vnni_ran = true;
               y_vnni = y;
             }
+            // AMX-INT8 at one digit forms the VNNI kernels' int32 group sums and f32 steps: the
+            // same bits (on the emulator from kAmxMinRows rows; on the tile unit every row count)
+            const bool on_tiles = path.amx_emulated || path.isa == Isa::amx;
+            if (rounds && on_tiles && !y_vnni.empty()) {
+              INFO(format_name(f) << " K=" << sh.K << " g=" << sh.group << " N=" << N << " M=" << M
+                                  << " path=" << path.name << " against avx512 VNNI");
+              CHECK(std::memcmp(y.data(), y_vnni.data(), y.size() * sizeof(float)) == 0);
+              ++amx_same_bits;
+            }
             if (rounds && path.isa == Isa::avx2) {
               ++avx2_ran;
               avx2_ys.emplace_back(path.name, y);
@@ -454,7 +463,10 @@ TEST_CASE("int GEMV with XPrecision::int8: the VNNI and AVX2 integer-dot paths r
     WARN("SKIPPED the int8-activation VNNI GEMV: this CPU has no AVX512_VNNI");
   else if (avx2_ran > 0)
     CHECK(avx2_same_bits == avx2_ran);
-  INFO("cases " << cases << ", AVX2 integer-dot runs " << avx2_ran);
+  INFO("cases " << cases << ", AVX2 integer-dot runs " << avx2_ran << ", AMX runs compared "
+                << amx_same_bits);
+  if (vnni_ran) // the emulator's rows past kAmxMinRows at least: 65 and 130 per format
+    CHECK(amx_same_bits >= 2 * static_cast<int>(std::size(formats)));
   if (cpu_features().avx2)
     CHECK(avx2_ran == cases * (cpu_features().avx_vnni ? 2 : 1));
 }

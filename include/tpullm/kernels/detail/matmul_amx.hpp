@@ -31,6 +31,7 @@
 #include "tpullm/kernels/vec_math.hpp"
 #include "tpullm/kernels/detail/matmul_common.hpp"
 #include "tpullm/kernels/detail/matmul_portable.hpp"
+#include "tpullm/kernels/detail/matmul_x_digits.hpp"
 
 namespace tpullm::kernels::detail {
 
@@ -406,40 +407,31 @@ TPULLM_ALWAYS_INLINE void amx_int_body(const LinearArgs& a, std::int64_t ma, std
             const std::size_t mi = static_cast<std::size_t>((r + i) * G + g);
             const float s1 = s.s1[mi];
             const std::int32_t* S = s.S.data() + 3 * mi;
-            // digit d of row i: C tile row at ci + d * 512 + i * 32, weighted 256^-d
-            const std::int32_t* cd[3] = {s.ci.data() + i * 32, nullptr, nullptr};
-            if constexpr (ND == 3) {
-              cd[1] = cd[0] + 512;
-              cd[2] = cd[0] + 1024;
-            }
-            auto digit_sum = [&](int j) { // sum_d 256^-d C_d[j]
-              float v = static_cast<float>(cd[0][j]);
-              if constexpr (ND == 3)
-                v += static_cast<float>(cd[1][j]) * (1.0f / 256.0f) +
-                     static_cast<float>(cd[2][j]) * (1.0f / 65536.0f);
-              return v;
-            };
-            if constexpr (has_mins(F)) {
-              GroupParams mn_buf;
-              const float* mn = panel_mins(w, p, g0 + g, mn_buf);
-              const float xs =
-                  s1 * (static_cast<float>(S[0]) + static_cast<float>(S[1]) * (1.0f / 256.0f) +
-                        static_cast<float>(S[2]) * (1.0f / 65536.0f));
-              for (int j = 0; j < 32; ++j)
-                acc[i * 32 + j] += sc[j] * s1 * digit_sum(j) - mn[j] * xs;
-              continue;
-            }
-            for (int j = 0; j < 32; ++j) { // each digit's C_d - z S_d exactly, in integers
-              std::int64_t z = 0;
+            // digit d of row i: C tile row at ci + d * 512 + i * 32. The f32 steps are the VNNI
+            // GEMV's (vnni_group_sum, then t = fma(scale * s1, sum, t), the mins by fnmadd), as
+            // explicit fmas: the same bits whatever the compiler contracts, and at one digit the
+            // VNNI kernels' results exactly
+            const std::int32_t* c0 = s.ci.data() + i * 32;
+            GroupParams mn_buf;
+            const float* mn = has_mins(F) ? panel_mins(w, p, g0 + g, mn_buf) : nullptr;
+            const float xs = has_mins(F) ? vnni_digit_xsum(s1, S) : 0.f;
+            for (int j = 0; j < 32; ++j) {
+              std::int64_t z = 0; // each digit's C_d - z S_d exactly, in integers
               if constexpr (fixed_zero(F) != 0)
                 z = fixed_zero(F);
               else if constexpr (has_zeros(F))
                 z = panel_zeros(w, p, g0 + g)[j];
-              float v = static_cast<float>(std::int64_t{cd[0][j]} - z * S[0]);
-              if constexpr (ND == 3)
-                v += static_cast<float>(std::int64_t{cd[1][j]} - z * S[1]) * (1.0f / 256.0f) +
-                     static_cast<float>(std::int64_t{cd[2][j]} - z * S[2]) * (1.0f / 65536.0f);
-              acc[i * 32 + j] += sc[j] * s1 * v;
+              float sum = static_cast<float>(std::int64_t{c0[j]} - z * S[0]);
+              if constexpr (ND == 3) {
+                const float f1 = static_cast<float>(std::int64_t{c0[512 + j]} - z * S[1]);
+                const float f2 = static_cast<float>(std::int64_t{c0[1024 + j]} - z * S[2]);
+                sum = std::fma(f2, 1.0f / 65536.0f, std::fma(f1, 1.0f / 256.0f, sum));
+              }
+              const float scs1 = sc[j] * s1;
+              float t = std::fma(scs1, sum, acc[i * 32 + j]);
+              if constexpr (has_mins(F))
+                t = std::fma(-mn[j], xs, t);
+              acc[i * 32 + j] = t;
             }
           }
         }
