@@ -249,7 +249,9 @@ double run_amx_linear(const AmxCase& c, std::uint32_t seed, bool hw) {
       isa.emplace(Isa::amx);
     else
       emu.emplace();
+    detail::amx_int_forced() = hw; // the tile unit takes int weights only when asked
     linear(x, tw.packed, bias, out, {c.M, c.K, c.N}, c.split);
+    detail::amx_int_forced() = false;
   }
   double worst = 0;
   for (std::int64_t m = 0; m < c.M; ++m) {

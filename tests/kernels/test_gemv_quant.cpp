@@ -214,8 +214,10 @@ public:
     detail::avx_vnni_gemv_disabled() = p.no_avx_vnni;
     if (p.amx_emulated)
       emu_.emplace();
+    detail::amx_int_forced() = p.isa == Isa::amx; // AMX-INT8 on the tile unit, where asked
   }
   ~ScopedPath() {
+    detail::amx_int_forced() = false;
     detail::vnni_disabled() = false;
     detail::avx_vnni_gemv_disabled() = false;
   }

@@ -473,6 +473,18 @@ TPULLM_TARGET_AVX512 void amx_linear_hw(const LinearArgs& a, std::int64_t ma, st
 
 /// Which AMX implementation a linear of format F with M rows takes now, if any: the emulator
 /// while amx::ScopedEmulation is alive, the tile unit when the active Isa is amx.
+/// Test hook: while true, integer weights take the tile unit too (on an AMX CPU), so the
+/// hardware tests can run AMX-INT8; by default the tile unit takes bf16 weights only.
+inline bool& amx_int_forced() {
+  static bool on = false;
+  return on;
+}
+
+/// Whether a linear of M rows over format f takes an AMX path, and on which implementation
+/// (`emulated`: the tile emulator under amx::ScopedEmulation, any format of amx_format). On the
+/// tile unit only bf16 weights do: AMX-INT8 measured 1.4-4x slower than the VNNI row kernels
+/// (x in int8) and the f32-FMA GEMM (exact x) in whole-model prefill on the first AMX machine
+/// (docs/kernels.md, round 15), which give the same results (bit for bit at one digit).
 inline bool amx_linear_applies(WeightFormat f, std::int64_t M, bool& emulated) {
   emulated = false;
   if (!amx_format(f) || M < kAmxMinRows)
@@ -481,7 +493,7 @@ inline bool amx_linear_applies(WeightFormat f, std::int64_t M, bool& emulated) {
     emulated = true;
     return true;
   }
-  return active_isa() == Isa::amx;
+  return active_isa() == Isa::amx && (f == WeightFormat::bf16 || amx_int_forced());
 }
 template <WeightFormat F>
 inline bool amx_linear_applies(std::int64_t M, bool& emulated) {
