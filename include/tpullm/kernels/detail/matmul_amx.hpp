@@ -137,6 +137,20 @@ TPULLM_TARGET_AMX TPULLM_ALWAYS_INLINE void amx_int_dp() {
     Tiles::template dpbsud<C, A, B>();
 }
 
+/// Three digits x one column half H of B for one k step: B's half into tile 7, each digit d's
+/// rows (at ad + d * dl) into tile 6 in turn, C 2d + H += A x B.
+template <class Tiles, bool WSigned, int H>
+TPULLM_TARGET_AMX TPULLM_ALWAYS_INLINE void amx_int_half3(const std::int8_t* ad, std::int64_t lda,
+                                                          std::int64_t dl, const std::uint8_t* bk) {
+  Tiles::template load<7>(bk + 64 * H, 128);
+  Tiles::template load<6>(ad, lda);
+  amx_int_dp<Tiles, WSigned, H, 6, 7>();
+  Tiles::template load<6>(ad + dl, lda);
+  amx_int_dp<Tiles, WSigned, 2 + H, 6, 7>();
+  Tiles::template load<6>(ad + 2 * dl, lda);
+  amx_int_dp<Tiles, WSigned, 4 + H, 6, 7>();
+}
+
 /// One weight group of 16-row tiles and one panel: C[d][16][32] int32 = sum over the group's k
 /// steps of A_d[16, kst] x B (quads of 32 columns, 128 bytes each), for ND = 1, 2 or 3 A
 /// operands (digits of x; the W8A8 body passes two row tiles). ad: operand d's rows at
@@ -171,20 +185,8 @@ TPULLM_TARGET_AMX void amx_int_group(const std::int8_t* ad, std::int64_t lda, st
         amx_int_dp<Tiles, WSigned, 3, 5, 7>();
       }
     } else { // eight tiles hold six C: one column half of B at a time, the digits through A 6
-      Tiles::template load<7>(bk, 128);
-      Tiles::template load<6>(ad + k, lda);
-      amx_int_dp<Tiles, WSigned, 0, 6, 7>();
-      Tiles::template load<6>(ad + dl + k, lda);
-      amx_int_dp<Tiles, WSigned, 2, 6, 7>();
-      Tiles::template load<6>(ad + 2 * dl + k, lda);
-      amx_int_dp<Tiles, WSigned, 4, 6, 7>();
-      Tiles::template load<7>(bk + 64, 128);
-      Tiles::template load<6>(ad + k, lda);
-      amx_int_dp<Tiles, WSigned, 1, 6, 7>();
-      Tiles::template load<6>(ad + dl + k, lda);
-      amx_int_dp<Tiles, WSigned, 3, 6, 7>();
-      Tiles::template load<6>(ad + 2 * dl + k, lda);
-      amx_int_dp<Tiles, WSigned, 5, 6, 7>();
+      amx_int_half3<Tiles, WSigned, 0>(ad + k, lda, dl, bk);
+      amx_int_half3<Tiles, WSigned, 1>(ad + k, lda, dl, bk);
     }
   }
   Tiles::template store<0>(c, 128);
