@@ -213,6 +213,7 @@ public:
     if (stragglers != 0) {
       stragglers =
           long_stallers(stragglers, t2 - t1, t2) & ~kept_running(stragglers, suspected, t2);
+      mark_cpu_time(0);
     }
     if (stragglers != 0)
       leave_out(stragglers, t2);
@@ -246,6 +247,8 @@ private:
     clockid_t cpu_clock{};                        ///< its thread's CPU-time clock
     bool has_cpu_clock = false;                   ///< pthread_getcpuclockid succeeded
     std::int64_t cpu_marked_ns = -1;              ///< its CPU time when a wait was suspected
+    std::atomic<bool> watched{false};             ///< a wait for it is suspected: note cpu_done_ns
+    std::atomic<std::int64_t> cpu_done_ns{-1};    ///< its own CPU time read as it finished, or -1
     std::atomic<std::int64_t> done_at_ns{0};      ///< when it last finished its items
   };
   static constexpr std::chrono::milliseconds kBackoff0{20}, kBackoffMax{1000};
@@ -304,14 +307,30 @@ private:
     return static_cast<std::int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
   }
   // Notes the CPU time of each straggler in `mask` as the wait for it is suspected.
+  // Each marked worker is asked to read its own CPU time as it finishes (cpu_done_ns): the
+  // caller's later reading would also count the time the worker spent after its items, or not,
+  // as the machine's load decides.
   void mark_cpu_time(std::uint64_t mask) {
-    for (int w = 1; w < size_; ++w)
-      slots_[w].cpu_marked_ns = (mask >> w & 1) ? cpu_ns(w) : -1;
+    for (int w = 1; w < size_; ++w) {
+      Slot& s = slots_[w];
+      const bool marked = (mask >> w & 1) != 0;
+      s.cpu_done_ns.store(-1, std::memory_order_relaxed);
+      s.cpu_marked_ns = marked ? cpu_ns(w) : -1; // before the worker can read its own
+      s.watched.store(marked, std::memory_order_seq_cst);
+    }
+  }
+  // This thread's own CPU time in ns, or -1.
+  static std::int64_t own_cpu_ns() {
+    timespec ts{};
+    if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0)
+      return -1;
+    return static_cast<std::int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
   }
   // The stragglers in `mask` whose threads ran at least kRanShare of the time from `since` (the
   // wait suspected) to when each finished its items: slow, not displaced by another process. The
-  // caller's own delay in noticing the end (to `now`) counts neither against the worker nor for
-  // it: its CPU time since it finished (at most that delay) is taken off.
+  // CPU time is the one the worker read itself as it finished. Where it finished before it saw
+  // the mark, the caller's reading at `now` stands in, less the caller's delay in noticing the
+  // end (the most the worker can have run since).
   std::uint64_t kept_running(std::uint64_t mask, clock::time_point since,
                              clock::time_point now) const {
     std::uint64_t out = 0;
@@ -324,9 +343,13 @@ private:
           std::chrono::duration_cast<std::chrono::nanoseconds>(done - since).count());
       if (wait_ns <= 0)
         continue;
-      const std::int64_t cpu = cpu_ns(w);
-      const double after_ns = static_cast<double>(std::max<std::int64_t>(
-          0, std::chrono::duration_cast<std::chrono::nanoseconds>(now - done).count()));
+      const std::int64_t own = slots_[w].cpu_done_ns.load(std::memory_order_relaxed);
+      const std::int64_t cpu = own >= 0 ? own : cpu_ns(w);
+      const double after_ns =
+          own >= 0
+              ? 0.0
+              : static_cast<double>(std::max<std::int64_t>(
+                    0, std::chrono::duration_cast<std::chrono::nanoseconds>(now - done).count()));
       if (cpu >= 0 &&
           static_cast<double>(cpu - slots_[w].cpu_marked_ns) - after_ns >= kRanShare * wait_ns)
         out |= std::uint64_t{1} << w;
@@ -411,6 +434,8 @@ private:
       Slot& slot = slots_[w];
       slot.busy.store(true, std::memory_order_release);
       run_items(w);
+      if (slot.watched.load(std::memory_order_seq_cst))
+        slot.cpu_done_ns.store(own_cpu_ns(), std::memory_order_relaxed);
       slot.done_at_ns.store(clock::now().time_since_epoch().count(), std::memory_order_relaxed);
       slot.busy.store(false, std::memory_order_release);
       job_.done.fetch_add(1, std::memory_order_acq_rel);
