@@ -403,12 +403,13 @@ inline std::vector<ActBenchPath> act_bench_paths() {
   const auto& f = kernels::cpu_features();
   using kernels::Isa;
   using kernels::XPrecision;
-  return {{"avx2-exact", Isa::avx2, XPrecision::exact, false, f.avx2, Ceiling::f32_fma},
-          {"avx2-int8-avx-vnni", Isa::avx2, XPrecision::int8, false, f.avx_vnni,
-           Ceiling::int8_avx_vnni},
-          {"avx2-int8-maddubs", Isa::avx2, XPrecision::int8, true, f.avx2, Ceiling::int8_avx2},
-          {"avx512-int8-vnni", Isa::avx512, XPrecision::int8, false, f.avx512_vnni,
-           Ceiling::int8_vnni}};
+  return {
+      {"avx2-exact", Isa::avx2, XPrecision::exact, false, f.avx2, Ceiling::f32_fma},
+      {"avx2-int8-avx-vnni", Isa::avx2, XPrecision::int8, false, f.avx_vnni,
+       Ceiling::int8_avx_vnni},
+      {"avx2-int8-maddubs", Isa::avx2, XPrecision::int8, true, f.avx2, Ceiling::int8_avx2},
+      {"avx512-int8-vnni", Isa::avx512, XPrecision::int8, false, f.avx512_vnni, Ceiling::int8_vnni},
+      {"amx-int8", Isa::amx, XPrecision::int8, false, f.amx, Ceiling::amx_int8}};
 }
 
 /// kernels::linear over integer weights (group `group`) forced onto `path`: M <= 4 reports bytes
@@ -446,9 +447,9 @@ void bm_linear_act(benchmark::State& state, Proj p, WeightFormat f, std::int64_t
 }
 
 /// linear_act/qwen2.5-0.5b/{gate_proj,down_proj}/{int4_sym_g32,int8_g32,int8_g16,int6_sym_g16,
-/// int8_min_g32,int6_min_g32}/<path>/M:{1,64,512}/threads:{1,2}: the AVX2 int8-activation kernels
-/// against the AVX2 exact path (and the AVX-512 VNNI one) on Q4_0 / Q8_0-like weights, Q6_K's old
-/// (int8) and new (int6) containers, and Q5_K's (int8_min, int6_min).
+/// int8_min_g32,int6_min_g32}/<path>/M:{1,16,64,512}/threads:{1,2}: the AVX2 int8-activation
+/// kernels against the AVX2 exact path (and the AVX-512 VNNI and AMX-INT8 ones) on Q4_0 / Q8_0-like
+/// weights, Q6_K's old (int8) and new (int6) containers, and Q5_K's (int8_min, int6_min).
 void register_act_benchmarks() {
   for (const Proj& p : projections()) {
     const std::string pn = p.name;
@@ -459,7 +460,7 @@ void register_act_benchmarks() {
         {WeightFormat::int6_sym, 16}, {WeightFormat::int8_min, 32}, {WeightFormat::int6_min, 32}};
     for (const auto& [f, g] : fgs)
       for (const ActBenchPath& path : act_bench_paths())
-        for (std::int64_t M : {1, 64, 512})
+        for (std::int64_t M : {1, 16, 64, 512})
           for (int threads : {1, 2}) {
             const std::string name =
                 std::string("linear_act/") + p.model + "/" + p.name + "/" +

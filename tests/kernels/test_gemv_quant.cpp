@@ -158,7 +158,20 @@ struct GemvPath {
   const char* name;
   bool no_avx_vnni = false;  ///< AVX2 with XPrecision::int8: VPMADDUBSW instead of AVX-VNNI
   bool amx_emulated = false; ///< the AMX path on the tile emulator (M >= kAmxMinRows)
+  bool amx_int_body = false; ///< the tile unit forced onto the AMX-INT8 body (amx_int_forced)
 };
+
+/// The tile unit's int8-activation paths where the CPU has AMX: as dispatched (the x8 kernel from
+/// kAmxX8MinRows rows), and forced onto the AMX-INT8 body (from kAmxMinRows rows). Warns SKIPPED
+/// without AMX.
+std::vector<GemvPath> amx_tile_paths() {
+  if (!cpu_features().amx) {
+    WARN("SKIPPED the int8-activation paths on the tile unit: this CPU lacks AMX");
+    return {};
+  }
+  return {{Isa::amx, false, "amx tile unit (x8)"},
+          {Isa::amx, false, "amx tile unit, AMX-INT8 body", false, false, true}};
+}
 
 /// Every int GEMV path this CPU can run, each named.
 std::vector<GemvPath> gemv_paths() {
@@ -214,7 +227,7 @@ public:
     detail::avx_vnni_gemv_disabled() = p.no_avx_vnni;
     if (p.amx_emulated)
       emu_.emplace();
-    detail::amx_int_forced() = p.isa == Isa::amx; // AMX-INT8 on the tile unit, where asked
+    detail::amx_int_forced() = p.amx_int_body; // AMX-INT8 on the tile unit, where asked
   }
   ~ScopedPath() {
     detail::amx_int_forced() = false;
@@ -365,12 +378,10 @@ TEST_CASE("int GEMV with XPrecision::int8: the VNNI and AVX2 integer-dot paths r
   // AMX-INT8 takes XPrecision::int8 from kAmxMinRows rows with the same one-digit rounding: on
   // the tile emulator (any CPU) and on the tile unit where the CPU has one
   paths.push_back({Isa::portable, false, "amx emulator", false, true});
-  if (cpu_features().amx)
-    paths.push_back({Isa::amx, false, "amx tile unit"});
-  else
-    WARN("SKIPPED the int8-activation AMX-INT8 path on the tile unit: this CPU lacks AMX");
+  for (const GemvPath& p : amx_tile_paths())
+    paths.push_back(p);
   bool vnni_ran = false;
-  int cases = 0, avx2_ran = 0, avx2_same_bits = 0, amx_same_bits = 0;
+  int cases = 0, avx2_ran = 0, avx2_same_bits = 0, amx_same_bits = 0, x8_runs = 0;
   std::uint32_t seed = 500;
   for (WeightFormat f : formats)
     for (const Shape& sh : shapes)
@@ -380,7 +391,7 @@ TEST_CASE("int GEMV with XPrecision::int8: the VNNI and AVX2 integer-dot paths r
         const double tol = matmul_tol(sh.K);
         // 1 and 3: the decode GEMV; 6 to 130: prompts (up to kVnniInt8MaxRows rows), every
         // remainder of the 4- and 2-row passes and of the 64-row blocks (kVnniRowBlock)
-        for (std::int64_t M : {1, 2, 3, 4, 6, 13, 64, 65, 130}) {
+        for (std::int64_t M : {1, 2, 3, 4, 6, 13, 16, 64, 65, 130}) {
           if (M > 4 && P > 1 && sh.group != 32)
             continue; // (bounded work: the larger M on one shape per format)
           const auto x = outlier_x(M, sh.K, seed * 7);
@@ -412,6 +423,7 @@ TEST_CASE("int GEMV with XPrecision::int8: the VNNI and AVX2 integer-dot paths r
             const bool rounds = path_rounds(path, M) && M <= detail::kVnniInt8MaxRows;
             std::vector<float> y = nan_vec(static_cast<std::size_t>(M * N));
             std::vector<float> y2 = nan_vec(y.size());
+            const std::int64_t x8_calls = detail::amx_x8_calls().load();
             {
               ScopedPath scoped(path);
               linear(x, qc.packed, {}, y, {M, sh.K, N}, {SplitDim::cols, 2}, XPrecision::int8);
@@ -422,6 +434,13 @@ TEST_CASE("int GEMV with XPrecision::int8: the VNNI and AVX2 integer-dot paths r
             if (rounds && path.isa == Isa::avx512 && !path.amx_emulated) {
               vnni_ran = true;
               y_vnni = y;
+            }
+            if (path.isa == Isa::amx) {
+              // the x8 kernel runs from kAmxX8MinRows rows; forced onto the AMX-INT8 body, never
+              const bool want = M >= detail::kAmxX8MinRows && !path.amx_int_body;
+              INFO(format_name(f) << " g=" << sh.group << " M=" << M << " path=" << path.name);
+              CHECK((detail::amx_x8_calls().load() > x8_calls) == want);
+              x8_runs += want;
             }
             // AMX-INT8 at one digit forms the VNNI kernels' int32 group sums and f32 steps: the
             // same bits (on the emulator from kAmxMinRows rows; on the tile unit every row count)
@@ -469,6 +488,8 @@ TEST_CASE("int GEMV with XPrecision::int8: the VNNI and AVX2 integer-dot paths r
                 << amx_same_bits);
   if (vnni_ran) // the emulator's rows past kAmxMinRows at least: 65 and 130 per format
     CHECK(amx_same_bits >= 2 * static_cast<int>(std::size(formats)));
+  if (cpu_features().amx) // 64, 65 and 130 rows on the x8 kernel per format
+    CHECK(x8_runs >= 3 * static_cast<int>(std::size(formats)));
   if (cpu_features().avx2)
     CHECK(avx2_ran == cases * (cpu_features().avx_vnni ? 2 : 1));
 }
@@ -480,7 +501,11 @@ TEST_CASE("int GEMV with XPrecision::int8: a row's result does not depend on the
   // count (the 4-stream single-row kernel, the 4-, 2- and 1-row passes, the 64-row blocks) must
   // give each row the same bits, on every path that rounds (AVX-512 VNNI, AVX2 both ways).
   int rounding_paths = 0;
-  for (const GemvPath& path : int8_paths()) {
+  auto paths = int8_paths();
+  for (const GemvPath& p : amx_tile_paths()) // the x8 kernel from 17 rows, the GEMV below
+    if (!p.amx_int_body)
+      paths.push_back(p);
+  for (const GemvPath& path : paths) {
     if (!path_rounds(path, 1))
       continue;
     ++rounding_paths;
@@ -493,7 +518,7 @@ TEST_CASE("int GEMV with XPrecision::int8: a row's result does not depend on the
       std::vector<float> all = nan_vec(static_cast<std::size_t>(M * N));
       linear(x, qc.packed, {}, all, {M, K, N}, {SplitDim::cols, 2}, XPrecision::int8);
       for (std::int64_t m : {0, 3, 5, 64, 69}) {
-        for (std::int64_t rows : {1, 2, 3, 5}) {
+        for (std::int64_t rows : {1, 2, 3, 5, 16}) {
           if (m + rows > M)
             continue;
           std::vector<float> y = nan_vec(static_cast<std::size_t>(rows * N));
@@ -515,12 +540,15 @@ TEST_CASE("int GEMV with XPrecision::int8: a NaN or infinite input gives NaN, no
           "[matmul][gemv_quant][act_int8]") {
   // The exact path propagates a non-finite x into its row's outputs; the rounding paths must not
   // silently drop the group that holds it (its scale is NaN, so every output of the row is).
-  for (const GemvPath& path : int8_paths()) {
+  auto paths = int8_paths();
+  for (const GemvPath& p : amx_tile_paths())
+    paths.push_back(p);
+  for (const GemvPath& path : paths) {
     ScopedPath scoped(path);
     for (WeightFormat f : {WeightFormat::int4_sym, WeightFormat::int8}) {
       const std::int64_t K = 256, N = 40;
       const QuantCase qc = make_quant(f, K, N, 32, 31 + static_cast<std::uint32_t>(f));
-      for (std::int64_t M : {1, 4, 9}) { // a GEMV row, a 4-row pass, a prompt block
+      for (std::int64_t M : {1, 4, 9, 20}) { // a GEMV row, a 4-row pass, prompt blocks
         for (float bad :
              {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
           auto x = outlier_x(M, K, 5);

@@ -76,9 +76,10 @@ inline bool use_digit_gemv(XPrecision p) {
   return use_vnni_gemv() || use_avx2_int8_gemv(p);
 }
 
-/// Whether a linear of M > 4 rows over weights of format `f` runs on the VNNI kernels (AVX-512
-/// VNNI, or the AVX2 integer-dot ones): x may be rounded to int8 (XPrecision::int8, up to
-/// kVnniInt8MaxRows rows), one of them runs and the tile unit does not take the product. Up to
+/// Whether a linear of M > 4 rows over weights of format `f` runs on x's int8 digits (the
+/// AVX-512 VNNI or AVX2 integer-dot kernels, or from kAmxX8MinRows rows on an AMX CPU the tile
+/// unit's x8 kernel, detail/matmul_amx_x8.hpp): x may be rounded to int8 (XPrecision::int8, up to
+/// kVnniInt8MaxRows rows), one of them runs and the AMX-INT8 body does not take the product. Up to
 /// kDecodeArithmeticRows rows (a verify segment) they run even where the tile unit would: their
 /// rows sum as a GEMV's single row does, so a verify row's logits are the decode step's.
 inline bool vnni_int8_rows(WeightFormat f, std::int64_t M, XPrecision p) {

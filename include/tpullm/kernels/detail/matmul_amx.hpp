@@ -24,6 +24,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 #include "tpullm/kernels/amx_tiles.hpp"
@@ -314,10 +315,17 @@ TPULLM_ALWAYS_INLINE void amx_digits(const LinearArgs& a, std::int64_t m0, std::
     for (std::int64_t g = 0; g < G; ++g) {
       const std::int64_t ks = g * seg, ke = std::min(Kv, ks + seg);
       float mx = 0.f;
-      for (std::int64_t k = ks; k < ke; ++k)
+      bool bad = false; // a NaN or an infinity in the group
+      for (std::int64_t k = ks; k < ke; ++k) {
+        bad |= !std::isfinite(xr[k]);
         mx = std::max(mx, std::abs(xr[k]));
-      if (!(mx > 0.f) || !std::isfinite(mx))
-        continue; // zero group (NaN / inf x is not supported by the digit paths)
+      }
+      if (bad) { // a NaN scale, so the row's outputs are NaN (as make_x_digits does)
+        s.s1[static_cast<std::size_t>(i * G + g)] = std::numeric_limits<float>::quiet_NaN();
+        continue;
+      }
+      if (!(mx > 0.f))
+        continue; // an all-zero group: scale 0
       const float s1 = mx / 127.0f, inv1 = 127.0f / mx;
       const float s2 = s1 * (1.0f / 256.0f), inv2 = inv1 * 256.0f, inv3 = inv2 * 256.0f;
       s.s1[static_cast<std::size_t>(i * G + g)] = s1;
@@ -484,9 +492,10 @@ inline bool& amx_int_forced() {
 
 /// Whether a linear of M rows over format f takes an AMX path, and on which implementation
 /// (`emulated`: the tile emulator under amx::ScopedEmulation, any format of amx_format). On the
-/// tile unit only bf16 weights do: AMX-INT8 measured 1.4-4x slower than the VNNI row kernels
-/// (x in int8) and the f32-FMA GEMM (exact x) in whole-model prefill on the first AMX machine
-/// (docs/kernels.md, round 15), which give the same results (bit for bit at one digit).
+/// tile unit only bf16 weights take this body: its AMX-INT8 measured 1.4-4x slower than the VNNI
+/// row kernels (x in int8) and the f32-FMA GEMM (exact x) in whole-model prefill on the first
+/// AMX machine (docs/kernels.md, round 15). x in int8 on integer weights takes the tile unit
+/// through the x8 kernel instead (detail/matmul_amx_x8.hpp, round 16).
 inline bool amx_linear_applies(WeightFormat f, std::int64_t M, bool& emulated) {
   emulated = false;
   if (!amx_format(f) || M < kAmxMinRows)

@@ -3,6 +3,7 @@
 /// range of panels on one thread, and the OpenMP split of one call (run_linear).
 
 #include "tpullm/kernels/detail/matmul_amx.hpp"
+#include "tpullm/kernels/detail/matmul_amx_x8.hpp"
 #include "tpullm/kernels/detail/matmul_gemm_bf16dot.hpp"
 #include "tpullm/kernels/detail/matmul_portable.hpp"
 #include "tpullm/support/error.hpp"
@@ -267,6 +268,18 @@ template <WeightFormat F>
 void run_linear(const LinearArgs& a, const CoreSplit& planned) {
   const Isa isa = active_isa();
   const std::int64_t P = a.v.p1 - a.v.p0;
+#if TPULLM_X86
+  // x rounded to int8 (one digit) over integer weights on the tile unit: from kAmxX8MinRows rows
+  if constexpr (amx_format(F) && F != WeightFormat::bf16) {
+    if (amx_x8_applies(F, a.M, a.xd)) {
+      run_gemm_split(skinny_split(planned, a.M, 16), a, 16,
+                     [&](std::int64_t ma, std::int64_t mb, std::int64_t pa, std::int64_t pb) {
+                       amx_x8_range<F>(a, ma, mb, pa, pb);
+                     });
+      return;
+    }
+  }
+#endif
   // More than 4 rows on the GEMV kernels (gemv_rows): the VNNI (AVX-512 or AVX2) kernels when
   // linear_view prepared digits for them (vnni_int8_rows), or row blocks of up to
   // kGemvBlockMaxRows; over columns
