@@ -8,7 +8,8 @@
 # For each GGUF file it prints one table: prefill of 16 and 512 tokens, decode at contexts 128
 # and 1024, for both engines, with the bytes each engine reads per decode step at context 128
 # and the ceilings tpullm's bench measured in the same run (near read bandwidth, f32 FMA, the
-# integer dot-product peak). How each figure is taken:
+# integer dot-product peak, and the tile unit's int8 peak on an AMX CPU). How each figure is
+# taken:
 #   tpullm:    `tpullm compile GGUF --mode M --act-quant A --seq-length 2048 --max-input-length
 #              512` (M, default f16, applies to the file's float tensors only: block types keep
 #              their codes; A, default dynamic as compile's own for a GGUF: activations rounded
@@ -212,7 +213,9 @@ print(f"\n### {gguf}")
 print(f"{t['machine']['cpu']}, {t['machine']['threads']} threads, tpullm --act-quant {act_quant} (llama.cpp: {lcpu.get('n_threads', '?')}, "
       f"build {lcpu.get('build_commit', '?')}); ceilings of this run: read {near:.1f} GB/s near "
       f"(start-up {c['read_gbs']:.1f}), f32 FMA {c['f32_fma_gflops']:.0f} GFLOP/s, "
-      f"int8 dot {c.get('int8_dot_gops', 0):.0f} GOP/s ({c.get('int8_dot_path', '?')})")
+      f"int8 dot {c.get('int8_dot_gops', 0):.0f} GOP/s ({c.get('int8_dot_path', '?')})"
+      + (f", AMX int8 {c['amx_int8_gops']:.0f} GOP/s (tpullm's integer prefill of 17 rows and more)"
+         if c.get("amx_int8_gops", 0) > 0 else ""))
 print("\n| engine | pp16 t/s | pp512 t/s | decode @128 t/s | decode @1024 t/s | MB/token @128 | decode @128 / near read |")
 print("| --- | --- | --- | --- | --- | --- | --- |")
 for eng, r in rows.items():

@@ -317,7 +317,8 @@ int cmd_bench(const std::vector<std::string>& args) {
                      {"bf16_dot_gflops", ceil.bf16_gflops_2t},
                      {"int8_dot_gops", int8_dot_gops},
                      {"int8_dot_path", int8_dot_path},
-                     {"amx_bf16_gflops", ceil.amx_bf16_gflops_2t}};
+                     {"amx_bf16_gflops", ceil.amx_bf16_gflops_2t},
+                     {"amx_int8_gops", ceil.amx_int8_gops_2t}};
   out["bundle"] = {{"file", file},
                    {"bytes", opened->file_bytes()},
                    {"mode", m.mode},
