@@ -365,6 +365,22 @@ int cmd_bench(const std::vector<std::string>& args) {
                      static_cast<std::size_t>(repeat));
     }
     measure_near();
+    // One more prefill with the executor profiling every instruction: the share of its wall
+    // time inside kernels, and by op kind (as for decode below; not the timed runs).
+    double kernel_share = 0;
+    nlohmann::ordered_json op_share = nlohmann::ordered_json::object();
+    {
+      s.reset();
+      auto& ex = engine.executor();
+      ex.set_profiling(true);
+      ex.reset_stats();
+      const auto t0 = clock_type::now();
+      (void)s.prefill(ids, false);
+      const double wall = seconds_since(t0);
+      kernel_share = ex.stats().kernel_seconds / wall;
+      op_share = op_shares(ex.stats(), wall);
+      ex.set_profiling(false);
+    }
     const double flops = prefill_flops(P) / best;
     pre.push_back({{"prompt", P},
                    {"tokens_per_s", static_cast<double>(P) / best},
@@ -373,7 +389,9 @@ int cmd_bench(const std::vector<std::string>& args) {
                    {"gflops", flops / 1e9},
                    {"f32_fma_gflops_near", fma_near / 1e9},
                    {"fma_peak_frac", fma_near > 0 ? flops / fma_near : 0},
-                   {"fma_peak_frac_start", fma > 0 ? flops / fma : 0}});
+                   {"fma_peak_frac_start", fma > 0 ? flops / fma : 0},
+                   {"kernel_share", kernel_share},
+                   {"op_share", op_share}});
     // the fraction of the int8 unit's peak counts all FLOPs, the f32 attention included, so it
     // is a bound from above on the int8 units' use
     if (m.mode == "int8") {
@@ -671,6 +689,13 @@ int cmd_bench(const std::vector<std::string>& args) {
                 << " of the vdpbf16ps peak (" << std::setprecision(0)
                 << p["bf16_dot_peak_gflops"].get<double>() << " GFLOP/s)" << std::setprecision(1);
     std::cout << "\n";
+  }
+  for (const auto& p : pre) {
+    std::cout << "  time by op at prompt " << p["prompt"].get<std::int64_t>() << ":";
+    for (const auto& [op, share] : p["op_share"].items())
+      std::cout << " " << op << " " << std::setprecision(0) << 100 * share.get<double>() << "%";
+    std::cout << " (in kernels " << std::setprecision(0) << 100 * p["kernel_share"].get<double>()
+              << "%)" << std::setprecision(1) << "\n";
   }
   std::cout
       << "decode   context tokens/s  ms/token  MB/token  GB/s    read GB/s near  of it  of start"
