@@ -449,7 +449,7 @@ void bm_linear_act(benchmark::State& state, Proj p, WeightFormat f, std::int64_t
 /// linear_act/qwen2.5-0.5b/{gate_proj,down_proj}/{int4_sym_g32,int8_g32,int8_g16,int6_sym_g16,
 /// int8_min_g32,int6_min_g32}/<path>/M:{1,16,64,512}/threads:{1,2}: the AVX2 int8-activation
 /// kernels against the AVX2 exact path (and the AVX-512 VNNI ones, and `amx-int8`: the tile unit's
-/// dispatch, the x8 kernel from 17 rows and the VNNI kernels below) on Q4_0 / Q8_0-like
+/// dispatch, the x8 kernel from 16 rows and the VNNI kernels below) on Q4_0 / Q8_0-like
 /// weights, Q6_K's old (int8) and new (int6) containers, and Q5_K's (int8_min, int6_min).
 void register_act_benchmarks() {
   for (const Proj& p : projections()) {

@@ -214,7 +214,7 @@ print(f"{t['machine']['cpu']}, {t['machine']['threads']} threads, tpullm --act-q
       f"build {lcpu.get('build_commit', '?')}); ceilings of this run: read {near:.1f} GB/s near "
       f"(start-up {c['read_gbs']:.1f}), f32 FMA {c['f32_fma_gflops']:.0f} GFLOP/s, "
       f"int8 dot {c.get('int8_dot_gops', 0):.0f} GOP/s ({c.get('int8_dot_path', '?')})"
-      + (f", AMX int8 {c['amx_int8_gops']:.0f} GOP/s (tpullm's integer prefill of 17 rows and more)"
+      + (f", AMX int8 {c['amx_int8_gops']:.0f} GOP/s (tpullm's integer prefill of 16 rows and more)"
          if c.get("amx_int8_gops", 0) > 0 else ""))
 print("\n| engine | pp16 t/s | pp512 t/s | decode @128 t/s | decode @1024 t/s | MB/token @128 | decode @128 / near read |")
 print("| --- | --- | --- | --- | --- | --- | --- |")

@@ -162,8 +162,8 @@ struct GemvPath {
 };
 
 /// The tile unit's int8-activation paths where the CPU has AMX: as dispatched (the x8 kernel from
-/// kAmxX8MinRows rows), and forced onto the AMX-INT8 body (from kAmxMinRows rows). Warns SKIPPED
-/// without AMX.
+/// kAmxX8MinRows rows), and forced onto the AMX-INT8 body (from kAmxMinRows rows; the x8 kernel
+/// at 16). Warns SKIPPED without AMX.
 std::vector<GemvPath> amx_tile_paths() {
   if (!cpu_features().amx) {
     WARN("SKIPPED the int8-activation paths on the tile unit: this CPU lacks AMX");
@@ -436,8 +436,12 @@ TEST_CASE("int GEMV with XPrecision::int8: the VNNI and AVX2 integer-dot paths r
               y_vnni = y;
             }
             if (path.isa == Isa::amx) {
-              // the x8 kernel runs from kAmxX8MinRows rows; forced onto the AMX-INT8 body, never
-              const bool want = M >= detail::kAmxX8MinRows && !path.amx_int_body;
+              // the x8 kernel runs from kAmxX8MinRows rows (up to 16 rows only for groups of <=
+              // 64, where it gives the GEMV's bits); forced onto the AMX-INT8 body, at 16 rows
+              // only (the body takes 17 and more)
+              const bool want = M >= detail::kAmxX8MinRows &&
+                                (M > kDecodeArithmeticRows || sh.group <= 64) &&
+                                (!path.amx_int_body || M <= kDecodeArithmeticRows);
               INFO(format_name(f) << " g=" << sh.group << " M=" << M << " path=" << path.name);
               CHECK((detail::amx_x8_calls().load() > x8_calls) == want);
               x8_runs += want;
@@ -488,8 +492,8 @@ TEST_CASE("int GEMV with XPrecision::int8: the VNNI and AVX2 integer-dot paths r
                 << amx_same_bits);
   if (vnni_ran) // the emulator's rows past kAmxMinRows at least: 65 and 130 per format
     CHECK(amx_same_bits >= 2 * static_cast<int>(std::size(formats)));
-  if (cpu_features().amx) // 64, 65 and 130 rows on the x8 kernel per format
-    CHECK(x8_runs >= 3 * static_cast<int>(std::size(formats)));
+  if (cpu_features().amx) // 16, 64, 65 and 130 rows on the x8 kernel per format
+    CHECK(x8_runs >= 4 * static_cast<int>(std::size(formats)));
   if (cpu_features().avx2)
     CHECK(avx2_ran == cases * (cpu_features().avx_vnni ? 2 : 1));
 }
@@ -502,7 +506,7 @@ TEST_CASE("int GEMV with XPrecision::int8: a row's result does not depend on the
   // give each row the same bits, on every path that rounds (AVX-512 VNNI, AVX2 both ways).
   int rounding_paths = 0;
   auto paths = int8_paths();
-  for (const GemvPath& p : amx_tile_paths()) // the x8 kernel from 17 rows, the GEMV below
+  for (const GemvPath& p : amx_tile_paths()) // the x8 kernel from 16 rows, the GEMV below
     if (!p.amx_int_body)
       paths.push_back(p);
   for (const GemvPath& path : paths) {

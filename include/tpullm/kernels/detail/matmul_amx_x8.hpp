@@ -32,11 +32,11 @@
 
 namespace tpullm::kernels::detail {
 
-/// Fewest rows of x the x8 path takes: kAmxMinRows (17), as for the other AMX paths. At 16 rows
-/// the kernel alone beat the VNNI GEMV (int8 1.6-1.7x, int4 1.0-1.1x), but whole-model prefill of
-/// 16 tokens was 10-14% slower with it on Q4_0 / Q8_0 / Q4_K_M files (docs/kernels.md, round 16),
-/// and at 8 rows the kernel alone was 1.2-1.9x slower (its tile work does not shrink with M).
-inline constexpr std::int64_t kAmxX8MinRows = kAmxMinRows;
+/// Fewest rows of x the x8 path takes: a short prompt's 16 rows and up. At 16 rows the whole-model
+/// prefill of 0.5B Q4_0 / Q8_0 / Q4_K_M / Q6_K files ran 0.95-1.6x the VNNI kernels' rate once
+/// the next panel was prefetched (without it, 0.86-0.90 on three of them: docs/kernels.md round
+/// 16); at 8 rows the kernel alone took 1.2-1.9x their time (its tile work does not shrink with M).
+inline constexpr std::int64_t kAmxX8MinRows = 16;
 /// Rows of x per block of the x8 path (their digits and the unpacked panel stay in L2).
 inline constexpr std::int64_t kAmxX8Mc = 64;
 
@@ -58,13 +58,16 @@ inline bool amx_x8_grouping_ok(std::int64_t seg, std::int64_t Kv) {
 }
 
 /// Whether the x8 path takes a linear of format `f` over M rows with digits `xd` (null: none):
-/// the tile unit is the active ISA (not the emulator), x has one digit, M >= kAmxX8MinRows (past
-/// any verify call's rows) and the grouping fits.
+/// the tile unit is the active ISA (not the emulator), x has one digit, M >= kAmxX8MinRows and
+/// the grouping fits; up to kDecodeArithmeticRows rows (a verify call) only for groups of at most
+/// 64 rows, where the result is the VNNI GEMV's bit for bit.
 inline bool amx_x8_applies(WeightFormat f, std::int64_t M, const XDigits* xd) {
   if (f == WeightFormat::bf16 || !amx_format(f) || xd == nullptr || xd->nd != 1 ||
       M < kAmxX8MinRows || amx_x8_disabled() || amx::emulation_forced() || active_isa() != Isa::amx)
     return false;
-  return amx_x8_grouping_ok(xd->seg, xd->Kv);
+  if (!amx_x8_grouping_ok(xd->seg, xd->Kv))
+    return false;
+  return M > kDecodeArithmeticRows || xd->seg <= 64;
 }
 
 #if TPULLM_X86
@@ -184,9 +187,11 @@ template <WeightFormat F, int H>
 TPULLM_TARGET_AMX_AVX512 void
 amx_x8_half(const LinearArgs& a, std::int64_t p, const std::int8_t* ad, std::int64_t lda,
             const std::uint8_t* b, std::int64_t G, std::int64_t seg, int kst, const float* s1,
-            const float* Sf, const float* xs, std::int32_t* ci, __m512 (*tt)[2]) {
+            const float* Sf, const float* xs, std::int32_t* ci, __m512 (*tt)[2],
+            const std::uint8_t* next = nullptr) {
   const PackedWeights& w = *a.v.w;
   const std::int64_t g0 = a.v.k0 / w.group_rows();
+  const std::int64_t gbytes = seg * row_bytes(F); // one group of a panel as stored
   __m512 t[16];
 #pragma GCC unroll 16
   for (int i = 0; i < 16; ++i)
@@ -197,6 +202,11 @@ amx_x8_half(const LinearArgs& a, std::int64_t p, const std::int8_t* ad, std::int
     if (bi + 1 < batches)
       amx_x8_batch<F, H>(ad, lda, b, bi + 1, G, seg, kst, ci);
     const std::int64_t nb = std::min<std::int64_t>(2, G - 2 * bi);
+    // the next panel's same groups on their way from memory while this one computes (the tile
+    // loads have no prefetch of their own; a short prompt reads each panel once)
+    if (next != nullptr)
+      for (std::int64_t o = 2 * bi * gbytes; o < (2 * bi + nb) * gbytes; o += 64)
+        _mm_prefetch(reinterpret_cast<const char*>(next) + o, _MM_HINT_T0);
     for (std::int64_t j = 0; j < nb; ++j) {
       const std::int64_t g = 2 * bi + j;
       __m512 sc[2], z[2];
@@ -294,8 +304,9 @@ TPULLM_TARGET_AMX_AVX512 void amx_x8_range(const LinearArgs& a, std::int64_t ma,
         const std::int64_t rows = std::min<std::int64_t>(16, m0 + mc - r0);
         const std::int8_t* ad = rows < 16 ? s.apad.data() : xd.d.data() + r0 * Kv;
         const std::size_t po = static_cast<std::size_t>(ti * G * 16);
+        const std::uint8_t* next = ti == 0 && p + 1 < pb ? panel_row(w, p + 1, a.v.k0) : nullptr;
         amx_x8_half<F, 0>(a, p, ad, Kv, bq, G, seg, kst, s.s1.data() + po, s.Sf.data() + po,
-                          s.xs.data() + po, ci, tt);
+                          s.xs.data() + po, ci, tt, next);
         amx_x8_half<F, 1>(a, p, ad, Kv, bq, G, seg, kst, s.s1.data() + po, s.Sf.data() + po,
                           s.xs.data() + po, ci, tt);
         store_rows_avx512(a, r0, static_cast<int>(rows), p, tt);
