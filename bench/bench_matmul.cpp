@@ -463,6 +463,8 @@ void register_act_benchmarks() {
       for (const ActBenchPath& path : act_bench_paths())
         for (std::int64_t M : {1, 16, 64, 512})
           for (int threads : {1, 2}) {
+            if (path.isa == kernels::Isa::amx && M < kernels::detail::kAmxX8MinRows)
+              continue; // below its rows the tile unit's dispatch is the VNNI path above
             const std::string name =
                 std::string("linear_act/") + p.model + "/" + p.name + "/" +
                 std::string(kernels::format_name(f)) + "_g" + std::to_string(g) + "/" + path.name +
@@ -491,6 +493,8 @@ void register_two_level_benchmarks() {
       for (std::int64_t super_rows : {0, 256})
         for (const ActBenchPath& path : act_bench_paths())
           for (int threads : {1, 2}) {
+            if (path.isa == kernels::Isa::amx)
+              continue; // one row: the tile unit's dispatch is the VNNI path
             const std::string name = std::string("linear_two_level/") + p.model + "/" + p.name +
                                      "/" + std::string(kernels::format_name(f)) + "_g" +
                                      std::to_string(g) + "/" + (super_rows ? "s256" : "one_level") +

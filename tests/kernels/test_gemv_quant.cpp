@@ -443,8 +443,9 @@ TEST_CASE("int GEMV with XPrecision::int8: the VNNI and AVX2 integer-dot paths r
                                 (M > kDecodeArithmeticRows || sh.group <= 64) &&
                                 (!path.amx_int_body || M <= kDecodeArithmeticRows);
               INFO(format_name(f) << " g=" << sh.group << " M=" << M << " path=" << path.name);
-              CHECK((detail::amx_x8_calls().load() > x8_calls) == want);
-              x8_runs += want;
+              const bool ran = detail::amx_x8_calls().load() > x8_calls;
+              CHECK(ran == want);
+              x8_runs += ran;
             }
             // AMX-INT8 at one digit forms the VNNI kernels' int32 group sums and f32 steps: the
             // same bits (on the emulator from kAmxMinRows rows; on the tile unit every row count)

@@ -7,6 +7,7 @@
 #include <iomanip>
 #include <iostream>
 #include <set>
+#include <sstream>
 
 #include <signal.h>
 #include <sys/prctl.h>
@@ -62,6 +63,34 @@ nlohmann::ordered_json op_shares(const runtime::ExecStats& st, double wall) {
   for (const auto& [share, name] : v)
     out[name] = share;
   return out;
+}
+
+/// Where one untimed run went, timed instruction by instruction: the share of its wall time
+/// inside kernel calls, and op_shares by op kind.
+struct RunProfile {
+  double kernel_share = 0;
+  nlohmann::ordered_json op_share = nlohmann::ordered_json::object();
+};
+/// Runs `body` once with `ex` profiling every instruction, then turns profiling off.
+template <class Body>
+RunProfile profile_run(runtime::Executor& ex, Body&& body) {
+  ex.set_profiling(true);
+  ex.reset_stats();
+  const auto t0 = std::chrono::steady_clock::now();
+  body();
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  RunProfile r{ex.stats().kernel_seconds / wall, op_shares(ex.stats(), wall)};
+  ex.set_profiling(false);
+  return r;
+}
+
+/// Prints "  time by op at WHAT: op share% ..." (shares of op_shares, largest first) and `tail`.
+void print_op_line(const std::string& what, const nlohmann::ordered_json& op_share,
+                   const std::string& tail = "") {
+  std::cout << "  time by op at " << what << ":";
+  for (const auto& [op, share] : op_share.items())
+    std::cout << " " << op << " " << std::setprecision(0) << 100 * share.get<double>() << "%";
+  std::cout << tail << std::setprecision(1) << "\n";
 }
 
 /// Deterministic prompt ids spread over the vocabulary.
@@ -365,22 +394,9 @@ int cmd_bench(const std::vector<std::string>& args) {
                      static_cast<std::size_t>(repeat));
     }
     measure_near();
-    // One more prefill with the executor profiling every instruction: the share of its wall
-    // time inside kernels, and by op kind (as for decode below; not the timed runs).
-    double kernel_share = 0;
-    nlohmann::ordered_json op_share = nlohmann::ordered_json::object();
-    {
-      s.reset();
-      auto& ex = engine.executor();
-      ex.set_profiling(true);
-      ex.reset_stats();
-      const auto t0 = clock_type::now();
-      (void)s.prefill(ids, false);
-      const double wall = seconds_since(t0);
-      kernel_share = ex.stats().kernel_seconds / wall;
-      op_share = op_shares(ex.stats(), wall);
-      ex.set_profiling(false);
-    }
+    // One more prefill, profiled (as for decode below; not the timed runs).
+    s.reset();
+    const RunProfile prof = profile_run(engine.executor(), [&] { (void)s.prefill(ids, false); });
     const double flops = prefill_flops(P) / best;
     pre.push_back({{"prompt", P},
                    {"tokens_per_s", static_cast<double>(P) / best},
@@ -390,8 +406,8 @@ int cmd_bench(const std::vector<std::string>& args) {
                    {"f32_fma_gflops_near", fma_near / 1e9},
                    {"fma_peak_frac", fma_near > 0 ? flops / fma_near : 0},
                    {"fma_peak_frac_start", fma > 0 ? flops / fma : 0},
-                   {"kernel_share", kernel_share},
-                   {"op_share", op_share}});
+                   {"kernel_share", prof.kernel_share},
+                   {"op_share", prof.op_share}});
     // the fraction of the int8 unit's peak counts all FLOPs, the f32 attention included, so it
     // is a bound from above on the int8 units' use
     if (m.mode == "int8") {
@@ -449,26 +465,16 @@ int cmd_bench(const std::vector<std::string>& args) {
     print_progress("decode at context " + std::to_string(C), 1, 1);
     // Share of the decode wall time spent inside kernel calls (executor profiling on: every
     // instruction timed), the rest being the executor's and the session's own work.
-    double kernel_share = 0;
-    nlohmann::ordered_json op_share = nlohmann::ordered_json::object();
-    {
-      s.reset();
-      const auto ids = prompt_ids(C, m.vocab);
-      (void)s.prefill(ids, false);
-      auto& ex = engine.executor();
-      ex.set_profiling(true);
-      ex.reset_stats();
-      std::int32_t tok = ids.back();
-      const auto t0 = clock_type::now();
+    s.reset();
+    const auto ids = prompt_ids(C, m.vocab);
+    (void)s.prefill(ids, false);
+    std::int32_t tok = ids.back();
+    const RunProfile prof = profile_run(engine.executor(), [&] {
       for (std::int64_t k = 0; k < decode_steps; ++k) {
         auto l = s.decode(tok);
         tok = static_cast<std::int32_t>(std::max_element(l.begin(), l.end()) - l.begin());
       }
-      const double wall = seconds_since(t0);
-      kernel_share = ex.stats().kernel_seconds / wall;
-      op_share = op_shares(ex.stats(), wall);
-      ex.set_profiling(false);
-    }
+    });
     const auto [S, bytes] = step_bytes(C);
     dec.push_back({{"context", C},
                    {"variant", S},
@@ -480,8 +486,8 @@ int cmd_bench(const std::vector<std::string>& args) {
                    {"read_gbs_near", ceiling / 1e9},
                    {"read_near_pattern", near.gbs > 0 ? near.pattern : "start-up ceiling"},
                    {"roofline_frac_start", read_bw > 0 ? bytes / best / read_bw : 0},
-                   {"kernel_share", kernel_share},
-                   {"op_share", op_share},
+                   {"kernel_share", prof.kernel_share},
+                   {"op_share", prof.op_share},
                    {"pool_stalls", stalls}});
   }
   out["prefill"] = pre;
@@ -691,11 +697,11 @@ int cmd_bench(const std::vector<std::string>& args) {
     std::cout << "\n";
   }
   for (const auto& p : pre) {
-    std::cout << "  time by op at prompt " << p["prompt"].get<std::int64_t>() << ":";
-    for (const auto& [op, share] : p["op_share"].items())
-      std::cout << " " << op << " " << std::setprecision(0) << 100 * share.get<double>() << "%";
-    std::cout << " (in kernels " << std::setprecision(0) << 100 * p["kernel_share"].get<double>()
-              << "%)" << std::setprecision(1) << "\n";
+    std::ostringstream tail;
+    tail << std::fixed << std::setprecision(0) << " (in kernels "
+         << 100 * p["kernel_share"].get<double>() << "%)";
+    print_op_line("prompt " + std::to_string(p["prompt"].get<std::int64_t>()), p["op_share"],
+                  tail.str());
   }
   std::cout
       << "decode   context tokens/s  ms/token  MB/token  GB/s    read GB/s near  of it  of start"
@@ -709,12 +715,8 @@ int cmd_bench(const std::vector<std::string>& args) {
               << std::setprecision(3) << d["roofline_frac"].get<double>() << std::setw(10)
               << d["roofline_frac_start"].get<double>() << std::setw(12)
               << d["kernel_share"].get<double>() << std::setprecision(1) << "\n";
-  for (const auto& d : dec) {
-    std::cout << "  time by op at context " << d["context"].get<std::int64_t>() << ":";
-    for (const auto& [op, share] : d["op_share"].items())
-      std::cout << " " << op << " " << std::setprecision(0) << 100 * share.get<double>() << "%";
-    std::cout << std::setprecision(1) << "\n";
-  }
+  for (const auto& d : dec)
+    print_op_line("context " + std::to_string(d["context"].get<std::int64_t>()), d["op_share"]);
   if (contention.contains("skipped")) {
     std::cout << "contention: skipped (" << contention["skipped"].get<std::string>() << ")\n";
   } else {

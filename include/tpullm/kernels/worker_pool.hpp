@@ -299,12 +299,16 @@ private:
         m |= std::uint64_t{1} << w;
     return m != 0 ? m : 1;
   }
-  // Thread CPU time of worker w in ns, or -1 where its clock cannot be read.
-  std::int64_t cpu_ns(int w) const {
+  // CPU time in ns of a thread CPU-time clock, or -1 where it cannot be read.
+  static std::int64_t clock_ns(clockid_t clock) {
     timespec ts{};
-    if (!slots_[w].has_cpu_clock || clock_gettime(slots_[w].cpu_clock, &ts) != 0)
+    if (clock_gettime(clock, &ts) != 0)
       return -1;
     return static_cast<std::int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+  }
+  // Thread CPU time of worker w in ns, or -1 where its clock cannot be read.
+  std::int64_t cpu_ns(int w) const {
+    return slots_[w].has_cpu_clock ? clock_ns(slots_[w].cpu_clock) : -1;
   }
   // Notes the CPU time of each straggler in `mask` as the wait for it is suspected.
   // Each marked worker is asked to read its own CPU time as it finishes (cpu_done_ns): the
@@ -318,13 +322,6 @@ private:
       s.cpu_marked_ns = marked ? cpu_ns(w) : -1; // before the worker can read its own
       s.watched.store(marked, std::memory_order_seq_cst);
     }
-  }
-  // This thread's own CPU time in ns, or -1.
-  static std::int64_t own_cpu_ns() {
-    timespec ts{};
-    if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0)
-      return -1;
-    return static_cast<std::int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
   }
   // The stragglers in `mask` whose threads ran at least kRanShare of the time from `since` (the
   // wait suspected) to when each finished its items: slow, not displaced by another process. The
@@ -435,7 +432,7 @@ private:
       slot.busy.store(true, std::memory_order_release);
       run_items(w);
       if (slot.watched.load(std::memory_order_seq_cst))
-        slot.cpu_done_ns.store(own_cpu_ns(), std::memory_order_relaxed);
+        slot.cpu_done_ns.store(clock_ns(CLOCK_THREAD_CPUTIME_ID), std::memory_order_relaxed);
       slot.done_at_ns.store(clock::now().time_since_epoch().count(), std::memory_order_relaxed);
       slot.busy.store(false, std::memory_order_release);
       job_.done.fetch_add(1, std::memory_order_acq_rel);

@@ -40,11 +40,6 @@ inline constexpr std::int64_t kAmxX8MinRows = 16;
 /// Rows of x per block of the x8 path (their digits and the unpacked panel stay in L2).
 inline constexpr std::int64_t kAmxX8Mc = 64;
 
-/// Test and bench hook: while true, the x8 path is off (XPrecision::int8 takes the VNNI kernels).
-inline bool& amx_x8_disabled() {
-  static bool off = false;
-  return off;
-}
 /// Calls of the x8 path so far (tests prove with it that the path runs).
 inline std::atomic<std::int64_t>& amx_x8_calls() {
   static std::atomic<std::int64_t> n{0};
@@ -63,7 +58,7 @@ inline bool amx_x8_grouping_ok(std::int64_t seg, std::int64_t Kv) {
 /// 64 rows, where the result is the VNNI GEMV's bit for bit.
 inline bool amx_x8_applies(WeightFormat f, std::int64_t M, const XDigits* xd) {
   if (f == WeightFormat::bf16 || !amx_format(f) || xd == nullptr || xd->nd != 1 ||
-      M < kAmxX8MinRows || amx_x8_disabled() || amx::emulation_forced() || active_isa() != Isa::amx)
+      M < kAmxX8MinRows || amx::emulation_forced() || active_isa() != Isa::amx)
     return false;
   if (!amx_x8_grouping_ok(xd->seg, xd->Kv))
     return false;
