@@ -11,8 +11,9 @@
 # integer dot-product peak, and the tile unit's int8 peak on an AMX CPU). How each figure is
 # taken:
 #   tpullm:    `tpullm compile GGUF --mode M --act-quant A --seq-length 2048 --max-input-length
-#              512` (M, default f16, applies to the file's float tensors only: block types keep
-#              their codes; A, default dynamic as compile's own for a GGUF: activations rounded
+#              512` (M applies to the file's float tensors only: block types keep their codes;
+#              the default, auto, is the file's own float type from its tensor table: bf16 for
+#              a BF16 file, f32 for an all-F32 one, f16 for the rest; A, default dynamic as compile's own for a GGUF: activations rounded
 #              to int8 per weight group, as llama.cpp rounds them; none: exact f32), then
 #              `tpullm bench --prompt 16,512 --context 128,1024 --json --no-contention`; decode is
 #              the best of --repeat runs of 16 steps at that context; MB/token from the bench
@@ -30,7 +31,7 @@ die() { echo "vs-llama-cpp.sh: $*" >&2; exit 2; }
 usage() { sed -n '5,6p' "$0" | sed 's/^# \{0,1\}//'; }
 
 here=$(cd "$(dirname "$0")/.." && pwd)
-llama_src="" llama_build="" tpullm="$here/build/tools/tpullm" threads=2 repeat=3 mode=f16 work=""
+llama_src="" llama_build="" tpullm="$here/build/tools/tpullm" threads=2 repeat=3 mode=auto work=""
 act_quant=dynamic
 files=()
 while (($#)); do
@@ -81,14 +82,55 @@ mkdir -p "$work" || die "$work: cannot create the work folder"
 scratch=$(mktemp -d "$work/vs-llama-cpp.XXXXXX") || die "$work: cannot write there"
 trap 'rm -f "$scratch"/*.bundle; if [[ -n $own_work ]]; then rm -rf "$own_work"; fi' EXIT
 
+# The float mode that keeps a GGUF file's float tensors as they are, from its tensor table:
+# bf16 when a tensor is BF16, f32 when every tensor is F32, else f16 (block-type files too: their
+# float tensors are norms, and f16 keeps the KV cache llama.cpp has).
+gguf_float_mode() {
+  python3 - "$1" <<'PY'
+import struct, sys
+with open(sys.argv[1], "rb") as f:
+    def rd(fmt):
+        return struct.unpack("<" + fmt, f.read(struct.calcsize("<" + fmt)))[0]
+    sizes = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q",
+             12: "d"}
+    def skip(t):
+        if t == 8:
+            f.seek(rd("Q"), 1)
+        elif t == 9:
+            et, n = rd("I"), rd("Q")
+            if et in sizes:
+                f.seek(struct.calcsize("<" + sizes[et]) * n, 1)
+            else:
+                for _ in range(n):
+                    skip(et)
+        else:
+            f.seek(struct.calcsize("<" + sizes[t]), 1)
+    f.read(4); rd("I")
+    tensors, kvs = rd("Q"), rd("Q")
+    for _ in range(kvs):
+        f.seek(rd("Q"), 1)
+        skip(rd("I"))
+    types = set()
+    for _ in range(tensors):
+        f.seek(rd("Q"), 1)
+        f.seek(8 * rd("I"), 1)
+        types.add(rd("I"))
+        rd("Q")
+# ggml types: 0 F32, 1 F16, 30 BF16
+print("bf16" if 30 in types else "f32" if types == {0} else "f16")
+PY
+}
+
 has_depth=0
 "$bench_bin" --help 2>&1 | grep -q -- '--n-depth' && has_depth=1
 
 for f in "${files[@]}"; do
   name=$(basename "$f" .gguf)
   b="$scratch/$name.bundle"
-  echo "== $f: tpullm compile (--mode $mode --act-quant $act_quant)..." >&2
-  "$tpullm" compile "$f" -o "$b" --mode "$mode" --act-quant "$act_quant" --seq-length 2048 \
+  file_mode=$mode
+  [[ $mode == auto ]] && file_mode=$(gguf_float_mode "$f")
+  echo "== $f: tpullm compile (--mode $file_mode --act-quant $act_quant)..." >&2
+  "$tpullm" compile "$f" -o "$b" --mode "$file_mode" --act-quant "$act_quant" --seq-length 2048 \
     --max-input-length 512 >&2
   echo "== $f: tpullm bench..." >&2
   "$tpullm" bench "$b" --prompt 16,512 --context 128,1024 --threads "$threads" \
@@ -105,11 +147,11 @@ for f in "${files[@]}"; do
       > "$scratch/$name.llama-depth.json"
   fi
   python3 - "$f" "$scratch/$name.tpullm.json" "$scratch/$name.llama.json" \
-    "$scratch/$name.llama-depth.json" "$has_depth" "$act_quant" <<'EOF'
+    "$scratch/$name.llama-depth.json" "$has_depth" "$act_quant" "$file_mode" <<'EOF'
 import json, struct, sys
 
 gguf, tj, lj, dj, has_depth = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5] == "1"
-act_quant = sys.argv[6]
+act_quant, mode = sys.argv[6], sys.argv[7]
 
 # ggml type id -> (block elements, block bytes), as ggml-common.h defines them.
 BLOCKS = {0: (1, 4), 1: (1, 2), 2: (32, 18), 3: (32, 20), 6: (32, 22), 7: (32, 24), 8: (32, 34),
@@ -210,7 +252,7 @@ c = t["ceilings"]
 near = ours("decode", "context", 128, "read_gbs_near") or c["read_gbs"]
 lcpu = (json.load(open(lj)) or [{}])[0]
 print(f"\n### {gguf}")
-print(f"{t['machine']['cpu']}, {t['machine']['threads']} threads, tpullm --act-quant {act_quant} (llama.cpp: {lcpu.get('n_threads', '?')}, "
+print(f"{t['machine']['cpu']}, {t['machine']['threads']} threads, tpullm --mode {mode} --act-quant {act_quant} (llama.cpp: {lcpu.get('n_threads', '?')}, "
       f"build {lcpu.get('build_commit', '?')}); ceilings of this run: read {near:.1f} GB/s near "
       f"(start-up {c['read_gbs']:.1f}), f32 FMA {c['f32_fma_gflops']:.0f} GFLOP/s, "
       f"int8 dot {c.get('int8_dot_gops', 0):.0f} GOP/s ({c.get('int8_dot_path', '?')})"
