@@ -47,14 +47,15 @@ template <class KV = float>
 void bm_attention(benchmark::State& state, AttnModel m, std::int64_t L, std::int64_t S,
                   int threads);
 
-/// Prefill forced onto the AMX path; "AMX: not available on this CPU" where absent.
+/// Prefill forced onto the AMX path, with the bf16 cache the tile unit takes (an f32 or f16
+/// cache keeps the vector path there); "AMX: not available on this CPU" where absent.
 void bm_attention_amx(benchmark::State& state, AttnModel m, std::int64_t L, int threads) {
   if (!kernels::cpu_features().amx) {
     state.SkipWithError("AMX: not available on this CPU");
     return;
   }
   kernels::ScopedIsa isa(kernels::Isa::amx);
-  bm_attention(state, m, L, L, threads);
+  bm_attention<bf16_t>(state, m, L, L, threads);
 }
 
 template <class KV>

@@ -10,6 +10,9 @@
 /// S = Q K^T accumulates in four f32 C tiles (2 row halves x 2 key halves) over d; the causal
 /// mask, running max / sum and P (rounded to bf16) are f32 / bf16 row-major work; P V goes to
 /// C tiles 32 columns of d at a time and O = O * alpha + P V in f32.
+/// This body is scalar around the tiles: it is the emulator's, and the tile unit's only for a
+/// head dim the vector staging does not take (flash_attention_amx_hw.hpp runs a bf16 cache
+/// there and holds the driver, flash_attention_amx).
 
 #include <algorithm>
 #include <climits>
@@ -86,6 +89,7 @@ struct FaAmxScratch {
   std::vector<std::uint8_t> vt;  ///< V tiles of one key tile
   std::vector<float> s, c;       ///< [32][32] scores, [32][dq] P V
   std::vector<std::uint16_t> p;  ///< [32][32] bf16 probabilities
+  std::vector<float> lv;         ///< [nq][32][16] row sums as 16 lane sums (the tile unit's path)
 };
 inline FaAmxScratch& fa_amx_scratch() {
   thread_local FaAmxScratch s;
@@ -230,42 +234,5 @@ fa_amx_item_hw(const float* q, const KV* k, const KV* v, const std::int32_t* pos
   fa_amx_item_body<KV, amx::Hw>(q, k, v, pos, out, s, h, qt0, qt1);
 }
 #endif
-
-/// Q tiles (32 rows) per AMX work item: K / V tile conversion is shared by an item's tiles.
-inline constexpr std::int64_t kFaAmxTilesPerItem = 8;
-
-/// Prefill attention on AMX (L_valid > kDecodeArithmeticRows; checks done by the caller).
-/// `emulated`: run the tile emulator instead of the tile unit. Items (kv head, up to 8 q tiles)
-/// follow `split` like the AVX-512 path: heads -> kv heads across cores, rows / none -> items
-/// round-robin / in order.
-template <class KV>
-void flash_attention_amx(const float* q, const KV* k, const KV* v, const std::int32_t* pos,
-                         float* out, const AttentionShape& s, const CoreSplit& split,
-                         bool emulated) {
-  const std::int64_t M = s.L_valid * (s.q_heads / s.kv_heads), tiles = (M + 31) / 32;
-  const std::int64_t per_head = (tiles + kFaAmxTilesPerItem - 1) / kFaAmxTilesPerItem;
-  const std::int64_t items = s.kv_heads * per_head;
-  (void)emulated; // portable-only builds have the emulator only
-  auto run = [&](std::int64_t it) {
-    const std::int64_t h = it / per_head, c = it % per_head;
-    const std::int64_t t0 = c * kFaAmxTilesPerItem, t1 = std::min(tiles, t0 + kFaAmxTilesPerItem);
-#if TPULLM_X86
-    if (!emulated) {
-      fa_amx_item_hw<KV>(q, k, v, pos, out, s, h, t0, t1);
-      return;
-    }
-#endif
-    fa_amx_item_emu<KV>(q, k, v, pos, out, s, h, t0, t1);
-  };
-  const std::int64_t parts = split.dim == SplitDim::none ? 1 : std::max(1, split.parts);
-  if (split.dim == SplitDim::heads) {
-    parallel_for(split, s.kv_heads, 1, [&](std::int64_t b, std::int64_t e) {
-      for (std::int64_t it = b * per_head; it < e * per_head; ++it)
-        run(it);
-    });
-    return;
-  }
-  parallel_items(static_cast<int>(std::min(parts, items)), items, run);
-}
 
 } // namespace tpullm::kernels::detail

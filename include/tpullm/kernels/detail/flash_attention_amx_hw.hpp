@@ -1,0 +1,325 @@
+#pragma once
+/// Prefill flash attention of a bf16 KV cache on the tile unit, with every step around the tiles
+/// in AVX-512 (the layouts and numerics of flash_attention_amx.hpp, whose scalar body remains
+/// the emulator's):
+///  - Q rows scaled by scale * log2 e and rounded to bf16 (RNE, as amx_bf16_rne) 16 lanes at a
+///    time;
+///  - a key tile's K^T B tiles as 16 x 16 dword transposes of the cache's rows (a dword is two
+///    adjacent bf16 of d, so a bf16 row is already the pair layout), rows past the keys zero;
+///  - its V B tiles as two keys' rows interleaved per dword (VPMOVZXWD, a shift and an OR);
+///  - the causal / window mask, the running max, 2^(s - m) (exp2_avx512) and the row sums on
+///    the two 16-lane halves of each score row, P rounded to bf16 by VCVTNE2PS2BF16;
+///  - O = O * alpha + P V and the final O / l on vectors of d.
+/// Results differ from the emulator's only by exp2_avx512 against exp2_approx and the order of
+/// each row's sum (both within the AMX bound of docs/guarantees.md). Also the driver,
+/// flash_attention_amx, which picks this item, the scalar body on the tile unit (another cache
+/// type) or the emulator.
+
+#include <algorithm>
+#include <climits>
+#include <cstdint>
+#include <type_traits>
+#include <vector>
+
+#include "tpullm/kernels/amx_tiles.hpp"
+#include "tpullm/kernels/attention_shape.hpp"
+#include "tpullm/kernels/core_split.hpp"
+#include "tpullm/kernels/vec_math.hpp"
+#include "tpullm/kernels/detail/flash_attention_amx.hpp"
+#include "tpullm/support/float16.hpp"
+
+namespace tpullm::kernels::detail {
+
+#if TPULLM_X86
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wpsabi"
+
+#define TPULLM_TARGET_AMX_BF16_AVX512                                                              \
+  __attribute__((                                                                                  \
+      target("amx-tile,amx-bf16,amx-int8,avx512f,avx512bw,avx512dq,avx512vl,avx512bf16,"           \
+             "avx2,fma,f16c,bmi2,prefer-vector-width=512")))
+
+/// 16 f32 lanes -> 16 bf16 bits, round to nearest even, NaN kept (quiet): amx_bf16_rne.
+TPULLM_TARGET_AMX_BF16_AVX512 inline __m256i fa_hw_bf16_rne(__m512 v) {
+  const __m512i u = _mm512_castps_si512(v);
+  const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+  __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7FFF), odd));
+  r = _mm512_mask_or_epi32(r, _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q), u,
+                           _mm512_set1_epi32(0x00400000));
+  return _mm512_cvtepi32_epi16(_mm512_srli_epi32(r, 16));
+}
+
+/// Transposes 16 rows of 16 dwords in place (r[i] lane j <-> r[j] lane i).
+TPULLM_TARGET_AMX_BF16_AVX512 TPULLM_ALWAYS_INLINE void fa_hw_transpose16(__m512i* r) {
+  __m512i t[16], u[16];
+  for (int i = 0; i < 8; ++i) {
+    t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+  }
+  // u[4i + j], 128-bit lane L: column 4L + j of rows 4i .. 4i + 3
+  for (int i = 0; i < 4; ++i) {
+    u[4 * i] = _mm512_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
+    u[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
+    u[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
+    u[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
+  }
+  // column 4L + j: lane g of it is lane L of u[4g + j]
+  for (int j = 0; j < 4; ++j) {
+    const __m512i v0 = _mm512_shuffle_i32x4(u[j], u[4 + j], 0x44);
+    const __m512i v1 = _mm512_shuffle_i32x4(u[j], u[4 + j], 0xEE);
+    const __m512i v2 = _mm512_shuffle_i32x4(u[8 + j], u[12 + j], 0x44);
+    const __m512i v3 = _mm512_shuffle_i32x4(u[8 + j], u[12 + j], 0xEE);
+    r[j] = _mm512_shuffle_i32x4(v0, v2, 0x88);
+    r[4 + j] = _mm512_shuffle_i32x4(v0, v2, 0xDD);
+    r[8 + j] = _mm512_shuffle_i32x4(v1, v3, 0x88);
+    r[12 + j] = _mm512_shuffle_i32x4(v1, v3, 0xDD);
+  }
+}
+
+/// K^T and V B tiles of keys [j0, j0 + nk) (nk <= 32) of kv head h: kt [dq / 32][2][16][16]
+/// dwords, vt [dq / 16][16][16] dwords (flash_attention_amx.hpp's layouts), zero past the keys
+/// and past d (d even).
+TPULLM_TARGET_AMX_BF16_AVX512 inline void
+fa_hw_stage_kv(const bf16_t* k, const bf16_t* v, std::int64_t kvs, std::int64_t d, std::int64_t dq,
+               std::int64_t j0, std::int64_t nk, std::uint32_t* kt, std::uint32_t* vt) {
+  const std::int64_t dw = d / 2; // dwords of a row
+  for (std::int64_t sl = 0; sl < dq / 32; ++sl) {
+    const std::int64_t left = std::clamp<std::int64_t>(dw - 16 * sl, 0, 16);
+    const __mmask16 m = static_cast<__mmask16>((1u << left) - 1u);
+    for (std::int64_t kh = 0; kh < 2; ++kh) {
+      __m512i r[16];
+      for (std::int64_t n = 0; n < 16; ++n) {
+        const std::int64_t key = 16 * kh + n;
+        r[n] = key < nk ? _mm512_maskz_loadu_epi32(m, k + (j0 + key) * kvs + 32 * sl)
+                        : _mm512_setzero_si512();
+      }
+      fa_hw_transpose16(r);
+      std::uint32_t* dst = kt + sl * 512 + kh * 256;
+      for (int i = 0; i < 16; ++i)
+        _mm512_storeu_si512(dst + 16 * i, r[i]);
+    }
+  }
+  for (std::int64_t c = 0; c < dq / 16; ++c) {
+    const std::int64_t left = std::clamp<std::int64_t>(d - 16 * c, 0, 16);
+    const __mmask16 m = static_cast<__mmask16>((1u << left) - 1u);
+    for (std::int64_t p = 0; p < 16; ++p) {
+      const std::int64_t n = 2 * p;
+      const __m256i lo = n < nk ? _mm256_maskz_loadu_epi16(m, v + (j0 + n) * kvs + 16 * c)
+                                : _mm256_setzero_si256();
+      const __m256i hi = n + 1 < nk ? _mm256_maskz_loadu_epi16(m, v + (j0 + n + 1) * kvs + 16 * c)
+                                    : _mm256_setzero_si256();
+      const __m512i w = _mm512_or_si512(_mm512_cvtepu16_epi32(lo),
+                                        _mm512_slli_epi32(_mm512_cvtepu16_epi32(hi), 16));
+      _mm512_storeu_si512(vt + c * 256 + p * 16, w);
+    }
+  }
+}
+
+/// O[32][dq] f32 += P[32][32] (bf16) x V tiles (dq / 16 tiles of 1 KiB), O's C tiles loaded and
+/// stored in place (row stride dq floats): fa_amx_pv accumulating into O instead of a fresh C.
+TPULLM_TARGET_AMX_BF16_AVX512 inline void
+fa_hw_pv_into(const std::uint16_t* p, const std::uint8_t* vt, std::int64_t dq, float* o) {
+  using T = amx::Hw;
+  T::load<4>(p, 64);
+  T::load<5>(p + 16 * 32, 64);
+  for (std::int64_t x = 0; x < dq; x += 32) {
+    const std::uint8_t* b = vt + x / 16 * 1024;
+    T::load<0>(o + x, dq * 4);
+    T::load<1>(o + x + 16, dq * 4);
+    T::load<2>(o + 16 * dq + x, dq * 4);
+    T::load<3>(o + 16 * dq + x + 16, dq * 4);
+    T::load<6>(b, 64);
+    T::load<7>(b + 1024, 64);
+    T::dpbf16ps<0, 4, 6>();
+    T::dpbf16ps<1, 4, 7>();
+    T::dpbf16ps<2, 5, 6>();
+    T::dpbf16ps<3, 5, 7>();
+    T::store<0>(o + x, dq * 4);
+    T::store<1>(o + x + 16, dq * 4);
+    T::store<2>(o + 16 * dq + x, dq * 4);
+    T::store<3>(o + 16 * dq + x + 16, dq * 4);
+  }
+}
+
+/// One work item on the tile unit (kv head h, q tiles [qt0, qt1) of 32 grouped rows; the item of
+/// flash_attention_amx.hpp, same scratch and tile configuration). d must be even.
+TPULLM_TARGET_AMX_BF16_AVX512 inline void
+fa_amx_item_bf16_hw(const float* q, const bf16_t* k, const bf16_t* v, const std::int32_t* pos_ids,
+                    float* out, const AttentionShape& s, std::int64_t h, std::int64_t qt0,
+                    std::int64_t qt1) {
+  using Tiles = amx::Hw;
+  const std::int64_t d = s.head_dim, G = s.q_heads / s.kv_heads, M = s.L_valid * G;
+  const std::int64_t dq = (d + 31) / 32 * 32, nq = qt1 - qt0;
+  FaAmxScratch& w = fa_amx_scratch();
+  w.q.resize(static_cast<std::size_t>(nq * 32 * dq));
+  w.o.assign(static_cast<std::size_t>(nq * 32 * dq), 0.f);
+  w.m.assign(static_cast<std::size_t>(nq * 32), -__builtin_inff());
+  w.lv.assign(static_cast<std::size_t>(nq * 32 * 16), 0.f);
+  w.pos.assign(static_cast<std::size_t>(nq * 32), INT32_MAX);
+  w.kt.resize(static_cast<std::size_t>(dq / 32 * 2048));
+  w.vt.resize(static_cast<std::size_t>(dq / 16 * 1024));
+  w.s.resize(32 * 32);
+  w.c.resize(static_cast<std::size_t>(32 * dq));
+  w.p.resize(32 * 32);
+  const __m512 qscale = _mm512_set1_ps(s.scale * 1.4426950408889634f);
+  std::int64_t kend_all = 0, kstart_all = INT64_MAX;
+  std::vector<std::int64_t> tend(static_cast<std::size_t>(nq)), tmin(tend.size()),
+      tmax(tend.size());
+  for (std::int64_t t = 0; t < nq; ++t) {
+    std::int64_t mx = -1, mn = INT64_MAX;
+    for (std::int64_t i = 0; i < 32; ++i) {
+      const std::int64_t r = (qt0 + t) * 32 + i;
+      std::uint16_t* dst = w.q.data() + (t * 32 + i) * dq;
+      if (r >= M) {
+        std::fill(dst, dst + dq, std::uint16_t{0});
+        continue;
+      }
+      const std::int64_t tok = r / G;
+      const std::int32_t p = s.causal ? pos_ids[tok] : INT32_MAX;
+      w.pos[static_cast<std::size_t>(t * 32 + i)] = p;
+      mx = std::max<std::int64_t>(mx, p);
+      mn = std::min<std::int64_t>(mn, p);
+      const float* qr = q + (tok * s.q_heads + h * G + r % G) * d;
+      for (std::int64_t x = 0; x < dq; x += 16) {
+        const std::int64_t left = std::clamp<std::int64_t>(d - x, 0, 16);
+        const __mmask16 m = static_cast<__mmask16>((1u << left) - 1u);
+        const __m512 qv = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, qr + x), qscale);
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + x), fa_hw_bf16_rne(qv));
+      }
+    }
+    tend[static_cast<std::size_t>(t)] = s.causal ? std::min(s.S_valid, mx + 1) : s.S_valid;
+    tmin[static_cast<std::size_t>(t)] = mn;
+    tmax[static_cast<std::size_t>(t)] = mx;
+    kend_all = std::max(kend_all, tend[static_cast<std::size_t>(t)]);
+    kstart_all = std::min(kstart_all, first_visible_key(s, mn));
+  }
+  amx_configure<Tiles>(amx_bf16_config());
+  const std::int64_t kvs = s.kv_heads * d;
+  const __m512 ninf = _mm512_set1_ps(-__builtin_inff());
+  const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  auto* kt = reinterpret_cast<std::uint32_t*>(w.kt.data());
+  auto* vt = reinterpret_cast<std::uint32_t*>(w.vt.data());
+  for (std::int64_t j0 = kstart_all / 32 * 32; j0 < kend_all; j0 += 32) {
+    const std::int64_t nk = std::min<std::int64_t>(32, kend_all - j0);
+    fa_hw_stage_kv(k + h * d, v + h * d, kvs, d, dq, j0, nk, kt, vt);
+    for (std::int64_t t = 0; t < nq; ++t) {
+      const auto ts = static_cast<std::size_t>(t);
+      if (j0 >= tend[ts] || j0 + 32 <= first_visible_key(s, tmin[ts]))
+        continue;
+      const std::int64_t kend = tend[ts];
+      fa_amx_qk<Tiles>(w.q.data() + t * 32 * dq, dq, w.kt.data(), w.s.data());
+      const bool masked =
+          j0 + 31 > tmin[ts] || j0 + 32 > kend || j0 < first_visible_key(s, tmax[ts]);
+      float* m = w.m.data() + t * 32;
+      float* lv = w.lv.data() + t * 32 * 16;
+      float* o = w.o.data() + t * 32 * dq;
+      const __m512i key0 = _mm512_add_epi32(_mm512_set1_epi32(static_cast<int>(j0)), lane);
+      const __m512i key1 = _mm512_add_epi32(key0, _mm512_set1_epi32(16));
+      for (std::int64_t i = 0; i < 32; ++i) {
+        const float* sr = w.s.data() + i * 32;
+        __m512 s0 = _mm512_loadu_ps(sr), s1 = _mm512_loadu_ps(sr + 16);
+        if (masked) {
+          const std::int32_t p = w.pos[static_cast<std::size_t>(t * 32 + i)];
+          const std::int64_t lo = p == INT32_MAX ? 0 : first_visible_key(s, p); // pad rows: 0
+          // visible: key <= min(kend - 1, p) and key >= lo (positions fit int32)
+          const __m512i vhi =
+              _mm512_set1_epi32(static_cast<int>(std::min<std::int64_t>(kend - 1, p)));
+          const __m512i vlo = _mm512_set1_epi32(static_cast<int>(lo));
+          s0 = _mm512_mask_blend_ps(
+              _mm512_cmple_epi32_mask(key0, vhi) & _mm512_cmpge_epi32_mask(key0, vlo), ninf, s0);
+          s1 = _mm512_mask_blend_ps(
+              _mm512_cmple_epi32_mask(key1, vhi) & _mm512_cmpge_epi32_mask(key1, vlo), ninf, s1);
+        }
+        // the running max moves only when a score exceeds it; O and the sums are rescaled then
+        const float mo = m[i];
+        const __m512 mov = _mm512_set1_ps(mo);
+        float mx = mo;
+        if ((_mm512_cmp_ps_mask(s0, mov, _CMP_GT_OQ) | _mm512_cmp_ps_mask(s1, mov, _CMP_GT_OQ)) !=
+            0)
+          mx = std::max(mo, _mm512_reduce_max_ps(_mm512_max_ps(s0, s1)));
+        mx = mx == -__builtin_inff() ? 0.f : mx; // no visible key yet: keep a finite reference
+        if (mx != mo) {
+          const __m512 a = _mm512_set1_ps(exp2_approx(mo - mx));
+          float* orow = o + i * dq;
+          for (std::int64_t x = 0; x < dq; x += 16)
+            _mm512_storeu_ps(orow + x, _mm512_mul_ps(_mm512_loadu_ps(orow + x), a));
+          _mm512_storeu_ps(lv + i * 16, _mm512_mul_ps(_mm512_loadu_ps(lv + i * 16), a));
+          m[i] = mx;
+        }
+        const __m512 mv = _mm512_set1_ps(mx);
+        const __m512 e0 = exp2_avx512(_mm512_sub_ps(s0, mv));
+        const __m512 e1 = exp2_avx512(_mm512_sub_ps(s1, mv));
+        _mm512_storeu_ps(lv + i * 16,
+                         _mm512_add_ps(_mm512_loadu_ps(lv + i * 16), _mm512_add_ps(e0, e1)));
+        _mm512_storeu_si512(w.p.data() + i * 32, (__m512i)_mm512_cvtne2ps_pbh(e1, e0));
+      }
+      fa_hw_pv_into(w.p.data(), w.vt.data(), dq, o);
+    }
+  }
+  amx_release<Tiles>();
+  for (std::int64_t t = 0; t < nq; ++t)
+    for (std::int64_t i = 0; i < 32; ++i) {
+      const std::int64_t r = (qt0 + t) * 32 + i;
+      if (r >= M)
+        continue;
+      float* dst = out + ((r / G) * s.q_heads + h * G + r % G) * d;
+      const __m512 inv = _mm512_set1_ps(
+          1.0f / _mm512_reduce_add_ps(_mm512_loadu_ps(w.lv.data() + (t * 32 + i) * 16)));
+      const float* orow = w.o.data() + (t * 32 + i) * dq;
+      for (std::int64_t x = 0; x < d; x += 16) {
+        const std::int64_t left = std::min<std::int64_t>(d - x, 16);
+        _mm512_mask_storeu_ps(dst + x, static_cast<__mmask16>((1u << left) - 1u),
+                              _mm512_mul_ps(_mm512_loadu_ps(orow + x), inv));
+      }
+    }
+}
+
+#pragma GCC diagnostic pop
+#endif
+
+/// Q tiles (32 rows) per AMX work item: K / V tile conversion is shared by an item's tiles.
+inline constexpr std::int64_t kFaAmxTilesPerItem = 8;
+
+/// Prefill attention on AMX (L_valid > kDecodeArithmeticRows; checks done by the caller).
+/// `emulated`: run the tile emulator instead of the tile unit. Items (kv head, up to 8 q tiles)
+/// follow `split` like the AVX-512 path: heads -> kv heads across cores, rows / none -> items
+/// round-robin / in order.
+template <class KV>
+void flash_attention_amx(const float* q, const KV* k, const KV* v, const std::int32_t* pos,
+                         float* out, const AttentionShape& s, const CoreSplit& split,
+                         bool emulated) {
+  const std::int64_t M = s.L_valid * (s.q_heads / s.kv_heads), tiles = (M + 31) / 32;
+  const std::int64_t per_head = (tiles + kFaAmxTilesPerItem - 1) / kFaAmxTilesPerItem;
+  const std::int64_t items = s.kv_heads * per_head;
+  (void)emulated; // portable-only builds have the emulator only
+  auto run = [&](std::int64_t it) {
+    const std::int64_t h = it / per_head, c = it % per_head;
+    const std::int64_t t0 = c * kFaAmxTilesPerItem, t1 = std::min(tiles, t0 + kFaAmxTilesPerItem);
+#if TPULLM_X86
+    if (!emulated) {
+      if constexpr (std::is_same_v<KV, bf16_t>) {
+        if (s.head_dim % 2 == 0) { // the hardware path's cache (flash_attention.hpp)
+          fa_amx_item_bf16_hw(q, k, v, pos, out, s, h, t0, t1);
+          return;
+        }
+      }
+      fa_amx_item_hw<KV>(q, k, v, pos, out, s, h, t0, t1);
+      return;
+    }
+#endif
+    fa_amx_item_emu<KV>(q, k, v, pos, out, s, h, t0, t1);
+  };
+  const std::int64_t parts = split.dim == SplitDim::none ? 1 : std::max(1, split.parts);
+  if (split.dim == SplitDim::heads) {
+    parallel_for(split, s.kv_heads, 1, [&](std::int64_t b, std::int64_t e) {
+      for (std::int64_t it = b * per_head; it < e * per_head; ++it)
+        run(it);
+    });
+    return;
+  }
+  parallel_items(static_cast<int>(std::min(parts, items)), items, run);
+}
+
+} // namespace tpullm::kernels::detail
