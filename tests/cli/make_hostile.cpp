@@ -41,6 +41,9 @@ void make(const fs::path& out, const fs::path& models) {
 
   // Special files where regular files are expected.
   fifo(out / "fifo");
+  // opened for writing only: a test that opens "fifo" to read it, in parallel, would be the
+  // reader that lets a writer's open succeed
+  fifo(out / "fifo-output");
   fs::create_directories(out / "model-fifo-weights");
   fs::copy_file(llama / "config.json", out / "model-fifo-weights" / "config.json");
   fifo(out / "model-fifo-weights" / "model.safetensors");
