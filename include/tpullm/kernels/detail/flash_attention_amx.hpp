@@ -96,6 +96,63 @@ inline FaAmxScratch& fa_amx_scratch() {
   return s;
 }
 
+/// Which keys the q tiles of one work item see (row r = token r / G, head h G + r % G; rows past
+/// L_valid * G are padding): per tile the end of its visible keys and its lowest and highest
+/// position, and the item's key range [kstart, kend).
+struct FaAmxItemPlan {
+  std::vector<std::int64_t> tend, tmin, tmax;
+  std::int64_t kstart = INT64_MAX, kend = 0;
+
+  /// Whether q tile t sees no key of the key tile at j0.
+  bool skips(const AttentionShape& s, std::int64_t t, std::int64_t j0) const {
+    const auto ts = static_cast<std::size_t>(t);
+    return j0 >= tend[ts] || j0 + 32 <= first_visible_key(s, tmin[ts]);
+  }
+  /// Whether some score of q tile t against the key tile at j0 is masked (causal, window or
+  /// past the valid keys); when not, all 32 keys are visible to all 32 rows.
+  bool masked(const AttentionShape& s, std::int64_t t, std::int64_t j0) const {
+    const auto ts = static_cast<std::size_t>(t);
+    return j0 + 31 > tmin[ts] || j0 + 32 > tend[ts] || j0 < first_visible_key(s, tmax[ts]);
+  }
+};
+
+/// The plan of q tiles [qt0, qt0 + nq) and their rows' positions: pos [nq][32] (INT32_MAX for
+/// padding rows, and for every row of a non-causal shape).
+inline FaAmxItemPlan fa_amx_item_plan(const AttentionShape& s, const std::int32_t* pos_ids,
+                                      std::int64_t qt0, std::int64_t nq,
+                                      std::vector<std::int32_t>& pos) {
+  const std::int64_t G = s.q_heads / s.kv_heads, M = s.L_valid * G;
+  FaAmxItemPlan plan;
+  plan.tend.resize(static_cast<std::size_t>(nq));
+  plan.tmin.resize(plan.tend.size());
+  plan.tmax.resize(plan.tend.size());
+  pos.assign(static_cast<std::size_t>(nq * 32), INT32_MAX);
+  for (std::int64_t t = 0; t < nq; ++t) {
+    std::int64_t mx = -1, mn = INT64_MAX;
+    for (std::int64_t i = 0; i < 32; ++i) {
+      const std::int64_t r = (qt0 + t) * 32 + i;
+      if (r >= M)
+        continue;
+      const std::int32_t p = s.causal ? pos_ids[r / G] : INT32_MAX;
+      pos[static_cast<std::size_t>(t * 32 + i)] = p;
+      mx = std::max<std::int64_t>(mx, p);
+      mn = std::min<std::int64_t>(mn, p);
+    }
+    const auto ts = static_cast<std::size_t>(t);
+    plan.tend[ts] = s.causal ? std::min(s.S_valid, mx + 1) : s.S_valid;
+    plan.tmin[ts] = mn;
+    plan.tmax[ts] = mx;
+    plan.kend = std::max(plan.kend, plan.tend[ts]);
+    plan.kstart = std::min(plan.kstart, first_visible_key(s, mn));
+  }
+  return plan;
+}
+
+/// The first key a row at position p sees (padding rows, p = INT32_MAX: 0).
+inline std::int64_t fa_amx_row_first_key(const AttentionShape& s, std::int32_t p) {
+  return p == INT32_MAX ? 0 : first_visible_key(s, p);
+}
+
 /// One work item: kv head h, q tiles [qt0, qt1) of 32 grouped rows.
 template <class KV, class Tiles>
 TPULLM_ALWAYS_INLINE void
@@ -108,43 +165,27 @@ fa_amx_item_body(const float* q, const KV* k, const KV* v, const std::int32_t* p
   w.o.assign(static_cast<std::size_t>(nq * 32 * dq), 0.f);
   w.m.assign(static_cast<std::size_t>(nq * 32), -__builtin_inff());
   w.l.assign(static_cast<std::size_t>(nq * 32), 0.f);
-  w.pos.assign(static_cast<std::size_t>(nq * 32), INT32_MAX);
   w.kt.resize(static_cast<std::size_t>(dq / 32 * 2048));
   w.vt.resize(static_cast<std::size_t>(dq / 16 * 1024));
   w.s.resize(32 * 32);
   w.c.resize(static_cast<std::size_t>(32 * dq));
   w.p.resize(32 * 32);
   const float qscale = s.scale * 1.4426950408889634f;
-  std::int64_t kend_all = 0;
-  std::vector<std::int64_t> tend(static_cast<std::size_t>(nq)), tmin(tend.size()),
-      tmax(tend.size());
-  std::int64_t kstart_all = INT64_MAX;
-  for (std::int64_t t = 0; t < nq; ++t) {
-    std::int64_t mx = -1, mn = INT64_MAX;
+  const FaAmxItemPlan plan = fa_amx_item_plan(s, pos_ids, qt0, nq, w.pos);
+  for (std::int64_t t = 0; t < nq; ++t)
     for (std::int64_t i = 0; i < 32; ++i) {
       const std::int64_t r = (qt0 + t) * 32 + i;
       if (r >= M)
         continue;
-      const std::int64_t tok = r / G;
-      const std::int32_t p = s.causal ? pos_ids[tok] : INT32_MAX;
-      w.pos[static_cast<std::size_t>(t * 32 + i)] = p;
-      mx = std::max<std::int64_t>(mx, p);
-      mn = std::min<std::int64_t>(mn, p);
-      const float* qr = q + (tok * s.q_heads + h * G + r % G) * d;
+      const float* qr = q + ((r / G) * s.q_heads + h * G + r % G) * d;
       std::uint16_t* dst = w.q.data() + (t * 32 + i) * dq;
       for (std::int64_t x = 0; x < d; ++x)
         dst[x] = amx_bf16_rne(qr[x] * qscale);
     }
-    tend[static_cast<std::size_t>(t)] = s.causal ? std::min(s.S_valid, mx + 1) : s.S_valid;
-    tmin[static_cast<std::size_t>(t)] = mn;
-    tmax[static_cast<std::size_t>(t)] = mx;
-    kend_all = std::max(kend_all, tend[static_cast<std::size_t>(t)]);
-    kstart_all = std::min(kstart_all, first_visible_key(s, mn));
-  }
   amx_configure<Tiles>(amx_bf16_config());
   const std::int64_t kvs = s.kv_heads * d;
-  for (std::int64_t j0 = kstart_all / 32 * 32; j0 < kend_all; j0 += 32) {
-    const std::int64_t nk = std::min<std::int64_t>(32, kend_all - j0);
+  for (std::int64_t j0 = plan.kstart / 32 * 32; j0 < plan.kend; j0 += 32) {
+    const std::int64_t nk = std::min<std::int64_t>(32, plan.kend - j0);
     // K^T tiles: slice x / 32, key half kh, pair row r, key n: K[j0 + 16 kh + n][x + 2r, +1]
     std::memset(w.kt.data(), 0, w.kt.size());
     std::memset(w.vt.data(), 0, w.vt.size());
@@ -167,13 +208,11 @@ fa_amx_item_body(const float* q, const KV* k, const KV* v, const std::int32_t* p
       }
     }
     for (std::int64_t t = 0; t < nq; ++t) {
-      const auto ts = static_cast<std::size_t>(t);
-      if (j0 >= tend[ts] || j0 + 32 <= first_visible_key(s, tmin[ts]))
+      if (plan.skips(s, t, j0))
         continue;
-      const std::int64_t kend = tend[ts];
+      const std::int64_t kend = plan.tend[static_cast<std::size_t>(t)];
       fa_amx_qk<Tiles>(w.q.data() + t * 32 * dq, dq, w.kt.data(), w.s.data());
-      const bool masked =
-          j0 + 31 > tmin[ts] || j0 + 32 > kend || j0 < first_visible_key(s, tmax[ts]);
+      const bool masked = plan.masked(s, t, j0);
       float* m = w.m.data() + t * 32;
       float* l = w.l.data() + t * 32;
       float* o = w.o.data() + t * 32 * dq;
@@ -181,7 +220,7 @@ fa_amx_item_body(const float* q, const KV* k, const KV* v, const std::int32_t* p
       for (std::int64_t i = 0; i < 32; ++i) {
         float* sr = w.s.data() + i * 32;
         const std::int32_t p = w.pos[static_cast<std::size_t>(t * 32 + i)];
-        const std::int64_t lo = p == INT32_MAX ? 0 : first_visible_key(s, p); // pad rows: 0
+        const std::int64_t lo = fa_amx_row_first_key(s, p);
         if (masked)
           for (std::int64_t n = 0; n < 32; ++n)
             sr[n] = (j0 + n < kend && j0 + n <= p && j0 + n >= lo) ? sr[n] : -__builtin_inff();

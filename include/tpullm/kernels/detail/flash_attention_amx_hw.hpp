@@ -157,18 +157,14 @@ fa_amx_item_bf16_hw(const float* q, const bf16_t* k, const bf16_t* v, const std:
   w.o.assign(static_cast<std::size_t>(nq * 32 * dq), 0.f);
   w.m.assign(static_cast<std::size_t>(nq * 32), -__builtin_inff());
   w.lv.assign(static_cast<std::size_t>(nq * 32 * 16), 0.f);
-  w.pos.assign(static_cast<std::size_t>(nq * 32), INT32_MAX);
   w.kt.resize(static_cast<std::size_t>(dq / 32 * 2048));
   w.vt.resize(static_cast<std::size_t>(dq / 16 * 1024));
   w.s.resize(32 * 32);
   w.c.resize(static_cast<std::size_t>(32 * dq));
   w.p.resize(32 * 32);
   const __m512 qscale = _mm512_set1_ps(s.scale * 1.4426950408889634f);
-  std::int64_t kend_all = 0, kstart_all = INT64_MAX;
-  std::vector<std::int64_t> tend(static_cast<std::size_t>(nq)), tmin(tend.size()),
-      tmax(tend.size());
-  for (std::int64_t t = 0; t < nq; ++t) {
-    std::int64_t mx = -1, mn = INT64_MAX;
+  const FaAmxItemPlan plan = fa_amx_item_plan(s, pos_ids, qt0, nq, w.pos);
+  for (std::int64_t t = 0; t < nq; ++t)
     for (std::int64_t i = 0; i < 32; ++i) {
       const std::int64_t r = (qt0 + t) * 32 + i;
       std::uint16_t* dst = w.q.data() + (t * 32 + i) * dq;
@@ -176,42 +172,29 @@ fa_amx_item_bf16_hw(const float* q, const bf16_t* k, const bf16_t* v, const std:
         std::fill(dst, dst + dq, std::uint16_t{0});
         continue;
       }
-      const std::int64_t tok = r / G;
-      const std::int32_t p = s.causal ? pos_ids[tok] : INT32_MAX;
-      w.pos[static_cast<std::size_t>(t * 32 + i)] = p;
-      mx = std::max<std::int64_t>(mx, p);
-      mn = std::min<std::int64_t>(mn, p);
-      const float* qr = q + (tok * s.q_heads + h * G + r % G) * d;
+      const float* qr = q + ((r / G) * s.q_heads + h * G + r % G) * d;
       for (std::int64_t x = 0; x < dq; x += 16) {
         const std::int64_t left = std::clamp<std::int64_t>(d - x, 0, 16);
-        const __mmask16 m = static_cast<__mmask16>((1u << left) - 1u);
-        const __m512 qv = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, qr + x), qscale);
+        const __m512 qv = _mm512_mul_ps(
+            _mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << left) - 1u), qr + x), qscale);
         _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + x), fa_hw_bf16_rne(qv));
       }
     }
-    tend[static_cast<std::size_t>(t)] = s.causal ? std::min(s.S_valid, mx + 1) : s.S_valid;
-    tmin[static_cast<std::size_t>(t)] = mn;
-    tmax[static_cast<std::size_t>(t)] = mx;
-    kend_all = std::max(kend_all, tend[static_cast<std::size_t>(t)]);
-    kstart_all = std::min(kstart_all, first_visible_key(s, mn));
-  }
   amx_configure<Tiles>(amx_bf16_config());
   const std::int64_t kvs = s.kv_heads * d;
   const __m512 ninf = _mm512_set1_ps(-__builtin_inff());
   const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
   auto* kt = reinterpret_cast<std::uint32_t*>(w.kt.data());
   auto* vt = reinterpret_cast<std::uint32_t*>(w.vt.data());
-  for (std::int64_t j0 = kstart_all / 32 * 32; j0 < kend_all; j0 += 32) {
-    const std::int64_t nk = std::min<std::int64_t>(32, kend_all - j0);
+  for (std::int64_t j0 = plan.kstart / 32 * 32; j0 < plan.kend; j0 += 32) {
+    const std::int64_t nk = std::min<std::int64_t>(32, plan.kend - j0);
     fa_hw_stage_kv(k + h * d, v + h * d, kvs, d, dq, j0, nk, kt, vt);
     for (std::int64_t t = 0; t < nq; ++t) {
-      const auto ts = static_cast<std::size_t>(t);
-      if (j0 >= tend[ts] || j0 + 32 <= first_visible_key(s, tmin[ts]))
+      if (plan.skips(s, t, j0))
         continue;
-      const std::int64_t kend = tend[ts];
+      const std::int64_t kend = plan.tend[static_cast<std::size_t>(t)];
       fa_amx_qk<Tiles>(w.q.data() + t * 32 * dq, dq, w.kt.data(), w.s.data());
-      const bool masked =
-          j0 + 31 > tmin[ts] || j0 + 32 > kend || j0 < first_visible_key(s, tmax[ts]);
+      const bool masked = plan.masked(s, t, j0);
       float* m = w.m.data() + t * 32;
       float* lv = w.lv.data() + t * 32 * 16;
       float* o = w.o.data() + t * 32 * dq;
@@ -222,7 +205,7 @@ fa_amx_item_bf16_hw(const float* q, const bf16_t* k, const bf16_t* v, const std:
         __m512 s0 = _mm512_loadu_ps(sr), s1 = _mm512_loadu_ps(sr + 16);
         if (masked) {
           const std::int32_t p = w.pos[static_cast<std::size_t>(t * 32 + i)];
-          const std::int64_t lo = p == INT32_MAX ? 0 : first_visible_key(s, p); // pad rows: 0
+          const std::int64_t lo = fa_amx_row_first_key(s, p);
           // visible: key <= min(kend - 1, p) and key >= lo (positions fit int32)
           const __m512i vhi =
               _mm512_set1_epi32(static_cast<int>(std::min<std::int64_t>(kend - 1, p)));
