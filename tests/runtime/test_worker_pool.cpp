@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include <pthread.h>
 #include <time.h>
 
 #include "tpullm/kernels/core_split.hpp"
@@ -148,28 +149,37 @@ void spin_for(std::chrono::microseconds d) {
 /// One dispatch of 16 items on 2 threads in which the worker, once it joined, holds its first
 /// item until the caller has done all the others and then for `hold` more: the caller waits
 /// about `hold` past its own items of 20 us each (its first item waits up to 50 ms for the
-/// worker to join, so a worker woken late still takes part). Returns the share of its held item
-/// the worker's thread was on its core (its CPU time over the item's wall time; 0 when it took
-/// no item): the waiting yields, so a loaded machine shows here.
+/// worker to join, so a worker woken late still takes part). Returns how much of the caller's
+/// wait the worker's thread was on its core: its CPU time from the moment the caller finished
+/// its last item (read by the caller through the worker's CPU clock) to the end of its held
+/// item, over the wall time from that moment to the dispatch's return; 0 when it took no item.
+/// That window holds the one the pool judges a straggler over (from its suspicion, a little
+/// later, to the worker's finish), and the share undercounts, so a try at 0.95 or more had the
+/// worker on its core for at least 0.8 of the pool's window (the patience is under 0.5 ms of
+/// a 3 ms hold).
 double dispatch_with_worker_stall(WorkerPool& pool, std::chrono::microseconds hold) {
   using clock = std::chrono::steady_clock;
-  auto thread_cpu = [] {
+  auto cpu_of = [](clockid_t id) {
     timespec ts{};
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    clock_gettime(id, &ts);
     return std::chrono::seconds(ts.tv_sec) + std::chrono::nanoseconds(ts.tv_nsec);
   };
-  std::atomic<bool> joined{false};
+  std::atomic<bool> held{false}, joined{false}, waited{false}, ended{false};
   std::atomic<int> others_done{0};
-  double on_core = 0;
+  clockid_t worker_clock{};
+  std::chrono::nanoseconds cpu_at_wait{}, cpu_at_end{};
+  clock::time_point wall_at_wait{};
   pool.run(16, 2, [&](std::int64_t, int w) {
-    if (w != 0 && !joined.exchange(true)) {
-      const auto c0 = thread_cpu();
+    if (w != 0 && !held.exchange(true)) {
+      if (pthread_getcpuclockid(pthread_self(), &worker_clock) != 0)
+        return; // no CPU clock: not judged
+      joined.store(true);
       const auto s0 = clock::now();
       while (others_done.load() < 15 && clock::now() - s0 < std::chrono::milliseconds(50))
         std::this_thread::yield();
       spin_for(hold);
-      on_core = std::chrono::duration<double>(thread_cpu() - c0) /
-                std::chrono::duration<double>(clock::now() - s0);
+      cpu_at_end = cpu_of(CLOCK_THREAD_CPUTIME_ID);
+      ended.store(true);
       return;
     }
     if (w == 0) {
@@ -178,9 +188,21 @@ double dispatch_with_worker_stall(WorkerPool& pool, std::chrono::microseconds ho
         std::this_thread::yield();
     }
     spin_for(std::chrono::microseconds(20));
+    // only the caller counts here (the worker holds its one item until the count is 15): its
+    // last item is where its wait for the worker starts
+    if (others_done.load() == 14 && joined.load()) {
+      cpu_at_wait = cpu_of(worker_clock);
+      wall_at_wait = clock::now();
+      waited.store(true);
+    }
     others_done.fetch_add(1);
   });
-  return others_done.load() == 15 ? on_core : 0.0;
+  // to the dispatch's end as the caller saw it: the worker's CPU after its item (spinning in the
+  // pool, or a wait until it noticed the end) never counts, so the share is a lower bound
+  if (others_done.load() != 15 || !waited.load() || !ended.load())
+    return 0.0;
+  return std::chrono::duration<double>(cpu_at_end - cpu_at_wait) /
+         std::chrono::duration<double>(clock::now() - wall_at_wait);
 }
 
 } // namespace
