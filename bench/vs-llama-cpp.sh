@@ -88,34 +88,40 @@ trap 'rm -f "$scratch"/*.bundle; if [[ -n $own_work ]]; then rm -rf "$own_work";
 gguf_float_mode() {
   python3 - "$1" <<'PY'
 import struct, sys
-with open(sys.argv[1], "rb") as f:
-    def rd(fmt):
-        return struct.unpack("<" + fmt, f.read(struct.calcsize("<" + fmt)))[0]
-    sizes = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q",
-             12: "d"}
-    def skip(t):
-        if t == 8:
-            f.seek(rd("Q"), 1)
-        elif t == 9:
-            et, n = rd("I"), rd("Q")
-            if et in sizes:
-                f.seek(struct.calcsize("<" + sizes[et]) * n, 1)
-            else:
-                for _ in range(n):
-                    skip(et)
-        else:
-            f.seek(struct.calcsize("<" + sizes[t]), 1)
-    f.read(4); rd("I")
-    tensors, kvs = rd("Q"), rd("Q")
-    for _ in range(kvs):
-        f.seek(rd("Q"), 1)
-        skip(rd("I"))
-    types = set()
-    for _ in range(tensors):
-        f.seek(rd("Q"), 1)
-        f.seek(8 * rd("I"), 1)
-        types.add(rd("I"))
-        rd("Q")
+try:
+  f = open(sys.argv[1], "rb")
+  def rd(fmt):
+      return struct.unpack("<" + fmt, f.read(struct.calcsize("<" + fmt)))[0]
+  sizes = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q",
+           12: "d"}
+  def skip(t):
+      if t == 8:
+          f.seek(rd("Q"), 1)
+      elif t == 9:
+          et, n = rd("I"), rd("Q")
+          if et in sizes:
+              f.seek(struct.calcsize("<" + sizes[et]) * n, 1)
+          else:
+              for _ in range(n):
+                  skip(et)
+      else:
+          f.seek(struct.calcsize("<" + sizes[t]), 1)
+  f.read(4); rd("I")
+  tensors, kvs = rd("Q"), rd("Q")
+  if tensors > 1 << 20 or kvs > 1 << 20:
+      raise ValueError(f"{tensors} tensors and {kvs} keys")
+  for _ in range(kvs):
+      f.seek(rd("Q"), 1)
+      skip(rd("I"))
+  types = set()
+  for _ in range(tensors):
+      f.seek(rd("Q"), 1)
+      f.seek(8 * rd("I"), 1)
+      types.add(rd("I"))
+      rd("Q")
+except (OSError, OverflowError, KeyError, struct.error, ValueError) as e:
+  print(f"{e}", file=sys.stderr)
+  sys.exit(1)
 # ggml types: 0 F32, 1 F16, 30 BF16
 print("bf16" if 30 in types else "f32" if types == {0} else "f16")
 PY
@@ -128,7 +134,10 @@ for f in "${files[@]}"; do
   name=$(basename "$f" .gguf)
   b="$scratch/$name.bundle"
   file_mode=$mode
-  [[ $mode == auto ]] && file_mode=$(gguf_float_mode "$f")
+  if [[ $mode == auto ]]; then
+    file_mode=$(gguf_float_mode "$f" 2>/dev/null) ||
+      die "$f: its GGUF tensor table cannot be read (truncated or damaged?); --mode M skips reading it"
+  fi
   echo "== $f: tpullm compile (--mode $file_mode --act-quant $act_quant)..." >&2
   "$tpullm" compile "$f" -o "$b" --mode "$file_mode" --act-quant "$act_quant" --seq-length 2048 \
     --max-input-length 512 >&2

@@ -29,8 +29,17 @@
 /// instantiated with the scalar tile emulator still runs on any x86-64 CPU.
 #define TPULLM_TARGET_AMX __attribute__((target("amx-tile,amx-bf16,amx-int8")))
 #endif
+#ifndef TPULLM_TARGET_AMX_AVX512
+/// Function attribute: the tile instructions and the AVX-512 around them (with VNNI and BF16,
+/// which every CPU with AMX has), for the kernels that stage tiles in vector code.
+#define TPULLM_TARGET_AMX_AVX512                                                                   \
+  __attribute__((                                                                                  \
+      target("amx-tile,amx-int8,amx-bf16,avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,"           \
+             "avx512bf16,avx2,fma,f16c,bmi2,prefer-vector-width=512")))
+#endif
 #else
 #define TPULLM_TARGET_AVX512
 #define TPULLM_TARGET_AVX2
 #define TPULLM_TARGET_AMX
+#define TPULLM_TARGET_AMX_AVX512
 #endif

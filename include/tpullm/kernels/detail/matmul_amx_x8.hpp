@@ -71,10 +71,6 @@ inline bool amx_x8_applies(WeightFormat f, std::int64_t M, const XDigits* xd) {
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wpsabi"
 
-#define TPULLM_TARGET_AMX_AVX512                                                                   \
-  __attribute__((target("amx-tile,amx-int8,amx-bf16,avx512f,avx512bw,avx512dq,avx512vl,"           \
-                        "avx512vnni,avx2,fma,f16c,bmi2,prefer-vector-width=512")))
-
 /// Per-thread scratch of the x8 path.
 struct AmxX8Scratch {
   std::vector<std::uint8_t> bq;  ///< one panel's weights as quads: [Kv / 4][128] (int4, int6)
