@@ -458,10 +458,13 @@ namespace {
 /// before P V (|dp| <= 2^-8 p, the denominator uses the f32 p) and f32 sums / exp2:
 ///   |out - ref| <= (2^-8 + 1e-4) max|v| over the head's visible keys.
 /// Also reports the error against the unrounded f32 reference (not bounded by the test).
+/// `k_growth` scales key j by 1 + k_growth j / S, so that a row's max score keeps rising along
+/// the keys (the resident-O item's reference max then moves mid-row); `window` > 0 is a sliding
+/// window.
 template <class KV>
 double run_amx_attention(std::int64_t L, std::int64_t S, std::int64_t pos0, std::int64_t qh,
                          std::int64_t kh, std::int64_t d, CoreSplit split, bool hw,
-                         double& vs_exact) {
+                         double& vs_exact, float k_growth = 0.f, std::int64_t window = 0) {
   std::mt19937 rng(static_cast<unsigned>(L * 131 + S + d));
   std::normal_distribution<float> nd(0.f, 1.f);
   const std::int64_t G = qh / kh, Lv = L - 1; // the last row is padding (L_valid < L)
@@ -472,7 +475,8 @@ double run_amx_attention(std::int64_t L, std::int64_t S, std::int64_t pos0, std:
   const std::int64_t Sv = std::min(S, pos0 + Lv); // keys past the last position are NaN
   for (std::int64_t j = 0; j < S; ++j)
     for (std::int64_t e = 0; e < kh * d; ++e) {
-      k[static_cast<std::size_t>(j * kh * d + e)] = from_f32<KV>(j < Sv ? 2.f * nd(rng) : kNaN);
+      k[static_cast<std::size_t>(j * kh * d + e)] =
+          from_f32<KV>(j < Sv ? 2.f * (1.f + k_growth * float(j) / float(S)) * nd(rng) : kNaN);
       v[static_cast<std::size_t>(j * kh * d + e)] = from_f32<KV>(j < Sv ? nd(rng) : kNaN);
     }
   std::vector<std::int32_t> pos(static_cast<std::size_t>(L));
@@ -487,7 +491,7 @@ double run_amx_attention(std::int64_t L, std::int64_t S, std::int64_t pos0, std:
       isa.emplace(Isa::amx);
     else
       emu.emplace();
-    flash_attention<KV>(q, k, v, pos, out, {L, Lv, S, Sv, qh, kh, d, scale, true}, split);
+    flash_attention<KV>(q, k, v, pos, out, {L, Lv, S, Sv, qh, kh, d, scale, true, window}, split);
   }
   auto bf = [](double x) { return double(f32_of_bf16(detail::amx_bf16_rne(float(x)))); };
   double worst = 0;
@@ -495,13 +499,14 @@ double run_amx_attention(std::int64_t L, std::int64_t S, std::int64_t pos0, std:
   for (std::int64_t i = 0; i < L; ++i)
     for (std::int64_t h = 0; h < qh; ++h) {
       const std::int64_t kv = h / G, kend = std::min<std::int64_t>(Sv, pos[i] + 1);
+      const std::int64_t kbeg = window > 0 ? std::max<std::int64_t>(0, pos[i] - window + 1) : 0;
       if (i >= Lv) { // padding row: untouched
         CHECK(std::isnan(out[(i * qh + h) * d]));
         continue;
       }
       std::vector<double> sr(static_cast<std::size_t>(kend)), se(sr.size());
       double mr = -1e300, me = -1e300, vmax = 0;
-      for (std::int64_t j = 0; j < kend; ++j) {
+      for (std::int64_t j = kbeg; j < kend; ++j) {
         double a = 0, e = 0;
         for (std::int64_t x = 0; x < d; ++x) {
           const double qv = q[(i * qh + h) * d + x];
@@ -516,13 +521,13 @@ double run_amx_attention(std::int64_t L, std::int64_t S, std::int64_t pos0, std:
         me = std::max(me, e);
       }
       double dr = 0, de = 0;
-      for (std::int64_t j = 0; j < kend; ++j) {
+      for (std::int64_t j = kbeg; j < kend; ++j) {
         dr += (sr[j] = std::exp2(sr[j] - mr));
         de += (se[j] = std::exp(se[j] - me));
       }
       for (std::int64_t x = 0; x < d; ++x) {
         double orr = 0, oe = 0;
-        for (std::int64_t j = 0; j < kend; ++j) {
+        for (std::int64_t j = kbeg; j < kend; ++j) {
           const double vv = detail::to_f32(v[(j * kh + kv) * d + x]);
           orr += sr[j] * bf(vv);
           oe += se[j] * vv;
@@ -584,6 +589,27 @@ TEST_CASE("AMX prefill attention on the hardware meets the bound", "[amx][amx-hw
     const double worst =
         run_amx_attention<bf16_t>(c.L, c.S, c.pos0, c.qh, c.kh, c.d, c.split, true, exact);
     INFO("L=" << c.L << " S=" << c.S << " d=" << c.d << " worst err/bound=" << worst);
+    CHECK(worst <= 1.0);
+    CHECK(worst > 0.0);
+  }
+  // head dims up to 64 keep O in tiles (flash_attention_amx_resident.hpp): d 32 and 48 (padded
+  // to 64), several key chunks of 128, rising scores (the reference max moves mid-row and O
+  // leaves the tiles to be rescaled), a sliding window, and items of several q tiles
+  struct R {
+    std::int64_t L, S, pos0, qh, kh, d;
+    float growth;
+    std::int64_t window;
+  };
+  const R resident[] = {{50, 50, 0, 4, 2, 32, 0.f, 0},
+                        {90, 400, 310, 4, 1, 48, 0.f, 0},
+                        {64, 600, 536, 7, 1, 64, 6.f, 0},
+                        {200, 200, 0, 2, 2, 64, 6.f, 0},
+                        {120, 700, 580, 4, 2, 64, 0.f, 100}};
+  for (const R& c : resident) {
+    const double worst = run_amx_attention<bf16_t>(
+        c.L, c.S, c.pos0, c.qh, c.kh, c.d, {SplitDim::rows, 2}, true, exact, c.growth, c.window);
+    INFO("resident: L=" << c.L << " S=" << c.S << " d=" << c.d << " growth=" << c.growth
+                        << " window=" << c.window << " worst err/bound=" << worst);
     CHECK(worst <= 1.0);
     CHECK(worst > 0.0);
   }

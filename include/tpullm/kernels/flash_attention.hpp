@@ -32,7 +32,7 @@
 #include "tpullm/kernels/detail/flash_attention_item.hpp"
 #include "tpullm/kernels/detail/flash_attention_plan.hpp"
 #include "tpullm/kernels/detail/flash_attention_tile.hpp"
-#include "tpullm/kernels/detail/flash_attention_amx_hw.hpp"
+#include "tpullm/kernels/detail/flash_attention_amx_driver.hpp"
 #include "tpullm/kernels/detail/flash_decode.hpp"
 #include "tpullm/support/error.hpp"
 

@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <vector>
@@ -91,6 +92,16 @@ struct FaAmxScratch {
   std::vector<std::uint16_t> p;  ///< [32][32] bf16 probabilities
   std::vector<float> lv;         ///< [nq][32][16] row sums as 16 lane sums (the tile unit's path)
 };
+
+/// `n` elements of `v` from a 64-byte boundary, so that no tile row straddles two cache lines (v
+/// grows by up to 64 bytes to hold them).
+template <class T>
+T* fa_amx_aligned(std::vector<T>& v, std::size_t n) {
+  v.resize(n + 64 / sizeof(T));
+  const auto a = reinterpret_cast<std::uintptr_t>(v.data());
+  return v.data() + (64 - a % 64) % 64 / sizeof(T);
+}
+
 inline FaAmxScratch& fa_amx_scratch() {
   thread_local FaAmxScratch s;
   return s;
@@ -116,25 +127,26 @@ struct FaAmxItemPlan {
   }
 };
 
-/// The plan of q tiles [qt0, qt0 + nq) and their rows' positions: pos [nq][32] (INT32_MAX for
-/// padding rows, and for every row of a non-causal shape).
+/// The plan of q tiles [qt0, qt0 + nq) of `rows` rows each (32, or 16 for the resident-O item)
+/// and their rows' positions: pos [nq][rows] (INT32_MAX for padding rows, and for every row of a
+/// non-causal shape). Key tiles are 32 keys whatever `rows`.
 inline FaAmxItemPlan fa_amx_item_plan(const AttentionShape& s, const std::int32_t* pos_ids,
                                       std::int64_t qt0, std::int64_t nq,
-                                      std::vector<std::int32_t>& pos) {
+                                      std::vector<std::int32_t>& pos, std::int64_t rows = 32) {
   const std::int64_t G = s.q_heads / s.kv_heads, M = s.L_valid * G;
   FaAmxItemPlan plan;
   plan.tend.resize(static_cast<std::size_t>(nq));
   plan.tmin.resize(plan.tend.size());
   plan.tmax.resize(plan.tend.size());
-  pos.assign(static_cast<std::size_t>(nq * 32), INT32_MAX);
+  pos.assign(static_cast<std::size_t>(nq * rows), INT32_MAX);
   for (std::int64_t t = 0; t < nq; ++t) {
     std::int64_t mx = -1, mn = INT64_MAX;
-    for (std::int64_t i = 0; i < 32; ++i) {
-      const std::int64_t r = (qt0 + t) * 32 + i;
+    for (std::int64_t i = 0; i < rows; ++i) {
+      const std::int64_t r = (qt0 + t) * rows + i;
       if (r >= M)
         continue;
       const std::int32_t p = s.causal ? pos_ids[r / G] : INT32_MAX;
-      pos[static_cast<std::size_t>(t * 32 + i)] = p;
+      pos[static_cast<std::size_t>(t * rows + i)] = p;
       mx = std::max<std::int64_t>(mx, p);
       mn = std::min<std::int64_t>(mn, p);
     }

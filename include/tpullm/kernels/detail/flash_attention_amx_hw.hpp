@@ -14,9 +14,8 @@
 /// Results differ from the emulator's only by exp2_avx512 against exp2_approx and the order of
 /// each row's sums (the row sum in 16 lanes, P V added onto O in the tile): within 1.2e-7 of it
 /// on the scratch shapes of docs/kernels.md round 17, and tested against the AMX bound of
-/// docs/guarantees.md. Also the driver,
-/// flash_attention_amx, which picks this item, the scalar body on the tile unit (another cache
-/// type) or the emulator.
+/// docs/guarantees.md. Head dims up to 64 take flash_attention_amx_resident.hpp instead (O kept
+/// in tiles); the driver is flash_attention_amx_driver.hpp.
 
 #include <algorithm>
 #include <climits>
@@ -152,20 +151,22 @@ TPULLM_TARGET_AMX_AVX512 inline void fa_amx_item_bf16_hw(const float* q, const b
   const std::int64_t d = s.head_dim, G = s.q_heads / s.kv_heads, M = s.L_valid * G;
   const std::int64_t dq = (d + 31) / 32 * 32, nq = qt1 - qt0;
   FaAmxScratch& w = fa_amx_scratch();
-  w.q.resize(static_cast<std::size_t>(nq * 32 * dq));
-  w.o.assign(static_cast<std::size_t>(nq * 32 * dq), 0.f);
+  std::uint16_t* const qb = fa_amx_aligned(w.q, static_cast<std::size_t>(nq * 32 * dq));
+  float* const ob = fa_amx_aligned(w.o, static_cast<std::size_t>(nq * 32 * dq));
+  std::fill(ob, ob + nq * 32 * dq, 0.f);
   w.m.assign(static_cast<std::size_t>(nq * 32), -__builtin_inff());
-  w.lv.assign(static_cast<std::size_t>(nq * 32 * 16), 0.f);
-  w.kt.resize(static_cast<std::size_t>(dq / 32 * 2048));
-  w.vt.resize(static_cast<std::size_t>(dq / 16 * 1024));
-  w.s.resize(32 * 32);
-  w.p.resize(32 * 32);
+  float* const lvb = fa_amx_aligned(w.lv, static_cast<std::size_t>(nq * 32 * 16));
+  std::fill(lvb, lvb + nq * 32 * 16, 0.f);
+  std::uint8_t* const ktb = fa_amx_aligned(w.kt, static_cast<std::size_t>(dq / 32 * 2048));
+  std::uint8_t* const vtb = fa_amx_aligned(w.vt, static_cast<std::size_t>(dq / 16 * 1024));
+  float* const sb = fa_amx_aligned(w.s, 32 * 32);
+  std::uint16_t* const pb = fa_amx_aligned(w.p, 32 * 32);
   const __m512 qscale = _mm512_set1_ps(s.scale * 1.4426950408889634f);
   const FaAmxItemPlan plan = fa_amx_item_plan(s, pos_ids, qt0, nq, w.pos);
   for (std::int64_t t = 0; t < nq; ++t)
     for (std::int64_t i = 0; i < 32; ++i) {
       const std::int64_t r = (qt0 + t) * 32 + i;
-      std::uint16_t* dst = w.q.data() + (t * 32 + i) * dq;
+      std::uint16_t* dst = qb + (t * 32 + i) * dq;
       if (r >= M) {
         std::fill(dst, dst + dq, std::uint16_t{0});
         continue;
@@ -182,8 +183,8 @@ TPULLM_TARGET_AMX_AVX512 inline void fa_amx_item_bf16_hw(const float* q, const b
   const std::int64_t kvs = s.kv_heads * d;
   const __m512 ninf = _mm512_set1_ps(-__builtin_inff());
   const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-  auto* kt = reinterpret_cast<std::uint32_t*>(w.kt.data());
-  auto* vt = reinterpret_cast<std::uint32_t*>(w.vt.data());
+  auto* kt = reinterpret_cast<std::uint32_t*>(ktb);
+  auto* vt = reinterpret_cast<std::uint32_t*>(vtb);
   for (std::int64_t j0 = plan.kstart / 32 * 32; j0 < plan.kend; j0 += 32) {
     const std::int64_t nk = std::min<std::int64_t>(32, plan.kend - j0);
     fa_hw_stage_kv(k + h * d, v + h * d, kvs, d, dq, j0, nk, kt, vt);
@@ -191,15 +192,15 @@ TPULLM_TARGET_AMX_AVX512 inline void fa_amx_item_bf16_hw(const float* q, const b
       if (plan.skips(s, t, j0))
         continue;
       const std::int64_t kend = plan.tend[static_cast<std::size_t>(t)];
-      fa_amx_qk<Tiles>(w.q.data() + t * 32 * dq, dq, w.kt.data(), w.s.data());
+      fa_amx_qk<Tiles>(qb + t * 32 * dq, dq, ktb, sb);
       const bool masked = plan.masked(s, t, j0);
       float* m = w.m.data() + t * 32;
-      float* lv = w.lv.data() + t * 32 * 16;
-      float* o = w.o.data() + t * 32 * dq;
+      float* lv = lvb + t * 32 * 16;
+      float* o = ob + t * 32 * dq;
       const __m512i key0 = _mm512_add_epi32(_mm512_set1_epi32(static_cast<int>(j0)), lane);
       const __m512i key1 = _mm512_add_epi32(key0, _mm512_set1_epi32(16));
       for (std::int64_t i = 0; i < 32; ++i) {
-        const float* sr = w.s.data() + i * 32;
+        const float* sr = sb + i * 32;
         __m512 s0 = _mm512_loadu_ps(sr), s1 = _mm512_loadu_ps(sr + 16);
         if (masked) {
           const std::int32_t p = w.pos[static_cast<std::size_t>(t * 32 + i)];
@@ -234,9 +235,9 @@ TPULLM_TARGET_AMX_AVX512 inline void fa_amx_item_bf16_hw(const float* q, const b
         const __m512 e1 = exp2_avx512(_mm512_sub_ps(s1, mv));
         _mm512_storeu_ps(lv + i * 16,
                          _mm512_add_ps(_mm512_loadu_ps(lv + i * 16), _mm512_add_ps(e0, e1)));
-        _mm512_storeu_si512(w.p.data() + i * 32, (__m512i)_mm512_cvtne2ps_pbh(e1, e0));
+        _mm512_storeu_si512(pb + i * 32, (__m512i)_mm512_cvtne2ps_pbh(e1, e0));
       }
-      fa_hw_pv_into(w.p.data(), w.vt.data(), dq, o);
+      fa_hw_pv_into(pb, vtb, dq, o);
     }
   }
   amx_release<Tiles>();
@@ -246,9 +247,9 @@ TPULLM_TARGET_AMX_AVX512 inline void fa_amx_item_bf16_hw(const float* q, const b
       if (r >= M)
         continue;
       float* dst = out + ((r / G) * s.q_heads + h * G + r % G) * d;
-      const __m512 inv = _mm512_set1_ps(
-          1.0f / _mm512_reduce_add_ps(_mm512_loadu_ps(w.lv.data() + (t * 32 + i) * 16)));
-      const float* orow = w.o.data() + (t * 32 + i) * dq;
+      const __m512 inv =
+          _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(_mm512_loadu_ps(lvb + (t * 32 + i) * 16)));
+      const float* orow = ob + (t * 32 + i) * dq;
       for (std::int64_t x = 0; x < d; x += 16) {
         const std::int64_t left = std::min<std::int64_t>(d - x, 16);
         _mm512_mask_storeu_ps(dst + x, static_cast<__mmask16>((1u << left) - 1u),
@@ -259,48 +260,5 @@ TPULLM_TARGET_AMX_AVX512 inline void fa_amx_item_bf16_hw(const float* q, const b
 
 #pragma GCC diagnostic pop
 #endif
-
-/// Q tiles (32 rows) per AMX work item: K / V tile conversion is shared by an item's tiles.
-inline constexpr std::int64_t kFaAmxTilesPerItem = 8;
-
-/// Prefill attention on AMX (L_valid > kDecodeArithmeticRows; checks done by the caller).
-/// `emulated`: run the tile emulator instead of the tile unit. Items (kv head, up to 8 q tiles)
-/// follow `split` like the AVX-512 path: heads -> kv heads across cores, rows / none -> items
-/// round-robin / in order.
-template <class KV>
-void flash_attention_amx(const float* q, const KV* k, const KV* v, const std::int32_t* pos,
-                         float* out, const AttentionShape& s, const CoreSplit& split,
-                         bool emulated) {
-  const std::int64_t M = s.L_valid * (s.q_heads / s.kv_heads), tiles = (M + 31) / 32;
-  const std::int64_t per_head = (tiles + kFaAmxTilesPerItem - 1) / kFaAmxTilesPerItem;
-  const std::int64_t items = s.kv_heads * per_head;
-  (void)emulated; // portable-only builds have the emulator only
-  auto run = [&](std::int64_t it) {
-    const std::int64_t h = it / per_head, c = it % per_head;
-    const std::int64_t t0 = c * kFaAmxTilesPerItem, t1 = std::min(tiles, t0 + kFaAmxTilesPerItem);
-#if TPULLM_X86
-    if (!emulated) {
-      if constexpr (std::is_same_v<KV, bf16_t>) {
-        if (s.head_dim % 2 == 0) { // the hardware path's cache (flash_attention.hpp)
-          fa_amx_item_bf16_hw(q, k, v, pos, out, s, h, t0, t1);
-          return;
-        }
-      }
-      fa_amx_item_hw<KV>(q, k, v, pos, out, s, h, t0, t1);
-      return;
-    }
-#endif
-    fa_amx_item_emu<KV>(q, k, v, pos, out, s, h, t0, t1);
-  };
-  const std::int64_t parts = split.dim == SplitDim::none ? 1 : std::max(1, split.parts);
-  if (split.dim == SplitDim::heads) {
-    parallel_for(split, s.kv_heads, 1, [&](std::int64_t b, std::int64_t e) {
-      for (std::int64_t it = b * per_head; it < e * per_head; ++it)
-        run(it);
-    });
-    return;
-  }
-  parallel_items(static_cast<int>(std::min(parts, items)), items, run);
-}
 
 } // namespace tpullm::kernels::detail
