@@ -2,11 +2,13 @@
 //  - read bandwidth: the best over access patterns of a buffer of dram_rotation_bytes()
 //    (max(1 GiB, 2 x the last-level cache)): S = 1, 2, 4 or 8 interleaved streams per thread (the
 //    thread's part cut into S pieces read 256 bytes from each in turn), software prefetch 0, 1 or 4
-//    KiB ahead in every stream, widest vector loads available, best of 3 passes each; 2 threads
-//    each read their own half. The one-stream figure is kept too (what a kernel reading one
+//    KiB ahead in every stream, the widest vector loads the kernels use at the active ISA
+//    (vector_width_now: TPULLM_ISA=avx2 reads with ymm on an AVX-512 CPU), best of 3 passes each; 2
+//    threads each read their own half. The one-stream figure is kept too (what a kernel reading one
 //    sequential stream per thread can hope for). read_bandwidth_now sweeps the same patterns once
 //    each over a caller's region: the ceiling next to a figure.
-//  - f32 FMA peak: 16 independent vfmadd231ps chains per thread (zmm on AVX-512, ymm on AVX2),
+//  - f32 FMA peak: 16 independent vfmadd231ps chains per thread (zmm at AVX-512, ymm at AVX2: the
+//    active ISA's width),
 //    enough to cover the FMA latency times two FMA ports; best of 5.
 //  - bf16 / int8: the same with vdpbf16ps (32 MACs = 64 flops per zmm instruction) and vpdpbusd
 //    (64 MACs = 128 ops per zmm instruction).
@@ -41,6 +43,19 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
 namespace tpullm::machine {
+
+int vector_width_now() {
+#if TPULLM_X86
+  const auto& f = kernels::cpu_features();
+  const kernels::Isa isa = kernels::active_isa();
+  if (f.avx512 && (isa == kernels::Isa::avx512 || isa == kernels::Isa::amx))
+    return 512;
+  if (f.avx2 && isa != kernels::Isa::portable)
+    return 256;
+#endif
+  return 0;
+}
+
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -114,11 +129,14 @@ float sum_portable(const float* p, std::size_t n) {
 template <int S>
 float sum_best(const float* p, std::size_t n, std::size_t pf) {
 #if TPULLM_X86
-  const auto& f = kernels::cpu_features();
-  if (f.avx512)
+  switch (vector_width_now()) {
+  case 512:
     return sum_avx512<S>(p, n, pf);
-  if (f.avx2)
+  case 256:
     return sum_avx2<S>(p, n, pf);
+  default:
+    break;
+  }
 #endif
   (void)pf;
   return sum_portable<S>(p, n);
@@ -386,7 +404,9 @@ PeakLoop peak_loop(Ceiling which) {
   case Ceiling::read:
     return {};
   case Ceiling::f32_fma:
-    loop = f.avx512 ? fma_loop_avx512 : f.avx2 ? fma_loop_avx2 : nullptr;
+    loop = vector_width_now() == 512   ? fma_loop_avx512
+           : vector_width_now() == 256 ? fma_loop_avx2
+                                       : nullptr;
     break;
   case Ceiling::bf16_dot:
     loop = f.avx512_bf16 ? bf16_loop : nullptr;
@@ -560,8 +580,8 @@ void disable_ceilings() {
 }
 
 void print_ceilings(const Ceilings& c) {
-  std::printf("tpullm machine ceilings (isa %s)\n",
-              std::string(kernels::isa_name(kernels::cpu_features().best())).c_str());
+  std::printf("tpullm machine ceilings (isa %s; f32 FMA and read at %d-bit vectors)\n",
+              std::string(kernels::isa_name(kernels::active_isa())).c_str(), vector_width_now());
   std::printf("  read bandwidth   1 thread %8.1f GB/s    2 threads %8.1f GB/s   "
               "(best pattern: %s | %s; %.1f GiB buffer)\n",
               c.read_gbs_1t, c.read_gbs_2t, c.read_best_1t.c_str(), c.read_best_2t.c_str(),

@@ -58,9 +58,9 @@ TEST_CASE("compute_ceiling_now measures the peaks this CPU has", "[ceilings]") {
   for (int threads : {1, 2}) {
     const double fma = machine::compute_ceiling_now(machine::Ceiling::f32_fma, threads);
     INFO("threads " << threads << ": f32 FMA " << fma / 1e9 << " GFLOP/s");
-    if (f.avx2) {
-      CHECK(fma > 1e9);  // any x86 core with FMA does more than 1 GFLOP/s
-      CHECK(fma < 1e14); // and less than 100 TFLOP/s
+    if (machine::vector_width_now() > 0) { // TPULLM_ISA=portable leaves no vector loop
+      CHECK(fma > 1e9);                    // any x86 core with FMA does more than 1 GFLOP/s
+      CHECK(fma < 1e14);                   // and less than 100 TFLOP/s
     } else {
       CHECK(fma == 0);
     }
@@ -69,4 +69,29 @@ TEST_CASE("compute_ceiling_now measures the peaks this CPU has", "[ceilings]") {
     const double amx = machine::compute_ceiling_now(machine::Ceiling::amx_int8, threads);
     CHECK((amx > 0) == f.amx);
   }
+}
+
+TEST_CASE("The f32 FMA and read ceilings follow TPULLM_ISA's vector width", "[ceilings]") {
+  const auto& f = tpullm::kernels::cpu_features();
+  if (!f.avx2) {
+    CHECK(machine::vector_width_now() == 0);
+    WARN("skipped: the CPU lacks AVX2, only the portable path's width was checked");
+    return;
+  }
+  {
+    tpullm::kernels::ScopedIsa held(tpullm::kernels::Isa::avx2);
+    CHECK(machine::vector_width_now() == 256);
+    CHECK(machine::compute_ceiling_now(machine::Ceiling::f32_fma, 1) > 1e9);
+  }
+  {
+    tpullm::kernels::ScopedIsa held(tpullm::kernels::Isa::portable);
+    CHECK(machine::vector_width_now() == 0);
+    CHECK(machine::compute_ceiling_now(machine::Ceiling::f32_fma, 1) == 0);
+  }
+  if (!f.avx512) {
+    WARN("skipped: the CPU lacks AVX-512, its 512-bit width was not checked");
+    return;
+  }
+  tpullm::kernels::ScopedIsa held(tpullm::kernels::Isa::avx512);
+  CHECK(machine::vector_width_now() == 512);
 }

@@ -73,6 +73,12 @@ double ceiling_value(Ceiling which, int threads);
 /// nullopt on the portable path, which has no measured peak.
 std::optional<Ceiling> w8a8_ceiling(std::int64_t rows, std::string& path);
 
+/// The vector width in bits (512, 256, or 0 for the portable path) of the f32 FMA and read
+/// ceilings' loops: the widest the kernels use at the active ISA, so that `TPULLM_ISA=avx2` on an
+/// AVX-512 CPU judges its figures against the AVX2 peaks (the f32 FMA peak halves on some CPUs).
+/// The dot-product and tile peaks name their instructions and follow the CPU.
+int vector_width_now();
+
 /// The compute peak `which` measured now, in flops (or ops) per second: the start-up ceiling's
 /// loop for that instruction, a fifth of its length (about 50 ms for 5 passes on 2 threads).
 /// A compute figure is judged against this taken next to it, because a VM's compute can move
