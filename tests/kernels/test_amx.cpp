@@ -613,6 +613,10 @@ TEST_CASE("AMX prefill attention on the hardware meets the bound", "[amx][amx-hw
     CHECK(worst <= 1.0);
     CHECK(worst > 0.0);
   }
+  // kv heads across the cores, and one core alone, on the resident path
+  CHECK(run_amx_attention<bf16_t>(80, 300, 220, 8, 4, 64, {SplitDim::heads, 2}, true, exact, 3.f) <=
+        1.0);
+  CHECK(run_amx_attention<bf16_t>(80, 300, 220, 6, 3, 64, {}, true, exact, 3.f) <= 1.0);
   // an f32 or f16 cache keeps the exact vector path on an AMX CPU: the bf16 rounding of q, k and
   // p (0.2-0.4% of max|v| on these shapes) must not show
   for (bool f16 : {false, true}) {

@@ -21,9 +21,10 @@ namespace tpullm::kernels::detail {
 /// Q tiles (32 rows) per AMX work item: K / V tile conversion is shared by an item's tiles.
 inline constexpr std::int64_t kFaAmxTilesPerItem = 8;
 /// Up to this many q tiles per item of the resident-O path (flash_attention_amx_resident.hpp),
-/// which stages each chunk of keys once per item: 32 tiles cut that staging from about a fifth
-/// of the time to a twentieth on a 32k-token history (docs/kernels.md round 18).
-inline constexpr std::int64_t kFaResidentTilesPerItem = 32;
+/// which stages each chunk of keys once per item: a 512-row call of the Qwen2.5-0.5B shape in
+/// one item per kv head ran 7% faster than in items of 28 tiles on a 32k-token history
+/// (docs/kernels.md round 18). 128 tiles of Q, O and row sums take 1.8 MiB.
+inline constexpr std::int64_t kFaResidentTilesPerItem = 128;
 
 /// Whether a call of this cache type and shape takes the resident-O item on the tile unit.
 template <class KV>
@@ -39,7 +40,8 @@ bool fa_amx_takes_resident(const AttentionShape& s, bool emulated) {
 
 /// Prefill attention on AMX (L_valid > kDecodeArithmeticRows; checks done by the caller).
 /// `emulated`: run the tile emulator instead of the tile unit. Items (kv head, up to 8 q tiles;
-/// on the resident-O path up to 32, in equal shares, at least two items per part) follow
+/// on the resident-O path up to 128 in equal shares, a multiple of the parts where that takes
+/// fewer than 4 items per part) follow
 /// `split` like the AVX-512 path: heads -> kv heads across cores, rows / none -> items
 /// round-robin / in order.
 template <class KV>
@@ -50,10 +52,12 @@ void flash_attention_amx(const float* q, const KV* k, const KV* v, const std::in
   const std::int64_t parts = split.dim == SplitDim::none ? 1 : std::max(1, split.parts);
   std::int64_t per_item = kFaAmxTilesPerItem;
   if (fa_amx_takes_resident<KV>(s, emulated)) {
-    const std::int64_t want =
-        std::max((tiles + kFaResidentTilesPerItem - 1) / kFaResidentTilesPerItem,
-                 (2 * parts + s.kv_heads - 1) / s.kv_heads);
-    const std::int64_t n = std::clamp<std::int64_t>(want, 1, std::max<std::int64_t>(tiles, 1));
+    // items per kv head: as few as the cap allows, then more until the parts get as many each
+    // (a head's items are equal in rows; round-robin then balances a causal call too)
+    std::int64_t n =
+        std::max<std::int64_t>(1, (tiles + kFaResidentTilesPerItem - 1) / kFaResidentTilesPerItem);
+    while (n < tiles && (s.kv_heads * n) % parts != 0 && s.kv_heads * n < 4 * parts)
+      ++n;
     per_item = std::max<std::int64_t>(1, (tiles + n - 1) / n);
   }
   const std::int64_t per_head = (tiles + per_item - 1) / per_item;
