@@ -20,11 +20,13 @@ namespace tpullm::kernels::detail {
 
 /// Q tiles (32 rows) per AMX work item: K / V tile conversion is shared by an item's tiles.
 inline constexpr std::int64_t kFaAmxTilesPerItem = 8;
-/// Up to this many q tiles per item of the resident-O path (flash_attention_amx_resident.hpp),
-/// which stages each chunk of keys once per item: a 512-row call of the Qwen2.5-0.5B shape in
-/// one item per kv head ran 7% faster than in items of 28 tiles on a 32k-token history
-/// (docs/kernels.md round 18). 128 tiles of Q, O and row sums take 1.8 MiB.
-inline constexpr std::int64_t kFaResidentTilesPerItem = 128;
+/// Up to this many q tiles per item of the resident-O path (flash_attention_amx_resident.hpp).
+/// An item stages each chunk of keys once, so larger items stage less, but every q tile of an
+/// item that sees a chunk reads its Q and O (7 KiB) again from L2: against a 32k-token history,
+/// items of 28 / 56 / 112 tiles ran 1192-1196 / 1225-1267 / 1274-1283 GFLOP/s, while a causal
+/// 4096-token prefill ran 1076-1086 / 1035-1072 / 957-997 at caps of 32 / 64 / 128
+/// (docs/kernels.md round 18).
+inline constexpr std::int64_t kFaResidentTilesPerItem = 64;
 
 /// Whether a call of this cache type and shape takes the resident-O item on the tile unit.
 template <class KV>
@@ -40,7 +42,7 @@ bool fa_amx_takes_resident(const AttentionShape& s, bool emulated) {
 
 /// Prefill attention on AMX (L_valid > kDecodeArithmeticRows; checks done by the caller).
 /// `emulated`: run the tile emulator instead of the tile unit. Items (kv head, up to 8 q tiles;
-/// on the resident-O path up to 128 in equal shares, a multiple of the parts where that takes
+/// on the resident-O path up to 64 in equal shares, a multiple of the parts where that takes
 /// fewer than 4 items per part) follow
 /// `split` like the AVX-512 path: heads -> kv heads across cores, rows / none -> items
 /// round-robin / in order.
