@@ -114,6 +114,53 @@ fa_hw_stage_kv(const bf16_t* k, const bf16_t* v, std::int64_t kvs, std::int64_t 
   }
 }
 
+/// Q rows [row0, row0 + rows) of kv head h's grouped rows (row r = token r / G, head h G + r % G)
+/// scaled by scale * log2 e and rounded to bf16 into dst [rows][dq] (zero past d and for the
+/// padding rows past L_valid * G).
+TPULLM_TARGET_AMX_AVX512 inline void fa_hw_stage_q(const float* q, const AttentionShape& s,
+                                                   std::int64_t h, std::int64_t row0,
+                                                   std::int64_t rows, std::int64_t dq,
+                                                   std::uint16_t* dst) {
+  const std::int64_t d = s.head_dim, G = s.q_heads / s.kv_heads, M = s.L_valid * G;
+  const __m512 qscale = _mm512_set1_ps(s.scale * 1.4426950408889634f);
+  for (std::int64_t i = 0; i < rows; ++i) {
+    const std::int64_t r = row0 + i;
+    std::uint16_t* row = dst + i * dq;
+    if (r >= M) {
+      std::fill(row, row + dq, std::uint16_t{0});
+      continue;
+    }
+    const float* qr = q + ((r / G) * s.q_heads + h * G + r % G) * d;
+    for (std::int64_t x = 0; x < dq; x += 16) {
+      const std::int64_t left = std::clamp<std::int64_t>(d - x, 0, 16);
+      const __m512 qv = _mm512_mul_ps(
+          _mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << left) - 1u), qr + x), qscale);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(row + x), fa_hw_bf16_rne(qv));
+    }
+  }
+}
+
+/// out rows of grouped rows [row0, row0 + rows) (padding rows skipped) = O / l: O [rows][dq]
+/// f32, l as 16 lane sums a row, lv [rows][16].
+TPULLM_TARGET_AMX_AVX512 inline void fa_hw_write_out(const float* o, const float* lv,
+                                                     const AttentionShape& s, std::int64_t h,
+                                                     std::int64_t row0, std::int64_t rows,
+                                                     std::int64_t dq, float* out) {
+  const std::int64_t d = s.head_dim, G = s.q_heads / s.kv_heads, M = s.L_valid * G;
+  for (std::int64_t i = 0; i < rows; ++i) {
+    const std::int64_t r = row0 + i;
+    if (r >= M)
+      continue;
+    float* dst = out + ((r / G) * s.q_heads + h * G + r % G) * d;
+    const __m512 inv = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(_mm512_loadu_ps(lv + i * 16)));
+    for (std::int64_t x = 0; x < d; x += 16) {
+      const std::int64_t left = std::min<std::int64_t>(d - x, 16);
+      _mm512_mask_storeu_ps(dst + x, static_cast<__mmask16>((1u << left) - 1u),
+                            _mm512_mul_ps(_mm512_loadu_ps(o + i * dq + x), inv));
+    }
+  }
+}
+
 /// O[32][dq] f32 += P[32][32] (bf16) x V tiles (dq / 16 tiles of 1 KiB), O's C tiles loaded and
 /// stored in place (row stride dq floats): fa_amx_pv accumulating into O instead of a fresh C.
 TPULLM_TARGET_AMX_AVX512 inline void fa_hw_pv_into(const std::uint16_t* p, const std::uint8_t* vt,
@@ -148,7 +195,7 @@ TPULLM_TARGET_AMX_AVX512 inline void fa_amx_item_bf16_hw(const float* q, const b
                                                          const AttentionShape& s, std::int64_t h,
                                                          std::int64_t qt0, std::int64_t qt1) {
   using Tiles = amx::Hw;
-  const std::int64_t d = s.head_dim, G = s.q_heads / s.kv_heads, M = s.L_valid * G;
+  const std::int64_t d = s.head_dim;
   const std::int64_t dq = (d + 31) / 32 * 32, nq = qt1 - qt0;
   FaAmxScratch& w = fa_amx_scratch();
   std::uint16_t* const qb = fa_amx_aligned(w.q, static_cast<std::size_t>(nq * 32 * dq));
@@ -161,24 +208,8 @@ TPULLM_TARGET_AMX_AVX512 inline void fa_amx_item_bf16_hw(const float* q, const b
   std::uint8_t* const vtb = fa_amx_aligned(w.vt, static_cast<std::size_t>(dq / 16 * 1024));
   float* const sb = fa_amx_aligned(w.s, 32 * 32);
   std::uint16_t* const pb = fa_amx_aligned(w.p, 32 * 32);
-  const __m512 qscale = _mm512_set1_ps(s.scale * 1.4426950408889634f);
   const FaAmxItemPlan plan = fa_amx_item_plan(s, pos_ids, qt0, nq, w.pos);
-  for (std::int64_t t = 0; t < nq; ++t)
-    for (std::int64_t i = 0; i < 32; ++i) {
-      const std::int64_t r = (qt0 + t) * 32 + i;
-      std::uint16_t* dst = qb + (t * 32 + i) * dq;
-      if (r >= M) {
-        std::fill(dst, dst + dq, std::uint16_t{0});
-        continue;
-      }
-      const float* qr = q + ((r / G) * s.q_heads + h * G + r % G) * d;
-      for (std::int64_t x = 0; x < dq; x += 16) {
-        const std::int64_t left = std::clamp<std::int64_t>(d - x, 0, 16);
-        const __m512 qv = _mm512_mul_ps(
-            _mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << left) - 1u), qr + x), qscale);
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + x), fa_hw_bf16_rne(qv));
-      }
-    }
+  fa_hw_stage_q(q, s, h, qt0 * 32, nq * 32, dq, qb);
   amx_configure<Tiles>(amx_bf16_config());
   const std::int64_t kvs = s.kv_heads * d;
   const __m512 ninf = _mm512_set1_ps(-__builtin_inff());
@@ -241,21 +272,7 @@ TPULLM_TARGET_AMX_AVX512 inline void fa_amx_item_bf16_hw(const float* q, const b
     }
   }
   amx_release<Tiles>();
-  for (std::int64_t t = 0; t < nq; ++t)
-    for (std::int64_t i = 0; i < 32; ++i) {
-      const std::int64_t r = (qt0 + t) * 32 + i;
-      if (r >= M)
-        continue;
-      float* dst = out + ((r / G) * s.q_heads + h * G + r % G) * d;
-      const __m512 inv =
-          _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(_mm512_loadu_ps(lvb + (t * 32 + i) * 16)));
-      const float* orow = ob + (t * 32 + i) * dq;
-      for (std::int64_t x = 0; x < d; x += 16) {
-        const std::int64_t left = std::min<std::int64_t>(d - x, 16);
-        _mm512_mask_storeu_ps(dst + x, static_cast<__mmask16>((1u << left) - 1u),
-                              _mm512_mul_ps(_mm512_loadu_ps(orow + x), inv));
-      }
-    }
+  fa_hw_write_out(ob, lvb, s, h, qt0 * 32, nq * 32, dq, out);
 }
 
 #pragma GCC diagnostic pop

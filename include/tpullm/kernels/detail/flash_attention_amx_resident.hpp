@@ -190,7 +190,7 @@ fa_amx_item_bf16_resident(const float* q, const bf16_t* k, const bf16_t* v,
                           const std::int32_t* pos_ids, float* out, const AttentionShape& s,
                           std::int64_t h, std::int64_t qt0, std::int64_t qt1) {
   static_assert(DQ == 32 || DQ == 64, "the resident-O item takes head dims up to 64");
-  const std::int64_t d = s.head_dim, G = s.q_heads / s.kv_heads, M = s.L_valid * G;
+  const std::int64_t d = s.head_dim;
   const std::int64_t nq = 2 * (qt1 - qt0), row0 = qt0 * 32; // 16-row tiles
   constexpr std::int64_t kt_bytes = DQ / 32 * 2048, vt_bytes = DQ / 16 * 1024;
   FaAmxScratch& w = fa_amx_scratch();
@@ -205,23 +205,8 @@ fa_amx_item_bf16_resident(const float* q, const bf16_t* k, const bf16_t* v,
   std::uint8_t* const vt = fa_amx_aligned(w.vt, kFaResidentChunk / 32 * vt_bytes);
   float* const sb = fa_amx_aligned(w.s, 2 * 16 * 32); // two score buffers
   std::uint16_t* const pb = fa_amx_aligned(w.p, 2 * 16 * 32);
-  const __m512 qscale = _mm512_set1_ps(s.scale * 1.4426950408889634f);
   const FaAmxItemPlan plan = fa_amx_item_plan(s, pos_ids, 2 * qt0, nq, w.pos, 16);
-  for (std::int64_t i = 0; i < nq * 16; ++i) {
-    const std::int64_t r = row0 + i;
-    std::uint16_t* dst = qb + i * DQ;
-    if (r >= M) {
-      std::fill(dst, dst + DQ, std::uint16_t{0});
-      continue;
-    }
-    const float* qr = q + ((r / G) * s.q_heads + h * G + r % G) * d;
-    for (std::int64_t x = 0; x < DQ; x += 16) {
-      const std::int64_t left = std::clamp<std::int64_t>(d - x, 0, 16);
-      const __m512 qv = _mm512_mul_ps(
-          _mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << left) - 1u), qr + x), qscale);
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + x), fa_hw_bf16_rne(qv));
-    }
-  }
+  fa_hw_stage_q(q, s, h, row0, nq * 16, DQ, qb);
   amx_configure<amx::Hw>(amx_bf16_config());
   const std::int64_t kvs = s.kv_heads * d;
   float alpha[16];
@@ -275,19 +260,7 @@ fa_amx_item_bf16_resident(const float* q, const bf16_t* k, const bf16_t* v,
     }
   }
   amx_release<amx::Hw>();
-  for (std::int64_t i = 0; i < nq * 16; ++i) {
-    const std::int64_t r = row0 + i;
-    if (r >= M)
-      continue;
-    float* dst = out + ((r / G) * s.q_heads + h * G + r % G) * d;
-    const __m512 inv = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(_mm512_loadu_ps(lvb + i * 16)));
-    const float* orow = ob + i * DQ;
-    for (std::int64_t x = 0; x < d; x += 16) {
-      const std::int64_t left = std::min<std::int64_t>(d - x, 16);
-      _mm512_mask_storeu_ps(dst + x, static_cast<__mmask16>((1u << left) - 1u),
-                            _mm512_mul_ps(_mm512_loadu_ps(orow + x), inv));
-    }
-  }
+  fa_hw_write_out(ob, lvb, s, h, row0, nq * 16, DQ, out);
 }
 
 #pragma GCC diagnostic pop
