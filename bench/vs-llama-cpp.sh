@@ -266,7 +266,7 @@ print(f"{t['machine']['cpu']}, {t['machine']['threads']} threads, tpullm --mode 
       f"(start-up {c['read_gbs']:.1f}), f32 FMA {c['f32_fma_gflops']:.0f} GFLOP/s, "
       f"int8 dot {c.get('int8_dot_gops', 0):.0f} GOP/s ({c.get('int8_dot_path', '?')})"
       + (f", AMX int8 {c['amx_int8_gops']:.0f} GOP/s (tpullm's integer prefill of 16 rows and more)"
-         if c.get("amx_int8_gops", 0) > 0 else ""))
+         if c.get("amx_int8_gops", 0) > 0 and t["machine"].get("isa") == "amx" else ""))
 print("\n| engine | pp16 t/s | pp512 t/s | decode @128 t/s | decode @1024 t/s | MB/token @128 | decode @128 / near read |")
 print("| --- | --- | --- | --- | --- | --- | --- |")
 for eng, r in rows.items():

@@ -338,7 +338,7 @@ int cmd_bench(const std::vector<std::string>& args) {
   nlohmann::ordered_json out;
   out["machine"] = {{"cpu", cpu_model()},
                     {"threads", threads},
-                    {"isa", std::string(kernels::isa_name(kernels::cpu_features().best()))},
+                    {"isa", std::string(kernels::isa_name(kernels::active_isa()))},
                     {"amx", ceil.amx}};
   out["ceilings"] = {{"read_gbs", read_bw / 1e9},
                      {"read_pattern", threads >= 2 ? ceil.read_best_2t : ceil.read_best_1t},
