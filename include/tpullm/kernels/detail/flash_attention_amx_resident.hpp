@@ -5,14 +5,16 @@
 ///    in tiles 0-3 across a chunk of keys; S takes tiles 4-5, the A and B operands 6 and 7;
 ///  - K^T and V staged (fa_hw_stage_kv) once per chunk of kFaResidentChunk keys and per item, and
 ///    reused by the item's q tiles;
-///  - Q K^T of the next key tile issued before the softmax of this one (two score buffers), so
-///    that the tile unit's products overlap the vector work;
+///  - Q K^T of the next key tile issued before the softmax of this one and P V of the previous
+///    one after it (two score and two P buffers), so that no product waits for the softmax that
+///    just wrote its input (the products and the vector work still add up on the Xeon measured:
+///    docs/kernels.md round 18);
 ///  - a lazy reference max: a row's reference moves only when a visible score exceeds it by more
 ///    than kFaResidentSlack (2^8), so P is at most 2^8 and O leaves the tiles (stored, scaled,
 ///    reloaded) only on those rare moves. O and the row sums share the reference, so the
 ///    normalized result does not depend on it beyond rounding;
-///  - 2^x by a degree-3 polynomial on [-1/2, 1/2] (relative error 7.5e-5, a fiftieth of the
-///    bf16 rounding P then takes) and VSCALEFPS; masked scores are zeroed after it.
+///  - 2^x by a degree-3 polynomial on [-1/2, 1/2] (relative error 7.5e-5, a twenty-fifth of
+///    the bf16 rounding P then takes) and VSCALEFPS; masked scores are zeroed after it.
 /// The tile intrinsics are used directly (amx::Hw names C tiles 0-3 only).
 /// Tested against the AMX bound of docs/guarantees.md (tests/kernels/test_amx.cpp).
 
