@@ -126,10 +126,12 @@ float sum_portable(const float* p, std::size_t n) {
   return t;
 }
 
+/// `width`: vector_width_now(), read by the caller before its parallel region (active_isa may
+/// throw, and an exception must not leave an OpenMP thread).
 template <int S>
-float sum_best(const float* p, std::size_t n, std::size_t pf) {
+float sum_best(const float* p, std::size_t n, std::size_t pf, int width) {
 #if TPULLM_X86
-  switch (vector_width_now()) {
+  switch (width) {
   case 512:
     return sum_avx512<S>(p, n, pf);
   case 256:
@@ -139,19 +141,20 @@ float sum_best(const float* p, std::size_t n, std::size_t pf) {
   }
 #endif
   (void)pf;
+  (void)width;
   return sum_portable<S>(p, n);
 }
 
-float sum_streams(int S, const float* p, std::size_t n, std::size_t pf) {
+float sum_streams(int S, const float* p, std::size_t n, std::size_t pf, int width) {
   switch (S) {
   case 1:
-    return sum_best<1>(p, n, pf);
+    return sum_best<1>(p, n, pf, width);
   case 2:
-    return sum_best<2>(p, n, pf);
+    return sum_best<2>(p, n, pf, width);
   case 4:
-    return sum_best<4>(p, n, pf);
+    return sum_best<4>(p, n, pf, width);
   default:
-    return sum_best<8>(p, n, pf);
+    return sum_best<8>(p, n, pf, width);
   }
 }
 
@@ -162,6 +165,7 @@ struct ReadResult {
 
 ReadResult read_bandwidth_gbs(const float* buf, std::size_t bytes, int threads, int passes = 3) {
   const std::size_t n = bytes / sizeof(float);
+  const int width = vector_width_now();
   ReadResult r;
   volatile float sink = 0;
   for (int S : {1, 2, 4, 8})
@@ -174,7 +178,7 @@ ReadResult read_bandwidth_gbs(const float* buf, std::size_t bytes, int threads, 
         {
           const int t = omp_get_thread_num(), T = omp_get_num_threads();
           const std::size_t chunk = n / T / (64 * 8) * (64 * 8);
-          total += sum_streams(S, buf + t * chunk, chunk, pf);
+          total += sum_streams(S, buf + t * chunk, chunk, pf, width);
           read += chunk / S / 64 * 64 * S * sizeof(float);
         }
         const double s = seconds_since(t0);
@@ -399,14 +403,13 @@ struct PeakLoop {
 PeakLoop peak_loop(Ceiling which) {
 #if TPULLM_X86
   const auto& f = kernels::cpu_features();
+  const int width = vector_width_now();
   Loop loop = nullptr;
   switch (which) {
   case Ceiling::read:
     return {};
   case Ceiling::f32_fma:
-    loop = vector_width_now() == 512   ? fma_loop_avx512
-           : vector_width_now() == 256 ? fma_loop_avx2
-                                       : nullptr;
+    loop = width == 512 ? fma_loop_avx512 : width == 256 ? fma_loop_avx2 : nullptr;
     break;
   case Ceiling::bf16_dot:
     loop = f.avx512_bf16 ? bf16_loop : nullptr;
