@@ -10,9 +10,9 @@
 /// S = Q K^T accumulates in four f32 C tiles (2 row halves x 2 key halves) over d; the causal
 /// mask, running max / sum and P (rounded to bf16) are f32 / bf16 row-major work; P V goes to
 /// C tiles 32 columns of d at a time and O = O * alpha + P V in f32.
-/// This body is scalar around the tiles: it is the emulator's, and the tile unit's only for a
-/// head dim the vector staging does not take (flash_attention_amx_hw.hpp runs a bf16 cache
-/// there and holds the driver, flash_attention_amx).
+/// This body is scalar around the tiles: it is the emulator's, and the tile unit's for a cache
+/// other than bf16 or an odd head dim (a bf16 cache runs flash_attention_amx_resident.hpp up to
+/// d 64 and flash_attention_amx_hw.hpp past it; the driver is flash_attention_amx_driver.hpp).
 
 #include <algorithm>
 #include <climits>

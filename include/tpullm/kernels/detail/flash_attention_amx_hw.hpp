@@ -114,6 +114,34 @@ fa_hw_stage_kv(const bf16_t* k, const bf16_t* v, std::int64_t kvs, std::int64_t 
   }
 }
 
+/// The tile-unit items' scratch (a thread's FaAmxScratch), every buffer from a 64-byte boundary
+/// so that no tile row straddles two cache lines: q [rows][dq] bf16, o [rows][dq] f32 and the
+/// row sums lv [rows][16] zeroed, the maxima m [rows] at -inf; kt, vt, s and p of the sizes given.
+struct FaHwBuffers {
+  std::uint16_t* q;
+  float* o;
+  float* lv;
+  float* m;
+  std::uint8_t* kt;
+  std::uint8_t* vt;
+  float* s;
+  std::uint16_t* p;
+};
+inline FaHwBuffers fa_hw_buffers(FaAmxScratch& w, std::int64_t rows, std::int64_t dq,
+                                 std::size_t kt_bytes, std::size_t vt_bytes, std::size_t s_floats,
+                                 std::size_t p_elems) {
+  const auto r = static_cast<std::size_t>(rows), rd = static_cast<std::size_t>(rows * dq);
+  FaHwBuffers b{fa_amx_aligned(w.q, rd),        fa_amx_aligned(w.o, rd),
+                fa_amx_aligned(w.lv, r * 16),   nullptr,
+                fa_amx_aligned(w.kt, kt_bytes), fa_amx_aligned(w.vt, vt_bytes),
+                fa_amx_aligned(w.s, s_floats),  fa_amx_aligned(w.p, p_elems)};
+  std::fill(b.o, b.o + rd, 0.f);
+  std::fill(b.lv, b.lv + r * 16, 0.f);
+  w.m.assign(r, -__builtin_inff());
+  b.m = w.m.data();
+  return b;
+}
+
 /// Q rows [row0, row0 + rows) of kv head h's grouped rows (row r = token r / G, head h G + r % G)
 /// scaled by scale * log2 e and rounded to bf16 into dst [rows][dq] (zero past d and for the
 /// padding rows past L_valid * G).
@@ -198,16 +226,15 @@ TPULLM_TARGET_AMX_AVX512 inline void fa_amx_item_bf16_hw(const float* q, const b
   const std::int64_t d = s.head_dim;
   const std::int64_t dq = (d + 31) / 32 * 32, nq = qt1 - qt0;
   FaAmxScratch& w = fa_amx_scratch();
-  std::uint16_t* const qb = fa_amx_aligned(w.q, static_cast<std::size_t>(nq * 32 * dq));
-  float* const ob = fa_amx_aligned(w.o, static_cast<std::size_t>(nq * 32 * dq));
-  std::fill(ob, ob + nq * 32 * dq, 0.f);
-  w.m.assign(static_cast<std::size_t>(nq * 32), -__builtin_inff());
-  float* const lvb = fa_amx_aligned(w.lv, static_cast<std::size_t>(nq * 32 * 16));
-  std::fill(lvb, lvb + nq * 32 * 16, 0.f);
-  std::uint8_t* const ktb = fa_amx_aligned(w.kt, static_cast<std::size_t>(dq / 32 * 2048));
-  std::uint8_t* const vtb = fa_amx_aligned(w.vt, static_cast<std::size_t>(dq / 16 * 1024));
-  float* const sb = fa_amx_aligned(w.s, 32 * 32);
-  std::uint16_t* const pb = fa_amx_aligned(w.p, 32 * 32);
+  const FaHwBuffers b = fa_hw_buffers(w, nq * 32, dq, static_cast<std::size_t>(dq / 32 * 2048),
+                                      static_cast<std::size_t>(dq / 16 * 1024), 32 * 32, 32 * 32);
+  std::uint16_t* const qb = b.q;
+  float* const ob = b.o;
+  float* const lvb = b.lv;
+  std::uint8_t* const ktb = b.kt;
+  std::uint8_t* const vtb = b.vt;
+  float* const sb = b.s;
+  std::uint16_t* const pb = b.p;
   const FaAmxItemPlan plan = fa_amx_item_plan(s, pos_ids, qt0, nq, w.pos);
   fa_hw_stage_q(q, s, h, qt0 * 32, nq * 32, dq, qb);
   amx_configure<Tiles>(amx_bf16_config());
@@ -225,7 +252,7 @@ TPULLM_TARGET_AMX_AVX512 inline void fa_amx_item_bf16_hw(const float* q, const b
       const std::int64_t kend = plan.tend[static_cast<std::size_t>(t)];
       fa_amx_qk<Tiles>(qb + t * 32 * dq, dq, ktb, sb);
       const bool masked = plan.masked(s, t, j0);
-      float* m = w.m.data() + t * 32;
+      float* m = b.m + t * 32;
       float* lv = lvb + t * 32 * 16;
       float* o = ob + t * 32 * dq;
       const __m512i key0 = _mm512_add_epi32(_mm512_set1_epi32(static_cast<int>(j0)), lane);

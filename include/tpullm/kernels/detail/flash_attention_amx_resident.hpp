@@ -125,7 +125,7 @@ TPULLM_TARGET_AMX_AVX512 inline unsigned fa_res_move(float& m, float mx, float* 
   return 1u << i;
 }
 
-/// The softmax of one 16 x 32 score block of q tile `t` against the key tile at j0: P[16][32]
+/// The softmax of one 16 x 32 score block of a q tile against the key tile at j0: P[16][32]
 /// bf16, the row sums (16 lanes a row) and reference maxima updated; returns the rows whose O
 /// must be scaled by alpha[i] (their reference moved while O held keys).
 TPULLM_TARGET_AMX_AVX512 inline unsigned fa_res_softmax(const float* sb, const AttentionShape& s,
@@ -196,17 +196,16 @@ fa_amx_item_bf16_resident(const float* q, const bf16_t* k, const bf16_t* v,
   const std::int64_t nq = 2 * (qt1 - qt0), row0 = qt0 * 32; // 16-row tiles
   constexpr std::int64_t kt_bytes = DQ / 32 * 2048, vt_bytes = DQ / 16 * 1024;
   FaAmxScratch& w = fa_amx_scratch();
-  // 64-byte aligned, so that no tile row straddles two cache lines
-  std::uint16_t* const qb = fa_amx_aligned(w.q, static_cast<std::size_t>(nq * 16 * DQ));
-  float* const ob = fa_amx_aligned(w.o, static_cast<std::size_t>(nq * 16 * DQ));
-  std::fill(ob, ob + nq * 16 * DQ, 0.f);
-  w.m.assign(static_cast<std::size_t>(nq * 16), -__builtin_inff());
-  float* const lvb = fa_amx_aligned(w.lv, static_cast<std::size_t>(nq * 16 * 16));
-  std::fill(lvb, lvb + nq * 16 * 16, 0.f);
-  std::uint8_t* const kt = fa_amx_aligned(w.kt, kFaResidentChunk / 32 * kt_bytes);
-  std::uint8_t* const vt = fa_amx_aligned(w.vt, kFaResidentChunk / 32 * vt_bytes);
-  float* const sb = fa_amx_aligned(w.s, 2 * 16 * 32); // two score buffers
-  std::uint16_t* const pb = fa_amx_aligned(w.p, 2 * 16 * 32);
+  // two score and two P buffers
+  const FaHwBuffers b = fa_hw_buffers(w, nq * 16, DQ, kFaResidentChunk / 32 * kt_bytes,
+                                      kFaResidentChunk / 32 * vt_bytes, 2 * 16 * 32, 2 * 16 * 32);
+  std::uint16_t* const qb = b.q;
+  float* const ob = b.o;
+  float* const lvb = b.lv;
+  std::uint8_t* const kt = b.kt;
+  std::uint8_t* const vt = b.vt;
+  float* const sb = b.s;
+  std::uint16_t* const pb = b.p;
   const FaAmxItemPlan plan = fa_amx_item_plan(s, pos_ids, 2 * qt0, nq, w.pos, 16);
   fa_hw_stage_q(q, s, h, row0, nq * 16, DQ, qb);
   amx_configure<amx::Hw>(amx_bf16_config());
@@ -230,7 +229,7 @@ fa_amx_item_bf16_resident(const float* q, const bf16_t* k, const bf16_t* v,
         continue;
       const std::uint16_t* qt = qb + t * 16 * DQ;
       float* o = ob + t * 16 * DQ;
-      float* m = w.m.data() + t * 16;
+      float* m = b.m + t * 16;
       float* lv = lvb + t * 16 * 16;
       const std::int32_t* pos = w.pos.data() + t * 16;
       const std::int64_t kend = plan.tend[static_cast<std::size_t>(t)];
