@@ -147,6 +147,8 @@ void run_case(const FaCase& c) {
       std::memcpy(&f, &u, 4);
       return double(f);
     };
+    // an int8 cache's codes are exact in bf16 and its scales apply in f32: k and v unrounded
+    auto bf_kv = [&](double x) { return std::is_same_v<KV, kv8_t> ? x : bf(x); };
     ref_bf16.assign(q.size(), 0.0);
     const double qs = double(scale) * 1.4426950408889634;
     for (std::int64_t i = 0; i < c.L_valid; ++i)
@@ -165,7 +167,7 @@ void run_case(const FaCase& c) {
           double acc = 0;
           for (std::int64_t x = 0; x < d; ++x)
             acc += bf(float(q[static_cast<std::size_t>((i * c.q_heads + h) * d + x)] * float(qs))) *
-                   bf(kf[static_cast<std::size_t>((j * c.kv_heads + kvh) * d + x)]);
+                   bf_kv(kf[static_cast<std::size_t>((j * c.kv_heads + kvh) * d + x)]);
           sc[static_cast<std::size_t>(j)] = acc;
           mx = std::max(mx, acc);
         }
@@ -177,7 +179,7 @@ void run_case(const FaCase& c) {
           double acc = 0;
           for (std::int64_t j = kstart; j < kend; ++j)
             acc += sc[static_cast<std::size_t>(j)] *
-                   bf(vf[static_cast<std::size_t>((j * c.kv_heads + kvh) * d + x)]);
+                   bf_kv(vf[static_cast<std::size_t>((j * c.kv_heads + kvh) * d + x)]);
           ref_bf16[static_cast<std::size_t>((i * c.q_heads + h) * d + x)] = acc / den;
         }
       }
@@ -194,10 +196,15 @@ void run_case(const FaCase& c) {
     std::optional<amx::ScopedEmulation> emu;
     if (amx_emulated)
       emu.emplace();
-    // on the tile unit only a bf16 cache prefills on AMX (f32 / f16 / int8 keep the vector
-    // path); the emulator takes every float cache
-    const bool on_amx = !std::is_same_v<KV, kv8_t> && c.L_valid > 1 &&
-                        (amx_emulated || (isa == Isa::amx && std::is_same_v<KV, bf16_t>));
+    // on the tile unit a bf16 cache prefills on AMX, and so does an int8 cache with an even head
+    // dim up to 64 (q and p rounded to bf16, as for bf16); an f16 cache of such head dims too,
+    // but with every operand split into exact bf16 terms, held to the vector path's bound; f32
+    // keeps the vector path. The emulator takes every float cache.
+    const bool int8_on_tiles = std::is_same_v<KV, kv8_t> && isa == Isa::amx && !amx_emulated &&
+                               c.L_valid > kDecodeArithmeticRows && d % 2 == 0 && d <= 64;
+    const bool on_amx =
+        int8_on_tiles || (!std::is_same_v<KV, kv8_t> && c.L_valid > 1 &&
+                          (amx_emulated || (isa == Isa::amx && std::is_same_v<KV, bf16_t>)));
     const std::vector<double>& rf = on_amx ? ref_bf16 : ref;
     const double tol = on_amx ? std::ldexp(1.0, -8) + 1e-4 : c.tol;
     std::vector<float> out(q.size(), nan);
@@ -279,6 +286,11 @@ std::vector<FaCase> numerics_cases() {
   FaCase falling{"fd falling scores", 1, 1, 640, 601, 14, 2, 64, 600, true, false, 0, heads2};
   falling.k_ramp = -0.9;
   cs.push_back(falling);
+  // prefill against a long history with rising scores: several 128-key chunks of the AMX
+  // resident item, rows whose reference max moves mid-row
+  FaCase prising{"prefill rising scores", 70, 70, 700, 700, 7, 1, 64, 630, true, false, 0, rows2};
+  prising.k_ramp = 3.0;
+  cs.push_back(prising);
   // position beyond S_valid: every valid key is visible
   cs.push_back({"pos beyond S_valid", 3, 3, 64, 20, 2, 1, 64, 40});
   // small budget forces 16x16 tiles; order-independent masking; non-causal

@@ -40,8 +40,8 @@ namespace tpullm::kernels {
 
 /// Causal multi-head attention, FlashAttention-2 tiling with an online softmax.
 /// q: [L, q_heads, d]; k, v: [S, kv_heads, d] of f32/bf16/f16, or an int8 cache of kv8_t head
-/// rows (kv8.hpp: S * kv_heads * (d + 4) bytes; widened with their scales as they are read,
-/// prefill on the vector path even on AMX) (slot j = position j);
+/// rows (kv8.hpp: S * kv_heads * (d + 4) bytes; widened with their scales as they are read)
+/// (slot j = position j);
 /// position_ids: [L] int32 (>= 0; may be empty when !shape.causal); out: [L, q_heads, d] f32.
 /// Query rows past L_valid are neither read nor written; keys past S_valid are never read.
 /// `split`: heads = kv heads divided across cores; rows = (kv heads, q tile) items dealt
@@ -49,8 +49,11 @@ namespace tpullm::kernels {
 /// for L_valid > kDecodeArithmeticRows. `local_memory_bytes` bounds a work item's working set (0 =
 /// half the core's L2). On the amx Isa with a bf16 cache (or under amx::ScopedEmulation, any
 /// float cache) prefill (L_valid > kDecodeArithmeticRows) computes Q K^T and P V on AMX-BF16 (q
-/// and p rounded to bf16; softmax in f32; see docs/kernels.md for the bound); an f32 or f16 cache
-/// keeps the exact vector path, so a model's precision is never lowered below its cache's. L_valid
+/// and p rounded to bf16; softmax in f32; see docs/kernels.md for the bound); so does an int8
+/// cache with an even head dim up to 64 (its codes exact in bf16, its scales applied in f32),
+/// and an f16 cache of such head dims with every operand split into two bf16 terms (the vector
+/// path's bound); an f32 cache, and f16 / int8 past d 64, keep the vector path, so a model's
+/// precision is never lowered below its cache's. L_valid
 /// <= kDecodeArithmeticRows (decode, and short segments such as a verify call's) runs
 /// flash-decoding whatever the split's dimension, each row as the decode step at its position (for
 /// a split of as many cores): the keys are cut into up to split.parts chunks of >= 256 (then blocks
@@ -90,9 +93,19 @@ void flash_attention(std::span<const float> q, std::span<const KV> k, std::span<
     throw_error(
         ErrorKind::internal, "",
         "flash_attention: splitting keys (cols) across cores is not supported; use heads or rows");
-  if constexpr (!std::is_same_v<KV, kv8_t>) { // an int8 cache prefills on the vector path
-    // Q K^T and P V on AMX-BF16: only a bf16 cache, whose keys and values are bf16 already (an
-    // f32 or f16 cache would lose digits its model keeps); the emulator takes any float cache.
+  // Q K^T and P V on AMX-BF16 without changing a value the cache holds: a bf16 cache; an int8
+  // or f16 cache with an even head dim up to 64 (codes and row scales; exact hi + lo terms, with
+  // Q and P split too so that the f16 cache keeps the vector path's bound); the emulator takes
+  // any float cache. An f32 cache, and f16 / int8 past d 64, keep the vector path.
+  if constexpr (!std::is_same_v<KV, float> && !std::is_same_v<KV, bf16_t>) {
+    if (!amx::emulation_forced() && active_isa() == Isa::amx &&
+        detail::fa_amx_takes_resident<KV>(shape, false)) {
+      detail::flash_attention_amx<KV>(q.data(), k.data(), v.data(), position_ids.data(), out.data(),
+                                      shape, split, false);
+      return;
+    }
+  }
+  if constexpr (!std::is_same_v<KV, kv8_t>) {
     if (amx::emulation_forced() || (std::is_same_v<KV, bf16_t> && active_isa() == Isa::amx)) {
       detail::flash_attention_amx<KV>(q.data(), k.data(), v.data(), position_ids.data(), out.data(),
                                       shape, split, amx::emulation_forced());

@@ -1,9 +1,9 @@
 #pragma once
 /// The driver of prefill attention on AMX: flash_attention_amx cuts the grouped rows into work
 /// items (kv head, up to kFaAmxTilesPerItem q tiles of 32 rows) and runs each on the tile unit
-/// (a bf16 cache with an even head dim: flash_attention_amx_resident.hpp up to d 64,
-/// flash_attention_amx_hw.hpp past it; another cache type: the scalar body of
-/// flash_attention_amx.hpp on the tile unit) or on the emulator.
+/// (a bf16, f16 or int8 cache with an even head dim up to 64: flash_attention_amx_resident.hpp;
+/// a bf16 cache past d 64: flash_attention_amx_hw.hpp; another float cache: the scalar body of
+/// flash_attention_amx.hpp on the tile unit) or on the emulator (float caches).
 
 #include <algorithm>
 #include <cstdint>
@@ -11,9 +11,11 @@
 
 #include "tpullm/kernels/attention_shape.hpp"
 #include "tpullm/kernels/core_split.hpp"
+#include "tpullm/kernels/kv8.hpp"
 #include "tpullm/kernels/detail/flash_attention_amx.hpp"
 #include "tpullm/kernels/detail/flash_attention_amx_hw.hpp"
 #include "tpullm/kernels/detail/flash_attention_amx_resident.hpp"
+#include "tpullm/support/error.hpp"
 #include "tpullm/support/float16.hpp"
 
 namespace tpullm::kernels::detail {
@@ -28,11 +30,14 @@ inline constexpr std::int64_t kFaAmxTilesPerItem = 8;
 /// (docs/kernels.md round 18).
 inline constexpr std::int64_t kFaResidentTilesPerItem = 64;
 
-/// Whether a call of this cache type and shape takes the resident-O item on the tile unit.
+/// Whether a call of this cache type and shape takes the resident-O item on the tile unit: a
+/// bf16, f16 or int8 cache (flash_attention_amx_stage.hpp) with an even head dim up to 64.
 template <class KV>
 bool fa_amx_takes_resident(const AttentionShape& s, bool emulated) {
 #if TPULLM_X86
-  return std::is_same_v<KV, bf16_t> && !emulated && s.head_dim % 2 == 0 && s.head_dim <= 64;
+  return (std::is_same_v<KV, bf16_t> || std::is_same_v<KV, f16_t> ||
+          std::is_same_v<KV, kv8_t>)&&!emulated &&
+         s.head_dim % 2 == 0 && s.head_dim <= 64;
 #else
   (void)s;
   (void)emulated;
@@ -69,24 +74,33 @@ void flash_attention_amx(const float* q, const KV* k, const KV* v, const std::in
     const std::int64_t t0 = c * per_item, t1 = std::min(tiles, t0 + per_item);
 #if TPULLM_X86
     if (!emulated) {
-      if constexpr (std::is_same_v<KV, bf16_t>) {
+      if constexpr (!std::is_same_v<KV, float>) {
         if (fa_amx_takes_resident<KV>(s, emulated)) {
           if (s.head_dim <= 32)
-            fa_amx_item_bf16_resident<32>(q, k, v, pos, out, s, h, t0, t1);
+            fa_amx_item_resident<32, KV>(q, k, v, pos, out, s, h, t0, t1);
           else
-            fa_amx_item_bf16_resident<64>(q, k, v, pos, out, s, h, t0, t1);
+            fa_amx_item_resident<64, KV>(q, k, v, pos, out, s, h, t0, t1);
           return;
         }
+      }
+      if constexpr (std::is_same_v<KV, bf16_t>) {
         if (s.head_dim % 2 == 0) { // the hardware path's cache (flash_attention.hpp)
           fa_amx_item_bf16_hw(q, k, v, pos, out, s, h, t0, t1);
           return;
         }
       }
-      fa_amx_item_hw<KV>(q, k, v, pos, out, s, h, t0, t1);
-      return;
+      if constexpr (!std::is_same_v<KV, kv8_t>) {
+        fa_amx_item_hw<KV>(q, k, v, pos, out, s, h, t0, t1);
+        return;
+      }
     }
 #endif
-    fa_amx_item_emu<KV>(q, k, v, pos, out, s, h, t0, t1);
+    if constexpr (std::is_same_v<KV, kv8_t>)
+      throw_error(ErrorKind::internal, "",
+                  "flash_attention: an int8 cache reached the tile unit's driver off its resident "
+                  "path");
+    else
+      fa_amx_item_emu<KV>(q, k, v, pos, out, s, h, t0, t1);
   };
   if (split.dim == SplitDim::heads) {
     parallel_for(split, s.kv_heads, 1, [&](std::int64_t b, std::int64_t e) {

@@ -116,7 +116,8 @@ fa_hw_stage_kv(const bf16_t* k, const bf16_t* v, std::int64_t kvs, std::int64_t 
 
 /// The tile-unit items' scratch (a thread's FaAmxScratch), every buffer from a 64-byte boundary
 /// so that no tile row straddles two cache lines: q [rows][dq] bf16, o [rows][dq] f32 and the
-/// row sums lv [rows][16] zeroed, the maxima m [rows] at -inf; kt, vt, s and p of the sizes given.
+/// row sums lv [rows][16] zeroed, the maxima m [rows] at -inf; kt, vt, s and p of the sizes given
+/// (q holds q_copies such arrays back to back).
 struct FaHwBuffers {
   std::uint16_t* q;
   float* o;
@@ -129,12 +130,12 @@ struct FaHwBuffers {
 };
 inline FaHwBuffers fa_hw_buffers(FaAmxScratch& w, std::int64_t rows, std::int64_t dq,
                                  std::size_t kt_bytes, std::size_t vt_bytes, std::size_t s_floats,
-                                 std::size_t p_elems) {
+                                 std::size_t p_elems, std::size_t q_copies = 1) {
   const auto r = static_cast<std::size_t>(rows), rd = static_cast<std::size_t>(rows * dq);
-  FaHwBuffers b{fa_amx_aligned(w.q, rd),        fa_amx_aligned(w.o, rd),
-                fa_amx_aligned(w.lv, r * 16),   nullptr,
-                fa_amx_aligned(w.kt, kt_bytes), fa_amx_aligned(w.vt, vt_bytes),
-                fa_amx_aligned(w.s, s_floats),  fa_amx_aligned(w.p, p_elems)};
+  FaHwBuffers b{fa_amx_aligned(w.q, rd * q_copies), fa_amx_aligned(w.o, rd),
+                fa_amx_aligned(w.lv, r * 16),       nullptr,
+                fa_amx_aligned(w.kt, kt_bytes),     fa_amx_aligned(w.vt, vt_bytes),
+                fa_amx_aligned(w.s, s_floats),      fa_amx_aligned(w.p, p_elems)};
   std::fill(b.o, b.o + rd, 0.f);
   std::fill(b.lv, b.lv + r * 16, 0.f);
   w.m.assign(r, -__builtin_inff());
@@ -144,26 +145,34 @@ inline FaHwBuffers fa_hw_buffers(FaAmxScratch& w, std::int64_t rows, std::int64_
 
 /// Q rows [row0, row0 + rows) of kv head h's grouped rows (row r = token r / G, head h G + r % G)
 /// scaled by scale * log2 e and rounded to bf16 into dst [rows][dq] (zero past d and for the
-/// padding rows past L_valid * G).
+/// padding rows past L_valid * G). With terms > 1, what each rounding left is rounded to bf16
+/// again into the next [rows][dq] array after dst: the sum of 3 terms is the scaled row within
+/// 2^-27 of it (each term's residual is at most 2^-9 of the last).
 TPULLM_TARGET_AMX_AVX512 inline void fa_hw_stage_q(const float* q, const AttentionShape& s,
                                                    std::int64_t h, std::int64_t row0,
                                                    std::int64_t rows, std::int64_t dq,
-                                                   std::uint16_t* dst) {
+                                                   std::uint16_t* dst, int terms = 1) {
   const std::int64_t d = s.head_dim, G = s.q_heads / s.kv_heads, M = s.L_valid * G;
   const __m512 qscale = _mm512_set1_ps(s.scale * 1.4426950408889634f);
+  const std::int64_t plane = rows * dq;
   for (std::int64_t i = 0; i < rows; ++i) {
     const std::int64_t r = row0 + i;
-    std::uint16_t* row = dst + i * dq;
     if (r >= M) {
-      std::fill(row, row + dq, std::uint16_t{0});
+      for (int t = 0; t < terms; ++t)
+        std::fill(dst + t * plane + i * dq, dst + t * plane + i * dq + dq, std::uint16_t{0});
       continue;
     }
     const float* qr = q + ((r / G) * s.q_heads + h * G + r % G) * d;
     for (std::int64_t x = 0; x < dq; x += 16) {
       const std::int64_t left = std::clamp<std::int64_t>(d - x, 0, 16);
-      const __m512 qv = _mm512_mul_ps(
+      __m512 qv = _mm512_mul_ps(
           _mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << left) - 1u), qr + x), qscale);
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(row + x), fa_hw_bf16_rne(qv));
+      for (int t = 0; t < terms; ++t) {
+        const __m256i b = fa_hw_bf16_rne(qv);
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + t * plane + i * dq + x), b);
+        qv =
+            _mm512_sub_ps(qv, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(b), 16)));
+      }
     }
   }
 }
