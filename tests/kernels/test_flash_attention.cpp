@@ -147,8 +147,6 @@ void run_case(const FaCase& c) {
       std::memcpy(&f, &u, 4);
       return double(f);
     };
-    // an int8 cache's codes are exact in bf16 and its scales apply in f32: k and v unrounded
-    auto bf_kv = [&](double x) { return std::is_same_v<KV, kv8_t> ? x : bf(x); };
     ref_bf16.assign(q.size(), 0.0);
     const double qs = double(scale) * 1.4426950408889634;
     for (std::int64_t i = 0; i < c.L_valid; ++i)
@@ -167,7 +165,7 @@ void run_case(const FaCase& c) {
           double acc = 0;
           for (std::int64_t x = 0; x < d; ++x)
             acc += bf(float(q[static_cast<std::size_t>((i * c.q_heads + h) * d + x)] * float(qs))) *
-                   bf_kv(kf[static_cast<std::size_t>((j * c.kv_heads + kvh) * d + x)]);
+                   bf(kf[static_cast<std::size_t>((j * c.kv_heads + kvh) * d + x)]);
           sc[static_cast<std::size_t>(j)] = acc;
           mx = std::max(mx, acc);
         }
@@ -179,7 +177,7 @@ void run_case(const FaCase& c) {
           double acc = 0;
           for (std::int64_t j = kstart; j < kend; ++j)
             acc += sc[static_cast<std::size_t>(j)] *
-                   bf_kv(vf[static_cast<std::size_t>((j * c.kv_heads + kvh) * d + x)]);
+                   bf(vf[static_cast<std::size_t>((j * c.kv_heads + kvh) * d + x)]);
           ref_bf16[static_cast<std::size_t>((i * c.q_heads + h) * d + x)] = acc / den;
         }
       }
@@ -196,15 +194,12 @@ void run_case(const FaCase& c) {
     std::optional<amx::ScopedEmulation> emu;
     if (amx_emulated)
       emu.emplace();
-    // on the tile unit a bf16 cache prefills on AMX, and so does an int8 cache with an even head
-    // dim up to 64 (q and p rounded to bf16, as for bf16); an f16 cache of such head dims too,
-    // but with every operand split into exact bf16 terms, held to the vector path's bound; f32
-    // keeps the vector path. The emulator takes every float cache.
-    const bool int8_on_tiles = std::is_same_v<KV, kv8_t> && isa == Isa::amx && !amx_emulated &&
-                               c.L_valid > kDecodeArithmeticRows && d % 2 == 0 && d <= 64;
-    const bool on_amx =
-        int8_on_tiles || (!std::is_same_v<KV, kv8_t> && c.L_valid > 1 &&
-                          (amx_emulated || (isa == Isa::amx && std::is_same_v<KV, bf16_t>)));
+    // on the tile unit a bf16 cache prefills on AMX with q and p rounded to bf16; an int8 or f16
+    // cache with an even head dim up to 64 does too, but with every operand in exact bf16 terms,
+    // held to the vector path's bound; f32 keeps the vector path. The emulator takes every float
+    // cache.
+    const bool on_amx = !std::is_same_v<KV, kv8_t> && c.L_valid > 1 &&
+                        (amx_emulated || (isa == Isa::amx && std::is_same_v<KV, bf16_t>));
     const std::vector<double>& rf = on_amx ? ref_bf16 : ref;
     const double tol = on_amx ? std::ldexp(1.0, -8) + 1e-4 : c.tol;
     std::vector<float> out(q.size(), nan);

@@ -18,9 +18,10 @@
 ///    the bf16 rounding P then takes) and VSCALEFPS; masked scores are zeroed after it;
 ///  - the cache's values unchanged (flash_attention_amx_stage.hpp): an int8 cache's codes with
 ///    its key scales applied to the scores and its value scales to P (the l sums take P
-///    unscaled); an f16 cache as exact hi + lo bf16 terms, with Q in three bf16 terms (within
-///    2^-27 of its f32 value) and P in two (2^-18): the f16 cache keeps the vector path's bound
-///    (2e-5 max|v|), not the bf16 one, for five products of Q K^T and three of P V.
+///    unscaled); an f16 cache as exact hi + lo bf16 terms. For both, Q is carried in three bf16
+///    terms (within 2^-27 of its f32 value), P in two (2^-18) and 2^x by exp2_avx512, so they
+///    keep the vector path's bound (2e-5 max|v|), not the bf16 one: Q K^T takes three products
+///    (int8) or five (f16: all but q2 kl), P V two (int8) or three (f16).
 /// The tile intrinsics are used directly (amx::Hw names C tiles 0-3 only).
 /// Tested against the AMX bound of docs/guarantees.md (tests/kernels/test_amx.cpp).
 
@@ -67,10 +68,10 @@ TPULLM_TARGET_AMX_AVX512 TPULLM_ALWAYS_INLINE __m512 fa_res_exp2(__m512 x) {
 }
 
 /// S[16][32] f32 (row stride 32) = Q[16][DQ] bf16 (row stride DQ) x one key tile's K^T tiles
-/// (DQ / 32 slices of 2 KiB); C tiles 4-5, operands 6-7. Split: Q = q + q1 + q2 (the terms
-/// `q_plane` elements apart) and K = kh + kl (kl `lo_off` bytes past kh), S = (q + q1 + q2) kh +
-/// (q + q1) kl: all but q2 kl (<= 2^-27 |q| |k|).
-template <int DQ, bool Split>
+/// (DQ / 32 slices of 2 KiB); C tiles 4-5, operands 6-7. Exact: Q = q + q1 + q2 (the terms
+/// `q_plane` elements apart), each term times K; KSplit: K = kh + kl (kl `lo_off` bytes past kh),
+/// and S = (q + q1 + q2) kh + (q + q1) kl: all but q2 kl (<= 2^-27 |q| |k|).
+template <int DQ, bool Exact, bool KSplit>
 TPULLM_TARGET_AMX_AVX512 TPULLM_ALWAYS_INLINE void
 fa_res_qk(const std::uint16_t* q, std::int64_t q_plane, const std::uint8_t* kt, std::int64_t lo_off,
           float* s) {
@@ -78,13 +79,13 @@ fa_res_qk(const std::uint16_t* q, std::int64_t q_plane, const std::uint8_t* kt, 
   _tile_zero(5);
   for (int x = 0; x < DQ; x += 32) {
     const std::uint8_t* b = kt + x / 32 * 2048;
-    for (int t = 0; t < (Split ? 3 : 1); ++t) {
+    for (int t = 0; t < (Exact ? 3 : 1); ++t) {
       _tile_loadd(6, q + t * q_plane + x, DQ * 2);
       _tile_loadd(7, b, 64);
       _tile_dpbf16ps(4, 6, 7);
       _tile_loadd(7, b + 1024, 64);
       _tile_dpbf16ps(5, 6, 7);
-      if (Split && t < 2) {
+      if (KSplit && t < 2) {
         _tile_loadd(7, b + lo_off, 64);
         _tile_dpbf16ps(4, 6, 7);
         _tile_loadd(7, b + lo_off + 1024, 64);
@@ -132,15 +133,17 @@ TPULLM_TARGET_AMX_AVX512 TPULLM_ALWAYS_INLINE void fa_res_pv1(const std::uint8_t
 }
 
 /// O tiles += P[16][32] bf16 (row stride 32) x one key tile's V tiles (DQ / 16 of 1 KiB).
-/// Split: P = p + pl and V = vt + vt_lo (`lo_off` bytes past), O += p vt + p vt_lo + pl vt.
-template <int DQ, bool Split>
+/// Exact: P = p + pl, each term times V; VSplit: V = vt + vt_lo (`lo_off` bytes past), and
+/// O += p vt + p vt_lo + pl vt.
+template <int DQ, bool Exact, bool VSplit>
 TPULLM_TARGET_AMX_AVX512 TPULLM_ALWAYS_INLINE void
 fa_res_pv(const std::uint16_t* p, const std::uint16_t* pl, const std::uint8_t* vt,
           std::int64_t lo_off) {
   _tile_loadd(6, p, 64);
   fa_res_pv1<DQ>(vt);
-  if constexpr (Split) {
+  if constexpr (VSplit)
     fa_res_pv1<DQ>(vt + lo_off);
+  if constexpr (Exact) {
     _tile_loadd(6, pl, 64);
     fa_res_pv1<DQ>(vt);
   }
@@ -160,9 +163,9 @@ TPULLM_TARGET_AMX_AVX512 inline unsigned fa_res_move(float& m, float mx, float* 
   return 1u << i;
 }
 
-/// Row i of P (e0, e1: its 32 weights in f32) into p (and its remainder into pl when Split),
+/// Row i of P (e0, e1: its 32 weights in f32) into p (and its remainder into pl when Exact),
 /// each weight times its key's value scale first when Scaled.
-template <bool Scaled, bool Split>
+template <bool Scaled, bool Exact>
 TPULLM_TARGET_AMX_AVX512 TPULLM_ALWAYS_INLINE void
 fa_res_store_p(__m512 e0, __m512 e1, __m512 vs0, __m512 vs1, std::uint16_t* p, std::uint16_t* pl) {
   if constexpr (Scaled) {
@@ -171,7 +174,7 @@ fa_res_store_p(__m512 e0, __m512 e1, __m512 vs0, __m512 vs1, std::uint16_t* p, s
   }
   const __m512i h = (__m512i)_mm512_cvtne2ps_pbh(e1, e0);
   _mm512_storeu_si512(p, h);
-  if constexpr (Split) {
+  if constexpr (Exact) {
     const __m512 h0 = fa_st_bf16_f32(_mm512_castsi512_si256(h));
     const __m512 h1 = fa_st_bf16_f32(_mm512_extracti64x4_epi64(h, 1));
     _mm512_storeu_si512(pl,
@@ -200,8 +203,8 @@ fa_res_load_s(const float* row, __m512 ks0, __m512 ks1, __m512& s0, __m512& s1) 
 /// bf16, the row sums (16 lanes a row) and reference maxima updated; returns the rows whose O
 /// must be scaled by alpha[i] (their reference moved while O held keys). Scaled: the scores are
 /// multiplied by the keys' scales ks[32] first and P by the values' scales vs[32] (int8 cache);
-/// Split: P's remainder goes to pl (f16 cache).
-template <bool Scaled, bool Split>
+/// Exact: the accurate exp2, and P's remainder goes to pl (f16 and int8 caches).
+template <bool Scaled, bool Exact>
 TPULLM_TARGET_AMX_AVX512 inline unsigned
 fa_res_softmax(const float* sb, const AttentionShape& s, const std::int32_t* pos, bool masked,
                std::int64_t kend, std::int64_t j0, float* m, float* lv, std::uint16_t* p,
@@ -225,11 +228,11 @@ fa_res_softmax(const float* sb, const AttentionShape& s, const std::int32_t* pos
         moved |=
             fa_res_move(m[i], _mm512_reduce_max_ps(_mm512_max_ps(s0, s1)), lv + i * 16, alpha, i);
       const __m512 mv = _mm512_set1_ps(m[i]);
-      const __m512 e0 = fa_res_exp2<Split>(_mm512_sub_ps(s0, mv));
-      const __m512 e1 = fa_res_exp2<Split>(_mm512_sub_ps(s1, mv));
+      const __m512 e0 = fa_res_exp2<Exact>(_mm512_sub_ps(s0, mv));
+      const __m512 e1 = fa_res_exp2<Exact>(_mm512_sub_ps(s1, mv));
       _mm512_storeu_ps(lv + i * 16,
                        _mm512_add_ps(_mm512_loadu_ps(lv + i * 16), _mm512_add_ps(e0, e1)));
-      fa_res_store_p<Scaled, Split>(e0, e1, vs0, vs1, p + i * 32, Split ? pl + i * 32 : nullptr);
+      fa_res_store_p<Scaled, Exact>(e0, e1, vs0, vs1, p + i * 32, Exact ? pl + i * 32 : nullptr);
     }
     return moved;
   }
@@ -256,16 +259,16 @@ fa_res_softmax(const float* sb, const AttentionShape& s, const std::int32_t* pos
                            lv + i * 16, alpha, i);
     if (m[i] == -__builtin_inff()) { // no visible key yet, none in this tile
       _mm512_storeu_si512(p + i * 32, _mm512_setzero_si512());
-      if constexpr (Split)
+      if constexpr (Exact)
         _mm512_storeu_si512(pl + i * 32, _mm512_setzero_si512());
       continue;
     }
     const __m512 mv = _mm512_set1_ps(m[i]);
-    const __m512 e0 = _mm512_maskz_mov_ps(v0, fa_res_exp2<Split>(_mm512_sub_ps(s0, mv)));
-    const __m512 e1 = _mm512_maskz_mov_ps(v1, fa_res_exp2<Split>(_mm512_sub_ps(s1, mv)));
+    const __m512 e0 = _mm512_maskz_mov_ps(v0, fa_res_exp2<Exact>(_mm512_sub_ps(s0, mv)));
+    const __m512 e1 = _mm512_maskz_mov_ps(v1, fa_res_exp2<Exact>(_mm512_sub_ps(s1, mv)));
     _mm512_storeu_ps(lv + i * 16,
                      _mm512_add_ps(_mm512_loadu_ps(lv + i * 16), _mm512_add_ps(e0, e1)));
-    fa_res_store_p<Scaled, Split>(e0, e1, vs0, vs1, p + i * 32, Split ? pl + i * 32 : nullptr);
+    fa_res_store_p<Scaled, Exact>(e0, e1, vs0, vs1, p + i * 32, Exact ? pl + i * 32 : nullptr);
   }
   return moved;
 }
@@ -279,7 +282,7 @@ TPULLM_TARGET_AMX_AVX512 void fa_amx_item_resident(const float* q, const KV* k, 
                                                    const AttentionShape& s, std::int64_t h,
                                                    std::int64_t qt0, std::int64_t qt1) {
   static_assert(DQ == 32 || DQ == 64, "the resident-O item takes head dims up to 64");
-  constexpr bool split = kFaResSplit<KV>, scaled = kFaResScaled<KV>;
+  constexpr bool split = kFaResSplit<KV>, scaled = kFaResScaled<KV>, exact = kFaResExact<KV>;
   constexpr std::int64_t terms = split ? 2 : 1;
   const std::int64_t d = s.head_dim;
   const std::int64_t nq = 2 * (qt1 - qt0), row0 = qt0 * 32; // 16-row tiles
@@ -288,11 +291,11 @@ TPULLM_TARGET_AMX_AVX512 void fa_amx_item_resident(const float* q, const KV* k, 
   constexpr std::int64_t vt_chunk = kFaResidentChunk / 32 * vt_bytes;
   constexpr std::int64_t scale_bytes = scaled ? 2 * kFaResidentChunk * 4 : 0;
   FaAmxScratch& w = fa_amx_scratch();
-  // two score and two P buffers (P's remainders after them); an int8 cache's key and value
-  // scales of the chunk after its V tiles
+  // two score and two P buffers (P's remainders after them when exact); an int8 cache's key and
+  // value scales of the chunk after its V tiles
   const FaHwBuffers b =
       fa_hw_buffers(w, nq * 16, DQ, terms * kt_chunk, terms * vt_chunk + scale_bytes, 2 * 16 * 32,
-                    terms * 2 * 16 * 32, split ? 3 : 1);
+                    (exact ? 2 : 1) * 2 * 16 * 32, exact ? 3 : 1);
   std::uint16_t* const qb = b.q;
   float* const ob = b.o;
   float* const lvb = b.lv;
@@ -305,7 +308,7 @@ TPULLM_TARGET_AMX_AVX512 void fa_amx_item_resident(const float* q, const KV* k, 
   float* const sb = b.s;
   std::uint16_t* const pb = b.p;
   const FaAmxItemPlan plan = fa_amx_item_plan(s, pos_ids, 2 * qt0, nq, w.pos, 16);
-  fa_hw_stage_q(q, s, h, row0, nq * 16, DQ, qb, split ? 3 : 1);
+  fa_hw_stage_q(q, s, h, row0, nq * 16, DQ, qb, exact ? 3 : 1);
   amx_configure<amx::Hw>(amx_bf16_config());
   const std::int64_t row = kv_row_elems<KV>(d), kvs = s.kv_heads * row;
   float alpha[16];
@@ -338,21 +341,21 @@ TPULLM_TARGET_AMX_AVX512 void fa_amx_item_resident(const float* q, const KV* k, 
       const std::int32_t* pos = w.pos.data() + t * 16;
       const std::int64_t kend = plan.tend[static_cast<std::size_t>(t)];
       fa_res_o_load<DQ>(o);
-      fa_res_qk<DQ, split>(qt, nq * 16 * DQ, kt + (jb - c0) / 32 * kt_bytes, kt_chunk, sb);
+      fa_res_qk<DQ, exact, split>(qt, nq * 16 * DQ, kt + (jb - c0) / 32 * kt_bytes, kt_chunk, sb);
       int cur = 0;
       const std::uint8_t* pending =
           nullptr; // V tiles of the key tile whose P is in the other buffer
       for (std::int64_t j0 = jb; j0 < je; j0 += 32, cur ^= 1) {
         if (j0 + 32 < je) // the next tile's scores, issued before this one's softmax
-          fa_res_qk<DQ, split>(qt, nq * 16 * DQ, kt + (j0 + 32 - c0) / 32 * kt_bytes, kt_chunk,
-                               sb + (cur ^ 1) * 512);
-        const unsigned moved = fa_res_softmax<scaled, split>(
+          fa_res_qk<DQ, exact, split>(qt, nq * 16 * DQ, kt + (j0 + 32 - c0) / 32 * kt_bytes,
+                                      kt_chunk, sb + (cur ^ 1) * 512);
+        const unsigned moved = fa_res_softmax<scaled, exact>(
             sb + cur * 512, s, pos, plan.masked(s, t, j0), kend, j0, m, lv, pb + cur * 512,
-            at(pb, 1024 + cur * 512, split), at(ksb, j0 - c0, scaled), at(vsb, j0 - c0, scaled),
+            at(pb, 1024 + cur * 512, exact), at(ksb, j0 - c0, scaled), at(vsb, j0 - c0, scaled),
             alpha);
         if (pending != nullptr) // the previous tile's P V, a softmax after its P was written
-          fa_res_pv<DQ, split>(pb + (cur ^ 1) * 512, at(pb, 1024 + (cur ^ 1) * 512, split), pending,
-                               vt_chunk);
+          fa_res_pv<DQ, exact, split>(pb + (cur ^ 1) * 512, at(pb, 1024 + (cur ^ 1) * 512, exact),
+                                      pending, vt_chunk);
         if (moved != 0) {
           fa_res_o_store<DQ>(o);
           for (int i = 0; i < 16; ++i)
@@ -364,8 +367,8 @@ TPULLM_TARGET_AMX_AVX512 void fa_amx_item_resident(const float* q, const KV* k, 
         }
         pending = vt + (j0 - c0) / 32 * vt_bytes;
       }
-      fa_res_pv<DQ, split>(pb + (cur ^ 1) * 512, at(pb, 1024 + (cur ^ 1) * 512, split), pending,
-                           vt_chunk);
+      fa_res_pv<DQ, exact, split>(pb + (cur ^ 1) * 512, at(pb, 1024 + (cur ^ 1) * 512, exact),
+                                  pending, vt_chunk);
       fa_res_o_store<DQ>(o);
     }
   }

@@ -31,6 +31,12 @@ namespace tpullm::kernels::detail {
 /// Whether the resident item stages this cache type as two bf16 terms (f16).
 template <class KV>
 inline constexpr bool kFaResSplit = std::is_same_v<KV, f16_t>;
+/// Whether the resident item carries Q in three bf16 terms and P in two, with the accurate exp2,
+/// so that its results keep the vector kernels' bound (the f16 and int8 caches: their values are
+/// exact in the staged terms, and a model that keeps them is not rounded to the bf16 cache's
+/// precision).
+template <class KV>
+inline constexpr bool kFaResExact = std::is_same_v<KV, f16_t> || std::is_same_v<KV, kv8_t>;
 /// Whether the resident item applies per-position row scales (an int8 cache).
 template <class KV>
 inline constexpr bool kFaResScaled = std::is_same_v<KV, kv8_t>;
