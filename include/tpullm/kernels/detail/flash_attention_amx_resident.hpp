@@ -4,7 +4,7 @@
 /// flash_attention_amx.hpp, with:
 ///  - q tiles of 16 grouped rows, so that O [16][dq] f32 (dq = 32 or 64: 2 or 4 C tiles) stays
 ///    in tiles 0-3 across a chunk of keys; S takes tiles 4-5, the A and B operands 6 and 7;
-///  - K^T and V staged (fa_hw_stage_kv) once per chunk of kFaResidentChunk keys and per item, and
+///  - K^T and V staged (fa_st_stage_kv) once per chunk of kFaResidentChunk keys and per item, and
 ///    reused by the item's q tiles;
 ///  - Q K^T of the next key tile issued before the softmax of this one and P V of the previous
 ///    one after it (two score and two P buffers), so that no product waits for the softmax that
