@@ -105,10 +105,11 @@ std::vector<std::int32_t> prompt_ids(std::int64_t n, std::int64_t vocab) {
 }
 
 /// Seconds per token of `steps` greedy decode steps after a prefill of `context` tokens, the
-/// best of `repeat` runs.
+/// best of `repeat` runs. The session is left after the last run (context + steps positions),
+/// its last token in *last when given.
 double decode_seconds(runtime::Session& s, std::int64_t context, std::int64_t steps,
                       std::int64_t repeat, std::int64_t vocab,
-                      const std::function<void()>& between = {}) {
+                      const std::function<void()>& between = {}, std::int32_t* last = nullptr) {
   double best = 1e300;
   for (std::int64_t r = 0; r < repeat; ++r) {
     if (between)
@@ -123,6 +124,8 @@ double decode_seconds(runtime::Session& s, std::int64_t context, std::int64_t st
       tok = static_cast<std::int32_t>(std::max_element(l.begin(), l.end()) - l.begin());
     }
     best = std::min(best, seconds_since(t0) / static_cast<double>(steps));
+    if (last)
+      *last = tok;
   }
   if (between)
     between();
@@ -458,17 +461,22 @@ int cmd_bench(const std::vector<std::string>& args) {
   for (auto C : contexts) {
     const std::int64_t stalls0 = engine.executor().pool_stalls();
     machine::ReadNow near;
-    const double best =
-        decode_seconds(s, C, decode_steps, repeat, m.vocab, [&] { sweep_near(near); });
+    std::int32_t tok = 0;
+    const double best = decode_seconds(
+        s, C, decode_steps, repeat, m.vocab, [&] { sweep_near(near); }, &tok);
     const double ceiling = near.gbs > 0 ? near.gbs * 1e9 : read_bw;
     const std::int64_t stalls = engine.executor().pool_stalls() - stalls0;
     print_progress("decode at context " + std::to_string(C), 1, 1);
     // Share of the decode wall time spent inside kernel calls (executor profiling on: every
-    // instruction timed), the rest being the executor's and the session's own work.
-    s.reset();
-    const auto ids = prompt_ids(C, m.vocab);
-    (void)s.prefill(ids, false);
-    std::int32_t tok = ids.back();
+    // instruction timed), the rest being the executor's and the session's own work. The
+    // profiled steps go on from the last timed run (context C + steps, no second prefill of C
+    // tokens: at 32k that prefill is minutes) where the bundle has room, else start again at C.
+    if (C + 2 * decode_steps > seq) {
+      s.reset();
+      const auto ids = prompt_ids(C, m.vocab);
+      (void)s.prefill(ids, false);
+      tok = ids.back();
+    }
     const RunProfile prof = profile_run(engine.executor(), [&] {
       for (std::int64_t k = 0; k < decode_steps; ++k) {
         auto l = s.decode(tok);
