@@ -22,9 +22,9 @@
 #              tg128 (128 tokens from an empty context, the mean rate), decode at 1024 with
 #              `-d 1024 -n 64` where llama-bench has --n-depth, else from `-pg 1024,64` minus
 #              `-p 1024` (the 64 steps' time, from context 1024; left out, with a line saying
-#              why, when that time is within twice the two runs' spread); MB/token from the GGUF's tensor
-#              table (every tensor but a token_embd that is only gathered) plus its default f16
-#              KV cache at context 128.
+#              why, when that time is within twice the two runs' spread); MB/token from the
+#              GGUF's tensor table (every tensor but a token_embd that is only gathered) plus its
+#              default f16 KV cache at context 128.
 # Both engines run one after the other on each file, so compare within a table, not across.
 set -euo pipefail
 
@@ -249,18 +249,19 @@ if has_depth:
     l1024 = ts(d.get((0, 64, 1024)))
 else:
     pg, pp = d.get((1024, 64, 0)), d.get((1024, 0, 0))
-    l1024 = 64 / ((pg["avg_ns"] - pp["avg_ns"]) / 1e9) if pg and pp and pg["avg_ns"] > pp["avg_ns"] else None
+    steps_s = (pg["avg_ns"] - pp["avg_ns"]) / 1e9 if pg and pp else 0.0
+    l1024 = 64 / steps_s if steps_s > 0 else None
     # The difference is the 64 steps only when they outlast the runs' own spread: where a slow
     # prefill of 1024 tokens moves by more than the steps take, it can read several times the
     # true rate (seen: 90 t/s for a 1 GB file on an 80 GB/s machine).
     def spread(r):
-        s = r.get("samples_ns") or [] if r else []
+        s = r.get("samples_ns") or []
         return (max(s) - min(s)) / 1e9 if len(s) > 1 else 0.0
-    if l1024 is not None and (pg["avg_ns"] - pp["avg_ns"]) / 1e9 <= 2 * (spread(pg) + spread(pp)):
-        notes.append(f"llama.cpp decode @1024 left out: its 64 steps "
-                     f"({(pg['avg_ns'] - pp['avg_ns']) / 1e9:.2f} s, pg - pp) are within twice the spread of "
-                     f"its runs ({spread(pp):.2f} s at pp1024, {spread(pg):.2f} s at pg1024,64); "
-                     f"a llama-bench with --n-depth, or more --repeat, measures it")
+    if l1024 is not None and steps_s <= 2 * (spread(pg) + spread(pp)):
+        notes.append(f"llama.cpp decode @1024 left out: its 64 steps ({steps_s:.2f} s, pg - pp) are "
+                     f"within twice the spread of its runs ({spread(pp):.2f} s at pp1024, "
+                     f"{spread(pg):.2f} s at pg1024,64); a llama-bench with --n-depth, or more "
+                     f"--repeat, measures it")
         l1024 = None
 
 rows = {
