@@ -9,7 +9,9 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <optional>
 #include <string>
@@ -180,6 +182,49 @@ TEST_CASE("swiglu_mlp matches a double reference for every format, tiling and IS
     detail::bf16_dot_disabled() = saved_bf16_dot_disabled;
   }
   CHECK(runs >= static_cast<int>(cases.size() * test_isas().size() * 3));
+}
+
+TEST_CASE("swiglu_mlp reuses its per-thread gate and up buffers and never reads them stale",
+          "[mlp]") {
+  // The buffers outlive the call (no mapping and page faults per prefill layer): the same
+  // storage serves the next call, and what an earlier call (or anything) left in it must not
+  // reach the result. Filled with NaN between calls, the output must not change by one bit.
+  const std::int64_t H = 64, I = 160;
+  const auto g = make_weights(WeightFormat::int4_sym, H, I, 32, 901, false);
+  const auto u = make_weights(WeightFormat::int4_sym, H, I, 32, 902, false);
+  const auto d = make_weights(WeightFormat::int4_sym, I, H, 32, 903, false);
+  const std::size_t budget = 1 << 20;
+  auto run = [&](std::int64_t M, CoreSplit split) {
+    const auto x = random_vec(static_cast<std::size_t>(M * H), 904, -1.0f, 1.0f);
+    std::vector<float> out = nan_vec(static_cast<std::size_t>(M * H));
+    swiglu_mlp(x, g.packed, u.packed, d.packed, out, {M, H, I}, budget, split, XPrecision::int8);
+    return out;
+  };
+  for (Isa isa : test_isas()) {
+    ScopedIsa scoped(isa);
+    for (CoreSplit split : {CoreSplit{SplitDim::none, 1}, CoreSplit{SplitDim::rows, 2}}) {
+      INFO("isa=" << isa_name(isa) << " split=" << int(split.dim));
+      const std::vector<float> first = run(16, split);
+      detail::MlpScratch& sc = detail::mlp_scratch();
+      const MlpTiling t = plan_mlp_tiling({16, H, I}, g.packed, u.packed, d.packed, budget);
+      REQUIRE(sc.g.size() >= static_cast<std::size_t>(t.row_tile * t.inter_tile));
+      REQUIRE(sc.u.size() >= static_cast<std::size_t>(t.row_tile * t.inter_tile));
+      const float* kept = sc.g.data();
+      for (std::int64_t M : {2, 16}) {
+        std::fill_n(sc.g.data(), sc.g.size(), std::numeric_limits<float>::quiet_NaN());
+        std::fill_n(sc.u.data(), sc.u.size(), std::numeric_limits<float>::quiet_NaN());
+        const std::vector<float> again = run(M, split);
+        CHECK(sc.g.data() == kept); // no larger shape came: the same storage
+        if (M == 16) {
+          REQUIRE(again.size() == first.size());
+          CHECK(std::memcmp(again.data(), first.data(), first.size() * sizeof(float)) == 0);
+        } else {
+          for (float v : again)
+            REQUIRE(std::isfinite(v));
+        }
+      }
+    }
+  }
 }
 
 TEST_CASE("plan_mlp_tiling respects the budget and rejects impossible ones", "[mlp]") {
