@@ -20,19 +20,23 @@ using namespace tpullm::kernels;
 using namespace tpullm_test;
 
 constexpr std::int64_t K = 40, N = 70; // 3 panels, the last one padded
-const std::vector<std::int32_t> kIds = {0, 69, 31, 32, 5, 69, 40};
+// runs of one id (gathered once, then copied), one across the two cores' halves, and a tail of
+// id 0 as a padded prompt has
+const std::vector<std::int32_t> kIds = {0, 69, 31, 32, 5, 69, 40, 40, 40, 7, 0, 0, 0, 0};
 
 /// Gathers kIds from w and compares with expected [K, N] row-major (original row order).
 void check_gather(const PackedWeights& w, const std::vector<float>& expected) {
-  std::vector<float> out = nan_vec(kIds.size() * static_cast<std::size_t>(K));
-  packed_embedding_gather(kIds, w, out, CoreSplit{SplitDim::rows, 2});
-  std::size_t bad = 0;
-  for (std::size_t l = 0; l < kIds.size(); ++l)
-    for (std::int64_t k = 0; k < K; ++k)
-      bad += out[l * K + static_cast<std::size_t>(k)] !=
-             expected[static_cast<std::size_t>(k * N + kIds[l])];
-  INFO("format " << format_name(w.format));
-  CHECK(bad == 0);
+  for (CoreSplit split : {CoreSplit{SplitDim::rows, 2}, CoreSplit{SplitDim::none, 1}}) {
+    std::vector<float> out = nan_vec(kIds.size() * static_cast<std::size_t>(K));
+    packed_embedding_gather(kIds, w, out, split);
+    std::size_t bad = 0;
+    for (std::size_t l = 0; l < kIds.size(); ++l)
+      for (std::int64_t k = 0; k < K; ++k)
+        bad += out[l * K + static_cast<std::size_t>(k)] !=
+               expected[static_cast<std::size_t>(k * N + kIds[l])];
+    INFO("format " << format_name(w.format) << " split " << int(split.dim));
+    CHECK(bad == 0);
+  }
 }
 
 std::vector<float> randn(std::size_t n, unsigned seed) {
