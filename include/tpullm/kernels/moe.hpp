@@ -121,6 +121,25 @@ inline CoreSplit moe_split(const CoreSplit& split, std::int64_t rows) {
     return split;
   return {rows <= kGemvMaxRows ? SplitDim::cols : SplitDim::rows, split.parts};
 }
+
+/// moe_mlp's gathered rows of one expert and their MLP results ([M, hidden] f32 each, 64-byte
+/// aligned), one pair per thread, grown on demand and reused without clearing (every row is
+/// written before it is read), as swiglu_mlp's buffers are (mlp.hpp): no fresh mapping and its
+/// page faults per prompt and layer.
+struct MoeScratch {
+  AlignedArray<float> xs, ys;
+  /// Makes both buffers hold at least n elements.
+  void reserve(std::size_t n) {
+    if (xs.size() < n) {
+      xs = AlignedArray<float>(n);
+      ys = AlignedArray<float>(n);
+    }
+  }
+};
+inline MoeScratch& moe_scratch() {
+  thread_local MoeScratch s;
+  return s;
+}
 } // namespace detail
 
 /// out = the routed MLP of x (see the header). x, out: [M, hidden] row-major f32 (out fully
@@ -197,8 +216,9 @@ inline MoeRouting moe_mlp(std::span<const float> x, const PackedWeights& router,
   //    An expert has at most M rows (a row chooses an expert once): the worst case, every row
   //    to one expert, is what the two [M, hidden] buffers hold. Experts nobody chose are not
   //    touched.
-  AlignedArray<float> xs(static_cast<std::size_t>(M * H));
-  AlignedArray<float> ys(static_cast<std::size_t>(M * H));
+  detail::MoeScratch& sc = detail::moe_scratch();
+  sc.reserve(static_cast<std::size_t>(M * H));
+  AlignedArray<float>&xs = sc.xs, &ys = sc.ys;
   std::fill_n(out.data(), M * H, 0.0f);
   for (std::int64_t e = 0; e < E; ++e) {
     const std::int64_t p0 = start[static_cast<std::size_t>(e)];
