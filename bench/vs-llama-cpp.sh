@@ -2,8 +2,8 @@
 # tpullm against llama.cpp on the same GGUF files, same threads, same hour (issue 34's side by
 # side). Not part of CI or the tests: it builds llama.cpp from a source tree you fetched.
 #
-#   bench/vs-llama-cpp.sh --llama-src DIR [--llama-build DIR] [--tpullm BIN] [--threads N]
-#                         [--repeat N] [--mode M] [--act-quant A] [--work DIR] GGUF...
+#   bench/vs-llama-cpp.sh --llama-src DIR [--llama-build DIR] [--llama-label TEXT] [--tpullm BIN]
+#                         [--threads N] [--repeat N] [--mode M] [--act-quant A] [--work DIR] GGUF...
 #
 # For each GGUF file it prints one table: prefill of 16 and 512 tokens, decode at contexts 128
 # and 1024, for both engines, with the bytes each engine reads per decode step at context 128
@@ -25,6 +25,9 @@
 #              why, when that time is within twice the two runs' spread); MB/token from the
 #              GGUF's tensor table (every tensor but a token_embd that is only gathered) plus its
 #              default f16 KV cache at context 128.
+# The table names llama.cpp's build as llama-bench reports it, which is "unknown" for a source
+# tree without its .git (a fetched snapshot): --llama-label TEXT (e.g. "b4748 c392e5094") names
+# it instead, and without it the script asks git in --llama-src before printing "unknown".
 # Both engines run one after the other on each file, so compare within a table, not across.
 set -euo pipefail
 
@@ -32,13 +35,14 @@ die() { echo "vs-llama-cpp.sh: $*" >&2; exit 2; }
 usage() { sed -n '5,6p' "$0" | sed 's/^# \{0,1\}//'; }
 
 here=$(cd "$(dirname "$0")/.." && pwd)
-llama_src="" llama_build="" tpullm="$here/build/tools/tpullm" threads=2 repeat=3 mode=auto work=""
+llama_src="" llama_build="" llama_label="" tpullm="$here/build/tools/tpullm" threads=2 repeat=3 mode=auto work=""
 act_quant=dynamic
 files=()
 while (($#)); do
   case $1 in
     --llama-src) llama_src=${2:?}; shift 2 ;;
     --llama-build) llama_build=${2:?}; shift 2 ;;
+    --llama-label) llama_label=${2:?}; shift 2 ;;
     --tpullm) tpullm=${2:?}; shift 2 ;;
     --threads) threads=${2:?}; shift 2 ;;
     --repeat) repeat=${2:?}; shift 2 ;;
@@ -78,6 +82,13 @@ if [[ -z $work ]]; then
   own_work=$work
 fi
 mkdir -p "$work" || die "$work: cannot create the work folder"
+# The source tree's own commit, where it is a git checkout of its own (not a folder inside
+# another repository): the table's fallback when llama-bench reports "unknown".
+llama_git=""
+if top=$(git -C "$llama_src" rev-parse --show-toplevel 2>/dev/null) &&
+  [[ $(cd "$top" && pwd -P) == $(cd "$llama_src" && pwd -P) ]]; then
+  llama_git=$(git -C "$llama_src" describe --tags --always 2>/dev/null || true)
+fi
 # Bundles and JSON outputs go to a new folder inside it (never onto a file the user has there);
 # with --work the JSON outputs stay there, the bundles never do.
 scratch=$(mktemp -d "$work/vs-llama-cpp.XXXXXX") || die "$work: cannot write there"
@@ -156,9 +167,9 @@ for f in "${files[@]}"; do
     "$bench_bin" -m "$f" -t "$threads" -r "$repeat" -p 1024 -n 0 -pg 1024,64 -o json \
       > "$scratch/$name.llama-depth.json"
   fi
-  python3 - "$f" "$scratch/$name.tpullm.json" "$scratch/$name.llama.json" \
+  LLAMA_LABEL=$llama_label LLAMA_GIT=$llama_git python3 - "$f" "$scratch/$name.tpullm.json" "$scratch/$name.llama.json" \
     "$scratch/$name.llama-depth.json" "$has_depth" "$act_quant" "$file_mode" <<'EOF'
-import json, struct, sys
+import json, os, struct, sys
 
 gguf, tj, lj, dj, has_depth = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5] == "1"
 act_quant, mode = sys.argv[6], sys.argv[7]
@@ -275,9 +286,14 @@ def fmt(v, p=1):
 c = t["ceilings"]
 near = ours("decode", "context", 128, "read_gbs_near") or c["read_gbs"]
 lcpu = (json.load(open(lj)) or [{}])[0]
+build = lcpu.get("build_commit", "?")
+if os.environ.get("LLAMA_LABEL"):
+    build = os.environ["LLAMA_LABEL"]
+elif build in ("unknown", "?") and os.environ.get("LLAMA_GIT"):
+    build = os.environ["LLAMA_GIT"]
 print(f"\n### {gguf}")
 print(f"{t['machine']['cpu']}, {t['machine']['threads']} threads, tpullm --mode {mode} --act-quant {act_quant} (llama.cpp: {lcpu.get('n_threads', '?')}, "
-      f"build {lcpu.get('build_commit', '?')}); ceilings of this run: read {near:.1f} GB/s near "
+      f"build {build}); ceilings of this run: read {near:.1f} GB/s near "
       f"(start-up {c['read_gbs']:.1f}), f32 FMA {c['f32_fma_gflops']:.0f} GFLOP/s, "
       f"int8 dot {c.get('int8_dot_gops', 0):.0f} GOP/s ({c.get('int8_dot_path', '?')})"
       + (f", AMX int8 {c['amx_int8_gops']:.0f} GOP/s (tpullm's integer prefill of 16 rows and more)"
