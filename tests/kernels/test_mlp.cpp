@@ -205,16 +205,16 @@ TEST_CASE("swiglu_mlp reuses its per-thread gate and up buffers and never reads 
     for (CoreSplit split : {CoreSplit{SplitDim::none, 1}, CoreSplit{SplitDim::rows, 2}}) {
       INFO("isa=" << isa_name(isa) << " split=" << int(split.dim));
       const std::vector<float> first = run(16, split);
-      detail::MlpScratch& sc = detail::mlp_scratch();
+      detail::BufferPair& sc = detail::mlp_scratch();
       const MlpTiling t = plan_mlp_tiling({16, H, I}, g.packed, u.packed, d.packed, budget);
-      REQUIRE(sc.g.size() >= static_cast<std::size_t>(t.row_tile * t.inter_tile));
-      REQUIRE(sc.u.size() >= static_cast<std::size_t>(t.row_tile * t.inter_tile));
-      const float* kept = sc.g.data();
+      REQUIRE(sc.a.size() >= static_cast<std::size_t>(t.row_tile * t.inter_tile));
+      REQUIRE(sc.b.size() >= static_cast<std::size_t>(t.row_tile * t.inter_tile));
+      const float* kept = sc.a.data();
       for (std::int64_t M : {2, 16}) {
-        std::fill_n(sc.g.data(), sc.g.size(), std::numeric_limits<float>::quiet_NaN());
-        std::fill_n(sc.u.data(), sc.u.size(), std::numeric_limits<float>::quiet_NaN());
+        std::fill_n(sc.a.data(), sc.a.size(), std::numeric_limits<float>::quiet_NaN());
+        std::fill_n(sc.b.data(), sc.b.size(), std::numeric_limits<float>::quiet_NaN());
         const std::vector<float> again = run(M, split);
-        CHECK(sc.g.data() == kept); // no larger shape came: the same storage
+        CHECK(sc.a.data() == kept); // no larger shape came: the same storage
         if (M == 16) {
           REQUIRE(again.size() == first.size());
           CHECK(std::memcmp(again.data(), first.data(), first.size() * sizeof(float)) == 0);

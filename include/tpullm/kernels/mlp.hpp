@@ -134,23 +134,24 @@ __attribute__((noinline)) inline void silu_mul_portable(float* g, const float* u
     g[i] = g[i] / (1.0f + exp_poly(-g[i])) * u[i];
 }
 
-/// swiglu_mlp's gate and up buffers ([row_tile, inter_tile] f32 each, 64-byte aligned), one pair
-/// per thread, grown on demand and reused without clearing: every element is written before it
-/// is read. Allocating them per call cost a prompt's MLP a fresh mapping and its page faults on
-/// every layer (a 16-token prompt of the 1B shape: two 512 KiB buffers a layer; docs/kernels.md
+/// Two f32 buffers of one kernel (64-byte aligned), grown on demand and reused without clearing
+/// from call to call: every element a call reads it wrote first. A kernel keeps one pair per
+/// thread. Allocated per call, a prompt's MLP paid a fresh mapping and its page faults on every
+/// layer (a 16-token prompt of the 1B shape: two 512 KiB buffers a layer; docs/kernels.md
 /// round 21).
-struct MlpScratch {
-  AlignedArray<float> g, u;
+struct BufferPair {
+  AlignedArray<float> a, b;
   /// Makes both buffers hold at least n elements.
   void reserve(std::size_t n) {
-    if (g.size() < n) {
-      g = AlignedArray<float>(n);
-      u = AlignedArray<float>(n);
+    if (a.size() < n) {
+      a = AlignedArray<float>(n);
+      b = AlignedArray<float>(n);
     }
   }
 };
-inline MlpScratch& mlp_scratch() {
-  thread_local MlpScratch s;
+/// swiglu_mlp's gate (a) and up (b) buffers, [row_tile, inter_tile] each, of this thread.
+inline BufferPair& mlp_scratch() {
+  thread_local BufferPair s;
   return s;
 }
 
@@ -199,9 +200,9 @@ inline void swiglu_mlp(std::span<const float> x, const PackedWeights& gate, cons
   const bool whole = t.row_tile == s.M;
   const detail::XDigits* pre_g = whole ? xin.digits_for(gate) : nullptr;
   const detail::XDigits* pre_u = whole ? xin.digits_for(up) : nullptr;
-  detail::MlpScratch& sc = detail::mlp_scratch();
+  detail::BufferPair& sc = detail::mlp_scratch();
   sc.reserve(static_cast<std::size_t>(t.row_tile * t.inter_tile));
-  AlignedArray<float>&gbuf = sc.g, &ubuf = sc.u;
+  AlignedArray<float>&gbuf = sc.a, &ubuf = sc.b;
   for (std::int64_t m0 = 0; m0 < s.M; m0 += t.row_tile) {
     const std::int64_t mr = std::min(t.row_tile, s.M - m0);
     for (std::int64_t i0 = 0; i0 < I; i0 += t.inter_tile) {

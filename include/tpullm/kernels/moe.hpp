@@ -122,22 +122,10 @@ inline CoreSplit moe_split(const CoreSplit& split, std::int64_t rows) {
   return {rows <= kGemvMaxRows ? SplitDim::cols : SplitDim::rows, split.parts};
 }
 
-/// moe_mlp's gathered rows of one expert and their MLP results ([M, hidden] f32 each, 64-byte
-/// aligned), one pair per thread, grown on demand and reused without clearing (every row is
-/// written before it is read), as swiglu_mlp's buffers are (mlp.hpp): no fresh mapping and its
-/// page faults per prompt and layer.
-struct MoeScratch {
-  AlignedArray<float> xs, ys;
-  /// Makes both buffers hold at least n elements.
-  void reserve(std::size_t n) {
-    if (xs.size() < n) {
-      xs = AlignedArray<float>(n);
-      ys = AlignedArray<float>(n);
-    }
-  }
-};
-inline MoeScratch& moe_scratch() {
-  thread_local MoeScratch s;
+/// moe_mlp's gathered rows of one expert (a) and their MLP results (b), [M, hidden] each, of
+/// this thread (mlp.hpp's BufferPair: no fresh mapping and its page faults per prompt and layer).
+inline BufferPair& moe_scratch() {
+  thread_local BufferPair s;
   return s;
 }
 } // namespace detail
@@ -216,9 +204,9 @@ inline MoeRouting moe_mlp(std::span<const float> x, const PackedWeights& router,
   //    An expert has at most M rows (a row chooses an expert once): the worst case, every row
   //    to one expert, is what the two [M, hidden] buffers hold. Experts nobody chose are not
   //    touched.
-  detail::MoeScratch& sc = detail::moe_scratch();
+  detail::BufferPair& sc = detail::moe_scratch();
   sc.reserve(static_cast<std::size_t>(M * H));
-  AlignedArray<float>&xs = sc.xs, &ys = sc.ys;
+  AlignedArray<float>&xs = sc.a, &ys = sc.b;
   std::fill_n(out.data(), M * H, 0.0f);
   for (std::int64_t e = 0; e < E; ++e) {
     const std::int64_t p0 = start[static_cast<std::size_t>(e)];
