@@ -38,17 +38,19 @@ here=$(cd "$(dirname "$0")/.." && pwd)
 llama_src="" llama_build="" llama_label="" tpullm="$here/build/tools/tpullm" threads=2 repeat=3 mode=auto work=""
 act_quant=dynamic
 files=()
+# An option's value: refused with a line naming the option when missing or empty.
+need() { (($# >= 2)) && [[ -n $2 ]] || die "$1 needs a value (--help)"; }
 while (($#)); do
   case $1 in
-    --llama-src) llama_src=${2:?}; shift 2 ;;
-    --llama-build) llama_build=${2:?}; shift 2 ;;
-    --llama-label) llama_label=${2:?}; shift 2 ;;
-    --tpullm) tpullm=${2:?}; shift 2 ;;
-    --threads) threads=${2:?}; shift 2 ;;
-    --repeat) repeat=${2:?}; shift 2 ;;
-    --mode) mode=${2:?}; shift 2 ;;
-    --act-quant) act_quant=${2:?}; shift 2 ;;
-    --work) work=${2:?}; shift 2 ;;
+    --llama-src) need "$@"; llama_src=$2; shift 2 ;;
+    --llama-build) need "$@"; llama_build=$2; shift 2 ;;
+    --llama-label) need "$@"; llama_label=$2; shift 2 ;;
+    --tpullm) need "$@"; tpullm=$2; shift 2 ;;
+    --threads) need "$@"; threads=$2; shift 2 ;;
+    --repeat) need "$@"; repeat=$2; shift 2 ;;
+    --mode) need "$@"; mode=$2; shift 2 ;;
+    --act-quant) need "$@"; act_quant=$2; shift 2 ;;
+    --work) need "$@"; work=$2; shift 2 ;;
     -h|--help) usage; exit 0 ;;
     -*) die "unknown option $1 (--help)" ;;
     *) files+=("$1"); shift ;;

@@ -8,8 +8,8 @@
 // (1.1 bounds |silu'|; exp_poly's 2e-7 relative error is far below tol).
 #include <catch2/catch.hpp>
 
-#include <cmath>
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <limits>
@@ -205,16 +205,16 @@ TEST_CASE("swiglu_mlp reuses its per-thread gate and up buffers and never reads 
     for (CoreSplit split : {CoreSplit{SplitDim::none, 1}, CoreSplit{SplitDim::rows, 2}}) {
       INFO("isa=" << isa_name(isa) << " split=" << int(split.dim));
       const std::vector<float> first = run(16, split);
-      detail::BufferPair& sc = detail::mlp_scratch();
+      detail::ScratchPair& sc = detail::mlp_scratch();
       const MlpTiling t = plan_mlp_tiling({16, H, I}, g.packed, u.packed, d.packed, budget);
-      REQUIRE(sc.a.size() >= static_cast<std::size_t>(t.row_tile * t.inter_tile));
-      REQUIRE(sc.b.size() >= static_cast<std::size_t>(t.row_tile * t.inter_tile));
-      const float* kept = sc.a.data();
+      REQUIRE(sc.first.size() >= static_cast<std::size_t>(t.row_tile * t.inter_tile));
+      REQUIRE(sc.second.size() >= static_cast<std::size_t>(t.row_tile * t.inter_tile));
+      const float* kept = sc.first.data();
       for (std::int64_t M : {2, 16}) {
-        std::fill_n(sc.a.data(), sc.a.size(), std::numeric_limits<float>::quiet_NaN());
-        std::fill_n(sc.b.data(), sc.b.size(), std::numeric_limits<float>::quiet_NaN());
+        std::fill_n(sc.first.data(), sc.first.size(), std::numeric_limits<float>::quiet_NaN());
+        std::fill_n(sc.second.data(), sc.second.size(), std::numeric_limits<float>::quiet_NaN());
         const std::vector<float> again = run(M, split);
-        CHECK(sc.a.data() == kept); // no larger shape came: the same storage
+        CHECK(sc.first.data() == kept); // no larger shape came: the same storage
         if (M == 16) {
           REQUIRE(again.size() == first.size());
           CHECK(std::memcmp(again.data(), first.data(), first.size() * sizeof(float)) == 0);

@@ -134,24 +134,11 @@ __attribute__((noinline)) inline void silu_mul_portable(float* g, const float* u
     g[i] = g[i] / (1.0f + exp_poly(-g[i])) * u[i];
 }
 
-/// Two f32 buffers of one kernel (64-byte aligned), grown on demand and reused without clearing
-/// from call to call: every element a call reads it wrote first. A kernel keeps one pair per
-/// thread. Allocated per call, a prompt's MLP paid a fresh mapping and its page faults on every
-/// layer (a 16-token prompt of the 1B shape: two 512 KiB buffers a layer; docs/kernels.md
-/// round 21).
-struct BufferPair {
-  AlignedArray<float> a, b;
-  /// Makes both buffers hold at least n elements.
-  void reserve(std::size_t n) {
-    if (a.size() < n) {
-      a = AlignedArray<float>(n);
-      b = AlignedArray<float>(n);
-    }
-  }
-};
-/// swiglu_mlp's gate (a) and up (b) buffers, [row_tile, inter_tile] each, of this thread.
-inline BufferPair& mlp_scratch() {
-  thread_local BufferPair s;
+/// swiglu_mlp's gate (a) and up (b) buffers, [row_tile, inter_tile] each, of this thread
+/// (matmul_common.hpp's ScratchPair; per call, a 16-token prompt of the 1B shape mapped two fresh
+/// 512 KiB buffers a layer).
+inline ScratchPair& mlp_scratch() {
+  thread_local ScratchPair s;
   return s;
 }
 
@@ -200,9 +187,10 @@ inline void swiglu_mlp(std::span<const float> x, const PackedWeights& gate, cons
   const bool whole = t.row_tile == s.M;
   const detail::XDigits* pre_g = whole ? xin.digits_for(gate) : nullptr;
   const detail::XDigits* pre_u = whole ? xin.digits_for(up) : nullptr;
-  detail::BufferPair& sc = detail::mlp_scratch();
-  sc.reserve(static_cast<std::size_t>(t.row_tile * t.inter_tile));
-  AlignedArray<float>&gbuf = sc.a, &ubuf = sc.b;
+  const auto tile = static_cast<std::size_t>(t.row_tile * t.inter_tile);
+  detail::ScratchPair& sc = detail::mlp_scratch();
+  float* const gbuf = sc.a(tile);
+  float* const ubuf = sc.b(tile);
   for (std::int64_t m0 = 0; m0 < s.M; m0 += t.row_tile) {
     const std::int64_t mr = std::min(t.row_tile, s.M - m0);
     for (std::int64_t i0 = 0; i0 < I; i0 += t.inter_tile) {
@@ -215,19 +203,19 @@ inline void swiglu_mlp(std::span<const float> x, const PackedWeights& gate, cons
       a.x = xgate + m0 * ldg;
       a.ldx = ldg;
       a.v = {&gate, 0, ldg, pa, pb};
-      a.y = gbuf.data();
+      a.y = gbuf;
       detail::linear_view(a, split, pre_g);
       a.x = xup + m0 * ldu;
       a.ldx = ldu;
       a.v = {&up, 0, ldu, pa, pb};
-      a.y = ubuf.data();
+      a.y = ubuf;
       detail::linear_view(a, split, pre_u);
       for (std::int64_t r = 0; r < mr; ++r)
-        detail::silu_mul(gbuf.data() + r * ti, ubuf.data() + r * ti, ti);
+        detail::silu_mul(gbuf + r * ti, ubuf + r * ti, ti);
       detail::LinearArgs d;
       d.M = mr;
       d.xprec = precision;
-      d.x = gbuf.data();
+      d.x = gbuf;
       d.ldx = ti;
       d.v = {&down, i0, i1, 0, down.panels()};
       d.y = out.data() + m0 * H;

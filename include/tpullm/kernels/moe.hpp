@@ -123,9 +123,10 @@ inline CoreSplit moe_split(const CoreSplit& split, std::int64_t rows) {
 }
 
 /// moe_mlp's gathered rows of one expert (a) and their MLP results (b), [M, hidden] each, of
-/// this thread (mlp.hpp's BufferPair: no fresh mapping and its page faults per prompt and layer).
-inline BufferPair& moe_scratch() {
-  thread_local BufferPair s;
+/// this thread (matmul_common.hpp's ScratchPair: no fresh mapping and its page faults per prompt
+/// and layer).
+inline ScratchPair& moe_scratch() {
+  thread_local ScratchPair s;
   return s;
 }
 } // namespace detail
@@ -204,9 +205,9 @@ inline MoeRouting moe_mlp(std::span<const float> x, const PackedWeights& router,
   //    An expert has at most M rows (a row chooses an expert once): the worst case, every row
   //    to one expert, is what the two [M, hidden] buffers hold. Experts nobody chose are not
   //    touched.
-  detail::BufferPair& sc = detail::moe_scratch();
-  sc.reserve(static_cast<std::size_t>(M * H));
-  AlignedArray<float>&xs = sc.a, &ys = sc.b;
+  detail::ScratchPair& sc = detail::moe_scratch();
+  float* const xs = sc.a(static_cast<std::size_t>(M * H));
+  float* const ys = sc.b(static_cast<std::size_t>(M * H));
   std::fill_n(out.data(), M * H, 0.0f);
   for (std::int64_t e = 0; e < E; ++e) {
     const std::int64_t p0 = start[static_cast<std::size_t>(e)];
@@ -215,10 +216,10 @@ inline MoeRouting moe_mlp(std::span<const float> x, const PackedWeights& router,
       continue;
     for (std::int64_t i = 0; i < rows; ++i)
       std::copy_n(x.data() + std::int64_t{pair_row[static_cast<std::size_t>(p0 + i)]} * H, H,
-                  xs.data() + i * H);
+                  xs + i * H);
     const MoeExpert& w = experts[static_cast<std::size_t>(e)];
-    const std::span<const float> xe(xs.data(), static_cast<std::size_t>(rows * H));
-    const std::span<float> ye(ys.data(), static_cast<std::size_t>(rows * H));
+    const std::span<const float> xe(xs, static_cast<std::size_t>(rows * H));
+    const std::span<float> ye(ys, static_cast<std::size_t>(rows * H));
     if (w8a8)
       swiglu_mlp_w8a8(xe, *w.gate, *w.up, *w.down, ye, {rows, H, s.intermediate}, *w8a8, *w8a8,
                       local_memory_bytes, detail::moe_split(split, rows));
@@ -229,7 +230,7 @@ inline MoeRouting moe_mlp(std::span<const float> x, const PackedWeights& router,
       const auto pi = static_cast<std::size_t>(p0 + i);
       const float wi = pair_weight[pi];
       float* o = out.data() + std::int64_t{pair_row[pi]} * H;
-      const float* y = ys.data() + i * H;
+      const float* y = ys + i * H;
       for (std::int64_t h = 0; h < H; ++h)
         o[h] += wi * y[h];
     }

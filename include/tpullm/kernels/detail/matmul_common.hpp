@@ -144,12 +144,17 @@ inline constexpr std::int64_t kKc = 256;
 inline constexpr std::int64_t kMcMax = TPULLM_GEMM_MC;
 inline constexpr std::int64_t kNb = 8; ///< panels per L2-resident C block in the GEMM
 
-/// Per-thread GEMM buffers (packed x strips, one dequantized weight block), 64-byte aligned,
-/// grown on demand and reused across calls without clearing.
-struct GemmScratch {
-  AlignedArray<float> ap, bt;
-  float* a(std::size_t n) { return grow(ap, n); }
-  float* b(std::size_t n) { return grow(bt, n); }
+/// Two f32 buffers of one kernel, 64-byte aligned, each grown on demand and reused across calls
+/// without clearing (every element a call reads it wrote first). A kernel that needs them keeps
+/// its own pair per thread: gemm_scratch here, mlp_scratch (mlp.hpp), moe_scratch (moe.hpp).
+/// Allocated per call instead, buffers of 128 KiB and more are fresh mappings whose pages fault
+/// in on every call (docs/kernels.md round 21).
+struct ScratchPair {
+  AlignedArray<float> first, second;
+  /// `first` holding at least n elements.
+  float* a(std::size_t n) { return grow(first, n); }
+  /// `second` holding at least n elements.
+  float* b(std::size_t n) { return grow(second, n); }
 
 private:
   static float* grow(AlignedArray<float>& v, std::size_t n) {
@@ -158,8 +163,9 @@ private:
     return v.data();
   }
 };
-inline GemmScratch& gemm_scratch() {
-  thread_local GemmScratch s;
+/// The GEMM's packed x strips (a) and dequantized weight block (b) of this thread.
+inline ScratchPair& gemm_scratch() {
+  thread_local ScratchPair s;
   return s;
 }
 

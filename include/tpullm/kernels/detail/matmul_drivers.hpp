@@ -65,7 +65,7 @@ void gemm_range(const LinearArgs& a, Isa isa, std::int64_t ma, std::int64_t mb, 
   const std::int64_t mc_round = (mc_max + MR - 1) / MR * MR;
   // x rows [m0, m0 + mc) packed once for the whole K range: block kb at ap + (kb - k0) * mc_round
   // (per-thread buffers, grown on demand and never cleared: every element read is written first)
-  GemmScratch& gs = gemm_scratch();
+  ScratchPair& gs = gemm_scratch();
   float* ap = gs.a(static_cast<std::size_t>(mc_round * kv));
   float* btp = gs.b(static_cast<std::size_t>(kc_max * kPanelCols));
   float bias_pad[32];
