@@ -91,6 +91,20 @@ TPULLM_TARGET_AVX512 inline void group_zero_avx512(const PackedWeights& w, std::
   }
 }
 
+/// 32 one-level f32 group parameters at `v` (64-byte aligned): columns 0..15 / 16..31.
+TPULLM_TARGET_AVX512 inline void load_group_f32(const float* v, __m512 (&out)[2]) {
+  out[0] = _mm512_load_ps(v);
+  out[1] = _mm512_load_ps(v + 16);
+}
+
+/// 32 u8 zero points at `z` (16-byte aligned) as f32: columns 0..15 / 16..31.
+TPULLM_TARGET_AVX512 inline void load_group_u8(const std::uint8_t* z, __m512 (&out)[2]) {
+  out[0] =
+      _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(z))));
+  out[1] = _mm512_cvtepi32_ps(
+      _mm512_cvtepu8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(z + 16))));
+}
+
 /// One group's 32 parameters from `f32` (one level: 32 f32 per group) or, for a two-level
 /// weight, super-block f32 times int8 codes: columns 0..15 / 16..31.
 TPULLM_TARGET_AVX512 inline void group_params_avx512(const PackedWeights& w,

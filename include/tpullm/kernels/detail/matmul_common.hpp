@@ -175,6 +175,17 @@ inline std::int64_t segment_rows(const WeightView& v) {
   return is_quantized(v.w->format) ? v.w->group_rows() : std::max<std::int64_t>(1, v.k1 - v.k0);
 }
 
+/// A weight's group indexing computed once per kernel call (PackedWeights' accessors divide on
+/// every call): one-level scales, zeros and mins of group g of panel p start at element
+/// (p * G + g) * kPanelCols of their arrays; the view's row k is in group k / group_rows.
+struct GroupIndex {
+  std::int64_t G;          ///< groups per panel (w.groups())
+  std::int64_t group_rows; ///< rows per group in storage (w.group_rows())
+  bool two_level;          ///< scales (and mins) in two levels: index them with two_level_at
+  explicit GroupIndex(const PackedWeights& w)
+      : G(w.groups()), group_rows(w.group_rows()), two_level(w.two_level()) {}
+};
+
 /// Room for one group's 32 scales (or mins) formed from two-level scales.
 struct alignas(64) GroupParams {
   float v[kPanelCols];

@@ -360,8 +360,11 @@ TPULLM_TARGET_AVX512_VNNI void gemv_panels_vnni_r1(const LinearArgs& a, const XD
 #pragma GCC unroll 3
   for (int d = 0; d < ND; ++d)
     xdr[d] = xd.d.data() + d * xd.Kv - a.v.k0;
-  std::int64_t gi = 0;
-  for (std::int64_t ks = a.v.k0; ks < a.v.k1; ks += seg, ++gi) {
+  const GroupIndex gx(w);
+  const std::uint8_t* const row0 = panel_row(w, p, 0);
+  const std::uint8_t* const pend = row0 + pbytes; // stream 0's panel end
+  std::int64_t gi = 0, g = a.v.k0 / gx.group_rows;
+  for (std::int64_t ks = a.v.k0; ks < a.v.k1; ks += seg, ++gi, ++g) {
     const std::int64_t ke = std::min(a.v.k1, ks + seg);
     __m512i acc[S][3][2];
 #pragma GCC unroll 8
@@ -369,8 +372,7 @@ TPULLM_TARGET_AVX512_VNNI void gemv_panels_vnni_r1(const LinearArgs& a, const XD
 #pragma GCC unroll 3
       for (int d = 0; d < 3; ++d) // all 3 set (ND = 1 passes the unused two to vnni_group_sum)
         acc[s][d][0] = acc[s][d][1] = _mm512_setzero_si512();
-    const std::uint8_t* row = panel_row(w, p, ks);
-    const std::uint8_t* pend = panel_row(w, p, 0) + pbytes;     // stream 0's panel end
+    const std::uint8_t* row = row0 + ks * row_bytes(F);
     constexpr std::int64_t kStep = row_group(F) * row_bytes(F); // bytes per row group
     for (std::int64_t k = ks; k < ke; k += RG, row += kStep) {
       // Past its panel's end a stream's prefetch runs on into the same stream of the next S
@@ -436,23 +438,41 @@ TPULLM_TARGET_AVX512_VNNI void gemv_panels_vnni_r1(const LinearArgs& a, const XD
         }
       }
     }
-    const std::int64_t g = ks / w.group_rows();
     const std::int32_t* S3 = xd.S.data() + gi * 3;
     const float s1f = xd.s1[static_cast<std::size_t>(gi)];
     const __m512 s1 = _mm512_set1_ps(s1f);
     [[maybe_unused]] const float xs = has_mins(F) ? vnni_digit_xsum(s1f, S3) : 0.0f;
+    // one-level parameters: group g of panel p + s at (p + s) * G + g rows of 32 (the
+    // accessors' divisions, once per call instead of per group and stream)
+    const std::int64_t at0 = (p * gx.G + g) * kPanelCols;
 #pragma GCC unroll 8
     for (int s = 0; s < S; ++s) {
+      const std::int64_t at = at0 + s * gx.G * kPanelCols;
       __m512 sc[2], z[2];
-      group_scale_avx512(w, p + s, g, sc[0], sc[1]);
-      vnni_zero<F>(w, p + s, g, z[0], z[1]);
+      if (gx.two_level)
+        group_scale_avx512(w, p + s, g, sc[0], sc[1]);
+      else
+        load_group_f32(w.scales.data() + at, sc);
+      if constexpr (has_zeros(F))
+        load_group_u8(w.zeros.data() + at, z);
+      else
+        vnni_zero<F>(w, p + s, g, z[0], z[1]);
 #pragma GCC unroll 2
       for (int h = 0; h < 2; ++h) {
         const __m512 r = vnni_group_sum<ND>(acc[s][0][h], acc[s][1][h], acc[s][2][h], z[h], S3);
         t[s][h] = _mm512_fmadd_ps(_mm512_mul_ps(sc[h], s1), r, t[s][h]);
       }
-      if constexpr (has_mins(F))
-        vnni_sub_mins<F>(w, p + s, g, xs, t[s][0], t[s][1]);
+      if constexpr (has_mins(F)) {
+        if (gx.two_level) {
+          vnni_sub_mins<F>(w, p + s, g, xs, t[s][0], t[s][1]);
+        } else {
+          __m512 mn[2];
+          load_group_f32(w.mins.data() + at, mn);
+          const __m512 x = _mm512_set1_ps(xs);
+          t[s][0] = _mm512_fnmadd_ps(mn[0], x, t[s][0]);
+          t[s][1] = _mm512_fnmadd_ps(mn[1], x, t[s][1]);
+        }
+      }
     }
   }
 #pragma GCC unroll 8
