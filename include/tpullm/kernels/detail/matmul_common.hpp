@@ -73,6 +73,10 @@ inline constexpr std::int64_t kGemvMaxRows = 4;
 /// next ones. The GEMM (14-row register strips, weights dequantized into L1 tiles) measured
 /// 2.3-6x a single row's time at 8 rows (bench linear/qwen2.5-0.5b/.../M:8).
 inline constexpr std::int64_t kGemvBlockMaxRows = 16;
+/// Float row blocks run 8 rows per pass over their panels (each weight vector decoded once for
+/// 16 FMAs instead of 8) on AVX-512 while the 8 rows of x stay within L2 beside the panels:
+/// K <= kGemvRows8MaxK. Same sums per row as 4-row passes (one accumulator set each).
+inline constexpr std::int64_t kGemvRows8MaxK = 5120;
 #ifndef TPULLM_GEMV_BLOCK_BYTES
 #define TPULLM_GEMV_BLOCK_BYTES (256 << 10)
 #endif

@@ -216,7 +216,8 @@ bool gemv_rows(std::int64_t M, bool digits) {
 
 /// GEMV of panels [pa, pb) over all a.M rows: at once for M <= 4 and for the VNNI kernels (which
 /// block their rows themselves); else in blocks of panels of about kGemvBlockBytes, over which
-/// rows run 4 at a time (the first block reads the panels from DRAM, the next ones from L2).
+/// rows run 4 at a time, or 8 (float formats on AVX-512, kGemvRows8MaxK): the first pass reads
+/// the panels from DRAM, the next ones from L2.
 template <WeightFormat F>
 void gemv_rows_range(const LinearArgs& a, Isa isa, std::int64_t pa, std::int64_t pb) {
   if (a.M <= kGemvMaxRows || a.xd) {
@@ -225,10 +226,14 @@ void gemv_rows_range(const LinearArgs& a, Isa isa, std::int64_t pa, std::int64_t
   }
   const std::int64_t panel = std::max<std::int64_t>(1, (a.v.k1 - a.v.k0) * row_bytes(F));
   const std::int64_t nb = std::max<std::int64_t>(1, kGemvBlockBytes / panel);
+  // float formats on AVX-512: passes of 8 rows while x's rows fit (kGemvRows8MaxK), then of 4
+  const bool eight = !is_quantized(F) && (isa == Isa::avx512 || isa == Isa::amx) &&
+                     a.v.k1 - a.v.k0 <= kGemvRows8MaxK;
   for (std::int64_t p = pa; p < pb; p += nb)
-    for (std::int64_t m = 0; m < a.M; m += kGemvMaxRows) {
+    for (std::int64_t m = 0, rows = 0; m < a.M; m += rows) {
+      rows = eight && a.M - m >= 8 ? 8 : std::min(kGemvMaxRows, a.M - m);
       LinearArgs b = a;
-      b.M = std::min(kGemvMaxRows, a.M - m);
+      b.M = rows;
       b.x = a.x + m * a.ldx;
       b.y = a.y + m * a.ldy;
       if (a.xsum)

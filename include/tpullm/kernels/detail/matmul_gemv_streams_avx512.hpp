@@ -36,7 +36,7 @@ TPULLM_TARGET_AVX512 void gemv_streams_avx512(const LinearArgs& a, std::int64_t 
     __m512 acc[NA][R][2];
 #pragma GCC unroll 4
     for (int u = 0; u < NA; ++u)
-#pragma GCC unroll 4
+#pragma GCC unroll 8
       for (int r = 0; r < R; ++r)
         acc[u][r][0] = acc[u][r][1] = _mm512_setzero_ps();
     for (std::int64_t j = 0; j < g.L; j += U) {
@@ -59,7 +59,7 @@ TPULLM_TARGET_AVX512 void gemv_streams_avx512(const LinearArgs& a, std::int64_t 
         for (int u = 0; u < U; ++u) {
           __m512 wv[1][2];
           decode_rows_avx512<F>(row + u * rb, wv);
-#pragma GCC unroll 4
+#pragma GCC unroll 8
           for (int r = 0; r < R; ++r) {
             const __m512 xb = _mm512_set1_ps(xr[r][s * g.L + j + u]);
             acc[u % NA][r][0] = _mm512_fmadd_ps(xb, wv[0][0], acc[u % NA][r][0]);
@@ -73,7 +73,7 @@ TPULLM_TARGET_AVX512 void gemv_streams_avx512(const LinearArgs& a, std::int64_t 
     for (std::int64_t k = S * g.L; k < Kv; ++k, row += rb) {
       __m512 wv[1][2];
       decode_rows_avx512<F>(row, wv);
-#pragma GCC unroll 4
+#pragma GCC unroll 8
       for (int r = 0; r < R; ++r) {
         const __m512 xb = _mm512_set1_ps(xr[r][k]);
         acc[0][r][0] = _mm512_fmadd_ps(xb, wv[0][0], acc[0][r][0]);
@@ -82,7 +82,7 @@ TPULLM_TARGET_AVX512 void gemv_streams_avx512(const LinearArgs& a, std::int64_t 
     }
 #pragma GCC unroll 4
     for (int u = 1; u < NA; ++u)
-#pragma GCC unroll 4
+#pragma GCC unroll 8
       for (int r = 0; r < R; ++r) {
         acc[0][r][0] = _mm512_add_ps(acc[0][r][0], acc[u][r][0]);
         acc[0][r][1] = _mm512_add_ps(acc[0][r][1], acc[u][r][1]);
@@ -91,10 +91,14 @@ TPULLM_TARGET_AVX512 void gemv_streams_avx512(const LinearArgs& a, std::int64_t 
   }
 }
 
-/// Float-format GEMV of all M <= 4 rows over panels [pa, pb).
+/// Float-format GEMV of all M <= 4 rows, or of 8 rows (a row block's pass: gemv_rows_range),
+/// over panels [pa, pb).
 template <WeightFormat F>
 TPULLM_TARGET_AVX512 void gemv_float_avx512(const LinearArgs& a, std::int64_t pa, std::int64_t pb) {
   switch (a.M) {
+  case 8:
+    gemv_streams_avx512<F, 8>(a, 0, pa, pb);
+    return;
   case 1:
     gemv_streams_avx512<F, 1>(a, 0, pa, pb);
     return;
