@@ -16,6 +16,7 @@ auto StageParams::decode_batch_sizes() const -> std::vector<std::int64_t> {
 auto StageParams::prefill_lengths() const -> std::vector<std::int64_t> {
   std::vector<std::int64_t> out{max_input_length};
   std::vector<std::int64_t> c = prefill_chunks;
+  c.insert(c.end(), verify_lengths.begin(), verify_lengths.end());
   if (prefill_auto)
     c.insert(c.end(), std::begin(kAutoPrefillChunks), std::end(kAutoPrefillChunks));
   std::sort(c.begin(), c.end(), std::greater<>());
@@ -66,6 +67,12 @@ auto StageParams::validate(std::int64_t max_position) const -> void {
     check(n > 0 && n <= max_input_length, ErrorKind::invalid_input, "prefill_chunks",
           "every prefill variant must be in [1, max_input_length = ", max_input_length, "], got ",
           n);
+  for (auto n : verify_lengths)
+    check(n >= 2 && n <= std::min(kMaxVerifyLength, max_input_length), ErrorKind::invalid_input,
+          "verify_lengths",
+          "every verify segment (the last token and k >= 1 drafts) must be in [2, ",
+          std::min(kMaxVerifyLength, max_input_length), "] (at most ", kMaxVerifyLength,
+          " and max_input_length = ", max_input_length, "), got ", n);
   for (auto b : decode_batches)
     check(b >= 1 && b <= kMaxDecodeBatch, ErrorKind::invalid_input, "decode_batches",
           "every decode batch must be in [1, ", kMaxDecodeBatch, "], got ", b);

@@ -10,6 +10,9 @@
 
 namespace tpullm::runtime {
 
+static_assert(frontend::StageParams::kMaxVerifyLength == kernels::kDecodeArithmeticRows,
+              "a verify segment compiled by --verify-lengths must compute as decode steps");
+
 void SpeculationOptions::validate() const {
   check(draft_max >= 0 && draft_max <= kMaxDraft, ErrorKind::invalid_input, "speculation",
         "draft length must be in [0, ", kMaxDraft, "], got ", draft_max);
@@ -34,7 +37,7 @@ int verify_draft_max(const frontend::StageParams& p, int draft_max, const char* 
   check(rows >= 2, ErrorKind::unsupported, where,
         "a verify call runs through a prefill length of 2 to ", kernels::kDecodeArithmeticRows,
         " tokens, and this bundle has none (its shortest is ", lengths.back(),
-        "); recompile with --prefill-lengths auto or e.g. --prefill-lengths 4,8,16");
+        "); recompile with --verify-lengths 4,8 (or --prefill-lengths auto)");
   return static_cast<int>(std::min<std::int64_t>(draft_max, rows - 1));
 }
 

@@ -133,6 +133,26 @@ TEST_CASE("prefill variants longer than max_input_length are refused", "[prefill
   CHECK(p.prefill_lengths() == std::vector<std::int64_t>{32, 16});
 }
 
+TEST_CASE("verify lengths are prefill variants of 2 to 16 rows", "[prefill-variants]") {
+  auto p = params({16});
+  p.verify_lengths = {8, 4, 4};
+  p.validate(0);
+  CHECK(p.prefill_lengths() == std::vector<std::int64_t>{32, 16, 8, 4});
+  CHECK(p.prefill_length_for(3) == 4);
+  CHECK(p.prefill_length_for(5) == 8);
+  for (std::int64_t bad : {1, 0, 17}) {
+    p.verify_lengths = {4, bad};
+    CHECK_THROWS_AS(p.validate(0), Error);
+  }
+  p.max_input_length = 8; // no segment is longer than a prefill call
+  p.prefill_chunks = {};
+  p.verify_lengths = {12};
+  CHECK_THROWS_AS(p.validate(0), Error);
+  p.verify_lengths = {8, 2};
+  p.validate(0);
+  CHECK(p.prefill_lengths() == std::vector<std::int64_t>{8, 2});
+}
+
 // Executor profiling: every instruction's time goes to its op kind (ExecStats::op_seconds), the
 // kinds add up to the kernel time, and nothing is counted while profiling is off.
 TEST_CASE("profiling splits the kernel time by op kind", "[prefill-variants][profiling]") {

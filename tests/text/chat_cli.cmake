@@ -16,11 +16,20 @@ tpullm_chat_test(chat-compile 0 "wrote .*chat.bundle"
   --decode-chunks 128 --mode bf16)
 set_tests_properties(text-cli:chat-compile PROPERTIES FIXTURES_SETUP chat-bundle)
 # short.bundle also carries a draft model for --draft self (compile --draft-mode): one layer in
-# w8a16 with a w8 lm_head, about half a step of the model (tests/text/draft_cli.sh runs it).
+# w8a16 with a w8 lm_head, about half a step of the model, and a verify segment of 5 rows (the
+# last token and 4 drafts; tests/text/draft_cli.sh runs them).
 tpullm_chat_test(chat-compile-short 0 "draft model \\(--draft self\\): .*wrote .*short.bundle"
   ${tpullm} compile ${C}/model -o ${C}/short.bundle --seq-length 64 --max-input-length 16
-  --decode-chunk 0 --mode bf16 --draft-mode w8a16 --draft-layers 1 --draft-lm-head-dtype w8)
+  --decode-chunk 0 --mode bf16 --draft-mode w8a16 --draft-layers 1 --draft-lm-head-dtype w8
+  --verify-lengths 5)
 set_tests_properties(text-cli:chat-compile-short PROPERTIES FIXTURES_SETUP chat-bundle)
+# A verify segment holds the last token and 1 to 15 drafts.
+tpullm_chat_test(chat-compile-verify-too-long 2 "verify_lengths: .*must be in \\[2, 16\\].*got 17"
+  ${tpullm} compile ${C}/model -o ${C}/never.bundle --seq-length 64 --max-input-length 32
+  --decode-chunk 0 --verify-lengths 4,17)
+tpullm_chat_test(chat-compile-verify-one-row 2 "verify_lengths: .*must be in \\[2, 8\\].*got 1"
+  ${tpullm} compile ${C}/model -o ${C}/never.bundle --seq-length 64 --max-input-length 8
+  --decode-chunk 0 --verify-lengths 1)
 tpullm_chat_test(chat-compile-nohist 0 "wrote .*short-nohist.bundle"
   ${tpullm} compile ${C}/model -o ${C}/short-nohist.bundle --seq-length 64 --max-input-length 16
   --decode-chunk 0 --no-history --mode bf16)

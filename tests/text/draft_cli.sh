@@ -25,6 +25,10 @@ same prompt-lookup --prompt "$prompt" -n 24 --temperature 0.9 --seed 7
 "$tpullm" inspect "$short" |
   grep -Eq "^draft   1 of 2 layers in w8a16, .* [1-9][0-9]* of [0-9]+ linears with int8 inputs" ||
   { echo "FAIL: inspect shows no draft model with int8 inputs"; "$tpullm" inspect "$short"; exit 1; }
+# compile --verify-lengths 5 added a 5-row prefill / prefill_kv variant: the verify calls of
+# --draft-max 4 run through it.
+"$tpullm" inspect "$short" | grep -Eq "prefill variants \[16,5\]" ||
+  { echo "FAIL: --verify-lengths 5 built no 5-row variant"; "$tpullm" inspect "$short"; exit 1; }
 full=$bundle
 bundle=$short same self --prompt "$prompt" -n 16 --temperature 0.9 --seed 7
 grep -Eq "^speculation: [1-9][0-9]* verify calls" "$dir/spec.err" ||

@@ -40,7 +40,12 @@ po::options_description stage_options(frontend::StageParams& p) {
       "shorter prefill / prefill_kv variants below max-input-length, e.g. 16,64 (a prompt "
       "segment runs through the smallest that holds it); auto: those of 16,64,128,256 below "
       "max-input-length; none: max-input-length only")(
-      "no-history", "do not build prefill_kv (block_kv_i) modules");
+      "verify-lengths", po::value<std::string>()->notifier([&p](const std::string& v) {
+        p.verify_lengths = parse_id_list<std::int64_t>(v, "--verify-lengths");
+      }),
+      "speculative decoding's verify segments, e.g. 4,8 (the last token and up to 3 or 7 "
+      "drafts; each in [2, 16]): more prefill / prefill_kv variants of those lengths, beside "
+      "--prefill-lengths")("no-history", "do not build prefill_kv (block_kv_i) modules");
   return o;
 }
 

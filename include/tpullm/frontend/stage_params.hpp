@@ -29,6 +29,13 @@ struct StageParams {
   /// Also the default variants kAutoPrefillChunks that are below max_input_length (what the
   /// tools compile unless told otherwise).
   bool prefill_auto = false;
+  /// Speculative decoding's verify segment lengths (k + 1 rows for k drafts, each in
+  /// [2, kMaxVerifyLength] and <= max_input_length): more prefill / prefill_kv variants, as
+  /// prefill_chunks are (a verify call runs through the smallest prefill_kv variant that holds
+  /// it; docs/bundle.md "The verify stage").
+  std::vector<std::int64_t> verify_lengths;
+  /// The longest verify segment (the runtime verifies at most 15 drafts at once).
+  static constexpr std::int64_t kMaxVerifyLength = 16;
   /// Batched decode variants (e.g. {1, 2, 4, 8}): for each B > 1 a block_cache_i_S_bB per
   /// layer and decode length (hidden_states [B, 1, H], each row its own position and KV slot)
   /// and an lm_head_bB. Batch 1 is the plain decode stage, always built.
@@ -46,7 +53,7 @@ struct StageParams {
   std::int64_t prefill_kv_history(std::int64_t tokens) const { return seq_length - tokens; }
 
   /// Prefill segment lengths, largest first: max_input_length, then the distinct
-  /// prefill_chunks below it.
+  /// prefill_chunks and verify_lengths below it.
   std::vector<std::int64_t> prefill_lengths() const;
   /// The prefill variant a segment of `n` tokens (1 <= n <= max_input_length) runs through:
   /// the smallest compiled length >= n.
