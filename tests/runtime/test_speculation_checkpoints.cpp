@@ -8,6 +8,7 @@
 // are the decode step's bit for bit on every ISA (test_speculation.cpp), so a greedy tie cannot
 // go another way and the comparison is exact.
 #include "small_compile.hpp"
+#include "speculation_answers.hpp"
 #include "test_data_dir.hpp"
 #include <catch2/catch.hpp>
 
@@ -70,14 +71,7 @@ TEST_CASE("greedy speculation answers as plain decoding on every shared checkpoi
         runtime::GenerateOptions g;
         g.stop.max_new_tokens = e.max_new;
         runtime::Session plain_s(st[0], dims, p);
-        auto plain = plain_s.generate(prompt, g);
-        if (e.eos) { // an eos id met in the middle of the answer
-          REQUIRE(plain.tokens.size() > 20);
-          g.stop.eos_ids = {plain.tokens[20]};
-          plain_s.reset();
-          plain = plain_s.generate(prompt, g);
-          CHECK(plain.reason == runtime::StopReason::eos);
-        }
+        const auto plain = tpullm_test::plain_answer(plain_s, prompt, g, e.eos);
         if (e.max_new == 200)
           CHECK(plain.reason == runtime::StopReason::sequence_end);
         const auto answer = plain.tokens;
@@ -89,22 +83,13 @@ TEST_CASE("greedy speculation answers as plain decoding on every shared checkpoi
           sg.speculation.draft = drafts.source();
           sg.speculation.prepare = drafts.preparer();
         } else if (src != Source::lookup) {
-          sg.speculation.draft = [&, src](std::span<const std::int32_t> ctx, int k) {
-            std::vector<std::int32_t> d;
-            for (std::size_t j = ctx.size() - prompt.size();
-                 j < answer.size() && static_cast<int>(d.size()) < k; ++j)
-              d.push_back(src == Source::wrong_third && d.size() == 2 ? (answer[j] + 1) % vocab
-                                                                      : answer[j]);
-            return d;
-          };
+          sg.speculation.draft =
+              tpullm_test::answer_drafts(answer, prompt.size(), src == Source::wrong_third, vocab);
         }
         runtime::Session spec_s(st[1], dims, p);
         const auto spec = spec_s.generate(prompt, sg);
-        CHECK(spec.tokens == plain.tokens);
-        CHECK(spec.reason == plain.reason);
-        CHECK(spec_s.length() == plain_s.length());
+        tpullm_test::check_same_answer(spec, plain, spec_s.length(), plain_s.length());
         const auto& sp = spec.speculation;
-        CHECK(sp.accepted <= sp.drafted);
         if (src != Source::lookup) // a random model's answer rarely repeats its context
           CHECK(sp.verify_calls > 0);
         // the same arithmetic: kept (but for the drafts past an eos, which end the answer)
