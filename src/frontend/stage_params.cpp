@@ -73,6 +73,9 @@ auto StageParams::validate(std::int64_t max_position) const -> void {
           "every verify segment (the last token and k >= 1 drafts) must be in [2, ",
           std::min(kMaxVerifyLength, max_input_length), "] (at most ", kMaxVerifyLength,
           " and max_input_length = ", max_input_length, "), got ", n);
+  check(verify_lengths.empty() || with_history, ErrorKind::invalid_input, "verify_lengths",
+        "a verify segment runs through prefill_kv, which a bundle without history (--no-history) "
+        "does not have; drop one of the two");
   for (auto b : decode_batches)
     check(b >= 1 && b <= kMaxDecodeBatch, ErrorKind::invalid_input, "decode_batches",
           "every decode batch must be in [1, ", kMaxDecodeBatch, "], got ", b);

@@ -437,6 +437,36 @@ TEST_CASE("linear over a prepared LinearInput matches the span overload bit for 
   CHECK_THROWS_KIND(LinearInput(x, 3, 32), internal);
 }
 
+TEST_CASE("a float row block's 8-row pass gives each row the 4-row pass's sums bit for bit",
+          "[matmul]") {
+  // gemv_rows_range runs 8 rows a pass over float weights on AVX-512 where K <= kGemvRows8MaxK
+  // (5120: the bound itself, and 1024), 4 rows elsewhere: an 8-row call must give the bits of
+  // two 4-row calls (one accumulator set per row either way), so a speculative verify row stays
+  // what the 4-row pass made it.
+  if (!cpu_features().avx512) {
+    SUCCEED("AVX-512: not available on this CPU (skipped)");
+    return;
+  }
+  ScopedIsa scoped(Isa::avx512);
+  for (WeightFormat f : {WeightFormat::f32, WeightFormat::bf16, WeightFormat::f16})
+    for (std::int64_t K : {std::int64_t{1024}, detail::kGemvRows8MaxK}) {
+      const std::int64_t N = 97;
+      const auto tw = make_weights(f, K, N, K, 3);
+      const auto x = random_vec(static_cast<std::size_t>(8 * K), 11);
+      std::vector<float> y8 = nan_vec(static_cast<std::size_t>(8 * N)), y4 = y8;
+      linear(x, tw.packed, {}, y8, {8, K, N}, {SplitDim::cols, 2});
+      for (std::int64_t m0 : {0, 4})
+        linear(std::span<const float>(x).subspan(static_cast<std::size_t>(m0 * K),
+                                                 static_cast<std::size_t>(4 * K)),
+               tw.packed, {},
+               std::span<float>(y4).subspan(static_cast<std::size_t>(m0 * N),
+                                            static_cast<std::size_t>(4 * N)),
+               {4, K, N}, {SplitDim::cols, 2});
+      INFO(format_name(f) << " K " << K);
+      CHECK(std::memcmp(y8.data(), y4.data(), y8.size() * sizeof(float)) == 0);
+    }
+}
+
 TEST_CASE("a rows split of a short GEMM runs over columns", "[matmul][split]") {
   using tpullm::kernels::CoreSplit;
   using tpullm::kernels::skinny_split;

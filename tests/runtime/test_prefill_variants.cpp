@@ -151,6 +151,8 @@ TEST_CASE("verify lengths are prefill variants of 2 to 16 rows", "[prefill-varia
   p.verify_lengths = {8, 2};
   p.validate(0);
   CHECK(p.prefill_lengths() == std::vector<std::int64_t>{8, 2});
+  p.with_history = false; // a verify call runs through prefill_kv
+  CHECK_THROWS_AS(p.validate(0), Error);
 }
 
 // Executor profiling: every instruction's time goes to its op kind (ExecStats::op_seconds), the

@@ -30,6 +30,9 @@ tpullm_chat_test(chat-compile-verify-too-long 2 "verify_lengths: .*must be in \\
 tpullm_chat_test(chat-compile-verify-one-row 2 "verify_lengths: .*must be in \\[2, 8\\].*got 1"
   ${tpullm} compile ${C}/model -o ${C}/never.bundle --seq-length 64 --max-input-length 8
   --decode-chunk 0 --verify-lengths 1)
+tpullm_chat_test(chat-compile-verify-no-history 2 "verify_lengths: a verify segment runs through prefill_kv.*--no-history"
+  ${tpullm} compile ${C}/model -o ${C}/never.bundle --seq-length 64 --max-input-length 8
+  --decode-chunk 0 --no-history --verify-lengths 4)
 tpullm_chat_test(chat-compile-nohist 0 "wrote .*short-nohist.bundle"
   ${tpullm} compile ${C}/model -o ${C}/short-nohist.bundle --seq-length 64 --max-input-length 16
   --decode-chunk 0 --no-history --mode bf16)

@@ -75,22 +75,6 @@ TPULLM_TARGET_AVX512 inline __mmask16 col_mask(int ncols, int half) {
   return static_cast<__mmask16>((1u << n) - 1u);
 }
 
-template <WeightFormat F>
-TPULLM_TARGET_AVX512 inline void group_zero_avx512(const PackedWeights& w, std::int64_t p,
-                                                   std::int64_t g, __m512& z0, __m512& z1) {
-  if constexpr (fixed_zero(F) != 0) {
-    z0 = z1 = _mm512_set1_ps(static_cast<float>(fixed_zero(F)));
-  } else if constexpr (has_zeros(F)) {
-    const std::uint8_t* z = panel_zeros(w, p, g);
-    z0 = _mm512_cvtepi32_ps(
-        _mm512_cvtepu8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(z))));
-    z1 = _mm512_cvtepi32_ps(
-        _mm512_cvtepu8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(z + 16))));
-  } else {
-    z0 = z1 = _mm512_setzero_ps();
-  }
-}
-
 /// 32 one-level f32 group parameters at `v` (64-byte aligned): columns 0..15 / 16..31.
 TPULLM_TARGET_AVX512 inline void load_group_f32(const float* v, __m512 (&out)[2]) {
   out[0] = _mm512_load_ps(v);
@@ -105,6 +89,21 @@ TPULLM_TARGET_AVX512 inline void load_group_u8(const std::uint8_t* z, __m512 (&o
       _mm512_cvtepu8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(z + 16))));
 }
 
+template <WeightFormat F>
+TPULLM_TARGET_AVX512 inline void group_zero_avx512(const PackedWeights& w, std::int64_t p,
+                                                   std::int64_t g, __m512& z0, __m512& z1) {
+  if constexpr (fixed_zero(F) != 0) {
+    z0 = z1 = _mm512_set1_ps(static_cast<float>(fixed_zero(F)));
+  } else if constexpr (has_zeros(F)) {
+    __m512 z[2];
+    load_group_u8(panel_zeros(w, p, g), z);
+    z0 = z[0];
+    z1 = z[1];
+  } else {
+    z0 = z1 = _mm512_setzero_ps();
+  }
+}
+
 /// One group's 32 parameters from `f32` (one level: 32 f32 per group) or, for a two-level
 /// weight, super-block f32 times int8 codes: columns 0..15 / 16..31.
 TPULLM_TARGET_AVX512 inline void group_params_avx512(const PackedWeights& w,
@@ -113,9 +112,10 @@ TPULLM_TARGET_AVX512 inline void group_params_avx512(const PackedWeights& w,
                                                      std::int64_t p, std::int64_t g, __m512& v0,
                                                      __m512& v1) {
   if (!w.two_level()) {
-    const float* s = f32.data() + (p * w.groups() + g) * kPanelCols;
-    v0 = _mm512_load_ps(s);
-    v1 = _mm512_load_ps(s + 16);
+    __m512 v[2];
+    load_group_f32(f32.data() + (p * w.groups() + g) * kPanelCols, v);
+    v0 = v[0];
+    v1 = v[1];
     return;
   }
   const TwoLevelAt at = two_level_at(w, p, g);

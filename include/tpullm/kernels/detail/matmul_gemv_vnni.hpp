@@ -57,17 +57,23 @@ TPULLM_TARGET_AVX512_VNNI inline void vnni_zero(const PackedWeights& w, std::int
     group_zero_avx512<F>(w, p, g, z0, z1);
 }
 
+/// t0 -= m[0] * xs, t1 -= m[1] * xs: a scale-and-min group's mins times its sum of x.
+TPULLM_TARGET_AVX512_VNNI inline void sub_group_mins(const __m512 (&m)[2], float xs, __m512& t0,
+                                                     __m512& t1) {
+  const __m512 x = _mm512_set1_ps(xs);
+  t0 = _mm512_fnmadd_ps(m[0], x, t0);
+  t1 = _mm512_fnmadd_ps(m[1], x, t1);
+}
+
 /// Scale-and-min formats: t[h] -= m[h] * xs for the group's mins (no-op for the other formats).
 template <WeightFormat F>
 TPULLM_TARGET_AVX512_VNNI inline void vnni_sub_mins(const PackedWeights& w, std::int64_t p,
                                                     std::int64_t g, float xs, __m512& t0,
                                                     __m512& t1) {
   if constexpr (has_mins(F)) {
-    __m512 m0, m1;
-    group_min_avx512(w, p, g, m0, m1);
-    const __m512 x = _mm512_set1_ps(xs);
-    t0 = _mm512_fnmadd_ps(m0, x, t0);
-    t1 = _mm512_fnmadd_ps(m1, x, t1);
+    __m512 m[2];
+    group_min_avx512(w, p, g, m[0], m[1]);
+    sub_group_mins(m, xs, t0, t1);
   } else {
     (void)w, (void)p, (void)g, (void)xs, (void)t0, (void)t1;
   }
@@ -468,9 +474,7 @@ TPULLM_TARGET_AVX512_VNNI void gemv_panels_vnni_r1(const LinearArgs& a, const XD
         } else {
           __m512 mn[2];
           load_group_f32(w.mins.data() + at, mn);
-          const __m512 x = _mm512_set1_ps(xs);
-          t[s][0] = _mm512_fnmadd_ps(mn[0], x, t[s][0]);
-          t[s][1] = _mm512_fnmadd_ps(mn[1], x, t[s][1]);
+          sub_group_mins(mn, xs, t[s][0], t[s][1]);
         }
       }
     }
